@@ -258,9 +258,12 @@ def latin_words(text: str) -> list[str]:
     return out
 
 
-def cjk_words(run: str) -> list[str]:
-    """Words of one CJK run (jieba, search mode); a run with no word of 2+ chars gives bigrams + characters."""
-    words = [w for w in _jieba().cut_for_search(run) if len(w) >= 2]
+def cjk_words(run: str, search_mode: bool = True) -> list[str]:
+    """Words of one CJK run; a run with no word of 2+ chars gives bigrams + characters. Documents use jieba's
+    search mode (a long word also yields its sub-words); queries use plain mode, so a query word does not split
+    into fragments that match unrelated documents."""
+    cut = _jieba().cut_for_search if search_mode else _jieba().cut
+    words = [w for w in cut(run) if len(w) >= 2]
     if words:
         return words
     return [run[i:i + 2] for i in range(len(run) - 1)] + list(run)
@@ -437,7 +440,7 @@ def plan_query(query: str, vocab: Vocabulary) -> list[QueryGroup]:
 
     if has_cjk(query):
         for run in _CJK_RUN.findall(query):
-            for w in cjk_words(run):
+            for w in cjk_words(run, search_mode=False):
                 if w in seen:
                     continue
                 seen.add(w)

@@ -1,0 +1,72 @@
+"""Kernel search benchmark: MRR / R@1 / R@3 on acp-kernel's 32-doc, 48-query corpus.
+
+Usage: python bench/search_kernel.py [CORPUS_JSON] [GOLDEN_JSON]
+(defaults: ../shared/bench/kernel-search-corpus.json and kernel-search-golden.json beside it)
+
+Rows: parity mode (hybrid, bm25, fuzzy) with the kernel's own tokens from the golden file and with our
+tokenizer (jieba instead of ICU), then the default engine (MemoryIndex). Misses are listed per row.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from acpmem.search import KernelDoc, MemoryIndex, SearchDoc, kernel_search
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CORPUS = ROOT.parent / "shared" / "bench" / "kernel-search-corpus.json"
+
+
+def metrics(ranked: list[list[str]], queries: list[dict]) -> tuple[float, float, float, list[str]]:
+    rr, r1, r3, misses = 0.0, 0, 0, []
+    for refs, q in zip(ranked, queries):
+        rank = next((i + 1 for i, r in enumerate(refs[:10]) if r in q["relevant"]), 0)
+        rr += 1 / rank if rank else 0.0
+        r1 += rank == 1
+        r3 += 0 < rank <= 3
+        if rank != 1:
+            misses.append(f"{q['q']!r} → {'rank ' + str(rank) if rank else 'absent'} (top: {', '.join(refs[:3])})")
+    n = len(queries)
+    return rr / n, r1 / n, r3 / n, misses
+
+
+def main() -> None:
+    corpus_path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_CORPUS
+    golden_path = Path(sys.argv[2]) if len(sys.argv) > 2 else corpus_path.with_name("kernel-search-golden.json")
+    corpus = json.loads(corpus_path.read_text(encoding="utf-8"))
+    golden = json.loads(golden_path.read_text(encoding="utf-8"))
+    queries = corpus["queries"]
+    kdocs = [KernelDoc(d["id"], d["text"]) for d in corpus["docs"]]
+    rows = []
+    for algo in ("hybrid", "bm25", "fuzzy"):
+        ranked = [[r.ref for r in kernel_search(kdocs, q["q"], algo, doc_tokens=golden["docTokens"],
+                                                query_tokens=golden["queryTokens"][q["q"]])] for q in queries]
+        rows.append((f"kernel {algo} (kernel tokens)", ranked))
+    for algo in ("hybrid", "bm25", "fuzzy"):
+        ranked = [[r.ref for r in kernel_search(kdocs, q["q"], algo)] for q in queries]
+        rows.append((f"kernel {algo} (our tokenizer)", ranked))
+    t0 = time.perf_counter()
+    index = MemoryIndex(SearchDoc(d["id"], d["topic"], d["summary"]) for d in corpus["docs"])
+    t1 = time.perf_counter()
+    ranked = [[h.id for h in index.search(q["q"], limit=10)] for q in queries]
+    t2 = time.perf_counter()
+    rows.append(("default engine (MemoryIndex)", ranked))
+    print(f"{'engine':36} {'MRR':>6} {'R@1':>6} {'R@3':>6}")
+    details = []
+    for name, ranked in rows:
+        mrr, r1, r3, misses = metrics(ranked, queries)
+        print(f"{name:36} {mrr:6.3f} {r1:6.3f} {r3:6.3f}")
+        details.append((name, misses))
+    print(f"\ndefault engine: build {1000 * (t1 - t0):.0f} ms, {len(queries)} queries {1000 * (t2 - t1):.0f} ms "
+          f"(includes first-use loads of jieba and the dictionary)")
+    for name, misses in details:
+        if misses:
+            print(f"\nmisses, {name}:")
+            for m in misses:
+                print(f"  {m}")
+
+
+if __name__ == "__main__":
+    main()
