@@ -18,9 +18,15 @@ import math
 import os
 import random
 import time
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
 
 from acpmem.errors import ExtractionError, SettingsError
 
@@ -31,6 +37,7 @@ DEFAULT_MAX_RETRIES = 3
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 20.0
 MAX_RETRY_AFTER = 60.0           # a server that asks for a longer wait is not waited for: the request stays pending
+_NOT_OURS = frozenset({"extractor", "max_entry_bytes"})   # extraction settings other modules read
 
 
 @dataclass(frozen=True)
@@ -86,20 +93,25 @@ class ChatResult:
     response: dict = field(default_factory=dict, repr=False, compare=False)
 
 
-def resolve_model_config(settings: Mapping[str, Any] | None = None,
+def resolve_model_config(settings: Mapping[str, Any] | Any | None = None,
                          env: Mapping[str, str] | None = None) -> ModelConfig:
     """Build the ``ModelConfig`` from the vault's extraction settings and the environment.
 
-    ``settings`` keys (all optional): ``base_url``, ``model``, ``api_key_env`` (name of the variable holding the key,
-    default ``OPENAI_API_KEY``), ``api_key``, ``timeout`` (seconds), ``max_retries``. Settings win; ``OPENAI_BASE_URL``,
+    ``settings`` is ``Settings.extraction`` (a dataclass) or a mapping; keys, all optional, empty meaning unset:
+    ``base_url``, ``model``, ``api_key_env`` (name of the variable holding the key, default ``OPENAI_API_KEY``),
+    ``api_key``, ``timeout_seconds`` (or ``timeout``), ``max_retries``. Settings win; ``OPENAI_BASE_URL``,
     ``OPENAI_MODEL`` and the key variable fill what they leave out. ``env`` defaults to ``os.environ``.
     """
+    if dataclasses.is_dataclass(settings) and not isinstance(settings, type):
+        settings = dataclasses.asdict(settings)
     s = dict(settings or {})
+    if "timeout_seconds" in s:   # the name acpmem.toml uses
+        s["timeout"] = s.pop("timeout_seconds")
     e = os.environ if env is None else env
-    unknown = set(s) - {"base_url", "model", "api_key", "api_key_env", "timeout", "max_retries"}
+    unknown = set(s) - {"base_url", "model", "api_key", "api_key_env", "timeout", "max_retries"} - _NOT_OURS
     if unknown:
         raise SettingsError(f"Unknown extraction setting(s): {', '.join(sorted(unknown))}",
-                            "use base_url, model, api_key_env, timeout or max_retries")
+                            "use base_url, model, api_key_env, timeout_seconds or max_retries")
     for key in ("base_url", "model", "api_key", "api_key_env"):
         if key in s and s[key] is not None and not isinstance(s[key], str):
             raise SettingsError(f"Extraction setting '{key}' must be text, got {s[key]!r}", "fix acpmem.toml")
@@ -315,13 +327,17 @@ def cost_record(result: ChatResult | None, *, at: str, request: str | None = Non
 
 
 def append_cost(path: str | Path, record: Mapping[str, Any]) -> None:
-    """Append one record as a JSON line. One ``write`` on an O_APPEND descriptor, so concurrent writers interleave by
-    whole lines; a line left half-written by a crash is skipped by ``read_costs``."""
+    """Append one record as a JSON line: one ``write`` on an O_APPEND descriptor under a short ``flock``, so concurrent
+    writers interleave by whole lines; a line left half-written by a crash is skipped by ``read_costs``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(dict(record), ensure_ascii=False, separators=(",", ":")) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        if fcntl is not None:
+            # held only for this append: without it the torn-line check below could see another writer's line
+            # half-written and add a spurious newline
+            fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
         if size:
             with open(path, "rb") as fh:

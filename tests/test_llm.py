@@ -255,3 +255,12 @@ def test_concurrent_appends_keep_whole_lines(tmp_path):
     lines = ledger.read_text().splitlines()
     assert len(lines) == 200
     assert sorted(json.loads(line)["request"] for line in lines) == sorted(f"r-{w}-{i}" for w in range(4) for i in range(50))
+
+
+def test_config_from_the_vault_settings_object():
+    from acpmem.settings import ExtractionSettings
+    c = resolve_model_config(ExtractionSettings(), env={"OPENAI_API_KEY": "sk-x"})
+    assert (c.base_url, c.model, c.api_key, c.timeout, c.max_retries) == (None, "gpt-4.1-mini", "sk-x", 60.0, 3)
+    c = resolve_model_config(ExtractionSettings(base_url="http://127.0.0.1:9/v1", model="llama", timeout_seconds=5.0),
+                             env={"OPENAI_BASE_URL": "http://ignored/v1"})
+    assert (c.base_url, c.model, c.api_key, c.timeout) == ("http://127.0.0.1:9/v1", "llama", None, 5.0)
