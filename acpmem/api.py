@@ -1,0 +1,197 @@
+"""The library's read-side operations over a vault: listing, the frozen resident index, scores, show, doctor.
+
+Adapters (CLI, MCP server, hooks) call these and render the result; none of them reads files or git itself.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from acpmem import render
+from acpmem.catalog import Problem
+from acpmem.errors import UsageError
+from acpmem.model import Entry, parse_iso
+from acpmem.score import Scored, rank, salt_for
+from acpmem.vault import Vault, atomic_write, git
+
+
+def list_entries(vault: Vault, *, include_superseded: bool = False) -> tuple[list[Entry], list[Problem]]:
+    loaded = vault.load()
+    entries = loaded.entries if include_superseded else loaded.live()
+    return entries, loaded.problems
+
+
+def scores(vault: Vault, *, at: datetime | None = None, seed: int | None = None, session: str | None = None,
+           top_n: int | None = None) -> list[Scored]:
+    at = at or vault.clock()
+    entries, _ = list_entries(vault)
+    return rank(entries, at, salt_for(seed, session), vault.settings.score, top_n)
+
+
+def session_dir(vault: Vault, session: str) -> Path:
+    """Per-session local state (ledgers, the frozen index) under .acpmem/sessions/, named safely."""
+    if not session or len(session) > 512 or "\x00" in session:
+        raise UsageError("a session id must be 1–512 characters", "pass the host's session id")
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", session)[:48].strip(".") or "s"
+    digest = hashlib.sha256(session.encode("utf-8")).hexdigest()[:12]
+    return vault.state_dir / "sessions" / f"{safe}-{digest}"
+
+
+def resident_index(vault: Vault, *, session: str | None = None, refresh: bool = False, at: datetime | None = None,
+                   seed: int | None = None, budget_tokens: int | None = None) -> str:
+    """The resident index text (SPEC §6.1). With a session id it is frozen: the first call stores the text and
+    every later call in that session returns the same bytes, until ``refresh``."""
+    snap_path = session_dir(vault, session) / "index.txt" if session else None
+    if snap_path is not None and not refresh:
+        with contextlib.suppress(FileNotFoundError):
+            return snap_path.read_text("utf-8")
+    at = at or vault.clock()
+    entries, _ = list_entries(vault)
+    ranked = rank(entries, at, salt_for(seed, session), vault.settings.score, top_n=len(entries))
+    text = render.prompt_index(ranked, at, vault.settings, budget_tokens=budget_tokens)
+    if snap_path is not None:
+        snap_path.parent.mkdir(parents=True, exist_ok=True)
+        if refresh:
+            atomic_write(snap_path, text)
+        else:
+            tmp = snap_path.with_name(f".index.{os.getpid()}.tmp")
+            tmp.write_text(text, "utf-8")
+            try:
+                os.link(tmp, snap_path)  # first writer wins, so concurrent first calls agree
+            except FileExistsError:
+                text = snap_path.read_text("utf-8")
+            finally:
+                tmp.unlink(missing_ok=True)
+    return text
+
+
+def show(vault: Vault, prefix: str, *, mark_read: bool = True) -> Entry:
+    """One entry by id or unique prefix (superseded ones too); marks it read."""
+    entry = vault.resolve(prefix)
+    if mark_read:
+        vault.mark_read([entry.id])
+        entry = entry.with_changes(last_read=vault.now())
+    return entry
+
+
+# --------------------------------------------------------------------------------------------- doctor
+
+@dataclass
+class Finding:
+    level: str      # error | warning | info | fixed
+    what: str
+    fix: str | None = None
+
+    def to_json(self) -> dict:
+        return {"level": self.level, "what": self.what, "fix": self.fix}
+
+
+@dataclass
+class DoctorReport:
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.level == "error" for f in self.findings)
+
+    def add(self, level: str, what: str, fix: str | None = None) -> None:
+        self.findings.append(Finding(level, what, fix))
+
+
+def doctor(vault: Vault, *, fix: bool = False) -> DoctorReport:
+    """Check every entry, the git state, locks, pending work and the derived index; with ``fix``, repair what
+    is safe: finish an interrupted change, commit valid human edits, remove our own stale locks, drop empty
+    object files a crash left behind, rebuild the index."""
+    rep = DoctorReport()
+    root = vault.root
+    # the repository lock
+    lock_path = vault.state_dir / "locks" / "repo.lock"
+    if lock_path.exists():
+        fd = os.open(lock_path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                holder = lock_path.read_text().strip() or "?"
+                rep.add("warning", f"the vault lock is held right now by process {holder}", "wait for it to finish")
+        finally:
+            os.close(fd)
+    marker = vault.state_dir / "locks" / "git-running"
+    index_lock = root / ".git" / "index.lock"
+    if index_lock.exists():
+        ours = marker.exists()
+        rep.add("error" if not fix or not ours else "fixed",
+                f".git/index.lock exists ({'left by a killed acpmem process' if ours else 'another git may be running'})",
+                None if ours else "if no git command is running in the vault, delete .git/index.lock yourself")
+    # empty or temporary object files a killed writer can leave
+    objects = root / ".git" / "objects"
+    junk = [p for p in objects.glob("??/*") if p.is_file() and p.stat().st_size == 0] + \
+        list(objects.glob("**/tmp_obj_*"))
+    if junk:
+        if fix:
+            for p in junk:
+                p.unlink(missing_ok=True)
+            rep.add("fixed", f"removed {len(junk)} empty or temporary git object file(s) left by a crash")
+        else:
+            rep.add("error", f"{len(junk)} empty or temporary git object file(s) left by a crash",
+                    "run `acp memory doctor --fix`")
+    journal = vault.state_dir / "journal.json"
+    if journal.exists() and not fix:
+        rep.add("error", "a change was interrupted before its commit (a journal is pending)",
+                "run `acp memory doctor --fix` to finish it")
+    if fix:
+        with vault.lock():
+            with contextlib.suppress(Exception):
+                vault._wait_for_index_lock()
+            if journal.exists():
+                sha = vault.recover()
+                rep.add("fixed", f"finished an interrupted change{' as commit ' + sha[:12] if sha else ''}")
+            edits_before = [h for h in vault.human_edits() if h.problem is None]
+            sha = vault.commit_human_edits()
+            if sha:
+                rep.add("fixed", f"committed {len(edits_before)} human edit(s) as {sha[:12]}")
+        for w in vault.warnings:
+            rep.add("warning", w)
+        vault.warnings.clear()
+    else:
+        for h in vault.human_edits():
+            if h.problem:
+                rep.add("error", f"uncommitted human edit {h.path} is invalid: {h.problem}",
+                        f"fix the file, or `git -C {root} checkout -- {h.path}` to drop the edit")
+            else:
+                rep.add("warning", f"uncommitted human edit: {h.path} ({h.status})",
+                        "it is committed before acpmem's next commit, or now with `acp memory doctor --fix`")
+    for p in vault.git_problems():
+        rep.add("error", p, "resolve it with git in the vault folder, then run `acp memory doctor` again")
+    try:
+        loaded = vault.load()
+    except Exception as exc:  # the derived index is disposable: rebuild it
+        rep.add("warning", f"the derived index could not be read ({exc}); rebuilding it")
+        vault.close()
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(str(vault.state_dir / "index.sqlite") + suffix)
+        loaded = vault.load()
+    for prob in loaded.problems:
+        rep.add("error", f"{prob.path}: {('field ' + repr(prob.field) + ' ') if prob.field else ''}{prob.reason}",
+                f"fix it by hand (`acp memory edit`) — it is kept out of the index until then")
+    rep.add("info", f"{len(loaded.entries)} valid entries, {len(loaded.problems)} invalid file(s)")
+    return rep
+
+
+def entries_at(vault: Vault, at: str) -> datetime:
+    try:
+        return parse_iso(at)
+    except ValueError:
+        raise UsageError(f"--at {at!r} is not an ISO time", "use e.g. 2026-11-29T12:00:00Z") from None
+
+
+__all__ = ["list_entries", "scores", "resident_index", "show", "doctor", "DoctorReport", "session_dir", "git"]

@@ -1,0 +1,194 @@
+"""The catalog: a derived SQLite cache of parsed entry files under ``.acpmem/index.sqlite``.
+
+Markdown files are the source of truth; parsing a thousand YAML frontmatters costs far more than a hook can
+afford on every turn, so parsed entries (and parse problems) are cached per file, keyed by a stat signature
+``(size, mtime_ns, ctime_ns, inode)``. ``ctime`` cannot be set from user space, so an edit that restores the
+old size and mtime (``touch -r``), a ``git checkout`` or an atomic rename is still noticed without reading any
+file. ``refresh`` reports what changed so the search index can update incrementally. The cache is never
+committed; if it is corrupt or from another schema it is deleted and rebuilt.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from acpmem.errors import EntryInvalid
+from acpmem.model import Entry, parse_entry_bytes
+
+SCHEMA_VERSION = 3
+DB_NAME = "index.sqlite"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An entry file that does not parse: reported with its path and reason, kept out of the index."""
+
+    path: str
+    reason: str
+    field: str | None = None
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "field": self.field, "reason": self.reason}
+
+
+@dataclass
+class Changes:
+    added: list[str] = field(default_factory=list)
+    modified: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.modified or self.removed)
+
+
+@dataclass
+class Snapshot:
+    entries: list[Entry]
+    problems: list[Problem]
+    changes: Changes
+
+
+def connect(db_path: Path) -> sqlite3.Connection:
+    """Open the derived database, rebuilding it from nothing if it is unreadable or of another schema."""
+    for attempt in (0, 1):
+        try:
+            con = sqlite3.connect(str(db_path), timeout=30, isolation_level=None)
+            con.execute("PRAGMA busy_timeout=30000")
+            if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                con.execute("PRAGMA journal_mode=WAL")
+            con.execute("PRAGMA synchronous=NORMAL")
+            ver = con.execute("PRAGMA user_version").fetchone()[0]
+            if ver != SCHEMA_VERSION:
+                _create(con)
+            else:
+                con.execute("SELECT count(*) FROM files").fetchone()
+            return con
+        except sqlite3.DatabaseError:
+            if attempt:
+                raise
+            try:
+                con.close()
+            except Exception:
+                pass
+            for suffix in ("", "-wal", "-shm"):
+                try:
+                    os.unlink(str(db_path) + suffix)
+                except FileNotFoundError:
+                    pass
+    raise AssertionError("unreachable")
+
+
+def _create(con: sqlite3.Connection) -> None:
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        if con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            con.execute("COMMIT")
+            return
+        for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+            if not name.startswith("sqlite_"):
+                con.execute(f'DROP TABLE IF EXISTS "{name}"')
+        con.execute("""CREATE TABLE files (
+            path TEXT PRIMARY KEY, sig TEXT NOT NULL, entry_id TEXT, ok INTEGER NOT NULL, data TEXT NOT NULL)""")
+        con.execute("CREATE INDEX files_entry_id ON files(entry_id)")
+        con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _sig(st: os.stat_result) -> str:
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+
+
+def scan(entries_dir: Path) -> dict[str, str]:
+    """relative path -> stat signature for every ``*.md`` directly under entries/ (symlinks are not followed)."""
+    out: dict[str, str] = {}
+    try:
+        it = os.scandir(entries_dir)
+    except FileNotFoundError:
+        return out
+    with it:
+        for de in it:
+            name = de.name
+            if not name.endswith(".md") or name.startswith("."):
+                continue
+            try:
+                st = de.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            out["entries/" + name] = _sig(st) if not de.is_symlink() else "symlink:" + _sig(st)
+    return out
+
+
+def refresh(con: sqlite3.Connection, root: Path) -> Changes:
+    """Bring the cache in step with the files; returns what changed."""
+    current = scan(root / "entries")
+    cached = dict(con.execute("SELECT path, sig FROM files").fetchall())
+    changes = Changes()
+    todo = []
+    for path, sig in current.items():
+        old = cached.get(path)
+        if old is None:
+            changes.added.append(path)
+            todo.append((path, sig))
+        elif old != sig:
+            changes.modified.append(path)
+            todo.append((path, sig))
+    changes.removed = [p for p in cached if p not in current]
+    if not changes:
+        return changes
+    rows = []
+    for path, sig in todo:
+        rows.append((path, sig) + _parse_row(root, path, sig))
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        con.executemany("DELETE FROM files WHERE path=?", [(p,) for p in changes.removed])
+        con.executemany("INSERT OR REPLACE INTO files(path, sig, entry_id, ok, data) VALUES (?,?,?,?,?)", rows)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return changes
+
+
+def _parse_row(root: Path, rel: str, sig: str) -> tuple:
+    if sig.startswith("symlink:"):
+        return (None, 0, json.dumps({"reason": "entry files may not be symlinks (it could lead out of the vault)",
+                                     "field": None}))
+    try:
+        with open(root / rel, "rb") as fh:
+            data = fh.read(2_000_001)
+        entry = parse_entry_bytes(data, rel, None)  # the type is checked against the settings at read time
+    except EntryInvalid as exc:
+        return (None, 0, json.dumps({"reason": exc.reason, "field": exc.field}))
+    except OSError as exc:
+        return (None, 0, json.dumps({"reason": f"cannot be read: {exc.strerror}", "field": None}))
+    return (entry.id, 1, json.dumps(entry.to_json(), ensure_ascii=False))
+
+
+def snapshot(con: sqlite3.Connection, root: Path, types: tuple[str, ...]) -> Snapshot:
+    """All valid entries and the problems, after a refresh. Duplicate ids: the first path wins, others are problems."""
+    changes = refresh(con, root)
+    entries: list[Entry] = []
+    problems: list[Problem] = []
+    seen: dict[str, str] = {}
+    for path, ok, data in con.execute("SELECT path, ok, data FROM files ORDER BY path"):
+        d = json.loads(data)
+        if not ok:
+            problems.append(Problem(path, d["reason"], d.get("field")))
+            continue
+        e = Entry.from_json(d)
+        if e.type not in types:
+            problems.append(Problem(path, f"'{e.type}' is not one of {', '.join(types)}", "type"))
+            continue
+        if e.id in seen:
+            problems.append(Problem(path, f"duplicate id '{e.id}' (also in {seen[e.id]})", "id"))
+            continue
+        seen[e.id] = path
+        entries.append(e)
+    return Snapshot(entries, problems, changes)

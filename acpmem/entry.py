@@ -1,0 +1,92 @@
+"""Console-script entry points, with a fast path for the per-turn hot command.
+
+``acp memory list`` (above all ``--format prompt``, which a host runs on every session start or turn) must answer
+in well under 150 ms; importing typer alone costs ~100 ms on a small machine. So a plain ``list`` invocation whose
+options are all understood here is answered without typer, through the same ``listing.list_output`` the typer command
+uses; anything else (help, an unknown option, an error in parsing) goes to typer, which gives the full behaviour.
+"""
+from __future__ import annotations
+
+import sys
+
+_LIST_VALUE_OPTS = {"--format": "fmt", "-f": "fmt", "--session": "session", "--budget": "budget", "--vault": "vault"}
+_LIST_FLAGS = {"--all": "include_all", "--refresh": "refresh", "--json": "json"}
+_FORMATS = ("table", "json", "prompt", "markdown")
+
+
+def _parse_list(args: list[str]) -> dict | None:
+    opts: dict = {"fmt": "table", "session": None, "budget": None, "vault": None, "include_all": False,
+                  "refresh": False, "json": False}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        name, eq, val = a.partition("=")
+        if name in _LIST_VALUE_OPTS:
+            if not eq:
+                if i + 1 >= len(args):
+                    return None
+                val = args[i + 1]
+                i += 1
+            opts[_LIST_VALUE_OPTS[name]] = val
+        elif a in _LIST_FLAGS:
+            opts[_LIST_FLAGS[a]] = True
+        else:
+            return None
+        i += 1
+    if opts["fmt"] not in _FORMATS:
+        return None
+    if opts["budget"] is not None:
+        if not opts["budget"].isdigit():
+            return None
+        opts["budget"] = int(opts["budget"])
+    if opts["json"]:
+        opts["fmt"] = "json"
+    if opts["fmt"] == "table" and sys.stdout.isatty():
+        return None  # the rich table is typer's business
+    return opts
+
+
+def _fast(args: list[str]) -> int | None:
+    """Answer ``[--vault V] list …`` without typer; None when the full CLI is needed."""
+    vault = None
+    if args[:1] == ["--vault"] and len(args) >= 3:
+        vault, args = args[1], args[2:]
+    if args[:1] != ["list"]:
+        return None
+    opts = _parse_list(args[1:])
+    if opts is None:
+        return None
+    from acpmem.errors import AcpmemError
+
+    try:
+        from acpmem.listing import list_text
+
+        text = list_text(opts["vault"] or vault, opts)
+    except AcpmemError as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        return exc.exit_code
+    try:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return 1
+    return 0
+
+
+def acpmem_main() -> None:
+    code = _fast(sys.argv[1:])
+    if code is None:
+        from acpmem.cli import app, run
+
+        code = run(app, "acpmem")
+    sys.exit(code)
+
+
+def acp_main() -> None:
+    args = sys.argv[1:]
+    code = _fast(args[1:]) if args[:1] == ["memory"] else None
+    if code is None:
+        from acpmem.cli import root_app, run
+
+        code = run(root_app, "acp")
+    sys.exit(code)

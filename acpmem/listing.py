@@ -1,0 +1,37 @@
+"""What ``acp memory list`` prints, shared by the typer command and the fast path (``acpmem.entry``).
+
+Kept free of typer and rich so the per-turn ``list --format prompt`` stays cheap.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def list_output(vault, fmt: str, *, include_all: bool = False, session: str | None = None,
+                refresh: bool = False, budget: int | None = None) -> str:
+    from acpmem import api, render
+
+    if fmt == "prompt":
+        return api.resident_index(vault, session=session, refresh=refresh, budget_tokens=budget)
+    entries, problems = api.list_entries(vault, include_superseded=include_all)
+    entries = sorted(entries, key=lambda e: (e.created, e.id), reverse=True)
+    for p in problems:
+        sys.stderr.write(f"Warning: skipped {p.path}: {p.reason} (see `acp memory doctor`)\n")
+    if fmt == "json":
+        return json.dumps({"entries": [render.entry_json(e) for e in entries],
+                           "problems": [p.to_json() for p in problems]}, ensure_ascii=False, indent=2) + "\n"
+    if fmt == "markdown":
+        return render.markdown_list(entries)
+    return "\n".join(render.line(e) for e in entries) + ("\n" if entries else "(no entries)\n")
+
+
+def list_text(vault_path: str | None, opts: dict) -> str:
+    from acpmem.vault import Vault
+
+    v = Vault.open(vault_path)
+    try:
+        return list_output(v, opts["fmt"], include_all=opts["include_all"], session=opts["session"],
+                           refresh=opts["refresh"], budget=opts["budget"])
+    finally:
+        v.close()

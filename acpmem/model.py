@@ -1,0 +1,467 @@
+"""The entry data model: ``Entry`` and ``Citation``, the entry file format, strict parsing and stable dumping.
+
+An entry file is markdown with YAML frontmatter (SPEC §3). Two promises shape this module:
+
+* **Round trip.** ``dump_entry(parse_entry(text))`` returns ``text`` byte for byte. When fields change, only the
+  frontmatter lines of the changed keys are rewritten; comments, unknown keys a person added, key order, quoting
+  and line endings (LF or CRLF) of everything else stay as they were, so diffs stay small.
+* **Hostile input is refused, not interpreted.** The YAML loader resolves only ``true/false``, ``null``, decimal
+  integers without leading zeros and plain floats; everything else (dates, ``no``, ``012``) stays a string. Anchors,
+  aliases, explicit tags, duplicate keys, non-UTF-8, NUL and oversize frontmatter are rejected with the file, the
+  field and the reason.
+
+No I/O here: callers pass text in and get text out.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any
+
+from acpmem.errors import EntryInvalid
+
+DEFAULT_TYPES = ("decision", "lesson", "fact", "user-preference", "reference")
+KNOWN_KEYS = ("id", "title", "type", "importance", "created", "last_read", "citation", "tier", "source",
+              "supersedes", "superseded_by")
+MAX_FILE_BYTES = 1_000_000
+MAX_FRONTMATTER_BYTES = 64_000
+MAX_TITLE_CHARS = 300
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+SEQ_RANGE_RE = re.compile(r"^\d+-\d+$")
+KERNEL_REF_RE = re.compile(r"^[mb]\d+$")
+ISO_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+
+
+@dataclass(frozen=True)
+class Citation:
+    """Where an entry came from: a host session and a seq (an int, a range "1270-1290", or a kernel ref m12 / b3)."""
+
+    session: str
+    seq: int | str
+
+    def to_dict(self) -> dict:
+        return {"session": self.session, "seq": self.seq}
+
+    def __str__(self) -> str:
+        return f"{self.session}#{self.seq}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One memory: a tier-3 distilled block. ``extra`` keeps keys a person added; ``raw`` the file as read."""
+
+    id: str
+    title: str
+    type: str
+    importance: int
+    created: str
+    body: str
+    last_read: str | None = None
+    citation: tuple[Citation, ...] = ()
+    tier: int = 3
+    source: dict | None = None
+    supersedes: tuple[str, ...] = ()
+    superseded_by: str | None = None
+    extra: dict = field(default_factory=dict)
+    path: str | None = None
+    raw: str | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def superseded(self) -> bool:
+        return bool(self.superseded_by)
+
+    def with_changes(self, **changes: Any) -> "Entry":
+        return replace(self, **changes)
+
+    def meta(self) -> dict:
+        """The frontmatter mapping in canonical key order (known keys, then the extra keys as found)."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "title": self.title,
+            "type": self.type,
+            "importance": self.importance,
+            "created": self.created,
+            "last_read": self.last_read,
+            "citation": [c.to_dict() for c in self.citation],
+            "tier": self.tier,
+        }
+        if self.source is not None:
+            out["source"] = dict(self.source)
+        if self.supersedes:
+            out["supersedes"] = list(self.supersedes)
+        if self.superseded_by:
+            out["superseded_by"] = self.superseded_by
+        out.update(self.extra)
+        return out
+
+    def to_json(self) -> dict:
+        d = self.meta()
+        d["body"] = self.body
+        d["path"] = self.path
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Entry":
+        """Rebuild from ``to_json`` output (the derived index stores entries this way). Trusts its input."""
+        known = {k: d[k] for k in KNOWN_KEYS if k in d}
+        extra = {k: v for k, v in d.items() if k not in KNOWN_KEYS and k not in ("body", "path", "raw")}
+        return cls(
+            id=known["id"], title=known["title"], type=known["type"], importance=known["importance"],
+            created=known["created"], body=d.get("body", ""), last_read=known.get("last_read"),
+            citation=tuple(Citation(c["session"], c["seq"]) for c in known.get("citation") or ()),
+            tier=known.get("tier", 3), source=known.get("source"), supersedes=tuple(known.get("supersedes") or ()),
+            superseded_by=known.get("superseded_by"), extra=extra, path=d.get("path"),
+        )
+
+
+def utc_iso(dt: datetime) -> str:
+    """An aware datetime as ``YYYY-MM-DDTHH:MM:SSZ``."""
+    return dt.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso(value: str) -> datetime:
+    dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+# --------------------------------------------------------------------------------------------- YAML, restricted
+
+_yaml_classes: tuple | None = None
+
+
+def _yaml():
+    """Build (once) a loader and a dumper with restricted implicit typing. PyYAML is imported only here."""
+    global _yaml_classes
+    if _yaml_classes is not None:
+        return _yaml_classes
+    import yaml
+
+    base_loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(base_loader):  # type: ignore[misc, valid-type]
+        yaml_implicit_resolvers: dict = {}
+
+        def construct_mapping(self, node, deep=False):  # refuse duplicate keys instead of keeping the last
+            if isinstance(node, yaml.MappingNode):
+                seen = set()
+                for key_node, _ in node.value:
+                    key = self.construct_object(key_node, deep=deep)
+                    try:
+                        dup = key in seen
+                    except TypeError:
+                        raise yaml.constructor.ConstructorError(None, None, "a mapping key is not a plain value",
+                                                                key_node.start_mark)
+                    if dup:
+                        raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}'",
+                                                                key_node.start_mark)
+                    seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    def add(cls, tag, regexp, first):
+        cls.add_implicit_resolver(tag, re.compile(regexp, re.X), list(first))
+
+    add(Loader, "tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF")
+    add(Loader, "tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""])
+    add(Loader, "tag:yaml.org,2002:int", r"^(?:[-+]?[1-9][0-9]*|0)$", "-+0123456789")
+    add(Loader, "tag:yaml.org,2002:float", r"^[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$", "-+0123456789.")
+
+    class Dumper(yaml.SafeDumper):
+        """Quotes whatever YAML 1.1 readers would coerce (``no``, ``012``), but leaves ISO dates plain."""
+
+        yaml_implicit_resolvers = {
+            k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
+            for k, v in yaml.SafeDumper.yaml_implicit_resolvers.items()
+        }
+
+    def _str(dumper, data):
+        style = "|" if "\n" in data else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+    Dumper.add_representer(str, _str)
+    _yaml_classes = (yaml, Loader, Dumper)
+    return _yaml_classes
+
+
+def load_yaml_mapping(text: str, path: str) -> dict:
+    """Load one YAML mapping with the restricted loader, rejecting anchors, aliases and explicit tags."""
+    yaml, Loader, _ = _yaml()
+    try:
+        for ev in yaml.parse(text, Loader=Loader):
+            if isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None):
+                raise EntryInvalid(path, None, "YAML anchors and aliases are not allowed in entries")
+            tag = getattr(ev, "tag", None)
+            if tag and not (isinstance(ev, yaml.ScalarEvent) and ev.implicit[0]) and tag != "!":
+                raise EntryInvalid(path, None, f"YAML tags are not allowed in entries (found {tag[:60]})")
+        data = yaml.load(text, Loader=Loader)
+    except EntryInvalid:
+        raise
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 2}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise EntryInvalid(path, None, f"frontmatter is not valid YAML{where}: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise EntryInvalid(path, None, "frontmatter must be a YAML mapping of keys to values")
+    return data
+
+
+def dump_yaml(mapping: dict) -> str:
+    yaml, _, Dumper = _yaml()
+    return yaml.dump(mapping, Dumper=Dumper, sort_keys=False, allow_unicode=True, default_flow_style=None,
+                     width=10_000)
+
+
+# --------------------------------------------------------------------------------------------- file split
+
+@dataclass(frozen=True)
+class _Split:
+    head: str   # the opening delimiter line, e.g. "---\n" (with a BOM if the file has one)
+    fm: str     # frontmatter text between the delimiters, line ends included
+    close: str  # the closing delimiter line, e.g. "---\r\n"
+    body: str
+    eol: str
+
+
+def _split(text: str, path: str) -> _Split:
+    bom = "\ufeff" if text.startswith("\ufeff") else ""
+    rest = text[len(bom):]
+    first_end = rest.find("\n")
+    first = rest if first_end < 0 else rest[: first_end + 1]
+    if first.rstrip("\r\n") != "---":
+        raise EntryInvalid(path, None, "the file does not start with a '---' frontmatter line",
+                           "an entry starts with '---', the YAML fields, '---', then the body")
+    eol = "\r\n" if first.endswith("\r\n") else "\n"
+    pos = len(first)
+    while pos < len(rest):
+        nl = rest.find("\n", pos)
+        line = rest[pos:] if nl < 0 else rest[pos: nl + 1]
+        if line.rstrip("\r\n") == "---":
+            return _Split(bom + first, rest[len(first): pos], line, rest[pos + len(line):], eol)
+        if pos - len(first) > MAX_FRONTMATTER_BYTES:
+            break
+        pos += len(line)
+    if len(rest) - len(first) > MAX_FRONTMATTER_BYTES and pos - len(first) > MAX_FRONTMATTER_BYTES:
+        raise EntryInvalid(path, None, f"frontmatter is larger than {MAX_FRONTMATTER_BYTES // 1000} KB")
+    raise EntryInvalid(path, None, "the frontmatter is never closed (no second '---' line)",
+                       "add a line '---' after the YAML fields")
+
+
+def decode_entry_bytes(data: bytes, path: str) -> str:
+    if len(data) > MAX_FILE_BYTES:
+        raise EntryInvalid(path, None, f"the file is larger than {MAX_FILE_BYTES // 1_000_000} MB")
+    if b"\x00" in data:
+        raise EntryInvalid(path, None, "the file contains NUL bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EntryInvalid(path, None, f"the file is not UTF-8 (byte {exc.start})",
+                           "save it as UTF-8") from None
+
+
+# --------------------------------------------------------------------------------------------- validation
+
+def _str_field(meta: dict, key: str, path: str, *, required: bool = True) -> str | None:
+    v = meta.get(key)
+    if v is None:
+        if required:
+            raise EntryInvalid(path, key, "is missing")
+        return None
+    if not isinstance(v, str):
+        raise EntryInvalid(path, key, f"must be text, got {type(v).__name__} {v!r:.40}")
+    return v
+
+
+def _iso_field(meta: dict, key: str, path: str, *, required: bool) -> str | None:
+    v = _str_field(meta, key, path, required=required)
+    if v is None:
+        return None
+    if not ISO_RE.match(v):
+        raise EntryInvalid(path, key, f"must be an ISO 8601 UTC time like 2026-11-29T14:03:11Z, got {v!r:.40}")
+    try:
+        parse_iso(v)
+    except ValueError:
+        raise EntryInvalid(path, key, f"is not a real date: {v!r:.40}") from None
+    return v
+
+
+def _citations(value: Any, path: str) -> tuple[Citation, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        raise EntryInvalid(path, "citation", "must be a list of {session, seq}")
+    out = []
+    for i, c in enumerate(value):
+        if not isinstance(c, dict) or "session" not in c or "seq" not in c:
+            raise EntryInvalid(path, "citation", f"item {i + 1} must have 'session' and 'seq'")
+        session, seq = c["session"], c["seq"]
+        if isinstance(session, int) and not isinstance(session, bool):
+            session = str(session)
+        if not isinstance(session, str) or not session.strip():
+            raise EntryInvalid(path, "citation", f"item {i + 1}: session must be text")
+        if isinstance(seq, bool) or not (
+                (isinstance(seq, int) and seq >= 0)
+                or (isinstance(seq, str) and (SEQ_RANGE_RE.match(seq) or KERNEL_REF_RE.match(seq)))):
+            raise EntryInvalid(path, "citation", f"item {i + 1}: seq must be an integer, a range like 1270-1290 "
+                                                 f"or a kernel ref like m12 / b3, got {seq!r:.40}")
+        out.append(Citation(session, seq))
+    return tuple(out)
+
+
+def validate_id(value: str, path: str = "") -> str:
+    if not isinstance(value, str) or not ID_RE.match(value):
+        raise EntryInvalid(path, "id", f"must be 1–64 letters, digits, '-' or '_' starting with a letter or digit, "
+                                       f"got {value!r:.40}")
+    return value
+
+
+def entry_from_meta(meta: dict, body: str, path: str, types: tuple[str, ...] | None = DEFAULT_TYPES) -> Entry:
+    """Validate a frontmatter mapping strictly and build an Entry. Raises EntryInvalid naming the field."""
+    for k in meta:
+        if not isinstance(k, str):
+            raise EntryInvalid(path, str(k), "frontmatter keys must be text")
+    ident = validate_id(_str_field(meta, "id", path), path)
+    title = _str_field(meta, "title", path).strip()
+    if not title:
+        raise EntryInvalid(path, "title", "is empty")
+    if "\n" in title or len(title) > MAX_TITLE_CHARS:
+        raise EntryInvalid(path, "title", f"must be one line of at most {MAX_TITLE_CHARS} characters")
+    typ = _str_field(meta, "type", path)
+    if types is not None and typ not in types:
+        raise EntryInvalid(path, "type", f"'{typ}' is not one of {', '.join(types)}",
+                           "use one of the vault's types (acpmem.toml [vault] types)")
+    imp = meta.get("importance")
+    if isinstance(imp, bool) or not isinstance(imp, int) or not 1 <= imp <= 10:
+        raise EntryInvalid(path, "importance", f"must be an integer from 1 to 10, got {imp!r:.40}")
+    created = _iso_field(meta, "created", path, required=True)
+    last_read = _iso_field(meta, "last_read", path, required=False)
+    tier = meta.get("tier", 3)
+    if isinstance(tier, bool) or not isinstance(tier, int) or not 1 <= tier <= 3:
+        raise EntryInvalid(path, "tier", f"must be 1, 2 or 3, got {tier!r:.40}")
+    source = meta.get("source")
+    if source is not None and not isinstance(source, dict):
+        raise EntryInvalid(path, "source", "must be a mapping like {request: r-…, extractor: …}")
+    sup = meta.get("supersedes") or []
+    if isinstance(sup, str):
+        sup = [sup]
+    if not isinstance(sup, list) or not all(isinstance(s, str) and ID_RE.match(s) for s in sup):
+        raise EntryInvalid(path, "supersedes", "must be a list of entry ids")
+    sup_by = meta.get("superseded_by")
+    if sup_by is not None and not (isinstance(sup_by, str) and ID_RE.match(sup_by)):
+        raise EntryInvalid(path, "superseded_by", "must be an entry id")
+    extra = {k: v for k, v in meta.items() if k not in KNOWN_KEYS}
+    return Entry(id=ident, title=title, type=typ, importance=imp, created=created, body=body, last_read=last_read,
+                 citation=_citations(meta.get("citation"), path), tier=tier, source=source,
+                 supersedes=tuple(sup), superseded_by=sup_by, extra=extra, path=path or None)
+
+
+def parse_entry(text: str, path: str = "", types: tuple[str, ...] | None = DEFAULT_TYPES) -> Entry:
+    """Parse an entry file's text. Raises EntryInvalid with the path, the field and the reason."""
+    if "\x00" in text:
+        raise EntryInvalid(path, None, "the file contains NUL characters")
+    sp = _split(text, path)
+    if len(sp.fm.encode("utf-8")) > MAX_FRONTMATTER_BYTES:
+        raise EntryInvalid(path, None, f"frontmatter is larger than {MAX_FRONTMATTER_BYTES // 1000} KB")
+    meta = load_yaml_mapping(sp.fm, path)
+    entry = entry_from_meta(meta, sp.body, path, types)
+    return replace(entry, raw=text)
+
+
+def parse_entry_bytes(data: bytes, path: str = "", types: tuple[str, ...] | None = DEFAULT_TYPES) -> Entry:
+    return parse_entry(decode_entry_bytes(data, path), path, types)
+
+
+# --------------------------------------------------------------------------------------------- dumping
+
+def _key_blocks(fm: str) -> list[tuple[str | None, str]]:
+    """Split frontmatter text into top-level blocks: (key, text). Leading comments form a (None, text) block."""
+    blocks: list[tuple[str | None, str]] = []
+    for line in fm.splitlines(keepends=True):
+        stripped = line.rstrip("\r\n")
+        starts_key = (stripped[:1] not in ("", " ", "\t", "#", "-") and ":" in stripped)
+        if starts_key:
+            key = stripped.split(":", 1)[0].strip().strip("'\"")
+            blocks.append((key, line))
+        elif blocks:
+            k, t = blocks[-1]
+            blocks[-1] = (k, t + line)
+        else:
+            blocks.append((None, line))
+    return blocks
+
+
+def _render_key(key: str, value: Any, eol: str) -> str:
+    text = dump_yaml({key: value})
+    return text.replace("\n", eol) if eol != "\n" else text
+
+
+def dump_entry(entry: Entry) -> str:
+    """The file text of ``entry``. Unchanged entries give back their original bytes; changed ones change only the
+    lines of the keys that changed (and the body, if it changed)."""
+    meta = entry.meta()
+    if entry.raw is None:
+        fm = dump_yaml(meta)
+        body = entry.body if entry.body.startswith("\n") or not entry.body else entry.body
+        if body and not body.endswith("\n"):
+            body += "\n"
+        return "---\n" + fm + "---\n" + body
+    sp = _split(entry.raw, entry.path or "")
+    old_meta = load_yaml_mapping(sp.fm, entry.path or "")
+    blocks = _key_blocks(sp.fm)
+    out_blocks: list[tuple[str | None, str]] = []
+    present = set()
+    for key, text in blocks:
+        if key is None:
+            out_blocks.append((key, text))
+            continue
+        present.add(key)
+        if key not in meta:
+            continue  # the key was removed
+        if key in old_meta and old_meta[key] == meta[key] and type(old_meta[key]) is type(meta[key]):
+            out_blocks.append((key, text))
+        else:
+            tail = "" if text.endswith(("\n",)) else ""
+            out_blocks.append((key, _render_key(key, meta[key], sp.eol) + tail))
+    order = list(meta.keys())
+    for key in order:
+        if key in present:
+            continue
+        # insert after the closest preceding key that is present
+        idx = order.index(key)
+        pos = len(out_blocks)
+        for prev in reversed(order[:idx]):
+            hits = [i for i, (k, _) in enumerate(out_blocks) if k == prev]
+            if hits:
+                pos = hits[0] + 1
+                break
+        block_text = _render_key(key, meta[key], sp.eol)
+        if pos > 0 and not out_blocks[pos - 1][1].endswith("\n"):
+            out_blocks[pos - 1] = (out_blocks[pos - 1][0], out_blocks[pos - 1][1] + sp.eol)
+        out_blocks.insert(pos, (key, block_text))
+        present.add(key)
+    fm = "".join(t for _, t in out_blocks)
+    body = sp.body if entry.body == sp.body else entry.body
+    return sp.head + fm + sp.close + body
+
+
+def new_entry_text(entry: Entry) -> str:
+    """Text for an entry written by acpmem (no original bytes)."""
+    return dump_entry(replace(entry, raw=None))
+
+
+def slugify(title: str, limit: int = 48) -> str:
+    """An ASCII file-name slug of a title; empty when the title is mostly not Latin (the id alone names it)."""
+    words = re.findall(r"[a-z0-9]+", title.lower())
+    if sum(len(w) for w in words) < len(re.sub(r"\s", "", title)) / 2:
+        return ""
+    slug = ""
+    for w in words:
+        nxt = f"{slug}-{w}" if slug else w
+        if len(nxt) > limit:
+            break
+        slug = nxt
+    return slug

@@ -1,0 +1,69 @@
+"""The selection formula: one score for visibility and shelf life (SPEC §2.6).
+
+    score = importance + min(days_since_last_read / 30, 5) + uniform(0, 0.5)
+
+A never-read entry counts from ``created``. Weights and caps come from ``[score]`` in ``acpmem.toml``. The jitter
+of each entry is drawn from a generator seeded by (seed or session id, entry id): it is stable within one session
+(the resident index must not change under the prompt cache), differs between sessions (so the same few entries
+do not hold the top slots forever), and does not shift when other entries are added. Pure: the time and the seed
+are passed in.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from datetime import datetime
+
+from acpmem.model import Entry, parse_iso
+from acpmem.settings import ScoreSettings
+
+
+@dataclass(frozen=True)
+class Scored:
+    entry: Entry
+    importance: float      # weighted importance
+    days_since_read: float
+    anti_recency: float    # min(days / divisor, cap)
+    jitter: float
+    total: float
+    selected: bool = False
+
+    def to_json(self) -> dict:
+        return {"id": self.entry.id, "title": self.entry.title, "type": self.entry.type,
+                "importance": self.entry.importance, "days_since_read": round(self.days_since_read, 4),
+                "anti_recency": round(self.anti_recency, 6), "jitter": round(self.jitter, 6),
+                "total": round(self.total, 6), "selected": self.selected,
+                "last_read": self.entry.last_read, "created": self.entry.created}
+
+
+def jitter_for(entry_id: str, salt: str, jitter_max: float) -> float:
+    digest = hashlib.sha256(f"{salt}\x1f{entry_id}".encode("utf-8")).digest()
+    return random.Random(int.from_bytes(digest[:8], "big")).uniform(0.0, jitter_max)
+
+
+def score_entry(entry: Entry, at: datetime, salt: str, cfg: ScoreSettings) -> Scored:
+    since = parse_iso(entry.last_read or entry.created)
+    days = max((at - since).total_seconds() / 86400.0, 0.0)
+    anti = min(days / cfg.recency_divisor_days, cfg.recency_cap)
+    imp = entry.importance * cfg.importance_weight
+    jit = jitter_for(entry.id, salt, cfg.jitter_max) if cfg.jitter_max > 0 else 0.0
+    return Scored(entry, imp, days, anti, jit, imp + anti + jit)
+
+
+def rank(entries: list[Entry], at: datetime, salt: str, cfg: ScoreSettings, top_n: int | None = None) -> list[Scored]:
+    """All entries by score, highest first; ties broken by importance, then id. The first ``top_n`` are selected."""
+    n = cfg.top_n if top_n is None else top_n
+    scored = sorted((score_entry(e, at, salt, cfg) for e in entries),
+                    key=lambda s: (-s.total, -s.entry.importance, s.entry.id))
+    return [Scored(s.entry, s.importance, s.days_since_read, s.anti_recency, s.jitter, s.total, i < n)
+            for i, s in enumerate(scored)]
+
+
+def salt_for(seed: int | None, session: str | None) -> str:
+    """The jitter salt: an explicit seed wins, else the session id; with neither, a fresh random salt."""
+    if seed is not None:
+        return f"seed:{seed}"
+    if session:
+        return f"session:{session}"
+    return f"random:{random.SystemRandom().getrandbits(64)}"

@@ -1,0 +1,167 @@
+"""Vault settings (``acpmem.toml``) and the environment: the only reader of configuration.
+
+The parsed settings are cached as JSON under ``.acpmem/`` keyed by the file's stat, so the hot read commands
+(``list --format prompt`` from a hook on every turn) skip the TOML parser.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from acpmem.errors import SettingsError
+from acpmem.model import DEFAULT_TYPES
+
+SETTINGS_FILE = "acpmem.toml"
+
+
+@dataclass(frozen=True)
+class ScoreSettings:
+    importance_weight: float = 1.0
+    recency_divisor_days: float = 30.0
+    recency_cap: float = 5.0
+    jitter_max: float = 0.5
+    top_n: int = 5
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    budget_tokens: int = 2000
+
+
+@dataclass(frozen=True)
+class SurfaceSettings:
+    enabled: bool = False
+    top_n: int = 5
+    entry_cap_bytes: int = 4096
+    session_budget_bytes: int = 61440
+
+
+@dataclass(frozen=True)
+class RecallSettings:
+    limit: int = 5
+
+
+@dataclass(frozen=True)
+class ExtractionSettings:
+    base_url: str = ""
+    model: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_seconds: float = 60.0
+    max_retries: int = 3
+    extractor: str = "auto"          # auto | llm | offline
+    max_entry_bytes: int = 8192
+
+
+@dataclass(frozen=True)
+class GitSettings:
+    lock_timeout_seconds: float = 60.0
+    foreign_lock_wait_seconds: float = 10.0
+    remote: str = "origin"
+
+
+@dataclass(frozen=True)
+class Settings:
+    types: tuple[str, ...] = DEFAULT_TYPES
+    language: str = "en"
+    score: ScoreSettings = field(default_factory=ScoreSettings)
+    index: IndexSettings = field(default_factory=IndexSettings)
+    surface: SurfaceSettings = field(default_factory=SurfaceSettings)
+    recall: RecallSettings = field(default_factory=RecallSettings)
+    extraction: ExtractionSettings = field(default_factory=ExtractionSettings)
+    git: GitSettings = field(default_factory=GitSettings)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+_SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceSettings,
+             "recall": RecallSettings, "extraction": ExtractionSettings, "git": GitSettings}
+
+
+def _coerce(cls, section: str, data: dict, path: str):
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: [{section}] must be a table", "see the comments in the template acpmem.toml")
+    known = {f.name: f for f in fields(cls)}
+    kwargs = {}
+    for k, v in data.items():
+        if k not in known:
+            raise SettingsError(f"{path}: unknown setting '{section}.{k}'",
+                                f"known settings in [{section}]: {', '.join(known)}")
+        default = known[k].default
+        if isinstance(default, bool):
+            ok = isinstance(v, bool)
+        elif isinstance(default, float):
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            v = float(v) if ok else v
+        elif isinstance(default, int):
+            ok = isinstance(v, int) and not isinstance(v, bool)
+        else:
+            ok = isinstance(v, type(default))
+        if not ok:
+            raise SettingsError(f"{path}: '{section}.{k}' must be {type(default).__name__}, got {v!r:.40}")
+        kwargs[k] = v
+    return cls(**kwargs)
+
+
+def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
+    vault = data.get("vault", {})
+    if not isinstance(vault, dict):
+        raise SettingsError(f"{path}: [vault] must be a table")
+    types = vault.get("types", list(DEFAULT_TYPES))
+    if not isinstance(types, list) or not types or not all(isinstance(t, str) and t.strip() for t in types):
+        raise SettingsError(f"{path}: vault.types must be a non-empty list of names")
+    language = vault.get("language", "en")
+    if language not in ("en", "zh"):
+        raise SettingsError(f"{path}: vault.language must be 'en' or 'zh', got {language!r}")
+    extra = set(vault) - {"types", "language"}
+    if extra:
+        raise SettingsError(f"{path}: unknown setting 'vault.{sorted(extra)[0]}'")
+    unknown = set(data) - set(_SECTIONS) - {"vault"}
+    if unknown:
+        raise SettingsError(f"{path}: unknown section [{sorted(unknown)[0]}]",
+                            f"sections: vault, {', '.join(_SECTIONS)}")
+    kwargs = {name: _coerce(cls, name, data.get(name, {}), path) for name, cls in _SECTIONS.items()}
+    s = Settings(types=tuple(types), language=language, **kwargs)
+    if s.extraction.extractor not in ("auto", "llm", "offline"):
+        raise SettingsError(f"{path}: extraction.extractor must be auto, llm or offline")
+    return s
+
+
+def settings_from_json(d: dict) -> Settings:
+    kwargs = {name: cls(**d[name]) for name, cls in _SECTIONS.items()}
+    return Settings(types=tuple(d["types"]), language=d["language"], **kwargs)
+
+
+def load_settings(root: Path, state_dir: Path | None = None) -> Settings:
+    """Read ``acpmem.toml`` at the vault root; a missing file means defaults."""
+    path = root / SETTINGS_FILE
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return Settings()
+    sig = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    cache = (state_dir / "settings.json") if state_dir else None
+    if cache is not None:
+        try:
+            cached = json.loads(cache.read_text("utf-8"))
+            if cached.get("sig") == sig:
+                return settings_from_json(cached["settings"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{path}: not valid TOML: {exc}", "fix the file; the template has every setting") from None
+    s = settings_from_mapping(data, str(path))
+    if cache is not None and cache.parent.is_dir():
+        try:
+            tmp = cache.with_name(f".settings.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"sig": sig, "settings": s.to_json()}), "utf-8")
+            os.replace(tmp, cache)
+        except OSError:
+            pass
+    return s

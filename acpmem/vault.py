@@ -1,0 +1,675 @@
+"""The vault: discovery, init, reading entries, atomic writes, the repository lock and every git commit.
+
+Only this module (with its helpers ``catalog`` and ``reads``) touches the vault's files and git. Git is driven
+through the ``git`` executable with ``subprocess``: every call is a short-lived child that is always waited for,
+so a long-running host never accumulates git processes or file descriptors.
+
+Every change goes through ``Vault.apply`` under one repository-level lock (``fcntl.flock`` on
+``.acpmem/locks/repo.lock``; the kernel releases it when a process dies, even by ``kill -9``):
+
+1. finish a change a killed process left half-done (its journal is replayed and committed);
+2. wait a bounded time for a foreign ``.git/index.lock`` (a person running git) — never delete it;
+3. commit pending human edits separately, marked as human edits;
+4. write a journal, write the files atomically (temp file, fsync, rename), fold the read log, regenerate MEMORY.md;
+5. one ``git commit`` of exactly those paths with a message that says what and why, plus trailers;
+6. delete the journal.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterator
+
+from acpmem import catalog, reads
+from acpmem.errors import (AcpmemError, AmbiguousId, EntryInvalid, EntryNotFound, GitStateError, LockTimeout,
+                           SettingsError, UsageError, VaultExists, VaultNotFound)
+from acpmem.model import Entry, new_entry_text, parse_entry_bytes, slugify, utc_iso, validate_id
+from acpmem.settings import SETTINGS_FILE, Settings, load_settings
+
+VAULT_DIRNAME = ".acp-memory"
+STATE_DIRNAME = ".acpmem"
+ENV_VAULT = "ACPMEM_VAULT"
+TEMPLATE_DIR = Path(__file__).parent / "vault_template"
+ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
+GENERATED = ("MEMORY.md",)
+
+# Commit kinds, written as the ``Acpmem-Kind`` trailer and shown by ``log``.
+KIND_INIT = "init"
+KIND_FORK = "fork-write"
+KIND_HUMAN = "human-edit"
+KIND_EDIT = "edit"
+KIND_FORGET = "forget"
+KIND_SUPERSEDE = "supersede"
+KIND_READS = "reads"
+KIND_SYNC = "sync"
+KIND_RECOVER = "recover"
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# --------------------------------------------------------------------------------------------- discovery
+
+def discover(explicit: str | os.PathLike | None = None, *, cwd: Path | None = None,
+             env: dict | None = None) -> Path:
+    """``--vault PATH`` > ``ACPMEM_VAULT`` > the nearest ``.acp-memory/`` walking up from cwd > an error."""
+    env = os.environ if env is None else env
+    for source, value in (("--vault", explicit), (ENV_VAULT, env.get(ENV_VAULT))):
+        if value:
+            p = Path(value).expanduser()
+            if not p.is_absolute():
+                p = (cwd or Path.cwd()) / p
+            if (p / VAULT_DIRNAME).is_dir() and not (p / "entries").is_dir():
+                p = p / VAULT_DIRNAME
+            if not (p / "entries").is_dir():
+                raise VaultNotFound(f"{source} {value} is not an acpmem vault (no entries/ folder)",
+                                    f"create one with `acp memory init {value}`")
+            return p.resolve()
+    here = (cwd or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        cand = d / VAULT_DIRNAME
+        if (cand / "entries").is_dir():
+            return cand
+        if (d / "entries").is_dir() and (d / SETTINGS_FILE).is_file() and (d / ".git").exists():
+            return d  # we are inside a vault that has another name (e.g. a team vault cloned as team-memory/)
+    raise VaultNotFound("no vault found here or in any parent folder",
+                        "run `acp memory init` to create .acp-memory/ here, or pass --vault PATH")
+
+
+# --------------------------------------------------------------------------------------------- small file helpers
+
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write through a temp file in the same folder, fsync, rename; the old content stays intact on any error."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{random.getrandbits(32):08x}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(raw)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def _inside(root: Path, rel: str) -> Path:
+    """Resolve a vault-relative path, refusing anything that leaves the vault."""
+    if not rel or "\x00" in rel or os.path.isabs(rel) or ".." in Path(rel).parts:
+        raise UsageError(f"path {rel!r:.60} leaves the vault", "paths are relative to the vault, without '..'")
+    p = root / rel
+    parent = p.parent.resolve()
+    if parent != root.resolve() and root.resolve() not in parent.parents:
+        raise UsageError(f"path {rel!r:.60} leads out of the vault through a symlink", "remove the symlink")
+    if p.is_symlink():
+        raise UsageError(f"{rel} is a symlink; acpmem does not write through symlinks", "replace it with a file")
+    return p
+
+
+# --------------------------------------------------------------------------------------------- git
+
+@dataclass(frozen=True)
+class GitResult:
+    code: int
+    out: str
+    err: str
+
+
+def git(root: Path, *args: str, input: str | None = None, check: bool = True, env: dict | None = None) -> GitResult:
+    full_env = dict(os.environ)
+    full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0"})
+    for k in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        full_env.pop(k, None)
+    if env:
+        full_env.update(env)
+    try:
+        p = subprocess.run(["git", "-C", str(root), *args], input=input, capture_output=True, text=True,
+                           encoding="utf-8", errors="replace", env=full_env, stdin=None if input else subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise GitStateError("git is not installed", "install git (e.g. apt-get install git)") from None
+    res = GitResult(p.returncode, p.stdout, p.stderr)
+    if check and p.returncode != 0:
+        first = (p.stderr.strip() or p.stdout.strip() or "failed").splitlines()[0]
+        raise GitStateError(f"git {args[0]} failed: {first}", "run `acp memory doctor` to check the vault")
+    return res
+
+
+# --------------------------------------------------------------------------------------------- init
+
+def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, cwd: Path | None = None,
+               clock: Callable[[], datetime] = now_utc, rng: random.Random | None = None) -> "Vault":
+    """Create a vault from the template: its own git repository and a first commit (SPEC §3)."""
+    base = Path(path).expanduser() if path else (cwd or Path.cwd())
+    if not base.is_absolute():
+        base = (cwd or Path.cwd()) / base
+    # PATH names the vault itself when it is new, empty or called .acp-memory; an existing folder with other
+    # content (a project) gets its vault in PATH/.acp-memory, like `init` without PATH does in the current folder.
+    if path and (base.name == VAULT_DIRNAME or not base.exists() or (base.is_dir() and not any(base.iterdir()))):
+        root = base
+    else:
+        root = base / VAULT_DIRNAME
+    if (root / "entries").is_dir() or (root / ".git").exists():
+        raise VaultExists(f"a vault already exists at {root}", "use it, or pass another PATH")
+    if root.exists() and any(root.iterdir()):
+        raise VaultExists(f"{root} exists and is not empty", "pick an empty or new folder")
+    shutil.copytree(TEMPLATE_DIR, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "entries").mkdir(exist_ok=True)
+    (root / reads.READS_DIR).mkdir(exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.name", git(root, "config", "user.name", check=False).out.strip() or "acpmem")
+    git(root, "config", "user.email", git(root, "config", "user.email", check=False).out.strip() or "acpmem@localhost")
+    git(root, "config", "core.quotepath", "off")
+    vault = Vault(root, clock=clock, rng=rng)
+    vault.ensure_state()
+    _exclude_from_workspace(root)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "--no-verify", "-F", "-",
+        input="acpmem: init: create the vault\n\nCreated from the vault template.\n\nAcpmem-Kind: init\n")
+    if example:
+        from acpmem.examples import example_entries
+        entries = example_entries(vault, clock())
+        vault.write_entries(entries, subject=f"add {len(entries)} example entries",
+                            why="Seeded by `acp memory init --example` so a newcomer sees the vault at work.",
+                            kind=KIND_FORK, trailers={"Acpmem-Extractor": "example"})
+    return vault
+
+
+def _exclude_from_workspace(root: Path) -> None:
+    """Inside a git workspace, list the vault in the workspace's .git/info/exclude (never commit into it)."""
+    parent = root.parent
+    res = git(parent, "rev-parse", "--show-toplevel", "--git-common-dir", check=False)
+    if res.code != 0:
+        return
+    top, common = res.out.strip().splitlines()[:2]
+    common_dir = (parent / common).resolve() if not os.path.isabs(common) else Path(common)
+    try:
+        rel = root.resolve().relative_to(Path(top).resolve())
+    except ValueError:
+        return
+    exclude = common_dir / "info" / "exclude"
+    line = f"/{rel.as_posix()}/"
+    existing = exclude.read_text("utf-8") if exclude.exists() else ""
+    if line not in existing.splitlines():
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        with open(exclude, "a", encoding="utf-8") as fh:
+            if existing and not existing.endswith("\n"):
+                fh.write("\n")
+            fh.write(f"# acpmem vault (its own git repository)\n{line}\n")
+
+
+# --------------------------------------------------------------------------------------------- the vault
+
+@dataclass(frozen=True)
+class HumanEdit:
+    path: str
+    status: str            # modified | added | deleted
+    problem: str | None    # why it cannot be committed (invalid entry), or None
+
+
+@dataclass(frozen=True)
+class LogItem:
+    commit: str
+    date: str
+    author: str
+    kind: str
+    subject: str
+    paths: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"commit": self.commit, "date": self.date, "author": self.author, "kind": self.kind,
+                "subject": self.subject, "paths": list(self.paths)}
+
+
+@dataclass
+class Loaded:
+    entries: list[Entry]
+    problems: list[catalog.Problem]
+    changes: catalog.Changes = field(default_factory=catalog.Changes)
+
+    def live(self) -> list[Entry]:
+        return [e for e in self.entries if not e.superseded]
+
+
+class Vault:
+    """An open vault. Cheap to construct; settings and the catalog connection are opened on first use."""
+
+    def __init__(self, root: Path, *, clock: Callable[[], datetime] = now_utc,
+                 rng: random.Random | None = None) -> None:
+        self.root = Path(root)
+        self.entries_dir = self.root / "entries"
+        self.state_dir = self.root / STATE_DIRNAME
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self._settings: Settings | None = None
+        self._con = None
+        self.warnings: list[str] = []
+
+    @classmethod
+    def open(cls, explicit: str | os.PathLike | None = None, *, cwd: Path | None = None, **kw) -> "Vault":
+        return cls(discover(explicit, cwd=cwd), **kw)
+
+    # ----------------------------------------------------------------- state
+    def ensure_state(self) -> None:
+        for sub in ("", "locks", "sessions", "pending"):
+            (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self.ensure_state()
+            self._settings = load_settings(self.root, self.state_dir)
+        return self._settings
+
+    def db(self):
+        if self._con is None:
+            self.ensure_state()
+            self._con = catalog.connect(self.state_dir / catalog.DB_NAME)
+        return self._con
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def now(self) -> str:
+        return utc_iso(self.clock())
+
+    # ----------------------------------------------------------------- reading
+    def load(self, *, with_reads: bool = True) -> Loaded:
+        """Every valid entry (with the effective last_read) and every file that does not parse."""
+        try:
+            snap = catalog.snapshot(self.db(), self.root, self.settings.types)
+        except catalog.sqlite3.DatabaseError:
+            self.close()
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(str(self.state_dir / catalog.DB_NAME) + suffix)
+            snap = catalog.snapshot(self.db(), self.root, self.settings.types)
+        entries = snap.entries
+        if with_reads:
+            lr = reads.last_reads(self.root, self.state_dir)
+            if lr:
+                entries = [e.with_changes(last_read=max(e.last_read or "", lr[e.id]))
+                           if lr.get(e.id, "") > (e.last_read or "") else e for e in entries]
+        return Loaded(entries, snap.problems, snap.changes)
+
+    def resolve(self, prefix: str, *, entries: list[Entry] | None = None) -> Entry:
+        """The entry whose id is ``prefix`` or starts with it; an ambiguous prefix lists the candidates."""
+        prefix = (prefix or "").strip().lstrip("#")
+        if not prefix:
+            raise UsageError("no entry id given", "pass an id or a unique prefix, e.g. `acp memory show k3f`")
+        entries = self.load().entries if entries is None else entries
+        exact = [e for e in entries if e.id == prefix]
+        if exact:
+            return exact[0]
+        matches = sorted((e for e in entries if e.id.startswith(prefix)), key=lambda e: e.id)
+        if not matches:
+            raise EntryNotFound(f"no entry with id '{prefix}'", "see `acp memory list --all` for the ids")
+        if len(matches) > 1:
+            raise AmbiguousId(prefix, [e.id for e in matches])
+        return matches[0]
+
+    def entry_path(self, entry: Entry) -> Path:
+        return self.root / (entry.path or f"entries/{entry.id}.md")
+
+    def mark_read(self, ids: list[str]) -> None:
+        """Record reads (never a commit, never a lock); folded into the next commit."""
+        self.ensure_state()
+        reads.record(self.state_dir, ids, self.now())
+
+    # ----------------------------------------------------------------- ids
+    def new_id(self, taken: set[str] | None = None) -> str:
+        taken = taken if taken is not None else {e.id for e in self.load(with_reads=False).entries}
+        existing = {p.name.split("-")[0].split(".")[0] for p in self.entries_dir.glob("*.md")}
+        for _ in range(1000):
+            ident = "".join(self.rng.choice(ID_ALPHABET) for _ in range(6))
+            if ident not in taken and ident not in existing and not any(
+                    t.startswith(ident) or ident.startswith(t) for t in taken):
+                return ident
+        raise AcpmemError("could not find a free entry id", "the vault is unusually full; report this")
+
+    def path_for(self, ident: str, title: str) -> str:
+        slug = slugify(title)
+        return f"entries/{ident}-{slug}.md" if slug else f"entries/{ident}.md"
+
+    # ----------------------------------------------------------------- the lock
+    @contextlib.contextmanager
+    def lock(self, timeout: float | None = None) -> Iterator[None]:
+        """The repository-level lock. Re-entrant within one Vault object."""
+        if getattr(self, "_lock_depth", 0):
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        self.ensure_state()
+        timeout = self.settings.git.lock_timeout_seconds if timeout is None else timeout
+        fd = os.open(self.state_dir / "locks" / "repo.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                    if time.monotonic() > deadline:
+                        raise LockTimeout(f"the vault is locked by another acpmem process for over {timeout:.0f} s",
+                                          "retry later; `acp memory doctor` shows who holds it") from None
+                    time.sleep(0.01 + self.rng.random() * 0.02)
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            self._lock_depth = 1
+            try:
+                yield
+            finally:
+                self._lock_depth = 0
+        finally:
+            os.close(fd)  # closing releases the flock
+
+    def _wait_for_index_lock(self) -> None:
+        """A foreign .git/index.lock is waited for, within a bound, and never deleted. Our own stale one (a git
+        child of ours was killed) is recognised by the marker we leave while git runs, and removed."""
+        index_lock = self.root / ".git" / "index.lock"
+        marker = self.state_dir / "locks" / "git-running"
+        if index_lock.exists() and marker.exists():
+            try:
+                lock_m, mark_m = index_lock.stat().st_mtime, marker.stat().st_mtime
+                if mark_m - 1 <= lock_m <= mark_m + 120:
+                    index_lock.unlink()
+                    self.warnings.append("removed a stale .git/index.lock left by a killed acpmem process")
+            except FileNotFoundError:
+                pass
+        deadline = time.monotonic() + self.settings.git.foreign_lock_wait_seconds
+        while index_lock.exists():
+            if time.monotonic() > deadline:
+                raise GitStateError(
+                    f"git is busy: {index_lock} has existed for over "
+                    f"{self.settings.git.foreign_lock_wait_seconds:.0f} s (someone is running git in the vault)",
+                    "wait for that git command to finish; if none is running, delete the lock file yourself")
+            time.sleep(0.05)
+
+    @contextlib.contextmanager
+    def _git_running(self) -> Iterator[None]:
+        marker = self.state_dir / "locks" / "git-running"
+        marker.write_text(f"{os.getpid()}\n")
+        try:
+            yield
+        finally:
+            marker.unlink(missing_ok=True)
+
+    # ----------------------------------------------------------------- human edits
+    def human_edits(self) -> list[HumanEdit]:
+        """Uncommitted changes to the vault that acpmem did not make, each validated."""
+        res = git(self.root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+        out: list[HumanEdit] = []
+        journal = self._journal_paths()
+        for item in filter(None, res.out.split("\0")):
+            code, rel = item[:2], item[3:]
+            if rel in journal or rel.startswith(STATE_DIRNAME + "/"):
+                continue
+            status = "deleted" if "D" in code else "added" if code == "??" or "A" in code else "modified"
+            out.append(HumanEdit(rel, status, self._validate_human(rel, status)))
+        return out
+
+    def _validate_human(self, rel: str, status: str) -> str | None:
+        if status == "deleted":
+            return None
+        p = self.root / rel
+        if p.is_symlink():
+            return "a symlink (acpmem does not commit symlinks)"
+        if rel.startswith("entries/") and rel.endswith(".md"):
+            try:
+                e = parse_entry_bytes(p.read_bytes(), rel, self.settings.types)
+            except EntryInvalid as exc:
+                return str(exc.message)
+            from acpmem.secrets import find_secrets
+            found = find_secrets(e.title + "\n" + e.body + "\n" + json.dumps(e.extra, ensure_ascii=False,
+                                                                               default=str))
+            if found:
+                return f"contains what looks like a secret ({found[0].kind}); remove it before it is committed"
+        elif rel == SETTINGS_FILE:
+            try:
+                load_settings(self.root, None)
+            except SettingsError as exc:
+                return exc.message
+        return None
+
+    def commit_human_edits(self) -> str | None:
+        """Commit valid pending human edits in their own commit (call under the lock). Invalid ones stay as they
+        are, uncommitted, and are reported in ``self.warnings``."""
+        edits = [h for h in self.human_edits() if h.path not in GENERATED]
+        good = [h for h in edits if h.problem is None]
+        for h in edits:
+            if h.problem:
+                self.warnings.append(f"not committed: {h.path}: {h.problem}")
+        if not good:
+            return None
+        paths = [h.path for h in good]
+        names = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+        trailers = {"Acpmem-Kind": KIND_HUMAN}
+        return self._commit(paths, f"human edit: {names}",
+                            "Changes made by hand outside acpmem, validated and recorded before acpmem's next "
+                            "own commit.", trailers, fold_reads=False, regen=True)
+
+    # ----------------------------------------------------------------- writing
+    def _journal_path(self) -> Path:
+        return self.state_dir / "journal.json"
+
+    def _journal_paths(self) -> set[str]:
+        try:
+            j = json.loads(self._journal_path().read_text("utf-8"))
+            return set(j.get("writes", {})) | set(j.get("deletes", []))
+        except (OSError, ValueError):
+            return set()
+
+    def recover(self) -> str | None:
+        """Finish a change that a killed process left half-done. Call under the lock."""
+        jp = self._journal_path()
+        try:
+            j = json.loads(jp.read_text("utf-8"))
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            jp.unlink(missing_ok=True)  # the journal itself was cut short: nothing was written after it
+            return None
+        for rel, text in j["writes"].items():
+            atomic_write(_inside(self.root, rel), text)
+        for rel in j["deletes"]:
+            with contextlib.suppress(FileNotFoundError):
+                _inside(self.root, rel).unlink()
+        sha = self._commit(list(j["writes"]) + list(j["deletes"]), j["subject"], j["why"], j["trailers"],
+                           fold_reads=True, regen=True, allow_empty_ok=True)
+        jp.unlink(missing_ok=True)
+        return sha
+
+    def apply(self, writes: dict[str, str], deletes: list[str], *, subject: str, why: str, kind: str,
+              trailers: dict[str, str] | None = None, check: Callable[["Vault"], None] | None = None) -> str:
+        """Write and delete files and record it all in one commit. Returns the commit id.
+
+        ``check`` runs under the lock, after human edits are committed and before anything is written; it may
+        raise to refuse the change (e.g. the entry it updates has changed meanwhile)."""
+        for rel in list(writes) + list(deletes):
+            _inside(self.root, rel)
+        trailers = {"Acpmem-Kind": kind, **(trailers or {})}
+        with self.lock():
+            self._wait_for_index_lock()
+            self.recover()
+            self.commit_human_edits()
+            if check is not None:
+                check(self)
+            journal = {"writes": writes, "deletes": list(deletes), "subject": subject, "why": why,
+                       "trailers": trailers}
+            atomic_write(self._journal_path(), json.dumps(journal, ensure_ascii=False))
+            for rel, text in writes.items():
+                atomic_write(self.root / rel, text)
+            for rel in deletes:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.root / rel).unlink()
+            sha = self._commit(list(writes) + list(deletes), subject, why, trailers, fold_reads=True, regen=True)
+            self._journal_path().unlink(missing_ok=True)
+            return sha
+
+    def _commit(self, paths: list[str], subject: str, why: str, trailers: dict[str, str], *, fold_reads: bool,
+                regen: bool, allow_empty_ok: bool = False) -> str | None:
+        paths = list(dict.fromkeys(paths))
+        claimed = None
+        if fold_reads:
+            folded = reads.fold(self.root, self.state_dir)
+            if folded:
+                rel, text, claimed = folded
+                atomic_write(self.root / rel, text)
+                paths.append(rel)
+        if regen:
+            from acpmem.render import memory_md
+            snap = self.load(with_reads=False)
+            text = memory_md(snap.entries, self.settings)
+            mp = self.root / "MEMORY.md"
+            old = mp.read_text("utf-8") if mp.exists() else None
+            if old != text:
+                atomic_write(mp, text)
+                paths.append("MEMORY.md")
+        trailer_text = "".join(f"{k}: {_one_line(v)}\n" for k, v in trailers.items() if v not in (None, ""))
+        message = f"acpmem: {trailers.get('Acpmem-Kind', 'change')}: {_one_line(subject)}\n\n{why.strip()}\n\n" \
+                  f"{trailer_text}"
+        with self._git_running():
+            git(self.root, "add", "-A", "--", *paths)
+            staged = git(self.root, "diff", "--cached", "--name-only", "-z", "--", *paths).out
+            if not staged.strip("\0"):
+                if claimed:
+                    claimed.unlink(missing_ok=True)
+                return None
+            git(self.root, "commit", "-q", "--no-verify", "-F", "-", "--", *paths, input=message)
+        if claimed:
+            claimed.unlink(missing_ok=True)
+        return git(self.root, "rev-parse", "HEAD").out.strip()
+
+    # ----------------------------------------------------------------- entry-level operations
+    def write_entries(self, entries: list[Entry], *, subject: str, why: str, kind: str = KIND_FORK,
+                      trailers: dict[str, str] | None = None, updates: list[Entry] | None = None) -> str:
+        """Write new entries (and updated existing ones, e.g. marked superseded) in one commit."""
+        writes: dict[str, str] = {}
+        for e in entries:
+            validate_id(e.id)
+            rel = e.path or self.path_for(e.id, e.title)
+            if (self.root / rel).exists():
+                raise AcpmemError(f"{rel} already exists", "entries are never overwritten; this is a bug")
+            writes[rel] = new_entry_text(e)
+        from acpmem.model import dump_entry
+        for e in updates or ():
+            writes[e.path] = dump_entry(e)
+        originals = {e.path: e.raw for e in updates or ()}
+
+        def unchanged_since_read(v: "Vault") -> None:
+            for rel, raw in originals.items():
+                cur = (v.root / rel).read_text("utf-8") if (v.root / rel).exists() else None
+                if cur != raw:
+                    raise AcpmemError(f"{rel} changed while acpmem was updating it",
+                                      "run the command again; the other change was kept")
+
+        trailers = dict(trailers or {})
+        trailers.setdefault("Acpmem-Entry", " ".join(e.id for e in entries + list(updates or ())))
+        return self.apply(writes, [], subject=subject, why=why, kind=kind, trailers=trailers,
+                          check=unchanged_since_read if originals else None)
+
+    def forget(self, prefix: str, reason: str) -> tuple[Entry, str]:
+        reason = (reason or "").strip()
+        if not reason:
+            raise UsageError("forget needs --reason", "say why, e.g. --reason 'superseded by the new API'")
+        entry = self.resolve(prefix)
+        sha = self.apply({}, [entry.path], subject=f"forget #{entry.id} {entry.title}", why=reason,
+                         kind=KIND_FORGET, trailers={"Acpmem-Entry": entry.id, "Acpmem-Reason": reason})
+        return entry, sha
+
+    def replace_entry_text(self, entry: Entry, text: str, *, subject: str, why: str, kind: str) -> str:
+        """Commit new text for an existing entry (``edit``), validated first."""
+        new = parse_entry_bytes(text.encode("utf-8"), entry.path, self.settings.types)
+        if new.id != entry.id:
+            raise EntryInvalid(entry.path, "id", f"must stay '{entry.id}' (ids are stable; citations refer to them)")
+        return self.apply({entry.path: text}, [], subject=subject, why=why, kind=kind,
+                          trailers={"Acpmem-Entry": entry.id})
+
+    # ----------------------------------------------------------------- history
+    def log(self, prefix: str | None = None, limit: int = 50) -> list[LogItem]:
+        args = ["log", f"-n{limit}", "--name-only",
+                "--format=%x1e%H%x1f%aI%x1f%an%x1f%s%x1f%(trailers:key=Acpmem-Kind,valueonly,separator=%x2c)"]
+        if prefix:
+            entry = self._resolve_any(prefix)
+            args += ["--follow", "--", entry]
+        res = git(self.root, *args, check=False)
+        if res.code != 0:
+            if "does not have any commits" in res.err:
+                return []
+            raise GitStateError(f"git log failed: {res.err.strip()[:200]}", "run `acp memory doctor`")
+        items = []
+        for rec in res.out.split("\x1e")[1:]:
+            head, _, files = rec.partition("\n")
+            parts = head.split("\x1f")
+            if len(parts) < 5:
+                continue
+            sha, date, author, subject, kind = parts[:5]
+            kind = kind.strip() or ("human-edit (git)" if not subject.startswith("acpmem:") else "change")
+            items.append(LogItem(sha[:12], date, author, kind, subject,
+                                 tuple(f for f in files.strip().splitlines() if f)))
+        return items
+
+    def _resolve_any(self, prefix: str) -> str:
+        """The path of an entry by id prefix — including forgotten entries, found in history."""
+        try:
+            return self.resolve(prefix).path
+        except EntryNotFound:
+            res = git(self.root, "log", "--all", "--format=", "--name-only", "--diff-filter=D", "--",
+                      f"entries/{prefix}*", check=False)
+            hits = sorted({p for p in res.out.splitlines() if p.strip()})
+            if len(hits) == 1:
+                return hits[0]
+            raise
+
+    # ----------------------------------------------------------------- health
+    def git_problems(self) -> list[str]:
+        problems = []
+        if not (self.root / ".git").is_dir():
+            return [f"{self.root} is not a git repository"]
+        for name in ("MERGE_HEAD", "REBASE_HEAD", "CHERRY_PICK_HEAD"):
+            if (self.root / ".git" / name).exists():
+                problems.append(f"a git {name.split('_')[0].lower()} is in progress")
+        if (self.root / ".git" / "rebase-merge").exists() or (self.root / ".git" / "rebase-apply").exists():
+            problems.append("a git rebase is in progress")
+        if git(self.root, "rev-parse", "--verify", "-q", "HEAD", check=False).code != 0:
+            problems.append("HEAD does not point to a commit")
+        res = git(self.root, "fsck", "--no-dangling", "--no-progress", check=False)
+        if res.code != 0:
+            problems.append("git fsck: " + (res.err.strip() or res.out.strip()).splitlines()[0])
+        return problems
+
+
+def _one_line(value: object) -> str:
+    return re.sub(r"\s+", " ", str(value)).strip()
