@@ -300,8 +300,8 @@ def _from_claude_code(rows: list[tuple[int, dict]], source: str) -> Transcript:
             links[o["uuid"]] = parent if isinstance(parent, str) else None
         if kind not in ("user", "assistant"):
             continue  # summary, system, file-history-snapshot, attachment…: bookkeeping the model never saw
-        if o.get("isSidechain"):
-            continue  # a sub-agent's conversation, not the main one
+        if o.get("isSidechain") or o.get("isApiErrorMessage"):
+            continue  # a sub-agent's conversation, or an error Claude Code showed but never sent to the model
         msg = o.get("message")
         if not isinstance(msg, dict):
             raise TranscriptError(f"{source}:{n + 1}: {kind} event has no \"message\" object",

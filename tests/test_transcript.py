@@ -156,3 +156,32 @@ def test_forced_format_mismatch_is_explained(tmp_path):
         read_transcript(FIX / "messages.jsonl", format="yaml")
     with pytest.raises(TranscriptError, match="pass --format jsonl"):
         read_transcript(FIX / "messages.jsonl", format="openai")
+
+
+def test_anthropic_jsonl_is_converted(tmp_path):
+    f = tmp_path / "a.jsonl"
+    f.write_text("\n".join(json.dumps(m) for m in [
+        {"seq": 3, "role": "user", "content": "run it"},
+        {"seq": 4, "role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
+        {"seq": 5, "role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok",
+                                                "is_error": True}]},
+    ]) + "\n")
+    t = read_transcript(f)
+    assert (t.format, t.container, [m.seq for m in t.messages]) == ("anthropic", "jsonl", [3, 4, 5])
+    assert openai_messages(t)[1:] == [
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "[error] ok"},
+    ]
+
+
+def test_claude_code_api_error_lines_are_not_conversation():
+    lines = [
+        {"type": "user", "uuid": "a", "parentUuid": None, "message": {"role": "user", "content": "hi"}},
+        {"type": "assistant", "uuid": "b", "parentUuid": "a", "isApiErrorMessage": True,
+         "message": {"id": "e", "role": "assistant", "content": [{"type": "text", "text": "API Error: 529"}]}},
+        {"type": "assistant", "uuid": "c", "parentUuid": "b",
+         "message": {"id": "m", "role": "assistant", "content": [{"type": "text", "text": "hello"}]}},
+    ]
+    t = read_transcript("\n".join(json.dumps(x) for x in lines))
+    assert openai_messages(t) == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
