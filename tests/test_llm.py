@@ -264,3 +264,35 @@ def test_config_from_the_vault_settings_object():
     c = resolve_model_config(ExtractionSettings(base_url="http://127.0.0.1:9/v1", model="llama", timeout_seconds=5.0),
                              env={"OPENAI_BASE_URL": "http://ignored/v1"})
     assert (c.base_url, c.model, c.api_key, c.timeout) == ("http://127.0.0.1:9/v1", "llama", None, 5.0)
+
+
+def test_fork_pieces_compose_and_the_prefix_is_byte_identical_on_the_wire():
+    from pathlib import Path
+
+    from acpmem.tools import fork_instruction, parse_write_args, tool_definitions
+    from acpmem.transcript import close_tool_calls, openai_messages, read_transcript
+
+    fixture = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
+    conversation = json.loads(fixture.read_text())
+    transcript = read_transcript(fixture)
+
+    def body(note):
+        msgs = close_tool_calls(openai_messages(transcript.upto(6)), "Noted (r-1): it will be distilled and written.")
+        msgs.append({"role": "user", "content": fork_instruction(note, "lesson", 7, None)})
+        return {"model": "gpt-test", "messages": msgs, "tools": tool_definitions("fork", "openai"),
+                "tool_choice": "auto"}
+
+    script = [reply.writes(reply.write("- Guard `session.append` with the per-session lock in `state.ts`.",
+                                       title="session.append must be re-entrant")), reply.text()]
+    with fake_openai(script) as srv:
+        first = call_chat(config(srv), body("re-entrant append"), clock=Ticks(), sleep=lambda s: None)
+        call_chat(config(srv), body("another focus"), clock=Ticks(), sleep=lambda s: None)
+    one, two = srv.requests
+    assert one.body["messages"][:7] == conversation
+    assert one.body["messages"][7] == {"role": "tool", "tool_call_id": "call_2",
+                                       "content": "Noted (r-1): it will be distilled and written."}
+    cut = one.raw.index(b"Extract the memories needed now")
+    assert two.raw[:cut] == one.raw[:cut]   # the provider sees the same bytes up to the instruction
+    (call,) = first.tool_calls
+    args = parse_write_args(call.arguments)
+    assert args.title == "session.append must be re-entrant" and args.content.startswith("- Guard")
