@@ -369,9 +369,11 @@ class PostingSource(Protocol):
 
 # ───────────────────────────── 3. scoring ─────────────────────────────
 
-W_EXACT, W_ALIAS, W_DICT, W_PREFIX, W_TYPO1, W_TYPO2 = 1.0, 0.7, 0.6, 0.55, 0.6, 0.45
+W_EXACT, W_ALIAS, W_DICT, W_PREFIX, W_CLIPPED, W_TYPO1, W_TYPO2 = 1.0, 0.7, 0.6, 0.55, 0.35, 0.6, 0.45
 SPREAD, SPREAD_RADIUS, SPREAD_TOP = 0.15, 2, 50
 DATE_BOOST = 0.25
+TAG_BOOST = 0.5
+SPREAD_MODE = "sum"
 
 
 @dataclass(frozen=True)
@@ -389,13 +391,17 @@ class QueryGroup:
 
 
 @functools.lru_cache(maxsize=1)
-def _alias_map() -> dict[str, frozenset[str]]:
-    out: dict[str, set[str]] = defaultdict(set)
+def _alias_maps() -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
+    """(index term → alias index terms, index term → alias surface words for dictionary look-ups)."""
+    terms_of: dict[str, set[str]] = defaultdict(set)
+    words_of: dict[str, set[str]] = defaultdict(set)
     for group in lexicon.ALIAS_GROUPS:
-        terms = {normalize_word(w.replace("-", "")) or w for w in group}
+        words = {w.replace("-", "") for w in group}
+        terms = {normalize_word(w) or w for w in words}
         for t in terms:
-            out[t] |= terms - {t}
-    return {k: frozenset(v) for k, v in out.items()}
+            terms_of[t] |= terms - {t}
+            words_of[t] |= words
+    return ({k: frozenset(v) for k, v in terms_of.items()}, {k: frozenset(v) for k, v in words_of.items()})
 
 
 def _english_forms(word: str) -> list[str]:
@@ -425,16 +431,18 @@ def plan_query(query: str, vocab: Vocabulary) -> list[QueryGroup]:
             continue
         seen.add(term)
         cands = [QueryTerm(term, W_EXACT, "exact")]
-        cands += [QueryTerm(a, W_ALIAS, "alias") for a in _alias_map().get(term, ())]
+        aliases, alias_words = _alias_maps()
+        cands += [QueryTerm(a, W_ALIAS, "alias") for a in aliases.get(term, ())]
         if term not in vocab and len(term) >= 4 and term.isalpha():
             cands += [QueryTerm(t, W_PREFIX, "prefix") for t in vocab.with_prefix(term, 20)]
-            cands += [QueryTerm(term[:i], W_PREFIX, "prefix") for i in range(4, len(term))]
+            # a clipped word in the index ("auth" for "authentication") is weaker evidence than the reverse
+            cands += [QueryTerm(term[:i], W_CLIPPED, "clipped") for i in range(4, len(term))]
             max_dist = 1 if len(term) < 8 else 2
             cands += [QueryTerm(t, W_TYPO1 if d == 1 else W_TYPO2, "typo")
                       for t, d in vocab.typo_neighbours(term, max_dist)]
         if vocab.has_cjk:
             en_zh, _ = lexicon.cedict()
-            for form in _english_forms(word) + [a for a in _alias_map().get(term, ()) if a.isalpha()]:
+            for form in _english_forms(word) + sorted(alias_words.get(term, ())):
                 cands += [QueryTerm(z, W_DICT, "dict") for z in en_zh.get(form, ())]
         add(word, term, cands)
 
@@ -552,15 +560,22 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
     extra: dict[int, dict] = defaultdict(dict)
     if spread and SPREAD:
         top = sorted(scores, key=lambda k: -scores[k])[:SPREAD_TOP]
+        gains: dict[int, float] = {}
         for key in top:
             for other, dist in src.neighbours(key, SPREAD_RADIUS):
                 gain = SPREAD * scores[key] / (1 + dist)
-                final[other] = final.get(other, 0.0) + gain
-                extra[other]["spread"] = round(extra[other].get("spread", 0.0) + gain, 4)
+                gains[other] = max(gains.get(other, 0.0), gain) if SPREAD_MODE == "max" else gains.get(other, 0.0) + gain
+        for other, gain in gains.items():
+            final[other] = final.get(other, 0.0) + gain
+            extra[other]["spread"] = round(gain, 4)
     named = query_dates(query) if dates else []
+    exact = {g.terms[0].term for g in groups if g.terms[0].via == "exact"}
     for key in list(final):
         doc = src.doc(key)
         factor = doc.weight
+        if TAG_BOOST and doc.tags and exact & set(analyze(" ".join(doc.tags))):
+            factor *= 1 + TAG_BOOST
+            extra[key]["tag"] = True
         if named:
             created = _parse_created(doc.created)
             if created:
