@@ -38,8 +38,7 @@ DATA_NOTICE_ZH = (
 # "ASCII smuggling"), C0/C1 controls except tab and newline, surrogates and noncharacters.
 _NEWLINES = re.compile(r"\r\n|[\r\x0b\x0c\x85\u2028\u2029]")
 _BRACKETS = "<\uff1c\ufe64\u2039\u00ab\u3008\u300a\u276e\u2329"        # "<" and its look-alikes
-# A delimiter look-alike: any run of opening brackets (spaces and slashes between them) right before "acpmem".
-_DELIM_LIKE = re.compile(r"[" + _BRACKETS + r"](?:[\s/\\" + _BRACKETS + r"]*)(?=acpmem)", re.IGNORECASE)
+_ACPMEM = re.compile("acpmem", re.IGNORECASE)
 # Chat-template special tokens (<|im_start|>, <|eot_id|>, DeepSeek's fullwidth <｜...｜>): some local servers still
 # parse them in message text.
 _SPECIAL_TOKEN = re.compile(r"<([|\uff5c][^|\uff5c<>\s]{1,40}[|\uff5c])>")
@@ -56,9 +55,32 @@ def _visible(ch: str) -> bool:
     return not (0xFDD0 <= code <= 0xFDEF or (code & 0xFFFE) == 0xFFFE)
 
 
+def _in_run(ch: str) -> bool:
+    return ch in _BRACKETS or ch in "/\\" or ch.isspace()
+
+
+def _defuse_delimiters(text: str) -> str:
+    """A delimiter look-alike is any opening bracket followed by brackets, slashes and spaces, then "acpmem" (any
+    case): its brackets become "\u2039", slashes go. Scanned backwards from each "acpmem", which keeps it linear
+    (a regex anchored on the bracket backtracks quadratically on a long run of "<")."""
+    out, pos = [], 0
+    for m in _ACPMEM.finditer(text):
+        j = m.start()
+        while j > pos and _in_run(text[j - 1]):
+            j -= 1
+        run = text[j:m.start()]
+        first = next((i for i, ch in enumerate(run) if ch in _BRACKETS), None)
+        if first is None:
+            continue
+        out.append(text[pos:j + first])
+        out.append("\u2039" * sum(ch in _BRACKETS for ch in run) + " ")
+        pos = m.start()
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def _neutralise(text: str) -> str:
-    text = _DELIM_LIKE.sub(lambda m: "\u2039" * sum(c in _BRACKETS for c in m.group()) + " ", text)
-    return _SPECIAL_TOKEN.sub("\u2039\\1\u203a", text)
+    return _SPECIAL_TOKEN.sub("\u2039\\1\u203a", _defuse_delimiters(text))
 
 
 def clean_block(text: str) -> str:
@@ -67,13 +89,8 @@ def clean_block(text: str) -> str:
     chat special tokens neutralised. Idempotent."""
     text = _NEWLINES.sub("\n", text)
     text = "".join(ch for ch in text if _visible(ch))
-    while True:
-        # Neutralising can expose a new look-alike only by removing characters, which it never does; one pass
-        # settles, the loop is the proof.
-        out = _neutralise(text)
-        if out == text:
-            break
-        text = out
+    # One pass settles: neither substitution writes a character the other looks for (the property test checks).
+    text = _neutralise(text)
     lines = [line.rstrip() for line in text.split("\n")]
     return "\n".join(lines).strip("\n")
 

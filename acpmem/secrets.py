@@ -15,6 +15,7 @@ kind and the public prefix, never the secret.
 from __future__ import annotations
 
 import base64
+import bisect
 import binascii
 import json
 import math
@@ -41,19 +42,20 @@ class Finding:
 # (kind, pattern, group holding the secret, public prefix shown in previews, literals one of which must occur:
 # a cheap `in` test that skips the regex on most texts). Specific shapes come first: when
 # spans overlap, the earlier rule names the merged finding.
+# Private keys are found block-wise by _key_blocks (a lazy regex from each BEGIN to its END is quadratic when
+# END is missing).
+_BLOCKS = [  # (BEGIN line, END line, public prefix)
+    (re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
+     re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"), "-----BEGIN"),
+    (re.compile(r"---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----"),
+     re.compile(r"---- END SSH2 ENCRYPTED PRIVATE KEY ----"), "---- BEGIN"),
+    (re.compile(r"PuTTY-User-Key-File-\d+:"), re.compile(r"Private-MAC:[^\n]*"), "PuTTY"),
+]
+# Without an END line, the block is the BEGIN line and the key-body lines (base64 or "Header: value") after it.
+_KEY_BODY = re.compile(r"[^\n]*(?:\r?\n[ \t]*(?:[A-Za-z0-9+/=]+|[A-Za-z-]+:[^\n]*))*")
 _B = r"(?<![A-Za-z0-9_])"          # left boundary: not inside a longer word
 _E = r"(?![A-Za-z0-9_])"           # right boundary
 _SPECIFIC: list[tuple[str, re.Pattern[str], int, str, tuple[str, ...]]] = [
-    ("private-key", re.compile(
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-        r"(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-        r"|(?:\r?\n[ \t]*(?:[A-Za-z0-9+/=]+|[A-Za-z-]+:[^\n]*))*)",   # no END line: take the key body that follows
-        re.DOTALL), 0, "-----BEGIN", ("PRIVATE KEY",)),
-    ("private-key", re.compile(
-        r"---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----.*?(?:---- END SSH2 ENCRYPTED PRIVATE KEY ----|\Z)",
-        re.DOTALL), 0, "---- BEGIN", ("SSH2 ENCRYPTED",)),
-    ("private-key", re.compile(r"PuTTY-User-Key-File-\d+:.*?(?:Private-MAC:[^\n]*|\Z)", re.DOTALL),
-     0, "PuTTY", ("PuTTY-User-Key-File",)),
     ("anthropic", re.compile(_B + r"sk-ant-[A-Za-z0-9_-]{20,}"), 0, "sk-ant-", ("sk-ant-",)),
     ("openai", re.compile(_B + r"sk-[A-Za-z0-9_-]*[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9_-]{20,}"),
      0, "sk-", ("T3BlbkFJ",)),
@@ -160,14 +162,26 @@ def _preview(kind: str, prefix: str, secret: str, key: str = "") -> str:
     return f"{kind}: {where}{shown}…({len(secret)} chars)"
 
 
-def _regex_findings(text: str) -> list[tuple[int, Finding]]:
+def _key_blocks(text: str) -> list[tuple[int, Finding]]:
     out: list[tuple[int, Finding]] = []
+    for begin_re, end_re, prefix in _BLOCKS:
+        ends = [m.end() for m in end_re.finditer(text)]
+        for m in begin_re.finditer(text):
+            i = bisect.bisect_left(ends, m.end())
+            stop = ends[i] if i < len(ends) else _KEY_BODY.match(text, m.end()).end()
+            preview = _preview("private-key", prefix, text[m.start():stop])
+            out.append((0, Finding("private-key", m.start(), stop, preview)))
+    return out
+
+
+def _regex_findings(text: str) -> list[tuple[int, Finding]]:
+    out = _key_blocks(text) if "PRIVATE KEY" in text or "PuTTY-User-Key-File" in text else []
     for rank, (kind, pattern, group, prefix, needles) in enumerate(_SPECIFIC):
         if not any(n in text for n in needles):
             continue
         for m in pattern.finditer(text):
             secret = m.group(group)
-            if kind == "jwt" and not _jwt_valid(secret):
+            if REDACTED_RE.fullmatch(secret) or kind == "jwt" and not _jwt_valid(secret):
                 continue
             out.append((rank, Finding(kind, m.start(group), m.end(group), _preview(kind, prefix, secret))))
     generic = len(_SPECIFIC)
@@ -206,6 +220,9 @@ _DS_KINDS = {
     "Stripe Access Key": "stripe-key", "Telegram Bot Token": "telegram-token", "Twilio API Key": "twilio-key",
 }
 _GENERIC_DS = {"Base64 High Entropy String", "Secret Keyword"}
+# Identifiers that are high-entropy but public: git SHAs and other hex digests, UUIDs. Not secrets unless a
+# secret-sounding name is assigned them, which the keyword rules judge.
+_PUBLIC_ID = re.compile(r"[0-9a-f]{7,64}|[0-9A-F]{7,64}|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 _ds_plugins: list | None = None
 
 
@@ -231,6 +248,8 @@ def _ds_findings(text: str) -> list[tuple[int, Finding]]:
             for value in set(plugin.analyze_string(line)):
                 # Its generic plugins flag placeholders and identifiers; hold them to our own bar.
                 if not value or (secret_type in _GENERIC_DS and not _credential_like(value, False)):
+                    continue
+                if secret_type == "Base64 High Entropy String" and _PUBLIC_ID.fullmatch(value):
                     continue
                 kind = _DS_KINDS[secret_type]
                 pos = line.find(value)
