@@ -37,16 +37,23 @@ from acpmem import lexicon
 # ───────────────────────────── shared character classes ─────────────────────────────
 
 CJK_CHARS = "\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
-_CJK_RUN = re.compile(f"[{CJK_CHARS}]+")
-_CJK_ANY = re.compile(f"[{CJK_CHARS}]")
 # JavaScript's \s and String.prototype.trim() whitespace, which differs from Python's str.isspace().
 _JS_WS = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-_JS_WS_RE = re.compile(f"[{_JS_WS}]")
-_JS_WS_CHARS = "".join(chr(c) for c in range(0x10000) if _JS_WS_RE.match(chr(c)))
+_JS_WS_CHARS = "\t\n\v\f\r \u00a0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
+
+
+@functools.lru_cache(maxsize=1)
+def _cjk_re() -> tuple[re.Pattern, re.Pattern]:
+    # compiled on first use: the wide character class costs ~15 ms to compile, paid at import otherwise
+    return re.compile(f"[{CJK_CHARS}]+"), re.compile(f"[{CJK_CHARS}]")
 
 
 def has_cjk(text: str) -> bool:
-    return _CJK_ANY.search(text) is not None
+    return _cjk_re()[1].search(text) is not None
+
+
+def cjk_runs(text: str) -> list[str]:
+    return _cjk_re()[0].findall(text)
 
 
 @functools.lru_cache(maxsize=1)
@@ -102,7 +109,7 @@ def kernel_tokenize(text: str, stem: bool = True) -> list[str]:
     """The kernel tokenizer; Chinese segmentation by jieba instead of ICU (so CJK tokens may differ)."""
     lower = text.lower()
     out = [kernel_stem(w) if stem else w for w in _KERNEL_LATIN.findall(lower) if len(w) >= 2]
-    for run in _CJK_RUN.findall(lower):
+    for run in cjk_runs(lower):
         out.extend(_kernel_cjk(run))
     return out
 
@@ -271,7 +278,7 @@ def cjk_words(run: str, search_mode: bool = True) -> list[str]:
 
 def cjk_grams(text: str) -> list[str]:
     out: list[str] = []
-    for run in _CJK_RUN.findall(text):
+    for run in cjk_runs(text):
         out.extend(run[i:i + 2] for i in range(len(run) - 1)) if len(run) > 1 else out.append(run)
     return out
 
@@ -280,7 +287,7 @@ def analyze(text: str) -> list[str]:
     """Text → index terms, in order (Latin terms first, then CJK words)."""
     terms = [t for t in (normalize_word(w) for w in latin_words(text)) if t]
     if has_cjk(text):
-        for run in _CJK_RUN.findall(text):
+        for run in cjk_runs(text):
             terms.extend(cjk_words(run))
     return terms
 
@@ -441,21 +448,19 @@ def plan_query(query: str, vocab: Vocabulary) -> list[QueryGroup]:
             cands += [QueryTerm(t, W_TYPO1 if d == 1 else W_TYPO2, "typo")
                       for t, d in vocab.typo_neighbours(term, max_dist)]
         if vocab.has_cjk:
-            en_zh, _ = lexicon.cedict()
             for form in _english_forms(word) + sorted(alias_words.get(term, ())):
-                cands += [QueryTerm(z, W_DICT, "dict") for z in en_zh.get(form, ())]
+                cands += [QueryTerm(z, W_DICT, "dict") for z in lexicon.en_to_zh(form)]
         add(word, term, cands)
 
     if has_cjk(query):
-        for run in _CJK_RUN.findall(query):
+        for run in cjk_runs(query):
             for w in cjk_words(run, search_mode=False):
                 if w in seen:
                     continue
                 seen.add(w)
                 cands = [QueryTerm(w, W_EXACT, "exact")]
                 if vocab.has_latin:
-                    _, zh_en = lexicon.cedict()
-                    for en in zh_en.get(w, ()):
+                    for en in lexicon.zh_to_en(w):
                         t = normalize_word(en)
                         if t:
                             cands.append(QueryTerm(t, W_DICT, "dict"))

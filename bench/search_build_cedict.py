@@ -55,7 +55,13 @@ def build(src: Path) -> list[str]:
             for g in glosses(sense.strip()):
                 if g not in words:
                     words.append(g)
-    return [f"{zh}\t{' '.join(ws[:8])}" for zh, ws in sorted(rows.items()) if ws]
+    zh_lines = [f"{zh}\t{' '.join(ws[:8])}" for zh, ws in sorted(rows.items()) if ws]
+    inverse: dict[str, list[str]] = {}
+    for zh, ws in sorted(rows.items()):
+        for w in ws[:8]:
+            inverse.setdefault(w, []).append(zh)
+    # both directions are stored so that loading is two dict() builds, not a per-gloss inversion
+    return ["@zh", *zh_lines, "@en", *(f"{w}\t{' '.join(zs)}" for w, zs in sorted(inverse.items()))]
 
 
 def main() -> None:
@@ -70,11 +76,11 @@ def main() -> None:
     lines = build(src)
     header = [f"# Derived from CC-CEDICT ({date}), (c) MDBG and contributors, https://cc-cedict.org/wiki/",
               "# Licence: CC BY-SA 4.0 https://creativecommons.org/licenses/by-sa/4.0/ (this derived list too)",
-              "# Built by bench/search_build_cedict.py: simplified word<TAB>single-word English glosses"]
+              "# Built by bench/search_build_cedict.py: section @zh = word<TAB>English glosses; @en = gloss<TAB>words"]
     out.parent.mkdir(parents=True, exist_ok=True)
     # mtime=0 keeps the gzip bytes reproducible.
     out.write_bytes(gzip.compress("\n".join(header + lines).encode("utf-8") + b"\n", mtime=0))
-    print(f"{len(lines)} words -> {out} ({out.stat().st_size} bytes)")
+    print(f"{len(lines)} lines -> {out} ({out.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":
