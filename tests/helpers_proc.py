@@ -1,0 +1,183 @@
+"""Process helpers for the reliability tests: writer processes that record acknowledgements, and probes of a vault's
+git state (what HEAD holds, commit counts, leftover locks and temp files, fsck, every byte stored under .git).
+
+Also runnable as a script (``python tests/helpers_proc.py write VAULT TAG N ACKFILE``) so the tests can start real,
+independent writer processes and kill them with ``kill -9``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zlib
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PINNED = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def git_env() -> dict:
+    env = dict(os.environ)
+    env.update({"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"})
+    return env
+
+
+def git_out(root: Path, *args: str, check: bool = True) -> str:
+    p = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, env=git_env(), timeout=120)
+    if check and p.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()[:500]}")
+    return p.stdout
+
+
+def make_entry(ident: str, title: str, body: str, *, importance: int = 5, typ: str = "fact"):
+    from acpmem.model import Citation, Entry
+
+    return Entry(id=ident, title=title, type=typ, importance=importance, created="2026-11-29T12:00:00Z",
+                 body=body if body.endswith("\n") else body + "\n", citation=(Citation("s-test", 1),))
+
+
+def ack(path: Path, line: str) -> None:
+    """Record one acknowledgement with a single O_APPEND write, fsynced (it must survive our own kill -9)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_acks(path: Path) -> list[list[str]]:
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        return []
+    return [ln.split("\t") for ln in text.splitlines() if ln.strip()]
+
+
+def writer(vault_root: str, tag: str, n: int, ack_path: str) -> None:
+    """Write ``n`` entries, one ``write_entries`` call each; ack ``id<TAB>path<TAB>sha`` after each returns."""
+    from acpmem.vault import Vault
+
+    v = Vault(Path(vault_root), clock=lambda: PINNED)
+    try:
+        for i in range(n):
+            ident = f"{tag}n{i:03d}"
+            e = make_entry(ident, f"Writer {tag} note {i}", f"Body of {ident}: writer {tag} wrote note {i}.")
+            rel = v.path_for(ident, e.title)
+            sha = v.write_entries([e.with_changes(path=rel)], subject=f"add #{ident}", why="reliability test")
+            ack(Path(ack_path), f"{ident}\t{rel}\t{sha}")
+    finally:
+        v.close()
+
+
+def start_writer(vault_root: Path, tag: str, n: int, ack_path: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "write", str(vault_root), tag, str(n),
+                             str(ack_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+# --------------------------------------------------------------------------------------------- probes
+
+def head_files(root: Path) -> set[str]:
+    return set(filter(None, git_out(root, "ls-tree", "-r", "--name-only", "-z", "HEAD").split("\0")))
+
+
+def commit_count(root: Path) -> int:
+    return int(git_out(root, "rev-list", "--count", "HEAD").strip())
+
+
+def status_porcelain(root: Path) -> str:
+    return git_out(root, "status", "--porcelain=v1", "--untracked-files=all")
+
+
+def fsck(root: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(root), "fsck", "--strict", "--no-progress", *extra], capture_output=True,
+                          text=True, env=git_env(), timeout=300)
+
+
+def leftovers(root: Path) -> list[str]:
+    """Lock files, temp files and a pending journal anywhere in the vault (held flock files are not leftovers)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames:
+            rel = os.path.relpath(os.path.join(dirpath, name), root)
+            if name.endswith((".lock", ".tmp")) and rel != os.path.join(".acpmem", "locks", "repo.lock"):
+                out.append(rel)
+            elif name.startswith("tmp_obj_") or name in ("journal.json", "git-running", "reads.log.folding"):
+                out.append(rel)
+    return sorted(out)
+
+
+def git_blobs(root: Path) -> bytes:
+    """Every object in the repository, decompressed and delta-resolved (loose and packed)."""
+    p = subprocess.run(["git", "-C", str(root), "cat-file", "--batch-all-objects", "--batch"], capture_output=True,
+                       env=git_env(), timeout=300)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def every_stored_byte(root: Path) -> bytes:
+    """All bytes under .git and .acpmem as stored, plus zlib-decompressed forms of whatever is compressed (loose
+    objects whole, pack files object by object), plus the objects as git resolves them. For secret scanning."""
+    chunks = [git_blobs(root)]
+    for sub in (".git", ".acpmem"):
+        for dirpath, _, filenames in os.walk(root / sub):
+            for name in filenames:
+                try:
+                    data = (Path(dirpath) / name).read_bytes()
+                except OSError:
+                    continue
+                chunks.append(data)
+                chunks.extend(_inflate_all(data))
+    return b"\n".join(chunks)
+
+
+def _inflate_all(data: bytes) -> list[bytes]:
+    """Decompress every zlib stream found in ``data`` (a loose object is one; a pack holds one per object)."""
+    out = []
+    pos = 0
+    while True:
+        i = data.find(b"x", pos)
+        if i < 0 or i + 1 >= len(data):
+            return out
+        if (data[i] * 256 + data[i + 1]) % 31 == 0:
+            d = zlib.decompressobj()
+            try:
+                chunk = d.decompress(data[i:], 50_000_000)
+                if chunk and d.eof:
+                    out.append(chunk)
+                    pos = len(data) - len(d.unused_data)
+                    continue
+            except zlib.error:
+                pass
+        pos = i + 1
+
+
+# --------------------------------------------------------------------------------------------- this process
+
+def fd_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def child_pids(pid: int | None = None) -> list[int]:
+    pid = os.getpid() if pid is None else pid
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid:
+            out.append(int(d))
+    return out
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE.parent))
+    if sys.argv[1] == "write":
+        writer(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    else:
+        raise SystemExit(f"unknown command {sys.argv[1]!r}")

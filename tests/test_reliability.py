@@ -1,0 +1,113 @@
+"""Reliability of the write path under real concurrency and real crashes (SPEC §8, issue 5 items 1–5 and 9).
+
+Every test counts what was acknowledged and finds it in HEAD: ``git fsck`` alone proves nothing (eight processes
+committing through plain GitPython lose most of their commits while fsck stays clean). Writers are real processes
+(``tests/helpers_proc.py``), git is the real executable, the catalog a real SQLite file. Bounded in count and time.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import helpers_proc as hp
+from acpmem import api
+from acpmem.errors import AcpmemError, GitStateError
+from acpmem.vault import Vault, atomic_write
+
+heavy = pytest.mark.heavy  # the slow ones; they still run in the default `pytest`
+
+
+def _catalog_rows(root: Path) -> list[tuple]:
+    con = sqlite3.connect(str(root / ".acpmem" / "index.sqlite"))
+    try:
+        return sorted(con.execute("SELECT path, sig, entry_id, ok, data FROM files").fetchall())
+    finally:
+        con.close()
+
+
+def _rebuilt_catalog_rows(root: Path) -> list[tuple]:
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(str(root / ".acpmem" / "index.sqlite") + suffix)
+    v = Vault(root, clock=lambda: hp.PINNED)
+    try:
+        v.load()
+    finally:
+        v.close()
+    return _catalog_rows(root)
+
+
+def _assert_acked_in_head(root: Path, acks: list[list[str]]) -> None:
+    head = hp.head_files(root)
+    missing = [a for a in acks if a[1] not in head]
+    assert not missing, f"{len(missing)} acknowledged writes are not in HEAD, e.g. {missing[:3]}"
+    for ident, rel, sha in acks:
+        # the commit the writer was told about exists and holds the file
+        assert rel in hp.git_out(root, "ls-tree", "-r", "--name-only", sha), (ident, sha)
+        assert f"id: {ident}\n" in hp.git_out(root, "show", f"HEAD:{rel}")
+
+
+def _assert_clean(root: Path) -> None:
+    assert hp.status_porcelain(root) == ""
+    assert hp.leftovers(root) == []
+    res = hp.fsck(root)
+    assert res.returncode == 0 and "error" not in res.stderr.lower(), res.stderr
+
+
+# --------------------------------------------------------------------------------------------- 1. concurrent writers
+
+@heavy
+def test_eight_processes_times_fifty_writes_lose_nothing(vault, tmp_path):
+    root = vault.root
+    vault.close()
+    acks_path = tmp_path / "acks.tsv"
+    procs, n_procs, n_each = [], 8, 50
+    t0 = time.monotonic()
+    for p in range(n_procs):
+        procs.append(hp.start_writer(root, f"p{p}", n_each, acks_path))
+    for pr in procs:
+        out, err = pr.communicate(timeout=280)
+        assert pr.returncode == 0, err[-2000:]
+    elapsed = time.monotonic() - t0
+    print(f"\n8 processes x 50 writes: {elapsed:.1f} s ({elapsed / (n_procs * n_each) * 1000:.0f} ms per write)")
+
+    acks = hp.read_acks(acks_path)
+    assert len(acks) == n_procs * n_each
+    assert len({a[0] for a in acks}) == n_procs * n_each
+    _assert_acked_in_head(root, acks)
+    # exactly one commit per write, plus the init commit; every write commit is distinct
+    assert hp.commit_count(root) == 1 + n_procs * n_each
+    assert len({a[2] for a in acks}) == n_procs * n_each
+    _assert_clean(root)
+    # the derived catalog the writers left equals one rebuilt from the files
+    left = _catalog_rows(root)
+    assert len([r for r in left if r[3] == 1]) == n_procs * n_each
+    assert left == _rebuilt_catalog_rows(root)
+
+
+def test_eight_writer_processes_times_ten(vault, tmp_path):
+    """The 8 x 10 variant through separate writer processes started as commands."""
+    root = vault.root
+    vault.close()
+    acks_path = tmp_path / "acks.tsv"
+    procs = [hp.start_writer(root, f"q{p}", 10, acks_path) for p in range(8)]
+    for pr in procs:
+        _, err = pr.communicate(timeout=200)
+        assert pr.returncode == 0, err[-2000:]
+    acks = hp.read_acks(acks_path)
+    assert len(acks) == 80
+    _assert_acked_in_head(root, acks)
+    assert hp.commit_count(root) == 81
+    _assert_clean(root)
+    assert _catalog_rows(root) == _rebuilt_catalog_rows(root)
