@@ -1,0 +1,243 @@
+"""acpmem.search: tokenizers, parity with acp-kernel's searchBlocks over its golden output, and the default engine
+(typos, Chinese, English↔Chinese, spreading, boosts, and ranking from postings alone)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from acpmem import lexicon
+from acpmem.errors import AcpmemError
+from acpmem.search import (CorpusStats, KernelDoc, MemoryIndex, SearchDoc, Vocabulary, analyze, kernel_search,
+                           kernel_stem, kernel_tokenize, latin_words, plan_query, query_dates, rank)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "kernel"
+CORPUS = json.loads((FIXTURES / "kernel-search-corpus.json").read_text(encoding="utf-8"))
+GOLDEN = json.loads((FIXTURES / "kernel-search-golden.json").read_text(encoding="utf-8"))
+KDOCS = [KernelDoc(d["id"], d["text"]) for d in CORPUS["docs"]]
+
+
+@pytest.fixture(scope="module")
+def kernel_index() -> MemoryIndex:
+    return MemoryIndex(SearchDoc(d["id"], d["topic"], d["summary"]) for d in CORPUS["docs"])
+
+
+# ─────────────────────────────── tokenizers ───────────────────────────────
+
+@pytest.mark.parametrize("word,stem", [
+    ("implemented", "imple"), ("authentication", "authenticat"), ("responses", "respons"), ("httponly", "httpon"),
+    ("queries", "query"), ("boxes", "box"), ("branches", "branch"), ("class", "class"), ("pooling", "pool"),
+    ("connections", "connect"), ("migration", "migrat"), ("settings", "sett"), ("api", "api"), ("uses", "us"),
+])
+def test_kernel_stemmer(word, stem):
+    assert kernel_stem(word) == stem
+
+
+def test_kernel_tokenizer_latin_numbers_and_punctuation():
+    assert kernel_tokenize("Fixed 401 expired-token handling in src/auth/token.ts!") == [
+        "fix", "expir", "token", "handl", "in", "src", "auth", "token", "ts"]
+    assert kernel_tokenize("i18n a b") == ["i18n"]  # single letters and bare numbers are dropped
+
+
+def test_kernel_tokenizer_matches_kernel_output_on_latin_docs():
+    latin = [d for d in CORPUS["docs"] if not any("\u3400" <= c <= "\u9fff" for c in d["text"])]
+    assert len(latin) >= 20
+    for d in latin:
+        assert kernel_tokenize(d["text"]) == GOLDEN["docTokens"][d["id"]], d["id"]
+
+
+def test_kernel_tokenizer_chinese_words_and_fallback():
+    assert kernel_tokenize("试验证明") == ["试验", "证明"]
+    # a run with no word of two characters falls back to bigrams plus single characters
+    assert kernel_tokenize("子") == ["子"]
+
+
+def test_latin_words_split_camel_case_and_compounds():
+    assert latin_words("refreshToken()") == ["refresh", "token", "refreshtoken"]
+    assert latin_words("HTTPServer auth-token") == ["http", "server", "httpserver", "auth", "token", "authtoken"]
+    assert latin_words("i18n k8s") == ["i18n", "k8s"]
+    assert latin_words("Caroline's dog") == ["caroline", "dog"]
+
+
+def test_analyze_snowball_lemmas_stopwords_numbers():
+    assert analyze("The authentication was running") == ["authent", "run"]
+    assert analyze("She went home and bought 3 books") == ["go", "home", "buy", "3", "book"]
+    assert analyze("databases, caching; profiling!") == ["databas", "cach", "profil"]
+
+
+def test_analyze_chinese_and_mixed():
+    terms = analyze("国际化和i18n：身份验证失败返回401")
+    assert terms[:2] == ["i18n", "401"]
+    assert "国际化" in terms and "身份验证" in terms and "失败" in terms
+    assert "和" not in terms  # single-character words are not index terms when the run has words
+
+
+# ─────────────────────────────── parity with acp-kernel ───────────────────────────────
+
+@pytest.mark.parametrize("algorithm", ["hybrid", "bm25", "fuzzy"])
+def test_parity_with_kernel_golden(algorithm):
+    assert len(GOLDEN["results"][algorithm]) == 48
+    for item in GOLDEN["results"][algorithm]:
+        q = item["q"]
+        got = kernel_search(KDOCS, q, algorithm, doc_tokens=GOLDEN["docTokens"], query_tokens=GOLDEN["queryTokens"][q])
+        want = item["top"]
+        assert [r.ref for r in got] == [w["ref"] for w in want], (algorithm, q)
+        for r, w in zip(got, want):
+            assert abs(r.score - w["score"]) < 1e-4, (algorithm, q, r.ref)
+            if "preview" in w:
+                assert r.preview == w["preview"], (algorithm, q, r.ref)
+
+
+def test_kernel_role_weights_and_errors():
+    docs = [KernelDoc("m1", "deploy the worker", kind="message", role="tool"),
+            KernelDoc("m2", "deploy the worker", kind="message", role="user")]
+    got = kernel_search(docs, "deploy worker", "bm25")
+    assert [r.ref for r in got] == ["m2", "m1"]
+    assert got[0].score == pytest.approx(got[1].score * 1.5 / 0.6)
+    with pytest.raises(AcpmemError):
+        kernel_search(docs, "x", "semantic")
+
+
+# ─────────────────────────────── the default engine ───────────────────────────────
+
+def _rank_of(index: MemoryIndex, query: str, want: str) -> int:
+    ids = [h.id for h in index.search(query, limit=10)]
+    return ids.index(want) + 1 if want in ids else 0
+
+
+def test_default_engine_beats_kernel_on_its_corpus(kernel_index):
+    rr = [_rank_of(kernel_index, q["q"], q["relevant"][0]) for q in CORPUS["queries"]]
+    mrr = sum(1 / r for r in rr if r) / len(rr)
+    assert mrr >= 0.95
+
+
+@pytest.mark.parametrize("query,want", [("tokan", "b1"), ("authentication tokan", "b1"), ("webpak", "b10"),
+                                        ("circiut breaker", "b25")])
+def test_typo_queries(kernel_index, query, want):
+    assert _rank_of(kernel_index, query, want) == 1
+
+
+@pytest.mark.parametrize("query,want", [("缓存", "b19"), ("文件上传", "b30"), ("试验证明", "b31"), ("图表可视化", "b32"),
+                                        ("身份验证", "b5")])
+def test_chinese_queries(kernel_index, query, want):
+    assert _rank_of(kernel_index, query, want) == 1
+
+
+@pytest.mark.parametrize("query,want", [("upload", "b30"), ("login", "b5"), ("permission", "b27")])
+def test_english_query_finds_chinese_entry(kernel_index, query, want):
+    assert _rank_of(kernel_index, query, want) == 1
+
+
+def test_chinese_query_finds_english_entry():
+    index = MemoryIndex([
+        SearchDoc("a", "Session data lives in the Redis cache", "Cached for 30 minutes; evict with LRU."),
+        SearchDoc("b", "Database migrations run before deploy", "Knex migrations; never edit an applied one."),
+        SearchDoc("c", "Upload images through a signed URL", "The browser uploads straight to object storage."),
+    ])
+    assert index.search("缓存")[0].id == "a"
+    assert index.search("数据库迁移")[0].id == "b"
+    hits = index.search("上传图片")
+    assert hits[0].id == "c" and hits[0].explain["terms"]["上传"]["via"] == "dict"
+
+
+def test_aliases_and_clipped_words(kernel_index):
+    assert _rank_of(kernel_index, "signin", "b5") == 1
+    explain = kernel_index.search("authentication")[0].explain
+    assert explain["terms"]["authentication"]["via"] in ("clipped", "alias")
+
+
+def test_title_weighs_more_than_body():
+    index = MemoryIndex([SearchDoc("body", "Notes on the release", "The scheduler retries failed jobs."),
+                         SearchDoc("title", "Scheduler retries failed jobs", "Notes on the release.")])
+    assert [h.id for h in index.search("scheduler")] == ["title", "body"]
+
+
+def test_spreading_reaches_entries_citing_neighbouring_turns():
+    docs = [SearchDoc("hit", "Melanie painted a sunrise over the lake", citations=(("1", 12),)),
+            SearchDoc("near", "She finished it last year", citations=(("1", "13-14"),)),
+            SearchDoc("far", "She likes camping", citations=(("1", 40),)),
+            SearchDoc("other-session", "She finished a mural", citations=(("2", 12),))]
+    hits = MemoryIndex(docs).search("sunrise painting", limit=5)
+    ids = [h.id for h in hits]
+    assert ids == ["hit", "near"]
+    assert hits[1].explain["spread"] > 0
+    assert [h.id for h in MemoryIndex(docs).search("sunrise painting", spread=False)] == ["hit"]
+
+
+def test_tag_boost_prefers_entries_about_the_named_person():
+    docs = [SearchDoc("m", "Went hiking with the kids", tags=("Melanie",)),
+            SearchDoc("c", "Went hiking with the kids", tags=("Caroline",))]
+    assert [h.id for h in MemoryIndex(docs).search("When did Caroline go hiking?")][:1] == ["c"]
+
+
+def test_query_dates_and_date_boost():
+    assert [(d.isoformat(), tol) for d, tol in query_dates("What did she do on 8 May, 2023?")] == [("2023-05-08", 3)]
+    assert [(d.isoformat(), tol) for d, tol in query_dates("in July 2023")] == [("2023-07-15", 16)]
+    assert query_dates("no date here") == []
+    docs = [SearchDoc("may", "Visited the museum", created="2023-05-09T13:56:00"),
+            SearchDoc("june", "Visited the museum", created="2023-06-20T10:00:00")]
+    hits = MemoryIndex(docs).search("museum visit on 8 May 2023")
+    assert hits[0].id == "may" and hits[0].explain["date"] > 0
+
+
+def test_vocabulary_works_without_documents():
+    vocab = Vocabulary(["token", "tokenizer", "postgresql", "auth", "缓存"])
+    assert vocab.with_prefix("token") == ["token", "tokenizer"]
+    assert vocab.typo_neighbours("tokan", 1) == [("token", 1)]
+    assert vocab.has_cjk and vocab.has_latin
+    groups = plan_query("postgres tokan", vocab)
+    assert [(g.word, sorted(t.term for t in g.terms)) for g in groups] == [
+        ("postgres", ["postgresql"]), ("tokan", ["token"])]
+
+
+class DictPostings:
+    """A second PostingSource built only from postings, df, lengths and stats, as a persistent index holds them."""
+
+    def __init__(self, postings, lens, stats, docs, neighbours):
+        self._postings, self._lens, self.stats, self._docs, self._nb = postings, lens, stats, docs, neighbours
+        self.vocabulary = Vocabulary(postings)
+
+    def df(self, term):
+        return len(self._postings.get(term, ()))
+
+    def postings(self, term):
+        return self._postings.get(term, ())
+
+    def doc_len(self, key):
+        return self._lens[key]
+
+    def doc(self, key):
+        return self._docs[key]
+
+    def neighbours(self, key, radius):
+        return self._nb[key]
+
+
+def test_rank_runs_from_postings_alone(kernel_index):
+    n = len(kernel_index)
+    src = DictPostings({t: list(kernel_index.postings(t)) for t in kernel_index._postings},
+                       [kernel_index.doc_len(k) for k in range(n)], CorpusStats(*kernel_index.stats.__dict__.values()),
+                       [kernel_index.doc(k) for k in range(n)], [list(kernel_index.neighbours(k, 2)) for k in range(n)])
+    for q in ("auth token", "缓存", "upload", "tokan", "circuit breaker"):
+        assert rank(src, q, limit=5) == kernel_index.search(q, limit=5)
+
+
+def test_empty_and_stopword_queries():
+    index = MemoryIndex([SearchDoc("a", "Something", "about the thing")])
+    assert index.search("") == []
+    assert index.search("the of and") == []
+    assert MemoryIndex([]).search("anything") == []
+
+
+def test_preview_is_a_window_around_the_match():
+    body = "x " * 300 + "the circuit breaker opens after five failures" + " y" * 300
+    hit = MemoryIndex([SearchDoc("a", "Resilience notes", body)]).search("circuit breaker", preview_length=80)[0]
+    assert "circuit breaker" in hit.preview and hit.preview.startswith("…") and hit.preview.endswith("…")
+    assert len(hit.preview) <= 82
+
+
+def test_dictionary_loads_both_directions():
+    assert "缓存" in lexicon.en_to_zh("cache")
+    assert "upload" in lexicon.zh_to_en("上传")
+    assert lexicon.en_to_zh("no-such-word") == ()
