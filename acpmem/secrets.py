@@ -39,9 +39,6 @@ class Finding:
 
 # --- the regex layer --------------------------------------------------------------------------------------------
 
-# (kind, pattern, group holding the secret, public prefix shown in previews, literals one of which must occur:
-# a cheap `in` test that skips the regex on most texts). Specific shapes come first: when
-# spans overlap, the earlier rule names the merged finding.
 # Private keys are found block-wise by _key_blocks (a lazy regex from each BEGIN to its END is quadratic when
 # END is missing).
 _BLOCKS = [  # (BEGIN line, END line, public prefix)
@@ -53,41 +50,46 @@ _BLOCKS = [  # (BEGIN line, END line, public prefix)
 ]
 # Without an END line, the block is the BEGIN line and the key-body lines (base64 or "Header: value") after it.
 _KEY_BODY = re.compile(r"[^\n]*(?:\r?\n[ \t]*(?:[A-Za-z0-9+/=]+|[A-Za-z-]+:[^\n]*))*")
+
+# (kind, regex source, group holding the secret, public prefix shown in previews, literals one of which must occur).
+# The literal test skips most rules on most texts, and a rule is compiled only when first needed (re caches it):
+# importing this module stays cheap for the hook paths that never scan. Specific shapes come first: when spans
+# overlap, the earlier rule names the merged finding.
 _B = r"(?<![A-Za-z0-9_])"          # left boundary: not inside a longer word
 _E = r"(?![A-Za-z0-9_])"           # right boundary
-_SPECIFIC: list[tuple[str, re.Pattern[str], int, str, tuple[str, ...]]] = [
-    ("anthropic", re.compile(_B + r"sk-ant-[A-Za-z0-9_-]{20,}"), 0, "sk-ant-", ("sk-ant-",)),
-    ("openai", re.compile(_B + r"sk-[A-Za-z0-9_-]*[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9_-]{20,}"),
+_SPECIFIC: list[tuple[str, str, int, str, tuple[str, ...]]] = [
+    ("anthropic", _B + r"sk-ant-[A-Za-z0-9_-]{20,}", 0, "sk-ant-", ("sk-ant-",)),
+    ("openai", _B + r"sk-[A-Za-z0-9_-]*[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9_-]{20,}",
      0, "sk-", ("T3BlbkFJ",)),
-    ("openai", re.compile(_B + r"sk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_-]{20,}"), 0, "sk-", ("sk-",)),
-    ("openai", re.compile(_B + r"sk-(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{32,}" + _E),
+    ("openai", _B + r"sk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_-]{20,}", 0, "sk-", ("sk-",)),
+    ("openai", _B + r"sk-(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{32,}" + _E,
      0, "sk-", ("sk-",)),
-    ("aws-access-key-id", re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Z0-9])"),
+    ("aws-access-key-id", r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Z0-9])",
      0, "", ("AKIA", "ASIA", "ABIA", "ACCA", "A3T")),
-    ("aws-secret-key", re.compile(
-        r"(?i:aws[A-Za-z0-9_.-]{0,30}?(?:secret|key)[A-Za-z0-9_.-]{0,20}['\"]?\s*(?:=|:=|:|=>)\s*['\"]?)"
-        r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"), 1, "", ("aws", "AWS", "Aws")),
-    ("github-token", re.compile(_B + r"(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}" + _E),
+    ("aws-secret-key",
+     r"(?i:aws[A-Za-z0-9_.-]{0,30}?(?:secret|key)[A-Za-z0-9_.-]{0,20}['\"]?\s*(?:=|:=|:|=>)\s*['\"]?)"
+     r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])", 1, "", ("aws", "AWS", "Aws")),
+    ("github-token", _B + r"(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}" + _E,
      0, "gh", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
-    ("github-token", re.compile(_B + r"github_pat_[A-Za-z0-9_]{22,255}"), 0, "github_pat_", ("github_pat_",)),
-    ("gitlab-token", re.compile(_B + r"gl(?:pat|dt|rt|ptt|oas)-[A-Za-z0-9_-]{20,}"), 0, "gl", ("gl",)),
-    ("google-api-key", re.compile(_B + r"AIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"), 0, "AIza", ("AIza",)),
-    ("google-oauth", re.compile(_B + r"GOCSPX-[A-Za-z0-9_-]{24,}"), 0, "GOCSPX-", ("GOCSPX-",)),
-    ("google-oauth", re.compile(_B + r"ya29\.[A-Za-z0-9_-]{20,}"), 0, "ya29.", ("ya29.",)),
-    ("slack-webhook", re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+-]{8,}"),
+    ("github-token", _B + r"github_pat_[A-Za-z0-9_]{22,255}", 0, "github_pat_", ("github_pat_",)),
+    ("gitlab-token", _B + r"gl(?:pat|dt|rt|ptt|oas)-[A-Za-z0-9_-]{20,}", 0, "gl", ("gl",)),
+    ("google-api-key", _B + r"AIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])", 0, "AIza", ("AIza",)),
+    ("google-oauth", _B + r"GOCSPX-[A-Za-z0-9_-]{24,}", 0, "GOCSPX-", ("GOCSPX-",)),
+    ("google-oauth", _B + r"ya29\.[A-Za-z0-9_-]{20,}", 0, "ya29.", ("ya29.",)),
+    ("slack-webhook", r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/+-]{8,}",
      0, "https://hooks.slack.com/", ("hooks.slack.com",)),
-    ("slack-token", re.compile(_B + r"xox[abposre]-(?:[0-9]+-)?[A-Za-z0-9-]{10,}"), 0, "xox", ("xox",)),
-    ("slack-token", re.compile(_B + r"xapp-\d-[A-Za-z0-9-]{10,}"), 0, "xapp-", ("xapp-",)),
-    ("stripe-key", re.compile(_B + r"(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{10,}"), 0, "", ("k_live_", "k_test_")),
-    ("stripe-key", re.compile(_B + r"whsec_[0-9A-Za-z]{20,}"), 0, "whsec_", ("whsec_",)),
-    ("huggingface-token", re.compile(_B + r"hf_[A-Za-z0-9]{30,}" + _E), 0, "hf_", ("hf_",)),
-    ("npm-token", re.compile(_B + r"npm_[A-Za-z0-9]{36}" + _E), 0, "npm_", ("npm_",)),
-    ("pypi-token", re.compile(_B + r"pypi-AgE[A-Za-z0-9_-]{50,}"), 0, "pypi-", ("pypi-AgE",)),
-    ("sendgrid-key", re.compile(_B + r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}"), 0, "SG.", ("SG.",)),
-    ("groq-key", re.compile(_B + r"gsk_[A-Za-z0-9]{40,}" + _E), 0, "gsk_", ("gsk_",)),
-    ("xai-key", re.compile(_B + r"xai-[A-Za-z0-9]{60,}" + _E), 0, "xai-", ("xai-",)),
-    ("jwt", re.compile(_B + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), 0, "eyJ", ("eyJ",)),
-    ("url-password", re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@]{1,64}:([^\s/@]{1,128})@"),
+    ("slack-token", _B + r"xox[abposre]-(?:[0-9]+-)?[A-Za-z0-9-]{10,}", 0, "xox", ("xox",)),
+    ("slack-token", _B + r"xapp-\d-[A-Za-z0-9-]{10,}", 0, "xapp-", ("xapp-",)),
+    ("stripe-key", _B + r"(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{10,}", 0, "", ("k_live_", "k_test_")),
+    ("stripe-key", _B + r"whsec_[0-9A-Za-z]{20,}", 0, "whsec_", ("whsec_",)),
+    ("huggingface-token", _B + r"hf_[A-Za-z0-9]{30,}" + _E, 0, "hf_", ("hf_",)),
+    ("npm-token", _B + r"npm_[A-Za-z0-9]{36}" + _E, 0, "npm_", ("npm_",)),
+    ("pypi-token", _B + r"pypi-AgE[A-Za-z0-9_-]{50,}", 0, "pypi-", ("pypi-AgE",)),
+    ("sendgrid-key", _B + r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}", 0, "SG.", ("SG.",)),
+    ("groq-key", _B + r"gsk_[A-Za-z0-9]{40,}" + _E, 0, "gsk_", ("gsk_",)),
+    ("xai-key", _B + r"xai-[A-Za-z0-9]{60,}" + _E, 0, "xai-", ("xai-",)),
+    ("jwt", _B + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*", 0, "eyJ", ("eyJ",)),
+    ("url-password", r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@]{1,64}:([^\s/@]{1,128})@",
      1, "", ("://",)),
 ]
 
@@ -179,7 +181,7 @@ def _regex_findings(text: str) -> list[tuple[int, Finding]]:
     for rank, (kind, pattern, group, prefix, needles) in enumerate(_SPECIFIC):
         if not any(n in text for n in needles):
             continue
-        for m in pattern.finditer(text):
+        for m in re.finditer(pattern, text):          # compiled on first use, then from re's cache
             secret = m.group(group)
             if REDACTED_RE.fullmatch(secret) or kind == "jwt" and not _jwt_valid(secret):
                 continue
