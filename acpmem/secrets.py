@@ -121,7 +121,8 @@ def _classes(s: str) -> int:
             + any(not c.isalnum() for c in s))
 
 
-_WORDS = re.compile(r"[~./\\]*[A-Za-z]+(?:[-_./\\]+[A-Za-z]+)*[/\\]?")        # kebab-case, snake_case, dotted, paths
+# kebab-case, snake_case, dotted names, paths
+_WORDS = re.compile(r"[~./\\]*[A-Za-z]+(?:[-_./\\]+[A-Za-z]+)*[/\\]?")
 _CAMEL = re.compile(r"[A-Za-z][a-z]+(?:[A-Z][a-z]+)+|[a-z]+")       # camelCase / CamelCase / a plain word
 _CODE = re.compile(r"^[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*(?:\(.*|\[.*)?$")
 
@@ -190,20 +191,17 @@ def _regex_findings(text: str) -> list[tuple[int, Finding]]:
     for m in _ASSIGN.finditer(text):
         group = "qv" if m.group("qv") is not None else "v"
         value, name = m.group(group), m.group("name")
-        key = _KEY_TAIL.search(text, max(0, m.start() - 40), m.start()).group() + name
+        tail = _KEY_TAIL.search(text, max(0, m.start() - 40), m.start()).group()
+        key = name if _credential_like(tail, False) else tail + name      # the preview must not leak a secret
         if _credential_like(value, bool(_PASSWORDISH.search(name))):
             out.append((generic, Finding("credential", m.start(group), m.end(group),
-                                         _preview("credential", "", value, _safe_key(key)))))
+                                         _preview("credential", "", value, key))))
     for m in _BEARER.finditer(text):
         value = m.group("v")
         if _credential_like(value, False) and any(c.isdigit() for c in value):
             out.append((generic, Finding("bearer-token", m.start("v"), m.end("v"),
                                          _preview("bearer-token", "", value, m.group("key")))))
     return out
-
-
-def _safe_key(key: str) -> str:
-    return key[-40:]
 
 
 # --- the detect-secrets layer -----------------------------------------------------------------------------------
