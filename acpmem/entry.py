@@ -7,6 +7,7 @@ uses; anything else (help, an unknown option, an error in parsing) goes to typer
 """
 from __future__ import annotations
 
+import os
 import sys
 
 _LIST_VALUE_OPTS = {"--format": "fmt", "-f": "fmt", "--session": "session", "--budget": "budget", "--vault": "vault"}
@@ -48,6 +49,8 @@ def _parse_list(args: list[str]) -> dict | None:
 
 def _fast(args: list[str]) -> int | None:
     """Answer ``[--vault V] list …`` without typer; None when the full CLI is needed."""
+    if os.environ.get("ACPMEM_NO_FASTPATH"):
+        return None
     vault = None
     if args[:1] == ["--vault"] and len(args) >= 3:
         vault, args = args[1], args[2:]

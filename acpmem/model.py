@@ -209,9 +209,21 @@ def load_yaml_mapping(text: str, path: str) -> dict:
 
 
 def dump_yaml(mapping: dict) -> str:
+    """Frontmatter text: block style at the top, citations as a block list, other collections in flow style."""
+    return "".join(_render_key(k, v, "\n") for k, v in mapping.items())
+
+
+def _render_key(key: str, value: Any, eol: str) -> str:
     yaml, _, Dumper = _yaml()
-    return yaml.dump(mapping, Dumper=Dumper, sort_keys=False, allow_unicode=True, default_flow_style=None,
-                     width=10_000)
+    if isinstance(value, (dict, list)) and value and key != "citation":
+        flow = yaml.dump(value, Dumper=Dumper, allow_unicode=True, default_flow_style=True, width=10_000,
+                         sort_keys=False).strip()
+        text = yaml.dump({key: None}, Dumper=Dumper, allow_unicode=True, sort_keys=False).split(":")[0] + ": " + \
+            flow + "\n"
+    else:
+        text = yaml.dump({key: value}, Dumper=Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False,
+                         width=10_000)
+    return text.replace("\n", eol) if eol != "\n" else text
 
 
 # --------------------------------------------------------------------------------------------- file split
@@ -394,11 +406,6 @@ def _key_blocks(fm: str) -> list[tuple[str | None, str]]:
     return blocks
 
 
-def _render_key(key: str, value: Any, eol: str) -> str:
-    text = dump_yaml({key: value})
-    return text.replace("\n", eol) if eol != "\n" else text
-
-
 def dump_entry(entry: Entry) -> str:
     """The file text of ``entry``. Unchanged entries give back their original bytes; changed ones change only the
     lines of the keys that changed (and the body, if it changed)."""
@@ -411,6 +418,7 @@ def dump_entry(entry: Entry) -> str:
         return "---\n" + fm + "---\n" + body
     sp = _split(entry.raw, entry.path or "")
     old_meta = load_yaml_mapping(sp.fm, entry.path or "")
+    old_entry = entry_from_meta(old_meta, sp.body, entry.path or "", None)
     blocks = _key_blocks(sp.fm)
     out_blocks: list[tuple[str | None, str]] = []
     present = set()
@@ -419,13 +427,16 @@ def dump_entry(entry: Entry) -> str:
             out_blocks.append((key, text))
             continue
         present.add(key)
-        if key not in meta:
-            continue  # the key was removed
-        if key in old_meta and old_meta[key] == meta[key] and type(old_meta[key]) is type(meta[key]):
-            out_blocks.append((key, text))
+        if key in KNOWN_KEYS:
+            # compare the values the entry means, not their spelling: `supersedes: []` and no key are the same
+            unchanged = getattr(old_entry, key) == getattr(entry, key)
         else:
-            tail = "" if text.endswith(("\n",)) else ""
-            out_blocks.append((key, _render_key(key, meta[key], sp.eol) + tail))
+            unchanged = key in entry.extra and old_meta.get(key) == entry.extra[key] \
+                and type(old_meta.get(key)) is type(entry.extra[key])
+        if unchanged:
+            out_blocks.append((key, text))
+        elif key in meta:
+            out_blocks.append((key, _render_key(key, meta[key], sp.eol)))
     order = list(meta.keys())
     for key in order:
         if key in present:

@@ -1,0 +1,74 @@
+"""Shared fixtures: an isolated git identity, a pinned clock, fresh vaults made from the template, and the fake
+OpenAI-compatible server (a real HTTP server on 127.0.0.1)."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from openai_server import openai_server_fixture  # noqa: E402
+
+PINNED = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+REPO = Path(__file__).resolve().parents[1]
+
+openai_server = pytest.fixture(openai_server_fixture)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path_factory, monkeypatch):
+    """Every test gets its own HOME and git identity, and no ambient vault or model settings."""
+    home = tmp_path_factory.mktemp("home")
+    cfg = home / ".gitconfig"
+    cfg.write_text("[user]\n\tname = Test User\n\temail = test@example.invalid\n[init]\n\tdefaultBranch = main\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(cfg))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for var in ("ACPMEM_VAULT", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "ACPMEM_SESSION", "EDITOR",
+                "VISUAL"):
+        monkeypatch.delenv(var, raising=False)
+    yield
+
+
+@pytest.fixture
+def clock():
+    return lambda: PINNED
+
+
+@pytest.fixture
+def vault(tmp_path, clock):
+    from acpmem.vault import init_vault
+
+    v = init_vault(tmp_path / "vault", clock=clock, rng=random.Random(7))
+    yield v
+    v.close()
+
+
+@pytest.fixture
+def example_vault(tmp_path, clock):
+    from acpmem.vault import init_vault
+
+    v = init_vault(tmp_path / "vault", example=True, clock=clock, rng=random.Random(7))
+    yield v
+    v.close()
+
+
+def run_cli(*args: str, cwd: Path | None = None, input: str | None = None, env: dict | None = None,
+            prog: str = "acp") -> subprocess.CompletedProcess:
+    """Run the real console script (as a separate process) and capture its output."""
+    exe = Path(sys.executable).parent / prog
+    cmd = [str(exe), *args] if exe.exists() else [sys.executable, "-m", "acpmem", *(args[1:] if args[:1] == ("memory",) else args)]
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, text=True, env=full_env, timeout=120)
+
+
+@pytest.fixture
+def cli():
+    return run_cli

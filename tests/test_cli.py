@@ -1,0 +1,177 @@
+"""The command line as users meet it: real processes, exact JSON, one-line errors, help everywhere."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from acpmem.model import Citation, Entry
+from acpmem.vault import KIND_FORK
+
+
+def _commands(app) -> list[str]:
+    return sorted(c.name or c.callback.__name__ for c in app.registered_commands)
+
+
+def test_every_command_has_help_with_an_example():
+    from acpmem.cli import app
+
+    names = _commands(app)
+    assert {"init", "list", "show", "score", "edit", "forget", "log", "doctor"} <= set(names)
+    runner = CliRunner()
+    for name in names:
+        res = runner.invoke(app, [name, "--help"])
+        assert res.exit_code == 0, (name, res.output)
+        assert "Example" in res.output, f"`{name} --help` shows no example"
+    res = runner.invoke(app, ["--help"])
+    assert res.exit_code == 0 and "init" in res.output
+
+
+def test_three_entry_points_agree(example_vault, cli):
+    v = str(example_vault.root)
+    a = cli("memory", "list", "--format", "json", "--vault", v)
+    b = cli("list", "--format", "json", "--vault", v, prog="acpmem")
+    c = subprocess.run([sys.executable, "-m", "acpmem", "list", "--format", "json", "--vault", v],
+                       capture_output=True, text=True)
+    assert a.returncode == b.returncode == c.returncode == 0
+    assert a.stdout == b.stdout == c.stdout
+    assert len(json.loads(a.stdout)["entries"]) == len(example_vault.load().entries)
+
+
+def test_fast_path_prints_what_the_full_cli_prints(example_vault, cli):
+    v = str(example_vault.root)
+    for fmt in ("json", "markdown", "table", "prompt"):
+        fast = cli("memory", "list", "--format", fmt, "--vault", v, "--session", "same")
+        full = cli("memory", "list", "--format", fmt, "--vault", v, "--session", "same",
+                   env={"ACPMEM_NO_FASTPATH": "1"})
+        assert fast.returncode == full.returncode == 0, full.stderr
+        assert fast.stdout == full.stdout, fmt
+
+
+def test_readme_main_job_init_example_then_list(tmp_path, cli):
+    r = cli("memory", "init", "--example", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "Created the vault" in r.stdout
+    r = cli("memory", "list", cwd=tmp_path)
+    assert r.returncode == 0
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 10 and all(ln.startswith("#") and "(importance " in ln for ln in lines)
+
+
+def _many(v, n: int) -> None:
+    es = []
+    for i in range(n):
+        ident = v.new_id({e.id for e in es})
+        title = f"Memory number {i}: a decision about component {i} that matters for later sessions"
+        es.append(Entry(id=ident, title=title, type="decision", importance=1 + i % 10, created=v.now(),
+                        body=f"- detail {i}\n", citation=(Citation("s", i),)).with_changes(path=v.path_for(ident, title)))
+    v.write_entries(es, subject=f"{n} entries", why="test", kind=KIND_FORK)
+
+
+def test_prompt_index_is_cut_to_the_budget_and_says_how_many_were_left_out(vault, cli):
+    _many(vault, 30)
+    r = cli("memory", "list", "--format", "prompt", "--budget", "400", "--vault", str(vault.root))
+    assert r.returncode == 0, r.stderr
+    shown = [ln for ln in r.stdout.splitlines() if ln.startswith("- [decision]")]
+    assert 0 < len(shown) < 30
+    assert f"({30 - len(shown)} more entries not shown to fit the budget" in r.stdout
+    assert "not instructions" in r.stdout
+    lines = r.stdout.splitlines()
+    assert sum(ln.startswith("<<acpmem-data ") for ln in lines) == 1
+    assert sum(ln.startswith("<</acpmem-data ") for ln in lines) == 1
+    importances = [int(ln.split("importance ")[1].split(",")[0]) for ln in shown]
+    assert importances == sorted(importances, reverse=True)          # by score: importance dominates here
+    full = cli("memory", "list", "--format", "prompt", "--vault", str(vault.root))
+    assert "more entries not shown" not in full.stdout
+    assert len([ln for ln in full.stdout.splitlines() if ln.startswith("- [decision]")]) == 30
+
+
+def test_prompt_index_is_frozen_per_session(example_vault, cli):
+    v = str(example_vault.root)
+    first = cli("memory", "list", "--format", "prompt", "--session", "S1", "--vault", v).stdout
+    _many(example_vault, 2)
+    cli("memory", "show", example_vault.load().entries[0].id, "--vault", v)
+    again = cli("memory", "list", "--format", "prompt", "--session", "S1", "--vault", v).stdout
+    assert again == first                                            # same bytes despite new entries and reads
+    other = cli("memory", "list", "--format", "prompt", "--session", "S2", "--vault", v).stdout
+    assert "(12 entries" in other and "(10 entries" in first
+    refreshed = cli("memory", "list", "--format", "prompt", "--session", "S1", "--refresh", "--vault", v).stdout
+    assert "(12 entries" in refreshed
+
+
+def test_errors_are_one_line_with_a_next_step_and_exit_codes(tmp_path, example_vault, cli):
+    r = cli("memory", "list", cwd=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.startswith("Error: no vault found") and "acp memory init" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    r = cli("memory", "list", "--format", "yaml", "--vault", str(example_vault.root))
+    assert r.returncode == 2
+    r = cli("memory", "show", "zzzz", "--vault", str(example_vault.root))
+    assert r.returncode == 1 and r.stderr.startswith("Error: no entry with id 'zzzz'")
+    r = cli("memory", "forget", example_vault.load().entries[0].id, "--reason", " ", "--vault", str(example_vault.root))
+    assert r.returncode == 2 and "--reason" in r.stderr
+
+
+def test_show_json_and_ambiguous_prefix(vault, cli):
+    es = []
+    for ident in ("ab1111", "ab2222"):
+        es.append(Entry(id=ident, title=f"t {ident}", type="fact", importance=3, created=vault.now(), body="- b\n",
+                        citation=(Citation("sess", 9),)).with_changes(path=f"entries/{ident}.md"))
+    vault.write_entries(es, subject="two", why="test")
+    r = cli("memory", "show", "ab", "--vault", str(vault.root))
+    assert r.returncode == 1 and "ab1111, ab2222" in r.stderr
+    r = cli("memory", "show", "ab2", "--json", "--vault", str(vault.root))
+    d = json.loads(r.stdout)
+    assert d["id"] == "ab2222" and d["citation"] == [{"session": "sess", "seq": 9}] and d["body"] == "- b\n"
+    assert d["last_read"] is not None                               # show marks read
+
+
+def _editor(tmp_path: Path, script: str) -> str:
+    p = tmp_path / "editor.sh"
+    p.write_text("#!/bin/sh\n" + script)
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return str(p)
+
+
+def test_edit_through_editor_validates_and_commits(example_vault, cli, tmp_path):
+    v = example_vault
+    e = sorted(v.load().entries, key=lambda e: e.id)[0]
+    good = _editor(tmp_path, 'sed -i "s/^importance: .*/importance: 10/" "$1"\n')
+    r = cli("memory", "edit", e.id, "-m", "raise it", "--vault", str(v.root), env={"EDITOR": good})
+    assert r.returncode == 0, r.stderr
+    assert "Saved" in r.stdout
+    assert v.resolve(e.id).importance == 10
+    log = json.loads(cli("memory", "log", e.id, "--json", "--vault", str(v.root)).stdout)
+    assert log[0]["kind"] == "edit"
+    before = (v.root / e.path).read_bytes()
+    bad = _editor(tmp_path, 'sed -i "s/^importance: .*/importance: 99/" "$1"\n')
+    r = cli("memory", "edit", e.id, "--vault", str(v.root), env={"EDITOR": bad})
+    assert r.returncode == 1 and "edit refused" in r.stderr and "importance" in r.stderr
+    assert (v.root / e.path).read_bytes() == before                   # nothing changed
+    draft = v.state_dir / "edit" / f"{e.id}.md"
+    assert "importance: 99" in draft.read_text()                      # nothing lost: the draft is kept
+    draft.write_text(draft.read_text().replace("importance: 99", "importance: 2"))
+    r = cli("memory", "edit", e.id, "--from", str(draft), "--vault", str(v.root))
+    assert r.returncode == 0, r.stderr
+    assert v.resolve(e.id).importance == 2
+
+
+def test_forget_log_doctor_json(example_vault, cli):
+    v = str(example_vault.root)
+    e = example_vault.load().entries[0]
+    r = cli("memory", "forget", e.id, "--reason", "wrong", "--json", "--vault", v)
+    d = json.loads(r.stdout)
+    assert d["forgotten"] == e.id and len(d["commit"]) == 40
+    kinds = [i["kind"] for i in json.loads(cli("memory", "log", "--json", "--vault", v).stdout)]
+    assert kinds[:1] == ["forget"] and kinds[-1] == "init"
+    doc = json.loads(cli("memory", "doctor", "--json", "--vault", v).stdout)
+    assert doc["ok"] is True and any("9 valid entries" in f["what"] for f in doc["findings"])
+    (example_vault.entries_dir / "x.md").write_text("---\nid: x\n")
+    r = cli("memory", "doctor", "--json", "--vault", v)
+    assert r.returncode == 1 and json.loads(r.stdout)["ok"] is False

@@ -1,0 +1,155 @@
+"""The entry model: byte-exact round trip, minimal diffs on change, and strict refusal of malformed frontmatter."""
+from __future__ import annotations
+
+import pytest
+
+from acpmem.errors import EntryInvalid
+from acpmem.model import Citation, Entry, dump_entry, new_entry_text, parse_entry, parse_entry_bytes
+
+SPEC_EXAMPLE = """---
+id: k3f9q2            # short, stable, unique; commands accept any unique prefix
+title: Session append must be re-entrant — the hook can fire while a write is in flight
+type: lesson          # from the vault's enum
+importance: 7         # 1..10
+created: 2026-11-29T14:03:11Z
+last_read: 2026-11-30T09:12:40Z   # or null when never read
+citation:
+  - session: 7d2c1e0a
+    seq: 1283         # an int, a range "1270-1290", or a kernel ref m00012 / b3
+tier: 3
+source: {request: r-20261129-0f3a, extractor: "llm:gpt-4.1-mini"}
+supersedes: []        # ids this entry replaces (optional)
+---
+- `session.append` is called from the post-tool hook, which can fire again before the first append returns.
+- Guard it with the per-session lock in `state.ts`; a plain boolean flag lost entries under load.
+"""
+
+CHINESE_UNKNOWN_KEYS = """---
+id: zh01ab
+title: 上传大文件必须分片，网关限制 100 MB
+type: lesson
+importance: 8
+created: 2026-11-01T08:00:00Z
+last_read: null
+citation:
+- session: s-中文
+  seq: 1270-1290
+- session: s2
+  seq: m00012
+tags: [网关, upload]
+reviewed_by: 张三
+tier: 3
+---
+- 网关对单个请求体有 100 MB 的硬限制。
+- 超过时连接被重置。
+"""
+
+
+@pytest.mark.parametrize("text", [SPEC_EXAMPLE, CHINESE_UNKNOWN_KEYS, SPEC_EXAMPLE.replace("\n", "\r\n"),
+                                  "\ufeff" + CHINESE_UNKNOWN_KEYS])
+def test_round_trip_is_byte_exact(text):
+    e = parse_entry(text, "entries/x.md")
+    assert dump_entry(e) == text
+    assert parse_entry_bytes(text.encode("utf-8"), "entries/x.md") == e
+
+
+def test_fields_parse_as_strings_not_dates():
+    e = parse_entry(SPEC_EXAMPLE, "entries/x.md")
+    assert e.created == "2026-11-29T14:03:11Z" and isinstance(e.created, str)
+    assert e.last_read == "2026-11-30T09:12:40Z"
+    assert e.citation == (Citation("7d2c1e0a", 1283),)
+    assert e.source == {"request": "r-20261129-0f3a", "extractor": "llm:gpt-4.1-mini"}
+
+
+def test_unknown_keys_are_kept_in_order_on_change():
+    e = parse_entry(CHINESE_UNKNOWN_KEYS, "entries/zh.md")
+    assert list(e.extra) == ["tags", "reviewed_by"]
+    assert e.citation[0].seq == "1270-1290" and e.citation[1].seq == "m00012"
+    changed = e.with_changes(importance=9, superseded_by="abc123")
+    text = dump_entry(changed)
+    # only the importance line changed, and superseded_by was added; everything else is byte-identical
+    old_lines, new_lines = CHINESE_UNKNOWN_KEYS.splitlines(), text.splitlines()
+    assert [ln for ln in new_lines if ln not in old_lines] == ["importance: 9", "superseded_by: abc123"]
+    assert [ln for ln in old_lines if ln not in new_lines] == ["importance: 8"]
+    again = parse_entry(text, "entries/zh.md")
+    assert again.extra == {"tags": ["网关", "upload"], "reviewed_by": "张三"}
+    assert again.importance == 9 and again.superseded_by == "abc123"
+
+
+def test_change_keeps_crlf_and_comments():
+    crlf = SPEC_EXAMPLE.replace("\n", "\r\n")
+    e = parse_entry(crlf, "entries/x.md").with_changes(importance=3)
+    text = dump_entry(e)
+    assert "importance: 3\r\n" in text
+    assert "\n" not in text.replace("\r\n", "")
+    assert "# short, stable, unique" in text
+    assert parse_entry(text, "x").importance == 3
+
+
+def test_body_change_only_changes_body():
+    e = parse_entry(SPEC_EXAMPLE, "entries/x.md")
+    text = dump_entry(e.with_changes(body="- new body\n"))
+    assert text.split("---\n", 2)[1] == SPEC_EXAMPLE.split("---\n", 2)[1]
+    assert text.endswith("---\n- new body\n")
+
+
+def test_new_entry_text_is_clean_yaml_with_plain_dates():
+    e = Entry(id="abc123", title="no", type="fact", importance=5, created="2026-11-29T12:00:00Z", body="- x\n",
+              citation=(Citation("s1", 4),), source={"request": "r-1", "extractor": "offline"})
+    text = new_entry_text(e)
+    assert "created: 2026-11-29T12:00:00Z\n" in text          # dates stay plain ISO strings
+    assert "title: 'no'\n" in text                             # YAML 1.1 readers would read a bare no as false
+    back = parse_entry(text, "x")
+    assert back.title == "no" and back == e.with_changes(path="x")
+    assert dump_entry(back) == text
+
+
+def _fm(body: str) -> str:
+    return "---\n" + body + "---\nbody\n"
+
+
+GOOD = ("id: a1\ntitle: t\ntype: fact\nimportance: 5\ncreated: 2026-11-29T12:00:00Z\n")
+
+MALFORMED = [
+    ("alias bomb", _fm('a: &a ["x","x"]\nb: &b [*a,*a]\nc: [*b,*b]\n' + GOOD), None, "anchors and aliases"),
+    ("python tag", _fm(GOOD + "x: !!python/object/apply:os.system ['echo hi']\n"), None, "tags are not allowed"),
+    ("duplicate key", _fm(GOOD + "importance: 6\n"), None, "duplicate key"),
+    ("no coerced", _fm(GOOD.replace("title: t", "title: no")), None, None),  # valid: stays the string "no"
+    ("012 importance", _fm(GOOD.replace("importance: 5", "importance: 012")), "importance", "integer from 1 to 10"),
+    ("unclosed", "---\n" + GOOD + "body without a closing line\n", None, "never closed"),
+    ("no frontmatter", "just text\n", None, "does not start with"),
+    ("not a mapping", _fm("- a\n- b\n"), None, "must be a YAML mapping"),
+    ("bad yaml", _fm(GOOD + "x: [unclosed\n"), None, "not valid YAML"),
+    ("missing title", _fm(GOOD.replace("title: t\n", "")), "title", "missing"),
+    ("bad type", _fm(GOOD.replace("type: fact", "type: gossip")), "type", "not one of"),
+    ("importance 11", _fm(GOOD.replace("importance: 5", "importance: 11")), "importance", "1 to 10"),
+    ("importance bool", _fm(GOOD.replace("importance: 5", "importance: true")), "importance", "1 to 10"),
+    ("date not iso", _fm(GOOD.replace("2026-11-29T12:00:00Z", "29/11/2026")), "created", "ISO 8601"),
+    ("id with dots", _fm(GOOD.replace("id: a1", "id: ../../etc")), "id", "letters, digits"),
+    ("bad citation", _fm(GOOD + "citation:\n- session: s\n  seq: abc\n"), "citation", "seq must be"),
+    ("multiline title", _fm(GOOD.replace("title: t", "title: |\n  a\n  b")), "title", "one line"),
+]
+
+
+@pytest.mark.parametrize("name,text,field,reason", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_frontmatter_is_refused_with_field_and_reason(name, text, field, reason):
+    if reason is None:
+        assert parse_entry(text, "entries/bad.md").title == "no"
+        return
+    with pytest.raises(EntryInvalid) as ei:
+        parse_entry(text, "entries/bad.md")
+    err = ei.value
+    assert err.path == "entries/bad.md"
+    assert err.field == field
+    assert reason in err.reason
+    assert "\n" not in str(err)
+
+
+def test_huge_frontmatter_non_utf8_and_nul_are_refused():
+    huge = "---\n" + GOOD + "pad: " + "x" * 10_000_000 + "\n---\nbody\n"
+    with pytest.raises(EntryInvalid, match="larger than"):
+        parse_entry_bytes(huge.encode(), "entries/huge.md")
+    with pytest.raises(EntryInvalid, match="not UTF-8"):
+        parse_entry_bytes(_fm(GOOD).encode() + b"\xff\xfe", "entries/latin1.md")
+    with pytest.raises(EntryInvalid, match="NUL"):
+        parse_entry_bytes(_fm(GOOD).encode().replace(b"body", b"bo\x00dy"), "entries/nul.md")

@@ -1,0 +1,256 @@
+"""The vault: discovery, init, reading with bad files skipped, commits, human edits, forget, log, reads, doctor."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from acpmem import api, reads
+from acpmem.errors import AmbiguousId, EntryNotFound, GitStateError, VaultExists, VaultNotFound
+from acpmem.model import Citation, Entry, parse_entry
+from acpmem.vault import KIND_FORK, Vault, discover, init_vault
+
+
+def g(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+
+
+def make(v: Vault, title: str, body: str = "- a fact\n", typ: str = "fact", imp: int = 5, **kw) -> Entry:
+    ident = v.new_id()
+    e = Entry(id=ident, title=title, type=typ, importance=imp, created=v.now(), body=body,
+              citation=(Citation("s1", 3),), source={"request": "r-test", "extractor": "test"}, **kw)
+    return e.with_changes(path=v.path_for(ident, title))
+
+
+def write(v: Vault, *entries: Entry) -> str:
+    return v.write_entries(list(entries), subject="test write", why="because a test said so", kind=KIND_FORK)
+
+
+# --------------------------------------------------------------------------------------------- discovery, init
+
+def test_discovery_order(tmp_path, monkeypatch):
+    a = init_vault(tmp_path / "proj" / ".acp-memory").root
+    b = init_vault(tmp_path / "other").root
+    deep = tmp_path / "proj" / "src" / "pkg"
+    deep.mkdir(parents=True)
+    assert discover(cwd=deep) == a                                   # nearest .acp-memory walking up
+    monkeypatch.setenv("ACPMEM_VAULT", str(b))
+    assert discover(cwd=deep) == b                                   # the environment beats walking up
+    assert discover(str(a), cwd=deep) == a                           # --vault beats the environment
+    monkeypatch.delenv("ACPMEM_VAULT")
+    with pytest.raises(VaultNotFound) as ei:
+        discover(cwd=tmp_path)
+    assert "acp memory init" in str(ei.value)
+    with pytest.raises(VaultNotFound):
+        discover(str(tmp_path / "nothing-here"))
+
+
+def test_init_creates_own_repo_and_excludes_it_from_the_workspace(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    v = init_vault(cwd=ws)
+    assert v.root == ws / ".acp-memory"
+    assert g(v.root, "rev-parse", "--show-toplevel").strip() == str(v.root)
+    assert g(v.root, "log", "--format=%s").strip() == "acpmem: init: create the vault"
+    tracked = set(g(v.root, "ls-files").split())
+    assert {"README.md", "acpmem.toml", "MEMORY.md", ".gitattributes", ".gitignore"} <= tracked
+    assert "/.acp-memory/" in (ws / ".git" / "info" / "exclude").read_text()
+    assert g(ws, "status", "--porcelain") == ""                      # the workspace does not see the vault
+    with pytest.raises(VaultExists):
+        init_vault(cwd=ws)
+
+
+def test_init_example_seeds_realistic_entries(tmp_path):
+    v = init_vault(tmp_path / "ex", example=True)
+    entries = v.load().entries
+    assert 8 <= len(entries) <= 12
+    assert any(any("\u4e00" <= ch <= "\u9fff" for ch in e.title) for e in entries)
+    assert len({e.type for e in entries}) >= 4
+    assert g(v.root, "status", "--porcelain") == ""
+    assert "example entries" in g(v.root, "log", "-1", "--format=%s")
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+def test_bad_files_are_reported_and_skipped_never_fatal(vault):
+    write(vault, make(vault, "A good entry"))
+    bad = vault.entries_dir / "broken.md"
+    bad_bytes = b"---\nid: broken\ntitle: [unclosed\n---\nbody\n"
+    bad.write_bytes(bad_bytes)
+    loaded = vault.load()
+    assert [e.title for e in loaded.entries] == ["A good entry"]
+    assert [p.path for p in loaded.problems] == ["entries/broken.md"]
+    assert "not valid YAML" in loaded.problems[0].reason
+    assert bad.read_bytes() == bad_bytes                             # left untouched
+
+
+def test_resolve_by_prefix_and_ambiguity(vault):
+    a = make(vault, "first").with_changes(id="k3f9q2", path="entries/k3f9q2.md")
+    b = make(vault, "second").with_changes(id="k3aa10", path="entries/k3aa10.md")
+    write(vault, a, b)
+    assert vault.resolve("k3f").id == "k3f9q2"
+    assert vault.resolve("#k3aa10").id == "k3aa10"
+    with pytest.raises(AmbiguousId) as ei:
+        vault.resolve("k3")
+    assert "k3aa10, k3f9q2" in str(ei.value) and "more characters" in str(ei.value)
+    with pytest.raises(EntryNotFound):
+        vault.resolve("zz")
+
+
+# --------------------------------------------------------------------------------------------- writing
+
+def test_write_is_one_commit_with_trailers_and_memory_md(vault):
+    e1, e2 = make(vault, "Use WAL mode"), make(vault, "Deploys run from release branches")
+    sha = write(vault, e1, e2)
+    assert g(vault.root, "rev-parse", "HEAD").strip() == sha
+    msg = g(vault.root, "log", "-1", "--format=%B")
+    assert msg.startswith("acpmem: fork-write: test write\n\nbecause a test said so\n")
+    assert "Acpmem-Kind: fork-write" in msg and f"Acpmem-Entry: {e1.id} {e2.id}" in msg
+    files = set(g(vault.root, "show", "--name-only", "--format=", "HEAD").split())
+    assert files == {e1.path, e2.path, "MEMORY.md"}
+    assert "Use WAL mode" in (vault.root / "MEMORY.md").read_text()
+    assert g(vault.root, "status", "--porcelain") == ""
+
+
+def test_forget_and_log_show_kinds(vault):
+    e = make(vault, "Temporary fact")
+    write(vault, e)
+    entry, sha = vault.forget(e.id[:4], "it was wrong")
+    assert not (vault.root / e.path).exists()
+    assert "it was wrong" in g(vault.root, "log", "-1", "--format=%B")
+    kinds = [i.kind for i in vault.log(e.id)]
+    assert kinds == ["forget", "fork-write"]
+    assert [i.kind for i in vault.log()][-1] == "init"
+
+
+# --------------------------------------------------------------------------------------------- human edits
+
+def test_human_edit_is_committed_separately_before_acpmem_commits_and_never_overwritten(vault):
+    e = make(vault, "Rate limit is 10/s")
+    write(vault, e)
+    path = vault.root / e.path
+    edited = path.read_text().replace("- a fact", "- a fact, corrected by hand: 20/s")
+    path.write_text(edited)
+    other = make(vault, "Another memory")
+    write(vault, other)
+    subjects = g(vault.root, "log", "-3", "--format=%s").splitlines()
+    assert subjects[0] == "acpmem: fork-write: test write"
+    assert subjects[1].startswith(f"acpmem: human-edit: human edit: {e.path}")
+    assert "Acpmem-Kind: human-edit" in g(vault.root, "log", "-1", "--skip=1", "--format=%B")
+    assert path.read_text() == edited                               # kept, byte for byte
+    assert [i.kind for i in vault.log(e.id)] == ["human-edit", "fork-write"]
+    assert g(vault.root, "status", "--porcelain") == ""
+
+
+def test_invalid_human_edit_is_not_committed_and_left_alone(vault):
+    e = make(vault, "Will be broken by hand")
+    write(vault, e)
+    path = vault.root / e.path
+    broken = path.read_bytes().replace(b"importance: 5", b"importance: eleven")
+    path.write_bytes(broken)
+    write(vault, make(vault, "Unrelated"))
+    assert path.read_bytes() == broken
+    assert any("importance" in w for w in vault.warnings)
+    assert f" M {e.path}" in g(vault.root, "status", "--porcelain")
+    rep = api.doctor(vault)
+    assert not rep.ok and any(e.path in f.what and "importance" in f.what for f in rep.findings)
+
+
+def test_hand_deleted_and_hand_added_entries_are_recorded_as_human_edits(vault):
+    e = make(vault, "To be deleted by hand")
+    write(vault, e)
+    (vault.root / e.path).unlink()
+    new = vault.entries_dir / "handmade.md"
+    new.write_text("---\nid: handmade\ntitle: Written by a person\ntype: fact\nimportance: 4\n"
+                   "created: 2026-11-29T10:00:00Z\n---\n- by hand\n")
+    rep = api.doctor(vault, fix=True)
+    assert any(f.level == "fixed" and "human edit" in f.what for f in rep.findings)
+    assert g(vault.root, "status", "--porcelain") == ""
+    assert [x.title for x in vault.load().entries] == ["Written by a person"]
+
+
+def test_update_refuses_when_the_file_changed_under_it(vault):
+    e = make(vault, "Original")
+    write(vault, e)
+    loaded = vault.resolve(e.id)
+    (vault.root / e.path).write_text((vault.root / e.path).read_text().replace("Original", "Changed by hand"))
+    from acpmem.errors import AcpmemError
+    with pytest.raises(AcpmemError, match="changed while"):
+        vault.write_entries([make(vault, "New")], subject="s", why="w",
+                            updates=[loaded.with_changes(superseded_by="abcdef")])
+    assert "Changed by hand" in (vault.root / e.path).read_text()
+
+
+# --------------------------------------------------------------------------------------------- reads
+
+def test_reads_never_commit_and_are_folded_into_the_next_commit(vault):
+    e = make(vault, "Read me")
+    write(vault, e)
+    head = g(vault.root, "rev-parse", "HEAD")
+    api.show(vault, e.id)
+    assert g(vault.root, "rev-parse", "HEAD") == head               # (a) no commit per read
+    assert vault.resolve(e.id).last_read == vault.now()
+    write(vault, make(vault, "Something else"))
+    clone = reads.clone_id(vault.state_dir)
+    tsv = (vault.root / "reads" / f"{clone}.tsv").read_text()
+    assert tsv == f"{e.id}\t{vault.now()}\n"
+    assert [i.kind for i in vault.log(e.id)] == ["fork-write"]       # (c) the entry's log has no read noise
+    assert not (vault.state_dir / "reads.log").exists()
+
+
+def test_reads_survive_a_clone_and_two_clones_merge_without_conflict(vault, tmp_path, clock):
+    e = make(vault, "Shared memory")
+    write(vault, e)
+    other_root = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(vault.root), str(other_root)], check=True)
+    later = lambda: clock().replace(hour=15)  # noqa: E731
+    other = Vault(other_root, clock=later, rng=random.Random(3))
+    api.show(vault, e.id)
+    api.show(other, e.id)
+    write(vault, make(vault, "From A"))
+    write(other, make(other, "From B"))
+    g(vault.root, "pull", "-q", "--no-rebase", "--no-edit", str(other_root), "main")  # (d) no conflict
+    assert g(vault.root, "status", "--porcelain") == ""
+    fresh = Vault(vault.root, clock=clock)
+    assert fresh.resolve(e.id).last_read == "2026-11-29T15:00:00Z"   # (b) the latest read of both clones
+
+
+# --------------------------------------------------------------------------------------------- doctor, locks
+
+def test_doctor_finishes_an_interrupted_change(vault):
+    e = make(vault, "Interrupted")
+    import json
+    (vault.state_dir / "journal.json").write_text(json.dumps({
+        "writes": {e.path: __import__("acpmem.model", fromlist=["x"]).new_entry_text(e)}, "deletes": [],
+        "subject": "interrupted write", "why": "a process was killed", "trailers": {"Acpmem-Kind": "fork-write"}}))
+    rep = api.doctor(vault)
+    assert not rep.ok and any("interrupted" in f.what for f in rep.findings)
+    rep = api.doctor(vault, fix=True)
+    assert rep.ok, rep.findings
+    assert vault.resolve(e.id).title == "Interrupted"
+    assert g(vault.root, "status", "--porcelain") == ""
+
+
+def test_foreign_index_lock_is_waited_for_and_never_deleted(vault):
+    from dataclasses import replace
+    vault._settings = replace(vault.settings, git=replace(vault.settings.git, foreign_lock_wait_seconds=0.3))
+    lock = vault.root / ".git" / "index.lock"
+    lock.write_text("")
+    with pytest.raises(GitStateError, match="someone is running git"):
+        write(vault, make(vault, "Blocked"))
+    assert lock.exists()
+    lock.unlink()
+    write(vault, make(vault, "Blocked"))
+    assert [e.title for e in vault.load().entries] == ["Blocked"]
+
+
+def test_entry_file_round_trips_through_the_vault(vault):
+    e = make(vault, "上传大文件必须分片", body="- 网关限制 100 MB。\n", typ="lesson", imp=8)
+    write(vault, e)
+    text = (vault.root / e.path).read_text("utf-8")
+    assert parse_entry(text, e.path).title == "上传大文件必须分片"
+    assert e.path == f"entries/{e.id}.md"                          # no ASCII slug for a Chinese title
