@@ -585,13 +585,26 @@ class Vault:
             writes[rel] = new_entry_text(e)
         from acpmem.model import dump_entry
         for e in updates or ():
-            writes[e.path] = dump_entry(e)
-        originals = {e.path: e.raw for e in updates or ()}
+            writes[e.path] = dump_entry(e) if e.raw is not None else ""  # without its text: built under the lock
+        originals = {e.path: e for e in updates or ()}
 
         def unchanged_since_read(v: "Vault") -> None:
-            for rel, raw in originals.items():
-                cur = (v.root / rel).read_text("utf-8") if (v.root / rel).exists() else None
-                if cur != raw:
+            for rel, e in originals.items():
+                cur = _read_text(v.root / rel)
+                if e.raw is not None:
+                    same = cur == e.raw
+                else:
+                    # An entry from the catalog carries no text: only the marking fields may differ from the file
+                    # as it is now, and the file's own formatting is kept.
+                    try:
+                        disk = parse_entry_bytes(cur.encode("utf-8"), rel, v.settings.types) if cur else None
+                    except EntryInvalid:
+                        disk = None
+                    marks = {k: getattr(e, k) for k in ("superseded_by", "supersedes", "last_read")}
+                    same = disk is not None and disk.with_changes(**marks) == e
+                    if same:
+                        writes[rel] = dump_entry(e.with_changes(raw=cur))
+                if not same:
                     raise AcpmemError(f"{rel} changed while acpmem was updating it",
                                       "run the command again; the other change was kept")
 
@@ -609,13 +622,23 @@ class Vault:
                          kind=KIND_FORGET, trailers={"Acpmem-Entry": entry.id, "Acpmem-Reason": reason})
         return entry, sha
 
-    def replace_entry_text(self, entry: Entry, text: str, *, subject: str, why: str, kind: str) -> str:
-        """Commit new text for an existing entry (``edit``), validated first."""
+    def replace_entry_text(self, entry: Entry, text: str, *, subject: str, why: str, kind: str,
+                           base: str | None = None) -> str:
+        """Commit new text for an existing entry (``edit``), validated first. ``base`` (default ``entry.raw``) is
+        the text the new one was made from: if the file no longer holds it once the lock is taken, the change is
+        refused rather than silently overwriting the other change."""
         new = parse_entry_bytes(text.encode("utf-8"), entry.path, self.settings.types)
         if new.id != entry.id:
             raise EntryInvalid(entry.path, "id", f"must stay '{entry.id}' (ids are stable; citations refer to them)")
+        base = entry.raw if base is None else base
+
+        def unchanged_since_read(v: "Vault") -> None:
+            if _read_text(v.root / entry.path) != base:
+                raise AcpmemError(f"{entry.path} changed while acpmem was updating it",
+                                  "run the command again; the other change was kept")
+
         return self.apply({entry.path: text}, [], subject=subject, why=why, kind=kind,
-                          trailers={"Acpmem-Entry": entry.id})
+                          trailers={"Acpmem-Entry": entry.id}, check=unchanged_since_read if base is not None else None)
 
     # ----------------------------------------------------------------- history
     def log(self, prefix: str | None = None, limit: int = 50) -> list[LogItem]:
@@ -669,6 +692,14 @@ class Vault:
         if res.code != 0:
             problems.append("git fsck: " + (res.err.strip() or res.out.strip()).splitlines()[0])
         return problems
+
+
+def _read_text(path: Path) -> str | None:
+    """A file's exact text (CRLF kept, unlike ``read_text``), or None when it is gone or not UTF-8."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
 
 
 def _one_line(value: object) -> str:

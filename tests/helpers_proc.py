@@ -71,9 +71,82 @@ def writer(vault_root: str, tag: str, n: int, ack_path: str) -> None:
         v.close()
 
 
+def editor(vault_root: str, ident: str, tag: str, n: int, ack_path: str) -> None:
+    """Append ``n`` lines to one entry's body by read-modify-write (``replace_entry_text``), retrying when another
+    process changed the entry meanwhile; ack ``tag-i`` after each returns."""
+    from acpmem.errors import AcpmemError
+    from acpmem.vault import KIND_EDIT, Vault
+
+    v = Vault(Path(vault_root), clock=lambda: PINNED)
+    try:
+        for i in range(n):
+            for _ in range(400):
+                e = v.resolve(ident)
+                text = v.entry_path(e).read_bytes().decode("utf-8")
+                try:
+                    v.replace_entry_text(e, text + f"- {tag} line {i}\n", subject=f"edit #{ident}",
+                                         why=f"{tag} {i}", kind=KIND_EDIT, base=text)
+                    break
+                except AcpmemError as exc:
+                    if "changed while" not in exc.message:
+                        raise
+            else:
+                raise SystemExit(f"{tag}: gave up on line {i}")
+            ack(Path(ack_path), f"{tag}-{i}")
+    finally:
+        v.close()
+
+
+def superseder(vault_root: str, target: str, tag: str, ack_path: str, retries: int = 200) -> None:
+    """Write a new entry that supersedes ``target`` (marking it), retrying when the target changed meanwhile;
+    ack ``ok<TAB>new-id`` or record the refusal."""
+    from acpmem.errors import AcpmemError
+    from acpmem.vault import KIND_SUPERSEDE, Vault
+
+    v = Vault(Path(vault_root), clock=lambda: PINNED)
+    try:
+        ident = f"{tag}sup"
+        new = make_entry(ident, f"Replacement {tag}", f"{tag} replaces {target}.").with_changes(
+            supersedes=(target,), path=v.path_for(ident, f"Replacement {tag}"))
+        for _ in range(retries + 1):
+            old = v.resolve(target)  # from the catalog, without its text: write_entries re-reads it under the lock
+            try:
+                v.write_entries([new], updates=[old.with_changes(superseded_by=ident)],
+                                subject=f"supersede #{target}", why=tag, kind=KIND_SUPERSEDE)
+                break
+            except AcpmemError as exc:
+                if "changed while" not in exc.message:
+                    raise
+        else:
+            ack(Path(ack_path), f"refused\t{ident}")
+            return
+        ack(Path(ack_path), f"ok\t{ident}")
+    finally:
+        v.close()
+
+
+def reader(vault_root: str, ident: str, n: int) -> None:
+    """Read one entry ``n`` times the way recall/show do (marks it read)."""
+    from acpmem import api
+    from acpmem.vault import Vault
+
+    v = Vault(Path(vault_root), clock=lambda: PINNED)
+    try:
+        for _ in range(n):
+            assert api.show(v, ident).id == ident
+            api.list_entries(v)
+    finally:
+        v.close()
+
+
+def start(*args: object) -> subprocess.Popen:
+    """Run one of this module's commands (write / edit / supersede / read) as a separate process."""
+    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def start_writer(vault_root: Path, tag: str, n: int, ack_path: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "write", str(vault_root), tag, str(n),
-                             str(ack_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start("write", vault_root, tag, n, ack_path)
 
 
 # --------------------------------------------------------------------------------------------- probes
@@ -179,5 +252,11 @@ if __name__ == "__main__":
     sys.path.insert(0, str(HERE.parent))
     if sys.argv[1] == "write":
         writer(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    elif sys.argv[1] == "edit":
+        editor(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6])
+    elif sys.argv[1] == "supersede":
+        superseder(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+    elif sys.argv[1] == "read":
+        reader(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
         raise SystemExit(f"unknown command {sys.argv[1]!r}")

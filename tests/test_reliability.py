@@ -111,3 +111,48 @@ def test_eight_writer_processes_times_ten(vault, tmp_path):
     assert hp.commit_count(root) == 81
     _assert_clean(root)
     assert _catalog_rows(root) == _rebuilt_catalog_rows(root)
+
+
+# --------------------------------------------------------------------------------------------- 2. same entry, many hands
+
+def test_same_entry_many_hands_lose_no_update(vault, tmp_path):
+    root = vault.root
+    target = hp.make_entry("tgt001", "Shared target", "Original body.")
+    vault.write_entries([target.with_changes(path="entries/tgt001-shared-target.md")], subject="seed", why="test")
+    vault.close()
+    base = hp.commit_count(root)
+    edit_acks, sup_acks = tmp_path / "edits.tsv", tmp_path / "sups.tsv"
+    procs = [hp.start("edit", root, "tgt001", f"e{k}", 6, edit_acks) for k in range(4)]
+    procs += [hp.start("supersede", root, "tgt001", f"s{k}", sup_acks) for k in range(3)]
+    procs += [hp.start("read", root, "tgt001", 25) for _ in range(2)]
+    for pr in procs:
+        _, err = pr.communicate(timeout=200)
+        assert pr.returncode == 0, err[-2000:]
+
+    edits = [a[0] for a in hp.read_acks(edit_acks)]
+    assert len(edits) == 24
+    sups = hp.read_acks(sup_acks)
+    ok_sups = [ident for status, ident in sups if status == "ok"]
+    assert len(sups) == 3 and ok_sups, sups
+    final = hp.git_out(root, "show", "HEAD:entries/tgt001-shared-target.md")
+    for tag in edits:
+        t, i = tag.split("-")
+        assert f"- {t} line {i}\n" in final, f"acknowledged update {tag} was lost"
+    assert "Original body." in final
+    marked = [ln.split(":", 1)[1].strip() for ln in final.splitlines() if ln.startswith("superseded_by:")]
+    assert len(marked) == 1 and marked[0] in ok_sups, (marked, ok_sups)
+    head = hp.head_files(root)
+    for ident in ok_sups:
+        assert any(p.startswith(f"entries/{ident}-") for p in head)
+    # one commit per acknowledged change; the reads made none
+    assert hp.commit_count(root) == base + len(edits) + len(ok_sups)
+    _assert_clean(root)
+    v = Vault(root, clock=lambda: hp.PINNED)
+    try:
+        for _ in range(5):
+            api.show(v, "tgt001")
+            api.resident_index(v, session="s-read")
+    finally:
+        v.close()
+    assert hp.commit_count(root) == base + len(edits) + len(ok_sups)
+    assert hp.status_porcelain(root) == ""
