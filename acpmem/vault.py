@@ -403,7 +403,10 @@ class Vault:
         if index_lock.exists() and marker.exists():
             try:
                 lock_m, mark_m = index_lock.stat().st_mtime, marker.stat().st_mtime
-                if mark_m - 1 <= lock_m <= mark_m + 120:
+                # Ours only if the process that left the marker is gone and nobody holds the lock open: a person's
+                # git started since then (or an orphaned git child of ours still finishing) keeps it open.
+                if mark_m - 1 <= lock_m <= mark_m + 120 and not _pid_alive(_read_pid(marker)) \
+                        and not _held_open(index_lock):
                     index_lock.unlink()
                     self.warnings.append("removed a stale .git/index.lock left by a killed acpmem process")
             except FileNotFoundError:
@@ -692,6 +695,53 @@ class Vault:
         if res.code != 0:
             problems.append("git fsck: " + (res.err.strip() or res.out.strip()).splitlines()[0])
         return problems
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text("ascii").split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _pid_alive(pid: int | None) -> bool:
+    """Whether a process runs with this pid (a zombie, killed but not yet reaped, counts as gone)."""
+    if not pid or pid == os.getpid():
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _held_open(path: Path) -> bool:
+    """Whether any process has ``path`` open (Linux /proc; elsewhere: unknown, say no)."""
+    target = os.path.realpath(path)
+    try:
+        pids = [d for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return False
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    return True
+            except OSError:
+                continue
+    return False
 
 
 def _read_text(path: Path) -> str | None:

@@ -156,3 +156,101 @@ def test_same_entry_many_hands_lose_no_update(vault, tmp_path):
         v.close()
     assert hp.commit_count(root) == base + len(edits) + len(ok_sups)
     assert hp.status_porcelain(root) == ""
+
+
+# --------------------------------------------------------------------------------------------- 3. a foreign index.lock
+
+def _set_git_setting(root: Path, key: str, value: str) -> None:
+    toml = root / "acpmem.toml"
+    text = toml.read_text("utf-8")
+    prefix = f"{key} = "
+    lines = [f"{prefix}{value}" if ln.startswith(prefix) else ln for ln in text.splitlines()]
+    toml.write_text("\n".join(lines) + "\n", "utf-8")
+    hp.git_out(root, "commit", "-q", "-m", f"set {key}", "--", "acpmem.toml")
+
+
+def _hold_foreign_lock(root: Path, seconds: float, seen: dict) -> threading.Thread:
+    """A person's git: create .git/index.lock, keep it ``seconds``, then remove it — noting whether it was still
+    there (nobody else may delete it)."""
+    lock = root / ".git" / "index.lock"
+    lock.write_bytes(b"foreign")
+    seen["ino"] = lock.stat().st_ino
+
+    def release() -> None:
+        time.sleep(seconds)
+        try:
+            seen["still_there"] = lock.stat().st_ino == seen["ino"] and lock.read_bytes() == b"foreign"
+            lock.unlink()
+        except FileNotFoundError:
+            seen["still_there"] = False
+
+    t = threading.Thread(target=release)
+    t.start()
+    return t
+
+
+def test_foreign_index_lock_is_waited_for_and_never_deleted(vault):
+    root = vault.root
+    seen: dict = {}
+    t = _hold_foreign_lock(root, 1.0, seen)
+    try:
+        sha = vault.write_entries([hp.make_entry("wait01", "Waited", "It waited.")], subject="add", why="test")
+    finally:
+        t.join()
+    assert seen["still_there"] is True
+    assert "entries/wait01-waited.md" in hp.head_files(root)
+    assert hp.git_out(root, "rev-parse", "HEAD").strip() == sha
+    _assert_clean(root)
+
+
+def test_foreign_index_lock_held_too_long_fails_clearly_and_keeps_the_write_out(vault):
+    root = vault.root
+    _set_git_setting(root, "foreign_lock_wait_seconds", "0.5")
+    vault.close()
+    v = Vault(root, clock=lambda: hp.PINNED)
+    head = hp.git_out(root, "rev-parse", "HEAD")
+    lock = root / ".git" / "index.lock"
+    lock.write_bytes(b"foreign")
+    # our own marker left by a killed acpmem long ago does not make a fresh foreign lock ours
+    marker = root / ".acpmem" / "locks" / "git-running"
+    marker.write_text("999999999\n")
+    old = time.time() - 3600
+    os.utime(marker, (old, old))
+    with pytest.raises(GitStateError) as exc:
+        v.write_entries([hp.make_entry("late01", "Too late", "Never written.")], subject="add", why="test")
+    assert "index.lock" in exc.value.message and exc.value.hint
+    assert lock.read_bytes() == b"foreign"  # never deleted, never touched
+    assert hp.git_out(root, "rev-parse", "HEAD") == head
+    assert not list((root / "entries").glob("late01*"))
+    assert not (root / ".acpmem" / "journal.json").exists()
+    lock.unlink()  # the person's git finished
+    v.write_entries([hp.make_entry("late01", "Too late", "Written now.")], subject="add", why="test")
+    assert "entries/late01-too-late.md" in hp.head_files(root)
+    v.close()
+    _assert_clean(root)
+
+
+def test_fresh_marker_of_a_killed_process_does_not_make_a_live_foreign_lock_ours(vault):
+    """acpmem was killed mid-commit a moment ago (its marker is fresh, its pid dead) and a person's git now holds
+    index.lock open: that lock is not ours and must be waited for, not removed."""
+    root = vault.root
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (root / ".acpmem" / "locks" / "git-running").write_text(f"{dead.pid}\n")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, time\n"
+        "p = sys.argv[1]\n"
+        "fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)\n"
+        "ino = os.fstat(fd).st_ino\n"
+        "print('held', flush=True)\n"
+        "time.sleep(1.5)\n"
+        "ok = os.path.exists(p) and os.stat(p).st_ino == ino\n"
+        "os.close(fd)\n"
+        "os.unlink(p) if ok else None\n"
+        "print('ok' if ok else 'deleted by someone else', flush=True)\n"), str(root / ".git" / "index.lock")],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    vault.write_entries([hp.make_entry("live01", "Live lock", "Waited for a live lock.")], subject="add", why="t")
+    assert holder.stdout.readline().strip() == "ok"
+    holder.wait(timeout=30)
+    assert "entries/live01-live-lock.md" in hp.head_files(root)
