@@ -83,13 +83,15 @@ rank ranking score scoring|recommend recommendation suggest suggestion|limit lim
 retry retries backoff|timeout timeouts deadline|circuit-breaker breaker|fallback degrade|
 chart graph plot visualization visualisation diagram|dashboard panel|table grid|layout style css|
 phone mobile cellphone smartphone|laptop computer pc notebook|car auto automobile vehicle|
-kid child kids children|mom mother mum mama|dad father papa|parent parents|
+kid child kids children|grandma grandmother granny nana|grandpa grandfather granddad|sister sis|brother bro|
+boyfriend partner|girlfriend partner|mom mother mum mama|dad father papa|parent parents|
 wife spouse|friend buddy pal|doctor physician|job career occupation profession|
 school college university|teacher instructor tutor|student pupil learner|trip travel journey vacation holiday|
 house home apartment flat|dog puppy pup|cat kitten kitty|painting paint artwork art|music song songs|
 hobby hobbies pastime|sport sports exercise workout fitness|run running jog jogging|hike hiking trek|
 cook cooking bake baking|food meal dish|book novel|buy purchase|
-happy glad joyful|sad unhappy upset|angry mad furious|sick ill unwell|
+happy glad joyful|gift present|
+sad unhappy upset|angry mad furious|sick ill unwell|
 """
 ALIAS_GROUPS: tuple[tuple[str, ...], ...] = tuple(
     tuple(g.split()) for g in _ALIASES.replace("\n", " ").split("|") if g.split())
