@@ -1,0 +1,87 @@
+"""Whole-process timing of `acp memory list --format prompt` and `acp memory --help` (SPEC §9, first row).
+
+Builds vaults of generated entries through the library (one commit each), warms the derived cache once, then runs
+each command as a fresh process several times and prints the median.
+
+    python bench/list_speed.py [--sizes 1000,10000] [--runs 15] [--keep DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from acpmem.model import Citation, Entry
+from acpmem.vault import KIND_FORK, init_vault
+
+WORDS = ("cache queue session hook lock index deploy token budget retry schema vault merge commit recall "
+         "latency worker branch release config secret upload gateway parser render prompt").split()
+ZH = ["缓存", "队列", "会话", "部署", "网关", "上传", "配置", "索引", "合并", "日志"]
+
+
+def build(root: Path, n: int, seed: int = 1) -> None:
+    rng = random.Random(seed)
+    v = init_vault(root, rng=rng)
+    entries, taken = [], set()
+    for i in range(n):
+        ident = v.new_id(taken) if n <= 2000 else f"g{i:07d}"
+        taken.add(ident)
+        if i % 7 == 0:
+            title = "".join(rng.sample(ZH, 3)) + f"的约定 {i}"
+        else:
+            title = " ".join(rng.sample(WORDS, 6)).capitalize() + f" ({i})"
+        body = "\n".join(f"- {' '.join(rng.sample(WORDS, 10))}." for _ in range(3)) + "\n"
+        e = Entry(id=ident, title=title, type=rng.choice(("decision", "lesson", "fact", "reference")),
+                  importance=rng.randint(1, 10), created=f"2026-{rng.randint(1, 11):02d}-{rng.randint(1, 28):02d}T10:00:00Z",
+                  body=body, citation=(Citation(f"s{rng.randint(1, 50)}", rng.randint(1, 900)),))
+        entries.append(e.with_changes(path=v.path_for(ident, title)))
+    v.write_entries(entries, subject=f"{n} generated entries", why="benchmark", kind=KIND_FORK)
+    v.close()
+
+
+def median_ms(cmd: list[str], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1000,10000")
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--keep", type=Path, help="build the vaults here and keep them")
+    args = ap.parse_args()
+    acp = str(Path(sys.executable).parent / "acp")
+    base = args.keep or Path(tempfile.mkdtemp(prefix="acpmem-bench-"))
+    print(f"python {sys.version.split()[0]}, runs={args.runs} (median, whole process)")
+    print(f"{'entries':>8}  {'list --format prompt':>21}  {'list --session (frozen)':>24}  {'--help':>8}  build")
+    for n in (int(s) for s in args.sizes.split(",")):
+        root = base / f"v{n}"
+        if not (root / "entries").is_dir():
+            t = time.perf_counter()
+            build(root, n)
+            built = f"{time.perf_counter() - t:.1f} s"
+        else:
+            built = "kept"
+        cmd = [acp, "memory", "list", "--format", "prompt", "--vault", str(root)]
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)  # warm the derived cache once
+        subprocess.run(cmd + ["--session", "bench"], stdout=subprocess.DEVNULL, check=True)
+        t_list = median_ms(cmd, args.runs)
+        t_frozen = median_ms(cmd + ["--session", "bench"], args.runs)
+        t_help = median_ms([acp, "memory", "--help"], args.runs)
+        print(f"{n:>8}  {t_list:>18.0f} ms  {t_frozen:>21.0f} ms  {t_help:>5.0f} ms  {built}")
+    if not args.keep:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
