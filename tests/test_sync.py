@@ -1,0 +1,140 @@
+"""`acp memory sync`: two real clones of a vault and a bare repository on disk, driven through the real CLI."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers_proc import git_out, make_entry
+
+from acpmem.vault import Vault, init_vault
+
+
+def _write(v: Vault, ident: str, title: str, body: str) -> str:
+    e = make_entry(ident, title, body)
+    return v.write_entries([e.with_changes(path=v.path_for(ident, title))], subject=f"add #{ident}", why="test")
+
+
+@pytest.fixture
+def clones(tmp_path, clock):
+    """Clone A (made by init, pushed first) and clone B (a git clone of the bare remote)."""
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    a = init_vault(tmp_path / "a", clock=clock)
+    _write(a, "base01", "The queue is drained by one worker per vault", "- One worker per vault drains the queue.")
+    git_out(a.root, "remote", "add", "origin", str(bare))
+    subprocess.run(["git", "clone", "-q", str(bare), str(tmp_path / "b")], check=False)  # empty remote: nothing yet
+    yield a, bare, tmp_path
+    a.close()
+
+
+def _sync(cli, root: Path, *extra: str):
+    return cli("memory", "--vault", str(root), "sync", *extra)
+
+
+def test_no_remote_is_a_clear_error_with_the_next_step(vault, cli):
+    r = _sync(cli, vault.root)
+    assert r.returncode == 1
+    assert f"git -C {vault.root} remote add origin URL" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = _sync(cli, vault.root, "--remote", "team")
+    assert r.returncode == 1 and "remote add team URL" in r.stderr
+
+
+def test_two_clones_with_different_entries_and_reads_merge_cleanly(clones, cli, clock):
+    a, bare, tmp = clones
+    r = _sync(cli, a.root, "--json")
+    assert r.returncode == 0, r.stderr
+    first = json.loads(r.stdout)
+    assert first["merge"] == "first-push" and first["pushed"] is True
+    assert git_out(bare, "rev-parse", "main").strip() == first["head"]
+
+    subprocess.run(["git", "clone", "-q", str(bare), str(tmp / "b2")], check=True)
+    b = Vault(tmp / "b2", clock=clock)
+    assert [e.id for e in b.load().entries] == ["base01"]
+
+    # both sides read the shared entry and write a different new one
+    a.mark_read(["base01"])
+    b.mark_read(["base01"])
+    _write(a, "alpha1", "Clone A uses pnpm for installs", "- Clone A: pnpm, not npm.")
+    _write(b, "beta01", "Clone B pins Python 3.12", "- Clone B: Python 3.12.")
+
+    ra = _sync(cli, a.root, "--json")
+    assert ra.returncode == 0, ra.stderr
+    rb = _sync(cli, b.root, "--json")
+    assert rb.returncode == 0, rb.stderr
+    res_b = json.loads(rb.stdout)
+    assert res_b["merge"] == "merge" and res_b["incoming"] >= 1 and res_b["pushed"] is True
+    ra = _sync(cli, a.root, "--json")
+    assert ra.returncode == 0, ra.stderr
+    assert json.loads(ra.stdout)["merge"] == "fast-forward"
+
+    for v in (a, b):
+        assert sorted(e.id for e in v.load().entries) == ["alpha1", "base01", "beta01"]
+        assert git_out(v.root, "status", "--porcelain").strip() == ""
+        assert not (v.root / ".git" / "MERGE_HEAD").exists()
+        memory = (v.root / "MEMORY.md").read_text()
+        assert "<<<<<<<" not in memory and memory.count("`alpha1`") == 1 and memory.count("`beta01`") == 1
+        assert "3 entries" in memory
+        # both clones' read logs travelled: two reads/<clone-id>.tsv files, each naming base01
+        tsv = sorted((v.root / "reads").glob("*.tsv"))
+        assert len(tsv) == 2 and all("base01\t" in p.read_text() for p in tsv)
+    assert git_out(a.root, "rev-parse", "HEAD") == git_out(b.root, "rev-parse", "HEAD") \
+        == git_out(bare, "rev-parse", "main")
+    # the merge commit says what it is
+    assert "Acpmem-Kind: sync" in git_out(b.root, "log", "--merges", "-n1", "--format=%B")
+
+
+def test_same_entry_edited_on_both_sides_keeps_both_versions_then_finishes(clones, cli, clock):
+    a, bare, tmp = clones
+    assert _sync(cli, a.root).returncode == 0
+    subprocess.run(["git", "clone", "-q", str(bare), str(tmp / "b2")], check=True)
+    b = Vault(tmp / "b2", clock=clock)
+    path_a = a.root / a.resolve("base01").path
+    path_b = b.root / b.resolve("base01").path
+    original = path_a.read_text()
+    # two people correct the same line by hand, differently
+    path_a.write_text(original.replace("drains the queue.", "drains the queue; it exits when idle."))
+    path_b.write_text(original.replace("drains the queue.", "drains the queue under a flock."))
+    assert _sync(cli, a.root).returncode == 0
+    remote_before = git_out(bare, "rev-parse", "main")
+
+    r = _sync(cli, b.root)
+    assert r.returncode == 1, r.stdout + r.stderr
+    rel = str(path_b.relative_to(b.root))
+    assert f"conflict: {rel}" in r.stderr
+    assert "run `acp memory sync` again" in r.stderr and "merge --abort" in r.stderr
+    assert "Traceback" not in r.stderr
+    # nothing lost: both versions are in the file, the merge is in progress, nothing was pushed
+    text = path_b.read_text()
+    assert "it exits when idle." in text and "under a flock." in text and "<<<<<<< HEAD" in text
+    assert (b.root / ".git" / "MERGE_HEAD").exists()
+    assert git_out(bare, "rev-parse", "main") == remote_before
+
+    # running sync again before resolving refuses and names the file again
+    r = _sync(cli, b.root)
+    assert r.returncode == 1 and f"conflict: {rel}" in r.stderr
+
+    # the person keeps both facts and runs sync again: the merge is finished and pushed
+    resolved = original.replace("drains the queue.", "drains the queue under a flock; it exits when idle.")
+    path_b.write_text(resolved)
+    r = _sync(cli, b.root, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["merge"] == "finished-merge" and out["pushed"] is True
+    assert not (b.root / ".git" / "MERGE_HEAD").exists()
+    assert git_out(bare, "show", f"main:{rel}") == resolved
+    assert _sync(cli, a.root).returncode == 0
+    assert path_a.read_text() == resolved
+    assert b.resolve("base01").body.count("it exits when idle") == 1
+
+
+def test_human_output_and_help(clones, cli):
+    a, _, _ = clones
+    r = _sync(cli, a.root)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Synced with origin/main:") and "pushed" in r.stdout
+    h = cli("memory", "sync", "--help")
+    assert h.returncode == 0 and "Example: acp memory sync" in h.stdout
