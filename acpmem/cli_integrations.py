@@ -1,0 +1,105 @@
+"""The integration commands of ``acp memory``: ``serve`` (MCP over stdio), ``hook claude-code`` and ``sync``.
+
+Each is parse → one library call (``mcp_server.serve``, ``hooks.claude_code``, ``sync.sync``) → render. Registers on
+``acpmem.cli.app`` when ``cli`` imports it.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from acpmem.cli import JsonOpt, State, VaultOpt, app, is_tty, open_vault, out, out_json, warn
+
+hook_app = typer.Typer(name="hook", help="Answer agent-harness hook events (Claude Code).", no_args_is_help=True,
+                       add_completion=False, pretty_exceptions_enable=False,
+                       context_settings={"help_option_names": ["-h", "--help"]})
+app.add_typer(hook_app, name="hook")
+
+
+@app.command()
+def serve(session: Annotated[Optional[str], typer.Option(help="Session id for the commits' citations and the frozen "
+                                                              "index (default: $ACPMEM_SESSION, else one generated "
+                                                              "per server process).", show_default=False)] = None,
+          transcript: Annotated[Optional[Path], typer.Option(help="The conversation file the fork distils from "
+                                                                  "(OpenAI/Anthropic JSON, JSONL, Claude Code JSONL).",
+                                                             show_default=False)] = None,
+          vault: VaultOpt = None) -> None:
+    """MCP server over stdio with the main conversation's tools: memory_commit and memory_recall (never
+    memory_write), and the resident index as the resource memory://index.
+
+    A client may add `session`, `seq` and `transcript` to a memory_commit call's arguments; otherwise the server's
+    session is used and seq counts its commits (or is the transcript's last message when --transcript is given).
+
+    Example: claude mcp add acpmem -- acp memory serve
+    """
+    from acpmem.mcp_server import serve as run_server
+
+    v = open_vault(vault)
+    run_server(v.root, session=session, transcript=str(transcript.resolve()) if transcript else None)
+
+
+@hook_app.command("claude-code")
+def claude_code(vault: VaultOpt = None) -> None:
+    """Read one Claude Code hook event (JSON on stdin) and answer in Claude Code's hook format.
+
+    SessionStart → the resident index (frozen for that session_id) as additional context; UserPromptSubmit →
+    per-turn surfacing when `[surface] enabled = true` in acpmem.toml; other events → nothing. The vault is found
+    from the event's cwd unless --vault or $ACPMEM_VAULT names it; no vault → no output, exit 0. A problem →
+    one line on stderr and exit 1, which Claude Code shows without blocking the session.
+
+    Example (.claude/settings.json): {"hooks": {"SessionStart": [{"hooks": [{"type": "command",
+    "command": "acp memory hook claude-code"}]}]}}
+    """
+    from acpmem.hooks import claude_code as answer
+
+    data = sys.stdin.buffer.read((1 << 20) + 1)
+    a = answer(data, vault=vault or State.vault)
+    if a.stdout:
+        sys.stdout.write(a.stdout)
+        sys.stdout.flush()
+    if a.stderr:
+        sys.stderr.write(a.stderr)
+    raise typer.Exit(a.exit_code)
+
+
+@app.command()
+def sync(remote: Annotated[Optional[str], typer.Option("--remote", "-r", help="The git remote (default: acpmem.toml "
+                                                                              "[git] remote, \"origin\").",
+                                                       show_default=False)] = None,
+         json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+    """Exchange the vault with a git remote: commit pending human edits and reads, fetch, merge, regenerate
+    MEMORY.md, push.
+
+    Reads and different entries written on two clones merge without conflicts. When both sides changed the same
+    entry, the merge stays in progress with both versions in the file (nothing is lost or pushed); edit it, then
+    run `acp memory sync` again to finish. No remote yet: `git -C VAULT remote add origin URL`.
+
+    Example: acp memory sync --remote origin
+    """
+    from acpmem.errors import SyncConflict
+    from acpmem.sync import sync as run_sync
+
+    v = open_vault(vault)
+    try:
+        if is_tty() and not json_:
+            from rich.console import Console
+
+            console = Console(stderr=True)
+            with console.status("Syncing…") as status:
+                result = run_sync(v, remote, progress=lambda msg: status.update(f"{msg}…"))
+        else:
+            result = run_sync(v, remote)
+    except SyncConflict as exc:
+        for p in exc.data.get("paths", []):
+            warn(f"conflict: {p}")
+        raise
+    if json_:
+        out_json(result.to_json())
+        return
+    how = {"up-to-date": "", "fast-forward": " (fast-forward)", "merge": " (merged)",
+           "finished-merge": " (your resolved merge committed)", "first-push": " (first push)"}[result.merge]
+    out(f"Synced with {result.remote}/{result.branch}: {result.incoming} commit(s) in{how}, {result.outgoing} out"
+        f"{' and pushed' if result.pushed else ''}. HEAD {result.head[:12]}.")
