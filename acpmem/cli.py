@@ -225,8 +225,9 @@ def edit(entry_id: Annotated[str, typer.Argument(metavar="ID", help="An entry id
     from acpmem.edit import edit_entry
 
     v = open_vault(vault)
+    interactive = sys.stdin.isatty() and sys.stdout.isatty()
     result = edit_entry(v, entry_id, from_file=from_file, message=message,
-                        interactive=sys.stdin.isatty() and sys.stdout.isatty())
+                        confirm=(lambda q: typer.confirm(q, default=True)) if interactive else None)
     emit_warnings(v)
     out(result)
 

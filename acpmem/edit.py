@@ -10,6 +10,7 @@ import os
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 from acpmem.errors import AcpmemError, EntryInvalid, SecretRefused, UsageError
 from acpmem.model import parse_entry_bytes
@@ -34,7 +35,9 @@ def _validate(v: Vault, entry, text: str) -> None:
 
 
 def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message: str | None = None,
-               interactive: bool = False) -> str:
+               confirm: Callable[[str], bool] | None = None) -> str:
+    """Edit one entry; ``confirm(question)`` (a terminal prompt, from the CLI) decides whether to re-open the
+    editor after an invalid edit — without it the draft is kept and the edit refused."""
     entry = v.resolve(prefix)
     path = v.entry_path(entry)
     original = path.read_bytes().decode("utf-8")
@@ -62,11 +65,8 @@ def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message:
                 _validate(v, entry, text)
                 break
             except (EntryInvalid, SecretRefused) as exc:
-                if interactive:
-                    import typer
-
-                    if typer.confirm(f"Invalid: {exc}\nRe-open the editor?", default=True):
-                        continue
+                if confirm is not None and confirm(f"Invalid: {exc}\nRe-open the editor?"):
+                    continue
                 raise AcpmemError(
                     f"edit refused: {exc.message}",
                     f"nothing was changed; your text is kept in {draft} — run `acp memory edit {entry.id}` to "
