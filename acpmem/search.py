@@ -380,7 +380,7 @@ W_EXACT, W_ALIAS, W_DICT, W_PREFIX, W_CLIPPED, W_TYPO1, W_TYPO2 = 1.0, 0.7, 0.6,
 SPREAD, SPREAD_RADIUS, SPREAD_TOP = 0.15, 2, 50
 DATE_BOOST = 1.0
 TAG_BOOST = 0.5
-SPREAD_MODE = "sum"
+POOL = 300
 
 
 @dataclass(frozen=True)
@@ -554,31 +554,38 @@ def make_preview(doc: SearchDoc, words: Sequence[str], length: int = 200) -> str
     return ("…" if start else "") + text[start:end].strip() + ("…" if end < len(text) else "")
 
 
+@functools.lru_cache(maxsize=4096)
+def _tag_terms(tags: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(analyze(" ".join(tags)))
+
+
 def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, dates: bool = True,
          preview_length: int = 200) -> list[Hit]:
-    """Rank the documents of ``src`` for ``query``: term scores, then spreading and date boosts."""
+    """Rank the documents of ``src`` for ``query``: term scores, then spreading and the tag and date boosts.
+
+    Only the best ``POOL`` documents by term score (and those they spread to) are re-scored, so the cost of
+    this step does not grow with the index."""
     groups = plan_query(query, src.vocabulary)
     scores, why = score_query(groups, src)
     if not scores:
         return []
-    final = dict(scores)
+    by_score = sorted(scores, key=lambda k: (-scores[k], k))
+    final = {k: scores[k] for k in by_score[:max(POOL, limit)]}
     extra: dict[int, dict] = defaultdict(dict)
     if spread and SPREAD:
-        top = sorted(scores, key=lambda k: -scores[k])[:SPREAD_TOP]
-        gains: dict[int, float] = {}
-        for key in top:
+        gains: dict[int, float] = defaultdict(float)
+        for key in by_score[:SPREAD_TOP]:
             for other, dist in src.neighbours(key, SPREAD_RADIUS):
-                gain = SPREAD * scores[key] / (1 + dist)
-                gains[other] = max(gains.get(other, 0.0), gain) if SPREAD_MODE == "max" else gains.get(other, 0.0) + gain
+                gains[other] += SPREAD * scores[key] / (1 + dist)
         for other, gain in gains.items():
-            final[other] = final.get(other, 0.0) + gain
+            final[other] = final.get(other, scores.get(other, 0.0)) + gain
             extra[other]["spread"] = round(gain, 4)
     named = query_dates(query) if dates else []
     exact = {g.terms[0].term for g in groups if g.terms[0].via == "exact"}
-    for key in list(final):
+    for key in final:
         doc = src.doc(key)
         factor = doc.weight
-        if TAG_BOOST and doc.tags and exact & set(analyze(" ".join(doc.tags))):
+        if TAG_BOOST and doc.tags and exact & _tag_terms(doc.tags):
             factor *= 1 + TAG_BOOST
             extra[key]["tag"] = True
         if named:
