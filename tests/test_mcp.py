@@ -1,0 +1,156 @@
+"""`acp memory serve`: the `mcp` package's own client (stdio_client + ClientSession) against a real server process."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from acpmem.tools import tool_definitions
+from acpmem.vault import Vault
+
+pytest.importorskip("mcp")
+
+
+def _server_params(vault_root: Path, *extra: str):
+    from mcp import StdioServerParameters
+
+    exe = Path(sys.executable).parent / "acp"
+    return StdioServerParameters(command=str(exe), args=["memory", "serve", "--vault", str(vault_root), *extra],
+                                 env=dict(os.environ), cwd=str(vault_root))
+
+
+def _session_run(params, body):
+    """Run ``body(session)`` inside an initialised MCP client session; returns what it returns."""
+    import anyio
+    from mcp import ClientSession, stdio_client
+
+    result = {}
+
+    async def main():
+        with open(os.devnull, "w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    result["value"] = await body(session)
+
+    anyio.run(main)
+    return result["value"]
+
+
+def _wait_for(predicate, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    return predicate()
+
+
+def test_tools_resource_recall_and_commit_end_to_end(example_vault, tmp_path):
+    root = example_vault.root
+    head_before = example_vault.log(limit=1)[0].commit
+
+    async def body(s):
+        tools = (await s.list_tools()).tools
+        recall = await s.call_tool("memory_recall", {"query": "rate limit search API Retry-After"})
+        bad = await s.call_tool("memory_commit", {"type": "gossip", "note": "x", "importance": 3})
+        commit = await s.call_tool("memory_commit", {"type": "decision", "importance": 7,
+                                                     "note": "Ship the MCP server over stdio only"})
+        resources = (await s.list_resources()).resources
+        index1 = (await s.read_resource("memory://index")).contents[0].text
+        index2 = (await s.read_resource("memory://index")).contents[0].text
+        return tools, recall, bad, commit, resources, index1, index2
+
+    tools, recall, bad, commit, resources, index1, index2 = _session_run(
+        _server_params(root, "--session", "s-mcp"), body)
+
+    # exactly the two main-conversation tools, with acpmem's own descriptions and schemas; never memory_write
+    expected = {t["name"]: t for t in tool_definitions(for_="main", format="mcp")}
+    assert sorted(t.name for t in tools) == ["memory_commit", "memory_recall"]
+    for t in tools:
+        assert t.description == expected[t.name]["description"]
+        assert t.input_schema == expected[t.name]["inputSchema"]
+        assert t.annotations.read_only_hint is (t.name == "memory_recall")
+
+    # recall finds the entry, framed as data, with its provenance
+    text = recall.content[0].text
+    assert recall.is_error is False
+    assert "10 requests per second per key" in text and "<<acpmem-data" in text
+    rate = [e for e in example_vault.load().entries if e.title.startswith("Rate limits")][0]
+    assert rate.id in text
+
+    # a wrong argument comes back as a tool error the model can read, not a protocol failure
+    assert bad.is_error is True and "type" in bad.content[0].text and "decision" in bad.content[0].text
+
+    # commit answers at once with the acknowledgement; the offline extractor writes the entry in the background
+    assert commit.is_error is False
+    ack = commit.content[0].text
+    assert ack.startswith("Noted (r-") and "background" in ack
+
+    def written():
+        v = Vault(root)
+        try:
+            return [e for e in v.load().entries if any(c.session == "s-mcp" for c in e.citation)]
+        finally:
+            v.close()
+
+    entries = _wait_for(written)
+    assert len(entries) == 1, "the commit made through MCP never became an entry"
+    e = entries[0]
+    assert e.type == "decision" and e.importance == 7 and e.citation[0].seq == 1
+    assert ack.split("(")[1].split(")")[0] == e.source.get("request")
+    _wait_for(lambda: not list((root / ".acpmem" / "pending").glob("*.json")))
+    assert example_vault.log(limit=1)[0].commit != head_before
+
+    # the index resource: the resident index, frozen for the server's session
+    assert [str(r.uri) for r in resources] == ["memory://index"]
+    assert index1 == index2
+    assert "Long-term memory" in index1 and "Session append must be re-entrant" in index1
+
+
+def test_host_may_pass_session_and_seq_and_sessions_differ_per_process(vault, tmp_path):
+    root = vault.root
+    transcript = tmp_path / "t.json"
+    transcript.write_text(json.dumps([
+        {"role": "user", "content": "Which package manager do we use?"},
+        {"role": "assistant", "content": "We use pnpm; npm broke the lockfile twice."},
+    ]))
+
+    async def body(s):
+        r = await s.call_tool("memory_commit", {"type": "fact", "note": "pnpm is the package manager",
+                                                "importance": 6, "session": "host-7", "seq": 1,
+                                                "transcript": str(transcript)})
+        idx = (await s.read_resource("memory://index")).contents[0].text
+        return r, idx
+
+    r, _ = _session_run(_server_params(root), body)
+    assert r.is_error is False, r.content[0].text
+
+    def written():
+        v = Vault(root)
+        try:
+            return [e for e in v.load().entries if any(c.session == "host-7" for c in e.citation)]
+        finally:
+            v.close()
+
+    entries = _wait_for(written)
+    assert len(entries) == 1 and "pnpm" in (entries[0].title + entries[0].body)
+    assert {c.seq for c in entries[0].citation} <= {0, 1}
+    _wait_for(lambda: not list((root / ".acpmem" / "pending").glob("*.json")))
+    # two server processes without --session get two different generated sessions (two frozen snapshots)
+    snaps = sorted(p.name for p in (root / ".acpmem" / "sessions").iterdir() if p.name.startswith("mcp-"))
+    _session_run(_server_params(root), lambda s: s.read_resource("memory://index"))
+    snaps2 = sorted(p.name for p in (root / ".acpmem" / "sessions").iterdir() if p.name.startswith("mcp-"))
+    assert len(snaps) == 1 and len(snaps2) == 2
+
+
+def test_serve_help_and_no_vault(cli, tmp_path):
+    h = cli("memory", "serve", "--help")
+    assert h.returncode == 0 and "memory://index" in h.stdout and "claude mcp add" in h.stdout
+    r = cli("memory", "serve", cwd=tmp_path, input="")
+    assert r.returncode == 1 and "acp memory init" in r.stderr
