@@ -27,6 +27,7 @@ import bisect
 import functools
 import math
 import re
+import unicodedata
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -229,7 +230,8 @@ FIELDS = ("title", "body", "tags", "gram")
 FIELD_WEIGHTS = (2.0, 1.0, 1.5, 0.3)
 K1, B = 1.2, 0.75
 
-_LATIN_RUN = re.compile(r"[A-Za-z0-9]+(?:[-_'][A-Za-z0-9]+)*")
+# Words of any alphabetic script (Latin, accented, Cyrillic, Greek…); CJK runs are blanked out first.
+_WORD_RUN = re.compile(r"[^\W_]+(?:[-_'][^\W_]+)*")
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
@@ -247,18 +249,23 @@ def normalize_word(word: str) -> str | None:
     if len(word) < 2 or word in lexicon.STOP_WORDS:
         return None
     word = lexicon.IRREGULAR.get(word, word)
-    if any(c.isdigit() for c in word):
-        return word  # i18n, k8s, sha256: codes, not English words
+    if any(c.isdigit() for c in word) or not word.isascii():
+        return word  # i18n, k8s, sha256 are codes; non-English words are kept whole (accents already folded)
     return _stemmer().stemWord(word)
 
 
 def latin_words(text: str) -> list[str]:
-    """Lowercase Latin words: camelCase and hyphen/underscore compounds give their parts and the joined whole."""
+    """Lowercase words outside CJK runs: camelCase and hyphen/underscore compounds give their parts and the
+    joined whole; accents are folded ("café" → "cafe")."""
     out: list[str] = []
-    for run in _LATIN_RUN.findall(text):
+    if not text.isascii():
+        if has_cjk(text):
+            text = _cjk_re()[0].sub(" ", text)
+        text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    for run in _WORD_RUN.findall(text):
         run = run.replace("'", " ").split()[0] if "'" in run else run  # possessive / contraction tail dropped
         parts = [p for seg in re.split(r"[-_]", run) for p in _CAMEL.sub(" ", seg).split()]
-        lowered = [p.lower() for p in parts]
+        lowered = [p.casefold() for p in parts]
         out.extend(lowered)
         if len(lowered) > 1:
             out.append("".join(lowered))
@@ -335,7 +342,7 @@ class Vocabulary:
     def __init__(self, terms: Iterable[str]) -> None:
         self._sorted = sorted(set(terms))
         self._set = frozenset(self._sorted)
-        self._latin = [t for t in self._sorted if t[:1].isascii() and t.isalpha()]
+        self._latin = [t for t in self._sorted if t.isalpha() and not has_cjk(t[:1])]
         self.has_cjk = any(has_cjk(t[:1]) for t in self._sorted)
         self.has_latin = bool(self._latin)
 
@@ -603,9 +610,10 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
 
 
 def _seq_range(seq: int | str) -> tuple[int, int] | None:
+    """A citation's turn range: 12, "10-14", or a kernel message ref "m00012"; None for a block ref ("b3")."""
     if isinstance(seq, int):
         return (seq, seq)
-    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", str(seq))
+    m = re.fullmatch(r"\s*m?(\d+)\s*(?:-\s*m?(\d+)\s*)?", str(seq))
     if not m:
         return None
     lo = int(m[1])
