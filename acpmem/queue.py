@@ -242,10 +242,14 @@ def append_done(state_dir: Path, record: dict) -> None:
     append_cost(Path(state_dir) / DONE_LOG, record)
 
 
-def find_done(state_dir: Path, request_id: str) -> dict | None:
-    from acpmem.llm import read_costs
+def read_done(state_dir: Path) -> list[dict]:
+    from acpmem.llm import read_costs   # the same tolerant JSONL reader
 
-    for rec in reversed(read_costs(Path(state_dir) / DONE_LOG)):
+    return read_costs(Path(state_dir) / DONE_LOG)
+
+
+def find_done(state_dir: Path, request_id: str) -> dict | None:
+    for rec in reversed(read_done(state_dir)):
         if rec.get("request") == request_id:
             return rec
     return None
@@ -372,6 +376,9 @@ def start_worker(root: Path, state_dir: Path) -> bool:
                                     cwd=str(root))
         finally:
             os.close(log)
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{proc.pid}\n".encode())   # who holds it, for `doctor` and for people
     finally:
         os.close(fd)   # the child holds the lock through its own copy of the descriptor
     # A long-lived caller (the MCP server) must not collect zombies: reap the worker when it exits.
