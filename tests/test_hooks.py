@@ -1,0 +1,116 @@
+"""`acp memory hook claude-code`: real Claude Code hook events on stdin of the real command."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+def _event(name: str, cwd: Path, session: str = "cc-session-1", **more) -> str:
+    return json.dumps({"session_id": session, "transcript_path": str(cwd / "t.jsonl"), "cwd": str(cwd),
+                       "hook_event_name": name, **more})
+
+
+def _hook(cli, stdin: str, *args: str, cwd: Path | None = None, env: dict | None = None):
+    return cli("memory", "hook", "claude-code", *args, input=stdin, cwd=cwd, env=env)
+
+
+def _enable_surface(root: Path) -> None:
+    p = root / "acpmem.toml"
+    p.write_text(p.read_text().replace("[surface]\n", "[surface]\nenabled = true\n", 1).replace(
+        "enabled = false\n", "", 1))
+
+
+@pytest.fixture
+def project(tmp_path, clock):
+    """A project folder with its vault at project/.acp-memory (found from the event's cwd), examples seeded."""
+    from acpmem.vault import init_vault
+
+    proj = tmp_path / "project"
+    (proj / "src").mkdir(parents=True)
+    v = init_vault(proj, example=True, clock=clock)
+    yield proj, v
+    v.close()
+
+
+def test_session_start_answers_the_frozen_index_found_from_cwd(project, cli, tmp_path):
+    proj, v = project
+    r = _hook(cli, _event("SessionStart", proj / "src", source="startup"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    ctx = out["hookSpecificOutput"]
+    assert ctx["hookEventName"] == "SessionStart"
+    assert "Session append must be re-entrant" in ctx["additionalContext"]
+    assert "<<acpmem-data" in ctx["additionalContext"]
+    # the same bytes as `acp memory list --format prompt` for that session, and stable after a compact
+    listed = cli("memory", "--vault", str(v.root), "list", "--format", "prompt", "--session", "cc-session-1")
+    assert listed.stdout == ctx["additionalContext"]
+    v.mark_read([e.id for e in v.load().entries])
+    again = _hook(cli, _event("SessionStart", proj, source="compact"), cwd=tmp_path)
+    assert json.loads(again.stdout) == out
+    other = _hook(cli, _event("SessionStart", proj, session="cc-session-2"), cwd=tmp_path)
+    assert other.returncode == 0 and json.loads(other.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_user_prompt_submit_surfaces_only_when_enabled(project, cli, tmp_path):
+    proj, v = project
+    ev = _event("UserPromptSubmit", proj, prompt="how do we deploy?")
+    off = _hook(cli, ev, cwd=tmp_path)
+    assert off.returncode == 0 and off.stdout == "" and off.stderr == ""
+    _enable_surface(v.root)
+    on = _hook(cli, ev, cwd=tmp_path)
+    assert on.returncode == 0, on.stderr
+    ctx = json.loads(on.stdout)["hookSpecificOutput"]
+    assert ctx["hookEventName"] == "UserPromptSubmit"
+    shown = [e for e in v.load().entries if e.id in ctx["additionalContext"]]
+    assert shown and "<<acpmem-data" in ctx["additionalContext"]
+    # surfaced entries are not surfaced again in the same session
+    again = _hook(cli, ev, cwd=tmp_path)
+    assert again.returncode == 0
+    if again.stdout:
+        later = json.loads(again.stdout)["hookSpecificOutput"]["additionalContext"]
+        assert not any(f"#{e.id}" in later or f'id="{e.id}"' in later for e in shown)
+
+
+def test_other_events_and_no_vault_answer_nothing(project, cli, tmp_path):
+    proj, _ = project
+    for name in ("PreToolUse", "Stop", "SessionEnd", "Notification"):
+        r = _hook(cli, _event(name, proj, tool_name="Bash"), cwd=tmp_path)
+        assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    elsewhere = tmp_path / "no-memory-here"
+    elsewhere.mkdir()
+    r = _hook(cli, _event("SessionStart", elsewhere), cwd=elsewhere)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
+def test_explicit_vault_wins_over_cwd_and_a_missing_one_is_reported(project, cli, tmp_path):
+    proj, v = project
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = _hook(cli, _event("SessionStart", elsewhere), "--vault", str(v.root), cwd=elsewhere)
+    assert r.returncode == 0 and "Session append" in r.stdout
+    r = _hook(cli, _event("SessionStart", proj), "--vault", str(tmp_path / "nope"), cwd=tmp_path)
+    assert r.returncode == 1 and r.stdout == "" and "acp memory init" in r.stderr
+    r = _hook(cli, _event("SessionStart", elsewhere), cwd=elsewhere, env={"ACPMEM_VAULT": str(v.root)})
+    assert r.returncode == 0 and "Session append" in r.stdout
+
+
+@pytest.mark.parametrize("stdin, reason", [
+    ("", "no hook event"),
+    ("{not json", "not JSON"),
+    ("[1, 2]", "JSON object"),
+    ('{"session_id": "x"}', "hook_event_name"),
+    ('{"hook_event_name": "SessionStart", "cwd": 7}', "cwd"),
+    ('{"hook_event_name": "SessionStart", "cwd": "/tmp"}', "session_id"),
+])
+def test_malformed_input_is_shown_but_never_blocks(cli, tmp_path, stdin, reason):
+    r = _hook(cli, stdin, cwd=tmp_path)
+    assert r.returncode == 1  # Claude Code: non-blocking error, stderr shown; 2 would block the prompt
+    assert r.stdout == "" and reason in r.stderr and r.stderr.startswith("acpmem: ")
+    assert "Traceback" not in r.stderr
+
+
+def test_hook_help(cli):
+    r = cli("memory", "hook", "claude-code", "--help")
+    assert r.returncode == 0 and "SessionStart" in r.stdout and "exit 1" in r.stdout
