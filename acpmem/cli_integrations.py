@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from acpmem.cli import JsonOpt, State, VaultOpt, app, is_tty, open_vault, out, out_json, warn
+from acpmem.cli import JsonOpt, State, VaultOpt, app, emit_warnings, is_tty, open_vault, out, out_json, warn
 
 hook_app = typer.Typer(name="hook", help="Answer agent-harness hook events (Claude Code).", no_args_is_help=True,
                        add_completion=False, pretty_exceptions_enable=False,
@@ -96,6 +96,8 @@ def sync(remote: Annotated[Optional[str], typer.Option("--remote", "-r", help="T
         for p in exc.data.get("paths", []):
             warn(f"conflict: {p}")
         raise
+    finally:
+        emit_warnings(v)
     if json_:
         out_json(result.to_json())
         return

@@ -67,14 +67,13 @@ def sync(vault: Vault, remote: str | None = None, *,
         if finishing:
             progress("Finishing the merge you resolved")
             merge_commit = _finish_merge(vault, upstream)
-            local_sha = None
         else:
             progress("Committing pending changes")
-            local_sha = vault.apply({}, [], subject="record reads and pending edits before sync",
-                                    why="Folded the local read log (and any pending human edits) so the exchange "
-                                        "carries them.", kind=KIND_READS)
+            before = _head(vault)
+            _commit_generated(vault, "record reads before sync",
+                              "Folded the local read log so the exchange carries it.", KIND_READS)
+            local = git(root, "rev-list", "--reverse", f"{before}..HEAD").out.split()
             merge_commit = None
-        local += [s for s in (local_sha,) if s]
         incoming = outgoing = 0
         how: str | None = "finished-merge" if finishing else None
         regenerated = None
@@ -233,9 +232,21 @@ def _finish_merge(vault: Vault, upstream: str) -> str:
 
 def _regenerate(vault: Vault, upstream: str) -> str | None:
     """MEMORY.md after a merge: union-merged lines are regenerated from the entries and committed."""
-    return vault.apply({}, [], subject=f"regenerate MEMORY.md after merging {upstream}",
-                       why="MEMORY.md is generated from the entries; the merge combined both sides' versions.",
-                       kind=KIND_SYNC)
+    return _commit_generated(vault, f"regenerate MEMORY.md after merging {upstream}",
+                             "MEMORY.md is generated from the entries; the merge combined both sides' versions.",
+                             KIND_SYNC)
+
+
+def _commit_generated(vault: Vault, subject: str, why: str, kind: str) -> str | None:
+    """One ``Vault.apply`` that commits pending human edits (their own commit), folds the read log and regenerates
+    MEMORY.md; None when there was nothing to commit. MEMORY.md is named as the written path (with its current
+    text; the commit regenerates it) because an apply that names no path would stage the whole working tree —
+    human edits left uncommitted because they are invalid included."""
+    mp = vault.root / "MEMORY.md"
+    current = mp.read_text("utf-8") if mp.exists() else ""
+    before = _head(vault)
+    sha = vault.apply({"MEMORY.md": current}, [], subject=subject, why=why, kind=kind)
+    return sha or (_head(vault) if _head(vault) != before else None)
 
 
 __all__ = ["sync", "SyncResult"]

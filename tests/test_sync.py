@@ -138,3 +138,21 @@ def test_human_output_and_help(clones, cli):
     assert r.stdout.startswith("Synced with origin/main:") and "pushed" in r.stdout
     h = cli("memory", "sync", "--help")
     assert h.returncode == 0 and "Example: acp memory sync" in h.stdout
+
+
+def test_an_invalid_human_edit_stays_local_and_is_reported(clones, cli):
+    a, bare, _ = clones
+    assert _sync(cli, a.root).returncode == 0
+    path = a.root / a.resolve("base01").path
+    broken = path.read_text().replace("importance: 5", "importance: eleven")
+    path.write_text(broken)
+    a.mark_read(["base01"])
+    r = _sync(cli, a.root, "--json")
+    assert r.returncode == 0, r.stderr
+    assert "Warning: not committed:" in r.stderr and "importance" in r.stderr
+    rel = str(path.relative_to(a.root))
+    assert "eleven" not in git_out(bare, "show", f"main:{rel}")
+    assert path.read_text() == broken  # the person's text is untouched, still uncommitted
+    assert git_out(a.root, "status", "--porcelain", "--", rel).startswith(" M")
+    # the read bookkeeping did travel
+    assert "base01\t" in git_out(bare, "show", f"main:reads/{(a.state_dir / 'clone-id').read_text().strip()}.tsv")
