@@ -1,0 +1,149 @@
+"""The write-path commands through the real console script: commit, extract, tools, nudge, stats."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from openai_server import reply
+from acpmem import queue
+from test_fork import CHAT, SEQ, configure, fork_commits
+
+COMMIT = ("--type", "lesson", "--note", "re-entrant session.append", "--importance", "7", "--session", "s1",
+          "--seq", "6", "--transcript", str(CHAT))
+
+
+def test_commit_wait_json_with_the_offline_extractor(vault, cli):
+    v = configure(vault)
+    r = cli("memory", "--vault", str(v.root), "commit", *COMMIT, "--wait", "--json")
+    assert r.returncode == 0, r.stderr
+    ack = json.loads(r.stdout)
+    assert ack["worker"] == "inline" and ack["outcome"]["status"] == "written"
+    assert ack["outcome"]["extractor"] == "offline" and ack["outcome"]["commit"] == fork_commits(v)[0]
+    (entry,) = ack["outcome"]["entries"]
+    assert entry["type"] == "lesson" and entry["path"].startswith(f"entries/{entry['id']}")
+
+
+def test_commit_human_output_and_errors(vault, cli):
+    v = configure(vault, extractor="offline")
+    r = cli("memory", "--vault", str(v.root), "commit", *COMMIT, "--wait")
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.splitlines()
+    assert first.startswith("Noted (r-") and first.endswith("it will be distilled and written in the background.")
+    assert "wrote 1 entry" in second
+    bad = cli("memory", "--vault", str(v.root), "commit", "--type", "gossip", "--note", "n", "--importance", "5",
+              "--session", "s", "--seq", "1")
+    assert bad.returncode == 1 and bad.stderr.startswith("Error: ") and "field 'type'" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    missing = cli("memory", "--vault", str(v.root), "commit", "--type", "lesson", "--note", "n")
+    assert missing.returncode == 2 and "--importance" in missing.stderr
+    assert queue.list_requests(v.state_dir) == ([], [])
+
+
+def test_extract_ad_hoc_dry_run_prints_the_exact_body(vault, cli, openai_server):
+    v = configure(vault, openai_server)
+    args = ("memory", "--vault", str(v.root), "extract", "--transcript", str(CHAT), "--note", "re-entrant append",
+            "--type", "lesson", "--importance", "7", "--session", "s1", "--seq", "6")
+    r = cli(*args, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    body = json.loads(r.stdout)
+    assert body["model"] == "test-model" and body["messages"][:7] == json.loads(CHAT.read_text())
+    assert body["messages"][-1]["content"].startswith("Extract the memories needed now; focus: re-entrant append")
+    assert [t["function"]["name"] for t in body["tools"]] == ["memory_write"]
+    assert openai_server.requests == [] and queue.list_requests(v.state_dir) == ([], [])
+
+    openai_server.enqueue(reply.writes(reply.write("- Guard it with the lock.", title="Use the lock"),
+                                       usage=reply.usage(900, 40, cached=600)))
+    r = cli(*args)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "wrote 1 entry" in lines[0] and "900 prompt (600 cached)" in lines[0]
+    assert lines[1].strip().startswith("#") and "[lesson] Use the lock" in lines[1]
+    assert lines[-1] == "Model calls: 1; tokens: 900 prompt (600 cached, 67% cache hits), 40 completion."
+    sent = openai_server.requests[0].body
+    assert sent["messages"][:-1] == body["messages"][:7] + [
+        {"role": "tool", "tool_call_id": "call_2", "content": sent["messages"][7]["content"]}]
+
+
+def test_extract_pending_failure_exit_code_and_stats(vault, cli, openai_server):
+    v = configure(vault, openai_server)
+    fd = queue.try_worker_lock(v.state_dir)        # no background worker: the test drives extraction
+    try:
+        a = queue.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
+                         transcript=CHAT)
+        b = queue.submit(v, type="decision", note="never commit the index", importance=6, session="s2", seq=15,
+                         transcript=SEQ)
+    finally:
+        import os
+        os.close(fd)
+    openai_server.enqueue(reply.writes(reply.write("- Use the lock.")), reply.server_error(500))
+    r = cli("memory", "--vault", str(v.root), "extract", "--pending", "--json")
+    assert r.returncode == 1
+    outs = {o["request"]: o for o in json.loads(r.stdout)["outcomes"]}
+    assert outs[a.request_id]["status"] == "written" and outs[b.request_id]["status"] == "retry"
+    assert outs[b.request_id]["error"]["reason"] == "server_error"
+
+    s = cli("memory", "--vault", str(v.root), "stats", "--json")
+    assert s.returncode == 0, s.stderr
+    stats = json.loads(s.stdout)
+    assert stats["entries"]["live"] == 1 and stats["entries"]["by_type"]["lesson"] == 1
+    assert stats["requests"]["pending"] == 1 and stats["requests"]["done"] == 1
+    assert stats["requests"]["items"][0]["id"] == b.request_id and stats["requests"]["items"][0]["attempts"] == 1
+    assert stats["costs"]["calls"] == 2 and stats["costs"]["failed"] == 1
+    assert stats["costs"]["prompt_tokens"] == 100 and stats["disk"]["index_bytes"] > 0
+    human = cli("memory", "--vault", str(v.root), "stats")
+    assert "Requests: 1 pending, 0 failed, 1 done" in human.stdout
+    assert "Extraction: 2 model calls (1 failed)" in human.stdout
+
+
+def test_extract_usage_errors(vault, cli):
+    v = configure(vault)
+    r = cli("memory", "--vault", str(v.root), "extract")
+    assert r.returncode == 2 and "nothing to extract" in r.stderr
+    r = cli("memory", "--vault", str(v.root), "extract", "--transcript", str(CHAT))
+    assert r.returncode == 2 and "go with --note" in r.stderr
+    r = cli("memory", "--vault", str(v.root), "extract", "r-nosuchxx", "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["outcomes"][0]["status"] == "missing"
+
+
+@pytest.mark.parametrize("fmt,key", [("openai", "function"), ("anthropic", "input_schema"), ("mcp", "inputSchema")])
+def test_tools_json(vault, cli, fmt, key):
+    r = cli("memory", "--vault", str(vault.root), "tools", "--for", "main", "--format", fmt, "--lang", "zh")
+    assert r.returncode == 0, r.stderr
+    tools = json.loads(r.stdout)
+    names = [t["function"]["name"] if fmt == "openai" else t["name"] for t in tools]
+    assert names == ["memory_commit", "memory_recall"] and all(key in t for t in tools)
+    fork_tools = json.loads(cli("memory", "--vault", str(vault.root), "tools", "--for", "fork").stdout)
+    assert [t["function"]["name"] for t in fork_tools] == ["memory_write"]
+
+
+def test_nudge(cli, tmp_path):
+    en = cli("memory", "nudge", cwd=tmp_path)       # no vault needed
+    assert en.returncode == 0 and en.stdout.startswith("Before you compress:") and "memory_commit(" in en.stdout
+    zh = cli("memory", "nudge", "--lang", "zh", cwd=tmp_path)
+    assert zh.stdout.startswith("压缩之前")
+
+
+@pytest.mark.parametrize("command", ["commit", "extract", "tools", "nudge", "stats"])
+def test_every_command_has_help_with_an_example(cli, command):
+    r = cli("memory", command, "--help")
+    assert r.returncode == 0 and "Example: acp memory " + command in " ".join(r.stdout.split())
+
+
+def test_commit_fast_path_without_typer(vault):
+    """queue.fast_commit answers `commit` without importing typer (entry.py routes plain commits to it)."""
+    v = configure(vault, extractor="offline")
+    code = ("import sys; from acpmem.queue import fast_commit; rc = fast_commit(sys.argv[1:]); "
+            "assert 'typer' not in sys.modules; sys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", code, "--vault", str(v.root), *COMMIT, "--json"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    ack = json.loads(r.stdout)
+    assert ack["worker"] in ("started", "running") and ack["request"].startswith("r-")
+    from test_queue import wait_idle
+    wait_idle(v)
+    assert len(fork_commits(v)) == 1
+    assert queue.parse_commit_argv(["--type", "x", "--help"]) is None
+    assert queue.parse_commit_argv(["--type", "lesson", "--note", "n"]) is None   # typer reports what is missing

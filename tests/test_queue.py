@@ -1,0 +1,187 @@
+"""Pending requests and the background worker, with real processes: validation before anything is written, the
+detached worker drains the queue and exits, two commits at once start one worker, kill -9 mid-request loses nothing and
+a rerun writes exactly once."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from openai_server import reply, wait_for_requests
+from acpmem import queue
+from acpmem.errors import EntryInvalid, UsageError
+from acpmem.vault import Vault
+from test_fork import CHAT, configure, fork_commits
+
+ACP = Path(sys.executable).parent / "acp"
+
+
+def commit_proc(v: Vault, *extra: str, note: str = "re-entrant session.append") -> subprocess.Popen:
+    return subprocess.Popen([str(ACP), "memory", "--vault", str(v.root), "commit", "--type", "lesson", "--note", note,
+                             "--importance", "7", "--session", "s1", "--seq", "6", "--transcript", str(CHAT), "--json",
+                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_idle(v: Vault, timeout: float = 60.0) -> None:
+    """Bounded wait until no request is pending and no worker holds the lock."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not queue.list_requests(v.state_dir)[0]:
+            fd = queue.try_worker_lock(v.state_dir)
+            if fd is not None:
+                os.close(fd)
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"still busy after {timeout} s: {queue.list_requests(v.state_dir)}")
+
+
+def worker_pid(v: Vault, timeout: float = 10.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = (v.state_dir / "locks" / queue.WORKER_LOCK).read_text().strip()
+        if text:
+            return int(text)
+        time.sleep(0.02)
+    raise AssertionError("no worker pid recorded")
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+# --------------------------------------------------------------------------------------------- submit
+
+def test_submit_validates_before_writing_anything(vault):
+    v = configure(vault)
+    for kwargs, err in ((dict(type="gossip"), EntryInvalid), (dict(importance=11), EntryInvalid),
+                        (dict(importance="7x"), EntryInvalid), (dict(seq=-1), UsageError), (dict(session=""), UsageError),
+                        (dict(note="two\nlines " + "x" * 600), EntryInvalid)):
+        args = dict(type="lesson", note="n", importance=5, session="s", seq=1, **{})
+        args.update(kwargs)
+        with pytest.raises(err):
+            queue.submit(v, **args)
+    assert queue.list_requests(v.state_dir) == ([], [])
+
+
+def test_submit_writes_a_durable_request_and_answers_with_the_ack(vault, tmp_path):
+    v = configure(vault, extractor="offline")
+    # hold the worker lock: submit must find the worker "running" and start nothing
+    fd = queue.try_worker_lock(v.state_dir)
+    try:
+        ack = queue.submit(v, type="decision", note="pin pnpm 9", importance="6", session="s9", seq="12",
+                           transcript=CHAT)
+    finally:
+        os.close(fd)
+    assert ack.worker == "running"
+    assert ack.text == f"Noted ({ack.request_id}): it will be distilled and written in the background."
+    saved = json.loads(Path(ack.path).read_text())
+    assert {k: saved[k] for k in ("id", "type", "note", "importance", "session", "seq", "transcript", "status",
+                                  "attempts", "ack")} == {
+        "id": ack.request_id, "type": "decision", "note": "pin pnpm 9", "importance": 6, "session": "s9", "seq": 12,
+        "transcript": str(CHAT), "status": "pending", "attempts": 0, "ack": ack.text}
+    assert not list((v.state_dir / "pending").glob(".*.tmp"))
+
+
+def test_wait_runs_inline(vault):
+    v = configure(vault, extractor="offline")
+    ack = queue.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
+                       transcript=CHAT, wait=True)
+    assert ack.worker == "inline" and ack.outcome.status == "written"
+    assert fork_commits(v) == [ack.outcome.commit]
+
+
+def test_the_worker_in_process_respects_backoff_and_releases_the_lock(vault):
+    v = configure(vault, extractor="offline")
+    fd = queue.try_worker_lock(v.state_dir)
+    a = queue.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
+                     transcript=CHAT)
+    os.close(fd)
+    later = queue.record_failure(v.state_dir, queue.load_request(v.state_dir, a.request_id),
+                                 {"message": "boom"}, v.clock())
+    assert later.next_attempt > v.now()
+    assert queue.run_worker(v, idle_wait=0) == 0                          # not due: left for later
+    assert queue.load_request(v.state_dir, a.request_id).attempts == 1
+    os.close(queue.try_worker_lock(v.state_dir))                          # and the lock is free again
+    queue.save_request(v.state_dir, queue.Request.from_json({**later.to_json(), "next_attempt": None}))
+    assert queue.run_worker(v, idle_wait=0) == 1
+    assert queue.list_requests(v.state_dir) == ([], []) and len(fork_commits(v)) == 1
+
+
+# --------------------------------------------------------------------------------------------- real processes
+
+def test_commit_starts_a_detached_worker_that_drains_and_exits(vault):
+    v = configure(vault, extractor="offline")
+    p = commit_proc(v)
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == 0, stderr
+    ack = json.loads(stdout)
+    assert ack["worker"] == "started" and ack["text"].startswith(f"Noted ({ack['request']})")
+    pid = worker_pid(v)
+    wait_idle(v)
+    deadline = time.monotonic() + 10
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid)                                                # no process left behind
+    (sha,) = fork_commits(v)
+    assert f"Acpmem-Request: {ack['request']}" in subprocess.run(
+        ["git", "-C", str(v.root), "log", "-1", "--format=%B", sha], capture_output=True, text=True).stdout
+    assert ack["request"] in (v.state_dir / "worker.log").read_text()
+
+
+def test_two_commits_at_once_start_one_worker_and_both_are_written(vault, openai_server):
+    v = configure(vault, openai_server)
+    # the first extraction is slow, so the worker is busy when the second commit arrives
+    openai_server.enqueue(reply.slow(2, reply.writes(reply.write("- first", title="First"))),
+                          reply.writes(reply.write("- second", title="Second")))
+    procs = [commit_proc(v, note="first focus"), commit_proc(v, note="second focus")]
+    acks = []
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        acks.append(json.loads(out))
+    assert sorted(a["worker"] for a in acks) == ["running", "started"]
+    wait_idle(v)
+    assert len(fork_commits(v)) == 2 and len(openai_server.requests) == 2
+    titles = {e.title for e in v.load().entries}
+    assert {"First", "Second"} <= titles
+
+
+def test_kill_9_mid_request_leaves_it_pending_and_a_rerun_writes_it_exactly_once(vault, openai_server):
+    v = configure(vault, openai_server)
+    openai_server.enqueue(reply.slow(30, reply.writes(reply.write("- never arrives"))))
+    p = commit_proc(v)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    rid = json.loads(out)["request"]
+    wait_for_requests(openai_server, 1, timeout=30)
+    pid = worker_pid(v)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    kept = queue.load_request(v.state_dir, rid)
+    assert kept is not None and kept.status == "pending"
+    assert fork_commits(v) == []
+    os.close(queue.try_worker_lock(v.state_dir))                          # the kernel released the lock
+
+    openai_server.enqueue(reply.writes(reply.write("- Use the lock.", title="Use the lock")))
+    env = dict(os.environ)
+    rerun = subprocess.run([str(ACP), "memory", "--vault", str(v.root), "extract", "--pending", "--json"],
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert rerun.returncode == 0, rerun.stderr
+    (outcome,) = json.loads(rerun.stdout)["outcomes"]
+    assert outcome["request"] == rid and outcome["status"] == "written"
+    again = subprocess.run([str(ACP), "memory", "--vault", str(v.root), "extract", rid, "--json"],
+                           capture_output=True, text=True, timeout=60)
+    assert json.loads(again.stdout)["outcomes"][0]["status"] == "already"
+    assert len(fork_commits(v)) == 1 and len(openai_server.requests) == 2
