@@ -1,0 +1,480 @@
+"""The derived search index: postings, document frequencies, field lengths and the per-document metadata that
+ranking needs, in the catalog's SQLite file (``.acpmem/index.sqlite``), next to its ``files`` table.
+
+It is derived twice over: the markdown files are the truth, ``catalog.refresh`` keeps ``files`` (one parsed entry
+per path, with a stat signature) in step with them, and ``update`` keeps these tables in step with ``files``. For
+that it keeps, per indexed path, the signature it indexed and compares it with ``files`` in SQL: whatever changed
+the files table (this process, another command, an older run that was killed) the difference is found, and only
+those documents are analysed again. Invalid files (``ok = 0``) are never indexed; superseded entries are indexed and
+filtered at query time.
+
+Nothing here is committed. A schema version row in ``meta`` and a check that every table is present decide whether
+the tables are trusted; if not they are dropped and rebuilt from ``files``, and an unreadable database file is
+deleted and rebuilt (``open_index``).
+
+Concurrency: the file is in WAL mode with a busy timeout (``catalog.connect``). An update runs in one
+``BEGIN IMMEDIATE`` transaction and recomputes the difference inside it, so a process that finds the work already
+done by another commits nothing.
+
+``IndexSource`` answers ``search.PostingSource`` from these tables: a query reads the postings of its own terms
+only (with the field lengths joined in), the vocabulary is probed term by term, and the full term list is loaded
+only for the typo channel, when a query word is not in the vocabulary. Document metadata is read in one batch for
+the documents that scored.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sqlite3
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from acpmem import catalog
+from acpmem.search import (CJK_CHARS, FIELDS, CorpusStats, Hit, SearchDoc, Vocabulary, doc_fields, make_preview,
+                           plan_query, rank)
+
+INDEX_VERSION = "1"
+VERSION_KEY = "search_index_version"
+TABLES = ("idx_docs", "idx_text", "idx_terms", "idx_post", "idx_cites", "idx_stats", "idx_dirty")
+TRIGGERS = ("idx_files_ins", "idx_files_upd", "idx_files_del")
+_NF = len(FIELDS)
+
+_SCHEMA = (
+    # One narrow row per indexed file (joined to every posting a query reads, so kept small) ...
+    """CREATE TABLE IF NOT EXISTS idx_docs (
+        key INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, sig TEXT NOT NULL, entry_id TEXT NOT NULL,
+        type TEXT NOT NULL, sup INTEGER NOT NULL, importance INTEGER NOT NULL, created TEXT, last_read TEXT,
+        tags TEXT NOT NULL, l0 INTEGER NOT NULL, l1 INTEGER NOT NULL, l2 INTEGER NOT NULL, l3 INTEGER NOT NULL)""",
+    # ... and its text, read only for the hits; ``tids`` lists the term ids of its postings so they can be
+    # removed without a scan.
+    """CREATE TABLE IF NOT EXISTS idx_text (key INTEGER PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL,
+        tids TEXT NOT NULL)""",
+    "CREATE TABLE IF NOT EXISTS idx_terms (tid INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE, df INTEGER NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS idx_post (tid INTEGER NOT NULL, key INTEGER NOT NULL, f0 INTEGER NOT NULL,
+        f1 INTEGER NOT NULL, f2 INTEGER NOT NULL, f3 INTEGER NOT NULL, PRIMARY KEY (tid, key)) WITHOUT ROWID""",
+    "CREATE TABLE IF NOT EXISTS idx_cites (session TEXT NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL, "
+    "key INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS idx_cites_session ON idx_cites(session, lo)",
+    "CREATE INDEX IF NOT EXISTS idx_cites_key ON idx_cites(key)",
+    """CREATE TABLE IF NOT EXISTS idx_stats (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL,
+        s0 INTEGER NOT NULL, s1 INTEGER NOT NULL, s2 INTEGER NOT NULL, s3 INTEGER NOT NULL)""",
+    # Paths whose ``files`` row changed since the last update, written by triggers in the same transaction as
+    # the change, so finding "nothing to do" costs one lookup instead of a join over every file.
+    "CREATE TABLE IF NOT EXISTS idx_dirty (path TEXT PRIMARY KEY) WITHOUT ROWID",
+    "CREATE TRIGGER IF NOT EXISTS idx_files_ins AFTER INSERT ON files BEGIN "
+    "INSERT OR IGNORE INTO idx_dirty(path) VALUES (new.path); END",
+    "CREATE TRIGGER IF NOT EXISTS idx_files_upd AFTER UPDATE ON files BEGIN "
+    "INSERT OR IGNORE INTO idx_dirty(path) VALUES (old.path); INSERT OR IGNORE INTO idx_dirty(path) VALUES (new.path); END",
+    "CREATE TRIGGER IF NOT EXISTS idx_files_del AFTER DELETE ON files BEGIN "
+    "INSERT OR IGNORE INTO idx_dirty(path) VALUES (old.path); END",
+)
+
+# The difference between what the catalog holds and what is indexed, both ways.
+_STALE_SQL = """SELECT d.key FROM idx_docs d LEFT JOIN files f ON f.path = d.path
+                WHERE f.path IS NULL OR f.ok = 0 OR f.sig <> d.sig"""
+_MISSING_SQL = """SELECT f.path, f.sig, f.data FROM files f LEFT JOIN idx_docs d ON d.path = f.path
+                  WHERE f.ok = 1 AND (d.key IS NULL OR d.sig <> f.sig)"""
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What ``update`` did: documents analysed and indexed, indexed versions dropped (changed or gone files), and
+    whether the tables were (re)created empty first."""
+
+    indexed: int = 0
+    dropped: int = 0
+    rebuilt: bool = False
+
+
+# --------------------------------------------------------------------------------------------- schema
+
+def _version() -> str:
+    # The stemmer implementation is part of the version: PyStemmer (C) and snowballstemmer (Python) are meant to
+    # agree, but an index is only trusted with the analyser that built it.
+    from acpmem.search import _stemmer
+    return f"{INDEX_VERSION}:{type(_stemmer()).__module__}"
+
+
+def _tables_ok(con: sqlite3.Connection) -> bool:
+    have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')")}
+    if not (set(TABLES) | set(TRIGGERS) | {"meta"}) <= have:
+        return False
+    row = con.execute("SELECT value FROM meta WHERE key=?", (VERSION_KEY,)).fetchone()
+    return bool(row and row[0] == _version() and con.execute("SELECT count(*) FROM idx_stats").fetchone()[0])
+
+
+def _create(con: sqlite3.Connection) -> None:
+    """Drop and create the index tables, inside the caller's transaction."""
+    for name in TRIGGERS:
+        con.execute(f"DROP TRIGGER IF EXISTS {name}")
+    for name in TABLES:
+        con.execute(f"DROP TABLE IF EXISTS {name}")
+    for stmt in _SCHEMA:
+        con.execute(stmt)
+    con.execute("INSERT INTO idx_stats(id, n, s0, s1, s2, s3) VALUES (1, 0, 0, 0, 0, 0)")
+    con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (VERSION_KEY, _version()))
+
+
+def delete_db(state_dir: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(str(state_dir / catalog.DB_NAME) + suffix)
+
+
+# --------------------------------------------------------------------------------------------- documents
+
+def _seq_range(seq: object) -> tuple[int, int] | None:
+    if isinstance(seq, int) and not isinstance(seq, bool):
+        return (seq, seq)
+    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", str(seq))
+    if not m:
+        return None
+    lo = int(m[1])
+    return (lo, int(m[2]) if m[2] else lo)
+
+
+def _tags(d: dict) -> tuple[str, ...]:
+    tags = d.get("tags")
+    if isinstance(tags, str):
+        return (tags,)
+    if isinstance(tags, list):
+        return tuple(str(t) for t in tags if isinstance(t, (str, int, float)) and not isinstance(t, bool))
+    return ()
+
+
+def search_doc(d: dict) -> SearchDoc:
+    """The SearchDoc of an entry given as its catalog JSON (``Entry.to_json``)."""
+    cites = tuple((str(c.get("session")), c.get("seq")) for c in d.get("citation") or () if isinstance(c, dict))
+    return SearchDoc(id=d.get("path") or d["id"], title=d.get("title") or "", body=d.get("body") or "",
+                     type=d.get("type") or "", tags=_tags(d), citations=cites, created=d.get("created"))
+
+
+class _Terms:
+    """Term ids and df changes within one update transaction."""
+
+    def __init__(self, con: sqlite3.Connection, preload: bool) -> None:
+        self.con = con
+        self.ids: dict[str, int] = {}
+        self.delta: dict[int, int] = {}
+        self.new: dict[str, int] = {}
+        self.next_id = (con.execute("SELECT max(tid) FROM idx_terms").fetchone()[0] or 0) + 1
+        if preload:
+            self.ids = dict(con.execute("SELECT term, tid FROM idx_terms"))
+
+    def tid(self, term: str) -> int:
+        tid = self.ids.get(term)
+        if tid is None:
+            row = self.con.execute("SELECT tid FROM idx_terms WHERE term=?", (term,)).fetchone()
+            if row:
+                tid = row[0]
+            else:
+                tid = self.next_id
+                self.next_id += 1
+                self.new[term] = tid
+            self.ids[term] = tid
+        return tid
+
+    def flush(self) -> None:
+        new_ids = set(self.new.values())
+        self.con.executemany("INSERT INTO idx_terms(tid, term, df) VALUES (?, ?, ?)",
+                             [(tid, term, self.delta.get(tid, 0)) for term, tid in self.new.items()])
+        self.con.executemany("UPDATE idx_terms SET df = df + ? WHERE tid = ?",
+                             [(d, tid) for tid, d in self.delta.items() if d and tid not in new_ids])
+        self.con.executemany("DELETE FROM idx_terms WHERE tid = ? AND df <= 0",
+                             [(tid,) for tid, d in self.delta.items() if d < 0])
+
+
+def _remove(con: sqlite3.Connection, keys: list[int], terms: _Terms, sums: list[int]) -> None:
+    for key in keys:
+        row = con.execute("SELECT t.tids, d.l0, d.l1, d.l2, d.l3 FROM idx_docs d JOIN idx_text t ON t.key = d.key "
+                          "WHERE d.key=?", (key,)).fetchone()
+        if row is None:
+            continue
+        tids = [int(t) for t in row[0].split()] if row[0] else []
+        con.executemany("DELETE FROM idx_post WHERE tid=? AND key=?", [(t, key) for t in tids])
+        for t in tids:
+            terms.delta[t] = terms.delta.get(t, 0) - 1
+        for i in range(_NF):
+            sums[i] -= row[1 + i]
+        sums[_NF] -= 1
+        con.execute("DELETE FROM idx_cites WHERE key=?", (key,))
+        con.execute("DELETE FROM idx_docs WHERE key=?", (key,))
+        con.execute("DELETE FROM idx_text WHERE key=?", (key,))
+
+
+def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _Terms, sums: list[int]) -> None:
+    posts: list[tuple] = []
+    cites: list[tuple] = []
+    texts: list[tuple] = []
+    for path, sig, data in rows:
+        d = json.loads(data)
+        doc = search_doc(d)
+        per_field = doc_fields(doc)
+        counts: dict[int, list[int]] = {}
+        for i, field_terms in enumerate(per_field):
+            for t, n in Counter(field_terms).items():
+                c = counts.get(tid := terms.tid(t))
+                if c is None:
+                    c = counts[tid] = [0] * _NF
+                c[i] = n
+        lens = [len(f) for f in per_field]
+        cur = con.execute(
+            "INSERT INTO idx_docs(path, sig, entry_id, type, sup, importance, created, last_read, tags, "
+            "l0, l1, l2, l3) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (path, sig, d["id"], d.get("type") or "", 1 if d.get("superseded_by") else 0,
+             int(d.get("importance") or 0), d.get("created"), d.get("last_read"),
+             json.dumps(list(doc.tags), ensure_ascii=False), *lens))
+        texts.append((cur.lastrowid, doc.title, doc.body, " ".join(map(str, counts))))
+        key = cur.lastrowid
+        for tid, c in counts.items():
+            posts.append((tid, key, *c))
+            terms.delta[tid] = terms.delta.get(tid, 0) + 1
+        for session, seq in doc.citations:
+            r = _seq_range(seq)
+            if r:
+                cites.append((session, r[0], r[1], key))
+        for i in range(_NF):
+            sums[i] += lens[i]
+        sums[_NF] += 1
+    posts.sort()  # in primary-key order: appends to the b-tree instead of random inserts
+    con.executemany("INSERT INTO idx_post(tid, key, f0, f1, f2, f3) VALUES (?,?,?,?,?,?)", posts)
+    con.executemany("INSERT INTO idx_cites(session, lo, hi, key) VALUES (?,?,?,?)", cites)
+    con.executemany("INSERT INTO idx_text(key, title, body, tids) VALUES (?,?,?,?)", texts)
+
+
+def update(con: sqlite3.Connection) -> UpdateResult:
+    """Bring the index tables in step with the catalog's ``files`` table (call ``catalog.refresh`` first).
+
+    The indexed signature of each path is compared with ``files`` in SQL: for every path when the tables are new,
+    else for the paths the triggers marked. All of it in one ``BEGIN IMMEDIATE`` transaction."""
+    if _tables_ok(con) and not con.execute("SELECT EXISTS (SELECT 1 FROM idx_dirty)").fetchone()[0]:
+        return UpdateResult()
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        rebuilt = not _tables_ok(con)
+        if rebuilt:
+            _create(con)
+            stale = [r[0] for r in con.execute(_STALE_SQL)]
+            missing = con.execute(_MISSING_SQL).fetchall()
+        else:
+            stale = [r[0] for r in con.execute(_STALE_SQL.replace("LEFT JOIN files", "JOIN idx_dirty x ON "
+                                                                  "x.path = d.path LEFT JOIN files"))]
+            missing = con.execute(_MISSING_SQL.replace("FROM files f", "FROM idx_dirty x JOIN files f ON "
+                                                       "f.path = x.path")).fetchall()
+        if stale or missing:
+            sums = list(con.execute("SELECT s0, s1, s2, s3, n FROM idx_stats WHERE id=1").fetchone())
+            terms = _Terms(con, preload=len(missing) > 200)
+            _remove(con, stale, terms, sums)
+            _add(con, missing, terms, sums)
+            terms.flush()
+            con.execute("UPDATE idx_stats SET s0=?, s1=?, s2=?, s3=?, n=? WHERE id=1", sums)
+        con.execute("DELETE FROM idx_dirty")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return UpdateResult(indexed=len(missing), dropped=len(stale), rebuilt=rebuilt)
+
+
+def open_index(state_dir: Path, root: Path) -> tuple[sqlite3.Connection, UpdateResult]:
+    """Connect, refresh the catalog from the files and the index from the catalog. A database that cannot be read
+    (corrupt, truncated, not SQLite) is deleted and rebuilt once."""
+    for attempt in (0, 1):
+        con = None
+        try:
+            con = catalog.connect(state_dir / catalog.DB_NAME)
+            catalog.refresh(con, root)
+            return con, update(con)
+        except sqlite3.DatabaseError:
+            if con is not None:
+                with contextlib.suppress(Exception):
+                    con.close()
+            if attempt:
+                raise
+            delete_db(state_dir)
+    raise AssertionError("unreachable")
+
+
+# --------------------------------------------------------------------------------------------- querying
+
+_CJK_RANGES = [(a, b) for a, b in re.findall(r"(.)-(.)", CJK_CHARS)]
+
+
+class IndexVocabulary:
+    """``search.Vocabulary`` answered from ``idx_terms``: membership and prefixes by index lookups; the typo
+    channel builds a ``Vocabulary`` of the Latin terms on first use."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self._con = con
+        self._known: dict[str, tuple[int, int] | None] = {}
+        self._typo: Vocabulary | None = None
+        self._typo_memo: dict[tuple, list[tuple[str, int]]] = {}
+        self._has_cjk: bool | None = None
+        self._has_latin: bool | None = None
+
+    def lookup(self, term: str) -> tuple[int, int] | None:
+        """(term id, df) or None."""
+        if term not in self._known:
+            self._known[term] = self._con.execute("SELECT tid, df FROM idx_terms WHERE term=?", (term,)).fetchone()
+        return self._known[term]
+
+    def __contains__(self, term: str) -> bool:
+        return self.lookup(term) is not None
+
+    def __len__(self) -> int:
+        return self._con.execute("SELECT count(*) FROM idx_terms").fetchone()[0]
+
+    @property
+    def has_cjk(self) -> bool:
+        if self._has_cjk is None:
+            self._has_cjk = any(self._con.execute("SELECT 1 FROM idx_terms WHERE term >= ? AND term < ? LIMIT 1",
+                                                  (a, chr(ord(b) + 1))).fetchone() for a, b in _CJK_RANGES)
+        return self._has_cjk
+
+    @property
+    def has_latin(self) -> bool:
+        if self._has_latin is None:
+            self._has_latin = self._con.execute(
+                "SELECT 1 FROM idx_terms WHERE term >= 'A' AND term < '{' AND NOT term GLOB '*[^A-Za-z]*' "
+                "LIMIT 1").fetchone() is not None
+        return self._has_latin
+
+    def with_prefix(self, prefix: str, limit: int = 50) -> list[str]:
+        rows = self._con.execute("SELECT term FROM idx_terms WHERE term >= ? ORDER BY term LIMIT ?",
+                                 (prefix, limit * 4 + 16)).fetchall()
+        out = []
+        for (t,) in rows:
+            if not t.startswith(prefix) or len(out) >= limit:
+                break
+            out.append(t)
+        return out
+
+    def typo_neighbours(self, term: str, max_dist: int, limit: int = 5) -> list[tuple[str, int]]:
+        memo = (term, max_dist, limit)
+        if memo in self._typo_memo:
+            return self._typo_memo[memo]
+        if self._typo is None:
+            latin = [t for (t,) in self._con.execute("SELECT term FROM idx_terms WHERE term >= 'A' AND term < '{'")
+                     if t.isascii() and t.isalpha()]
+            self._typo = Vocabulary(latin)
+        found = self._typo_memo[memo] = self._typo.typo_neighbours(term, max_dist, limit)
+        return found
+
+
+class IndexSource:
+    """A ``search.PostingSource`` over the index tables, optionally restricted to live entries of some types.
+    Restricted documents never score (their postings are skipped), but still count in the corpus statistics."""
+
+    def __init__(self, con: sqlite3.Connection, *, types: Iterable[str] | None = None,
+                 include_superseded: bool = False) -> None:
+        self._con = con
+        row = con.execute("SELECT n, s0, s1, s2, s3 FROM idx_stats WHERE id=1").fetchone()
+        n = row[0]
+        self.stats = CorpusStats(n, tuple(s / (n or 1) for s in row[1:]))
+        self.vocabulary = IndexVocabulary(con)
+        where, params = [], []
+        if not include_superseded:
+            where.append("d.sup = 0")
+        if types is not None:
+            types = list(types)
+            where.append(f"d.type IN ({','.join('?' * len(types))})")
+            params += types
+        self._where = "".join(f" AND {w}" for w in where)
+        self._params = params
+        self._lens: dict[int, tuple[int, ...]] = {}
+        self._meta: dict[int, tuple] = {}
+        self._docs: dict[int, SearchDoc] = {}
+
+    def df(self, term: str) -> int:
+        found = self.vocabulary.lookup(term)
+        return found[1] if found else 0
+
+    def postings(self, term: str) -> list[tuple[int, tuple[int, ...]]]:
+        found = self.vocabulary.lookup(term)
+        if not found:
+            return []
+        out = []
+        lens, meta = self._lens, self._meta
+        for key, f0, f1, f2, f3, l0, l1, l2, l3, path, tags, created in self._con.execute(
+                "SELECT p.key, p.f0, p.f1, p.f2, p.f3, d.l0, d.l1, d.l2, d.l3, d.path, d.tags, d.created "
+                f"FROM idx_post p JOIN idx_docs d ON d.key = p.key WHERE p.tid = ?{self._where}",
+                (found[0], *self._params)):
+            out.append((key, (f0, f1, f2, f3)))
+            lens[key] = (l0, l1, l2, l3)
+            meta[key] = (path, tags, created)
+        return out
+
+    def doc_len(self, key: int) -> tuple[int, ...]:
+        got = self._lens.get(key)
+        if got is None:
+            row = self._con.execute("SELECT l0, l1, l2, l3 FROM idx_docs WHERE key=?", (key,)).fetchone()
+            got = self._lens[key] = tuple(row) if row else (0,) * _NF
+        return got
+
+    def doc(self, key: int) -> SearchDoc:
+        """The document without its text: ranking reads only id, tags, created and weight of every document that
+        scored; ``full_doc`` adds the text."""
+        got = self._docs.get(key)
+        if got is None:
+            m = self._meta.get(key)
+            if m is None:
+                m = self._meta[key] = self._con.execute("SELECT path, tags, created FROM idx_docs WHERE key=?",
+                                                        (key,)).fetchone()
+            got = self._docs[key] = SearchDoc(id=m[0], title="", created=m[2],
+                                              tags=() if m[1] == "[]" else tuple(json.loads(m[1])))
+        return got
+
+    def full_doc(self, key: int) -> SearchDoc:
+        light = self.doc(key)
+        row = self._con.execute("SELECT title, body FROM idx_text WHERE key=?", (key,)).fetchone()
+        return replace(light, title=row[0], body=row[1]) if row else light
+
+    def key_of(self, path: str) -> int | None:
+        row = self._con.execute("SELECT key FROM idx_docs WHERE path=?", (path,)).fetchone()
+        return row[0] if row else None
+
+    def neighbours(self, key: int, radius: int) -> list[tuple[int, int]]:
+        best: dict[int, int] = {}
+        for session, r0, r1 in self._con.execute("SELECT session, lo, hi FROM idx_cites WHERE key=?", (key,)).fetchall():
+            for other, lo, hi in self._con.execute(
+                    "SELECT c.key, c.lo, c.hi FROM idx_cites c JOIN idx_docs d ON d.key = c.key "
+                    f"WHERE c.session = ? AND c.lo BETWEEN ? AND ? AND c.hi >= ?{self._where}",
+                    (session, r0 - radius - 10_000, r1 + radius, r0 - radius, *self._params)):
+                dist = max(0, lo - r1, r0 - hi)
+                if other != key and dist <= radius and dist < best.get(other, radius + 1):
+                    best[other] = dist
+        return list(best.items())
+
+
+def search(con: sqlite3.Connection, query: str, limit: int = 5, *, types: Iterable[str] | None = None,
+           include_superseded: bool = False, preview_length: int = 200) -> list[Hit]:
+    """Rank the indexed documents for ``query`` with the default engine (``search.rank``); ``Hit.id`` is the
+    entry file's path. Previews are made from the full text of the hits only, as ``rank`` makes them."""
+    src = IndexSource(con, types=types, include_superseded=include_superseded)
+    hits = rank(src, query, limit=limit, preview_length=preview_length)
+    if not hits:
+        return hits
+    words = [g.word for g in plan_query(query, src.vocabulary)]
+    out = []
+    for h in hits:
+        key = src.key_of(h.id)
+        doc = src.full_doc(key) if key is not None else None
+        out.append(replace(h, preview=make_preview(doc, words, preview_length)) if doc else h)
+    return out
+
+
+def light_rows(con: sqlite3.Connection, *, types: Iterable[str], include_superseded: bool = False) -> list[tuple]:
+    """(path, entry id, type, importance, created, frontmatter last_read) of every indexed entry, for scoring
+    without building entries."""
+    types = list(types)
+    sql = (f"SELECT path, entry_id, type, importance, created, last_read FROM idx_docs "
+           f"WHERE type IN ({','.join('?' * len(types))})" + ("" if include_superseded else " AND sup = 0"))
+    return con.execute(sql, types).fetchall()
+
+
+__all__ = ["open_index", "update", "search", "IndexSource", "IndexVocabulary", "UpdateResult",
+           "light_rows", "search_doc", "INDEX_VERSION"]

@@ -1,0 +1,243 @@
+"""Recall at scale: index build from scratch, warm whole-process recall, one changed file, peak RSS.
+
+Usage: python bench/recall_scale.py [--sizes 10000,100000] [--dir /tmp/acpmem-scale] [--runs 7] [--keep]
+
+For each size N it writes a vault of N varied entries (English words drawn from the CC-CEDICT gloss list with a
+Zipf-like frequency, code identifiers, numbers, about one entry in ten in Chinese, a few superseded) directly as
+files plus one git commit, then measures, each as a whole ``acp memory recall`` process:
+
+* build: the first recall on a vault with no ``.acpmem/index.sqlite`` (catalog parse + index build + query);
+* warm: the median over several queries (English, a typo, a prefix, Chinese) with the index up to date;
+* changed: one entry file rewritten by hand, then a recall (the extra over warm is the incremental update);
+* RSS: the peak resident set of the recall processes (``resource.getrusage(RUSAGE_CHILDREN)``).
+
+A vault already generated for a size is reused (``--keep`` keeps them; the default deletes them at the end).
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+ACP = [sys.executable, "-m", "acpmem"]
+TYPES = ("decision", "lesson", "fact", "user-preference", "reference")
+TECH = ("sqlite", "postgres", "redis", "kafka", "nginx", "docker", "kubernetes", "terraform", "pytest", "webpack",
+        "graphql", "grpc", "oauth", "jwt", "s3", "lambda", "celery", "django", "fastapi", "react", "typescript",
+        "rustc", "cargo", "gradle", "maven", "ansible", "prometheus", "grafana", "loki", "sentry", "elasticsearch")
+IDENT_PARTS = ("user", "session", "cache", "queue", "token", "retry", "upload", "index", "config", "worker", "job",
+               "event", "handler", "client", "server", "buffer", "stream", "batch", "limit", "timeout")
+
+
+def word_pools(rng: random.Random) -> tuple[list[str], list[str]]:
+    raw = resources.files("acpmem").joinpath("data/cedict-words.tsv.gz").read_bytes()
+    en: set[str] = set()
+    zh: list[str] = []
+    section = None
+    for line in gzip.decompress(raw).decode("utf-8").splitlines():
+        if line.startswith("@"):
+            section = line
+            continue
+        if line.startswith("#") or section != "@zh":
+            continue
+        word, _, gloss = line.partition("\t")
+        if 2 <= len(word) <= 4:
+            zh.append(word)
+        en.update(g for g in gloss.split() if g.isalpha() and 3 <= len(g) <= 12)
+    en_list, zh = sorted(en), sorted(set(zh))
+    rng.shuffle(en_list)
+    rng.shuffle(zh)
+    return en_list, zh
+
+
+class Zipf:
+    def __init__(self, words: list[str], rng: random.Random, s: float = 1.05) -> None:
+        self.words, self.rng = words, rng
+        weights = [1 / (i + 1) ** s for i in range(len(words))]
+        total = 0.0
+        self.cum = []
+        for w in weights:
+            total += w
+            self.cum.append(total)
+
+    def take(self, k: int) -> list[str]:
+        return self.rng.choices(self.words, cum_weights=self.cum, k=k)
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _ident(rng: random.Random) -> str:
+    parts = rng.sample(IDENT_PARTS, rng.randint(2, 3))
+    style = rng.random()
+    if style < 0.4:
+        return parts[0] + "".join(p.capitalize() for p in parts[1:])
+    if style < 0.8:
+        return "_".join(parts)
+    return "src/" + "/".join(parts) + ".py"
+
+
+def make_entry_text(i: int, rng: random.Random, en: Zipf, zh: Zipf, ident: str, superseded_by: str | None) -> str:
+    chinese = rng.random() < 0.1
+    if chinese:
+        title = "".join(zh.take(rng.randint(3, 6))) + ("，" + "".join(zh.take(3)) if rng.random() < 0.5 else "")
+        lines = ["- " + "".join(zh.take(rng.randint(6, 14))) + "。" for _ in range(rng.randint(1, 4))]
+        if rng.random() < 0.5:
+            lines.append(f"- 参见 `{_ident(rng)}`，{rng.choice(TECH)} 配置。")
+    else:
+        words = en.take(rng.randint(4, 9))
+        if rng.random() < 0.5:
+            words.insert(rng.randint(0, len(words)), rng.choice(TECH))
+        title = _cap(" ".join(words))
+        lines = []
+        for _ in range(rng.randint(1, 5)):
+            sent = en.take(rng.randint(6, 18))
+            if rng.random() < 0.4:
+                sent.insert(rng.randint(0, len(sent)), f"`{_ident(rng)}`")
+            if rng.random() < 0.3:
+                sent.insert(rng.randint(0, len(sent)), str(rng.choice((2, 3, 8, 10, 30, 60, 100, 404, 429, 500))))
+            lines.append("- " + _cap(" ".join(sent)) + ".")
+    day = rng.randint(0, 700)
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_700_000_000 + day * 86400 + rng.randint(0, 86399)))
+    session = f"{rng.getrandbits(32):08x}"
+    meta = [f"id: {ident}", f"title: {json.dumps(title, ensure_ascii=False)}", f"type: {rng.choice(TYPES)}",
+            f"importance: {rng.randint(1, 10)}", f"created: {created}", "last_read: null",
+            "citation:", f"- session: \"{session}\"", f"  seq: {rng.randint(1, 2000)}", "tier: 3"]
+    if superseded_by:
+        meta.append(f"superseded_by: {superseded_by}")
+    return "---\n" + "\n".join(meta) + "\n---\n" + "\n".join(lines) + "\n"
+
+
+def generate(root: Path, n: int, seed: int = 7) -> None:
+    """A vault of n entries at root (init through the library, files written directly, one commit)."""
+    from acpmem.vault import git, init_vault
+
+    rng = random.Random(seed)
+    init_vault(root)
+    en_words, zh_words = word_pools(rng)
+    en, zh = Zipf(en_words, rng), Zipf(zh_words, rng)
+    alphabet = "abcdefghijkmnpqrstuvwxyz23456789"
+    ids: list[str] = []
+    seen: set[str] = set()
+    while len(ids) < n:
+        ident = "".join(rng.choice(alphabet) for _ in range(8))
+        if ident not in seen:
+            seen.add(ident)
+            ids.append(ident)
+    entries = root / "entries"
+    for i, ident in enumerate(ids):
+        sup = ids[rng.randrange(n)] if rng.random() < 0.03 else None
+        (entries / f"{ident}.md").write_text(make_entry_text(i, rng, en, zh, ident, sup if sup != ident else None),
+                                             "utf-8")
+    git(root, "add", "-A", "entries")
+    git(root, "commit", "-q", "--no-verify", "-m", f"bench: {n} generated entries")
+
+
+def queries_for(root: Path, rng: random.Random) -> list[str]:
+    """Queries made from real entries: two or three title words, one with a typo, one prefix, one Chinese."""
+    from acpmem.model import parse_entry_bytes
+
+    files = sorted((root / "entries").iterdir())
+    en_titles, zh_titles = [], []
+    for p in rng.sample(files, min(400, len(files))):
+        e = parse_entry_bytes(p.read_bytes(), p.name, None)
+        (zh_titles if not e.title.isascii() else en_titles).append(e.title)
+    out = []
+    for t in en_titles[:4]:
+        words = [w for w in t.lower().split() if len(w) > 3]
+        out.append(" ".join(rng.sample(words, min(3, len(words)))))
+    w = max(en_titles[4].split(), key=len).lower()
+    out.append(w[:2] + w[3] + w[2] + w[4:] if len(w) > 5 else w + "x")  # a transposition typo
+    w = max(en_titles[5].split(), key=len).lower()
+    out.append(w[: max(4, len(w) - 3)])  # a prefix
+    out.append(zh_titles[0][:4])
+    return out
+
+
+def run_recall(root: Path, query: str) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    p = subprocess.run(ACP + ["--vault", str(root), "recall", "--json", "--limit", "5", query],
+                       capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"recall failed ({p.returncode}): {p.stderr.strip()[:500]}")
+    return dt, len(json.loads(p.stdout)["hits"])
+
+
+def bench_size(base: Path, n: int, runs: int) -> dict:
+    root = base / f"v{n}"
+    if not (root / "entries").is_dir():
+        t0 = time.perf_counter()
+        generate(root, n)
+        print(f"  generated {n} entries in {time.perf_counter() - t0:.1f} s", flush=True)
+    rng = random.Random(n)
+    queries = queries_for(root, rng)
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(root / ".acpmem" / "index.sqlite") + suffix).unlink(missing_ok=True)
+    build_s, _ = run_recall(root, queries[0])
+    run_recall(root, queries[0])  # warm the page cache
+    warm: list[float] = []
+    per_query: dict[str, tuple[float, int]] = {}
+    for q in queries:
+        times = []
+        for _ in range(runs):
+            dt, k = run_recall(root, q)
+            times.append(dt)
+        per_query[q] = (statistics.median(times), k)
+        warm.extend(times)
+    warm_ms = statistics.median(warm) * 1000
+    # one entry changed by hand (same path, new content), then a recall
+    changed = []
+    files = sorted((root / "entries").iterdir())
+    for i in range(runs):
+        p = files[rng.randrange(len(files))]
+        text = p.read_text("utf-8")
+        p.write_text(text.rstrip("\n") + f" Edited by hand {i}.\n", "utf-8")
+        dt, _ = run_recall(root, queries[i % len(queries)])
+        changed.append(dt)
+    rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    db = root / ".acpmem" / "index.sqlite"
+    return {"n": n, "build_s": build_s, "warm_ms": warm_ms, "per_query": per_query,
+            "changed_ms": statistics.median(changed) * 1000, "rss_mb": rss_mb,
+            "db_mb": db.stat().st_size / 1e6 if db.exists() else 0.0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--dir", default="/tmp/acpmem-scale")
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    base = Path(args.dir)
+    base.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("GIT_CONFIG_NOSYSTEM", "1")
+    try:
+        for n in (int(s) for s in args.sizes.split(",")):
+            print(f"\n{n} entries", flush=True)
+            r = bench_size(base, n, args.runs)
+            print(f"  index build from scratch (first recall process): {r['build_s']:.2f} s")
+            print(f"  recall, warm index, whole process, median:       {r['warm_ms']:.0f} ms")
+            for q, (t, k) in r["per_query"].items():
+                print(f"      {t * 1000:6.0f} ms  {k} hits  {q!r}")
+            print(f"  recall after one file changed, median:           {r['changed_ms']:.0f} ms "
+                  f"(+{r['changed_ms'] - r['warm_ms']:.0f} ms)")
+            print(f"  peak RSS of the recall processes so far:         {r['rss_mb']:.0f} MB")
+            print(f"  index.sqlite size:                               {r['db_mb']:.0f} MB")
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
