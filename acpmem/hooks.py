@@ -108,10 +108,12 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
                 return _context(name, resident_index(v, session=session))
             if not v.settings.surface.enabled:
                 return HookAnswer("", "", EXIT_OK)
-            from acpmem.recall import surface
+            from acpmem.recall import surface, surface_text
 
-            text = surface_text(surface(v, session))
-            return _context(name, text) if text else HookAnswer("", "", EXIT_OK)
+            result = surface(v, session)
+            if not result.entries:  # nothing new, or the session's budget is spent: add nothing to the prompt
+                return HookAnswer("", "", EXIT_OK)
+            return _context(name, surface_text(v, result))
         finally:
             v.close()
     except AcpmemError as exc:
@@ -123,15 +125,4 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
                       "set ACPMEM_DEBUG=1 to see the traceback")
 
 
-def surface_text(result) -> str:
-    """The model-facing text of a surfacing result ('' when nothing was surfaced)."""
-    for attr in ("text", "prompt"):
-        value = getattr(result, attr, None)
-        if isinstance(value, str):
-            return value if getattr(result, "items", getattr(result, "entries", True)) else ""
-        if callable(value):
-            return value()
-    raise TypeError(f"cannot render {type(result).__name__} from acpmem.recall.surface")
-
-
-__all__ = ["claude_code", "parse_event", "HookAnswer", "surface_text"]
+__all__ = ["claude_code", "parse_event", "HookAnswer"]

@@ -110,38 +110,16 @@ class MemoryService:
         return self._seq
 
     def recall(self, args: dict[str, Any]) -> str:
-        from acpmem.recall import recall
+        from acpmem.recall import recall, recall_text
         from acpmem.tools import parse_recall_args
 
         parsed = parse_recall_args(args)
         v = self.open()
         try:
             hits = recall(v, parsed.query, limit=parsed.limit, session=self.session)
-            return recall_text(hits, v.settings.language, parsed.query)
+            return recall_text(v, hits)
         finally:
             v.close()
-
-
-def recall_text(hits: list, lang: str, query: str) -> str:
-    """Recall hits as the model reads them: the data notice, then each entry framed as data with its provenance."""
-    import acpmem.recall as recall_mod
-
-    for name in ("render_hits", "hits_text", "recall_text", "render"):
-        fn = getattr(recall_mod, name, None)
-        if callable(fn):
-            return fn(hits, lang=lang) if "lang" in fn.__code__.co_varnames else fn(hits)
-    from acpmem.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
-
-    if not hits:
-        return (f"没有与“{query}”匹配的长期记忆。" if lang == "zh" else f"No long-term memory matches '{query}'.")
-    parts = [DATA_NOTICE_ZH if lang == "zh" else DATA_NOTICE_EN]
-    for h in hits:
-        e = h.entry
-        cites = ", ".join(str(c) for c in e.citation)
-        src = ", ".join(f"{k}={val}" for k, val in (e.source or {}).items()) or "by hand"
-        parts.append(frame("recall", f"# {e.title}\n{e.body.strip()}",
-                           attrs={"id": e.id, "type": e.type, "citation": cites, "source": src}))
-    return "\n\n".join(parts) + "\n"
 
 
 def serve(vault_path: Path, *, session: str | None = None, transcript: str | None = None,
@@ -194,4 +172,4 @@ def serve(vault_path: Path, *, session: str | None = None, transcript: str | Non
     anyio.run(main)
 
 
-__all__ = ["serve", "MemoryService", "recall_text", "new_session_id", "INDEX_URI"]
+__all__ = ["serve", "MemoryService", "new_session_id", "INDEX_URI"]

@@ -82,11 +82,11 @@ class Agent:
                              seq=seq, transcript=str(self.transcript), wait=self.fork == "inline")
                 return ack.text
             if name == "memory_recall":
-                from acpmem.recall import recall, render_hits
+                from acpmem.recall import recall, recall_text
 
                 a = parse_recall_args(args)
                 hits = recall(self.vault, a.query, limit=a.limit, session=self.session)
-                return render_hits(hits, lang=self.vault.settings.language)
+                return recall_text(self.vault, hits)
             return f"Error: unknown tool {name!r}"
         except ValueError as exc:
             return f"Error: the arguments are not JSON ({exc})"
