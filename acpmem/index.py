@@ -77,7 +77,7 @@ _SCHEMA = (
 _STALE_SQL = """SELECT d.key FROM idx_docs d LEFT JOIN files f ON f.path = d.path
                 WHERE f.path IS NULL OR f.ok = 0 OR f.sig <> d.sig"""
 _MISSING_SQL = """SELECT f.path, f.sig, f.data FROM files f LEFT JOIN idx_docs d ON d.path = f.path
-                  WHERE f.ok = 1 AND (d.key IS NULL OR d.sig <> f.sig)"""
+                  WHERE f.ok = 1 AND (d.key IS NULL OR d.sig <> f.sig) ORDER BY f.path"""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,246 @@
+"""The derived search index: parity with the in-memory engine, noticing every kind of change, surviving its own
+corruption, concurrent updates. Real vaults, real git, real SQLite files, real processes."""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from acpmem import catalog, index
+from acpmem.model import Citation, Entry
+from acpmem.search import MemoryIndex, analyze
+from acpmem.vault import Vault, git
+
+QUERIES = ["sqlite queue", "postgres", "pytest fixtures gitconfig", "rate limit", "retry-after header",
+           "stagng deploys", "architecure decisions", "日志", "上传文件", "upload large files", "short answers",
+           "comments in english", "ADR template", "session append hook"]
+
+
+def make(vault: Vault, title: str, body: str, typ: str = "fact", importance: int = 5, session: str = "s1",
+         seq: int = 1, **kw) -> Entry:
+    ident = vault.new_id()
+    e = Entry(id=ident, title=title, type=typ, importance=importance, created="2026-11-01T10:00:00Z",
+              body=body + "\n", citation=(Citation(session, seq),), **kw)
+    return e.with_changes(path=vault.path_for(ident, title))
+
+
+def write(vault: Vault, *entries: Entry) -> None:
+    vault.write_entries(list(entries), subject="test entries", why="test")
+
+
+def fresh(vault: Vault) -> sqlite3.Connection:
+    con, _ = index.open_index(vault.state_dir, vault.root)
+    return con
+
+
+def ids(con: sqlite3.Connection, query: str, **kw) -> list[str]:
+    return [h.id for h in index.search(con, query, 10, **kw)]
+
+
+def top(con: sqlite3.Connection, query: str) -> str | None:
+    found = ids(con, query)
+    return found[0] if found else None
+
+
+def has_term(con: sqlite3.Connection, word: str) -> bool:
+    (term,) = analyze(word)
+    return con.execute("SELECT df FROM idx_terms WHERE term=?", (term,)).fetchone() is not None
+
+
+def test_same_ranking_as_the_in_memory_reference(example_vault):
+    v = example_vault
+    write(v, make(v, "Retry uploads with exponential backoff", "Use `retryUpload` with jitter; cap at 30 s.",
+                  session="a41f0c2e", seq=213),
+          make(v, "Neighbouring turn about the queue", "Workers poll every 2 s.", session="a41f0c2e", seq=214))
+    con = fresh(v)
+    docs = [index.search_doc(e.to_json()) for e in v.load().entries]
+    mem = MemoryIndex(docs)
+    for q in QUERIES:
+        want = [(h.id, h.score, h.preview) for h in mem.search(q, limit=10)]
+        got = [(h.id, h.score, h.preview) for h in index.search(con, q, 10, include_superseded=True)]
+        assert got == want, q
+    assert any(index.search(con, q, 10) for q in QUERIES)
+
+
+def test_typo_and_chinese_queries_find_the_entry(example_vault):
+    con = fresh(example_vault)
+    by_path = {e.path: e for e in example_vault.load().entries}
+    assert "SQLite WAL" in by_path[ids(con, "sqllite wal")[0]].title
+    assert "Staging deploys" in by_path[ids(con, "stagin deploy")[0]].title
+    assert "分片上传" in by_path[ids(con, "上传大文件")[0]].title
+    assert "结构化 JSON" in by_path[ids(con, "日志格式")[0]].title
+
+
+def _indexed(con: sqlite3.Connection) -> dict[str, str]:
+    return dict(con.execute("SELECT path, sig FROM idx_docs"))
+
+
+def test_notices_every_kind_of_change(vault):
+    v = vault
+    a = make(v, "Cache invalidation uses version stamps", "Every key carries a version stamp.")
+    write(v, a)
+    con = fresh(v)
+    assert top(con, "version stamps") == a.path
+    first_commit = git(v.root, "rev-parse", "HEAD").out.strip()
+
+    # an acpmem write
+    b = make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages on rebalance.")
+    write(v, b)
+    con = fresh(v)
+    assert top(con, "kafka offsets") == b.path
+
+    # a human edit that keeps the size and the mtime: only ctime (and content) change
+    p = v.root / a.path
+    text = p.read_text("utf-8")
+    st = p.stat()
+    edited = text.replace("carries a version stamp.", "holds hashed etags.")
+    edited = edited + " " * (len(text.encode()) - len(edited.encode()))
+    assert len(edited.encode()) == st.st_size
+    p.write_text(edited, "utf-8")
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert p.stat().st_size == st.st_size and p.stat().st_mtime_ns == st.st_mtime_ns
+    con = fresh(v)
+    assert top(con, "hashed etags") == a.path
+    assert has_term(con, "etags") and not has_term(con, "carries")
+
+    # git checkout of an older version: b's file disappears, a's text comes back
+    git(v.root, "checkout", "-q", "--", a.path)
+    git(v.root, "checkout", "-q", first_commit)
+    assert not (v.root / b.path).exists()
+    con = fresh(v)
+    assert b.path not in ids(con, "kafka offsets") and not has_term(con, "kafka")
+    assert top(con, "carries version stamp") == a.path
+    assert has_term(con, "carries") and not has_term(con, "etags")
+
+    # a deleted file
+    (v.root / a.path).unlink()
+    con = fresh(v)
+    assert ids(con, "version stamps") == []
+    assert _indexed(con) == {}
+    assert con.execute("SELECT count(*) FROM idx_terms").fetchone()[0] == 0
+
+    # a new file dropped in by hand
+    (v.root / "entries" / "hand01.md").write_text(
+        "---\nid: hand01\ntitle: Written by hand\ntype: lesson\nimportance: 4\ncreated: 2026-11-02T00:00:00Z\n"
+        "---\nThe flamingo deployment pipeline needs a manual approval.\n", "utf-8")
+    con = fresh(v)
+    assert top(con, "flamingo approval") == "entries/hand01.md"
+
+
+def test_change_seen_by_another_command_first_is_still_indexed(vault):
+    """Another process may refresh the catalog (and so consume the change) before recall runs."""
+    v = vault
+    a = make(v, "Nightly backups go to cold storage", "Retention 35 days.")
+    write(v, a)
+    con = fresh(v)
+    assert top(con, "backups") == a.path
+    p = v.root / a.path
+    p.write_text(p.read_text("utf-8").replace("Retention 35 days.", "Retention is ninety days for audits."), "utf-8")
+    other = Vault(v.root)
+    other.load()  # refreshes the `files` table: the catalog's change list is gone
+    other.close()
+    con2 = catalog.connect(v.state_dir / catalog.DB_NAME)
+    assert not catalog.refresh(con2, v.root)
+    res = index.update(con2)
+    assert (res.indexed, res.dropped) == (1, 1)
+    assert top(con2, "audits ninety") == a.path
+
+
+def test_invalid_files_are_never_indexed_and_superseded_are_filtered(vault):
+    v = vault
+    old = make(v, "Deploys happen on Fridays", "Every Friday afternoon.")
+    write(v, old)
+    new = make(v, "Deploys happen on Tuesdays", "Never on Friday.", supersedes=(old.id,))
+    write(v, new, )
+    v.write_entries([], subject="supersede", why="test",
+                    updates=[v.resolve(old.id).with_changes(superseded_by=new.id)])
+    (v.root / "entries" / "broken.md").write_text("---\nid: [unclosed\n---\nFriday deploy notes\n", "utf-8")
+    con = fresh(v)
+    assert "entries/broken.md" not in _indexed(con)
+    assert ids(con, "deploys friday") == [new.path]
+    assert set(ids(con, "deploys friday", include_superseded=True)) == {new.path, old.path}
+    assert ids(con, "deploys friday", types=["decision"]) == []
+
+
+def test_incremental_update_equals_a_rebuild(example_vault):
+    v = example_vault
+    con = fresh(v)
+    e = v.load().entries[3]
+    p = v.root / e.path
+    p.write_text(p.read_text("utf-8") + "\nAlso mentions zeppelin telemetry.\n", "utf-8")
+    catalog.refresh(con, v.root)
+    res = index.update(con)
+    assert (res.indexed, res.dropped, res.rebuilt) == (1, 1, False)
+
+    def state(c):
+        terms = sorted(c.execute("SELECT term, df FROM idx_terms"))
+        stats = c.execute("SELECT n, s0, s1, s2, s3 FROM idx_stats").fetchone()
+        posts = sorted(c.execute("SELECT t.term, d.path, p.f0, p.f1, p.f2, p.f3 FROM idx_post p "
+                                 "JOIN idx_terms t ON t.tid = p.tid JOIN idx_docs d ON d.key = p.key"))
+        return terms, stats, posts
+
+    incremental = state(con)
+    assert ("zeppelin", 1) in incremental[0]
+    v.close()
+    index.delete_db(v.state_dir)
+    assert state(fresh(v)) == incremental
+
+
+@pytest.mark.parametrize("damage", ["junk", "deleted", "tables", "trigger", "version"])
+def test_rebuilds_after_corruption(example_vault, damage):
+    v = example_vault
+    con = fresh(v)
+    before = ids(con, "sqlite queue")
+    assert before
+    con.close()
+    db = v.state_dir / catalog.DB_NAME
+    if damage == "junk":
+        for suffix in ("-wal", "-shm"):
+            Path(str(db) + suffix).unlink(missing_ok=True)
+        db.write_bytes(os.urandom(4096) * 8)
+    elif damage == "deleted":
+        index.delete_db(v.state_dir)
+    else:
+        c = sqlite3.connect(db)
+        if damage == "tables":
+            for t in index.TABLES:
+                c.execute(f"DROP TABLE {t}")
+        elif damage == "trigger":
+            c.execute("DROP TRIGGER idx_files_upd")
+        else:
+            c.execute("UPDATE meta SET value='0' WHERE key=?", (index.VERSION_KEY,))
+        c.commit()
+        c.close()
+    con, res = index.open_index(v.state_dir, v.root)
+    assert res.rebuilt and res.indexed == len(v.load().entries)
+    assert ids(con, "sqlite queue") == before
+
+
+_RECALLER = """
+import sys
+from acpmem.vault import Vault
+from acpmem.recall import recall
+v = Vault(sys.argv[1])
+hits = recall(v, sys.argv[2])
+print(hits[0].entry.id if hits else "-")
+"""
+
+
+def test_many_processes_update_and_recall_at_once(example_vault):
+    v = example_vault
+    index.delete_db(v.state_dir)
+    procs = [subprocess.Popen([sys.executable, "-c", _RECALLER, str(v.root), q], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for q in ("sqlite queue", "pytest gitconfig", "rate limits", "上传大文件", "ADR")]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
+    assert all(o[0].strip() not in ("", "-") for o in outs)
+    con = fresh(v)
+    assert con.execute("SELECT count(*) FROM idx_docs").fetchone()[0] == len(v.load().entries)
+    assert con.execute("SELECT count(*) FROM idx_dirty").fetchone()[0] == 0
+    assert json.loads(json.dumps(con.execute("SELECT n FROM idx_stats").fetchone()))[0] == 10
