@@ -53,9 +53,9 @@ def claude_code(vault: VaultOpt = None) -> None:
     Example (.claude/settings.json): {"hooks": {"SessionStart": [{"hooks": [{"type": "command",
     "command": "acp memory hook claude-code"}]}]}}
     """
-    from acpmem.hooks import claude_code as answer
+    from acpmem.hooks import MAX_EVENT_BYTES, claude_code as answer
 
-    data = sys.stdin.buffer.read((1 << 20) + 1)
+    data = sys.stdin.buffer.read(MAX_EVENT_BYTES + 1)
     a = answer(data, vault=vault or State.vault)
     if a.stdout:
         sys.stdout.write(a.stdout)

@@ -125,4 +125,30 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
                       "set ACPMEM_DEBUG=1 to see the traceback")
 
 
-__all__ = ["claude_code", "parse_event", "HookAnswer"]
+def fast_main(args: list[str], vault: str | None = None) -> int | None:
+    """``hook claude-code [--vault V]`` answered without typer (hooks run on every prompt; importing typer costs more
+    than the answer). ``args`` follow ``acp memory``; None when the full CLI should answer (help, anything else)."""
+    import sys
+
+    if args[:2] != ["hook", "claude-code"]:
+        return None
+    rest = args[2:]
+    if len(rest) == 2 and rest[0] == "--vault":
+        vault, rest = rest[1], []
+    elif len(rest) == 1 and rest[0].startswith("--vault="):
+        vault, rest = rest[0].partition("=")[2], []
+    if rest:
+        return None
+    a = claude_code(sys.stdin.buffer.read(MAX_EVENT_BYTES + 1), vault=vault)
+    try:
+        if a.stdout:
+            sys.stdout.write(a.stdout)
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return EXIT_SHOWN
+    if a.stderr:
+        sys.stderr.write(a.stderr)
+    return a.exit_code
+
+
+__all__ = ["claude_code", "parse_event", "HookAnswer", "fast_main"]

@@ -114,3 +114,28 @@ def test_malformed_input_is_shown_but_never_blocks(cli, tmp_path, stdin, reason)
 def test_hook_help(cli):
     r = cli("memory", "hook", "claude-code", "--help")
     assert r.returncode == 0 and "SessionStart" in r.stdout and "exit 1" in r.stdout
+
+
+def test_fast_path_answers_like_the_full_cli(project, cli, tmp_path):
+    """``hooks.fast_main`` (for entry.py's typer-free path) gives the same bytes and exit codes as the typer command."""
+    import subprocess
+    import sys
+
+    proj, v = project
+    code = "import sys; from acpmem.hooks import fast_main; sys.exit(fast_main(sys.argv[1:]))"
+
+    def fast(stdin: str, *args: str):
+        return subprocess.run([sys.executable, "-c", code, "hook", "claude-code", *args], input=stdin,
+                              capture_output=True, text=True, cwd=tmp_path, timeout=60)
+
+    for stdin, args in ((_event("SessionStart", proj, session="fast-1"), ()),
+                        (_event("SessionStart", tmp_path, session="fast-2"), ("--vault", str(v.root))),
+                        ("{oops", ()), (_event("Stop", proj), ())):
+        f, full = fast(stdin, *args), _hook(cli, stdin, *args, cwd=tmp_path)
+        assert (f.returncode, f.stdout, f.stderr) == (full.returncode, full.stdout, full.stderr)
+    assert "Session append" in fast(_event("SessionStart", proj, session="fast-1")).stdout
+    # anything it does not handle goes to the full CLI
+    none = subprocess.run([sys.executable, "-c", "from acpmem.hooks import fast_main; "
+                           "print(fast_main(['hook', 'claude-code', '--help']), fast_main(['list']))"],
+                          capture_output=True, text=True, timeout=60)
+    assert none.stdout.split() == ["None", "None"]
