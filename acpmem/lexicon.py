@@ -22,6 +22,12 @@ theirs themselves what which who whom this that these those am would could ought
 let s t d ll m re ve don didn doesn isn aren wasn weren hasn haven hadn wouldn couldn shouldn
 """.split())
 
+# Words that frame a question rather than name its topic; a query weighs them down (documents keep them).
+QUERY_FILLER = frozenset("""
+kind kinds type types sort sorts way ways thing things something anything mention mentions mentioned
+happen happens happened specific specifically particular example examples describe described name named
+""".split())
+
 # Irregular forms → lemma, so "went"/"gone" meet "go" and "bought" meets "buy" after stemming.
 _IRREGULAR = """
 arise arose arisen|awake awoke awoken|be was were been|bear bore borne born|beat beaten|become became|

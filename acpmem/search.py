@@ -388,6 +388,8 @@ SPREAD, SPREAD_RADIUS, SPREAD_TOP = 0.15, 2, 50
 DATE_BOOST = 1.0
 TAG_BOOST = 0.5
 POOL = 300
+DUPLICATE = 0.6
+FILLER_WEIGHT = 0.3
 
 
 @dataclass(frozen=True)
@@ -444,7 +446,8 @@ def plan_query(query: str, vocab: Vocabulary) -> list[QueryGroup]:
         if not term or term in seen:
             continue
         seen.add(term)
-        cands = [QueryTerm(term, W_EXACT, "exact")]
+        # words that frame a question ("what kind of…", "mentioned") say little about the topic
+        cands = [QueryTerm(term, FILLER_WEIGHT if word in lexicon.QUERY_FILLER else W_EXACT, "exact")]
         aliases, alias_words = _alias_maps()
         cands += [QueryTerm(a, W_ALIAS, "alias") for a in aliases.get(term, ())]
         if term not in vocab and len(term) >= 4 and term.isalpha():
@@ -566,6 +569,27 @@ def _tag_terms(tags: tuple[str, ...]) -> frozenset[str]:
     return frozenset(analyze(" ".join(tags)))
 
 
+def _diversify(src: PostingSource, final: dict[int, float], limit: int) -> list[int]:
+    """Top ``limit`` keys by score, except that an entry whose citations are all covered by entries already
+    chosen competes with its score times DUPLICATE (near-duplicate memories of one moment crowd out others)."""
+    ranked = sorted(final, key=lambda k: (-final[k], k))
+    if not DUPLICATE or DUPLICATE >= 1:
+        return ranked[:limit]
+    position = {k: i for i, k in enumerate(ranked[: limit * 4])}
+    chosen: list[int] = []
+    covered: set = set()
+    pending = ranked[: limit * 4]
+    while pending and len(chosen) < limit:
+        def eff(k: int) -> float:
+            cites = set(src.doc(k).citations)
+            return final[k] * (DUPLICATE if cites and cites <= covered else 1.0)
+        best = max(pending, key=lambda k: (eff(k), -position[k]))
+        pending.remove(best)
+        chosen.append(best)
+        covered |= set(src.doc(best).citations)
+    return chosen
+
+
 def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, dates: bool = True,
          preview_length: int = 200) -> list[Hit]:
     """Rank the documents of ``src`` for ``query``: term scores, then spreading and the tag and date boosts.
@@ -603,7 +627,7 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
                     factor *= 1 + DATE_BOOST * near
                     extra[key]["date"] = round(near, 3)
         final[key] *= factor
-    order = sorted(final, key=lambda k: (-final[k], k))[:limit]
+    order = _diversify(src, final, limit)
     words = [g.word for g in groups]
     return [Hit(src.doc(k).id, round(final[k], 6), make_preview(src.doc(k), words, preview_length),
                 {"terms": why.get(k, {}), **extra.get(k, {})}) for k in order]
