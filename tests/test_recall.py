@@ -1,0 +1,191 @@
+"""Recall and surfacing through the library and the real CLI, on real vaults."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from acpmem.errors import UsageError
+from acpmem.framing import CLOSE, DATA_NOTICE_EN, OPEN
+from acpmem.model import Citation, Entry
+from acpmem.recall import cap_text, recall, recall_text, surface, surface_text
+from acpmem.vault import Vault, git
+
+
+def make(vault: Vault, title: str, body: str, typ: str = "fact", importance: int = 5, **kw) -> Entry:
+    ident = vault.new_id()
+    e = Entry(id=ident, title=title, type=typ, importance=importance, created="2026-11-01T10:00:00Z",
+              body=body + "\n", citation=(Citation("s9", 4),), **kw)
+    return e.with_changes(path=vault.path_for(ident, title))
+
+
+def settings(vault: Vault, text: str) -> Vault:
+    (vault.root / "acpmem.toml").write_text(text, "utf-8")
+    return Vault(vault.root, clock=vault.clock)
+
+
+def head(vault: Vault) -> str:
+    return git(vault.root, "rev-parse", "HEAD").out.strip()
+
+
+def test_recall_finds_with_typos_and_in_chinese(example_vault):
+    v = example_vault
+    assert "SQLite WAL" in recall(v, "sqlite job queu")[0].entry.title
+    assert "pytest-xdist" in recall(v, "pytset xdist")[0].entry.title
+    zh = recall(v, "大文件上传")
+    assert "分片上传" in zh[0].entry.title and zh[0].entry.body.startswith("- 网关")
+    hit = recall(v, "snake_case 日志", limit=1)
+    assert len(hit) == 1 and "JSON" in hit[0].entry.title
+    assert hit[0].citations == hit[0].entry.citation and hit[0].score > 0 and hit[0].preview
+
+
+def test_recall_marks_read_without_a_commit(example_vault):
+    v = example_vault
+    before = head(v)
+    target = next(e for e in v.load().entries if "Rate limits" in e.title)
+    assert target.last_read is None or target.last_read < "2026-11-29T12:00:00Z"
+    hits = recall(v, "rate limit retry-after")
+    assert hits[0].entry.id == target.id
+    assert hits[0].entry.last_read == "2026-11-29T12:00:00Z"
+    after = {e.id: e for e in Vault(v.root).load().entries}
+    assert after[target.id].last_read == "2026-11-29T12:00:00Z"
+    assert head(v) == before
+    assert git(v.root, "status", "--porcelain").out.strip() == ""
+    assert target.id in (v.state_dir / "reads.log").read_text()
+
+
+def test_superseded_types_limit_and_bad_arguments(vault):
+    v = vault
+    old = make(v, "Releases are cut on Fridays", "Friday release train.", typ="decision")
+    v.write_entries([old], subject="t", why="t")
+    new = make(v, "Releases are cut on Tuesdays", "No more Friday releases.", typ="decision",
+               supersedes=(old.id,))
+    v.write_entries([new], subject="t", why="t", updates=[v.resolve(old.id).with_changes(superseded_by=new.id)])
+    other = make(v, "Friday lunch is at noon", "The team eats together.", typ="fact")
+    v.write_entries([other], subject="t", why="t")
+    assert {h.entry.id for h in recall(v, "friday releases")} == {new.id, other.id}
+    assert {h.entry.id for h in recall(v, "friday releases", include_superseded=True)} == {new.id, old.id, other.id}
+    assert [h.entry.id for h in recall(v, "friday", types=["fact"])] == [other.id]
+    assert len(recall(v, "friday", limit=1)) == 1
+    with pytest.raises(UsageError):
+        recall(v, "   ")
+    with pytest.raises(UsageError):
+        recall(v, "friday", types=["opinion"])
+    with pytest.raises(UsageError):
+        recall(v, "friday", limit=0)
+    assert recall(v, "zyxwvut qqqq") == []
+
+
+def test_recall_text_is_framed_data(example_vault):
+    v = example_vault
+    hits = recall(v, "staging deploys")
+    text = recall_text(v, hits)
+    assert text.startswith(DATA_NOTICE_EN)
+    lines = text.splitlines()
+    assert sum(line.startswith(OPEN + " ") for line in lines) == len(hits) == sum(
+        line.startswith(CLOSE + " ") for line in lines)
+    assert f'id="{hits[0].entry.id}"' in text and 'type="fact"' in text and "citation=" in text
+
+
+def test_cap_text_cuts_on_a_character_boundary():
+    text = "标题\n\n" + "中文内容" * 400
+    out, cut = cap_text(text, 500, "abc123")
+    assert cut and len(out.encode("utf-8")) <= 500
+    assert out.endswith("`acp memory show abc123`]")
+    out.encode("utf-8").decode("utf-8")  # valid UTF-8
+    assert cap_text("short", 500, "x") == ("short", False)
+
+
+def test_surface_top_n_cap_dedupe_and_sessions(example_vault):
+    v = settings(example_vault, "[surface]\ntop_n = 3\nentry_cap_bytes = 200\nsession_budget_bytes = 100000\n")
+    first = surface(v, "s-1", seed=1)
+    assert len(first.entries) == 3
+    assert all(e.size <= 200 for e in first.entries)
+    assert any(e.truncated and "acp memory show" in e.text for e in first.entries)
+    second = surface(v, "s-1", seed=1)
+    assert len(second.entries) == 3
+    assert not {e.entry.id for e in first.entries} & {e.entry.id for e in second.entries}
+    assert second.used_bytes == sum(e.size for e in first.entries + second.entries)
+    # a new session starts over: the same entries can come back
+    other = surface(v, "s-2", seed=1)
+    assert [e.entry.id for e in other.entries] == [e.entry.id for e in first.entries]
+    # by score: the ones picked first score at least as high as the ones picked next
+    assert min(e.score for e in first.entries) >= max(e.score for e in second.entries) - 1e-9
+    rest = surface(v, "s-1", seed=1)
+    assert len(rest.entries) == 3
+    last = surface(v, "s-1", seed=1)
+    assert len(last.entries) == 1
+    done = surface(v, "s-1", seed=1)
+    assert done.entries == () and "already surfaced" in done.reason
+    text = surface_text(v, first)
+    assert text.startswith(DATA_NOTICE_EN) and text.count('kind="surface"') == 3
+    assert "already surfaced" in surface_text(v, done)
+
+
+def test_surface_budget_and_recalled_entries(example_vault):
+    v = settings(example_vault, "[surface]\ntop_n = 5\nentry_cap_bytes = 300\nsession_budget_bytes = 700\n")
+    got = surface(v, "s-b", seed=3)
+    assert 1 <= len(got.entries) < 5
+    assert got.used_bytes <= 700 and "budget" in got.reason
+    seen = {e.entry.id for e in got.entries}
+    while True:
+        more = surface(v, "s-b", seed=3)
+        if not more.entries:
+            break
+        seen |= {e.entry.id for e in more.entries}
+    assert more.used_bytes <= 700 and "budget" in more.reason
+    # recall in a session keeps surfacing from repeating what was just recalled
+    hit = recall(v, "pytest xdist gitconfig", session="s-r")[0].entry.id
+    v2 = settings(v, "[surface]\ntop_n = 20\n")
+    assert hit not in {e.entry.id for e in surface(v2, "s-r", seed=3).entries}
+    assert hit in {e.entry.id for e in surface(v2, "s-other", seed=3).entries}
+
+
+_SURFACER = """
+import json, sys
+from acpmem.vault import Vault
+from acpmem.recall import surface
+r = surface(Vault(sys.argv[1]), "shared-session", seed=5)
+print(json.dumps([e.entry.id for e in r.entries]))
+"""
+
+
+def test_concurrent_surface_calls_never_repeat_an_entry(example_vault):
+    v = settings(example_vault, "[surface]\ntop_n = 2\n")
+    v.close()
+    surface(v, "warm-up")  # build the index first so the race is on the ledger
+    procs = [subprocess.Popen([sys.executable, "-c", _SURFACER, str(v.root)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(5)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-400:] for o in outs]
+    ids = [i for o in outs for i in json.loads(o[0])]
+    assert len(ids) == len(set(ids)) == 10
+
+
+def test_cli_recall_and_surface_json(example_vault, cli):
+    v = example_vault
+    before = head(v)
+    r = cli("memory", "--vault", str(v.root), "recall", "--json", "--limit", "2", "--type", "lesson", "pytest git")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["query"] == "pytest git" and 1 <= len(data["hits"]) <= 2
+    assert all(h["type"] == "lesson" for h in data["hits"])
+    assert "pytest-xdist" in data["hits"][0]["title"] and data["hits"][0]["body"] and data["hits"][0]["citation"]
+    r = cli("memory", "recall", "--vault", str(v.root), "上传")
+    assert r.returncode == 0 and r.stdout.startswith(DATA_NOTICE_EN) and 'kind="recall"' in r.stdout
+    r = cli("memory", "recall", "--vault", str(v.root), "")
+    assert r.returncode == 2 and "Error:" in r.stderr
+    r = cli("memory", "surface", "--vault", str(v.root), "--session", "cli-s", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["session"] == "cli-s" and len(data["entries"]) == 5 and data["budget_bytes"] == 61440
+    assert data["used_bytes"] == sum(e["bytes"] for e in data["entries"])
+    r2 = json.loads(cli("memory", "surface", "--vault", str(v.root), "--session", "cli-s", "--json").stdout)
+    assert not {e["id"] for e in data["entries"]} & {e["id"] for e in r2["entries"]}
+    r = cli("memory", "surface", "--vault", str(v.root), "--session", "cli-s")
+    assert r.returncode == 0 and "nothing surfaced" in r.stdout
+    r = cli("memory", "surface", "--vault", str(v.root), "--session", "cli-t")
+    assert r.returncode == 0 and r.stdout.startswith(DATA_NOTICE_EN) and r.stdout.count('kind="surface"') == 5
+    assert head(v) == before
