@@ -458,8 +458,11 @@ def plan_query(query: str, vocab: Vocabulary) -> list[QueryGroup]:
             cands += [QueryTerm(t, W_TYPO1 if d == 1 else W_TYPO2, "typo")
                       for t, d in vocab.typo_neighbours(term, max_dist)]
         if vocab.has_cjk:
-            for form in _english_forms(word) + sorted(alias_words.get(term, ())):
+            forms = _english_forms(word)
+            for form in forms:
                 cands += [QueryTerm(z, W_DICT, "dict") for z in lexicon.en_to_zh(form)]
+            for form in sorted(alias_words.get(term, set()) - set(forms)):
+                cands += [QueryTerm(z, W_DICT * W_ALIAS, "alias+dict") for z in lexicon.en_to_zh(form)]
         add(word, term, cands)
 
     if has_cjk(query):

@@ -251,3 +251,12 @@ def test_dictionary_loads_both_directions():
     assert "缓存" in lexicon.en_to_zh("cache")
     assert "upload" in lexicon.zh_to_en("上传")
     assert lexicon.en_to_zh("no-such-word") == ()
+
+
+def test_entries_citing_an_already_covered_moment_step_back():
+    docs = [SearchDoc("x1", "Caroline adopted a dog", citations=(("1", 1),)),
+            SearchDoc("x2", "Caroline adopted a dog", citations=(("1", 1),)),
+            SearchDoc("y", "Caroline adopted a dog last spring", citations=(("1", 9),))]
+    hits = MemoryIndex(docs).search("Caroline adopted dog", limit=3, spread=False)
+    assert hits[2].score > hits[1].score  # y ranks second despite a lower score: x2 repeats x1's moment
+    assert [h.id for h in hits] == ["x1", "y", "x2"]
