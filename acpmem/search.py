@@ -17,9 +17,13 @@ Two engines live here.
      document is scanned to expand a query.
   3. **Scoring** (``plan_query``, ``score_query``, ``rank``): a query becomes groups of weighted terms (the
      word itself, aliases, typo and prefix neighbours, dictionary translations); each group contributes its best
-     BM25F term per document, read from postings. ``rank`` then applies what entries carry — spreading a share of
-     a hit's score to entries citing neighbouring turns of the same session, and a boost for entries dated near
-     a date the query names — and builds ``Hit``s. Anything that implements ``PostingSource`` can be ranked.
+     BM25F term per document, read from postings (fields title > tags > body > CJK bigrams). ``rank`` then uses
+     what entries carry, on a bounded pool of the best candidates: a share of a hit's score spreads to entries
+     citing neighbouring turns of the same session; entries tagged with a word of the query (a person's name)
+     and entries dated near a date the query names are boosted; an entry whose citations repeat those of an
+     entry already chosen steps back. Anything that implements ``PostingSource`` can be ranked.
+
+The weights below were set on the kernel corpus and LoCoMo (bench/search_*.py) as general rules, never per query.
 """
 from __future__ import annotations
 
