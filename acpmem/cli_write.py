@@ -64,7 +64,7 @@ ExtractorOpt = Annotated[Optional[Extractor], typer.Option("--extractor", help="
 def _need(**values) -> None:
     missing = [f"--{k}" for k, v in values.items() if v is None]
     if missing:
-        raise UsageError(f"missing {', '.join(missing)}", "commit needs --type, --note, --importance, --session, --seq")
+        raise UsageError(f"missing {', '.join(missing)}", "give --type, --note, --importance, --session and --seq")
 
 
 # --------------------------------------------------------------------------------------------- commit

@@ -301,7 +301,9 @@ def commit_for_request(vault, request_id: str) -> str | None:
     """The commit that carries ``Acpmem-Request: <id>``, if any (the exactly-once check)."""
     from acpmem.vault import git
 
-    res = git(vault.root, "log", "--format=%H", "-F", f"--grep=Acpmem-Request: {request_id}", check=False)
+    queue.check_request_id(request_id)
+    # Anchored: a note (one line, behind "Focus:" or "Acpmem-Note:") can never fake this line.
+    res = git(vault.root, "log", "--format=%H", f"--grep=^Acpmem-Request: {request_id}$", check=False)
     shas = res.out.split()
     return shas[0] if res.code == 0 and shas else None
 
@@ -385,10 +387,14 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
                       tuple(draft.updates), tuple(draft.unknown), tuple(dict.fromkeys(draft.redacted)),
                       tuple(draft.ignored), None, usage, req.attempts + 1)
         return _finish(vault, req, out)
-    except AcpmemError as exc:
-        error = {"message": exc.message, "hint": exc.hint, "kind": type(exc).__name__}
-        if "reason" in exc.data:
-            error["reason"] = exc.data["reason"]
+    except Exception as exc:  # noqa: BLE001 - whatever it was, it is recorded and retried, never a stuck queue
+        if isinstance(exc, AcpmemError):
+            error = {"message": exc.message, "hint": exc.hint, "kind": type(exc).__name__}
+            if "reason" in exc.data:
+                error["reason"] = exc.data["reason"]
+        else:
+            error = {"message": f"unexpected {type(exc).__name__}: {exc}"[:500], "kind": "internal",
+                     "hint": "report this bug; the request is kept"}
         new = queue.record_failure(state, req, error, vault.clock(), vault.rng)
         return Outcome(req.id, "failed" if new.status == "failed" else "retry", label, error={**error},
                        usage=_usage(result), attempts=new.attempts)
@@ -457,8 +463,10 @@ def stats(vault) -> dict:
         n_sessions += 1
         size = _tree_bytes(d)
         s_bytes += size
-        # The surfacing ledger (SPEC §6.2) is whatever file under the session's folder is named surfaced*.
-        used = sum(p.stat().st_size for p in d.glob("surfaced*") if p.is_file())
+        try:   # the surfacing ledger (SPEC §6.2, acpmem.recall): bytes surfaced so far in this session
+            used = int(json.loads((d / "surfaced.json").read_text("utf-8")).get("used_bytes", 0))
+        except (OSError, ValueError, TypeError, AttributeError):
+            used = 0
         if used:
             budgets.append({"session": d.name, "used_bytes": used,
                             "budget_bytes": vault.settings.surface.session_budget_bytes})

@@ -23,6 +23,7 @@ import errno
 import json
 import os
 import random
+import re
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -48,6 +49,7 @@ WORKER_IDLE_WAIT_S = 20.0             # the worker waits for a request due this 
 MAX_LOG_BYTES = 1_000_000
 MAX_SESSION_CHARS = 512
 _ID_CHARS = "abcdefghijkmnpqrstuvwxyz23456789"
+_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 def _utc(dt: datetime) -> str:
@@ -182,8 +184,14 @@ def save_request(state_dir: Path, req: Request, *, new: bool = False) -> Path:
     return path
 
 
+def check_request_id(request_id: str) -> str:
+    if not isinstance(request_id, str) or not _REQUEST_ID_RE.fullmatch(request_id):
+        raise UsageError(f"not a request id: {request_id!r:.70}", "request ids look like r-k3f9q2ab")
+    return request_id
+
+
 def load_request(state_dir: Path, request_id: str) -> Request | None:
-    path = pending_dir(state_dir) / f"{request_id}.json"
+    path = pending_dir(state_dir) / f"{check_request_id(request_id)}.json"
     try:
         return Request.from_json(json.loads(path.read_text("utf-8")))
     except FileNotFoundError:

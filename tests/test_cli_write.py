@@ -147,3 +147,9 @@ def test_commit_fast_path_without_typer(vault):
     assert len(fork_commits(v)) == 1
     assert queue.parse_commit_argv(["--type", "x", "--help"]) is None
     assert queue.parse_commit_argv(["--type", "lesson", "--note", "n"]) is None   # typer reports what is missing
+
+
+def test_extract_refuses_a_request_id_that_is_a_path(vault, cli):
+    v = configure(vault)
+    r = cli("memory", "--vault", str(v.root), "extract", "../../etc/passwd")
+    assert r.returncode == 2 and "not a request id" in r.stderr

@@ -1,0 +1,84 @@
+"""How long `acp memory commit` takes to return to its caller (SPEC §9: <= 250 ms), as whole processes.
+
+Three timings, median of N runs each (default 15), on a fresh example vault with the offline extractor:
+  floor     `python -c pass` — the interpreter alone, for scale;
+  console   `acp memory commit …` — the installed console script as it is today;
+  fast      `acpmem.queue.fast_commit` — the typer-free path entry.py routes plain commits to.
+The background worker's own run is not timed: after each commit the script waits until the queue is empty, so every
+commit starts from the same state (and starts a worker, the slower case).
+
+Usage: python bench/commit_speed.py [N]
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TRANSCRIPT = HERE.parent / "tests" / "fixtures" / "transcripts" / "openai_chat.json"
+
+
+def wait_idle(root: Path, timeout: float = 60.0) -> None:
+    from acpmem import queue
+
+    state = root / ".acpmem"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not queue.list_requests(state)[0]:
+            fd = queue.try_worker_lock(state)
+            if fd is not None:
+                os.close(fd)
+                return
+        time.sleep(0.05)
+    raise SystemExit("the worker did not finish")
+
+
+# Measure what a user's install does: byte-code cached (an environment may set PYTHONDONTWRITEBYTECODE).
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def timed(cmd: list[str], root: Path, n: int) -> list[float]:
+    out = []
+    for i in range(-1, n):   # run -1 warms the byte-code cache and is not counted
+        start = time.perf_counter()
+        p = subprocess.run(cmd + (["--note", f"bench note {i}"] if "--type" in cmd else []), capture_output=True,
+                           text=True, env=ENV)
+        if i >= 0:
+            out.append(time.perf_counter() - start)
+        if p.returncode != 0:
+            raise SystemExit(f"{cmd[:3]} failed: {p.stderr}")
+        wait_idle(root)
+    return out
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 15
+    from acpmem.vault import init_vault
+
+    with tempfile.TemporaryDirectory() as tmp:
+        v = init_vault(Path(tmp) / "vault", example=True)
+        toml = v.root / "acpmem.toml"
+        toml.write_text(toml.read_text().replace('extractor = "auto"', 'extractor = "offline"'))
+        args = ["--vault", str(v.root), "commit", "--type", "lesson", "--importance", "7", "--session", "bench",
+                "--seq", "6", "--transcript", str(TRANSCRIPT)]
+        acp = str(Path(sys.executable).parent / "acp")
+        fast = [sys.executable, "-c", "import sys; from acpmem.queue import fast_commit; "
+                                      "sys.exit(fast_commit(sys.argv[1:]))"]
+        rows = [("floor (python -c pass)", timed([sys.executable, "-c", "pass"], v.root, n)),
+                ("console: acp memory commit", timed([acp, "memory", *args], v.root, n)),
+                ("fast path: queue.fast_commit", timed(fast + args[:2] + args[3:], v.root, n))]
+        load = os.getloadavg()[0]
+        print(f"acp memory commit, whole process, median of {n} (load average {load:.2f}, {os.cpu_count()} CPUs)")
+        for name, xs in rows:
+            print(f"  {name:<32} median {statistics.median(xs) * 1000:7.1f} ms   min {min(xs) * 1000:7.1f} ms   "
+                  f"max {max(xs) * 1000:7.1f} ms")
+        v.close()
+
+
+if __name__ == "__main__":
+    main()
