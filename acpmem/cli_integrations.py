@@ -30,14 +30,24 @@ def serve(session: Annotated[Optional[str], typer.Option(help="Session id for th
     """MCP server over stdio with the main conversation's tools: memory_commit and memory_recall (never
     memory_write), and the resident index as the resource memory://index.
 
-    A client may add `session`, `seq` and `transcript` to a memory_commit call's arguments; otherwise the server's
-    session is used and seq counts its commits (or is the transcript's last message when --transcript is given).
+    A client may add `session`, `seq` and `transcript` to a memory_commit call's arguments. Otherwise: the session is
+    --session, else $ACPMEM_SESSION, else $CLAUDE_CODE_SESSION_ID (set by Claude Code), else one per process; the
+    transcript is --transcript, else the one the Claude Code SessionStart hook recorded for that session; seq is
+    the transcript's last message, else a count of this server's commits.
 
     Example: claude mcp add acpmem -- acp memory serve
     """
-    from acpmem.mcp_server import serve as run_server
+    import os
 
-    v = open_vault(vault)
+    from acpmem.mcp_server import serve as run_server
+    from acpmem.vault import ENV_VAULT, Vault
+
+    explicit = vault or State.vault
+    project = os.environ.get("CLAUDE_PROJECT_DIR")  # Claude Code names the project of the MCP servers it starts
+    if explicit is None and not os.environ.get(ENV_VAULT) and project:
+        v = Vault.open(None, cwd=Path(project))
+    else:
+        v = open_vault(vault)
     run_server(v.root, session=session, transcript=str(transcript.resolve()) if transcript else None)
 
 

@@ -10,6 +10,10 @@ Claude Code runs the command with the event as JSON on stdin (``session_id``, ``
   acpmem.toml, otherwise nothing;
 * any other event → nothing, exit 0.
 
+SessionStart also records the session's ``transcript_path`` in the vault's local state: the MCP server started by
+the same Claude Code session (it receives the id as ``CLAUDE_CODE_SESSION_ID``) hands that transcript to the fork,
+so a ``memory_commit`` made through MCP is distilled from the real conversation.
+
 Memory is optional: when no vault is found from the event's ``cwd`` (and none is named by ``--vault`` or
 ``ACPMEM_VAULT``), the hook answers nothing with exit 0. Anything wrong — input that is not a hook event, a vault
 named explicitly that does not exist, a broken vault — is exit 1 with one line on stderr: Claude Code shows it and
@@ -27,6 +31,7 @@ from acpmem.errors import AcpmemError, VaultNotFound
 EXIT_OK = 0
 EXIT_SHOWN = 1          # Claude Code: a non-blocking error, stderr shown to the user; the session goes on
 MAX_EVENT_BYTES = 1 << 20
+CLAUDE_CODE_RECORD = "claude-code.json"
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,39 @@ def _open_vault(event: dict, explicit: str | os.PathLike | None, env: dict):
         return None
 
 
+def record_session(vault, session: str, event: dict) -> None:
+    """Remember where a Claude Code session's transcript is (``claude-code.json`` in the session's folder), so the
+    MCP server of that session — which gets the id as ``CLAUDE_CODE_SESSION_ID`` — can hand it to the fork."""
+    transcript = event.get("transcript_path")
+    if not transcript:
+        return
+    from acpmem.api import session_dir
+    from acpmem.vault import atomic_write
+
+    path = session_dir(vault, session) / CLAUDE_CODE_RECORD
+    data = {"session_id": session, "transcript_path": transcript, "cwd": event.get("cwd"),
+            "source": event.get("source")}
+    text = json.dumps(data, ensure_ascii=False, sort_keys=True)
+    try:
+        if path.read_text("utf-8") == text:
+            return
+    except OSError:
+        pass
+    atomic_write(path, text)
+
+
+def recorded_transcript(vault, session: str) -> str | None:
+    """The transcript path the SessionStart hook recorded for ``session``, if any."""
+    from acpmem.api import session_dir
+
+    try:
+        value = json.loads((session_dir(vault, session) / CLAUDE_CODE_RECORD).read_text("utf-8")).get(
+            "transcript_path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value else None
+
+
 def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env: dict | None = None) -> HookAnswer:
     """Answer one Claude Code hook event. Never raises: every failure is an answer with exit 1 and a message."""
     env = os.environ if env is None else env
@@ -105,6 +143,7 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
             if name == "SessionStart":
                 from acpmem.api import resident_index
 
+                record_session(v, session, event)
                 return _context(name, resident_index(v, session=session))
             if not v.settings.surface.enabled:
                 return HookAnswer("", "", EXIT_OK)
@@ -151,4 +190,4 @@ def fast_main(args: list[str], vault: str | None = None) -> int | None:
     return a.exit_code
 
 
-__all__ = ["claude_code", "parse_event", "HookAnswer", "fast_main"]
+__all__ = ["claude_code", "parse_event", "HookAnswer", "fast_main", "record_session", "recorded_transcript"]

@@ -10,8 +10,11 @@ Session and seq of a ``memory_commit`` (the citation of what it produces):
 
 * a client that knows them (a harness, not the model) may add ``session``, ``seq`` and ``transcript`` to the call's
   arguments; they are not in the advertised schema, so the model never invents them;
-* otherwise the server's own session: ``--session`` (or ``ACPMEM_SESSION``), else an id generated per server
-  process (``mcp-YYYYMMDDTHHMMSS-xxxxxx``); ``--transcript`` names the conversation file for the fork;
+* otherwise the server's own session: ``--session``, else ``ACPMEM_SESSION``, else ``CLAUDE_CODE_SESSION_ID`` (Claude
+  Code sets it for the MCP servers it starts), else an id generated per server process
+  (``mcp-YYYYMMDDTHHMMSS-xxxxxx``);
+* the transcript for the fork: the call's ``transcript``, else ``--transcript``, else the one the Claude Code
+  SessionStart hook recorded for the session (``hooks.record_session``), else none (the fork then has only the note);
 * seq: the last message's seq of the transcript when there is one, else a counter of this server's commits (1, 2, …).
 
 The same session freezes the ``memory://index`` text (``api.resident_index``) and is passed to recall. Every call
@@ -31,6 +34,7 @@ from acpmem.errors import AcpmemError
 INDEX_URI = "memory://index"
 HOST_ARGS = ("session", "seq", "transcript")
 ENV_SESSION = "ACPMEM_SESSION"
+ENV_CLAUDE_SESSION = "CLAUDE_CODE_SESSION_ID"   # set by Claude Code in the stdio MCP servers it starts
 
 
 def new_session_id(clock: Callable[[], datetime], rng: random.Random) -> str:
@@ -90,6 +94,10 @@ class MemoryService:
             parsed = parse_commit_args(args, v.settings.types)
             session = host.get("session") or self.session
             transcript = host.get("transcript") or (self.transcript if session == self.session else None)
+            if not transcript:
+                from acpmem.hooks import recorded_transcript
+
+                transcript = recorded_transcript(v, str(session))
             seq = host.get("seq")
             if seq is None:
                 seq = self._next_seq(transcript)
@@ -133,7 +141,8 @@ def serve(vault_path: Path, *, session: str | None = None, transcript: str | Non
     from acpmem import __version__
 
     clock = clock or (lambda: datetime.now(timezone.utc))
-    session = session or os.environ.get(ENV_SESSION) or new_session_id(clock, rng or random.Random())
+    session = (session or os.environ.get(ENV_SESSION) or os.environ.get(ENV_CLAUDE_SESSION)
+               or new_session_id(clock, rng or random.Random()))
     svc = MemoryService(Path(vault_path), session, transcript, clock)
 
     def text(s: str, error: bool = False) -> types.CallToolResult:

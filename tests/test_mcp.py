@@ -15,12 +15,14 @@ from acpmem.vault import Vault
 pytest.importorskip("mcp")
 
 
-def _server_params(vault_root: Path, *extra: str):
+def _server_params(vault_root: Path, *extra: str, env: dict | None = None):
     from mcp import StdioServerParameters
 
     exe = Path(sys.executable).parent / "acp"
+    full = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_CODE_SESSION_ID", "CLAUDE_PROJECT_DIR")}
+    full.update(env or {})
     return StdioServerParameters(command=str(exe), args=["memory", "serve", "--vault", str(vault_root), *extra],
-                                 env=dict(os.environ), cwd=str(vault_root))
+                                 env=full, cwd=str(vault_root))
 
 
 def _session_run(params, body):
@@ -147,6 +149,41 @@ def test_host_may_pass_session_and_seq_and_sessions_differ_per_process(vault, tm
     _session_run(_server_params(root), lambda s: s.read_resource("memory://index"))
     snaps2 = sorted(p.name for p in (root / ".acpmem" / "sessions").iterdir() if p.name.startswith("mcp-"))
     assert len(snaps) == 1 and len(snaps2) == 2
+
+
+def test_claude_code_session_uses_the_transcript_its_session_start_hook_recorded(vault, cli, tmp_path):
+    """Claude Code gives its MCP servers CLAUDE_CODE_SESSION_ID; the SessionStart hook recorded that session's
+    transcript, so a commit through MCP is distilled (offline extractor here) from the real conversation."""
+    root = vault.root
+    fixture = Path(__file__).parent / "fixtures" / "transcripts" / "claude_code.jsonl"
+    transcript = tmp_path / "claude" / "7d2c1e0a.jsonl"
+    transcript.parent.mkdir()
+    transcript.write_bytes(fixture.read_bytes())
+    event = {"session_id": "7d2c1e0a", "transcript_path": str(transcript), "cwd": str(root),
+             "hook_event_name": "SessionStart", "source": "startup"}
+    h = cli("memory", "hook", "claude-code", input=json.dumps(event), cwd=tmp_path)
+    assert h.returncode == 0, h.stderr
+
+    r = _session_run(_server_params(root, env={"CLAUDE_CODE_SESSION_ID": "7d2c1e0a"}),
+                     lambda s: s.call_tool("memory_commit", {"type": "lesson", "importance": 8,
+                                                             "note": "why session.append lost entries: boolean flag"}))
+    assert r.is_error is False, r.content[0].text
+
+    def written():
+        v = Vault(root)
+        try:
+            return [e for e in v.load().entries if any(c.session == "7d2c1e0a" for c in e.citation)]
+        finally:
+            v.close()
+
+    entries = _wait_for(written)
+    assert len(entries) == 1
+    e = entries[0]
+    assert e.source.get("extractor") == "offline"
+    # it cites messages of the recorded transcript and quotes them (the note alone says nothing of this)
+    assert e.citation and {c.seq for c in e.citation} <= {1, 2, 3, 4, 5, 7, 10}
+    assert "use the per-session lock" in e.body and "seq 7" in e.body
+    _wait_for(lambda: not list((root / ".acpmem" / "pending").glob("*.json")))
 
 
 def test_serve_help_and_no_vault(cli, tmp_path):
