@@ -21,14 +21,16 @@ app.add_typer(hook_app, name="hook")
 
 @app.command()
 def serve(session: Annotated[Optional[str], typer.Option(help="Session id for the commits' citations and the frozen "
-                                                              "index (default: $ACPMEM_SESSION, else one generated "
-                                                              "per server process).", show_default=False)] = None,
+                                                              "index (default: $ACPMEM_SESSION, else "
+                                                              "$CLAUDE_CODE_SESSION_ID, else one generated per "
+                                                              "server process).", show_default=False)] = None,
           transcript: Annotated[Optional[Path], typer.Option(help="The conversation file the fork distils from "
                                                                   "(OpenAI/Anthropic JSON, JSONL, Claude Code JSONL).",
                                                              show_default=False)] = None,
           vault: VaultOpt = None) -> None:
-    """MCP server over stdio with the main conversation's tools: memory_commit and memory_recall (never
-    memory_write), and the resident index as the resource memory://index.
+    """MCP server over stdio: memory_commit and memory_recall as tools, the index as memory://index.
+
+    Only the main conversation's tools, never memory_write (only the fork writes).
 
     A client may add `session`, `seq` and `transcript` to a memory_commit call's arguments. Otherwise: the session is
     --session, else $ACPMEM_SESSION, else $CLAUDE_CODE_SESSION_ID (set by Claude Code), else one per process; the
@@ -80,8 +82,7 @@ def sync(remote: Annotated[Optional[str], typer.Option("--remote", "-r", help="T
                                                                               "[git] remote, \"origin\").",
                                                        show_default=False)] = None,
          json_: JsonOpt = False, vault: VaultOpt = None) -> None:
-    """Exchange the vault with a git remote: commit pending human edits and reads, fetch, merge, regenerate
-    MEMORY.md, push.
+    """Exchange the vault with a git remote: commit what is pending, fetch, merge, regenerate MEMORY.md, push.
 
     Reads and different entries written on two clones merge without conflicts. When both sides changed the same
     entry, the merge stays in progress with both versions in the file (nothing is lost or pushed); edit it, then
