@@ -399,18 +399,7 @@ class Vault:
         """A foreign .git/index.lock is waited for, within a bound, and never deleted. Our own stale one (a git
         child of ours was killed) is recognised by the marker we leave while git runs, and removed."""
         index_lock = self.root / ".git" / "index.lock"
-        marker = self.state_dir / "locks" / "git-running"
-        if index_lock.exists() and marker.exists():
-            try:
-                lock_m, mark_m = index_lock.stat().st_mtime, marker.stat().st_mtime
-                # Ours only if the process that left the marker is gone and nobody holds the lock open: a person's
-                # git started since then (or an orphaned git child of ours still finishing) keeps it open.
-                if mark_m - 1 <= lock_m <= mark_m + 120 and not _pid_alive(_read_pid(marker)) \
-                        and not _held_open(index_lock):
-                    index_lock.unlink()
-                    self.warnings.append("removed a stale .git/index.lock left by a killed acpmem process")
-            except FileNotFoundError:
-                pass
+        self._clear_own_leftovers()
         deadline = time.monotonic() + self.settings.git.foreign_lock_wait_seconds
         while index_lock.exists():
             if time.monotonic() > deadline:
@@ -419,6 +408,43 @@ class Vault:
                     f"{self.settings.git.foreign_lock_wait_seconds:.0f} s (someone is running git in the vault)",
                     "wait for that git command to finish; if none is running, delete the lock file yourself")
             time.sleep(0.05)
+
+    def _clear_own_leftovers(self) -> None:
+        """Remove what a killed acpmem process left behind (call under the lock): its temp files; and, when the
+        marker written while git runs names a process that is gone, git's lock files and empty or temporary
+        object files from that moment. A file counts as ours only if nobody holds it open: a person's git started
+        since then (or an orphaned git child of ours still finishing) keeps its files open."""
+        for d in (self.root, self.entries_dir, self.root / reads.READS_DIR, self.state_dir):
+            with contextlib.suppress(OSError):
+                for name in os.listdir(d):
+                    m = _TEMP_RE.match(name)
+                    if m and not _pid_alive(int(m.group(1))):
+                        (d / name).unlink(missing_ok=True)
+        marker = self.state_dir / "locks" / "git-running"
+        try:
+            mark_m = marker.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if _pid_alive(_read_pid(marker)):
+            return
+        gd = self.root / ".git"
+        candidates = [gd / "index.lock", gd / "HEAD.lock", gd / "objects" / "maintenance.lock",
+                      *gd.glob("next-index-*.lock"), *(gd / "refs" / "heads").glob("*.lock"),
+                      *(gd / "objects").glob("??/tmp_obj_*")]
+        removed = 0
+        for p in candidates:
+            with contextlib.suppress(FileNotFoundError):
+                if mark_m - 1 <= p.stat().st_mtime <= mark_m + 120 and not _held_open(p):
+                    p.unlink()
+                    removed += 1
+        for p in (gd / "objects").glob("??/*"):
+            with contextlib.suppress(FileNotFoundError):
+                st = p.stat()
+                if st.st_size == 0 and mark_m - 1 <= st.st_mtime <= mark_m + 120:
+                    p.unlink()  # an object git was killed while writing: empty, it would pass for the real one
+                    removed += 1
+        if removed:
+            self.warnings.append(f"removed {removed} stale git lock or object file(s) left by a killed acpmem process")
 
     @contextlib.contextmanager
     def _git_running(self) -> Iterator[None]:
@@ -559,7 +585,7 @@ class Vault:
             old = mp.read_text("utf-8") if mp.exists() else None
             if old != text:
                 atomic_write(mp, text)
-                paths.append("MEMORY.md")
+            paths.append("MEMORY.md")  # also when unchanged on disk: a killed commit can leave it uncommitted
         trailer_text = "".join(f"{k}: {_one_line(v)}\n" for k, v in trailers.items() if v not in (None, ""))
         message = f"acpmem: {trailers.get('Acpmem-Kind', 'change')}: {_one_line(subject)}\n\n{why.strip()}\n\n" \
                   f"{trailer_text}"
@@ -695,6 +721,9 @@ class Vault:
         if res.code != 0:
             problems.append("git fsck: " + (res.err.strip() or res.out.strip()).splitlines()[0])
         return problems
+
+
+_TEMP_RE = re.compile(r"^\..+\.(\d+)\.[0-9a-f]{8}\.tmp$")  # atomic_write's temp files: .NAME.PID.RANDOM.tmp
 
 
 def _read_pid(path: Path) -> int | None:

@@ -254,3 +254,55 @@ def test_fresh_marker_of_a_killed_process_does_not_make_a_live_foreign_lock_ours
     assert holder.stdout.readline().strip() == "ok"
     holder.wait(timeout=30)
     assert "entries/live01-live-lock.md" in hp.head_files(root)
+
+
+# --------------------------------------------------------------------------------------------- 4. kill -9
+
+def _kill_group(pr: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pr.pid, signal.SIGKILL)  # the writer and its git children, mid-flight
+    pr.wait(timeout=30)
+    pr.stdout.close()
+    pr.stderr.close()
+
+
+@heavy
+def test_kill_minus_nine_at_random_moments_loses_no_acknowledged_write(vault, tmp_path, cli):
+    root = vault.root
+    vault.close()
+    rng = random.Random(20261129)
+    acks_path = tmp_path / "acks.tsv"
+    rounds = 32
+    for k in range(rounds):
+        pr = subprocess.Popen([sys.executable, str(Path(hp.__file__)), "write", str(root), f"k{k:02d}", "500",
+                               str(acks_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+        time.sleep(0.35 + rng.random() * 0.6)  # python start-up is ~0.3 s: most kills land inside writes
+        _kill_group(pr)
+        if k % 4 == 3:
+            res = cli("memory", "--vault", str(root), "doctor", "--fix")
+            assert res.returncode == 0, res.stdout + res.stderr
+    acks = [a for a in hp.read_acks(acks_path) if len(a) == 3]
+    assert len(acks) >= rounds // 2, "too few writes were acknowledged for the test to mean anything"
+
+    res = cli("memory", "--vault", str(root), "doctor", "--fix")
+    assert res.returncode == 0, res.stdout + res.stderr
+    _assert_acked_in_head(root, acks)
+    res = hp.fsck(root, "--no-dangling")
+    assert res.returncode == 0 and not res.stderr.strip(), res.stderr
+    assert hp.status_porcelain(root) == ""
+    assert not [p for p in hp.head_files(root) if p.endswith(".tmp")], "a temp file was committed"
+    assert hp.leftovers(root) == []
+    # no partial entry file, on disk or in HEAD
+    v = Vault(root, clock=lambda: hp.PINNED)
+    try:
+        loaded = v.load()
+        assert loaded.problems == []
+        on_disk = {e.path for e in loaded.entries}
+        assert {p for p in hp.head_files(root) if p.startswith("entries/") and p.endswith(".md")} == on_disk
+        assert not [p for p in os.listdir(root / "entries") if p.endswith(".tmp")]
+        # and the vault still takes writes
+        v.write_entries([hp.make_entry("after1", "After the storm", "Still works.")], subject="add", why="t")
+    finally:
+        v.close()
+    _assert_clean(root)
