@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from acpmem import catalog
+from acpmem.errors import LockTimeout
 from acpmem.search import (CJK_CHARS, FIELDS, CorpusStats, Hit, SearchDoc, Vocabulary, doc_fields, make_preview,
                            plan_query, rank)
 
-INDEX_VERSION = "1"
+INDEX_VERSION = "2"
 VERSION_KEY = "search_index_version"
 TABLES = ("idx_docs", "idx_text", "idx_terms", "idx_post", "idx_cites", "idx_stats", "idx_dirty")
 TRIGGERS = ("idx_files_ins", "idx_files_upd", "idx_files_del")
@@ -60,8 +61,9 @@ _SCHEMA = (
     "key INTEGER NOT NULL)",
     "CREATE INDEX IF NOT EXISTS idx_cites_session ON idx_cites(session, lo)",
     "CREATE INDEX IF NOT EXISTS idx_cites_key ON idx_cites(key)",
+    # Corpus totals; ``gen`` counts committed updates (a process may keep its term cache while it is the writer).
     """CREATE TABLE IF NOT EXISTS idx_stats (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL,
-        s0 INTEGER NOT NULL, s1 INTEGER NOT NULL, s2 INTEGER NOT NULL, s3 INTEGER NOT NULL)""",
+        s0 INTEGER NOT NULL, s1 INTEGER NOT NULL, s2 INTEGER NOT NULL, s3 INTEGER NOT NULL, gen INTEGER NOT NULL)""",
     # Paths whose ``files`` row changed since the last update, written by triggers in the same transaction as
     # the change, so finding "nothing to do" costs one lookup instead of a join over every file.
     "CREATE TABLE IF NOT EXISTS idx_dirty (path TEXT PRIMARY KEY) WITHOUT ROWID",
@@ -73,11 +75,14 @@ _SCHEMA = (
     "INSERT OR IGNORE INTO idx_dirty(path) VALUES (old.path); END",
 )
 
-# The difference between what the catalog holds and what is indexed, both ways.
-_STALE_SQL = """SELECT d.key FROM idx_docs d LEFT JOIN files f ON f.path = d.path
-                WHERE f.path IS NULL OR f.ok = 0 OR f.sig <> d.sig"""
-_MISSING_SQL = """SELECT f.path, f.sig, f.data FROM files f LEFT JOIN idx_docs d ON d.path = f.path
+# The difference between what the catalog holds and what is indexed, for a batch of paths (a JSON array): indexed
+# versions whose file is gone, invalid or has another signature; valid files not indexed with their signature.
+_STALE_SQL = """SELECT d.key FROM json_each(?) j JOIN idx_docs d ON d.path = j.value
+                LEFT JOIN files f ON f.path = d.path WHERE f.path IS NULL OR f.ok = 0 OR f.sig <> d.sig"""
+_MISSING_SQL = """SELECT f.path, f.sig, f.data FROM json_each(?) j JOIN files f ON f.path = j.value
+                  LEFT JOIN idx_docs d ON d.path = f.path
                   WHERE f.ok = 1 AND (d.key IS NULL OR d.sig <> f.sig) ORDER BY f.path"""
+CHUNK = 2000  # paths per write transaction: a long rebuild never holds the write lock for long
 
 
 @dataclass(frozen=True)
@@ -115,7 +120,8 @@ def _create(con: sqlite3.Connection) -> None:
         con.execute(f"DROP TABLE IF EXISTS {name}")
     for stmt in _SCHEMA:
         con.execute(stmt)
-    con.execute("INSERT INTO idx_stats(id, n, s0, s1, s2, s3) VALUES (1, 0, 0, 0, 0, 0)")
+    con.execute("INSERT INTO idx_stats(id, n, s0, s1, s2, s3, gen) VALUES (1, 0, 0, 0, 0, 0, 0)")
+    con.execute("INSERT OR IGNORE INTO idx_dirty(path) SELECT path FROM files")
     con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (VERSION_KEY, _version()))
 
 
@@ -156,13 +162,13 @@ def search_doc(d: dict) -> SearchDoc:
 class _Terms:
     """Term ids and df changes within one update transaction."""
 
-    def __init__(self, con: sqlite3.Connection, preload: bool) -> None:
+    def __init__(self, con: sqlite3.Connection, preload: bool, cache: dict[str, int] | None = None) -> None:
         self.con = con
-        self.ids: dict[str, int] = {}
+        self.ids: dict[str, int] = cache if cache is not None else {}
         self.delta: dict[int, int] = {}
         self.new: dict[str, int] = {}
         self.next_id = (con.execute("SELECT max(tid) FROM idx_terms").fetchone()[0] or 0) + 1
-        if preload:
+        if preload and cache is None:
             self.ids = dict(con.execute("SELECT term, tid FROM idx_terms"))
 
     def tid(self, term: str) -> int:
@@ -184,8 +190,14 @@ class _Terms:
                              [(tid, term, self.delta.get(tid, 0)) for term, tid in self.new.items()])
         self.con.executemany("UPDATE idx_terms SET df = df + ? WHERE tid = ?",
                              [(d, tid) for tid, d in self.delta.items() if d and tid not in new_ids])
-        self.con.executemany("DELETE FROM idx_terms WHERE tid = ? AND df <= 0",
-                             [(tid,) for tid, d in self.delta.items() if d < 0])
+        gone = [tid for tid, d in self.delta.items() if d < 0]
+        self.con.executemany("DELETE FROM idx_terms WHERE tid = ? AND df <= 0", [(t,) for t in gone])
+        if gone:  # a deleted term's id may be given to another term later: drop them from the cache
+            still = {t for (t,) in self.con.execute("SELECT tid FROM idx_terms WHERE tid IN (SELECT value FROM "
+                                                    "json_each(?))", (json.dumps(gone),))}
+            dead = set(gone) - still
+            if dead:
+                self.ids = {k: v for k, v in self.ids.items() if v not in dead}
 
 
 def _remove(con: sqlite3.Connection, keys: list[int], terms: _Terms, sums: list[int]) -> None:
@@ -246,38 +258,64 @@ def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _
     con.executemany("INSERT INTO idx_text(key, title, body, tids) VALUES (?,?,?,?)", texts)
 
 
-def update(con: sqlite3.Connection) -> UpdateResult:
+def update(con: sqlite3.Connection, chunk: int = CHUNK) -> UpdateResult:
     """Bring the index tables in step with the catalog's ``files`` table (call ``catalog.refresh`` first).
 
-    The indexed signature of each path is compared with ``files`` in SQL: for every path when the tables are new,
-    else for the paths the triggers marked. All of it in one ``BEGIN IMMEDIATE`` transaction."""
-    if _tables_ok(con) and not con.execute("SELECT EXISTS (SELECT 1 FROM idx_dirty)").fetchone()[0]:
-        return UpdateResult()
-    con.execute("BEGIN IMMEDIATE")
-    try:
-        rebuilt = not _tables_ok(con)
-        if rebuilt:
-            _create(con)
-            stale = [r[0] for r in con.execute(_STALE_SQL)]
-            missing = con.execute(_MISSING_SQL).fetchall()
-        else:
-            stale = [r[0] for r in con.execute(_STALE_SQL.replace("LEFT JOIN files", "JOIN idx_dirty x ON "
-                                                                  "x.path = d.path LEFT JOIN files"))]
-            missing = con.execute(_MISSING_SQL.replace("FROM files f", "FROM idx_dirty x JOIN files f ON "
-                                                       "f.path = x.path")).fetchall()
-        if stale or missing:
-            sums = list(con.execute("SELECT s0, s1, s2, s3, n FROM idx_stats WHERE id=1").fetchone())
-            terms = _Terms(con, preload=len(missing) > 200)
-            _remove(con, stale, terms, sums)
-            _add(con, missing, terms, sums)
-            terms.flush()
-            con.execute("UPDATE idx_stats SET s0=?, s1=?, s2=?, s3=?, n=? WHERE id=1", sums)
-        con.execute("DELETE FROM idx_dirty")
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    return UpdateResult(indexed=len(missing), dropped=len(stale), rebuilt=rebuilt)
+    Paths whose ``files`` row changed are marked by triggers (all of them when the tables are new); for those the
+    indexed signature is compared with the catalog's in SQL and only the differences are analysed, in write
+    transactions of ``chunk`` paths. A process that finds nothing marked does nothing; several processes finding
+    work share it, chunk by chunk; a killed one leaves its chunk marked for the next."""
+    rebuilt = False
+    if not _tables_ok(con):
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            if not _tables_ok(con):  # another process may have done it while we waited for the lock
+                _create(con)
+                rebuilt = True
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    indexed = dropped = 0
+    cache: dict[str, int] | None = None
+    my_gen = None
+    while con.execute("SELECT EXISTS (SELECT 1 FROM idx_dirty)").fetchone()[0]:
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            paths = [r[0] for r in con.execute("SELECT path FROM idx_dirty ORDER BY path LIMIT ?", (chunk,))]
+            batch = json.dumps(paths, ensure_ascii=False)
+            stale = [r[0] for r in con.execute(_STALE_SQL, (batch,))]
+            missing = con.execute(_MISSING_SQL, (batch,)).fetchall()
+            *sums, gen = con.execute("SELECT s0, s1, s2, s3, n, gen FROM idx_stats WHERE id=1").fetchone()
+            if stale or missing:
+                terms = _Terms(con, preload=len(missing) > 200, cache=cache if gen == my_gen else None)
+                _remove(con, stale, terms, sums)
+                _add(con, missing, terms, sums)
+                terms.flush()
+                cache, my_gen = terms.ids, gen + 1
+                con.execute("UPDATE idx_stats SET s0=?, s1=?, s2=?, s3=?, n=?, gen=? WHERE id=1", (*sums, gen + 1))
+            con.execute("DELETE FROM idx_dirty WHERE path IN (SELECT value FROM json_each(?))", (batch,))
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        indexed += len(missing)
+        dropped += len(stale)
+    return UpdateResult(indexed=indexed, dropped=dropped, rebuilt=rebuilt)
+
+
+def is_corrupt(exc: sqlite3.DatabaseError) -> bool:
+    """A database error that deleting and rebuilding the cache can cure; not a busy or locked database, which
+    another process is using (deleting it then would pull the file from under that process)."""
+    if isinstance(exc, sqlite3.OperationalError):
+        msg = str(exc).lower()
+        return not ("locked" in msg or "busy" in msg)
+    return True
+
+
+def busy_error(exc: sqlite3.DatabaseError) -> LockTimeout:
+    return LockTimeout(f"the vault's index is busy ({exc})",
+                       "another acpmem process is rebuilding it; run the command again in a moment")
 
 
 def open_index(state_dir: Path, root: Path) -> tuple[sqlite3.Connection, UpdateResult]:
@@ -289,10 +327,12 @@ def open_index(state_dir: Path, root: Path) -> tuple[sqlite3.Connection, UpdateR
             con = catalog.connect(state_dir / catalog.DB_NAME)
             catalog.refresh(con, root)
             return con, update(con)
-        except sqlite3.DatabaseError:
+        except sqlite3.DatabaseError as exc:
             if con is not None:
                 with contextlib.suppress(Exception):
                     con.close()
+            if not is_corrupt(exc):
+                raise busy_error(exc) from None
             if attempt:
                 raise
             delete_db(state_dir)

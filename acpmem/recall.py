@@ -94,8 +94,10 @@ def _with_index(vault: Vault, work: Callable[[sqlite3.Connection], T]) -> T:
             catalog.refresh(con, vault.root)
             index.update(con)
             return work(con)
-        except sqlite3.DatabaseError:
+        except sqlite3.DatabaseError as exc:
             vault.close()
+            if not index.is_corrupt(exc):
+                raise index.busy_error(exc) from None
             if attempt:
                 raise
             index.delete_db(vault.state_dir)

@@ -189,6 +189,17 @@ def test_incremental_update_equals_a_rebuild(example_vault):
     v.close()
     index.delete_db(v.state_dir)
     assert state(fresh(v)) == incremental
+    # a rebuild in small transactions (as several processes sharing the work, or one resuming after a kill)
+    v.close()
+    index.delete_db(v.state_dir)
+    con = catalog.connect(v.state_dir / catalog.DB_NAME)
+    catalog.refresh(con, v.root)
+    res = index.update(con, chunk=3)
+    assert res.rebuilt and res.indexed == 10
+    assert state(con) == incremental
+    con.execute("INSERT INTO idx_dirty(path) SELECT path FROM files")  # marked but unchanged: nothing to do
+    assert index.update(con, chunk=4) == index.UpdateResult()
+    assert state(con) == incremental
 
 
 @pytest.mark.parametrize("damage", ["junk", "deleted", "tables", "trigger", "version"])

@@ -1,0 +1,120 @@
+"""LoCoMo observation retrieval through real vaults and ``acpmem.recall.recall``.
+
+Usage: python bench/recall_locomo.py [LOCOMO_JSON] [--dir /tmp/acpmem-locomo] [--keep]
+(default data: ../shared/bench/locomo10.json)
+
+The protocol of ``bench/search_locomo.py`` (its parsing is imported from there), but every conversation becomes a
+real vault built through the library: one entry per observation (title = body = the observation, type ``fact``, the
+speaker as a tag, created = the session date), written with ``Vault.write_entries`` in one commit; its citation is
+the observation's dia_ids with session id = the conversation's sample_id and seq = LoCoMo session × 1000 + turn (so
+neighbouring turns of one LoCoMo session are neighbours, and sessions are far apart). Every QA item of categories
+1–4 whose evidence names an existing turn is asked with ``recall(vault, question, limit=50)``; prints R@1/5/10,
+hit@1/5/10 and MRR overall and per category.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search_locomo import DEFAULT_DATA, KS, dia_ids, existing_turns, session_dates  # noqa: E402
+
+from acpmem.model import Citation, Entry  # noqa: E402
+from acpmem.recall import recall  # noqa: E402
+from acpmem.vault import Vault, init_vault  # noqa: E402
+
+SEQ_BASE = 1000
+
+
+def build_vault(root: Path, conv: dict) -> Vault:
+    if (root / "entries").is_dir():
+        return Vault(root)
+    vault = init_vault(root)
+    sample = str(conv.get("sample_id") or root.name)
+    dates = session_dates(conv["conversation"])
+    entries = []
+    for skey, by_speaker in conv["observation"].items():
+        session = re.search(r"\d+", skey)[0]
+        created = dates.get(session)
+        created = (created + "Z") if created else "2023-01-01T00:00:00Z"
+        for speaker, observations in by_speaker.items():
+            for text, dia in observations:
+                cites = tuple(dict.fromkeys(Citation(sample, int(s) * SEQ_BASE + t) for s, t in dia_ids(dia)))
+                ident = f"o{len(entries):04d}"
+                e = Entry(id=ident, title=text.strip()[:300], type="fact", importance=5, created=created,
+                          body=text.strip() + "\n", citation=cites, extra={"tags": [speaker]})
+                entries.append(e.with_changes(path=vault.path_for(ident, text)))
+    vault.write_entries(entries, subject=f"{len(entries)} LoCoMo observations of {sample}",
+                        why="bench/recall_locomo.py: one entry per observation.")
+    return vault
+
+
+def evaluate(data: list[dict], base: Path) -> dict:
+    per_cat: dict[str, list[dict]] = defaultdict(list)
+    build_s = query_s = 0.0
+    n_queries = 0
+    for i, conv in enumerate(data):
+        turns = existing_turns(conv)
+        t0 = time.perf_counter()
+        vault = build_vault(base / f"conv{i:02d}", conv)
+        recall(vault, "warm up")  # builds the catalog and the index
+        build_s += time.perf_counter() - t0
+        for qa in conv["qa"]:
+            if qa["category"] == 5:
+                continue
+            evidence = {e for e in dia_ids(qa.get("evidence", [])) if e in turns}
+            if not evidence:
+                continue
+            t0 = time.perf_counter()
+            hits = recall(vault, qa["question"], limit=50)
+            query_s += time.perf_counter() - t0
+            n_queries += 1
+            cited = [{(str(c.seq // SEQ_BASE), c.seq % SEQ_BASE) for c in h.citations
+                      if isinstance(c.seq, int)} & evidence for h in hits]
+            row = {}
+            for k in KS:
+                got = set().union(*cited[:k]) if cited[:k] else set()
+                row[f"R@{k}"] = len(got) / len(evidence)
+                row[f"hit@{k}"] = float(bool(got))
+            first = next((j + 1 for j, c in enumerate(cited) if c), 0)
+            row["MRR"] = 1 / first if first else 0.0
+            per_cat[str(qa["category"])].append(row)
+            per_cat["all"].append(row)
+        vault.close()
+    return {"rows": per_cat, "build_s": build_s, "query_s": query_s, "n": n_queries}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("data", nargs="?", default=str(DEFAULT_DATA))
+    ap.add_argument("--dir", default="/tmp/acpmem-locomo")
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    data = json.loads(Path(args.data).read_text(encoding="utf-8"))
+    base = Path(args.dir)
+    base.mkdir(parents=True, exist_ok=True)
+    try:
+        result = evaluate(data, base)
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    rows = result["rows"]
+    cols = [f"R@{k}" for k in KS] + [f"hit@{k}" for k in KS] + ["MRR"]
+    print(f"acpmem.recall over real vaults: {len(rows['all'])} items; vaults + index {result['build_s']:.1f} s, "
+          f"recall {1000 * result['query_s'] / max(1, result['n']):.1f} ms each (in process)")
+    print(f"{'category':10} {'n':>5} " + " ".join(f"{c:>7}" for c in cols))
+    for cat in ("all", "1", "2", "3", "4"):
+        items = rows[cat]
+        if items:
+            print(f"{cat:10} {len(items):5d} " + " ".join(f"{sum(r[c] for r in items) / len(items):7.3f}"
+                                                        for c in cols))
+
+
+if __name__ == "__main__":
+    main()
