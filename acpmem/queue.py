@@ -116,7 +116,8 @@ class Request:
 @dataclass(frozen=True)
 class Ack:
     """What ``submit`` returns: the request id, the acknowledgement text for the model, the request file, how the
-    extraction runs (``started`` a new worker, ``running`` one was already at work, ``inline`` with ``wait``), and
+    extraction runs (``started`` a new worker, ``running`` one was already at work, ``deferred`` none could be
+    started — the request waits for the next worker or ``extract --pending`` —, ``inline`` with ``wait``), and
     with ``wait`` the outcome (``fork.Outcome``)."""
 
     request_id: str
@@ -226,6 +227,19 @@ def remove_request(state_dir: Path, request_id: str) -> None:
     _fsync_dir(folder)
 
 
+def prune_temp_files(state_dir: Path, older_than: float = 600.0) -> int:
+    """Remove temp files a killed ``submit`` left in the pending folder (never a request file). Returns how many."""
+    folder = pending_dir(state_dir)
+    n = 0
+    cutoff = time.time() - older_than
+    for p in folder.glob(".*.tmp") if folder.is_dir() else ():
+        with contextlib.suppress(OSError):
+            if p.stat().st_mtime < cutoff:
+                p.unlink()
+                n += 1
+    return n
+
+
 def record_failure(state_dir: Path, req: Request, error: dict, now: datetime,
                    rng: random.Random | None = None) -> Request:
     """Count a failed attempt: keep the error (the last few), set the next attempt with exponential backoff, and mark
@@ -325,8 +339,13 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
 
         outcomes = process_requests(vault, [req.id], extractor=extractor, explicit=True, hold_lock=True)
         return Ack(req.id, req.ack, str(path), "inline", outcomes[0] if outcomes else None)
-    started = start_worker(vault.root, vault.state_dir)
-    return Ack(req.id, req.ack, str(path), "started" if started else "running")
+    try:
+        state = "started" if start_worker(vault.root, vault.state_dir) else "running"
+    except OSError as exc:
+        # The request is durable: the next commit's worker or `acp memory extract --pending` takes it.
+        vault.warnings.append(f"could not start the background worker ({exc}); the request stays pending")
+        state = "deferred"
+    return Ack(req.id, req.ack, str(path), state)
 
 
 # --------------------------------------------------------------------------------------------- the worker lock
@@ -431,6 +450,7 @@ def run_worker(vault, lock_fd: int | None = None, *, idle_wait: float = WORKER_I
         return 0
     done = 0
     idle_since = time.monotonic()
+    prune_temp_files(vault.state_dir)
     try:
         while True:
             now = _utc(vault.clock())

@@ -185,3 +185,15 @@ def test_kill_9_mid_request_leaves_it_pending_and_a_rerun_writes_it_exactly_once
                            capture_output=True, text=True, timeout=60)
     assert json.loads(again.stdout)["outcomes"][0]["status"] == "already"
     assert len(fork_commits(v)) == 1 and len(openai_server.requests) == 2
+
+
+def test_the_worker_prunes_temp_files_a_killed_submit_left(vault):
+    v = configure(vault, extractor="offline")
+    v.ensure_state()
+    stale = v.state_dir / "pending" / ".123.abc.tmp"
+    fresh = v.state_dir / "pending" / ".124.abd.tmp"
+    stale.write_text("{")
+    fresh.write_text("{")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    assert queue.run_worker(v, idle_wait=0) == 0
+    assert not stale.exists() and fresh.exists()
