@@ -385,8 +385,9 @@ class Vault:
                         raise LockTimeout(f"the vault is locked by another acpmem process for over {timeout:.0f} s",
                                           "retry later; `acp memory doctor` shows who holds it") from None
                     time.sleep(0.01 + self.rng.random() * 0.02)
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
+            with contextlib.suppress(OSError):  # who holds it, for doctor: informative only (the disk may be full)
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
             self._lock_depth = 1
             try:
                 yield
@@ -449,8 +450,8 @@ class Vault:
     @contextlib.contextmanager
     def _git_running(self) -> Iterator[None]:
         marker = self.state_dir / "locks" / "git-running"
-        marker.write_text(f"{os.getpid()}\n")
         try:
+            marker.write_text(f"{os.getpid()}\n")
             yield
         finally:
             marker.unlink(missing_ok=True)
@@ -549,23 +550,33 @@ class Vault:
         for rel in list(writes) + list(deletes):
             _inside(self.root, rel)
         trailers = {"Acpmem-Kind": kind, **(trailers or {})}
-        with self.lock():
-            self._wait_for_index_lock()
-            self.recover()
-            self.commit_human_edits()
-            if check is not None:
-                check(self)
-            journal = {"writes": writes, "deletes": list(deletes), "subject": subject, "why": why,
-                       "trailers": trailers}
-            atomic_write(self._journal_path(), json.dumps(journal, ensure_ascii=False))
-            for rel, text in writes.items():
-                atomic_write(self.root / rel, text)
-            for rel in deletes:
-                with contextlib.suppress(FileNotFoundError):
-                    (self.root / rel).unlink()
-            sha = self._commit(list(writes) + list(deletes), subject, why, trailers, fold_reads=True, regen=True)
-            self._journal_path().unlink(missing_ok=True)
-            return sha
+        journaled = False
+        try:
+            with self.lock():
+                self._wait_for_index_lock()
+                self.recover()
+                self.commit_human_edits()
+                if check is not None:
+                    check(self)
+                journal = {"writes": writes, "deletes": list(deletes), "subject": subject, "why": why,
+                           "trailers": trailers}
+                atomic_write(self._journal_path(), json.dumps(journal, ensure_ascii=False))
+                journaled = True
+                for rel, text in writes.items():
+                    atomic_write(self.root / rel, text)
+                for rel in deletes:
+                    with contextlib.suppress(FileNotFoundError):
+                        (self.root / rel).unlink()
+                sha = self._commit(list(writes) + list(deletes), subject, why, trailers, fold_reads=True,
+                                   regen=True)
+                self._journal_path().unlink(missing_ok=True)
+                return sha
+        except (OSError, catalog.sqlite3.OperationalError) as exc:
+            if not isinstance(exc, OSError) and "full" not in str(exc):
+                raise
+            raise _storage_error(exc, "the change is kept pending and is finished by the next write or `acp memory "
+                                      "doctor --fix` once the vault can be written" if journaled
+                                 else "nothing was changed") from None
 
     def _commit(self, paths: list[str], subject: str, why: str, trailers: dict[str, str], *, fold_reads: bool,
                 regen: bool, allow_empty_ok: bool = False) -> str | None:
@@ -724,6 +735,12 @@ class Vault:
 
 
 _TEMP_RE = re.compile(r"^\..+\.(\d+)\.[0-9a-f]{8}\.tmp$")  # atomic_write's temp files: .NAME.PID.RANDOM.tmp
+
+
+def _storage_error(exc: Exception, outcome: str) -> AcpmemError:
+    full = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or "full" in str(exc)
+    what = "the disk is full" if full else f"the vault cannot be written ({getattr(exc, 'strerror', None) or exc})"
+    return AcpmemError(f"{what}: {outcome}", "free some space (or fix the file system), then run the command again")
 
 
 def _read_pid(path: Path) -> int | None:

@@ -306,3 +306,107 @@ def test_kill_minus_nine_at_random_moments_loses_no_acknowledged_write(vault, tm
     finally:
         v.close()
     _assert_clean(root)
+
+
+# --------------------------------------------------------------------------------------------- 5. disk full
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A 4 MB tmpfs (we are root in CI and here); None where mounting is not allowed."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
+    if res.returncode != 0:
+        yield None
+        return
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _fill(path: Path) -> Path:
+    filler = path / "filler.bin"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for size in (65536, 512, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * size)
+    finally:
+        os.close(fd)
+    return filler
+
+
+def _snapshot_bytes(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted((root / "entries").glob("*.md"))}
+
+
+def test_disk_full_gives_a_clean_error_keeps_old_content_and_recovers(tiny_fs, tmp_path):
+    from acpmem.vault import init_vault
+
+    if tiny_fs is None:
+        return _disk_full_by_rlimit(tmp_path)
+    v = init_vault(tiny_fs / "vault", clock=lambda: hp.PINNED, rng=random.Random(3))
+    root = v.root
+    v.write_entries([hp.make_entry("old001", "Old entry", "Old content stays.")], subject="add", why="t")
+    before, head = _snapshot_bytes(root), hp.git_out(root, "rev-parse", "HEAD")
+    failures = 0
+    for k in range(8):  # leave 0..7 free pages: fail in the journal, the entry file, git add, git commit
+        filler = _fill(tiny_fs)
+        os.truncate(filler, max(0, filler.stat().st_size - 4096 * k))
+        try:
+            v.write_entries([hp.make_entry(f"full0{k}", f"Full {k}", "Does not fit. " * 80)], subject="add",
+                            why="t")
+        except AcpmemError as exc:
+            failures += 1
+            assert "space" in str(exc).lower() or "disk is full" in str(exc).lower(), str(exc)
+        for rel, data in before.items():
+            assert (root / rel).read_bytes() == data
+        filler.unlink()
+    assert failures >= 4
+    assert hp.git_out(root, "rev-parse", "HEAD") != head or failures == 8
+    sha = v.write_entries([hp.make_entry("back01", "Space is back", "Written.")], subject="add", why="t")
+    v.close()
+    assert hp.git_out(root, "rev-parse", "HEAD").strip() == sha
+    head_files = hp.head_files(root)
+    assert "entries/back01-space-is-back.md" in head_files
+    for rel, data in before.items():
+        assert hp.git_out(root, "show", f"HEAD:{rel}").encode() == data
+    # a write that failed is either wholly committed (its journal was finished by the next write) or wholly absent
+    for k in range(8):
+        on_disk = list((root / "entries").glob(f"full0{k}-*.md"))
+        assert len(on_disk) == len([p for p in head_files if p.startswith(f"entries/full0{k}-")])
+    # git leaves tmp_obj_* files when it cannot write an object; doctor --fix removes them
+    res = api.doctor(Vault(root), fix=True)
+    assert res.ok, [f.what for f in res.findings]
+    _assert_clean(root)
+
+
+def _disk_full_by_rlimit(tmp_path: Path) -> None:
+    """Where no tmpfs can be mounted: a writer process whose file-size limit is below the entry's size."""
+    from acpmem.vault import init_vault
+
+    v = init_vault(tmp_path / "vault", clock=lambda: hp.PINNED)
+    root = v.root
+    v.close()
+    head = hp.git_out(root, "rev-parse", "HEAD")
+    code = ("import resource, signal, sys; sys.path.insert(0, sys.argv[2])\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))\n"
+            "import helpers_proc as hp\n"
+            "from acpmem.errors import AcpmemError\n"
+            "from acpmem.vault import Vault\n"
+            "v = Vault(__import__('pathlib').Path(sys.argv[1]))\n"
+            "try:\n"
+            "    v.write_entries([hp.make_entry('big001', 'Big', 'x' * 50000)], subject='a', why='t')\n"
+            "except AcpmemError as exc:\n"
+            "    print('clean', exc)\n")
+    res = subprocess.run([sys.executable, "-c", code, str(root), str(Path(hp.__file__).parent)], capture_output=True,
+                         text=True, timeout=60)
+    assert res.stdout.startswith("clean"), res.stdout + res.stderr
+    assert hp.git_out(root, "rev-parse", "HEAD") == head
+    v = Vault(root)
+    v.write_entries([hp.make_entry("back01", "Space is back", "Written.")], subject="add", why="t")
+    v.close()
+    _assert_clean(root)
