@@ -35,10 +35,10 @@ from typing import Iterable, Sequence
 
 from acpmem import catalog
 from acpmem.errors import LockTimeout
-from acpmem.search import (CJK_CHARS, FIELDS, CorpusStats, Hit, SearchDoc, Vocabulary, doc_fields, make_preview,
-                           plan_query, rank)
+from acpmem.search import (CJK_CHARS, FIELDS, CorpusStats, Hit, SearchDoc, Vocabulary, _seq_range, doc_fields,
+                           has_cjk, make_preview, plan_query, rank)
 
-INDEX_VERSION = "2"
+INDEX_VERSION = "3"
 VERSION_KEY = "search_index_version"
 TABLES = ("idx_docs", "idx_text", "idx_terms", "idx_post", "idx_cites", "idx_stats", "idx_dirty")
 TRIGGERS = ("idx_files_ins", "idx_files_upd", "idx_files_del")
@@ -49,7 +49,8 @@ _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS idx_docs (
         key INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, sig TEXT NOT NULL, entry_id TEXT NOT NULL,
         type TEXT NOT NULL, sup INTEGER NOT NULL, importance INTEGER NOT NULL, created TEXT, last_read TEXT,
-        tags TEXT NOT NULL, l0 INTEGER NOT NULL, l1 INTEGER NOT NULL, l2 INTEGER NOT NULL, l3 INTEGER NOT NULL)""",
+        tags TEXT NOT NULL, cites TEXT NOT NULL, l0 INTEGER NOT NULL, l1 INTEGER NOT NULL, l2 INTEGER NOT NULL,
+        l3 INTEGER NOT NULL)""",
     # ... and its text, read only for the hits; ``tids`` lists the term ids of its postings so they can be
     # removed without a scan.
     """CREATE TABLE IF NOT EXISTS idx_text (key INTEGER PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL,
@@ -132,16 +133,6 @@ def delete_db(state_dir: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------- documents
-
-def _seq_range(seq: object) -> tuple[int, int] | None:
-    if isinstance(seq, int) and not isinstance(seq, bool):
-        return (seq, seq)
-    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", str(seq))
-    if not m:
-        return None
-    lo = int(m[1])
-    return (lo, int(m[2]) if m[2] else lo)
-
 
 def _tags(d: dict) -> tuple[str, ...]:
     tags = d.get("tags")
@@ -235,11 +226,12 @@ def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _
                 c[i] = n
         lens = [len(f) for f in per_field]
         cur = con.execute(
-            "INSERT INTO idx_docs(path, sig, entry_id, type, sup, importance, created, last_read, tags, "
-            "l0, l1, l2, l3) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO idx_docs(path, sig, entry_id, type, sup, importance, created, last_read, tags, cites, "
+            "l0, l1, l2, l3) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (path, sig, d["id"], d.get("type") or "", 1 if d.get("superseded_by") else 0,
              int(d.get("importance") or 0), d.get("created"), d.get("last_read"),
-             json.dumps(list(doc.tags), ensure_ascii=False), *lens))
+             json.dumps(list(doc.tags), ensure_ascii=False), json.dumps(doc.citations, ensure_ascii=False),
+             *lens))
         texts.append((cur.lastrowid, doc.title, doc.body, " ".join(map(str, counts))))
         key = cur.lastrowid
         for tid, c in counts.items():
@@ -380,8 +372,18 @@ class IndexVocabulary:
         if self._has_latin is None:
             self._has_latin = self._con.execute(
                 "SELECT 1 FROM idx_terms WHERE term >= 'A' AND term < '{' AND NOT term GLOB '*[^A-Za-z]*' "
-                "LIMIT 1").fetchone() is not None
+                "LIMIT 1").fetchone() is not None or self._typo_vocabulary().has_latin
         return self._has_latin
+
+    def _typo_vocabulary(self) -> Vocabulary:
+        """A ``search.Vocabulary`` of the terms that do not start with a CJK character (it keeps the alphabetic
+        ones for the typo channel): loaded once, on the first query word that is not in the index."""
+        if self._typo is None:
+            outside = " AND ".join("NOT (term >= ? AND term < ?)" for _ in _CJK_RANGES)
+            bounds = [x for a, b in _CJK_RANGES for x in (a, chr(ord(b) + 1))]
+            self._typo = Vocabulary(t for (t,) in self._con.execute(
+                f"SELECT term FROM idx_terms WHERE {outside}", bounds) if not has_cjk(t[:1]))
+        return self._typo
 
     def with_prefix(self, prefix: str, limit: int = 50) -> list[str]:
         rows = self._con.execute("SELECT term FROM idx_terms WHERE term >= ? ORDER BY term LIMIT ?",
@@ -397,11 +399,7 @@ class IndexVocabulary:
         memo = (term, max_dist, limit)
         if memo in self._typo_memo:
             return self._typo_memo[memo]
-        if self._typo is None:
-            latin = [t for (t,) in self._con.execute("SELECT term FROM idx_terms WHERE term >= 'A' AND term < '{'")
-                     if t.isascii() and t.isalpha()]
-            self._typo = Vocabulary(latin)
-        found = self._typo_memo[memo] = self._typo.typo_neighbours(term, max_dist, limit)
+        found = self._typo_memo[memo] = self._typo_vocabulary().typo_neighbours(term, max_dist, limit)
         return found
 
 
@@ -426,7 +424,6 @@ class IndexSource:
         self._where = "".join(f" AND {w}" for w in where)
         self._params = params
         self._lens: dict[int, tuple[int, ...]] = {}
-        self._meta: dict[int, tuple] = {}
         self._docs: dict[int, SearchDoc] = {}
 
     def df(self, term: str) -> int:
@@ -438,14 +435,13 @@ class IndexSource:
         if not found:
             return []
         out = []
-        lens, meta = self._lens, self._meta
-        for key, f0, f1, f2, f3, l0, l1, l2, l3, path, tags, created in self._con.execute(
-                "SELECT p.key, p.f0, p.f1, p.f2, p.f3, d.l0, d.l1, d.l2, d.l3, d.path, d.tags, d.created "
+        lens = self._lens
+        for key, f0, f1, f2, f3, l0, l1, l2, l3 in self._con.execute(
+                "SELECT p.key, p.f0, p.f1, p.f2, p.f3, d.l0, d.l1, d.l2, d.l3 "
                 f"FROM idx_post p JOIN idx_docs d ON d.key = p.key WHERE p.tid = ?{self._where}",
                 (found[0], *self._params)):
             out.append((key, (f0, f1, f2, f3)))
             lens[key] = (l0, l1, l2, l3)
-            meta[key] = (path, tags, created)
         return out
 
     def doc_len(self, key: int) -> tuple[int, ...]:
@@ -456,16 +452,15 @@ class IndexSource:
         return got
 
     def doc(self, key: int) -> SearchDoc:
-        """The document without its text: ranking reads only id, tags, created and weight of every document that
-        scored; ``full_doc`` adds the text."""
+        """The document without its text (``rank`` re-scores a bounded pool of documents by id, tags, created,
+        citations and weight); ``full_doc`` adds the text."""
         got = self._docs.get(key)
         if got is None:
-            m = self._meta.get(key)
-            if m is None:
-                m = self._meta[key] = self._con.execute("SELECT path, tags, created FROM idx_docs WHERE key=?",
-                                                        (key,)).fetchone()
-            got = self._docs[key] = SearchDoc(id=m[0], title="", created=m[2],
-                                              tags=() if m[1] == "[]" else tuple(json.loads(m[1])))
+            path, tags, cites, created = self._con.execute(
+                "SELECT path, tags, cites, created FROM idx_docs WHERE key=?", (key,)).fetchone()
+            got = self._docs[key] = SearchDoc(
+                id=path, title="", created=created, tags=() if tags == "[]" else tuple(json.loads(tags)),
+                citations=() if cites == "[]" else tuple((s, q) for s, q in json.loads(cites)))
         return got
 
     def full_doc(self, key: int) -> SearchDoc:
