@@ -530,6 +530,8 @@ def fast_commit(args: list[str], vault: str | None = None) -> int | None:
     except AcpmemError as exc:
         sys.stderr.write(f"Error: {exc}\n")
         return exc.exit_code
+    for w in v.warnings:
+        sys.stderr.write(f"Warning: {w}\n")
     text = json.dumps(ack.to_json(), ensure_ascii=False, indent=2) if opts["json"] else ack.text
     try:
         sys.stdout.write(text + "\n")
