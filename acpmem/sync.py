@@ -171,6 +171,10 @@ def _merge(vault: Vault, upstream: str) -> tuple[str, str | None]:
         after = _head(vault)
         parents = git(root, "rev-list", "--parents", "-n1", "HEAD").out.split()
         return ("merge" if len(parents) > 2 else "fast-forward"), (after if after != before else None)
+    if "unrelated histories" in res.err:
+        raise GitStateError(f"{upstream} holds a vault with a different history (it was created separately, not "
+                            "cloned from this one)",
+                            "to share one vault, clone the remote (`git clone URL .acp-memory`) and use that clone")
     conflicted = _unmerged(vault)
     if not conflicted or not (root / ".git" / "MERGE_HEAD").exists():
         first = (res.err.strip() or res.out.strip() or "failed").splitlines()[0]
@@ -180,34 +184,54 @@ def _merge(vault: Vault, upstream: str) -> tuple[str, str | None]:
     raise _conflict(vault, upstream, conflicted)
 
 
-def _unmerged(vault: Vault) -> list[str]:
-    out = git(vault.root, "diff", "--name-only", "-z", "--diff-filter=U").out
-    return sorted(p for p in out.split("\0") if p)
+def _unmerged(vault: Vault) -> dict[str, str]:
+    """Unmerged paths and their two-letter status (UU/AA: both changed it; UD/DU/AU/UA/DD: one side deleted or
+    added it)."""
+    out = git(vault.root, "status", "--porcelain=v1", "-z", "--untracked-files=no", "--no-renames").out
+    found = {}
+    for item in filter(None, out.split("\0")):
+        code, rel = item[:2], item[3:]
+        if "U" in code or code in ("AA", "DD"):
+            found[rel] = code
+    return dict(sorted(found.items()))
 
 
-def _conflict(vault: Vault, upstream: str, paths: list[str]) -> SyncConflict:
+def _conflict(vault: Vault, upstream: str, unmerged: dict[str, str]) -> SyncConflict:
     root = vault.root
-    shown = ", ".join(paths[:6]) + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
+    both = [p for p, c in unmerged.items() if c in ("UU", "AA")]
+    gone = [p for p in unmerged if p not in both]
+
+    def names(paths: list[str]) -> str:
+        return ", ".join(paths[:6]) + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
+
+    what, todo = [], []
+    if both:
+        what.append(f"{len(both)} file(s) changed both here and on {upstream}: {names(both)} — both versions are in "
+                    f"each file, between '<<<<<<< HEAD' (this clone) and '>>>>>>> {upstream}'")
+        todo.append("edit each file to keep what is right and delete the marker lines")
+    if gone:
+        what.append(f"{len(gone)} file(s) deleted (forgotten) on one side and changed on the other: {names(gone)} — "
+                    "the changed version is in the folder")
+        todo.append(f"for each, keep it with `git -C {root} add FILE` or drop it with `git -C {root} rm FILE`")
     return SyncConflict(
-        f"{len(paths)} file(s) changed both here and on {upstream}: {shown}. The merge is left in progress with "
-        f"both versions in each file, between '<<<<<<< HEAD' (this clone) and '>>>>>>> {upstream}' lines; "
-        "nothing was pushed",
-        f"edit each file to keep what is right and delete the marker lines, then run `acp memory sync` again to "
-        f"finish the merge and push (or back out with: git -C {root} merge --abort)",
-        paths=paths, upstream=upstream, vault=str(root))
+        "; ".join(what) + ". The merge is left in progress and nothing was pushed",
+        " and ".join(todo) + ", then run `acp memory sync` again to finish the merge and push (or back out with: "
+        f"git -C {root} merge --abort)",
+        paths=list(unmerged), upstream=upstream, vault=str(root))
 
 
 def _finish_merge(vault: Vault, upstream: str) -> str:
-    """Commit a merge a person resolved: every conflicted file must be free of markers and, for entries, valid."""
+    """Commit a merge a person resolved: files both sides changed must be free of markers (and valid entries);
+    a file one side deleted needs the person's explicit `git add` or `git rm`."""
     from acpmem.model import parse_entry_bytes
 
     root = vault.root
     pending = _unmerged(vault)
-    still: list[str] = []
-    for rel in pending:
+    still = {}
+    for rel, code in pending.items():
         p = root / rel
-        if p.exists() and _MARKER.search(p.read_text("utf-8", errors="replace")):
-            still.append(rel)
+        if code not in ("UU", "AA") or (p.exists() and _MARKER.search(p.read_text("utf-8", errors="replace"))):
+            still[rel] = code
     if still:
         raise _conflict(vault, upstream, still)
     for rel in pending:
@@ -219,10 +243,7 @@ def _finish_merge(vault: Vault, upstream: str) -> str:
                 raise SyncConflict(f"the resolved file is not a valid entry: {exc.message}",
                                    "fix it, then run `acp memory sync` again", paths=[rel]) from None
     for rel in pending:
-        if (root / rel).exists():
-            git(root, "add", "--", rel)
-        else:
-            git(root, "rm", "--quiet", "--cached", "--ignore-unmatch", "--", rel)
+        git(root, "add", "--", rel)
     message = (f"acpmem: {KIND_SYNC}: merge {upstream} (conflicts resolved by hand)\n\n"
                f"Resolved: {', '.join(pending) or 'nothing left unmerged'}.\n\nAcpmem-Kind: {KIND_SYNC}\n")
     git(root, "commit", "--quiet", "--no-verify", "-F", "-", input=message)

@@ -156,3 +156,41 @@ def test_an_invalid_human_edit_stays_local_and_is_reported(clones, cli):
     assert git_out(a.root, "status", "--porcelain", "--", rel).startswith(" M")
     # the read bookkeeping did travel
     assert "base01\t" in git_out(bare, "show", f"main:reads/{(a.state_dir / 'clone-id').read_text().strip()}.tsv")
+
+
+def test_forgotten_on_one_side_and_edited_on_the_other_needs_an_explicit_choice(clones, cli, clock):
+    a, bare, tmp = clones
+    assert _sync(cli, a.root).returncode == 0
+    subprocess.run(["git", "clone", "-q", str(bare), str(tmp / "b2")], check=True)
+    b = Vault(tmp / "b2", clock=clock)
+    rel = a.resolve("base01").path
+    a.forget("base01", "the queue moved to Postgres")
+    assert _sync(cli, a.root).returncode == 0
+    edited = (b.root / rel).read_text().replace("drains the queue.", "drains the queue; keep this.")
+    (b.root / rel).write_text(edited)
+
+    r = _sync(cli, b.root)
+    assert r.returncode == 1 and f"conflict: {rel}" in r.stderr
+    assert f"git -C {b.root} add FILE" in r.stderr and f"git -C {b.root} rm FILE" in r.stderr
+    assert (b.root / rel).read_text() == edited  # the changed version is kept in the folder
+    # sync again without choosing: still refused, nothing decided silently
+    r = _sync(cli, b.root)
+    assert r.returncode == 1 and f"conflict: {rel}" in r.stderr
+    # the person keeps the entry
+    git_out(b.root, "add", "--", rel)
+    r = _sync(cli, b.root, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["merge"] == "finished-merge"
+    assert git_out(bare, "show", f"main:{rel}") == edited
+    assert [e.id for e in b.load().entries] == ["base01"]
+
+
+def test_a_separately_created_vault_is_not_merged(clones, cli, tmp_path, clock):
+    a, bare, _ = clones
+    assert _sync(cli, a.root).returncode == 0
+    other = init_vault(tmp_path / "other", clock=clock)
+    git_out(other.root, "remote", "add", "origin", str(bare))
+    r = _sync(cli, other.root)
+    assert r.returncode == 1 and "different history" in r.stderr and "git clone" in r.stderr
+    assert not (other.root / ".git" / "MERGE_HEAD").exists()
+    other.close()
