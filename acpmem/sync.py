@@ -259,15 +259,12 @@ def _regenerate(vault: Vault, upstream: str) -> str | None:
 
 
 def _commit_generated(vault: Vault, subject: str, why: str, kind: str) -> str | None:
-    """One ``Vault.apply`` that commits pending human edits (their own commit), folds the read log and regenerates
-    MEMORY.md; None when there was nothing to commit. MEMORY.md is named as the written path (with its current
-    text; the commit regenerates it) because an apply that names no path would stage the whole working tree —
-    human edits left uncommitted because they are invalid included."""
-    mp = vault.root / "MEMORY.md"
-    current = mp.read_text("utf-8") if mp.exists() else ""
+    """One ``Vault.apply`` with no writes: it commits pending human edits (their own commit), folds the read log and
+    regenerates MEMORY.md. Returns the new HEAD, or None when nothing was committed."""
     before = _head(vault)
-    sha = vault.apply({"MEMORY.md": current}, [], subject=subject, why=why, kind=kind)
-    return sha or (_head(vault) if _head(vault) != before else None)
+    vault.apply({}, [], subject=subject, why=why, kind=kind)
+    after = _head(vault)
+    return after if after != before else None
 
 
 __all__ = ["sync", "SyncResult"]
