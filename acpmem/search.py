@@ -582,18 +582,16 @@ def _diversify(src: PostingSource, final: dict[int, float], limit: int) -> list[
     ranked = sorted(final, key=lambda k: (-final[k], k))
     if not DUPLICATE or DUPLICATE >= 1:
         return ranked[:limit]
-    position = {k: i for i, k in enumerate(ranked[: limit * 4])}
+    pending = ranked[: limit * 4]
+    cites = {k: frozenset(src.doc(k).citations) for k in pending}
     chosen: list[int] = []
     covered: set = set()
-    pending = ranked[: limit * 4]
     while pending and len(chosen) < limit:
-        def eff(k: int) -> float:
-            cites = set(src.doc(k).citations)
-            return final[k] * (DUPLICATE if cites and cites <= covered else 1.0)
-        best = max(pending, key=lambda k: (eff(k), -position[k]))
+        # pending is in score order, so the first maximum wins ties as in a stable sort
+        best = max(pending, key=lambda k: final[k] * (DUPLICATE if cites[k] and cites[k] <= covered else 1.0))
         pending.remove(best)
         chosen.append(best)
-        covered |= set(src.doc(best).citations)
+        covered |= cites[best]
     return chosen
 
 
