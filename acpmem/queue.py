@@ -512,15 +512,72 @@ def parse_commit_argv(args: list[str]) -> dict | None:
     return opts
 
 
+class _LightVault:
+    """What ``submit`` needs of a ``Vault`` (root, state, settings, clock, rng, warnings) without importing
+    ``acpmem.vault``, whose sqlite, git and file-tree imports are most of a commit's start-up time."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.state_dir = root / ".acpmem"
+        self.rng = random.Random()
+        self.warnings: list[str] = []
+        self._settings = None
+
+    @staticmethod
+    def clock() -> datetime:
+        return datetime.now(timezone.utc)
+
+    def ensure_state(self) -> None:
+        for sub in ("locks", "sessions", PENDING_DIR):
+            (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
+
+    @property
+    def settings(self):
+        if self._settings is None:
+            from acpmem.settings import load_settings
+
+            self.ensure_state()
+            self._settings = load_settings(self.root, self.state_dir)
+        return self._settings
+
+    def close(self) -> None:
+        pass
+
+
+def light_discover(explicit: str | None = None, *, cwd: Path | None = None, env: dict | None = None) -> Path:
+    """``vault.discover`` without importing ``acpmem.vault`` (same rules; tests keep the two in step)."""
+    from acpmem.errors import VaultNotFound
+    from acpmem.settings import SETTINGS_FILE
+
+    env = os.environ if env is None else env
+    for source, value in (("--vault", explicit), ("ACPMEM_VAULT", env.get("ACPMEM_VAULT"))):
+        if value:
+            p = Path(value).expanduser()
+            if not p.is_absolute():
+                p = (cwd or Path.cwd()) / p
+            if (p / ".acp-memory").is_dir() and not (p / "entries").is_dir():
+                p = p / ".acp-memory"
+            if not (p / "entries").is_dir():
+                raise VaultNotFound(f"{source} {value} is not an acpmem vault (no entries/ folder)",
+                                    f"create one with `acp memory init {value}`")
+            return p.resolve()
+    here = (cwd or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / ".acp-memory" / "entries").is_dir():
+            return d / ".acp-memory"
+        if (d / "entries").is_dir() and (d / SETTINGS_FILE).is_file() and (d / ".git").exists():
+            return d
+    raise VaultNotFound("no vault found here or in any parent folder",
+                        "run `acp memory init` to create .acp-memory/ here, or pass --vault PATH")
+
+
 def fast_commit(args: list[str], vault: str | None = None) -> int | None:
     """``[--vault V] commit …`` answered without typer (entry.py calls this); None when the full CLI is needed."""
     opts = parse_commit_argv(args)
     if opts is None:
         return None
     try:
-        from acpmem.vault import Vault
-
-        v = Vault.open(opts.get("vault") or vault)
+        v = _LightVault(light_discover(opts.get("vault") or vault))
         try:
             ack = submit(v, type=opts["type"], note=opts["note"], importance=opts["importance"],
                          session=opts["session"], seq=opts["seq"], transcript=opts.get("transcript"),

@@ -136,7 +136,7 @@ def test_commit_fast_path_without_typer(vault):
     """queue.fast_commit answers `commit` without importing typer (entry.py routes plain commits to it)."""
     v = configure(vault, extractor="offline")
     code = ("import sys; from acpmem.queue import fast_commit; rc = fast_commit(sys.argv[1:]); "
-            "assert 'typer' not in sys.modules; sys.exit(rc)")
+            "assert 'typer' not in sys.modules and 'acpmem.vault' not in sys.modules; sys.exit(rc)")
     r = subprocess.run([sys.executable, "-c", code, "--vault", str(v.root), *COMMIT, "--json"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr

@@ -197,3 +197,28 @@ def test_the_worker_prunes_temp_files_a_killed_submit_left(vault):
     os.utime(stale, (time.time() - 3600, time.time() - 3600))
     assert queue.run_worker(v, idle_wait=0) == 0
     assert not stale.exists() and fresh.exists()
+
+
+def test_light_discovery_agrees_with_the_vault(tmp_path, monkeypatch):
+    from acpmem.errors import VaultNotFound
+    from acpmem.vault import discover, init_vault
+
+    project = tmp_path / "project"
+    (project / "src" / "deep").mkdir(parents=True)
+    init_vault(project).close()                           # -> project/.acp-memory
+    named = tmp_path / "team-memory"
+    init_vault(named).close()                             # a vault with another name
+    (named / "entries" / "sub").mkdir()
+    cases = [dict(explicit=None, cwd=project / "src" / "deep"), dict(explicit=str(project), cwd=tmp_path),
+             dict(explicit="project", cwd=tmp_path), dict(explicit=None, cwd=named / "entries" / "sub"),
+             dict(explicit=None, cwd=tmp_path), dict(explicit=str(tmp_path), cwd=tmp_path)]
+    for case in cases:
+        for env in ({}, {"ACPMEM_VAULT": str(named)}):
+            try:
+                want = discover(case["explicit"], cwd=case["cwd"], env=env)
+            except VaultNotFound as exc:
+                with pytest.raises(VaultNotFound) as got:
+                    queue.light_discover(case["explicit"], cwd=case["cwd"], env=env)
+                assert got.value.message == exc.message
+                continue
+            assert queue.light_discover(case["explicit"], cwd=case["cwd"], env=env) == want
