@@ -36,7 +36,7 @@ from typing import Iterable, Sequence
 from acpmem import catalog
 from acpmem.errors import LockTimeout
 from acpmem.search import (CJK_CHARS, FIELDS, CorpusStats, Hit, SearchDoc, Vocabulary, _seq_range, doc_fields,
-                           has_cjk, make_preview, plan_query, rank)
+                           make_preview, plan_query, rank)
 
 INDEX_VERSION = "3"
 VERSION_KEY = "search_index_version"
@@ -381,8 +381,8 @@ class IndexVocabulary:
         if self._typo is None:
             outside = " AND ".join("NOT (term >= ? AND term < ?)" for _ in _CJK_RANGES)
             bounds = [x for a, b in _CJK_RANGES for x in (a, chr(ord(b) + 1))]
-            self._typo = Vocabulary(t for (t,) in self._con.execute(
-                f"SELECT term FROM idx_terms WHERE {outside}", bounds) if not has_cjk(t[:1]))
+            self._typo = Vocabulary(t for (t,) in self._con.execute(f"SELECT term FROM idx_terms WHERE {outside}",
+                                                                    bounds))
         return self._typo
 
     def with_prefix(self, prefix: str, limit: int = 50) -> list[str]:
