@@ -54,6 +54,10 @@ def _fast(args: list[str]) -> int | None:
     vault = None
     if args[:1] == ["--vault"] and len(args) >= 3:
         vault, args = args[1], args[2:]
+    if args[:1] == ["hook"]:
+        from acpmem.hooks import fast_main  # the hook runs on every prompt: answer it without typer
+
+        return fast_main(args, vault)
     if args[:1] != ["list"]:
         return None
     opts = _parse_list(args[1:])

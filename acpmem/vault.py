@@ -553,6 +553,10 @@ class Vault:
         journaled = False
         try:
             with self.lock():
+                if (self.root / ".git" / "MERGE_HEAD").exists():
+                    raise GitStateError("a sync merge is unfinished in the vault (an entry changed on both sides)",
+                                        "edit the conflicted entries and run `acp memory sync` again, or "
+                                        f"`git -C {self.root} merge --abort`; pending writes are kept until then")
                 self._wait_for_index_lock()
                 self.recover()
                 self.commit_human_edits()
