@@ -96,21 +96,105 @@ def test_eight_processes_times_fifty_writes_lose_nothing(vault, tmp_path):
     assert left == _rebuilt_catalog_rows(root)
 
 
-def test_eight_writer_processes_times_ten(vault, tmp_path):
-    """The 8 x 10 variant through separate writer processes started as commands."""
+CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
+
+CLI_WRITER = r"""
+import json, os, subprocess, sys
+acp, root, tag, n, acks, chat, wait = sys.argv[1:8]
+for i in range(int(n)):
+    r = subprocess.run([acp, "memory", "--vault", root, "commit", "--type", "lesson", "--note",
+                        f"writer {tag} lesson {i} about re-entrant appends", "--importance", "6",
+                        "--session", f"s-{tag}", "--seq", "6", "--transcript", chat, "--json",
+                        *(["--wait", "--extractor", "offline"] if wait == "wait" else [])],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{tag}/{i}: exit {r.returncode}: {r.stderr}")
+    ack = json.loads(r.stdout)
+    fd = os.open(acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, (f"{tag}-{i}\t{ack['request']}\t{(ack.get('outcome') or {}).get('status', 'pending')}\n").encode())
+    os.close(fd)
+"""
+
+
+def _cli_writers(root: Path, acks_path: Path, n_procs: int, n_each: int, wait: bool, tag: str) -> None:
+    acp = str(Path(sys.executable).parent / "acp")
+    procs = [subprocess.Popen([sys.executable, "-c", CLI_WRITER, acp, str(root), f"{tag}{p}", str(n_each),
+                               str(acks_path), str(CHAT), "wait" if wait else "bg"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for p in range(n_procs)]
+    for pr in procs:
+        _, err = pr.communicate(timeout=280)
+        assert pr.returncode == 0, err[-2000:]
+
+
+def _wait_for_worker(root: Path, timeout: float = 240.0) -> None:
+    """Until no request is pending and no background worker holds the worker lock."""
+    import fcntl
+
+    deadline = time.monotonic() + timeout
+    lock = root / ".acpmem" / "locks" / "worker.flock"
+    while time.monotonic() < deadline:
+        if not list((root / ".acpmem" / "pending").glob("r-*.json")):
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        time.sleep(0.2)
+    raise AssertionError("the background worker did not drain the queue in time")
+
+
+@heavy
+def test_eight_processes_times_ten_commits_through_the_real_cli(vault, tmp_path):
+    """8 x 10 `acp memory commit` (the hook's path: a durable request, the background worker extracts; no model is
+    configured, so the extractor is the offline one) and 4 x 1 `commit --wait --extractor offline` at the same
+    time, every one a separate console-script process."""
     root = vault.root
     vault.close()
     acks_path = tmp_path / "acks.tsv"
-    procs = [hp.start_writer(root, f"q{p}", 10, acks_path) for p in range(8)]
-    for pr in procs:
-        _, err = pr.communicate(timeout=200)
-        assert pr.returncode == 0, err[-2000:]
+    bg = threading.Thread(target=_cli_writers, args=(root, acks_path, 8, 10, False, "c"))
+    bg.start()
+    _cli_writers(root, acks_path, 4, 1, True, "w")
+    bg.join()
+    _wait_for_worker(root)
     acks = hp.read_acks(acks_path)
-    assert len(acks) == 80
-    _assert_acked_in_head(root, acks)
-    assert hp.commit_count(root) == 81
+    assert len(acks) == 84
+    # --wait extracts inline, unless the background worker got to that request first ("already")
+    assert all(a[2] in ("written", "already") for a in acks if a[0].startswith("w")), acks
+    # every acknowledged request is in exactly one commit, and that commit's entry is in HEAD
+    log = hp.git_out(root, "log", "--format=%H%x1f%(trailers:key=Acpmem-Request,valueonly)%x1f"
+                                  "%(trailers:key=Acpmem-Entry,valueonly)%x1e")
+    by_request: dict[str, list[tuple[str, str]]] = {}
+    for rec in filter(str.strip, log.split("\x1e")):
+        sha, req, ents = (x.strip() for x in rec.split("\x1f"))
+        if req:
+            by_request.setdefault(req, []).append((sha, ents))
+    head = hp.head_files(root)
+    for a in acks:
+        assert len(by_request.get(a[1], [])) == 1, (a, by_request.get(a[1]))
+        (_, ents), = by_request[a[1]]
+        assert ents and all(any(p.startswith(f"entries/{e}") for p in head) for e in ents.split())
+    assert hp.commit_count(root) == 1 + 84
     _assert_clean(root)
+    assert not list((root / ".acpmem" / "pending").glob("r-*.json"))
     assert _catalog_rows(root) == _rebuilt_catalog_rows(root)
+    # the search index answers the same after a rebuild from nothing
+    from acpmem import index
+    from acpmem.recall import recall
+
+    def ids(query: str) -> list[str]:
+        v = Vault(root, clock=lambda: hp.PINNED)
+        try:
+            return [h.entry.id for h in recall(v, query, limit=10)]
+        finally:
+            v.close()
+
+    before = {q: ids(q) for q in ("writer c3 lesson 7", "re-entrant appends", "w2")}
+    assert all(before.values())
+    index.delete_db(root / ".acpmem")
+    assert {q: ids(q) for q in before} == before
 
 
 # --------------------------------------------------------------------------------------------- 2. same entry, many hands
