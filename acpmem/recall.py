@@ -146,16 +146,13 @@ def recall(vault: Vault, query: str, limit: int = 5, types: Iterable[str] | None
     sdir = _session_dir(vault, session) if session else None
 
     def work(con: sqlite3.Connection) -> list[tuple]:
-        # A few spare hits cover files that lose to another with the same id.
-        hits = index.search(con, query, limit + 5, types=allowed, include_superseded=include_superseded)
-        found = []
-        for h in hits:
-            entry = _entry_at(con, h.id)
-            if entry is not None:
-                found.append((entry, h))
-            if len(found) == limit:
-                break
-        return found
+        want = limit
+        while True:
+            hits = index.search(con, query, want, types=allowed, include_superseded=include_superseded)
+            found = [(e, h) for e, h in ((_entry_at(con, h.id), h) for h in hits) if e is not None]
+            if len(found) >= limit or len(hits) < want:
+                return found[:limit]
+            want = want * 2 + 5  # some hits were files that lose to another file with the same id
 
     found = _with_index(vault, work)
     if not found:

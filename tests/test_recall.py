@@ -189,3 +189,15 @@ def test_cli_recall_and_surface_json(example_vault, cli):
     r = cli("memory", "surface", "--vault", str(v.root), "--session", "cli-t")
     assert r.returncode == 0 and r.stdout.startswith(DATA_NOTICE_EN) and r.stdout.count('kind="surface"') == 5
     assert head(v) == before
+
+
+def test_a_second_file_with_the_same_id_is_not_returned(vault):
+    v = vault
+    a = make(v, "Alpha service owns billing", "Billing lives in alpha.")
+    v.write_entries([a], subject="t", why="t")
+    (v.root / "entries" / "zzz-copy.md").write_text(
+        f"---\nid: {a.id}\ntitle: Copy mentions quokka billing\ntype: fact\nimportance: 9\n"
+        "created: 2026-11-02T00:00:00Z\n---\nQuokka quokka billing.\n", "utf-8")
+    hits = recall(v, "quokka billing", limit=1)
+    assert [h.entry.path for h in hits] == [a.path]
+    assert recall(v, "quokka") == []
