@@ -387,31 +387,47 @@ def worker_lock(state_dir: Path, timeout: float = 120.0, sleep: Callable[[float]
         os.close(fd)
 
 
+_spawned: list[int] = []
+
+
+def _reap() -> None:
+    """Collect the workers this process started that have exited (a long-lived caller must not gather zombies)."""
+    for pid in list(_spawned):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            _spawned.remove(pid)
+
+
 def start_worker(root: Path, state_dir: Path) -> bool:
-    """Start a detached worker unless one holds the lock. True when this call started it."""
+    """Start a detached worker unless one holds the lock. True when this call started it.
+
+    ``posix_spawn`` rather than ``subprocess``: importing subprocess is a tenth of a commit's start-up. The worker
+    gets its own session, /dev/null as stdin, the log as stdout/stderr, and the locked descriptor (nothing else: our
+    other descriptors are not inheritable)."""
+    _reap()
     fd = try_worker_lock(state_dir)
     if fd is None:
         return False
-    import subprocess
-
     try:
         log = _open_log(state_dir)
         try:
+            os.set_inheritable(fd, True)
             code = f"from acpmem.queue import worker_main; worker_main({str(root)!r}, {fd})"
-            proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                    pass_fds=(fd,), start_new_session=True, close_fds=True,
-                                    cwd=str(root))
+            actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                       (os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)]
+            pid = os.posix_spawn(sys.executable, [sys.executable, "-c", code], os.environ, file_actions=actions,
+                                 setsid=True)
         finally:
             os.close(log)
+        _spawned.append(pid)
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
-            os.write(fd, f"{proc.pid}\n".encode())   # who holds it, for `doctor` and for people
+            os.write(fd, f"{pid}\n".encode())   # who holds it, for `doctor` and for people
     finally:
         os.close(fd)   # the child holds the lock through its own copy of the descriptor
-    # A long-lived caller (the MCP server) must not collect zombies: reap the worker when it exits.
-    import threading
-
-    threading.Thread(target=proc.wait, daemon=True).start()
     return True
 
 
@@ -427,6 +443,8 @@ def worker_main(root: str, lock_fd: int | None = None) -> None:
     """The detached worker: drain the due requests, then exit (SPEC §5.2: one worker per vault, none left behind)."""
     from acpmem.vault import Vault
 
+    with contextlib.suppress(OSError):
+        os.chdir(root)   # never keep the caller's folder busy
     vault = Vault(Path(root))
     try:
         run_worker(vault, lock_fd)
@@ -534,11 +552,38 @@ class _LightVault:
     @property
     def settings(self):
         if self._settings is None:
-            from acpmem.settings import load_settings
-
             self.ensure_state()
-            self._settings = load_settings(self.root, self.state_dir)
+            self._settings = _cached_settings(self.root, self.state_dir)
+            if self._settings is None:
+                from acpmem.settings import load_settings
+
+                self._settings = load_settings(self.root, self.state_dir)
         return self._settings
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class _CommitSettings:
+    types: tuple[str, ...]
+    language: str
+
+
+def _cached_settings(root: Path, state_dir: Path) -> _CommitSettings | None:
+    """The two settings a commit needs, from the cache ``settings.load_settings`` keeps under ``.acpmem/`` when it is
+    current (same stat signature of acpmem.toml); None sends the caller to the real loader."""
+    try:
+        st = (root / "acpmem.toml").stat()
+        cached = json.loads((Path(state_dir) / "settings.json").read_text("utf-8"))
+        if cached.get("sig") != [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]:
+            return None
+        types, language = cached["settings"]["types"], cached["settings"]["language"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not (isinstance(types, list) and types and all(isinstance(t, str) for t in types)) or language not in ("en", "zh"):
+        return None
+    return _CommitSettings(tuple(types), language)
 
     def close(self) -> None:
         pass
@@ -547,7 +592,6 @@ class _LightVault:
 def light_discover(explicit: str | None = None, *, cwd: Path | None = None, env: dict | None = None) -> Path:
     """``vault.discover`` without importing ``acpmem.vault`` (same rules; tests keep the two in step)."""
     from acpmem.errors import VaultNotFound
-    from acpmem.settings import SETTINGS_FILE
 
     env = os.environ if env is None else env
     for source, value in (("--vault", explicit), ("ACPMEM_VAULT", env.get("ACPMEM_VAULT"))):
@@ -565,7 +609,7 @@ def light_discover(explicit: str | None = None, *, cwd: Path | None = None, env:
     for d in (here, *here.parents):
         if (d / ".acp-memory" / "entries").is_dir():
             return d / ".acp-memory"
-        if (d / "entries").is_dir() and (d / SETTINGS_FILE).is_file() and (d / ".git").exists():
+        if (d / "entries").is_dir() and (d / "acpmem.toml").is_file() and (d / ".git").exists():
             return d
     raise VaultNotFound("no vault found here or in any parent folder",
                         "run `acp memory init` to create .acp-memory/ here, or pass --vault PATH")

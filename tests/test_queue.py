@@ -222,3 +222,19 @@ def test_light_discovery_agrees_with_the_vault(tmp_path, monkeypatch):
                 assert got.value.message == exc.message
                 continue
             assert queue.light_discover(case["explicit"], cwd=case["cwd"], env=env) == want
+
+
+def test_the_commit_fast_path_reads_the_settings_cache_only_when_current(vault):
+    from acpmem.settings import load_settings
+
+    v = configure(vault)
+    toml = v.root / "acpmem.toml"
+    toml.write_text(toml.read_text().replace('language = "en"', 'language = "zh"')
+                    .replace('types = ["decision",', 'types = ["incident", "decision",'))
+    assert queue._cached_settings(v.root, v.state_dir) is None            # stale cache: the real loader
+    light = queue._LightVault(v.root)
+    full = load_settings(v.root, v.state_dir)
+    assert (light.settings.types, light.settings.language) == (full.types, full.language)
+    assert queue._cached_settings(v.root, v.state_dir) == queue._CommitSettings(full.types, "zh")
+    ack = queue.submit(queue._LightVault(v.root), type="incident", note="n", importance=3, session="s", seq=0)
+    assert ack.text.startswith(f"已记录（{ack.request_id}）")
