@@ -494,3 +494,51 @@ def _disk_full_by_rlimit(tmp_path: Path) -> None:
     v.write_entries([hp.make_entry("back01", "Space is back", "Written.")], subject="add", why="t")
     v.close()
     _assert_clean(root)
+
+
+# --------------------------------------------------------------------------------------------- 9. long-running use
+
+@heavy
+def test_two_thousand_operations_keep_children_and_descriptors_bounded(vault):
+    """A host process doing writes, lists, shows, recalls and resident indexes: no git child outlives its call and
+    the number of open descriptors does not grow."""
+    from acpmem.recall import recall
+
+    v = vault
+    ops = {"write": 0, "read": 0}
+
+    def op(i: int) -> None:
+        kind = i % 40
+        if kind == 0:
+            ident = f"lr{i:05d}"
+            v.write_entries([hp.make_entry(ident, f"Long run note {i}", f"Note {i} on sqlite wal and git locks.")],
+                            subject=f"add #{ident}", why="long run")
+            ops["write"] += 1
+            return
+        ops["read"] += 1
+        if kind % 4 == 1:
+            api.list_entries(v)
+        elif kind % 4 == 2:
+            recall(v, f"note {i // 40 * 40} sqlite", limit=3)
+        elif kind % 4 == 3:
+            api.resident_index(v, session=f"s{i % 7}", refresh=(i % 3 == 0))
+        else:
+            entries, _ = api.list_entries(v)
+            if entries:
+                api.show(v, entries[i % len(entries)].id)
+
+    for i in range(80):  # warm up: connections and caches that stay open by design
+        op(i)
+    fds, kids = hp.fd_count(), hp.child_pids()
+    peak_fds, peak_kids = fds, len(kids)
+    for i in range(80, 2000):
+        op(i)
+        if i % 50 == 0:
+            peak_fds, peak_kids = max(peak_fds, hp.fd_count()), max(peak_kids, len(hp.child_pids()))
+    print(f"\n{ops}: fds {fds} -> {hp.fd_count()} (peak {peak_fds}), children {len(kids)} -> "
+          f"{len(hp.child_pids())} (peak {peak_kids})")
+    assert ops["write"] == 50 and ops["read"] == 1950
+    assert hp.fd_count() <= fds + 2 and peak_fds <= fds + 4
+    assert hp.child_pids() == kids and peak_kids <= len(kids)
+    assert hp.commit_count(v.root) == 1 + 50  # reads never commit
+    _assert_clean(v.root)
