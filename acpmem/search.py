@@ -230,6 +230,8 @@ def kernel_search(docs: Sequence[KernelDoc], query: str, algorithm: str = "hybri
 
 # ═════════════════════════════ 2. the default engine ═════════════════════════════
 
+# Bumped whenever analysis output changes, so a persistent index knows its stored terms are stale.
+ANALYSIS_VERSION = "2"
 FIELDS = ("title", "body", "tags", "gram")
 FIELD_WEIGHTS = (2.0, 1.0, 1.5, 0.3)
 K1, B = 1.2, 0.75
