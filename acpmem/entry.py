@@ -1,9 +1,10 @@
-"""Console-script entry points, with a fast path for the per-turn hot command.
+"""Console-script entry points, with fast paths for the hot commands.
 
-``acp memory list`` (above all ``--format prompt``, which a host runs on every session start or turn) must answer
-in well under 150 ms; importing typer alone costs ~100 ms on a small machine. So a plain ``list`` invocation whose
-options are all understood here is answered without typer, through the same ``listing.list_output`` the typer command
-uses; anything else (help, an unknown option, an error in parsing) goes to typer, which gives the full behaviour.
+Three commands run on every turn or must return at once: ``list`` (above all ``--format prompt``, target 150 ms),
+``hook claude-code`` and ``commit`` (target 250 ms). Importing typer alone costs ~100 ms on a small machine, so a
+plain invocation of these whose options are all understood here is answered without typer, through the same
+library functions the typer commands use; anything else (help, an unknown option, a parsing problem) goes to
+typer, which gives the full behaviour. ``ACPMEM_NO_FASTPATH=1`` forces typer (tests compare both paths).
 """
 from __future__ import annotations
 
@@ -54,6 +55,10 @@ def _fast(args: list[str]) -> int | None:
     vault = None
     if args[:1] == ["--vault"] and len(args) >= 3:
         vault, args = args[1], args[2:]
+    if args[:1] == ["commit"]:
+        from acpmem.queue import fast_commit  # must return to the caller within 250 ms
+
+        return fast_commit(args[1:], vault)
     if args[:1] == ["hook"]:
         from acpmem.hooks import fast_main  # the hook runs on every prompt: answer it without typer
 
