@@ -590,7 +590,7 @@ class Vault:
             folded = reads.fold(self.root, self.state_dir)
             if folded:
                 rel, text, claimed = folded
-                atomic_write(self.root / rel, text)
+                atomic_write(_inside(self.root, rel), text)  # reads/ could be a symlink out of a cloned vault
                 paths.append(rel)
         if regen:
             from acpmem.render import memory_md

@@ -30,6 +30,13 @@ def git_out(root: Path, *args: str, check: bool = True) -> str:
     return p.stdout
 
 
+def git_bytes(root: Path, *args: str) -> bytes:
+    p = subprocess.run(["git", "-C", str(root), *args], capture_output=True, env=git_env(), timeout=120)
+    if p.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed ({p.returncode}): {p.stderr[:500]!r}")
+    return p.stdout
+
+
 def make_entry(ident: str, title: str, body: str, *, importance: int = 5, typ: str = "fact"):
     from acpmem.model import Citation, Entry
 

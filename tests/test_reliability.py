@@ -456,7 +456,7 @@ def test_disk_full_gives_a_clean_error_keeps_old_content_and_recovers(tiny_fs, t
     head_files = hp.head_files(root)
     assert "entries/back01-space-is-back.md" in head_files
     for rel, data in before.items():
-        assert hp.git_out(root, "show", f"HEAD:{rel}").encode() == data
+        assert hp.git_bytes(root, "show", f"HEAD:{rel}") == data
     # a write that failed is either wholly committed (its journal was finished by the next write) or wholly absent
     for k in range(8):
         on_disk = list((root / "entries").glob(f"full0{k}-*.md"))
