@@ -168,7 +168,27 @@ def _parse_row(root: Path, rel: str, sig: str) -> tuple:
         return (None, 0, json.dumps({"reason": exc.reason, "field": exc.field}))
     except OSError as exc:
         return (None, 0, json.dumps({"reason": f"cannot be read: {exc.strerror}", "field": None}))
+    # A secret written by hand is kept out of the cache and the index (neither stores a byte of it), like an
+    # invalid file: reported, never committed (vault._validate_human), until the person removes it.
+    kind = secret_kind(entry)
+    if kind:
+        return (None, 0, json.dumps({"reason": f"contains what looks like a secret ({kind}); remove it — "
+                                               "the file is kept out of the index and is never committed",
+                                     "field": None}))
     return (entry.id, 1, json.dumps(entry.to_json(), ensure_ascii=False))
+
+
+def secret_kind(entry: Entry) -> str | None:
+    """The kind of the first secret in an entry's title, body or the fields a person added, or None. What acpmem itself
+    redacted (``[REDACTED:kind]``, e.g. ``password = "[REDACTED:credential]"``) is not a secret."""
+    from acpmem.secrets import REDACTED_RE, find_secrets
+
+    extra = json.dumps(entry.extra, ensure_ascii=False, default=str) if entry.extra else ""
+    text = entry.title + "\n" + entry.body + "\n" + extra
+    for f in find_secrets(text):
+        if not REDACTED_RE.search(text[f.start:f.end]):
+            return f.kind
+    return None
 
 
 def snapshot(con: sqlite3.Connection, root: Path, types: tuple[str, ...]) -> Snapshot:

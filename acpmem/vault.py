@@ -481,11 +481,9 @@ class Vault:
                 e = parse_entry_bytes(p.read_bytes(), rel, self.settings.types)
             except EntryInvalid as exc:
                 return str(exc.message)
-            from acpmem.secrets import find_secrets
-            found = find_secrets(e.title + "\n" + e.body + "\n" + json.dumps(e.extra, ensure_ascii=False,
-                                                                               default=str))
-            if found:
-                return f"contains what looks like a secret ({found[0].kind}); remove it before it is committed"
+            kind = catalog.secret_kind(e)  # what acpmem redacted itself does not count
+            if kind:
+                return f"contains what looks like a secret ({kind}); remove it before it is committed"
         elif rel == SETTINGS_FILE:
             try:
                 load_settings(self.root, None)
