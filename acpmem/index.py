@@ -38,9 +38,9 @@ from acpmem.errors import LockTimeout
 from acpmem.search import (CJK_CHARS, FIELDS, CorpusStats, Hit, SearchDoc, Vocabulary, _seq_range, doc_fields,
                            make_preview, plan_query, rank)
 
-INDEX_VERSION = "3"
+INDEX_VERSION = "4"
 VERSION_KEY = "search_index_version"
-TABLES = ("idx_docs", "idx_text", "idx_terms", "idx_post", "idx_cites", "idx_stats", "idx_dirty")
+TABLES = ("idx_docs", "idx_tids", "idx_terms", "idx_post", "idx_cites", "idx_stats", "idx_dirty")
 TRIGGERS = ("idx_files_ins", "idx_files_upd", "idx_files_del")
 _NF = len(FIELDS)
 
@@ -51,10 +51,9 @@ _SCHEMA = (
         type TEXT NOT NULL, sup INTEGER NOT NULL, importance INTEGER NOT NULL, created TEXT, last_read TEXT,
         tags TEXT NOT NULL, cites TEXT NOT NULL, l0 INTEGER NOT NULL, l1 INTEGER NOT NULL, l2 INTEGER NOT NULL,
         l3 INTEGER NOT NULL)""",
-    # ... and its text, read only for the hits; ``tids`` lists the term ids of its postings so they can be
-    # removed without a scan.
-    """CREATE TABLE IF NOT EXISTS idx_text (key INTEGER PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL,
-        tids TEXT NOT NULL)""",
+    # ... and the term ids of its postings, so they can be removed without a scan. (The text itself is read from
+    # the catalog's ``files.data``, for the hits only.)
+    "CREATE TABLE IF NOT EXISTS idx_tids (key INTEGER PRIMARY KEY, tids TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS idx_terms (tid INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE, df INTEGER NOT NULL)",
     """CREATE TABLE IF NOT EXISTS idx_post (tid INTEGER NOT NULL, key INTEGER NOT NULL, f0 INTEGER NOT NULL,
         f1 INTEGER NOT NULL, f2 INTEGER NOT NULL, f3 INTEGER NOT NULL, PRIMARY KEY (tid, key)) WITHOUT ROWID""",
@@ -193,7 +192,7 @@ class _Terms:
 
 def _remove(con: sqlite3.Connection, keys: list[int], terms: _Terms, sums: list[int]) -> None:
     for key in keys:
-        row = con.execute("SELECT t.tids, d.l0, d.l1, d.l2, d.l3 FROM idx_docs d JOIN idx_text t ON t.key = d.key "
+        row = con.execute("SELECT t.tids, d.l0, d.l1, d.l2, d.l3 FROM idx_docs d JOIN idx_tids t ON t.key = d.key "
                           "WHERE d.key=?", (key,)).fetchone()
         if row is None:
             continue
@@ -206,7 +205,7 @@ def _remove(con: sqlite3.Connection, keys: list[int], terms: _Terms, sums: list[
         sums[_NF] -= 1
         con.execute("DELETE FROM idx_cites WHERE key=?", (key,))
         con.execute("DELETE FROM idx_docs WHERE key=?", (key,))
-        con.execute("DELETE FROM idx_text WHERE key=?", (key,))
+        con.execute("DELETE FROM idx_tids WHERE key=?", (key,))
 
 
 def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _Terms, sums: list[int]) -> None:
@@ -232,7 +231,7 @@ def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _
              int(d.get("importance") or 0), d.get("created"), d.get("last_read"),
              json.dumps(list(doc.tags), ensure_ascii=False), json.dumps(doc.citations, ensure_ascii=False),
              *lens))
-        texts.append((cur.lastrowid, doc.title, doc.body, " ".join(map(str, counts))))
+        texts.append((cur.lastrowid, " ".join(map(str, counts))))
         key = cur.lastrowid
         for tid, c in counts.items():
             posts.append((tid, key, *c))
@@ -247,7 +246,7 @@ def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _
     posts.sort()  # in primary-key order: appends to the b-tree instead of random inserts
     con.executemany("INSERT INTO idx_post(tid, key, f0, f1, f2, f3) VALUES (?,?,?,?,?,?)", posts)
     con.executemany("INSERT INTO idx_cites(session, lo, hi, key) VALUES (?,?,?,?)", cites)
-    con.executemany("INSERT INTO idx_text(key, title, body, tids) VALUES (?,?,?,?)", texts)
+    con.executemany("INSERT INTO idx_tids(key, tids) VALUES (?,?)", texts)
 
 
 def update(con: sqlite3.Connection, chunk: int = CHUNK) -> UpdateResult:
@@ -465,8 +464,12 @@ class IndexSource:
 
     def full_doc(self, key: int) -> SearchDoc:
         light = self.doc(key)
-        row = self._con.execute("SELECT title, body FROM idx_text WHERE key=?", (key,)).fetchone()
-        return replace(light, title=row[0], body=row[1]) if row else light
+        row = self._con.execute("SELECT f.data FROM idx_docs d JOIN files f ON f.path = d.path WHERE d.key=?",
+                                (key,)).fetchone()
+        if row is None:
+            return light
+        d = json.loads(row[0])
+        return replace(light, title=d.get("title") or "", body=d.get("body") or "")
 
     def key_of(self, path: str) -> int | None:
         row = self._con.execute("SELECT key FROM idx_docs WHERE path=?", (path,)).fetchone()
