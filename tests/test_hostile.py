@@ -61,7 +61,9 @@ def _tree(path: Path) -> dict[str, bytes]:
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
-def _use_the_vault(root: Path, cli) -> None:
+def _use_the_vault(root: Path, cli, *, commands: tuple[tuple[str, ...], ...] = (("list", "--json"),
+                                                                                ("recall", "sqlite wal"),
+                                                                                ("doctor",))) -> None:
     """list, recall, the prompt index, doctor, and a commit — through the library and the CLI."""
     v = Vault(root, clock=lambda: hp.PINNED)
     try:
@@ -74,7 +76,7 @@ def _use_the_vault(root: Path, cli) -> None:
                         subject="add", why="hostile neighbours")
     finally:
         v.close()
-    for args in (("list", "--json"), ("recall", "sqlite wal"), ("doctor",)):
+    for args in commands:
         res = cli("memory", "--vault", str(root), *args)
         assert "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
 
@@ -92,7 +94,7 @@ def test_hostile_entry_file_is_quarantined_with_a_clear_reason(name, vault, tmp_
     rel = f"entries/{name}.md"
     (root / rel).write_bytes(data)
 
-    _use_the_vault(root, cli)
+    _use_the_vault(root, cli, commands=(("doctor",),))
 
     v = Vault(root, clock=lambda: hp.PINNED)
     try:
