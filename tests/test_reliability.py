@@ -367,7 +367,7 @@ def test_kill_minus_nine_at_random_moments_loses_no_acknowledged_write(vault, tm
             res = cli("memory", "--vault", str(root), "doctor", "--fix")
             assert res.returncode == 0, res.stdout + res.stderr
     acks = [a for a in hp.read_acks(acks_path) if len(a) == 3]
-    assert len(acks) >= rounds // 2, "too few writes were acknowledged for the test to mean anything"
+    assert len(acks) >= rounds // 4, "too few writes were acknowledged for the test to mean anything"
 
     res = cli("memory", "--vault", str(root), "doctor", "--fix")
     assert res.returncode == 0, res.stdout + res.stderr
@@ -542,3 +542,37 @@ def test_two_thousand_operations_keep_children_and_descriptors_bounded(vault):
     assert hp.child_pids() == kids and peak_kids <= len(kids)
     assert hp.commit_count(v.root) == 1 + 50  # reads never commit
     _assert_clean(v.root)
+
+
+def test_a_foreign_index_lock_keeps_a_fork_request_pending(vault):
+    """The fork path under a person's long git command: the request stays pending with the reason, the lock is not
+    touched, and the next run writes it exactly once."""
+    from acpmem import fork, queue
+
+    root = vault.root
+    _set_git_setting(root, "foreign_lock_wait_seconds", "0.3")
+    vault.close()
+    v = Vault(root, clock=lambda: hp.PINNED, rng=random.Random(5))
+    req = queue.make_request(types=v.settings.types, type="lesson", note="re-entrant append", importance=7,
+                             session="s1", seq=6, transcript=CHAT, host_tools=None, lang="en", created=v.now(),
+                             request_id=queue.new_request_id(v.rng))
+    queue.save_request(v.state_dir, req, new=True)
+    head = hp.git_out(root, "rev-parse", "HEAD")
+    lock = root / ".git" / "index.lock"
+    lock.write_bytes(b"foreign")
+    try:
+        (out,) = fork.process_requests(v, [req.id], extractor="offline", explicit=True)
+        assert out.status in ("retry", "failed"), out
+        assert "index.lock" in json.dumps(out.to_json() if hasattr(out, "to_json") else str(out))
+        assert queue.load_request(v.state_dir, req.id) is not None
+        assert lock.read_bytes() == b"foreign"
+        assert hp.git_out(root, "rev-parse", "HEAD") == head
+        assert not list((root / "entries").glob("*.md"))
+    finally:
+        lock.unlink()
+    (out,) = fork.process_requests(v, [req.id], extractor="offline", explicit=True)
+    assert out.status == "written", out
+    assert queue.load_request(v.state_dir, req.id) is None
+    v.close()
+    assert hp.git_out(root, "log", "--format=%(trailers:key=Acpmem-Request,valueonly)").split().count(req.id) == 1
+    _assert_clean(root)
