@@ -553,66 +553,13 @@ class _LightVault:
     def settings(self):
         if self._settings is None:
             self.ensure_state()
-            self._settings = _cached_settings(self.root, self.state_dir)
-            if self._settings is None:
-                from acpmem.settings import load_settings
+            from acpmem.settings import load_settings  # reads the JSON cache when acpmem.toml is unchanged
 
-                self._settings = load_settings(self.root, self.state_dir)
+            self._settings = load_settings(self.root, self.state_dir)
         return self._settings
 
     def close(self) -> None:
         pass
-
-
-@dataclass(frozen=True)
-class _CommitSettings:
-    types: tuple[str, ...]
-    language: str
-
-
-def _cached_settings(root: Path, state_dir: Path) -> _CommitSettings | None:
-    """The two settings a commit needs, from the cache ``settings.load_settings`` keeps under ``.acpmem/`` when it is
-    current (same stat signature of acpmem.toml); None sends the caller to the real loader."""
-    try:
-        st = (root / "acpmem.toml").stat()
-        cached = json.loads((Path(state_dir) / "settings.json").read_text("utf-8"))
-        if cached.get("sig") != [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]:
-            return None
-        types, language = cached["settings"]["types"], cached["settings"]["language"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    if not (isinstance(types, list) and types and all(isinstance(t, str) for t in types)) or language not in ("en", "zh"):
-        return None
-    return _CommitSettings(tuple(types), language)
-
-    def close(self) -> None:
-        pass
-
-
-def light_discover(explicit: str | None = None, *, cwd: Path | None = None, env: dict | None = None) -> Path:
-    """``vault.discover`` without importing ``acpmem.vault`` (same rules; tests keep the two in step)."""
-    from acpmem.errors import VaultNotFound
-
-    env = os.environ if env is None else env
-    for source, value in (("--vault", explicit), ("ACPMEM_VAULT", env.get("ACPMEM_VAULT"))):
-        if value:
-            p = Path(value).expanduser()
-            if not p.is_absolute():
-                p = (cwd or Path.cwd()) / p
-            if (p / ".acp-memory").is_dir() and not (p / "entries").is_dir():
-                p = p / ".acp-memory"
-            if not (p / "entries").is_dir():
-                raise VaultNotFound(f"{source} {value} is not an acpmem vault (no entries/ folder)",
-                                    f"create one with `acp memory init {value}`")
-            return p.resolve()
-    here = (cwd or Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        if (d / ".acp-memory" / "entries").is_dir():
-            return d / ".acp-memory"
-        if (d / "entries").is_dir() and (d / "acpmem.toml").is_file() and (d / ".git").exists():
-            return d
-    raise VaultNotFound("no vault found here or in any parent folder",
-                        "run `acp memory init` to create .acp-memory/ here, or pass --vault PATH")
 
 
 def fast_commit(args: list[str], vault: str | None = None) -> int | None:
@@ -621,7 +568,9 @@ def fast_commit(args: list[str], vault: str | None = None) -> int | None:
     if opts is None:
         return None
     try:
-        v = _LightVault(light_discover(opts.get("vault") or vault))
+        from acpmem.discovery import discover
+
+        v = _LightVault(discover(opts.get("vault") or vault))
         try:
             ack = submit(v, type=opts["type"], note=opts["note"], importance=opts["importance"],
                          session=opts["session"], seq=opts["seq"], transcript=opts.get("transcript"),

@@ -10,10 +10,10 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from acpmem.discovery import SETTINGS_FILE
 from acpmem.errors import SettingsError
 from acpmem.model import DEFAULT_TYPES
 
-SETTINGS_FILE = "acpmem.toml"
 
 
 @dataclass(frozen=True)

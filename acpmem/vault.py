@@ -32,14 +32,12 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from acpmem import catalog, reads
+from acpmem.discovery import ENV_VAULT, STATE_DIRNAME, VAULT_DIRNAME, discover  # noqa: F401 (re-exported)
 from acpmem.errors import (AcpmemError, AmbiguousId, EntryInvalid, EntryNotFound, GitStateError, LockTimeout,
                            SettingsError, UsageError, VaultExists, VaultNotFound)
 from acpmem.model import Entry, new_entry_text, parse_entry_bytes, slugify, utc_iso, validate_id
 from acpmem.settings import SETTINGS_FILE, Settings, load_settings
 
-VAULT_DIRNAME = ".acp-memory"
-STATE_DIRNAME = ".acpmem"
-ENV_VAULT = "ACPMEM_VAULT"
 TEMPLATE_DIR = Path(__file__).parent / "vault_template"
 ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
 GENERATED = ("MEMORY.md",)
@@ -58,34 +56,6 @@ KIND_RECOVER = "recover"
 
 def now_utc() -> datetime:
     return datetime.now(timezone.utc)
-
-
-# --------------------------------------------------------------------------------------------- discovery
-
-def discover(explicit: str | os.PathLike | None = None, *, cwd: Path | None = None,
-             env: dict | None = None) -> Path:
-    """``--vault PATH`` > ``ACPMEM_VAULT`` > the nearest ``.acp-memory/`` walking up from cwd > an error."""
-    env = os.environ if env is None else env
-    for source, value in (("--vault", explicit), (ENV_VAULT, env.get(ENV_VAULT))):
-        if value:
-            p = Path(value).expanduser()
-            if not p.is_absolute():
-                p = (cwd or Path.cwd()) / p
-            if (p / VAULT_DIRNAME).is_dir() and not (p / "entries").is_dir():
-                p = p / VAULT_DIRNAME
-            if not (p / "entries").is_dir():
-                raise VaultNotFound(f"{source} {value} is not an acpmem vault (no entries/ folder)",
-                                    f"create one with `acp memory init {value}`")
-            return p.resolve()
-    here = (cwd or Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        cand = d / VAULT_DIRNAME
-        if (cand / "entries").is_dir():
-            return cand
-        if (d / "entries").is_dir() and (d / SETTINGS_FILE).is_file() and (d / ".git").exists():
-            return d  # we are inside a vault that has another name (e.g. a team vault cloned as team-memory/)
-    raise VaultNotFound("no vault found here or in any parent folder",
-                        "run `acp memory init` to create .acp-memory/ here, or pass --vault PATH")
 
 
 # --------------------------------------------------------------------------------------------- small file helpers

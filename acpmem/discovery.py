@@ -1,0 +1,42 @@
+"""Finding the vault: ``--vault PATH`` > ``$ACPMEM_VAULT`` > the nearest ``.acp-memory/`` walking up (SPEC §3).
+
+Kept apart from ``acpmem.vault`` (which pulls in sqlite, git and the file-tree helpers) so the per-turn fast paths
+(``list``, ``commit``, the hook) can find the vault without paying for those imports.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from acpmem.errors import VaultNotFound
+
+VAULT_DIRNAME = ".acp-memory"
+STATE_DIRNAME = ".acpmem"
+ENV_VAULT = "ACPMEM_VAULT"
+SETTINGS_FILE = "acpmem.toml"
+
+
+def discover(explicit: str | os.PathLike | None = None, *, cwd: Path | None = None,
+             env: dict | None = None) -> Path:
+    """``--vault PATH`` > ``ACPMEM_VAULT`` > the nearest ``.acp-memory/`` walking up from cwd > an error."""
+    env = os.environ if env is None else env
+    for source, value in (("--vault", explicit), (ENV_VAULT, env.get(ENV_VAULT))):
+        if value:
+            p = Path(value).expanduser()
+            if not p.is_absolute():
+                p = (cwd or Path.cwd()) / p
+            if (p / VAULT_DIRNAME).is_dir() and not (p / "entries").is_dir():
+                p = p / VAULT_DIRNAME
+            if not (p / "entries").is_dir():
+                raise VaultNotFound(f"{source} {value} is not an acpmem vault (no entries/ folder)",
+                                    f"create one with `acp memory init {value}`")
+            return p.resolve()
+    here = (cwd or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        cand = d / VAULT_DIRNAME
+        if (cand / "entries").is_dir():
+            return cand
+        if (d / "entries").is_dir() and (d / SETTINGS_FILE).is_file() and (d / ".git").exists():
+            return d  # we are inside a vault that has another name (e.g. a team vault cloned as team-memory/)
+    raise VaultNotFound("no vault found here or in any parent folder",
+                        "run `acp memory init` to create .acp-memory/ here, or pass --vault PATH")
