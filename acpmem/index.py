@@ -158,13 +158,17 @@ class _Terms:
         self.delta: dict[int, int] = {}
         self.new: dict[str, int] = {}
         self.next_id = (con.execute("SELECT max(tid) FROM idx_terms").fetchone()[0] or 0) + 1
+        # a complete map (the whole table, kept by this process while no other wrote) answers misses itself
+        self.complete = cache is not None
         if preload and cache is None:
             self.ids = dict(con.execute("SELECT term, tid FROM idx_terms"))
+            self.complete = True
 
     def tid(self, term: str) -> int:
         tid = self.ids.get(term)
         if tid is None:
-            row = self.con.execute("SELECT tid FROM idx_terms WHERE term=?", (term,)).fetchone()
+            row = None if self.complete else self.con.execute("SELECT tid FROM idx_terms WHERE term=?",
+                                                               (term,)).fetchone()
             if row:
                 tid = row[0]
             else:
@@ -212,7 +216,10 @@ def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _
     posts: list[tuple] = []
     cites: list[tuple] = []
     texts: list[tuple] = []
+    docs: list[tuple] = []
+    key = con.execute("SELECT max(key) FROM idx_docs").fetchone()[0] or 0
     for path, sig, data in rows:
+        key += 1
         d = json.loads(data)
         doc = search_doc(d)
         per_field = doc_fields(doc)
@@ -224,15 +231,11 @@ def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _
                     c = counts[tid] = [0] * _NF
                 c[i] = n
         lens = [len(f) for f in per_field]
-        cur = con.execute(
-            "INSERT INTO idx_docs(path, sig, entry_id, type, sup, importance, created, last_read, tags, cites, "
-            "l0, l1, l2, l3) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (path, sig, d["id"], d.get("type") or "", 1 if d.get("superseded_by") else 0,
-             int(d.get("importance") or 0), d.get("created"), d.get("last_read"),
-             json.dumps(list(doc.tags), ensure_ascii=False), json.dumps(doc.citations, ensure_ascii=False),
-             *lens))
-        texts.append((cur.lastrowid, " ".join(map(str, counts))))
-        key = cur.lastrowid
+        docs.append((key, path, sig, d["id"], d.get("type") or "", 1 if d.get("superseded_by") else 0,
+                     int(d.get("importance") or 0), d.get("created"), d.get("last_read"),
+                     json.dumps(list(doc.tags), ensure_ascii=False), json.dumps(doc.citations, ensure_ascii=False),
+                     *lens))
+        texts.append((key, " ".join(map(str, counts))))
         for tid, c in counts.items():
             posts.append((tid, key, *c))
             terms.delta[tid] = terms.delta.get(tid, 0) + 1
@@ -243,6 +246,8 @@ def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _
         for i in range(_NF):
             sums[i] += lens[i]
         sums[_NF] += 1
+    con.executemany("INSERT INTO idx_docs(key, path, sig, entry_id, type, sup, importance, created, last_read, "
+                    "tags, cites, l0, l1, l2, l3) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", docs)
     posts.sort()  # in primary-key order: appends to the b-tree instead of random inserts
     con.executemany("INSERT INTO idx_post(tid, key, f0, f1, f2, f3) VALUES (?,?,?,?,?,?)", posts)
     con.executemany("INSERT INTO idx_cites(session, lo, hi, key) VALUES (?,?,?,?)", cites)
@@ -283,7 +288,7 @@ def update(con: sqlite3.Connection, chunk: int = CHUNK) -> UpdateResult:
                 _remove(con, stale, terms, sums)
                 _add(con, missing, terms, sums)
                 terms.flush()
-                cache, my_gen = terms.ids, gen + 1
+                cache, my_gen = (terms.ids if terms.complete else None), gen + 1
                 con.execute("UPDATE idx_stats SET s0=?, s1=?, s2=?, s3=?, n=?, gen=? WHERE id=1", (*sums, gen + 1))
             con.execute("DELETE FROM idx_dirty WHERE path IN (SELECT value FROM json_each(?))", (batch,))
             con.execute("COMMIT")
