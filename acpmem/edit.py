@@ -26,12 +26,26 @@ def _validate(v: Vault, entry, text: str) -> None:
     new = parse_entry_bytes(text.encode("utf-8"), entry.path, v.settings.types)
     if new.id != entry.id:
         raise EntryInvalid(entry.path, "id", f"must stay '{entry.id}' (ids are stable; citations refer to them)")
-    from acpmem.secrets import find_secrets
+    from acpmem.catalog import secret_kind
 
-    found = find_secrets(new.title + "\n" + new.body)
-    if found:
-        raise SecretRefused(f"the edit contains what looks like a secret ({found[0].kind})",
+    kind = secret_kind(new)
+    if kind:
+        raise SecretRefused(f"the edit contains what looks like a secret ({kind})",
                             "remove it; secrets never enter the vault")
+
+
+def _refuse(v: Vault, entry, draft: Path, text: str, exc: EntryInvalid | SecretRefused) -> AcpmemError:
+    """The error for a refused edit. The draft keeps the person's text — minus any secret, which never stays on
+    disk, not even in local state."""
+    note = ""
+    if isinstance(exc, SecretRefused):
+        from acpmem.secrets import redact
+
+        atomic_write(draft, redact(text)[0])
+        note = " (the secret is replaced by [REDACTED:…] there)"
+    return AcpmemError(f"edit refused: {exc.message}",
+                       f"nothing was changed; your text is kept in {draft}{note} — run `acp memory edit {entry.id}` "
+                       f"to re-open it, or fix it and `acp memory edit {entry.id} --from {draft}`")
 
 
 def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message: str | None = None,
@@ -48,7 +62,6 @@ def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message:
             text = Path(from_file).read_bytes().decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read {from_file}: {exc}", "pass a UTF-8 file") from None
-        atomic_write(draft, text)
     else:
         if not draft.exists():
             atomic_write(draft, original)
@@ -65,21 +78,21 @@ def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message:
                 _validate(v, entry, text)
                 break
             except (EntryInvalid, SecretRefused) as exc:
-                if confirm is not None and confirm(f"Invalid: {exc}\nRe-open the editor?"):
-                    continue
-                raise AcpmemError(
-                    f"edit refused: {exc.message}",
-                    f"nothing was changed; your text is kept in {draft} — run `acp memory edit {entry.id}` to "
-                    f"re-open it, or fix it and `acp memory edit {entry.id} --from {draft}`") from None
+                if confirm is None or not confirm(f"Invalid: {exc}\nRe-open the editor?"):
+                    raise _refuse(v, entry, draft, text, exc) from None
     if text == original:
         draft.unlink(missing_ok=True)
         return f"No changes to #{entry.id}."
     try:
         _validate(v, entry, text)
     except (EntryInvalid, SecretRefused) as exc:
-        raise AcpmemError(f"edit refused: {exc.message}",
-                          f"nothing was changed; your text is kept in {draft}") from None
+        if from_file is not None and Path(from_file).resolve() != draft.resolve():
+            atomic_write(draft, text)
+        raise _refuse(v, entry, draft, text, exc) from None
+    # base=original: if the file changed while the editor was open (a fork write, another edit), refuse rather
+    # than overwrite that change
     sha = v.replace_entry_text(entry, text, subject=f"edit #{entry.id} {entry.title}",
-                               why=message or "Corrected by hand with `acp memory edit`.", kind=KIND_EDIT)
+                               why=message or "Corrected by hand with `acp memory edit`.", kind=KIND_EDIT,
+                               base=original)
     draft.unlink(missing_ok=True)
     return f"Saved #{entry.id} (commit {sha[:12]})."

@@ -188,7 +188,8 @@ def _regex_findings(text: str) -> list[tuple[int, Finding]]:
                 continue
             out.append((rank, Finding(kind, m.start(group), m.end(group), _preview(kind, prefix, secret))))
     generic = len(_SPECIFIC)
-    for m in _ASSIGN.finditer(text):
+    pos = 0
+    while (m := _ASSIGN.search(text, pos)) is not None:
         group = "qv" if m.group("qv") is not None else "v"
         value, name = m.group(group), m.group("name")
         tail = _KEY_TAIL.search(text, max(0, m.start() - 40), m.start()).group()
@@ -196,6 +197,9 @@ def _regex_findings(text: str) -> list[tuple[int, Finding]]:
         if _credential_like(value, bool(_PASSWORDISH.search(name))):
             out.append((generic, Finding("credential", m.start(group), m.end(group),
                                          _preview("credential", "", value, key))))
+            pos = m.end()
+        else:
+            pos = m.end("name")  # a label (`password: db_password = "…"`) must not hide the assignment after it
     for m in _BEARER.finditer(text):
         value = m.group("v")
         if _credential_like(value, False) and any(c.isdigit() for c in value):

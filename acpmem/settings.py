@@ -158,10 +158,10 @@ def load_settings(root: Path, state_dir: Path | None = None) -> Settings:
         raise SettingsError(f"{path}: not valid TOML: {exc}", "fix the file; the template has every setting") from None
     s = settings_from_mapping(data, str(path))
     if cache is not None and cache.parent.is_dir():
+        tmp = cache.with_name(f".settings.{os.getpid()}.tmp")
         try:
-            tmp = cache.with_name(f".settings.{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"sig": sig, "settings": s.to_json()}), "utf-8")
             os.replace(tmp, cache)
-        except OSError:
-            pass
+        except OSError:  # the cache is an optimisation: a full disk must not fail the read
+            tmp.unlink(missing_ok=True)
     return s

@@ -155,6 +155,7 @@ def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, 
     git(root, "config", "user.name", git(root, "config", "user.name", check=False).out.strip() or "acpmem")
     git(root, "config", "user.email", git(root, "config", "user.email", check=False).out.strip() or "acpmem@localhost")
     git(root, "config", "core.quotepath", "off")
+    git(root, "config", "gc.autoDetach", "false")  # an automatic gc never runs beside acpmem's next commit
     vault = Vault(root, clock=clock, rng=rng)
     vault.ensure_state()
     _exclude_from_workspace(root)
@@ -354,7 +355,7 @@ class Vault:
                     if time.monotonic() > deadline:
                         raise LockTimeout(f"the vault is locked by another acpmem process for over {timeout:.0f} s",
                                           "retry later; `acp memory doctor` shows who holds it") from None
-                    time.sleep(0.01 + self.rng.random() * 0.02)
+                    time.sleep(0.002 + self.rng.random() * 0.004)
             with contextlib.suppress(OSError):  # who holds it, for doctor: informative only (the disk may be full)
                 os.ftruncate(fd, 0)
                 os.write(fd, f"{os.getpid()}\n".encode())
@@ -574,14 +575,31 @@ class Vault:
                   f"{trailer_text}"
         with self._git_running():
             git(self.root, "add", "-A", "--", *paths)
-            staged = git(self.root, "diff", "--cached", "--name-only", "-z", "--", *paths).out
-            if not staged.strip("\0"):
-                if claimed:
-                    claimed.unlink(missing_ok=True)
-                return None
-            git(self.root, "commit", "-q", "--no-verify", "-F", "-", "--", *paths, input=message)
+            res = git(self.root, "commit", "-q", "--no-verify", "-F", "-", "--", *paths, input=message, check=False)
+            if res.code != 0:
+                if "nothing to commit" in res.out + res.err or "no changes added" in res.out + res.err:
+                    if claimed:
+                        claimed.unlink(missing_ok=True)
+                    return None
+                first = (res.err.strip() or res.out.strip() or "failed").splitlines()[0]
+                raise GitStateError(f"git commit failed: {first}", "run `acp memory doctor` to check the vault")
         if claimed:
             claimed.unlink(missing_ok=True)
+        return self.head()
+
+    def head(self) -> str:
+        """The commit HEAD points to, read from the ref file (one git process fewer per write)."""
+        gd = self.root / ".git"
+        try:
+            ref = (gd / "HEAD").read_text("ascii").strip()
+            if ref.startswith("ref: "):
+                sha = (gd / ref[5:]).read_text("ascii").strip()
+            else:
+                sha = ref
+            if len(sha) == 40:
+                return sha
+        except (OSError, UnicodeDecodeError):
+            pass
         return git(self.root, "rev-parse", "HEAD").out.strip()
 
     # ----------------------------------------------------------------- entry-level operations
