@@ -16,7 +16,7 @@ from pathlib import Path
 
 from acpmem import render
 from acpmem.catalog import Problem
-from acpmem.errors import UsageError
+from acpmem.errors import AcpmemError, UsageError
 from acpmem.model import Entry, parse_iso
 from acpmem.score import Scored, rank, salt_for
 from acpmem.vault import Vault, atomic_write, git
@@ -124,44 +124,50 @@ def doctor(vault: Vault, *, fix: bool = False) -> DoctorReport:
                 rep.add("warning", f"the vault lock is held right now by process {holder}", "wait for it to finish")
         finally:
             os.close(fd)
-    marker = vault.state_dir / "locks" / "git-running"
     index_lock = root / ".git" / "index.lock"
-    if index_lock.exists():
-        ours = marker.exists()
-        rep.add("error" if not fix or not ours else "fixed",
-                f".git/index.lock exists ({'left by a killed acpmem process' if ours else 'another git may be running'})",
-                None if ours else "if no git command is running in the vault, delete .git/index.lock yourself")
-    # empty or temporary object files a killed writer can leave
     objects = root / ".git" / "objects"
-    junk = [p for p in objects.glob("??/*") if p.is_file() and p.stat().st_size == 0] + \
-        list(objects.glob("**/tmp_obj_*"))
-    if junk:
-        if fix:
-            for p in junk:
-                p.unlink(missing_ok=True)
-            rep.add("fixed", f"removed {len(junk)} empty or temporary git object file(s) left by a crash")
-        else:
-            rep.add("error", f"{len(junk)} empty or temporary git object file(s) left by a crash",
-                    "run `acp memory doctor --fix`")
     journal = vault.state_dir / "journal.json"
-    if journal.exists() and not fix:
-        rep.add("error", "a change was interrupted before its commit (a journal is pending)",
-                "run `acp memory doctor --fix` to finish it")
     if fix:
         with vault.lock():
-            with contextlib.suppress(Exception):
+            vault._clear_own_leftovers()  # our own stale git locks, temp files and half-written objects
+            for w in vault.warnings:
+                rep.add("fixed", w)
+            vault.warnings.clear()
+            junk = [p for p in objects.glob("??/*") if p.is_file() and p.stat().st_size == 0] + \
+                list(objects.glob("??/tmp_obj_*"))
+            for p in junk:  # an empty loose object is never valid: git would read it as corrupt
+                p.unlink(missing_ok=True)
+            if junk:
+                rep.add("fixed", f"removed {len(junk)} empty or temporary git object file(s) left by a crash")
+            try:
                 vault._wait_for_index_lock()
-            if journal.exists():
-                sha = vault.recover()
-                rep.add("fixed", f"finished an interrupted change{' as commit ' + sha[:12] if sha else ''}")
-            edits_before = [h for h in vault.human_edits() if h.problem is None]
-            sha = vault.commit_human_edits()
-            if sha:
-                rep.add("fixed", f"committed {len(edits_before)} human edit(s) as {sha[:12]}")
-        for w in vault.warnings:
-            rep.add("warning", w)
-        vault.warnings.clear()
+            except AcpmemError as exc:
+                rep.add("error", exc.message, exc.hint)
+            else:
+                if journal.exists():
+                    sha = vault.recover()
+                    rep.add("fixed", f"finished an interrupted change{' as commit ' + sha[:12] if sha else ''}")
+                edits_before = [h for h in vault.human_edits() if h.problem is None]
+                sha = vault.commit_human_edits()
+                if sha:
+                    rep.add("fixed", f"committed {len(edits_before)} human edit(s) as {sha[:12]}")
     else:
+        if index_lock.exists():
+            rep.add("error", ".git/index.lock exists (a git command is running, or one was killed)",
+                    "let a running git finish; `acp memory doctor --fix` removes it if a killed acpmem process left "
+                    "it, otherwise delete it yourself once no git runs")
+        junk = [p for p in objects.glob("??/*") if p.is_file() and p.stat().st_size == 0] + \
+            list(objects.glob("??/tmp_obj_*"))
+        if junk:
+            rep.add("error", f"{len(junk)} empty or temporary git object file(s) left by a crash",
+                    "run `acp memory doctor --fix`")
+        if journal.exists():
+            rep.add("error", "a change was interrupted before its commit (a journal is pending)",
+                    "run `acp memory doctor --fix` to finish it")
+    for w in vault.warnings:
+        rep.add("warning", w)
+    vault.warnings.clear()
+    if not fix:
         for h in vault.human_edits():
             if h.problem:
                 rep.add("error", f"uncommitted human edit {h.path} is invalid: {h.problem}",
