@@ -7,23 +7,24 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import os
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from acpmem import render
 from acpmem.catalog import Problem
+from acpmem.discovery import session_folder
 from acpmem.errors import AcpmemError, UsageError
 from acpmem.model import Entry, parse_iso
 from acpmem.score import Scored, rank, salt_for
 from acpmem.vault import Vault, atomic_write, git
 
 
-def list_entries(vault: Vault, *, include_superseded: bool = False) -> tuple[list[Entry], list[Problem]]:
-    loaded = vault.load()
+def list_entries(vault: Vault, *, include_superseded: bool = False,
+                 light: bool = False) -> tuple[list[Entry], list[Problem]]:
+    """The entries (and the files that do not parse). ``light``: index fields only, no body — for listings."""
+    loaded = vault.load(light=light)
     entries = loaded.entries if include_superseded else loaded.live()
     return entries, loaded.problems
 
@@ -31,17 +32,13 @@ def list_entries(vault: Vault, *, include_superseded: bool = False) -> tuple[lis
 def scores(vault: Vault, *, at: datetime | None = None, seed: int | None = None, session: str | None = None,
            top_n: int | None = None) -> list[Scored]:
     at = at or vault.clock()
-    entries, _ = list_entries(vault)
+    entries, _ = list_entries(vault, light=True)
     return rank(entries, at, salt_for(seed, session), vault.settings.score, top_n)
 
 
 def session_dir(vault: Vault, session: str) -> Path:
     """Per-session local state (ledgers, the frozen index) under .acpmem/sessions/, named safely."""
-    if not session or len(session) > 512 or "\x00" in session:
-        raise UsageError("a session id must be 1–512 characters", "pass the host's session id")
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", session)[:48].strip(".") or "s"
-    digest = hashlib.sha256(session.encode("utf-8")).hexdigest()[:12]
-    return vault.state_dir / "sessions" / f"{safe}-{digest}"
+    return session_folder(vault.state_dir, session)
 
 
 def resident_index(vault: Vault, *, session: str | None = None, refresh: bool = False, at: datetime | None = None,
@@ -53,7 +50,7 @@ def resident_index(vault: Vault, *, session: str | None = None, refresh: bool = 
         with contextlib.suppress(FileNotFoundError):
             return snap_path.read_text("utf-8")
     at = at or vault.clock()
-    entries, _ = list_entries(vault)
+    entries, _ = list_entries(vault, light=True)
     ranked = rank(entries, at, salt_for(seed, session), vault.settings.score, top_n=len(entries))
     text = render.prompt_index(ranked, at, vault.settings, budget_tokens=budget_tokens)
     if snap_path is not None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from acpmem.errors import EntryInvalid
 from acpmem.model import Entry, parse_entry_bytes
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DB_NAME = "index.sqlite"
 
 
@@ -81,6 +81,23 @@ def connect(db_path: Path) -> sqlite3.Connection:
     raise AssertionError("unreachable")
 
 
+def is_corrupt(exc: sqlite3.DatabaseError) -> bool:
+    """A database error that deleting and rebuilding the cache can cure; not a busy or locked database, which
+    another process is using (deleting it then would pull the file from under that process)."""
+    if isinstance(exc, sqlite3.OperationalError):
+        msg = str(exc).lower()
+        return not ("locked" in msg or "busy" in msg)
+    return True
+
+
+def delete(db_path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.unlink(str(db_path) + suffix)
+        except FileNotFoundError:
+            pass
+
+
 def _create(con: sqlite3.Connection) -> None:
     con.execute("BEGIN IMMEDIATE")
     try:
@@ -90,9 +107,12 @@ def _create(con: sqlite3.Connection) -> None:
         for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
             if not name.startswith("sqlite_"):
                 con.execute(f'DROP TABLE IF EXISTS "{name}"')
+        # The index fields are columns too, so the resident index (every turn) never parses the stored JSON.
         con.execute("""CREATE TABLE files (
-            path TEXT PRIMARY KEY, sig TEXT NOT NULL, entry_id TEXT, ok INTEGER NOT NULL, data TEXT NOT NULL)""")
+            path TEXT PRIMARY KEY, sig TEXT NOT NULL, entry_id TEXT, ok INTEGER NOT NULL, data TEXT NOT NULL,
+            title TEXT, type TEXT, importance INTEGER, created TEXT, last_read TEXT, superseded_by TEXT)""")
         con.execute("CREATE INDEX files_entry_id ON files(entry_id)")
+        con.execute("CREATE INDEX files_sig ON files(path, sig)")  # covering: the staleness scan reads no rows
         con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
         con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         con.execute("COMMIT")
@@ -148,7 +168,8 @@ def refresh(con: sqlite3.Connection, root: Path) -> Changes:
     con.execute("BEGIN IMMEDIATE")
     try:
         con.executemany("DELETE FROM files WHERE path=?", [(p,) for p in changes.removed])
-        con.executemany("INSERT OR REPLACE INTO files(path, sig, entry_id, ok, data) VALUES (?,?,?,?,?)", rows)
+        con.executemany("INSERT OR REPLACE INTO files(path, sig, entry_id, ok, data, title, type, importance, created,"
+                        " last_read, superseded_by) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -156,26 +177,33 @@ def refresh(con: sqlite3.Connection, root: Path) -> Changes:
     return changes
 
 
+_NO_META = (None,) * 6
+
+
+def _problem_row(reason: str, field: str | None = None) -> tuple:
+    return (None, 0, json.dumps({"reason": reason, "field": field})) + _NO_META
+
+
 def _parse_row(root: Path, rel: str, sig: str) -> tuple:
+    """(entry_id, ok, data, title, type, importance, created, last_read, superseded_by) for one file."""
     if sig.startswith("symlink:"):
-        return (None, 0, json.dumps({"reason": "entry files may not be symlinks (it could lead out of the vault)",
-                                     "field": None}))
+        return _problem_row("entry files may not be symlinks (it could lead out of the vault)")
     try:
         with open(root / rel, "rb") as fh:
             data = fh.read(2_000_001)
         entry = parse_entry_bytes(data, rel, None)  # the type is checked against the settings at read time
     except EntryInvalid as exc:
-        return (None, 0, json.dumps({"reason": exc.reason, "field": exc.field}))
+        return _problem_row(exc.reason, exc.field)
     except OSError as exc:
-        return (None, 0, json.dumps({"reason": f"cannot be read: {exc.strerror}", "field": None}))
+        return _problem_row(f"cannot be read: {exc.strerror}")
     # A secret written by hand is kept out of the cache and the index (neither stores a byte of it), like an
     # invalid file: reported, never committed (vault._validate_human), until the person removes it.
     kind = secret_kind(entry)
     if kind:
-        return (None, 0, json.dumps({"reason": f"contains what looks like a secret ({kind}); remove it — "
-                                               "the file is kept out of the index and is never committed",
-                                     "field": None}))
-    return (entry.id, 1, json.dumps(entry.to_json(), ensure_ascii=False))
+        return _problem_row(f"contains what looks like a secret ({kind}); remove it — the file is kept out of "
+                            "the index and is never committed")
+    return (entry.id, 1, json.dumps(entry.to_json(), ensure_ascii=False), entry.title, entry.type, entry.importance,
+            entry.created, entry.last_read, entry.superseded_by)
 
 
 def secret_kind(entry: Entry) -> str | None:
@@ -191,18 +219,27 @@ def secret_kind(entry: Entry) -> str | None:
     return None
 
 
-def snapshot(con: sqlite3.Connection, root: Path, types: tuple[str, ...]) -> Snapshot:
-    """All valid entries and the problems, after a refresh. Duplicate ids: the first path wins, others are problems."""
+def snapshot(con: sqlite3.Connection, root: Path, types: tuple[str, ...], *, light: bool = False) -> Snapshot:
+    """All valid entries and the problems, after a refresh. Duplicate ids: the first path wins, others are problems.
+
+    ``light`` builds entries from the index columns only (id, title, type, importance, created, last_read,
+    superseded_by; empty body and citations): what the resident index and listings need, without parsing JSON."""
     changes = refresh(con, root)
     entries: list[Entry] = []
     problems: list[Problem] = []
     seen: dict[str, str] = {}
-    for path, ok, data in con.execute("SELECT path, ok, data FROM files ORDER BY path"):
-        d = json.loads(data)
+    cols = "entry_id, title, type, importance, created, last_read, superseded_by" if light else "data"
+    for path, ok, data, *meta in con.execute(f"SELECT path, ok, data, {cols} FROM files ORDER BY path"):
         if not ok:
+            d = json.loads(data)
             problems.append(Problem(path, d["reason"], d.get("field")))
             continue
-        e = Entry.from_json(d)
+        if light:
+            ident, title, typ, imp, created, last_read, sup = meta
+            e = Entry(id=ident, title=title, type=typ, importance=imp, created=created, body="",
+                      last_read=last_read, superseded_by=sup, path=path)
+        else:
+            e = Entry.from_json(json.loads(meta[0]))
         if e.type not in types:
             problems.append(Problem(path, f"'{e.type}' is not one of {', '.join(types)}", "type"))
             continue

@@ -1,14 +1,16 @@
 """Finding the vault: ``--vault PATH`` > ``$ACPMEM_VAULT`` > the nearest ``.acp-memory/`` walking up (SPEC §3).
 
 Kept apart from ``acpmem.vault`` (which pulls in sqlite, git and the file-tree helpers) so the per-turn fast paths
-(``list``, ``commit``, the hook) can find the vault without paying for those imports.
+(``list``, ``commit``, the hook) can find the vault, and a session's frozen index, without paying for those imports.
 """
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
-from acpmem.errors import VaultNotFound
+from acpmem.errors import UsageError, VaultNotFound
+from acpmem.fasthash import sha256
 
 VAULT_DIRNAME = ".acp-memory"
 STATE_DIRNAME = ".acpmem"
@@ -40,3 +42,12 @@ def discover(explicit: str | os.PathLike | None = None, *, cwd: Path | None = No
             return d  # we are inside a vault that has another name (e.g. a team vault cloned as team-memory/)
     raise VaultNotFound("no vault found here or in any parent folder",
                         "run `acp memory init` to create .acp-memory/ here, or pass --vault PATH")
+
+
+def session_folder(state_dir: Path, session: str) -> Path:
+    """Where a session's local state lives (its frozen index, surfacing ledger): ``.acpmem/sessions/<name>-<hash>``,
+    a readable and safe folder name for any session id."""
+    if not session or len(session) > 512 or "\x00" in session:
+        raise UsageError("a session id must be 1–512 characters", "pass the host's session id")
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", session)[:48].strip(".") or "s"
+    return state_dir / "sessions" / f"{safe}-{sha256(session.encode('utf-8')).hexdigest()[:12]}"

@@ -14,9 +14,10 @@ byte-identical for the provider's prompt cache.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 import unicodedata
+
+from acpmem.fasthash import sha256
 
 OPEN = "<<acpmem-data"
 CLOSE = "<</acpmem-data"
@@ -43,6 +44,7 @@ _ACPMEM = re.compile("acpmem", re.IGNORECASE)
 # parse them in message text.
 _SPECIAL_TOKEN = re.compile(r"<([|\uff5c][^|\uff5c<>\s]{1,40}[|\uff5c])>")
 _SPACES = re.compile(r"[ \t]+")
+_SUSPECT = re.compile(r"[^\t\n\x20-\x7e]")
 
 
 def _visible(ch: str) -> bool:
@@ -88,7 +90,9 @@ def clean_block(text: str) -> str:
     control characters removed, trailing spaces and surrounding blank lines dropped, delimiter look-alikes and
     chat special tokens neutralised. Idempotent."""
     text = _NEWLINES.sub("\n", text)
-    text = "".join(ch for ch in text if _visible(ch))
+    # Only control characters and non-ASCII ones can be invisible: test just those (the per-turn index cleans
+    # every title, so a per-character loop over all text would dominate it).
+    text = _SUSPECT.sub(lambda m: m.group() if _visible(m.group()) else "", text)
     # One pass settles: neither substitution writes a character the other looks for (the property test checks).
     text = _neutralise(text)
     lines = [line.rstrip() for line in text.split("\n")]
@@ -123,7 +127,7 @@ def frame(kind: str, content: str, *, attrs: dict[str, str] | None = None) -> st
     body = clean_block(content)
     pairs = [("kind", kind), *((k, _attr_value(str(v))) for k, v in (attrs or {}).items())]
     shown = " ".join(f'{k}="{v}"' for k, v in pairs)
-    nonce = hashlib.sha256(f"{shown}\n{body}".encode()).hexdigest()[:16]
+    nonce = sha256(f"{shown}\n{body}".encode()).hexdigest()[:16]
     lines = [f'{OPEN} {shown} nonce="{nonce}">>']
     if body:
         lines.append(body)

@@ -300,13 +300,7 @@ def update(con: sqlite3.Connection, chunk: int = CHUNK) -> UpdateResult:
     return UpdateResult(indexed=indexed, dropped=dropped, rebuilt=rebuilt)
 
 
-def is_corrupt(exc: sqlite3.DatabaseError) -> bool:
-    """A database error that deleting and rebuilding the cache can cure; not a busy or locked database, which
-    another process is using (deleting it then would pull the file from under that process)."""
-    if isinstance(exc, sqlite3.OperationalError):
-        msg = str(exc).lower()
-        return not ("locked" in msg or "busy" in msg)
-    return True
+is_corrupt = catalog.is_corrupt
 
 
 def busy_error(exc: sqlite3.DatabaseError) -> LockTimeout:

@@ -14,7 +14,7 @@ def list_output(vault, fmt: str, *, include_all: bool = False, session: str | No
 
     if fmt == "prompt":
         return api.resident_index(vault, session=session, refresh=refresh, budget_tokens=budget)
-    entries, problems = api.list_entries(vault, include_superseded=include_all)
+    entries, problems = api.list_entries(vault, include_superseded=include_all, light=fmt != "json")
     entries = sorted(entries, key=lambda e: (e.created, e.id), reverse=True)
     for p in problems:
         sys.stderr.write(f"Warning: skipped {p.path}: {p.reason} (see `acp memory doctor`)\n")
@@ -27,6 +27,14 @@ def list_output(vault, fmt: str, *, include_all: bool = False, session: str | No
 
 
 def list_text(vault_path: str | None, opts: dict) -> str:
+    if opts["fmt"] == "prompt" and opts["session"] and not opts["refresh"]:
+        # The frozen index of a running session (every turn): one file read, no vault machinery.
+        from acpmem.discovery import STATE_DIRNAME, discover, session_folder
+
+        try:
+            return (session_folder(discover(vault_path) / STATE_DIRNAME, opts["session"]) / "index.txt").read_text("utf-8")
+        except FileNotFoundError:
+            pass
     from acpmem.vault import Vault
 
     v = Vault.open(vault_path)

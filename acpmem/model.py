@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any
 
 from acpmem.errors import EntryInvalid
 
@@ -71,7 +70,7 @@ class Entry:
     def superseded(self) -> bool:
         return bool(self.superseded_by)
 
-    def with_changes(self, **changes: Any) -> "Entry":
+    def with_changes(self, **changes: object) -> "Entry":
         return replace(self, **changes)
 
     def meta(self) -> dict:
@@ -213,7 +212,7 @@ def dump_yaml(mapping: dict) -> str:
     return "".join(_render_key(k, v, "\n") for k, v in mapping.items())
 
 
-def _render_key(key: str, value: Any, eol: str) -> str:
+def _render_key(key: str, value: object, eol: str) -> str:
     yaml, _, Dumper = _yaml()
     if isinstance(value, (dict, list)) and value and key != "citation":
         flow = yaml.dump(value, Dumper=Dumper, allow_unicode=True, default_flow_style=True, width=10_000,
@@ -299,7 +298,7 @@ def _iso_field(meta: dict, key: str, path: str, *, required: bool) -> str | None
     return v
 
 
-def _citations(value: Any, path: str) -> tuple[Citation, ...]:
+def _citations(value: object, path: str) -> tuple[Citation, ...]:
     if value is None:
         return ()
     if isinstance(value, dict):

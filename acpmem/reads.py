@@ -15,7 +15,6 @@ The design (SPEC §3 (a)–(d), explained in the README):
 from __future__ import annotations
 
 import os
-import secrets as _secrets
 from pathlib import Path
 
 READS_DIR = "reads"
@@ -31,7 +30,7 @@ def clone_id(state_dir: Path) -> str:
             return value
     except (OSError, UnicodeDecodeError):
         pass
-    value = _secrets.token_hex(4)
+    value = os.urandom(4).hex()
     tmp = path.with_name(f".clone-id.{os.getpid()}")
     tmp.write_text(value + "\n", "ascii")
     try:

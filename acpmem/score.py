@@ -3,18 +3,18 @@
     score = importance + min(days_since_last_read / 30, 5) + uniform(0, 0.5)
 
 A never-read entry counts from ``created``. Weights and caps come from ``[score]`` in ``acpmem.toml``. The jitter
-of each entry is drawn from a generator seeded by (seed or session id, entry id): it is stable within one session
+of each entry is a hash-derived uniform draw keyed by (seed or session id, entry id): it is stable within one session
 (the resident index must not change under the prompt cache), differs between sessions (so the same few entries
 do not hold the top slots forever), and does not shift when other entries are added. Pure: the time and the seed
 are passed in.
 """
 from __future__ import annotations
 
-import hashlib
-import random
+import os
 from dataclasses import dataclass
 from datetime import datetime
 
+from acpmem.fasthash import sha256
 from acpmem.model import Entry, parse_iso
 from acpmem.settings import ScoreSettings
 
@@ -38,8 +38,10 @@ class Scored:
 
 
 def jitter_for(entry_id: str, salt: str, jitter_max: float) -> float:
-    digest = hashlib.sha256(f"{salt}\x1f{entry_id}".encode("utf-8")).digest()
-    return random.Random(int.from_bytes(digest[:8], "big")).uniform(0.0, jitter_max)
+    """uniform(0, jitter_max) from the first 64 bits of sha256(salt, id): a uniformly distributed, reproducible
+    draw per (salt, entry) that costs one hash."""
+    digest = sha256(f"{salt}\x1f{entry_id}".encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0 ** 64 * jitter_max
 
 
 def score_entry(entry: Entry, at: datetime, salt: str, cfg: ScoreSettings) -> Scored:
@@ -66,4 +68,4 @@ def salt_for(seed: int | None, session: str | None) -> str:
         return f"seed:{seed}"
     if session:
         return f"session:{session}"
-    return f"random:{random.SystemRandom().getrandbits(64)}"
+    return f"random:{os.urandom(8).hex()}"

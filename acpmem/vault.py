@@ -21,15 +21,12 @@ import errno
 import fcntl
 import json
 import os
-import random
 import re
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from acpmem import catalog, reads
 from acpmem.discovery import ENV_VAULT, STATE_DIRNAME, VAULT_DIRNAME, discover  # noqa: F401 (re-exported)
@@ -64,7 +61,7 @@ def atomic_write(path: Path, data: str | bytes) -> None:
     """Write through a temp file in the same folder, fsync, rename; the old content stays intact on any error."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{random.getrandbits(32):08x}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         view = memoryview(raw)
@@ -119,6 +116,8 @@ def git(root: Path, *args: str, input: str | None = None, check: bool = True, en
     if env:
         full_env.update(env)
     try:
+        import subprocess  # here, not at start-up: the per-turn read paths never run git
+
         p = subprocess.run(["git", "-C", str(root), *args], input=input, capture_output=True, text=True,
                            encoding="utf-8", errors="replace", env=full_env, stdin=None if input else subprocess.DEVNULL)
     except FileNotFoundError:
@@ -133,7 +132,7 @@ def git(root: Path, *args: str, input: str | None = None, check: bool = True, en
 # --------------------------------------------------------------------------------------------- init
 
 def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, cwd: Path | None = None,
-               clock: Callable[[], datetime] = now_utc, rng: random.Random | None = None) -> "Vault":
+               clock: Callable[[], datetime] = now_utc, rng=None) -> "Vault":
     """Create a vault from the template: its own git repository and a first commit (SPEC §3)."""
     base = Path(path).expanduser() if path else (cwd or Path.cwd())
     if not base.is_absolute():
@@ -148,6 +147,8 @@ def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, 
         raise VaultExists(f"a vault already exists at {root}", "use it, or pass another PATH")
     if root.exists() and any(root.iterdir()):
         raise VaultExists(f"{root} exists and is not empty", "pick an empty or new folder")
+    import shutil
+
     shutil.copytree(TEMPLATE_DIR, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "entries").mkdir(exist_ok=True)
     (root / reads.READS_DIR).mkdir(exist_ok=True)
@@ -231,15 +232,24 @@ class Vault:
     """An open vault. Cheap to construct; settings and the catalog connection are opened on first use."""
 
     def __init__(self, root: Path, *, clock: Callable[[], datetime] = now_utc,
-                 rng: random.Random | None = None) -> None:
+                 rng=None) -> None:
         self.root = Path(root)
         self.entries_dir = self.root / "entries"
         self.state_dir = self.root / STATE_DIRNAME
         self.clock = clock
-        self.rng = rng or random.Random()
+        self._rng = rng
         self._settings: Settings | None = None
         self._con = None
         self.warnings: list[str] = []
+
+    @property
+    def rng(self):
+        """The random generator (ids, lock back-off); injectable for tests, created on first use."""
+        if self._rng is None:
+            import random
+
+            self._rng = random.Random()
+        return self._rng
 
     @classmethod
     def open(cls, explicit: str | os.PathLike | None = None, *, cwd: Path | None = None, **kw) -> "Vault":
@@ -272,16 +282,18 @@ class Vault:
         return utc_iso(self.clock())
 
     # ----------------------------------------------------------------- reading
-    def load(self, *, with_reads: bool = True) -> Loaded:
-        """Every valid entry (with the effective last_read) and every file that does not parse."""
+    def load(self, *, with_reads: bool = True, light: bool = False) -> Loaded:
+        """Every valid entry (with the effective last_read) and every file that does not parse. ``light``: index
+        fields only (no body or citations), for listings."""
         try:
-            snap = catalog.snapshot(self.db(), self.root, self.settings.types)
-        except catalog.sqlite3.DatabaseError:
+            snap = catalog.snapshot(self.db(), self.root, self.settings.types, light=light)
+        except catalog.sqlite3.DatabaseError as exc:
+            if not catalog.is_corrupt(exc):
+                raise LockTimeout(f"the vault's index is busy ({exc})",
+                                  "another acpmem process is rebuilding it; run the command again in a moment") from None
             self.close()
-            for suffix in ("", "-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(str(self.state_dir / catalog.DB_NAME) + suffix)
-            snap = catalog.snapshot(self.db(), self.root, self.settings.types)
+            catalog.delete(self.state_dir / catalog.DB_NAME)
+            snap = catalog.snapshot(self.db(), self.root, self.settings.types, light=light)
         entries = snap.entries
         if with_reads:
             lr = reads.last_reads(self.root, self.state_dir)

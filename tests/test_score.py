@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 from dataclasses import replace
 from datetime import datetime, timezone
 
@@ -23,9 +22,8 @@ def entry(ident: str, imp: int, created: str, last_read: str | None = None) -> E
 
 
 def expected_jitter(ident: str, salt: str) -> float:
-    """The documented derivation, restated: uniform(0, 0.5) from a generator seeded by sha256(salt, id)."""
-    seed = int.from_bytes(hashlib.sha256(f"{salt}\x1f{ident}".encode()).digest()[:8], "big")
-    return random.Random(seed).uniform(0, 0.5)
+    """The documented derivation, restated: the first 64 bits of sha256(salt, id) scaled to [0, 0.5)."""
+    return int.from_bytes(hashlib.sha256(f"{salt}\x1f{ident}".encode()).digest()[:8], "big") / 2 ** 64 * 0.5
 
 
 def test_formula_by_hand():
