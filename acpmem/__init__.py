@@ -21,7 +21,7 @@ _EXPORTS = {
     "list_entries": "acpmem.api", "resident_index": "acpmem.api", "scores": "acpmem.api", "show": "acpmem.api",
     "doctor": "acpmem.api",
     "rank": "acpmem.score", "score_entry": "acpmem.score",
-    "recall": "acpmem.recall", "surface": "acpmem.recall",
+    "recall": "acpmem.retrieval", "surface": "acpmem.retrieval",
     "submit": "acpmem.queue",
     "tool_definitions": "acpmem.tools", "nudge_text": "acpmem.tools",
     "read_transcript": "acpmem.transcript",

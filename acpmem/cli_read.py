@@ -1,8 +1,6 @@
-"""``acp memory recall`` and ``acp memory surface``: argument parsing and rendering over ``acpmem.recall``.
+"""``acp memory recall`` and ``acp memory surface``: argument parsing and rendering over ``acpmem.retrieval``.
 
-Registered on ``acpmem.cli.app`` when ``acpmem.cli`` is imported (``_register_more``). The library functions are
-imported with ``from acpmem.recall import ...``: ``acpmem.recall`` as an attribute of the package may be the
-function that ``acpmem/__init__`` exports lazily, not the module.
+Registered on ``acpmem.cli.app`` when ``acpmem.cli`` is imported (``_register_more``).
 """
 from __future__ import annotations
 
@@ -29,7 +27,7 @@ def recall(query: Annotated[str, typer.Argument(metavar="QUERY", help="Words to 
 
     Example: acp memory recall "job queue sqlite" --limit 3
     """
-    from acpmem.recall import recall as do_recall, recall_text
+    from acpmem.retrieval import recall as do_recall, recall_text
 
     v = open_vault(vault)
     hits = do_recall(v, query, limit=limit if limit is not None else v.settings.recall.limit, types=type_ or None,
@@ -52,7 +50,7 @@ def surface(session: Annotated[str, typer.Option(help="The host's session id (re
     Example: acp memory surface --session "$SESSION_ID"
     """
     from acpmem import api
-    from acpmem.recall import surface as do_surface, surface_text
+    from acpmem.retrieval import surface as do_surface, surface_text
 
     v = open_vault(vault)
     result = do_surface(v, session, at=api.entries_at(v, at) if at else None, seed=seed)

@@ -108,16 +108,14 @@ def conversation(req: queue.Request):
 
 
 def related_entries(vault, note: str, limit: int = RELATED_LIMIT, exclude: tuple[str, ...] = ()) -> list[Entry]:
-    """The live entries most related to the note (the search engine over the vault), best first."""
-    from acpmem.search import MemoryIndex, SearchDoc
+    """The live entries most related to the note, best first: recall over the derived index (so it scales with the
+    vault), without marking them read — the fork reading them is not a person or a model using them."""
+    from acpmem.retrieval import recall
 
-    live = [e for e in vault.load(with_reads=False).live() if e.id not in exclude]
-    if not live or not note.strip():
+    if not note.strip():
         return []
-    by_id = {e.id: e for e in live}
-    index = MemoryIndex(SearchDoc(e.id, e.title, e.body, e.type, (), tuple((c.session, c.seq) for c in e.citation),
-                                  e.created) for e in live)
-    return [by_id[h.id] for h in index.search(note, limit=limit, spread=False, dates=False) if h.id in by_id]
+    hits = recall(vault, note, limit=limit + len(exclude), mark_read=False)
+    return [h.entry for h in hits if h.entry.id not in exclude][:limit]
 
 
 def related_text(entries: list[Entry]) -> str:
@@ -463,7 +461,7 @@ def stats(vault) -> dict:
         n_sessions += 1
         size = _tree_bytes(d)
         s_bytes += size
-        try:   # the surfacing ledger (SPEC §6.2, acpmem.recall): bytes surfaced so far in this session
+        try:   # the surfacing ledger (SPEC §6.2, acpmem.retrieval): bytes surfaced so far in this session
             used = int(json.loads((d / "surfaced.json").read_text("utf-8")).get("used_bytes", 0))
         except (OSError, ValueError, TypeError, AttributeError):
             used = 0

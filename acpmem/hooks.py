@@ -147,7 +147,7 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
                 return _context(name, resident_index(v, session=session))
             if not v.settings.surface.enabled:
                 return HookAnswer("", "", EXIT_OK)
-            from acpmem.recall import surface, surface_text
+            from acpmem.retrieval import surface, surface_text
 
             result = surface(v, session)
             if not result.entries:  # nothing new, or the session's budget is spent: add nothing to the prompt

@@ -118,7 +118,7 @@ class MemoryService:
         return self._seq
 
     def recall(self, args: dict[str, Any]) -> str:
-        from acpmem.recall import recall, recall_text
+        from acpmem.retrieval import recall, recall_text
         from acpmem.tools import parse_recall_args
 
         parsed = parse_recall_args(args)

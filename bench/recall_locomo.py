@@ -1,4 +1,4 @@
-"""LoCoMo observation retrieval through real vaults and ``acpmem.recall.recall``.
+"""LoCoMo observation retrieval through real vaults and ``acpmem.retrieval.recall``.
 
 Usage: python bench/recall_locomo.py [LOCOMO_JSON] [--dir /tmp/acpmem-locomo] [--keep]
 (default data: ../shared/bench/locomo10.json)
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from search_locomo import DEFAULT_DATA, KS, dia_ids, existing_turns, session_dates  # noqa: E402
 
 from acpmem.model import Citation, Entry  # noqa: E402
-from acpmem.recall import recall  # noqa: E402
+from acpmem.retrieval import recall  # noqa: E402
 from acpmem.vault import Vault, init_vault  # noqa: E402
 
 SEQ_BASE = 1000
@@ -106,7 +106,7 @@ def main() -> None:
             shutil.rmtree(base, ignore_errors=True)
     rows = result["rows"]
     cols = [f"R@{k}" for k in KS] + [f"hit@{k}" for k in KS] + ["MRR"]
-    print(f"acpmem.recall over real vaults: {len(rows['all'])} items; vaults + index {result['build_s']:.1f} s, "
+    print(f"acpmem.retrieval over real vaults: {len(rows['all'])} items; vaults + index {result['build_s']:.1f} s, "
           f"recall {1000 * result['query_s'] / max(1, result['n']):.1f} ms each (in process)")
     print(f"{'category':10} {'n':>5} " + " ".join(f"{c:>7}" for c in cols))
     for cat in ("all", "1", "2", "3", "4"):

@@ -8,7 +8,7 @@ It shows the whole host API in one page:
    ``memory_write``;
 3. ``memory_commit`` → ``acpmem.queue.submit`` with the session, the seq of the call and the transcript this loop
    keeps on disk (OpenAI chat JSON, rewritten atomically after every message);
-4. ``memory_recall`` → ``acpmem.recall.recall``, its hits framed as data for the model;
+4. ``memory_recall`` → ``acpmem.retrieval.recall``, its hits framed as data for the model;
 5. the fork (one extraction call with ``memory_write`` only) runs from ``submit``: inline with ``--fork inline`` (the
    default here, so a demo ends with the entry written), or in a detached background worker with
    ``--fork background`` — what a real host does, since the worker never delays the conversation.
@@ -82,7 +82,7 @@ class Agent:
                              seq=seq, transcript=str(self.transcript), wait=self.fork == "inline")
                 return ack.text
             if name == "memory_recall":
-                from acpmem.recall import recall, recall_text
+                from acpmem.retrieval import recall, recall_text
 
                 a = parse_recall_args(args)
                 hits = recall(self.vault, a.query, limit=a.limit, session=self.session)

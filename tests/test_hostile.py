@@ -16,7 +16,7 @@ import helpers_proc as hp
 from acpmem import api
 from acpmem.errors import AcpmemError, EntryInvalid, UsageError
 from acpmem.model import validate_id
-from acpmem.recall import recall
+from acpmem.retrieval import recall
 from acpmem.vault import Vault
 
 GOOD = hp.make_entry("good01", "Good entry about sqlite wal", "The good entry stays findable.")

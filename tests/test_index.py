@@ -235,7 +235,7 @@ def test_rebuilds_after_corruption(example_vault, damage):
 _RECALLER = """
 import sys
 from acpmem.vault import Vault
-from acpmem.recall import recall
+from acpmem.retrieval import recall
 v = Vault(sys.argv[1])
 hits = recall(v, sys.argv[2])
 print(hits[0].entry.id if hits else "-")

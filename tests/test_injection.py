@@ -20,7 +20,7 @@ from acpmem import api
 from acpmem.fork import related_entries, related_text
 from acpmem.framing import CLOSE, OPEN
 from acpmem.model import new_entry_text, parse_entry
-from acpmem.recall import recall, recall_text, surface, surface_text
+from acpmem.retrieval import recall, recall_text, surface, surface_text
 
 OPEN_RE = re.compile(r'^<<acpmem-data kind="([a-z][a-z0-9_-]*)"((?: [a-z][a-z0-9_-]*="[^"<>]*")*) '
                      r'nonce="([0-9a-f]{16})">>$')

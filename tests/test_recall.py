@@ -10,7 +10,7 @@ import pytest
 from acpmem.errors import UsageError
 from acpmem.framing import CLOSE, DATA_NOTICE_EN, OPEN
 from acpmem.model import Citation, Entry
-from acpmem.recall import cap_text, recall, recall_text, surface, surface_text
+from acpmem.retrieval import cap_text, recall, recall_text, surface, surface_text
 from acpmem.vault import Vault, git
 
 
@@ -146,7 +146,7 @@ def test_surface_budget_and_recalled_entries(example_vault):
 _SURFACER = """
 import json, sys
 from acpmem.vault import Vault
-from acpmem.recall import surface
+from acpmem.retrieval import surface
 r = surface(Vault(sys.argv[1]), "shared-session", seed=5)
 print(json.dumps([e.entry.id for e in r.entries]))
 """
@@ -201,3 +201,16 @@ def test_a_second_file_with_the_same_id_is_not_returned(vault):
     hits = recall(v, "quokka billing", limit=1)
     assert [h.entry.path for h in hits] == [a.path]
     assert recall(v, "quokka") == []
+
+
+def test_acpmems_own_lookups_do_not_mark_read(example_vault):
+    from acpmem.fork import related_entries
+
+    v = example_vault
+    before = {e.id: e.last_read for e in v.load().entries}
+    hits = recall(v, "upload gateway", mark_read=False)
+    related = related_entries(v, "sqlite job queue")
+    assert hits and related
+    assert "SQLite" in related[0].title
+    assert {e.id: e.last_read for e in v.load().entries} == before
+    assert not (v.state_dir / "reads.log").exists()

@@ -182,7 +182,7 @@ def test_eight_processes_times_ten_commits_through_the_real_cli(vault, tmp_path)
     assert _catalog_rows(root) == _rebuilt_catalog_rows(root)
     # the search index answers the same after a rebuild from nothing
     from acpmem import index
-    from acpmem.recall import recall
+    from acpmem.retrieval import recall
 
     def ids(query: str) -> list[str]:
         v = Vault(root, clock=lambda: hp.PINNED)
@@ -502,7 +502,7 @@ def _disk_full_by_rlimit(tmp_path: Path) -> None:
 def test_two_thousand_operations_keep_children_and_descriptors_bounded(vault):
     """A host process doing writes, lists, shows, recalls and resident indexes: no git child outlives its call and
     the number of open descriptors does not grow."""
-    from acpmem.recall import recall
+    from acpmem.retrieval import recall
 
     v = vault
     ops = {"write": 0, "read": 0}

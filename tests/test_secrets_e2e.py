@@ -17,7 +17,7 @@ import pytest
 import helpers_proc as hp
 from openai_server import reply
 from acpmem import api
-from acpmem.recall import recall
+from acpmem.retrieval import recall
 from acpmem.secrets import find_secrets
 from acpmem.vault import Vault
 

@@ -132,11 +132,13 @@ def _check_types(vault: Vault, types: Iterable[str] | None) -> tuple[str, ...]:
 # --------------------------------------------------------------------------------------------- recall
 
 def recall(vault: Vault, query: str, limit: int = 5, types: Iterable[str] | None = None,
-           include_superseded: bool = False, session: str | None = None) -> list[RecallHit]:
+           include_superseded: bool = False, session: str | None = None, *,
+           mark_read: bool = True) -> list[RecallHit]:
     """Search the vault (SPEC §6.3) and return up to ``limit`` hits with their full entries; marks them read.
 
     ``types`` restricts the entry types; superseded entries only with ``include_superseded``. With ``session``,
-    the returned entries are also noted in that session's ledger, so ``surface`` does not repeat them."""
+    the returned entries are also noted in that session's ledger, so ``surface`` does not repeat them.
+    ``mark_read=False`` is for acpmem's own lookups (the fork's related entries): no person or model read them."""
     query = (query or "").strip()
     if not query:
         raise UsageError("recall needs a query", 'pass words to look for, e.g. `acp memory recall "sqlite wal"`')
@@ -158,6 +160,8 @@ def recall(vault: Vault, query: str, limit: int = 5, types: Iterable[str] | None
     if not found:
         return []
     ids = [e.id for e, _ in found]
+    if not mark_read:
+        return [RecallHit(e, h.score, h.preview, e.citation, h.explain) for e, h in found]
     vault.mark_read(ids)
     now = vault.now()
     if sdir is not None:
