@@ -27,15 +27,10 @@ def recall(query: Annotated[str, typer.Argument(metavar="QUERY", help="Words to 
 
     Example: acp memory recall "job queue sqlite" --limit 3
     """
-    from acpmem.retrieval import recall as do_recall, recall_text
+    from acpmem.listing import recall_output
 
-    v = open_vault(vault)
-    hits = do_recall(v, query, limit=limit if limit is not None else v.settings.recall.limit, types=type_ or None,
-                      include_superseded=all_, session=session)
-    if json_:
-        out_json({"query": query, "hits": [h.to_json() for h in hits]})
-    else:
-        out(recall_text(v, hits))
+    out(recall_output(open_vault(vault), query, limit=limit, types=type_, include_all=all_, session=session,
+                      as_json=json_))
 
 
 @app.command()

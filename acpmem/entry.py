@@ -1,7 +1,7 @@
 """Console-script entry points, with fast paths for the hot commands.
 
-Three commands run on every turn or must return at once: ``list`` (above all ``--format prompt``, target 150 ms),
-``hook claude-code`` and ``commit`` (target 250 ms). Importing typer alone costs ~100 ms on a small machine, so a
+Four commands run on every turn or must return at once: ``list`` (above all ``--format prompt``, target 150 ms),
+``hook claude-code``, ``recall`` (a tool call) and ``commit`` (target 250 ms). Importing typer alone costs ~100 ms on a small machine, so a
 plain invocation of these whose options are all understood here is answered without typer, through the same
 library functions the typer commands use; anything else (help, an unknown option, a parsing problem) goes to
 typer, which gives the full behaviour. ``ACPMEM_NO_FASTPATH=1`` forces typer (tests compare both paths).
@@ -48,6 +48,70 @@ def _parse_list(args: list[str]) -> dict | None:
     return opts
 
 
+def _parse_recall(args: list[str]) -> dict | None:
+    opts: dict = {"query": None, "limit": None, "types": [], "include_all": False, "session": None, "vault": None,
+                  "json": False}
+    names = {"--limit": "limit", "-n": "limit", "--type": "types", "-t": "types", "--session": "session",
+             "--vault": "vault"}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        name, eq, val = a.partition("=")
+        if name in names:
+            if not eq:
+                if i + 1 >= len(args):
+                    return None
+                val = args[i + 1]
+                i += 1
+            key = names[name]
+            if key == "types":
+                opts["types"].append(val)
+            elif key == "limit":
+                if not val.isdigit():
+                    return None
+                opts["limit"] = int(val)
+            else:
+                opts[key] = val
+        elif a == "--all":
+            opts["include_all"] = True
+        elif a == "--json":
+            opts["json"] = True
+        elif a.startswith("-") or opts["query"] is not None:
+            return None
+        else:
+            opts["query"] = a
+        i += 1
+    return opts if opts["query"] is not None else None
+
+
+def _run(produce) -> int:
+    from acpmem.errors import AcpmemError
+
+    try:
+        text = produce()
+    except AcpmemError as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        return exc.exit_code
+    try:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return 1
+    return 0
+
+
+def _recall(vault_path: str | None, opts: dict) -> str:
+    from acpmem.listing import recall_output
+    from acpmem.vault import Vault
+
+    v = Vault.open(vault_path)
+    try:
+        return recall_output(v, opts["query"], limit=opts["limit"], types=opts["types"],
+                             include_all=opts["include_all"], session=opts["session"], as_json=opts["json"])
+    finally:
+        v.close()
+
+
 def _fast(args: list[str]) -> int | None:
     """Answer ``[--vault V] list …`` without typer; None when the full CLI is needed."""
     if os.environ.get("ACPMEM_NO_FASTPATH"):
@@ -63,26 +127,21 @@ def _fast(args: list[str]) -> int | None:
         from acpmem.hooks import fast_main  # the hook runs on every prompt: answer it without typer
 
         return fast_main(args, vault)
+    if args[:1] == ["recall"]:
+        ropts = _parse_recall(args[1:])
+        return None if ropts is None else _run(lambda: _recall(ropts["vault"] or vault, ropts))
     if args[:1] != ["list"]:
         return None
     opts = _parse_list(args[1:])
     if opts is None:
         return None
-    from acpmem.errors import AcpmemError
 
-    try:
+    def produce() -> str:
         from acpmem.listing import list_text
 
-        text = list_text(opts["vault"] or vault, opts)
-    except AcpmemError as exc:
-        sys.stderr.write(f"Error: {exc}\n")
-        return exc.exit_code
-    try:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        return 1
-    return 0
+        return list_text(opts["vault"] or vault, opts)
+
+    return _run(produce)
 
 
 def acpmem_main() -> None:

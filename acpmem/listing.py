@@ -1,6 +1,7 @@
-"""What ``acp memory list`` prints, shared by the typer command and the fast path (``acpmem.entry``).
+"""What the hot read commands (``list``, ``recall``) print, shared by the typer commands and the fast paths in
+``acpmem.entry``.
 
-Kept free of typer and rich so the per-turn ``list --format prompt`` stays cheap.
+Kept free of typer and rich so the per-turn ``list --format prompt`` and ``recall`` stay cheap.
 """
 from __future__ import annotations
 
@@ -43,3 +44,15 @@ def list_text(vault_path: str | None, opts: dict) -> str:
                            refresh=opts["refresh"], budget=opts["budget"])
     finally:
         v.close()
+
+
+def recall_output(vault, query: str, *, limit: int | None = None, types: list[str] | None = None,
+                  include_all: bool = False, session: str | None = None, as_json: bool = False) -> str:
+    from acpmem.retrieval import recall, recall_text
+
+    hits = recall(vault, query, limit=limit if limit is not None else vault.settings.recall.limit,
+                  types=types or None, include_superseded=include_all, session=session)
+    if as_json:
+        return json.dumps({"query": query, "hits": [h.to_json() for h in hits]}, ensure_ascii=False, indent=2) + "\n"
+    text = recall_text(vault, hits)
+    return text if text.endswith("\n") else text + "\n"

@@ -175,3 +175,16 @@ def test_forget_log_doctor_json(example_vault, cli):
     (example_vault.entries_dir / "x.md").write_text("---\nid: x\n")
     r = cli("memory", "doctor", "--json", "--vault", v)
     assert r.returncode == 1 and json.loads(r.stdout)["ok"] is False
+
+
+def test_recall_fast_path_prints_what_the_full_cli_prints(example_vault, cli):
+    v = str(example_vault.root)
+    for args in (("recall", "upload limit", "--json", "-n", "2"), ("recall", "日志", "--type", "decision"),
+                 ("recall", "nothing-like-this-anywhere")):
+        fast = cli("memory", *args, "--vault", v)
+        full = cli("memory", *args, "--vault", v, env={"ACPMEM_NO_FASTPATH": "1"})
+        assert fast.returncode == full.returncode == 0, full.stderr
+        assert fast.stdout == full.stdout, args
+    bad = cli("memory", "recall", "x", "--type", "gossip", "--vault", v)
+    bad_full = cli("memory", "recall", "x", "--type", "gossip", "--vault", v, env={"ACPMEM_NO_FASTPATH": "1"})
+    assert bad.returncode == bad_full.returncode != 0 and bad.stderr == bad_full.stderr
