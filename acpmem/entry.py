@@ -11,31 +11,46 @@ from __future__ import annotations
 import os
 import sys
 
-_LIST_VALUE_OPTS = {"--format": "fmt", "-f": "fmt", "--session": "session", "--budget": "budget", "--vault": "vault"}
-_LIST_FLAGS = {"--all": "include_all", "--refresh": "refresh", "--json": "json"}
 _FORMATS = ("table", "json", "prompt", "markdown")
 
 
-def _parse_list(args: list[str]) -> dict | None:
-    opts: dict = {"fmt": "table", "session": None, "budget": None, "vault": None, "include_all": False,
-                  "refresh": False, "json": False}
+def _scan(args: list[str], values: dict[str, str], flags: dict[str, str], defaults: dict,
+          positional: str | None = None, repeated: tuple[str, ...] = ()) -> dict | None:
+    """A small argv scanner for the fast paths: ``--opt V``/``--opt=V`` values, flags, at most one positional.
+    Anything else gives None, and typer handles the command (with its help and errors)."""
+    opts = {k: (list(v) if isinstance(v, list) else v) for k, v in defaults.items()}
     i = 0
     while i < len(args):
         a = args[i]
         name, eq, val = a.partition("=")
-        if name in _LIST_VALUE_OPTS:
+        if name in values:
             if not eq:
                 if i + 1 >= len(args):
                     return None
                 val = args[i + 1]
                 i += 1
-            opts[_LIST_VALUE_OPTS[name]] = val
-        elif a in _LIST_FLAGS:
-            opts[_LIST_FLAGS[a]] = True
+            key = values[name]
+            if key in repeated:
+                opts[key].append(val)
+            else:
+                opts[key] = val
+        elif a in flags:
+            opts[flags[a]] = True
+        elif positional and not a.startswith("-") and opts.get(positional) is None:
+            opts[positional] = a
         else:
             return None
         i += 1
-    if opts["fmt"] not in _FORMATS:
+    return opts
+
+
+def _parse_list(args: list[str]) -> dict | None:
+    opts = _scan(args, {"--format": "fmt", "-f": "fmt", "--session": "session", "--budget": "budget",
+                        "--vault": "vault"},
+                 {"--all": "include_all", "--refresh": "refresh", "--json": "json"},
+                 {"fmt": "table", "session": None, "budget": None, "vault": None, "include_all": False,
+                  "refresh": False, "json": False})
+    if opts is None or opts["fmt"] not in _FORMATS:
         return None
     if opts["budget"] is not None:
         if not opts["budget"].isdigit():
@@ -49,39 +64,18 @@ def _parse_list(args: list[str]) -> dict | None:
 
 
 def _parse_recall(args: list[str]) -> dict | None:
-    opts: dict = {"query": None, "limit": None, "types": [], "include_all": False, "session": None, "vault": None,
-                  "json": False}
-    names = {"--limit": "limit", "-n": "limit", "--type": "types", "-t": "types", "--session": "session",
-             "--vault": "vault"}
-    i = 0
-    while i < len(args):
-        a = args[i]
-        name, eq, val = a.partition("=")
-        if name in names:
-            if not eq:
-                if i + 1 >= len(args):
-                    return None
-                val = args[i + 1]
-                i += 1
-            key = names[name]
-            if key == "types":
-                opts["types"].append(val)
-            elif key == "limit":
-                if not val.isdigit():
-                    return None
-                opts["limit"] = int(val)
-            else:
-                opts[key] = val
-        elif a == "--all":
-            opts["include_all"] = True
-        elif a == "--json":
-            opts["json"] = True
-        elif a.startswith("-") or opts["query"] is not None:
+    opts = _scan(args, {"--limit": "limit", "-n": "limit", "--type": "types", "-t": "types", "--session": "session",
+                        "--vault": "vault"},
+                 {"--all": "include_all", "--json": "json"},
+                 {"query": None, "limit": None, "types": [], "include_all": False, "session": None, "vault": None,
+                  "json": False}, positional="query", repeated=("types",))
+    if opts is None or opts["query"] is None:
+        return None
+    if opts["limit"] is not None:
+        if not opts["limit"].isdigit():
             return None
-        else:
-            opts["query"] = a
-        i += 1
-    return opts if opts["query"] is not None else None
+        opts["limit"] = int(opts["limit"])
+    return opts
 
 
 def _run(produce) -> int:

@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_locomo import DEFAULT_DATA, KS, dia_ids, existing_turns, session_dates  # noqa: E402
+from search_locomo import DEFAULT_DATA, KS, dia_ids, existing_turns, score_item, session_dates  # noqa: E402
 
 from acpmem.model import Citation, Entry  # noqa: E402
 from acpmem.retrieval import recall  # noqa: E402
@@ -77,13 +77,7 @@ def evaluate(data: list[dict], base: Path) -> dict:
             n_queries += 1
             cited = [{(str(c.seq // SEQ_BASE), c.seq % SEQ_BASE) for c in h.citations
                       if isinstance(c.seq, int)} & evidence for h in hits]
-            row = {}
-            for k in KS:
-                got = set().union(*cited[:k]) if cited[:k] else set()
-                row[f"R@{k}"] = len(got) / len(evidence)
-                row[f"hit@{k}"] = float(bool(got))
-            first = next((j + 1 for j, c in enumerate(cited) if c), 0)
-            row["MRR"] = 1 / first if first else 0.0
+            row = score_item(cited, evidence)
             per_cat[str(qa["category"])].append(row)
             per_cat["all"].append(row)
         vault.close()

@@ -98,6 +98,18 @@ class PlainBM25:
         return [self.docs[i] for _, i in sorted(scores)[:limit]]
 
 
+def score_item(cited: list[set], evidence: set) -> dict[str, float]:
+    """R@k, hit@k and MRR of one question, given the evidence ids each ranked entry covers (best first)."""
+    row = {}
+    for k in KS:
+        got = set().union(*cited[:k]) if cited[:k] else set()
+        row[f"R@{k}"] = len(got) / len(evidence)
+        row[f"hit@{k}"] = float(bool(got))
+    first = next((i + 1 for i, c in enumerate(cited) if c), 0)
+    row["MRR"] = 1 / first if first else 0.0
+    return row
+
+
 def evaluate(data: list[dict], engine: str) -> dict:
     per_cat: dict[str, list[dict]] = defaultdict(list)
     build_s = query_s = 0.0
@@ -120,14 +132,7 @@ def evaluate(data: list[dict], engine: str) -> dict:
                 by_id = {d.id: d for d in docs}
                 ranked = [by_id[h.id] for h in index.search(qa["question"], limit=50)]
             query_s += time.perf_counter() - t0
-            cited = [set(d.citations) & evidence for d in ranked]
-            row = {}
-            for k in KS:
-                got = set().union(*cited[:k]) if cited[:k] else set()
-                row[f"R@{k}"] = len(got) / len(evidence)
-                row[f"hit@{k}"] = float(bool(got))
-            first = next((i + 1 for i, c in enumerate(cited) if c), 0)
-            row["MRR"] = 1 / first if first else 0.0
+            row = score_item([set(d.citations) & evidence for d in ranked], evidence)
             per_cat[str(qa["category"])].append(row)
             per_cat["all"].append(row)
     return {"rows": per_cat, "build_s": build_s, "query_s": query_s}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -184,7 +185,9 @@ def test_recall_fast_path_prints_what_the_full_cli_prints(example_vault, cli):
         fast = cli("memory", *args, "--vault", v)
         full = cli("memory", *args, "--vault", v, env={"ACPMEM_NO_FASTPATH": "1"})
         assert fast.returncode == full.returncode == 0, full.stderr
-        assert fast.stdout == full.stdout, args
+        # the hits are marked read as they are returned: only that time may differ between the two runs
+        same = re.sub(r'"last_read": "[^"]*"', "", fast.stdout) == re.sub(r'"last_read": "[^"]*"', "", full.stdout)
+        assert same, args
     bad = cli("memory", "recall", "x", "--type", "gossip", "--vault", v)
     bad_full = cli("memory", "recall", "x", "--type", "gossip", "--vault", v, env={"ACPMEM_NO_FASTPATH": "1"})
     assert bad.returncode == bad_full.returncode != 0 and bad.stderr == bad_full.stderr
