@@ -346,6 +346,16 @@ class IndexVocabulary:
         self._has_cjk: bool | None = None
         self._has_latin: bool | None = None
 
+    def en_to_zh(self, word: str) -> tuple[str, ...]:
+        from acpmem.dictionary import store
+
+        return store().en_to_zh(word)
+
+    def zh_to_en(self, word: str) -> tuple[str, ...]:
+        from acpmem.dictionary import store
+
+        return store().zh_to_en(word)
+
     def lookup(self, term: str) -> tuple[int, int] | None:
         """(term id, df) or None."""
         if term not in self._known:

@@ -355,6 +355,13 @@ class Vocabulary:
     def __contains__(self, term: str) -> bool:
         return term in self._set
 
+    # Translations go through the vocabulary so a persistent index can answer them from disk, word by word.
+    def en_to_zh(self, word: str) -> tuple[str, ...]:
+        return lexicon.en_to_zh(word)
+
+    def zh_to_en(self, word: str) -> tuple[str, ...]:
+        return lexicon.zh_to_en(word)
+
     def __len__(self) -> int:
         return len(self._sorted)
 
@@ -466,9 +473,9 @@ def plan_query(query: str, vocab: Vocabulary) -> list[QueryGroup]:
         if vocab.has_cjk:
             forms = _english_forms(word)
             for form in forms:
-                cands += [QueryTerm(z, W_DICT, "dict") for z in lexicon.en_to_zh(form)]
+                cands += [QueryTerm(z, W_DICT, "dict") for z in vocab.en_to_zh(form)]
             for form in sorted(alias_words.get(term, set()) - set(forms)):
-                cands += [QueryTerm(z, W_DICT * W_ALIAS, "alias+dict") for z in lexicon.en_to_zh(form)]
+                cands += [QueryTerm(z, W_DICT * W_ALIAS, "alias+dict") for z in vocab.en_to_zh(form)]
         add(word, term, cands)
 
     if has_cjk(query):
@@ -479,7 +486,7 @@ def plan_query(query: str, vocab: Vocabulary) -> list[QueryGroup]:
                 seen.add(w)
                 cands = [QueryTerm(w, W_EXACT, "exact")]
                 if vocab.has_latin:
-                    for en in lexicon.zh_to_en(w):
+                    for en in vocab.zh_to_en(w):
                         t = normalize_word(en)
                         if t:
                             cands.append(QueryTerm(t, W_DICT, "dict"))

@@ -1,0 +1,87 @@
+"""The English↔Chinese word list on disk, for recall: looked up word by word instead of loaded whole.
+
+``lexicon.cedict()`` parses the packaged list (~44k words, ~0.2 s) into dicts; a recall process that needs only a
+few translations should not pay that on every call. The first use builds a SQLite copy in the user's cache
+(``$XDG_CACHE_HOME/acpmem`` or ``~/.cache/acpmem``), named by a hash of the packaged data so an upgrade builds a
+new one; afterwards each lookup is one indexed query. Where the cache cannot be written, the in-memory loader is
+used.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+from functools import lru_cache
+from pathlib import Path
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "acpmem"
+
+
+class _SqliteStore:
+    def __init__(self, path: Path) -> None:
+        self._con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        self._memo: dict[tuple[str, str], tuple[str, ...]] = {}
+
+    def _get(self, table: str, word: str) -> tuple[str, ...]:
+        key = (table, word)
+        if key not in self._memo:
+            row = self._con.execute(f"SELECT v FROM {table} WHERE k=?", (word,)).fetchone()
+            self._memo[key] = tuple(row[0].split()) if row else ()
+        return self._memo[key]
+
+    def en_to_zh(self, word: str) -> tuple[str, ...]:
+        return self._get("en_zh", word)
+
+    def zh_to_en(self, word: str) -> tuple[str, ...]:
+        return self._get("zh_en", word)
+
+
+class _MemoryStore:
+    def en_to_zh(self, word: str) -> tuple[str, ...]:
+        from acpmem import lexicon
+
+        return lexicon.en_to_zh(word)
+
+    def zh_to_en(self, word: str) -> tuple[str, ...]:
+        from acpmem import lexicon
+
+        return lexicon.zh_to_en(word)
+
+
+def _build(path: Path) -> None:
+    from acpmem import lexicon
+
+    en_zh, zh_en = lexicon.cedict()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    con = sqlite3.connect(tmp)
+    try:
+        con.execute("CREATE TABLE en_zh (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID")
+        con.execute("CREATE TABLE zh_en (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID")
+        con.executemany("INSERT INTO en_zh VALUES (?, ?)", en_zh.items())
+        con.executemany("INSERT INTO zh_en VALUES (?, ?)", zh_en.items())
+        con.commit()
+    finally:
+        con.close()
+    os.replace(tmp, path)  # readers only ever see a complete file
+
+
+@lru_cache(maxsize=1)
+def store():
+    """The shared dictionary: an on-disk store when the cache is usable, else the in-memory one."""
+    from importlib import resources
+
+    from acpmem.fasthash import sha256
+
+    data = resources.files("acpmem").joinpath("data/cedict-words.tsv.gz")
+    try:
+        st = os.stat(str(data))
+        tag = sha256(f"{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+        path = _cache_dir() / f"cedict-{tag}.sqlite"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _build(path)
+        return _SqliteStore(path)
+    except (OSError, sqlite3.Error):
+        return _MemoryStore()
