@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from acpmem.errors import EntryInvalid
+from acpmem.fasthash import sha256
 from acpmem.model import Entry, parse_entry_bytes
 
 SCHEMA_VERSION = 4
@@ -121,33 +123,43 @@ def _create(con: sqlite3.Connection) -> None:
         raise
 
 
-def _sig(st: os.stat_result) -> str:
-    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
-
-
 def scan(entries_dir: Path) -> dict[str, str]:
-    """relative path -> stat signature for every ``*.md`` directly under entries/ (symlinks are not followed)."""
+    """relative path -> stat signature for every ``*.md`` directly under entries/ (symlinks are not followed).
+    This loop runs on every read at full vault size, so it is kept to one stat and one string per file."""
     out: dict[str, str] = {}
     try:
         it = os.scandir(entries_dir)
     except FileNotFoundError:
         return out
+    islnk = stat.S_ISLNK
     with it:
         for de in it:
             name = de.name
-            if not name.endswith(".md") or name.startswith("."):
+            if name[-3:] != ".md" or name[0] == ".":
                 continue
             try:
                 st = de.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            out["entries/" + name] = _sig(st) if not de.is_symlink() else "symlink:" + _sig(st)
+            sig = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+            out["entries/" + name] = "symlink:" + sig if islnk(st.st_mode) else sig
     return out
 
 
+def _digest(current: dict[str, str]) -> str:
+    return sha256("\n".join(sorted(f"{p}\t{s}" for p, s in current.items())).encode("utf-8")).hexdigest()
+
+
 def refresh(con: sqlite3.Connection, root: Path) -> Changes:
-    """Bring the cache in step with the files; returns what changed."""
+    """Bring the cache in step with the files; returns what changed.
+
+    The digest of the whole scan is kept beside the rows it produced (same transaction): when the files are as
+    they were, one lookup answers and the cached signatures are not read at all."""
     current = scan(root / "entries")
+    digest = _digest(current)
+    row = con.execute("SELECT value FROM meta WHERE key='scan'").fetchone()
+    if row is not None and row[0] == digest:
+        return Changes()
     cached = dict(con.execute("SELECT path, sig FROM files").fetchall())
     changes = Changes()
     todo = []
@@ -161,6 +173,7 @@ def refresh(con: sqlite3.Connection, root: Path) -> Changes:
             todo.append((path, sig))
     changes.removed = [p for p in cached if p not in current]
     if not changes:
+        con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('scan', ?)", (digest,))
         return changes
     rows = []
     for path, sig in todo:
@@ -170,6 +183,7 @@ def refresh(con: sqlite3.Connection, root: Path) -> Changes:
         con.executemany("DELETE FROM files WHERE path=?", [(p,) for p in changes.removed])
         con.executemany("INSERT OR REPLACE INTO files(path, sig, entry_id, ok, data, title, type, importance, created,"
                         " last_read, superseded_by) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+        con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('scan', ?)", (digest,))
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
