@@ -57,8 +57,10 @@ def now_utc() -> datetime:
 
 # --------------------------------------------------------------------------------------------- small file helpers
 
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write through a temp file in the same folder, fsync, rename; the old content stays intact on any error."""
+def atomic_write(path: Path, data: str | bytes, *, durable: bool = True) -> None:
+    """Write through a temp file in the same folder, fsync, rename; the old content stays intact on any error.
+    ``durable=False`` skips the fsyncs, for files acpmem regenerates anyway (MEMORY.md): still atomic, and a
+    killed process never leaves them half-written."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
@@ -68,7 +70,8 @@ def atomic_write(path: Path, data: str | bytes) -> None:
         while view:
             n = os.write(fd, view)
             view = view[n:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
         os.close(fd)
         fd = -1
         os.replace(tmp, path)
@@ -78,6 +81,8 @@ def atomic_write(path: Path, data: str | bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    if not durable:
+        return
     with contextlib.suppress(OSError):
         dfd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -580,7 +585,7 @@ class Vault:
             mp = self.root / "MEMORY.md"
             old = mp.read_text("utf-8") if mp.exists() else None
             if old != text:
-                atomic_write(mp, text)
+                atomic_write(mp, text, durable=False)
             paths.append("MEMORY.md")  # also when unchanged on disk: a killed commit can leave it uncommitted
         trailer_text = "".join(f"{k}: {_one_line(v)}\n" for k, v in trailers.items() if v not in (None, ""))
         message = f"acpmem: {trailers.get('Acpmem-Kind', 'change')}: {_one_line(subject)}\n\n{why.strip()}\n\n" \
