@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_locomo import DEFAULT_DATA, KS, dia_ids, existing_turns, score_item, session_dates  # noqa: E402
+from search_locomo import DEFAULT_DATA, KS, dia_ids, questions, score_item, session_dates  # noqa: E402
 
 from acpmem.model import Citation, Entry  # noqa: E402
 from acpmem.retrieval import recall  # noqa: E402
@@ -60,19 +60,13 @@ def evaluate(data: list[dict], base: Path) -> dict:
     build_s = query_s = 0.0
     n_queries = 0
     for i, conv in enumerate(data):
-        turns = existing_turns(conv)
         t0 = time.perf_counter()
         vault = build_vault(base / f"conv{i:02d}", conv)
-        recall(vault, "warm up")  # builds the catalog and the index
+        recall(vault, "warm up", mark_read=False)  # builds the catalog and the index
         build_s += time.perf_counter() - t0
-        for qa in conv["qa"]:
-            if qa["category"] == 5:
-                continue
-            evidence = {e for e in dia_ids(qa.get("evidence", [])) if e in turns}
-            if not evidence:
-                continue
+        for qa, evidence in questions(conv):
             t0 = time.perf_counter()
-            hits = recall(vault, qa["question"], limit=50)
+            hits = recall(vault, qa["question"], limit=50, mark_read=False)
             query_s += time.perf_counter() - t0
             n_queries += 1
             cited = [{(str(c.seq // SEQ_BASE), c.seq % SEQ_BASE) for c in h.citations

@@ -98,6 +98,18 @@ class PlainBM25:
         return [self.docs[i] for _, i in sorted(scores)[:limit]]
 
 
+def questions(conversation: dict):
+    """The protocol's questions of one conversation: categories 1–4, with the evidence turns that exist (a question
+    left with none is skipped). Yields (qa, evidence)."""
+    turns = existing_turns(conversation)
+    for qa in conversation["qa"]:
+        if qa["category"] == 5:
+            continue
+        evidence = {e for e in dia_ids(qa.get("evidence", [])) if e in turns}
+        if evidence:
+            yield qa, evidence
+
+
 def score_item(cited: list[set], evidence: set) -> dict[str, float]:
     """R@k, hit@k and MRR of one question, given the evidence ids each ranked entry covers (best first)."""
     row = {}
@@ -114,17 +126,11 @@ def evaluate(data: list[dict], engine: str) -> dict:
     per_cat: dict[str, list[dict]] = defaultdict(list)
     build_s = query_s = 0.0
     for conv in data:
-        turns = existing_turns(conv)
         t0 = time.perf_counter()
         docs = build_docs(conv)
         index = PlainBM25(docs) if engine == "bm25" else MemoryIndex(docs)
         build_s += time.perf_counter() - t0
-        for qa in conv["qa"]:
-            if qa["category"] == 5:
-                continue
-            evidence = {e for e in dia_ids(qa.get("evidence", [])) if e in turns}
-            if not evidence:
-                continue
+        for qa, evidence in questions(conv):
             t0 = time.perf_counter()
             if engine == "bm25":
                 ranked = index.search(qa["question"], 50)
