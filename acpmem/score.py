@@ -44,22 +44,29 @@ def jitter_for(entry_id: str, salt: str, jitter_max: float) -> float:
     return int.from_bytes(digest[:8], "big") / 2.0 ** 64 * jitter_max
 
 
-def score_entry(entry: Entry, at: datetime, salt: str, cfg: ScoreSettings) -> Scored:
+def _components(entry: Entry, at: datetime, salt: str, cfg: ScoreSettings) -> tuple[float, float, float, float]:
     since = parse_iso(entry.last_read or entry.created)
     days = max((at - since).total_seconds() / 86400.0, 0.0)
     anti = min(days / cfg.recency_divisor_days, cfg.recency_cap)
-    imp = entry.importance * cfg.importance_weight
     jit = jitter_for(entry.id, salt, cfg.jitter_max) if cfg.jitter_max > 0 else 0.0
+    return entry.importance * cfg.importance_weight, days, anti, jit
+
+
+def score_entry(entry: Entry, at: datetime, salt: str, cfg: ScoreSettings) -> Scored:
+    imp, days, anti, jit = _components(entry, at, salt, cfg)
     return Scored(entry, imp, days, anti, jit, imp + anti + jit)
 
 
 def rank(entries: list[Entry], at: datetime, salt: str, cfg: ScoreSettings, top_n: int | None = None) -> list[Scored]:
     """All entries by score, highest first; ties broken by importance, then id. The first ``top_n`` are selected."""
     n = cfg.top_n if top_n is None else top_n
-    scored = sorted((score_entry(e, at, salt, cfg) for e in entries),
-                    key=lambda s: (-s.total, -s.entry.importance, s.entry.id))
-    return [Scored(s.entry, s.importance, s.days_since_read, s.anti_recency, s.jitter, s.total, i < n)
-            for i, s in enumerate(scored)]
+    rows = []
+    for e in entries:
+        imp, days, anti, jit = _components(e, at, salt, cfg)
+        rows.append((-(imp + anti + jit), -e.importance, e.id, e, imp, days, anti, jit))
+    rows.sort(key=lambda r: r[:3])
+    return [Scored(e, imp, days, anti, jit, imp + anti + jit, i < n)
+            for i, (_, _, _, e, imp, days, anti, jit) in enumerate(rows)]
 
 
 def salt_for(seed: int | None, session: str | None) -> str:

@@ -167,7 +167,10 @@ def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, 
     _exclude_from_workspace(root)
     git(root, "add", "-A")
     git(root, "commit", "-q", "--no-verify", "-F", "-",
-        input="acpmem: init: create the vault\n\nCreated from the vault template.\n\nAcpmem-Kind: init\n")
+        # a random vault id makes every vault's history its own, even two created from the same template by the
+        # same person in the same second (their first commits would otherwise be identical)
+        input="acpmem: init: create the vault\n\nCreated from the vault template.\n\nAcpmem-Kind: init\n"
+              f"Acpmem-Vault: {os.urandom(8).hex()}\n")
     if example:
         from acpmem.examples import example_entries
         entries = example_entries(vault, clock())
