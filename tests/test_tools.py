@@ -1,13 +1,12 @@
 """Tool schemas, descriptions, nudge and fork texts, and strict argument parsing."""
 import json
 
+import jsonschema
 import pytest
 
 from acpmem.errors import EntryInvalid, UsageError
 from acpmem.tools import (fork_instruction, nudge_text, parse_commit_args, parse_recall_args, parse_write_args,
                           tool_definitions)
-
-jsonschema = pytest.importorskip("jsonschema")
 
 TYPES = ("decision", "lesson", "gotcha")
 
