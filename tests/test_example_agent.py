@@ -69,9 +69,6 @@ def test_agent_commits_the_fork_writes_and_the_entry_lands(example_vault, openai
 
 
 def test_agent_recall_returns_entries_framed_as_data(example_vault, openai_server, tmp_path):
-    import pytest
-
-    pytest.importorskip("acpmem.retrieval")
     openai_server.enqueue(
         reply.writes(reply.call("memory_recall", {"query": "search API rate limit"}, call_id="call_r")),
         reply.text("10 requests per second per key."),

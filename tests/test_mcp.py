@@ -12,8 +12,6 @@ import pytest
 from acpmem.tools import tool_definitions
 from acpmem.vault import Vault
 
-pytest.importorskip("mcp")
-
 
 def _server_params(vault_root: Path, *extra: str, env: dict | None = None):
     from mcp import StdioServerParameters
