@@ -7,7 +7,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from acpmem.tools import tool_definitions
 from acpmem.vault import Vault
 
