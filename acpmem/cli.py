@@ -23,10 +23,11 @@ HELP = """Cross-session long-term memory for LLM agents: a git-versioned markdow
 
 Start with `acp memory init --example` and `acp memory list`. Every command has --help with an example."""
 
-app = typer.Typer(name="memory", help=HELP, no_args_is_help=True, add_completion=False,
+# rich_markup_mode=None: help texts are plain text, so "[type]" or "[surface]" print as written
+app = typer.Typer(name="memory", help=HELP, no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]})
 root_app = typer.Typer(name="acp", help="acp tools. `acp memory --help` for long-term memory.", no_args_is_help=True,
-                       add_completion=False, pretty_exceptions_enable=False,
+                       add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                        context_settings={"help_option_names": ["-h", "--help"]})
 root_app.add_typer(app, name="memory")
 

@@ -14,6 +14,7 @@ import typer
 from acpmem.cli import JsonOpt, State, VaultOpt, app, emit_warnings, is_tty, open_vault, out, out_json, warn
 
 hook_app = typer.Typer(name="hook", help="Answer agent-harness hook events (Claude Code).", no_args_is_help=True,
+                       rich_markup_mode=None,
                        add_completion=False, pretty_exceptions_enable=False,
                        context_settings={"help_option_names": ["-h", "--help"]})
 app.add_typer(hook_app, name="hook")
