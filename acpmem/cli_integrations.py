@@ -43,7 +43,8 @@ def serve(session: Annotated[Optional[str], typer.Option(help="Session id for th
     import os
 
     from acpmem.mcp_server import serve as run_server
-    from acpmem.vault import ENV_VAULT, Vault
+    from acpmem.discovery import ENV_VAULT
+    from acpmem.vault import Vault
 
     explicit = vault or State.vault
     project = os.environ.get("CLAUDE_PROJECT_DIR")  # Claude Code names the project of the MCP servers it starts

@@ -6,7 +6,6 @@ by ``acpmem.cli.run``. Registered on ``acpmem.cli.app`` when ``acpmem.cli`` is i
 """
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -128,7 +127,7 @@ def extract(requests: Annotated[Optional[list[str]], typer.Argument(metavar="[RE
     Example: acp memory extract --transcript chat.json --note "we pin pnpm 9" --type decision --importance 6
     --session s1 --seq 12 --dry-run
     """
-    from acpmem import fork, queue
+    from acpmem import queue
 
     v = open_vault(vault)
     try:

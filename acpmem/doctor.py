@@ -4,7 +4,6 @@ left (never a lock a live process holds), drop empty object files a crash left, 
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import os
@@ -108,18 +107,10 @@ def doctor(vault: Vault, *, fix: bool = False) -> DoctorReport:
                         "it is committed before acpmem's next commit, or now with `acp memory doctor --fix`")
     for p in vault.git_problems():
         rep.add("error", p, "resolve it with git in the vault folder, then run `acp memory doctor` again")
-    try:
-        loaded = vault.load()
-    except Exception as exc:  # the derived index is disposable: rebuild it
-        rep.add("warning", f"the derived index could not be read ({exc}); rebuilding it")
-        vault.close()
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(str(vault.state_dir / "index.sqlite") + suffix)
-        loaded = vault.load()
+    loaded = vault.load()  # a corrupt derived cache is rebuilt there; a busy one is left alone
     for prob in loaded.problems:
         rep.add("error", f"{prob.path}: {('field ' + repr(prob.field) + ' ') if prob.field else ''}{prob.reason}",
-                f"fix it by hand (`acp memory edit`) — it is kept out of the index until then")
+                "fix it by hand (`acp memory edit`) — it is kept out of the index until then")
     rep.add("info", f"{len(loaded.entries)} valid entries, {len(loaded.problems)} invalid file(s)")
     return rep
 

@@ -11,41 +11,13 @@ from __future__ import annotations
 import os
 import sys
 
+from acpmem.argv import scan
+
 _FORMATS = ("table", "json", "prompt", "markdown")
 
 
-def _scan(args: list[str], values: dict[str, str], flags: dict[str, str], defaults: dict,
-          positional: str | None = None, repeated: tuple[str, ...] = ()) -> dict | None:
-    """A small argv scanner for the fast paths: ``--opt V``/``--opt=V`` values, flags, at most one positional.
-    Anything else gives None, and typer handles the command (with its help and errors)."""
-    opts = {k: (list(v) if isinstance(v, list) else v) for k, v in defaults.items()}
-    i = 0
-    while i < len(args):
-        a = args[i]
-        name, eq, val = a.partition("=")
-        if name in values:
-            if not eq:
-                if i + 1 >= len(args):
-                    return None
-                val = args[i + 1]
-                i += 1
-            key = values[name]
-            if key in repeated:
-                opts[key].append(val)
-            else:
-                opts[key] = val
-        elif a in flags:
-            opts[flags[a]] = True
-        elif positional and not a.startswith("-") and opts.get(positional) is None:
-            opts[positional] = a
-        else:
-            return None
-        i += 1
-    return opts
-
-
 def _parse_list(args: list[str]) -> dict | None:
-    opts = _scan(args, {"--format": "fmt", "-f": "fmt", "--session": "session", "--budget": "budget",
+    opts = scan(args, {"--format": "fmt", "-f": "fmt", "--session": "session", "--budget": "budget",
                         "--vault": "vault"},
                  {"--all": "include_all", "--refresh": "refresh", "--json": "json"},
                  {"fmt": "table", "session": None, "budget": None, "vault": None, "include_all": False,
@@ -64,7 +36,7 @@ def _parse_list(args: list[str]) -> dict | None:
 
 
 def _parse_recall(args: list[str]) -> dict | None:
-    opts = _scan(args, {"--limit": "limit", "-n": "limit", "--type": "types", "-t": "types", "--session": "session",
+    opts = scan(args, {"--limit": "limit", "-n": "limit", "--type": "types", "-t": "types", "--session": "session",
                         "--vault": "vault"},
                  {"--all": "include_all", "--json": "json"},
                  {"query": None, "limit": None, "types": [], "include_all": False, "session": None, "vault": None,

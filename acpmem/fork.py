@@ -405,7 +405,7 @@ def _offline_draft(vault, req: queue.Request, transcript, extract_offline) -> _D
     body = _redact(text.body, draft.redacted)
     title = _redact(text.title, draft.redacted)
     cites = tuple(Citation(req.session, s) for s in text.seqs) or (Citation(req.session, req.seq),)
-    taken = {e.id for e in vault.load(with_reads=False).entries}
+    taken = {e.id for e in vault.load(with_reads=False, light=True).entries}
     draft.entries.append(_new_entry(vault, req, draft, taken, title=title, body=body, citations=cites,
                                     extractor="offline"))
     return draft
@@ -447,7 +447,7 @@ def stats(vault) -> dict:
     """``acp memory stats``: entries by type, sizes on disk, index size, session budgets used, requests, costs."""
     from acpmem.llm import read_costs, summarize_costs
 
-    loaded = vault.load(with_reads=False)
+    loaded = vault.load(with_reads=False, light=True)
     by_type: dict[str, int] = {t: 0 for t in vault.settings.types}
     for e in loaded.live():
         by_type[e.type] = by_type.get(e.type, 0) + 1

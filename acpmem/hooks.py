@@ -78,7 +78,8 @@ def parse_event(raw: str | bytes) -> dict:
 
 def _open_vault(event: dict, explicit: str | os.PathLike | None, env: dict):
     """The vault for this event, or None when none is configured (memory is optional)."""
-    from acpmem.vault import ENV_VAULT, Vault, discover
+    from acpmem.discovery import ENV_VAULT, discover
+    from acpmem.vault import Vault
 
     cwd = Path(event.get("cwd") or os.getcwd())
     try:

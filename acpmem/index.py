@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import sqlite3
 from collections import Counter
@@ -126,9 +125,7 @@ def _create(con: sqlite3.Connection) -> None:
 
 
 def delete_db(state_dir: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(str(state_dir / catalog.DB_NAME) + suffix)
+    catalog.delete(state_dir / catalog.DB_NAME)
 
 
 # --------------------------------------------------------------------------------------------- documents

@@ -75,7 +75,7 @@ class Entry:
 
     def meta(self) -> dict:
         """The frontmatter mapping in canonical key order (known keys, then the extra keys as found)."""
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "id": self.id,
             "title": self.title,
             "type": self.type,
@@ -411,7 +411,7 @@ def dump_entry(entry: Entry) -> str:
     meta = entry.meta()
     if entry.raw is None:
         fm = dump_yaml(meta)
-        body = entry.body if entry.body.startswith("\n") or not entry.body else entry.body
+        body = entry.body
         if body and not body.endswith("\n"):
             body += "\n"
         return "---\n" + fm + "---\n" + body

@@ -509,23 +509,10 @@ _COMMIT_FLAGS = {"--json": "json"}
 
 def parse_commit_argv(args: list[str]) -> dict | None:
     """Parse ``commit`` options without typer; None when typer should handle it (help, --wait, anything unknown)."""
-    opts: dict = {"json": False}
-    i = 0
-    while i < len(args):
-        name, eq, val = args[i].partition("=")
-        if name in _COMMIT_OPTS:
-            if not eq:
-                if i + 1 >= len(args):
-                    return None
-                val = args[i + 1]
-                i += 1
-            opts[_COMMIT_OPTS[name]] = val
-        elif args[i] in _COMMIT_FLAGS:
-            opts[_COMMIT_FLAGS[args[i]]] = True
-        else:
-            return None
-        i += 1
-    if not all(k in opts for k in ("type", "note", "importance", "session", "seq")):
+    from acpmem.argv import scan
+
+    opts = scan(args, _COMMIT_OPTS, _COMMIT_FLAGS, {"json": False})
+    if opts is None or not all(k in opts for k in ("type", "note", "importance", "session", "seq")):
         return None   # typer prints the usage error
     return opts
 

@@ -29,9 +29,9 @@ from pathlib import Path
 from collections.abc import Callable, Iterator
 
 from acpmem import catalog, reads
-from acpmem.discovery import ENV_VAULT, STATE_DIRNAME, VAULT_DIRNAME, discover  # noqa: F401 (re-exported)
+from acpmem.discovery import STATE_DIRNAME, VAULT_DIRNAME, discover
 from acpmem.errors import (AcpmemError, AmbiguousId, EntryInvalid, EntryNotFound, GitStateError, LockTimeout,
-                           SettingsError, UsageError, VaultExists, VaultNotFound)
+                           SettingsError, UsageError, VaultExists)
 from acpmem.model import Entry, new_entry_text, parse_entry_bytes, slugify, utc_iso, validate_id
 from acpmem.settings import SETTINGS_FILE, Settings, load_settings
 
@@ -336,7 +336,7 @@ class Vault:
 
     # ----------------------------------------------------------------- ids
     def new_id(self, taken: set[str] | None = None) -> str:
-        taken = taken if taken is not None else {e.id for e in self.load(with_reads=False).entries}
+        taken = taken if taken is not None else {e.id for e in self.load(with_reads=False, light=True).entries}
         existing = {p.name.split("-")[0].split(".")[0] for p in self.entries_dir.glob("*.md")}
         for _ in range(1000):
             ident = "".join(self.rng.choice(ID_ALPHABET) for _ in range(6))
@@ -526,7 +526,7 @@ class Vault:
             with contextlib.suppress(FileNotFoundError):
                 _inside(self.root, rel).unlink()
         sha = self._commit(list(j["writes"]) + list(j["deletes"]), j["subject"], j["why"], j["trailers"],
-                           fold_reads=True, regen=True, allow_empty_ok=True)
+                           fold_reads=True, regen=True)
         jp.unlink(missing_ok=True)
         return sha
 
@@ -572,7 +572,7 @@ class Vault:
                                  else "nothing was changed") from None
 
     def _commit(self, paths: list[str], subject: str, why: str, trailers: dict[str, str], *, fold_reads: bool,
-                regen: bool, allow_empty_ok: bool = False) -> str | None:
+                regen: bool) -> str | None:
         paths = list(dict.fromkeys(paths))
         claimed = None
         if fold_reads:
@@ -583,7 +583,7 @@ class Vault:
                 paths.append(rel)
         if regen:
             from acpmem.render import memory_md
-            snap = self.load(with_reads=False)
+            snap = self.load(with_reads=False, light=True)  # MEMORY.md needs the index fields only
             text = memory_md(snap.entries, self.settings)
             mp = self.root / "MEMORY.md"
             old = mp.read_text("utf-8") if mp.exists() else None

@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from acpmem.model import Citation, Entry

@@ -7,8 +7,6 @@ import random
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from openai_server import reply
 from acpmem import fork, queue
 from acpmem.vault import Vault

@@ -23,7 +23,7 @@ import pytest
 import helpers_proc as hp
 from acpmem import api
 from acpmem.errors import AcpmemError, GitStateError
-from acpmem.vault import Vault, atomic_write
+from acpmem.vault import Vault
 
 heavy = pytest.mark.heavy  # the slow ones; they still run in the default `pytest`
 

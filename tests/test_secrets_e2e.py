@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 import helpers_proc as hp
 from openai_server import reply
 from acpmem import api

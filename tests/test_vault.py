@@ -1,7 +1,6 @@
 """The vault: discovery, init, reading with bad files skipped, commits, human edits, forget, log, reads, doctor."""
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 from pathlib import Path
