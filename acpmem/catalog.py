@@ -175,20 +175,62 @@ def refresh(con: sqlite3.Connection, root: Path) -> Changes:
     if not changes:
         con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('scan', ?)", (digest,))
         return changes
-    rows = []
-    for path, sig in todo:
-        rows.append((path, sig) + _parse_row(root, path, sig))
+    _apply(con, root, todo, changes.removed, digest)
+    return changes
+
+
+def _sig_of(root: Path, rel: str) -> str | None:
+    """The stat signature ``scan`` gives one path, or None when the file is not there (or not an entry file)."""
+    name = rel.rpartition("/")[2]
+    if not rel.startswith("entries/") or "/" in rel[8:] or name[-3:] != ".md" or name[0] == ".":
+        return None
+    try:
+        st = os.lstat(root / rel)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    sig = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+    return "symlink:" + sig if stat.S_ISLNK(st.st_mode) else sig
+
+
+def refresh_paths(con: sqlite3.Connection, root: Path, paths) -> Changes:
+    """Bring the rows of the given paths (``entries/NAME.md``) in step with their files, without looking at any
+    other file: for a caller that knows what changed (the watcher, ``acpmem.watch``)."""
+    paths = sorted(set(paths))
+    cached = dict(con.execute("SELECT path, sig FROM files WHERE path IN (SELECT value FROM json_each(?))",
+                              (json.dumps(paths, ensure_ascii=False),)).fetchall())
+    changes = Changes()
+    todo = []
+    for path in paths:
+        sig, old = _sig_of(root, path), cached.get(path)
+        if sig is None:
+            if old is not None:
+                changes.removed.append(path)
+        elif old != sig:
+            (changes.added if old is None else changes.modified).append(path)
+            todo.append((path, sig))
+    if changes:
+        _apply(con, root, todo, changes.removed, None)
+    return changes
+
+
+def _apply(con: sqlite3.Connection, root: Path, todo: list[tuple[str, str]], removed: list[str],
+           digest: str | None) -> None:
+    """Parse ``todo`` (path, signature) and write them and the removals in one transaction, with the digest of the
+    full scan that found them (None: a partial refresh, which makes the next full scan compare signatures)."""
+    rows = [(path, sig) + _parse_row(root, path, sig) for path, sig in todo]
     con.execute("BEGIN IMMEDIATE")
     try:
-        con.executemany("DELETE FROM files WHERE path=?", [(p,) for p in changes.removed])
+        con.executemany("DELETE FROM files WHERE path=?", [(p,) for p in removed])
         con.executemany("INSERT OR REPLACE INTO files(path, sig, entry_id, ok, data, title, type, importance, created,"
                         " last_read, superseded_by) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
-        con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('scan', ?)", (digest,))
+        if digest is None:
+            con.execute("DELETE FROM meta WHERE key='scan'")
+        else:
+            con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('scan', ?)", (digest,))
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
-    return changes
 
 
 _NO_META = (None,) * 6

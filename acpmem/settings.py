@@ -28,6 +28,9 @@ class ScoreSettings:
 @dataclass(frozen=True)
 class IndexSettings:
     budget_tokens: int = 2000
+    watch: bool = True               # keep a watcher process for large vaults (Linux inotify)
+    watch_min_entries: int = 5000
+    watch_idle_minutes: float = 30.0
 
 
 @dataclass(frozen=True)
