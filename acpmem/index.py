@@ -92,11 +92,12 @@ class UpdateResult:
     indexed: int = 0
     dropped: int = 0
     rebuilt: bool = False
+    via: str = "scan"     # how the catalog was brought in step first: "scan" (every file) or "watcher"
 
 
 # --------------------------------------------------------------------------------------------- schema
 
-def _version() -> str:
+def index_version() -> str:
     # The stemmer implementation is part of the version: PyStemmer (C) and snowballstemmer (Python) are meant to
     # agree, but an index is only trusted with the analyser that built it.
     from acpmem.search import _stemmer
@@ -108,7 +109,7 @@ def _tables_ok(con: sqlite3.Connection) -> bool:
     if not (set(TABLES) | set(TRIGGERS) | {"meta"}) <= have:
         return False
     row = con.execute("SELECT value FROM meta WHERE key=?", (VERSION_KEY,)).fetchone()
-    return bool(row and row[0] == _version() and con.execute("SELECT count(*) FROM idx_stats").fetchone()[0])
+    return bool(row and row[0] == index_version() and con.execute("SELECT count(*) FROM idx_stats").fetchone()[0])
 
 
 def _create(con: sqlite3.Connection) -> None:
@@ -121,7 +122,7 @@ def _create(con: sqlite3.Connection) -> None:
         con.execute(stmt)
     con.execute("INSERT INTO idx_stats(id, n, s0, s1, s2, s3, gen) VALUES (1, 0, 0, 0, 0, 0, 0)")
     con.execute("INSERT OR IGNORE INTO idx_dirty(path) SELECT path FROM files")
-    con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (VERSION_KEY, _version()))
+    con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (VERSION_KEY, index_version()))
 
 
 def delete_db(state_dir: Path) -> None:
@@ -305,15 +306,17 @@ def busy_error(exc: sqlite3.DatabaseError) -> LockTimeout:
                        "another acpmem process is rebuilding it; run the command again in a moment")
 
 
-def open_index(state_dir: Path, root: Path) -> tuple[sqlite3.Connection, UpdateResult]:
-    """Connect, refresh the catalog from the files and the index from the catalog. A database that cannot be read
-    (corrupt, truncated, not SQLite) is deleted and rebuilt once."""
+def open_index(state_dir: Path, root: Path, settings=None) -> tuple[sqlite3.Connection, UpdateResult]:
+    """Connect, refresh the catalog from the files and the index from the catalog (through the vault's watcher
+    when one answers, ``acpmem.watch``). A database that cannot be read (corrupt, truncated, not SQLite) is deleted
+    and rebuilt once."""
+    from acpmem import watch
+
     for attempt in (0, 1):
         con = None
         try:
             con = catalog.connect(state_dir / catalog.DB_NAME)
-            catalog.refresh(con, root)
-            return con, update(con)
+            return con, watch.fresh(con, root, state_dir, settings)
         except sqlite3.DatabaseError as exc:
             if con is not None:
                 with contextlib.suppress(Exception):

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TypeVar
 
-from acpmem import catalog, index, reads
+from acpmem import index, reads, watch
 from acpmem.errors import UsageError
 from acpmem.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
 from acpmem.model import Citation, Entry
@@ -91,8 +91,7 @@ def _with_index(vault: Vault, work: Callable[[sqlite3.Connection], T]) -> T:
     for attempt in (0, 1):
         try:
             con = vault.db()
-            catalog.refresh(con, vault.root)
-            index.update(con)
+            watch.fresh(con, vault.root, vault.state_dir, vault.settings)
             return work(con)
         except sqlite3.DatabaseError as exc:
             vault.close()

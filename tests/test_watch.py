@@ -1,0 +1,277 @@
+"""The watcher (``acpmem.watch``): a real detached process with real inotify watches, a real socket and the vault's
+real SQLite file. Every change a full scan notices, the watcher must report before it answers "ok"; when it
+cannot vouch (a replaced database, a vault gone) it must say no and go away."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from acpmem import catalog, index, watch
+from acpmem.settings import load_settings
+from acpmem.vault import git, init_vault
+from test_index import has_term, ids, make, top, write
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux only")
+
+
+def configure(root: Path, **index_settings) -> None:
+    toml = root / "acpmem.toml"
+    text = toml.read_text("utf-8")
+    for key, value in index_settings.items():
+        lines = [ln for ln in text.splitlines() if not ln.startswith(f"{key} =")]
+        at = lines.index("[index]") + 1
+        lines.insert(at, f"{key} = {value}")
+        text = "\n".join(lines) + "\n"
+    toml.write_text(text, "utf-8")
+
+
+def wait_for(cond, timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (our own child, not yet reaped) counts as gone
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def kill_watcher(state_dir: Path) -> None:
+    pid = watch.running_pid(state_dir)
+    if pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not alive(pid), what="the watcher to die")
+
+
+@pytest.fixture
+def watched(tmp_path, clock):
+    import random
+
+    v = init_vault(tmp_path / "vault", clock=clock, rng=random.Random(7))
+    configure(v.root, watch_min_entries=1, watch_idle_minutes=5.0)
+    yield v
+    v.close()
+    kill_watcher(v.state_dir)
+
+
+def open_(v):
+    return index.open_index(v.state_dir, v.root, load_settings(v.root, v.state_dir))
+
+
+def ready(v) -> None:
+    wait_for(lambda: watch.sync(v.state_dir, v.state_dir / catalog.DB_NAME), what="the watcher to answer")
+
+
+def test_watcher_notices_every_kind_of_change(watched):
+    v = watched
+    a = make(v, "Cache invalidation uses version stamps", "Every key carries a version stamp.")
+    write(v, a)
+    con, res = open_(v)
+    assert res.via == "scan"                 # no watcher yet: this call scanned and started one
+    pid = watch.running_pid(v.state_dir)
+    assert pid and alive(pid)
+    ready(v)
+    first_commit = git(v.root, "rev-parse", "HEAD").out.strip()
+
+    def check() -> object:
+        con, res = open_(v)
+        assert res.via == "watcher"
+        return con
+
+    # an acpmem write
+    b = make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages on rebalance.")
+    write(v, b)
+    assert top(check(), "kafka offsets") == b.path
+
+    # a human edit in place that keeps the size and the mtime
+    p = v.root / a.path
+    text, st = p.read_text("utf-8"), p.stat()
+    edited = text.replace("carries a version stamp.", "holds hashed etags.")
+    edited += " " * (len(text.encode()) - len(edited.encode()))
+    with open(p, "r+b") as fh:
+        fh.write(edited.encode())
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert p.stat().st_size == st.st_size and p.stat().st_mtime_ns == st.st_mtime_ns
+    con = check()
+    assert top(con, "hashed etags") == a.path and not has_term(con, "carries")
+
+    # git checkout of an older commit: b disappears, a's text comes back
+    git(v.root, "checkout", "-q", "--", a.path)
+    git(v.root, "checkout", "-q", first_commit)
+    con = check()
+    assert b.path not in ids(con, "kafka offsets") and not has_term(con, "kafka")
+    assert top(con, "carries version stamp") == a.path
+    git(v.root, "checkout", "-q", "main")
+
+    # a rename by hand, then a file dropped in
+    moved = v.root / "entries" / "renamed-by-hand.md"
+    os.rename(v.root / a.path, moved)
+    (v.root / "entries" / "hand01.md").write_text(
+        "---\nid: hand01\ntitle: Written by hand\ntype: lesson\nimportance: 4\ncreated: 2026-11-02T00:00:00Z\n"
+        "---\nThe flamingo deployment pipeline needs a manual approval.\n", "utf-8")
+    con = check()
+    assert top(con, "version stamps") == "entries/renamed-by-hand.md"
+    assert top(con, "flamingo approval") == "entries/hand01.md"
+
+    # entries/ itself replaced: removed and restored from git
+    shutil.rmtree(v.root / "entries")
+    con = check()
+    assert ids(con, "flamingo approval") == [] and ids(con, "kafka offsets") == []
+    git(v.root, "checkout", "-q", "--", "entries")
+    con = check()
+    assert top(con, "kafka offsets") == b.path
+    # the same answers a full scan gives
+    assert watch.running_pid(v.state_dir) == pid
+    rows = dict(con.execute("SELECT path, sig FROM files").fetchall())
+    assert rows == catalog.scan(v.root / "entries")
+
+
+def test_cli_recall_through_the_watcher_sees_an_edit_at_once(watched, cli):
+    v = watched
+    a = make(v, "Deploys need a green build", "Never deploy a red main branch.")
+    write(v, a)
+    first = cli("memory", "recall", "--vault", str(v.root), "--json", "green build")
+    assert first.returncode == 0, first.stderr
+    ready(v)
+    p = v.root / a.path
+    p.write_text(p.read_text("utf-8").replace("red main branch", "pelican hotfix"), "utf-8")
+    out = cli("memory", "recall", "--vault", str(v.root), "--json", "pelican hotfix")
+    assert out.returncode == 0, out.stderr
+    assert '"id": "%s"' % a.id in out.stdout and "pelican hotfix" in out.stdout
+
+
+def test_a_replaced_database_is_not_vouched_for(watched):
+    v = watched
+    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
+    con, _ = open_(v)
+    con.close()
+    ready(v)
+    old = watch.running_pid(v.state_dir)
+    index.delete_db(v.state_dir)
+    con, res = open_(v)          # a new database: the old watcher must not answer for it
+    assert res.via == "scan" and res.rebuilt
+    assert top(con, "kafka offsets")
+    con.close()
+    wait_for(lambda: not alive(old), what="the old watcher to exit")
+    # the next reader starts a new one, which answers for the new database
+    con, res = open_(v)
+    wait_for(lambda: watch.running_pid(v.state_dir) not in (None, old), what="a new watcher")
+    ready(v)
+    assert open_(v)[1].via == "watcher"
+
+
+def test_idle_watcher_exits_and_cleans_up(tmp_path, clock):
+    import random
+
+    v = init_vault(tmp_path / "vault", clock=clock, rng=random.Random(7))
+    configure(v.root, watch_min_entries=1, watch_idle_minutes=0.02)   # 1.2 s
+    try:
+        write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
+        open_(v)
+        pid = watch.running_pid(v.state_dir)
+        assert pid
+        wait_for(lambda: not alive(pid), what="the idle watcher to exit")
+        assert not (v.state_dir / watch.SOCK).exists()
+        assert watch.running_pid(v.state_dir) is None
+        log = (v.state_dir / watch.LOG).read_text()
+        assert "stopped: idle" in log
+    finally:
+        v.close()
+        kill_watcher(v.state_dir)
+
+
+def test_deleting_the_vault_stops_its_watcher(watched):
+    v = watched
+    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
+    open_(v)[0].close()
+    ready(v)
+    pid = watch.running_pid(v.state_dir)
+    v.close()
+    shutil.rmtree(v.root)
+    wait_for(lambda: not alive(pid), what="the watcher of a deleted vault to exit")
+
+
+@pytest.mark.parametrize("how", ["setting", "env", "small"])
+def test_no_watcher_when_turned_off_or_small(tmp_path, clock, monkeypatch, how):
+    import random
+
+    v = init_vault(tmp_path / "vault", clock=clock, rng=random.Random(7))
+    if how == "setting":
+        configure(v.root, watch_min_entries=1, watch="false")
+    elif how == "env":
+        configure(v.root, watch_min_entries=1)
+        monkeypatch.setenv("ACPMEM_NO_WATCH", "1")
+    else:
+        configure(v.root, watch_min_entries=3)
+    try:
+        write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."),
+              make(v, "Deploys need a green build", "Never deploy a red main branch."))
+        for _ in range(2):
+            con, res = open_(v)
+            assert res.via == "scan" and top(con, "kafka offsets")
+            con.close()
+        assert watch.running_pid(v.state_dir) is None
+        assert not (v.state_dir / watch.SOCK).exists()
+    finally:
+        v.close()
+        kill_watcher(v.state_dir)
+
+
+def test_one_watcher_per_vault_and_a_long_path(tmp_path, clock):
+    import random
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    v = init_vault(deep / "vault", clock=clock, rng=random.Random(7))
+    assert len(str(v.state_dir / watch.SOCK)) > 108     # longer than an AF_UNIX address can be
+    configure(v.root, watch_min_entries=1)
+    try:
+        write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
+        open_(v)[0].close()
+        first = watch.running_pid(v.state_dir)
+        assert watch.start(v.root, v.state_dir) is None       # the lock is held: no second watcher
+        ready(v)
+        procs = subprocess.run(["pgrep", "-f", "acpmem.watch import main"], capture_output=True, text=True).stdout
+        mine = [int(p) for p in procs.split() if str(v.root) in Path(f"/proc/{p}/cmdline").read_text()]
+        assert mine == [first]
+        (v.root / "entries" / "hand02.md").write_text(
+            "---\nid: hand02\ntitle: Written by hand\ntype: lesson\nimportance: 4\ncreated: 2026-11-02T00:00:00Z\n"
+            "---\nThe heron cache warms at nine.\n", "utf-8")
+        con, res = open_(v)
+        assert res.via == "watcher" and top(con, "heron cache") == "entries/hand02.md"
+    finally:
+        v.close()
+        kill_watcher(v.state_dir)
+
+
+def test_a_killed_watcher_is_replaced(watched):
+    v = watched
+    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
+    open_(v)[0].close()
+    ready(v)
+    pid = watch.running_pid(v.state_dir)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not alive(pid), what="the watcher to die")
+    # its socket file is left behind; a reader must not hang on it, and scans instead
+    con, res = open_(v)
+    assert res.via == "scan" and top(con, "kafka offsets")
+    wait_for(lambda: watch.running_pid(v.state_dir) not in (None, pid), what="a new watcher")
+    ready(v)
+    assert open_(v)[1].via == "watcher"
