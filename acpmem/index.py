@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import sqlite3
 from collections import Counter
@@ -34,12 +35,12 @@ from typing import Iterable, Sequence
 
 from acpmem import catalog
 from acpmem.errors import LockTimeout
-from acpmem.search import (CJK_CHARS, FIELDS, CorpusStats, Hit, SearchDoc, Vocabulary, _seq_range, doc_fields,
-                           make_preview, plan_query, rank)
+from acpmem.search import (B, CJK_CHARS, FIELD_WEIGHTS, FIELDS, K1, CorpusStats, Hit, QueryGroup, SearchDoc,
+                           Vocabulary, _seq_range, doc_fields, make_preview, plan_query, rank)
 
-INDEX_VERSION = "4"
+INDEX_VERSION = "5"
 VERSION_KEY = "search_index_version"
-TABLES = ("idx_docs", "idx_tids", "idx_terms", "idx_post", "idx_cites", "idx_stats", "idx_dirty")
+TABLES = ("idx_docs", "idx_lens", "idx_tids", "idx_terms", "idx_post", "idx_cites", "idx_stats", "idx_dirty")
 TRIGGERS = ("idx_files_ins", "idx_files_upd", "idx_files_del")
 _NF = len(FIELDS)
 
@@ -50,6 +51,10 @@ _SCHEMA = (
         type TEXT NOT NULL, sup INTEGER NOT NULL, importance INTEGER NOT NULL, created TEXT, last_read TEXT,
         tags TEXT NOT NULL, cites TEXT NOT NULL, l0 INTEGER NOT NULL, l1 INTEGER NOT NULL, l2 INTEGER NOT NULL,
         l3 INTEGER NOT NULL)""",
+    # ... the part of it that scoring joins to every posting (a narrow table: a query at 100,000 entries joins tens
+    # of thousands of postings, and row width decides how many pages that touches) ...
+    """CREATE TABLE IF NOT EXISTS idx_lens (key INTEGER PRIMARY KEY, sup INTEGER NOT NULL, type TEXT NOT NULL,
+        l0 INTEGER NOT NULL, l1 INTEGER NOT NULL, l2 INTEGER NOT NULL, l3 INTEGER NOT NULL)""",
     # ... and the term ids of its postings, so they can be removed without a scan. (The text itself is read from
     # the catalog's ``files.data``, for the hits only.)
     "CREATE TABLE IF NOT EXISTS idx_tids (key INTEGER PRIMARY KEY, tids TEXT NOT NULL)",
@@ -207,6 +212,7 @@ def _remove(con: sqlite3.Connection, keys: list[int], terms: _Terms, sums: list[
         sums[_NF] -= 1
         con.execute("DELETE FROM idx_cites WHERE key=?", (key,))
         con.execute("DELETE FROM idx_docs WHERE key=?", (key,))
+        con.execute("DELETE FROM idx_lens WHERE key=?", (key,))
         con.execute("DELETE FROM idx_tids WHERE key=?", (key,))
 
 
@@ -246,6 +252,8 @@ def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _
         sums[_NF] += 1
     con.executemany("INSERT INTO idx_docs(key, path, sig, entry_id, type, sup, importance, created, last_read, "
                     "tags, cites, l0, l1, l2, l3) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", docs)
+    con.executemany("INSERT INTO idx_lens(key, sup, type, l0, l1, l2, l3) VALUES (?,?,?,?,?,?,?)",
+                    [(d[0], d[5], d[4], *d[11:15]) for d in docs])
     posts.sort()  # in primary-key order: appends to the b-tree instead of random inserts
     con.executemany("INSERT INTO idx_post(tid, key, f0, f1, f2, f3) VALUES (?,?,?,?,?,?)", posts)
     con.executemany("INSERT INTO idx_cites(session, lo, hi, key) VALUES (?,?,?,?)", cites)
@@ -438,24 +446,53 @@ class IndexSource:
         found = self.vocabulary.lookup(term)
         return found[1] if found else 0
 
-    def postings(self, term: str) -> list[tuple[int, tuple[int, ...]]]:
+    def postings(self, term: str, keys: Iterable[int] | None = None) -> list[tuple[int, tuple[int, ...]]]:
+        """(key, tf per field) of the documents containing ``term`` (only those in ``keys`` if given)."""
         found = self.vocabulary.lookup(term)
         if not found:
             return []
+        only, params = "", (found[0], *self._params)
+        if keys is not None:
+            only, params = " AND p.key IN (SELECT value FROM json_each(?))", (*params, json.dumps(list(keys)))
         out = []
         lens = self._lens
         for key, f0, f1, f2, f3, l0, l1, l2, l3 in self._con.execute(
                 "SELECT p.key, p.f0, p.f1, p.f2, p.f3, d.l0, d.l1, d.l2, d.l3 "
-                f"FROM idx_post p JOIN idx_docs d ON d.key = p.key WHERE p.tid = ?{self._where}",
-                (found[0], *self._params)):
+                f"FROM idx_post p JOIN idx_lens d ON d.key = p.key WHERE p.tid = ?{self._where}{only}", params):
             out.append((key, (f0, f1, f2, f3)))
             lens[key] = (l0, l1, l2, l3)
         return out
 
+    def candidates(self, groups: Sequence[QueryGroup], n: int) -> list[int]:
+        """The ``n`` best documents by term score, found inside SQLite (``rank`` then scores these exactly with
+        ``score_query``): the same BM25F as ``search._bm25f`` and the same best-term-per-group sum, so that a
+        query's tens of thousands of postings never become Python objects."""
+        total = self.stats.n_docs
+        rows: list[tuple[int, int, float]] = []
+        for gi, g in enumerate(groups):
+            for qt in g.terms:
+                found = self.vocabulary.lookup(qt.term)
+                if found:
+                    tid, df = found
+                    rows.append((gi, tid, qt.weight * math.log(1 + (total - df + 0.5) / (df + 0.5))))
+        if not rows:
+            return []
+        tfw, fparams = [], []
+        for i, (w, avg) in enumerate(zip(FIELD_WEIGHTS, self.stats.avg_len)):
+            tfw.append(f"? * p.f{i} / (? + ? * d.l{i} / ?)")
+            fparams += [w, 1 - B, B, avg or 1]
+        sql = (f"WITH q(g, tid, w) AS (VALUES {','.join('(?,?,?)' for _ in rows)}) "
+               "SELECT key FROM (SELECT key, g, max(w * tfw * ? / (? + tfw)) AS best FROM ("
+               f"SELECT p.key AS key, q.g AS g, q.w AS w, ({' + '.join(tfw)}) AS tfw "
+               f"FROM q JOIN idx_post p ON p.tid = q.tid JOIN idx_lens d ON d.key = p.key WHERE 1{self._where}) "
+               "GROUP BY key, g) GROUP BY key ORDER BY sum(best) DESC, key LIMIT ?")
+        params = [x for r in rows for x in r] + [K1 + 1, K1] + fparams + self._params + [n]
+        return [k for (k,) in self._con.execute(sql, params)]
+
     def doc_len(self, key: int) -> tuple[int, ...]:
         got = self._lens.get(key)
         if got is None:
-            row = self._con.execute("SELECT l0, l1, l2, l3 FROM idx_docs WHERE key=?", (key,)).fetchone()
+            row = self._con.execute("SELECT l0, l1, l2, l3 FROM idx_lens WHERE key=?", (key,)).fetchone()
             got = self._lens[key] = tuple(row) if row else (0,) * _NF
         return got
 
@@ -464,12 +501,21 @@ class IndexSource:
         citations and weight); ``full_doc`` adds the text."""
         got = self._docs.get(key)
         if got is None:
-            path, tags, cites, created = self._con.execute(
-                "SELECT path, tags, cites, created FROM idx_docs WHERE key=?", (key,)).fetchone()
-            got = self._docs[key] = SearchDoc(
+            self.preload((key,))
+            got = self._docs[key]
+        return got
+
+    def preload(self, keys: Iterable[int]) -> None:
+        """Read the documents of ``keys`` in one query (``rank`` looks at its whole pool)."""
+        todo = [k for k in keys if k not in self._docs]
+        if not todo:
+            return
+        for key, path, tags, cites, created in self._con.execute(
+                "SELECT key, path, tags, cites, created FROM idx_docs WHERE key IN (SELECT value FROM json_each(?))",
+                (json.dumps(todo),)):
+            self._docs[key] = SearchDoc(
                 id=path, title="", created=created, tags=() if tags == "[]" else tuple(json.loads(tags)),
                 citations=() if cites == "[]" else tuple((s, q) for s, q in json.loads(cites)))
-        return got
 
     def full_doc(self, key: int) -> SearchDoc:
         light = self.doc(key)
@@ -488,7 +534,7 @@ class IndexSource:
         best: dict[int, int] = {}
         for session, r0, r1 in self._con.execute("SELECT session, lo, hi FROM idx_cites WHERE key=?", (key,)).fetchall():
             for other, lo, hi in self._con.execute(
-                    "SELECT c.key, c.lo, c.hi FROM idx_cites c JOIN idx_docs d ON d.key = c.key "
+                    "SELECT c.key, c.lo, c.hi FROM idx_cites c JOIN idx_lens d ON d.key = c.key "
                     f"WHERE c.session = ? AND c.lo BETWEEN ? AND ? AND c.hi >= ?{self._where}",
                     (session, r0 - radius - 10_000, r1 + radius, r0 - radius, *self._params)):
                 dist = max(0, lo - r1, r0 - hi)
@@ -502,10 +548,11 @@ def search(con: sqlite3.Connection, query: str, limit: int = 5, *, types: Iterab
     """Rank the indexed documents for ``query`` with the default engine (``search.rank``); ``Hit.id`` is the
     entry file's path. Previews are made from the full text of the hits only, as ``rank`` makes them."""
     src = IndexSource(con, types=types, include_superseded=include_superseded)
-    hits = rank(src, query, limit=limit, preview_length=preview_length)
+    groups = plan_query(query, src.vocabulary)
+    hits = rank(src, query, limit=limit, preview_length=preview_length, groups=groups)
     if not hits:
         return hits
-    words = [g.word for g in plan_query(query, src.vocabulary)]
+    words = [g.word for g in groups]
     out = []
     for h in hits:
         key = src.key_of(h.id)

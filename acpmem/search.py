@@ -54,7 +54,7 @@ def _cjk_re() -> tuple[re.Pattern, re.Pattern]:
 
 
 def has_cjk(text: str) -> bool:
-    return _cjk_re()[1].search(text) is not None
+    return not text.isascii() and _cjk_re()[1].search(text) is not None
 
 
 def cjk_runs(text: str) -> list[str]:
@@ -388,7 +388,8 @@ class PostingSource(Protocol):
     vocabulary: Vocabulary
 
     def df(self, term: str) -> int: ...
-    def postings(self, term: str) -> Iterable[tuple[int, tuple[int, ...]]]: ...  # (doc key, tf per field)
+    # (doc key, tf per field), of the documents in ``keys`` only when given
+    def postings(self, term: str, keys: Iterable[int] | None = None) -> Iterable[tuple[int, tuple[int, ...]]]: ...
     def doc_len(self, key: int) -> tuple[int, ...]: ...
     def doc(self, key: int) -> SearchDoc: ...
     def neighbours(self, key: int, radius: int) -> Iterable[tuple[int, int]]: ...  # (doc key, distance)
@@ -502,9 +503,12 @@ def _bm25f(tfs: Sequence[int], lens: Sequence[int], stats: CorpusStats) -> float
     return tfw * (K1 + 1) / (K1 + tfw)
 
 
-def score_query(groups: Sequence[QueryGroup], src: PostingSource) -> tuple[dict[int, float], dict[int, dict]]:
-    """BM25F over postings: per group, each document takes its best-scoring term. Returns scores and why."""
+def score_query(groups: Sequence[QueryGroup], src: PostingSource,
+                keys: Iterable[int] | None = None) -> tuple[dict[int, float], dict[int, dict]]:
+    """BM25F over postings: per group, each document takes its best-scoring term. Returns scores and why; with
+    ``keys``, for those documents only."""
     n = src.stats.n_docs
+    only = None if keys is None else list(keys)
     totals: dict[int, float] = defaultdict(float)
     why: dict[int, dict] = defaultdict(dict)
     for g in groups:
@@ -514,7 +518,8 @@ def score_query(groups: Sequence[QueryGroup], src: PostingSource) -> tuple[dict[
             if not df:
                 continue
             idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-            for key, tfs in src.postings(qt.term):
+            found = src.postings(qt.term) if only is None else src.postings(qt.term, only)
+            for key, tfs in found:
                 s = qt.weight * idf * _bm25f(tfs, src.doc_len(key), src.stats)
                 if key not in best or s > best[key][0]:
                     best[key] = (s, qt)
@@ -605,13 +610,17 @@ def _diversify(src: PostingSource, final: dict[int, float], limit: int) -> list[
 
 
 def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, dates: bool = True,
-         preview_length: int = 200) -> list[Hit]:
+         preview_length: int = 200, groups: Sequence[QueryGroup] | None = None) -> list[Hit]:
     """Rank the documents of ``src`` for ``query``: term scores, then spreading and the tag and date boosts.
 
     Only the best ``POOL`` documents by term score (and those they spread to) are re-scored, so the cost of
     this step does not grow with the index."""
-    groups = plan_query(query, src.vocabulary)
-    scores, why = score_query(groups, src)
+    if groups is None:
+        groups = plan_query(query, src.vocabulary)
+    # A source that can rank inside its store names the pool; only those documents become Python objects here.
+    pick = getattr(src, "candidates", None)
+    pool = pick(groups, max(POOL, limit)) if pick is not None else None
+    scores, why = score_query(groups, src, pool)
     if not scores:
         return []
     by_score = sorted(scores, key=lambda k: (-scores[k], k))
@@ -622,11 +631,19 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
         for key in by_score[:SPREAD_TOP]:
             for other, dist in src.neighbours(key, SPREAD_RADIUS):
                 gains[other] += SPREAD * scores[key] / (1 + dist)
+        outside = [k for k in gains if k not in scores]
+        if pool is not None and outside:     # a neighbour below the pool keeps its own term score
+            more, more_why = score_query(groups, src, outside)
+            scores.update(more)
+            why.update(more_why)
         for other, gain in gains.items():
             final[other] = final.get(other, scores.get(other, 0.0)) + gain
             extra[other]["spread"] = round(gain, 4)
     named = query_dates(query) if dates else []
     exact = {g.terms[0].term for g in groups if g.terms[0].via == "exact"}
+    preload = getattr(src, "preload", None)
+    if preload is not None:
+        preload(final)
     for key in final:
         doc = src.doc(key)
         factor = doc.weight
@@ -696,8 +713,12 @@ class MemoryIndex:
     def df(self, term: str) -> int:
         return len(self._postings.get(term, ()))
 
-    def postings(self, term: str) -> Iterable[tuple[int, tuple[int, ...]]]:
-        return self._postings.get(term, ())
+    def postings(self, term: str, keys: Iterable[int] | None = None) -> Iterable[tuple[int, tuple[int, ...]]]:
+        found = self._postings.get(term, ())
+        if keys is None:
+            return found
+        keys = set(keys)
+        return [p for p in found if p[0] in keys]
 
     def doc_len(self, key: int) -> tuple[int, ...]:
         return self._lens[key]

@@ -67,6 +67,50 @@ def test_same_ranking_as_the_in_memory_reference(example_vault):
     assert any(index.search(con, q, 10) for q in QUERIES)
 
 
+def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
+    """Over 300 matching documents (more than the re-scored pool), neighbours by citation, superseded ones and a
+    type filter: the SQLite source picks its pool in SQL (``IndexSource.candidates``) and must rank exactly as
+    the in-memory reference, which scores every document."""
+    import random
+
+    rng = random.Random(3)
+    words = ["cache", "queue", "retry", "upload", "token", "worker", "deploy", "schema", "index", "timeout",
+             "backoff", "lease", "shard", "replica", "quota", "webhook"]
+    for i in range(700):
+        title = " ".join(rng.choice(words) for _ in range(rng.randint(2, 5)))
+        body = " ".join(rng.choice(words + ["the", "and", "with"]) for _ in range(rng.randint(5, 40)))
+        sup = "superseded_by: e0001\n" if i % 37 == 5 else ""
+        (vault.root / "entries" / f"e{i:04d}.md").write_text(
+            f"---\nid: e{i:04d}\ntitle: {title}\ntype: {rng.choice(['fact', 'lesson', 'decision'])}\n"
+            f"importance: {rng.randint(1, 10)}\ncreated: 2026-10-{rng.randint(1, 28):02d}T10:00:00Z\n{sup}"
+            f"citation:\n- session: s{rng.randint(1, 4)}\n  seq: {rng.randint(1, 200)}\n---\n{body}\n", "utf-8")
+    con = fresh(vault)
+    entries = vault.load().entries
+    assert len(entries) == 700
+    for superseded, types in ((True, None), (False, None), (False, ("lesson",))):
+        docs = [index.search_doc(e.to_json()) for e in entries
+                if (superseded or not e.superseded_by) and (types is None or e.type in types)]
+        mem = MemoryIndex(docs)
+        for q in ("cache retry", "upload timeout backoff", "shard", "webhok quota", "deploy the schema index"):
+            want = [(h.id, h.score) for h in mem.search(q, limit=10)]
+            got = [(h.id, h.score) for h in index.search(con, q, 10, include_superseded=superseded, types=types)]
+            if types is None and superseded:
+                assert got == want, q
+            else:   # restricted documents still count in the index's corpus statistics, not in the reference's
+                assert [g[0] for g in got] and all(g[0] in {d.id for d in docs} for g in got), q
+    src = index.IndexSource(con, include_superseded=True)
+    from acpmem.search import plan_query, score_query
+
+    groups = plan_query("cache retry", src.vocabulary)
+    scores, _ = score_query(groups, src)
+    assert len(scores) > 300                                 # the pool really is a choice
+    best = sorted(scores.values(), reverse=True)[:300]
+    picked = src.candidates(groups, 300)
+    assert len(set(picked)) == 300
+    # the same documents, up to the last bit of a float sum (SQLite's sum() may add more exactly than Python)
+    assert sorted((scores[k] for k in picked), reverse=True) == pytest.approx(best, rel=1e-12)
+
+
 def test_typo_and_chinese_queries_find_the_entry(example_vault):
     con = fresh(example_vault)
     by_path = {e.path: e for e in example_vault.load().entries}
