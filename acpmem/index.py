@@ -29,6 +29,7 @@ import math
 import re
 import sqlite3
 from collections import Counter
+from operator import itemgetter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -216,6 +217,9 @@ def _remove(con: sqlite3.Connection, keys: list[int], terms: _Terms, sums: list[
         con.execute("DELETE FROM idx_tids WHERE key=?", (key,))
 
 
+_first = itemgetter(0)
+
+
 def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _Terms, sums: list[int]) -> None:
     posts: list[tuple] = []
     cites: list[tuple] = []
@@ -228,11 +232,15 @@ def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _
         doc = search_doc(d)
         per_field = doc_fields(doc)
         counts: dict[int, list[int]] = {}
+        known = terms.ids
         for i, field_terms in enumerate(per_field):
+            if not field_terms:
+                continue
             for t, n in Counter(field_terms).items():
-                c = counts.get(tid := terms.tid(t))
+                tid = known.get(t) or terms.tid(t)
+                c = counts.get(tid)
                 if c is None:
-                    c = counts[tid] = [0] * _NF
+                    c = counts[tid] = [0, 0, 0, 0]
                 c[i] = n
         lens = [len(f) for f in per_field]
         docs.append((key, path, sig, d["id"], d.get("type") or "", 1 if d.get("superseded_by") else 0,
@@ -254,7 +262,7 @@ def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _
                     "tags, cites, l0, l1, l2, l3) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", docs)
     con.executemany("INSERT INTO idx_lens(key, sup, type, l0, l1, l2, l3) VALUES (?,?,?,?,?,?,?)",
                     [(d[0], d[5], d[4], *d[11:15]) for d in docs])
-    posts.sort()  # in primary-key order: appends to the b-tree instead of random inserts
+    posts.sort(key=_first)  # in primary-key order (keys already ascend): b-tree appends, not random inserts
     con.executemany("INSERT INTO idx_post(tid, key, f0, f1, f2, f3) VALUES (?,?,?,?,?,?)", posts)
     con.executemany("INSERT INTO idx_cites(session, lo, hi, key) VALUES (?,?,?,?)", cites)
     con.executemany("INSERT INTO idx_tids(key, tids) VALUES (?,?)", texts)

@@ -238,6 +238,7 @@ K1, B = 1.2, 0.75
 
 # Words of any alphabetic script (Latin, accented, Cyrillic, Greek…); CJK runs are blanked out first.
 _WORD_RUN = re.compile(r"[^\W_]+(?:[-_'][^\W_]+)*")
+_COMPOUND = re.compile(r"[-_]")
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
@@ -269,8 +270,11 @@ def latin_words(text: str) -> list[str]:
             text = _cjk_re()[0].sub(" ", text)
         text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
     for run in _WORD_RUN.findall(text):
+        if run.isascii() and run.isalnum() and (run.islower() or run[1:].islower()):
+            out.append(run.lower())   # most words: no compound, no camelCase, nothing to split
+            continue
         run = run.replace("'", " ").split()[0] if "'" in run else run  # possessive / contraction tail dropped
-        parts = [p for seg in re.split(r"[-_]", run) for p in _CAMEL.sub(" ", seg).split()]
+        parts = [p for seg in _COMPOUND.split(run) for p in _CAMEL.sub(" ", seg).split()]
         lowered = [p.casefold() for p in parts]
         out.extend(lowered)
         if len(lowered) > 1:

@@ -100,6 +100,8 @@ _ASSIGN = re.compile(
     r"(?i)(?P<name>" + _SECRET_NAME + r")(?![A-Za-z0-9])"
     r"['\"\]]{0,2}[ \t]*(?:=|:=|:|=>|：|::)[ \t]*"
     r"(?:(?P<q>['\"`])(?P<qv>[^'\"`\r\n]{1,300})(?P=q)|(?P<v>[^\s'\"`,;]{1,300}))")
+# Every _SECRET_NAME and _BEARER key contains one of these (lowercase).
+_NAME_NEEDLES = ("pass", "pwd", "secret", "key", "token", "credential", "auth", "bearer", "basic")
 _KEY_TAIL = re.compile(r"[A-Za-z0-9_.-]{0,40}$")
 _BEARER = re.compile(r"(?i)\b(?P<key>bearer|token|basic)[ \t]+(?P<v>[A-Za-z0-9._~+/=-]{16,})")
 _PASSWORDISH = re.compile(r"(?i)(?:password|passwd|passphrase|pwd|密码|口令)$")
@@ -188,6 +190,12 @@ def _regex_findings(text: str) -> list[tuple[int, Finding]]:
                 continue
             out.append((rank, Finding(kind, m.start(group), m.end(group), _preview(kind, prefix, secret))))
     generic = len(_SPECIFIC)
+    # Both generic rules need a secret-ish name; most text has none, and the case-blind search is the slow part.
+    # (Only for ASCII text: case-blind matching also folds characters such as the long s that lower() keeps.)
+    if text.isascii():
+        lower = text.lower()
+        if not any(n in lower for n in _NAME_NEEDLES):
+            return out
     pos = 0
     while (m := _ASSIGN.search(text, pos)) is not None:
         group = "qv" if m.group("qv") is not None else "v"
