@@ -37,6 +37,13 @@ class _SqliteStore:
     def zh_to_en(self, word: str) -> tuple[str, ...]:
         return self._get("zh_en", word)
 
+    def known_zh(self, words) -> set[str]:
+        """Which of ``words`` are Chinese headwords, in one query."""
+        import json
+
+        return {k for (k,) in self._con.execute("SELECT k FROM zh_en WHERE k IN (SELECT value FROM json_each(?))",
+                                                (json.dumps(list(words), ensure_ascii=False),))}
+
 
 class _MemoryStore:
     def en_to_zh(self, word: str) -> tuple[str, ...]:
@@ -48,6 +55,11 @@ class _MemoryStore:
         from acpmem import lexicon
 
         return lexicon.zh_to_en(word)
+
+    def known_zh(self, words) -> set[str]:
+        from acpmem import lexicon
+
+        return {w for w in words if lexicon.zh_to_en(w)}
 
 
 def _build(path: Path) -> None:

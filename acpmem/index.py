@@ -372,6 +372,15 @@ class IndexVocabulary:
 
         return store().zh_to_en(word)
 
+    def known_cjk(self, words: Iterable[str]) -> tuple[set[str], set[str]]:
+        """(those of ``words`` that are index terms, those that are dictionary headwords)."""
+        from acpmem.dictionary import store
+
+        words = list(words)
+        found = {t for (t,) in self._con.execute("SELECT term FROM idx_terms WHERE term IN (SELECT value FROM "
+                                                 "json_each(?))", (json.dumps(words, ensure_ascii=False),))}
+        return found, store().known_zh(words)
+
     def lookup(self, term: str) -> tuple[int, int] | None:
         """(term id, df) or None."""
         if term not in self._known:

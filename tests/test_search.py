@@ -81,6 +81,35 @@ def test_analyze_chinese_and_mixed():
     assert "和" not in terms  # single-character words are not index terms when the run has words
 
 
+@pytest.mark.parametrize("run,want", [
+    ("试验证明", ["试验", "证明"]),          # two words beat the index term 验证 straddling them
+    ("所有权限", ["所有", "权限"]),          # and beat a dictionary word straddling them
+    ("身份验证失败", ["身份验证", "失败"]),    # a long indexed word is kept whole
+    ("图表可视化", ["图表", "可视化"]),
+    ("驴驴驴", ["驴驴", "驴驴", "驴", "驴", "驴"]),  # no known word: bigrams and characters, as in documents
+])
+def test_query_chinese_is_segmented_against_the_vocabulary(run, want):
+    from acpmem.search import query_cjk_words
+
+    vocab = Vocabulary(analyze("身份验证失败返回。我们验证了。文件上传到阿里云，所有权限。图表可视化。"))
+    assert "验证" in vocab
+    assert query_cjk_words(run, vocab) == want
+
+
+def test_a_chinese_query_does_not_load_jieba(tmp_path):
+    """Planning a Chinese query uses the vocabulary and the dictionary only: jieba's ~0.2 s load is for documents."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from acpmem.search import Vocabulary, analyze, plan_query; "
+            "v = Vocabulary(['身份验证', '失败', 'login']); "
+            "g = plan_query('身份验证失败 login', v); "
+            "print([x.word for x in g], 'rjieba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "XDG_CACHE_HOME": str(tmp_path)}).stdout
+    assert out.strip() == "['login', '身份验证', '失败'] False"
+
+
 # ─────────────────────────────── parity with acp-kernel ───────────────────────────────
 
 @pytest.mark.parametrize("algorithm", ["hybrid", "bm25", "fuzzy"])
