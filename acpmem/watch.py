@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import socket
 import sqlite3
 import struct
 import sys
@@ -78,10 +77,14 @@ def enabled(settings=None) -> bool:
 def sync(state_dir: Path, db_path: Path, timeout: float = SYNC_TIMEOUT_S) -> bool:
     """Ask the vault's watcher to apply every change made so far. True when it did: the catalog and the index are
     then as current as a full scan would make them. False when there is no watcher or it cannot vouch."""
+    if not os.path.exists(Path(state_dir) / SOCK):
+        return False              # no watcher (the common case for a small vault): no socket to import
     try:
         ident = identity(db_path)
     except OSError:
         return False
+    import socket
+
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dir_fd = None
     try:
@@ -356,6 +359,7 @@ class Watcher:
 def serve(root: Path, idle_seconds: float) -> str:
     """Watch ``root`` until idle for ``idle_seconds`` or the vault is gone; returns why it stopped."""
     import select
+    import socket
 
     w = Watcher(root)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -409,6 +413,14 @@ def serve(root: Path, idle_seconds: float) -> str:
         w.close()
 
 
+class _Terminated(Exception):
+    pass
+
+
+def _terminate(signum, frame) -> None:
+    raise _Terminated()
+
+
 def main(root: str, lock_fd: int | None = None) -> None:
     """The detached watcher process (started by ``start``, holding the lock through ``lock_fd``)."""
     with contextlib.suppress(OSError):
@@ -418,6 +430,9 @@ def main(root: str, lock_fd: int | None = None) -> None:
         lock_fd = _try_lock(path / ".acpmem")
         if lock_fd is None:
             return
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         from acpmem.settings import load_settings
 
@@ -425,6 +440,8 @@ def main(root: str, lock_fd: int | None = None) -> None:
         _log(f"watching {root} (exits after {idle:.0f} s without a request)")
         why = serve(path, idle)
         _log(f"stopped: {why}")
+    except _Terminated:
+        _log("stopped: terminated")
     except Exception as exc:   # the readers scan without us; the next one starts a fresh watcher
         _log(f"stopped on error: {type(exc).__name__}: {exc}")
     finally:

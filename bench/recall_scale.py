@@ -8,9 +8,11 @@ Zipf-like frequency, code identifiers, numbers, about one entry in ten in Chines
 files plus one git commit, then measures, each as a whole ``acp memory recall`` process:
 
 * build: the first recall on a vault with no ``.acpmem/index.sqlite`` (catalog parse + index build + query);
-* warm: the median over several queries (English, a typo, a prefix, Chinese) with the index up to date;
+* warm: the median over several queries (English, a typo, a prefix, Chinese) with the index up to date, the
+  vault's watcher (``acpmem.watch``, started by the first recall) answering what changed; and the same for three
+  of them with ``ACPMEM_NO_WATCH=1``, where every entry file is checked by ``stat``;
 * changed: one entry file rewritten by hand, then a recall (the extra over warm is the incremental update);
-* RSS: the peak resident set of the recall processes (``/usr/bin/time -f %M``).
+* RSS: the peak resident set of the recall processes (``/usr/bin/time -f %M``), and the watcher's (VmHWM).
 
 A vault already generated for a size is reused (``--keep`` keeps them; the default deletes them at the end).
 """
@@ -164,13 +166,13 @@ def queries_for(root: Path, rng: random.Random) -> list[str]:
     return out
 
 
-def run_recall(root: Path, query: str) -> tuple[float, int, float]:
+def run_recall(root: Path, query: str, env: dict | None = None) -> tuple[float, int, float]:
     """One whole ``acp memory recall`` process: wall seconds, hits, and its peak RSS in MB (from GNU time, so
     git children of other steps are not counted)."""
     t0 = time.perf_counter()
     p = subprocess.run(["/usr/bin/time", "-f", "maxrss_kb=%M"] + ACP
                        + ["--vault", str(root), "recall", "--json", "--limit", "5", query],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
     if p.returncode != 0:
         raise SystemExit(f"recall failed ({p.returncode}): {p.stderr.strip()[:500]}")
@@ -189,9 +191,20 @@ def bench_size(base: Path, n: int, runs: int, reuse_index: bool = False) -> dict
     if not reuse_index:
         for suffix in ("", "-wal", "-shm"):
             Path(str(root / ".acpmem" / "index.sqlite") + suffix).unlink(missing_ok=True)
+    from acpmem import watch
+
+    stop_watcher(root)
     build_s, _, rss = run_recall(root, queries[0])
     rss_max = rss
+    # the first recall started the vault's watcher (acpmem.watch); wait until it answers
+    deadline = time.monotonic() + 300
+    while not watch.sync(root / ".acpmem", root / ".acpmem" / "index.sqlite") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    watcher = watch.running_pid(root / ".acpmem")
     run_recall(root, queries[0])  # warm the page cache
+    # the same queries without a watcher: every file is checked by stat
+    scan_env = dict(os.environ, ACPMEM_NO_WATCH="1")
+    scanned = [run_recall(root, q, scan_env)[0] for q in queries[:3] for _ in range(max(1, runs // 2))]
     warm: list[float] = []
     per_query: dict[str, tuple[float, int]] = {}
     for q in queries:
@@ -215,9 +228,27 @@ def bench_size(base: Path, n: int, runs: int, reuse_index: bool = False) -> dict
         rss_max = max(rss_max, rss)
     rss_mb = rss_max
     db = root / ".acpmem" / "index.sqlite"
+    watcher_mb = 0.0
+    if watcher:
+        status = Path(f"/proc/{watcher}/status").read_text()
+        watcher_mb = next(int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("VmHWM")) / 1024
+    stop_watcher(root)
     return {"n": n, "build_s": build_s, "warm_ms": warm_ms, "per_query": per_query,
             "changed_ms": statistics.median(changed) * 1000, "rss_mb": rss_mb,
+            "scan_ms": statistics.median(scanned) * 1000, "watcher_mb": watcher_mb,
             "db_mb": db.stat().st_size / 1e6 if db.exists() else 0.0}
+
+
+def stop_watcher(root: Path) -> None:
+    import signal
+
+    from acpmem import watch
+
+    pid = watch.running_pid(root / ".acpmem")
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        while watch.running_pid(root / ".acpmem"):
+            time.sleep(0.05)
 
 
 def main() -> None:
@@ -243,7 +274,9 @@ def main() -> None:
                 print(f"      {t * 1000:6.0f} ms  {k} hits  {q!r}")
             print(f"  recall after one file changed, median:           {r['changed_ms']:.0f} ms "
                   f"(+{r['changed_ms'] - r['warm_ms']:.0f} ms)")
+            print(f"  recall without the watcher (stat every file):    {r['scan_ms']:.0f} ms (first 3 queries)")
             print(f"  peak RSS of a recall process (build included):   {r['rss_mb']:.0f} MB")
+            print(f"  peak RSS of the watcher process:                 {r['watcher_mb']:.0f} MB")
             print(f"  index.sqlite size:                               {r['db_mb']:.0f} MB")
     finally:
         if not args.keep:

@@ -275,3 +275,16 @@ def test_a_killed_watcher_is_replaced(watched):
     wait_for(lambda: watch.running_pid(v.state_dir) not in (None, pid), what="a new watcher")
     ready(v)
     assert open_(v)[1].via == "watcher"
+
+
+def test_a_terminated_watcher_cleans_up(watched):
+    v = watched
+    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
+    open_(v)[0].close()
+    ready(v)
+    pid = watch.running_pid(v.state_dir)
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not alive(pid), what="the watcher to stop")
+    assert not (v.state_dir / watch.SOCK).exists()
+    assert "stopped: terminated" in (v.state_dir / watch.LOG).read_text()
+    assert not watch.sync(v.state_dir, v.state_dir / catalog.DB_NAME)
