@@ -112,6 +112,24 @@ def doctor(vault: Vault, *, fix: bool = False) -> DoctorReport:
         rep.add("error", f"{prob.path}: {('field ' + repr(prob.field) + ' ') if prob.field else ''}{prob.reason}",
                 "fix it by hand (`acp memory edit`) — it is kept out of the index until then")
     rep.add("info", f"{len(loaded.entries)} valid entries, {len(loaded.problems)} invalid file(s)")
+    _check_watcher(vault, rep)
     return rep
+
+
+def _check_watcher(vault: Vault, rep: DoctorReport) -> None:
+    """The search index's watcher (``acpmem.watch``): running or not, and whether it answers."""
+    from acpmem import catalog, watch
+
+    pid = watch.running_pid(vault.state_dir)
+    if pid is None:
+        if watch.enabled(vault.settings):
+            rep.add("info", "no index watcher is running (recall checks every entry file; one starts by itself "
+                            f"from {vault.settings.index.watch_min_entries} entries on)")
+        return
+    if watch.sync(vault.state_dir, vault.state_dir / catalog.DB_NAME, timeout=10.0):
+        rep.add("info", f"the index watcher (process {pid}) is running and answers")
+    else:
+        rep.add("warning", f"the index watcher (process {pid}) does not answer; recall checks every file meanwhile",
+                f"see {vault.state_dir / watch.LOG}; `kill {pid}` stops it, the next recall starts another")
 
 

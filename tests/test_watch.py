@@ -288,3 +288,15 @@ def test_a_terminated_watcher_cleans_up(watched):
     assert not (v.state_dir / watch.SOCK).exists()
     assert "stopped: terminated" in (v.state_dir / watch.LOG).read_text()
     assert not watch.sync(v.state_dir, v.state_dir / catalog.DB_NAME)
+
+
+def test_doctor_reports_the_watcher(watched, cli):
+    v = watched
+    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
+    out = cli("memory", "doctor", "--vault", str(v.root))
+    assert "no index watcher is running" in out.stdout + out.stderr
+    open_(v)[0].close()
+    ready(v)
+    pid = watch.running_pid(v.state_dir)
+    out = cli("memory", "doctor", "--vault", str(v.root))
+    assert f"the index watcher (process {pid}) is running and answers" in out.stdout + out.stderr
