@@ -8,7 +8,6 @@ their reads); ``acpmem.vault.Vault`` extends it with the write machinery (lock, 
 """
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -174,8 +173,10 @@ def resident_index(vault: VaultReader, *, session: str | None = None, refresh: b
     every later call in that session returns the same bytes, until ``refresh``."""
     snap_path = session_dir(vault, session) / "index.txt" if session else None
     if snap_path is not None and not refresh:
-        with contextlib.suppress(FileNotFoundError):
+        try:
             return snap_path.read_text("utf-8")
+        except FileNotFoundError:
+            pass
     from acpmem.render import prompt_index
     from acpmem.score import rank_iter, salt_for
 

@@ -199,3 +199,19 @@ def test_settings_are_values_with_json_and_mapping_forms():
         Problem("entries/x.md")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="unexpected field 'colour'"):
         s.with_changes(colour="red")
+
+
+def test_frontmatter_acpmem_writes_is_parsed_once_and_hostile_yaml_is_still_walked():
+    from acpmem.model import _needs_no_event_check, load_yaml_mapping
+
+    fm = new_entry_text(parse_entry(_fm(GOOD), "entries/a1.md")).split("---\n")[1]
+    assert _needs_no_event_check(fm)  # acpmem's own files: one parse
+    # Whatever could hold an anchor, alias, tag, directive or second document is walked event by event first, so
+    # the refusal (or the first syntax error, even in a later document) is what it always was.
+    for text, reason in [("a: &x 1\nb: *x\n", "anchors and aliases"), ("a: !!str 1\n", "tags are not allowed"),
+                         ("a: 1\n--- \nb: [\n", "line 5: did not find expected node content"),
+                         ("a: 1\n--- \nb: 2\n", "found another document")]:
+        assert not _needs_no_event_check(text)
+        with pytest.raises(EntryInvalid, match=reason):
+            load_yaml_mapping(text, "entries/x.md")
+    assert load_yaml_mapping("%YAML 1.1\n--- \na: 1\n", "entries/x.md") == {"a": 1}
