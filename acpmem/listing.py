@@ -36,9 +36,9 @@ def list_text(vault_path: str | None, opts: dict) -> str:
             return (session_folder(discover(vault_path) / STATE_DIRNAME, opts["session"]) / "index.txt").read_text("utf-8")
         except FileNotFoundError:
             pass
-    from acpmem.vault import Vault
+    from acpmem.api import VaultReader  # reading only: the write machinery (acpmem.vault) stays unimported
 
-    v = Vault.open(vault_path)
+    v = VaultReader.open(vault_path)
     try:
         return list_output(v, opts["fmt"], include_all=opts["include_all"], session=opts["session"],
                            refresh=opts["refresh"], budget=opts["budget"])

@@ -15,7 +15,6 @@ No I/O here: callers pass text in and get text out.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from acpmem.errors import EntryInvalid
@@ -32,12 +31,90 @@ KERNEL_REF_RE = re.compile(r"^[mb]\d+$")
 ISO_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 
 
-@dataclass(frozen=True)
-class Citation:
+class FrozenInstanceError(AttributeError):
+    """Assigning to a field of a frozen value."""
+
+
+class Value:
+    """A frozen value, as a frozen dataclass would give: built from positional or keyword fields, immutable, equal
+    and hashed by its fields, shown as ``Name(field=value, ...)``, copied with changes by ``with_changes``.
+
+    The values the per-turn read path builds (entries, citations, settings, scores) use this instead of
+    ``dataclasses``: that import (with ``inspect``) and the code it generates per class cost ~35 ms of the
+    150 ms that ``list --format prompt`` may take. Fields are the class's annotations in order; a class attribute
+    of the same name is the default (defaults are shared, so they must be immutable). ``_hidden`` fields are left
+    out of comparison and repr."""
+
+    _fields: tuple[str, ...] = ()
+    _defaults: dict = {}
+    _compared: tuple[str, ...] = ()
+    _hidden: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kw) -> None:
+        super().__init_subclass__(**kw)
+        own = tuple(cls.__dict__.get("__annotations__", {}))
+        cls._fields = cls._fields + tuple(n for n in own if n not in cls._fields)
+        cls._defaults = {n: cls.__dict__[n] for n in cls._fields if n in cls.__dict__} | {
+            n: v for n, v in cls._defaults.items() if n not in cls.__dict__}
+        cls._compared = tuple(n for n in cls._fields if n not in cls._hidden)
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        fields = self._fields
+        if len(args) > len(fields):
+            raise TypeError(f"{type(self).__name__}() takes {len(fields)} fields, {len(args)} were given")
+        d = self.__dict__
+        d.update(zip(fields, args))
+        for k, v in kwargs.items():
+            if k not in fields:
+                raise TypeError(f"{type(self).__name__}() got an unexpected field '{k}'")
+            if k in d:
+                raise TypeError(f"{type(self).__name__}() got field '{k}' twice")
+            d[k] = v
+        if len(d) < len(fields):
+            for n in fields:
+                if n not in d:
+                    if n not in self._defaults:
+                        raise TypeError(f"{type(self).__name__}() is missing field '{n}'")
+                    d[n] = self._defaults[n]
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field '{name}'")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field '{name}'")
+
+    def _key(self) -> tuple:
+        d = self.__dict__
+        return tuple(d[n] for n in self._compared)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        d = self.__dict__
+        return f"{type(self).__qualname__}({', '.join(f'{n}={d[n]!r}' for n in self._compared)})"
+
+    def with_changes(self, **changes: object):
+        """A copy with some fields changed (``dataclasses.replace``)."""
+        d = self.__dict__
+        return type(self)(**{n: changes.pop(n) if n in changes else d[n] for n in self._fields}, **changes)
+
+
+class Citation(Value):
     """Where an entry came from: a host session and a seq (an int, a range "1270-1290", or a kernel ref m12 / b3)."""
 
     session: str
     seq: int | str
+
+    def __init__(self, session: str, seq: int | str) -> None:
+        d = self.__dict__
+        d["session"] = session
+        d["seq"] = seq
 
     def to_dict(self) -> dict:
         return {"session": self.session, "seq": self.seq}
@@ -46,8 +123,7 @@ class Citation:
         return f"{self.session}#{self.seq}"
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(Value):
     """One memory: a tier-3 distilled block. ``extra`` keeps keys a person added; ``raw`` the file as read."""
 
     id: str
@@ -62,16 +138,36 @@ class Entry:
     source: dict | None = None
     supersedes: tuple[str, ...] = ()
     superseded_by: str | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict
     path: str | None = None
-    raw: str | None = field(default=None, compare=False, repr=False)
+    raw: str | None = None
+    _hidden = ("raw",)
+
+    def __init__(self, id: str, title: str, type: str, importance: int, created: str, body: str,
+                 last_read: str | None = None, citation: tuple[Citation, ...] = (), tier: int = 3,
+                 source: dict | None = None, supersedes: tuple[str, ...] = (), superseded_by: str | None = None,
+                 extra: dict | None = None, path: str | None = None, raw: str | None = None) -> None:
+        # Spelled out: a thousand entries are built per listing, and this is three times the generic __init__'s speed.
+        d = self.__dict__
+        d["id"] = id
+        d["title"] = title
+        d["type"] = type
+        d["importance"] = importance
+        d["created"] = created
+        d["body"] = body
+        d["last_read"] = last_read
+        d["citation"] = citation
+        d["tier"] = tier
+        d["source"] = source
+        d["supersedes"] = supersedes
+        d["superseded_by"] = superseded_by
+        d["extra"] = {} if extra is None else extra
+        d["path"] = path
+        d["raw"] = raw
 
     @property
     def superseded(self) -> bool:
         return bool(self.superseded_by)
-
-    def with_changes(self, **changes: object) -> "Entry":
-        return replace(self, **changes)
 
     def meta(self) -> dict:
         """The frontmatter mapping in canonical key order (known keys, then the extra keys as found)."""
@@ -182,11 +278,20 @@ def _yaml():
     return _yaml_classes
 
 
+def _needs_no_event_check(text: str) -> bool:
+    """Whether YAML text cannot hold an anchor, alias, tag or directive (no '&', '*', '!' or '%' anywhere: each
+    starts with one) nor a second document (no line starting '---' or '...'). Then walking its events first, to
+    refuse those, finds nothing, and the one parse of ``yaml.load`` reports the same first error the walk would.
+    That is the frontmatter acpmem writes, so it is parsed once instead of twice."""
+    return not ("&" in text or "*" in text or "!" in text or "%" in text or text.startswith(("---", "..."))
+                or "\n---" in text or "\n..." in text)
+
+
 def load_yaml_mapping(text: str, path: str) -> dict:
     """Load one YAML mapping with the restricted loader, rejecting anchors, aliases and explicit tags."""
     yaml, Loader, _ = _yaml()
     try:
-        for ev in yaml.parse(text, Loader=Loader):
+        for ev in () if _needs_no_event_check(text) else yaml.parse(text, Loader=Loader):
             if isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None):
                 raise EntryInvalid(path, None, "YAML anchors and aliases are not allowed in entries")
             tag = getattr(ev, "tag", None)
@@ -227,8 +332,7 @@ def _render_key(key: str, value: object, eol: str) -> str:
 
 # --------------------------------------------------------------------------------------------- file split
 
-@dataclass(frozen=True)
-class _Split:
+class _Split(Value):
     head: str   # the opening delimiter line, e.g. "---\n" (with a BOM if the file has one)
     fm: str     # frontmatter text between the delimiters, line ends included
     close: str  # the closing delimiter line, e.g. "---\r\n"
@@ -379,7 +483,7 @@ def parse_entry(text: str, path: str = "", types: tuple[str, ...] | None = DEFAU
         raise EntryInvalid(path, None, f"frontmatter is larger than {MAX_FRONTMATTER_BYTES // 1000} KB")
     meta = load_yaml_mapping(sp.fm, path)
     entry = entry_from_meta(meta, sp.body, path, types)
-    return replace(entry, raw=text)
+    return entry.with_changes(raw=text)
 
 
 def parse_entry_bytes(data: bytes, path: str = "", types: tuple[str, ...] | None = DEFAULT_TYPES) -> Entry:
@@ -460,7 +564,7 @@ def dump_entry(entry: Entry) -> str:
 
 def new_entry_text(entry: Entry) -> str:
     """Text for an entry written by acpmem (no original bytes)."""
-    return dump_entry(replace(entry, raw=None))
+    return dump_entry(entry.with_changes(raw=None))
 
 
 def slugify(title: str, limit: int = 48) -> str:

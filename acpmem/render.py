@@ -5,6 +5,7 @@ whether it writes to a terminal.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from acpmem.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, clean_inline, frame
@@ -59,7 +60,7 @@ def markdown_list(entries: list[Entry]) -> str:
     return "\n".join(out) + "\n"
 
 
-def prompt_index(ranked: list[Scored], at: datetime, settings: Settings, *, budget_tokens: int | None = None,
+def prompt_index(ranked: Iterable[Scored], at: datetime, settings: Settings, *, budget_tokens: int | None = None,
                  total_entries: int | None = None) -> str:
     """The resident index: a notice, then one framed line per entry by score, cut to the token budget, and a line
     saying how many entries were left out."""

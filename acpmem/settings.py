@@ -7,17 +7,29 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from acpmem.discovery import SETTINGS_FILE
 from acpmem.errors import SettingsError
-from acpmem.model import DEFAULT_TYPES
+from acpmem.model import DEFAULT_TYPES, Value
 
 
+class Section(Value):
+    """One table of ``acpmem.toml``; also reads as a mapping of its settings (``dict(section)``)."""
 
-@dataclass(frozen=True)
-class ScoreSettings:
+    def keys(self) -> tuple[str, ...]:
+        return self._fields
+
+    def __getitem__(self, key: str) -> object:
+        if key not in self._fields:
+            raise KeyError(key)
+        return self.__dict__[key]
+
+    def to_json(self) -> dict:
+        return {n: self.__dict__[n] for n in self._fields}
+
+
+class ScoreSettings(Section):
     importance_weight: float = 1.0
     recency_divisor_days: float = 30.0
     recency_cap: float = 5.0
@@ -25,29 +37,25 @@ class ScoreSettings:
     top_n: int = 5
 
 
-@dataclass(frozen=True)
-class IndexSettings:
+class IndexSettings(Section):
     budget_tokens: int = 2000
     watch: bool = True               # keep a watcher process for large vaults (Linux inotify)
     watch_min_entries: int = 5000
     watch_idle_minutes: float = 30.0
 
 
-@dataclass(frozen=True)
-class SurfaceSettings:
+class SurfaceSettings(Section):
     enabled: bool = False
     top_n: int = 5
     entry_cap_bytes: int = 4096
     session_budget_bytes: int = 61440
 
 
-@dataclass(frozen=True)
-class RecallSettings:
+class RecallSettings(Section):
     limit: int = 5
 
 
-@dataclass(frozen=True)
-class ExtractionSettings:
+class ExtractionSettings(Section):
     base_url: str = ""
     model: str = ""
     api_key_env: str = "OPENAI_API_KEY"
@@ -57,26 +65,25 @@ class ExtractionSettings:
     max_entry_bytes: int = 8192
 
 
-@dataclass(frozen=True)
-class GitSettings:
+class GitSettings(Section):
     lock_timeout_seconds: float = 60.0
     foreign_lock_wait_seconds: float = 10.0
     remote: str = "origin"
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(Value):
     types: tuple[str, ...] = DEFAULT_TYPES
     language: str = "en"
-    score: ScoreSettings = field(default_factory=ScoreSettings)
-    index: IndexSettings = field(default_factory=IndexSettings)
-    surface: SurfaceSettings = field(default_factory=SurfaceSettings)
-    recall: RecallSettings = field(default_factory=RecallSettings)
-    extraction: ExtractionSettings = field(default_factory=ExtractionSettings)
-    git: GitSettings = field(default_factory=GitSettings)
+    score: ScoreSettings = ScoreSettings()  # the sections are frozen: one default instance serves every Settings
+    index: IndexSettings = IndexSettings()
+    surface: SurfaceSettings = SurfaceSettings()
+    recall: RecallSettings = RecallSettings()
+    extraction: ExtractionSettings = ExtractionSettings()
+    git: GitSettings = GitSettings()
 
     def to_json(self) -> dict:
-        return asdict(self)
+        d = self.__dict__
+        return {n: d[n].to_json() if isinstance(d[n], Section) else d[n] for n in self._fields}
 
 
 _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceSettings,
@@ -86,13 +93,13 @@ _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceS
 def _coerce(cls, section: str, data: dict, path: str):
     if not isinstance(data, dict):
         raise SettingsError(f"{path}: [{section}] must be a table", "see the comments in the template acpmem.toml")
-    known = {f.name: f for f in fields(cls)}
+    known = cls._fields
     kwargs = {}
     for k, v in data.items():
         if k not in known:
             raise SettingsError(f"{path}: unknown setting '{section}.{k}'",
                                 f"known settings in [{section}]: {', '.join(known)}")
-        default = known[k].default
+        default = cls._defaults[k]
         if isinstance(default, bool):
             ok = isinstance(v, bool)
         elif isinstance(default, float):

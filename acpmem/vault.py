@@ -1,6 +1,7 @@
-"""The vault: discovery, init, reading entries, atomic writes, the repository lock and every git commit.
+"""The vault: init, atomic writes, the repository lock and every git commit, on top of the reading side
+(``acpmem.api.VaultReader``: settings, the catalog, the entries), which the per-turn read paths use without this module.
 
-Only this module (with its helpers ``catalog`` and ``reads``) touches the vault's files and git. Git is driven
+Only this module (with its helpers ``api``, ``catalog`` and ``reads``) touches the vault's files and git. Git is driven
 through the ``git`` executable with ``subprocess``: every call is a short-lived child that is always waited for,
 so a long-running host never accumulates git processes or file descriptors.
 
@@ -23,17 +24,18 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from collections.abc import Callable, Iterator
 
 from acpmem import catalog, reads
-from acpmem.discovery import STATE_DIRNAME, VAULT_DIRNAME, discover
-from acpmem.errors import (AcpmemError, AmbiguousId, EntryInvalid, EntryNotFound, GitStateError, LockTimeout,
-                           SettingsError, UsageError, VaultExists)
-from acpmem.model import Entry, new_entry_text, parse_entry_bytes, slugify, utc_iso, validate_id
-from acpmem.settings import SETTINGS_FILE, Settings, load_settings
+from acpmem.api import Loaded, VaultReader, now_utc  # noqa: F401 (the reading side; Loaded re-exported)
+from acpmem.discovery import STATE_DIRNAME, VAULT_DIRNAME, discover  # noqa: F401 (acpmem.discover)
+from acpmem.errors import (AcpmemError, EntryInvalid, EntryNotFound, GitStateError, LockTimeout, SettingsError,
+                           UsageError, VaultExists)
+from acpmem.model import Entry, new_entry_text, parse_entry_bytes, slugify, validate_id
+from acpmem.settings import SETTINGS_FILE, load_settings
 
 TEMPLATE_DIR = Path(__file__).parent / "vault_template"
 ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
@@ -49,10 +51,6 @@ KIND_SUPERSEDE = "supersede"
 KIND_READS = "reads"
 KIND_SYNC = "sync"
 KIND_RECOVER = "recover"
-
-
-def now_utc() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 # --------------------------------------------------------------------------------------------- small file helpers
@@ -226,29 +224,9 @@ class LogItem:
                 "subject": self.subject, "paths": list(self.paths)}
 
 
-@dataclass
-class Loaded:
-    entries: list[Entry]
-    problems: list[catalog.Problem]
-    changes: catalog.Changes = field(default_factory=catalog.Changes)
-
-    def live(self) -> list[Entry]:
-        return [e for e in self.entries if not e.superseded]
-
-
-class Vault:
-    """An open vault. Cheap to construct; settings and the catalog connection are opened on first use."""
-
-    def __init__(self, root: Path, *, clock: Callable[[], datetime] = now_utc,
-                 rng=None) -> None:
-        self.root = Path(root)
-        self.entries_dir = self.root / "entries"
-        self.state_dir = self.root / STATE_DIRNAME
-        self.clock = clock
-        self._rng = rng
-        self._settings: Settings | None = None
-        self._con = None
-        self.warnings: list[str] = []
+class Vault(VaultReader):
+    """An open vault: the reading side (``acpmem.api.VaultReader``: settings, the catalog, entries, reads) plus
+    the write machinery (ids, the repository lock, human edits, the journal and every commit)."""
 
     @property
     def rng(self):
@@ -258,81 +236,6 @@ class Vault:
 
             self._rng = random.Random()
         return self._rng
-
-    @classmethod
-    def open(cls, explicit: str | os.PathLike | None = None, *, cwd: Path | None = None, **kw) -> "Vault":
-        return cls(discover(explicit, cwd=cwd), **kw)
-
-    # ----------------------------------------------------------------- state
-    def ensure_state(self) -> None:
-        for sub in ("", "locks", "sessions", "pending"):
-            (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
-
-    @property
-    def settings(self) -> Settings:
-        if self._settings is None:
-            self.ensure_state()
-            self._settings = load_settings(self.root, self.state_dir)
-        return self._settings
-
-    def db(self):
-        if self._con is None:
-            self.ensure_state()
-            self._con = catalog.connect(self.state_dir / catalog.DB_NAME)
-        return self._con
-
-    def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
-
-    def now(self) -> str:
-        return utc_iso(self.clock())
-
-    # ----------------------------------------------------------------- reading
-    def load(self, *, with_reads: bool = True, light: bool = False) -> Loaded:
-        """Every valid entry (with the effective last_read) and every file that does not parse. ``light``: index
-        fields only (no body or citations), for listings."""
-        try:
-            snap = catalog.snapshot(self.db(), self.root, self.settings.types, light=light)
-        except catalog.sqlite3.DatabaseError as exc:
-            if not catalog.is_corrupt(exc):
-                raise LockTimeout(f"the vault's index is busy ({exc})",
-                                  "another acpmem process is rebuilding it; run the command again in a moment") from None
-            self.close()
-            catalog.delete(self.state_dir / catalog.DB_NAME)
-            snap = catalog.snapshot(self.db(), self.root, self.settings.types, light=light)
-        entries = snap.entries
-        if with_reads:
-            lr = reads.last_reads(self.root, self.state_dir)
-            if lr:
-                entries = [e.with_changes(last_read=max(e.last_read or "", lr[e.id]))
-                           if lr.get(e.id, "") > (e.last_read or "") else e for e in entries]
-        return Loaded(entries, snap.problems, snap.changes)
-
-    def resolve(self, prefix: str, *, entries: list[Entry] | None = None) -> Entry:
-        """The entry whose id is ``prefix`` or starts with it; an ambiguous prefix lists the candidates."""
-        prefix = (prefix or "").strip().lstrip("#")
-        if not prefix:
-            raise UsageError("no entry id given", "pass an id or a unique prefix, e.g. `acp memory show k3f`")
-        entries = self.load().entries if entries is None else entries
-        exact = [e for e in entries if e.id == prefix]
-        if exact:
-            return exact[0]
-        matches = sorted((e for e in entries if e.id.startswith(prefix)), key=lambda e: e.id)
-        if not matches:
-            raise EntryNotFound(f"no entry with id '{prefix}'", "see `acp memory list --all` for the ids")
-        if len(matches) > 1:
-            raise AmbiguousId(prefix, [e.id for e in matches])
-        return matches[0]
-
-    def entry_path(self, entry: Entry) -> Path:
-        return self.root / (entry.path or f"entries/{entry.id}.md")
-
-    def mark_read(self, ids: list[str]) -> None:
-        """Record reads (never a commit, never a lock); folded into the next commit."""
-        self.ensure_state()
-        reads.record(self.state_dir, ids, self.now())
 
     # ----------------------------------------------------------------- ids
     def new_id(self, taken: set[str] | None = None) -> str:

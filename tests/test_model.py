@@ -153,3 +153,65 @@ def test_huge_frontmatter_non_utf8_and_nul_are_refused():
         parse_entry_bytes(_fm(GOOD).encode() + b"\xff\xfe", "entries/latin1.md")
     with pytest.raises(EntryInvalid, match="NUL"):
         parse_entry_bytes(_fm(GOOD).encode().replace(b"body", b"bo\x00dy"), "entries/nul.md")
+
+
+def test_values_behave_like_frozen_dataclasses():
+    import pickle
+
+    from acpmem.model import FrozenInstanceError
+
+    e = parse_entry(_fm(GOOD), "entries/a1.md")
+    assert e.raw is not None
+    same = e.with_changes(raw=None)
+    assert same == e and same is not e  # raw is the file as read: not part of the value
+    assert "raw=" not in repr(e) and repr(e).startswith("Entry(id='a1', title='t', type='fact', importance=5")
+    assert e.with_changes(title="u") != e and e.with_changes(title="u").title == "u"
+    with pytest.raises(FrozenInstanceError):
+        e.title = "changed"
+    with pytest.raises(AttributeError):
+        del e.id
+    c = Citation("s1", 4)
+    assert c == Citation(session="s1", seq=4) and hash(c) == hash(Citation("s1", 4))
+    assert len({c, Citation("s1", 4)}) == 1
+    assert c != Citation("s1", 5) and repr(c) == "Citation(session='s1', seq=4)" and str(c) == "s1#4"
+    assert pickle.loads(pickle.dumps(e)) == e
+    assert Entry(id="x", title="t", type="fact", importance=1, created="c", body="").extra == {}
+    with pytest.raises(TypeError, match="colour"):
+        c.with_changes(colour="red")
+
+
+def test_settings_are_values_with_json_and_mapping_forms():
+    from acpmem.settings import ExtractionSettings, ScoreSettings, Settings, settings_from_json
+
+    s = Settings()
+    assert s == Settings() and s.score == ScoreSettings() and s.score.top_n == 5
+    d = s.to_json()
+    assert d["score"] == {"importance_weight": 1.0, "recency_divisor_days": 30.0, "recency_cap": 5.0,
+                          "jitter_max": 0.5, "top_n": 5}
+    assert d["index"]["watch_min_entries"] == 5000 and d["language"] == "en"
+    assert settings_from_json(d) == s
+    changed = s.with_changes(score=s.score.with_changes(top_n=9))
+    assert changed.score.top_n == 9 and s.score.top_n == 5 and changed != s
+    assert dict(ExtractionSettings(model="m")) == {**ExtractionSettings().to_json(), "model": "m"}
+    from acpmem.catalog import Problem
+
+    with pytest.raises(TypeError, match="missing field 'reason'"):
+        Problem("entries/x.md")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected field 'colour'"):
+        s.with_changes(colour="red")
+
+
+def test_frontmatter_acpmem_writes_is_parsed_once_and_hostile_yaml_is_still_walked():
+    from acpmem.model import _needs_no_event_check, load_yaml_mapping
+
+    fm = new_entry_text(parse_entry(_fm(GOOD), "entries/a1.md")).split("---\n")[1]
+    assert _needs_no_event_check(fm)  # acpmem's own files: one parse
+    # Whatever could hold an anchor, alias, tag, directive or second document is walked event by event first, so
+    # the refusal (or the first syntax error, even in a later document) is what it always was.
+    for text, reason in [("a: &x 1\nb: *x\n", "anchors and aliases"), ("a: !!str 1\n", "tags are not allowed"),
+                         ("a: 1\n--- \nb: [\n", "line 5: did not find expected node content"),
+                         ("a: 1\n--- \nb: 2\n", "found another document")]:
+        assert not _needs_no_event_check(text)
+        with pytest.raises(EntryInvalid, match=reason):
+            load_yaml_mapping(text, "entries/x.md")
+    assert load_yaml_mapping("%YAML 1.1\n--- \na: 1\n", "entries/x.md") == {"a": 1}

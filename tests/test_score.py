@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -51,7 +50,7 @@ def test_weights_and_caps_are_configurable():
 
 
 def test_top_n_and_ties():
-    cfg = replace(CFG, jitter_max=0.0, top_n=2)
+    cfg = CFG.with_changes(jitter_max=0.0, top_n=2)
     es = [entry("bbb", 7, "2026-11-29T12:00:00Z"),                     # 7 + 0
           entry("aaa", 7, "2026-11-29T12:00:00Z"),                     # 7 + 0, same importance: id decides
           entry("ccc", 6, "2026-10-30T12:00:00Z"),                     # 6 + 1 = 7, lower importance

@@ -235,8 +235,7 @@ def test_doctor_finishes_an_interrupted_change(vault):
 
 
 def test_foreign_index_lock_is_waited_for_and_never_deleted(vault):
-    from dataclasses import replace
-    vault._settings = replace(vault.settings, git=replace(vault.settings.git, foreign_lock_wait_seconds=0.3))
+    vault._settings = vault.settings.with_changes(git=vault.settings.git.with_changes(foreign_lock_wait_seconds=0.3))
     lock = vault.root / ".git" / "index.lock"
     lock.write_text("")
     with pytest.raises(GitStateError, match="someone is running git"):
