@@ -67,10 +67,10 @@ def _run(produce) -> int:
 
 
 def _recall(vault_path: str | None, opts: dict) -> str:
+    from acpmem.api import VaultReader
     from acpmem.listing import recall_output
-    from acpmem.vault import Vault
 
-    v = Vault.open(vault_path)
+    v = VaultReader.open(vault_path)
     try:
         return recall_output(v, opts["query"], limit=opts["limit"], types=opts["types"],
                              include_all=opts["include_all"], session=opts["session"], as_json=opts["json"])

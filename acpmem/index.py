@@ -29,13 +29,13 @@ import math
 import re
 import sqlite3
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from operator import itemgetter
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from acpmem import catalog
 from acpmem.errors import LockTimeout
+from acpmem.model import Value
 from acpmem.search import (B, CJK_CHARS, FIELD_WEIGHTS, FIELDS, K1, CorpusStats, Hit, QueryGroup, SearchDoc,
                            Vocabulary, _seq_range, doc_fields, make_preview, plan_query, rank)
 
@@ -90,8 +90,7 @@ _MISSING_SQL = """SELECT f.path, f.sig, f.data FROM json_each(?) j JOIN files f 
 CHUNK = 2000  # paths per write transaction: a long rebuild never holds the write lock for long
 
 
-@dataclass(frozen=True)
-class UpdateResult:
+class UpdateResult(Value):
     """What ``update`` did: documents analysed and indexed, indexed versions dropped (changed or gone files), and
     whether the tables were (re)created empty first."""
 
@@ -541,7 +540,7 @@ class IndexSource:
         if row is None:
             return light
         d = json.loads(row[0])
-        return replace(light, title=d.get("title") or "", body=d.get("body") or "")
+        return light.with_changes(title=d.get("title") or "", body=d.get("body") or "")
 
     def key_of(self, path: str) -> int | None:
         row = self._con.execute("SELECT key FROM idx_docs WHERE path=?", (path,)).fetchone()
@@ -574,7 +573,7 @@ def search(con: sqlite3.Connection, query: str, limit: int = 5, *, types: Iterab
     for h in hits:
         key = src.key_of(h.id)
         doc = src.full_doc(key) if key is not None else None
-        out.append(replace(h, preview=make_preview(doc, words, preview_length)) if doc else h)
+        out.append(h.with_changes(preview=make_preview(doc, words, preview_length)) if doc else h)
     return out
 
 

@@ -18,23 +18,22 @@ import fcntl
 import json
 import os
 import sqlite3
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, TypeVar
+from types import MappingProxyType
 
 from acpmem import index, reads, watch
+from acpmem.api import VaultReader as Vault   # the read side is all recall and surfacing need
 from acpmem.errors import UsageError
 from acpmem.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
-from acpmem.model import Citation, Entry
-from acpmem.vault import Vault, atomic_write
+from acpmem.model import Citation, Entry, Value
 
 LEDGER = "surfaced.json"
-T = TypeVar("T")
+_NO_EXPLAIN = MappingProxyType({})
 
 
-@dataclass(frozen=True)
-class RecallHit:
+class RecallHit(Value):
     """One recall result: the full entry (its effective ``last_read`` is the moment of this read), the search
     score, a preview around the first query word, and where the entry came from."""
 
@@ -42,7 +41,8 @@ class RecallHit:
     score: float
     preview: str
     citations: tuple[Citation, ...]
-    explain: dict = field(default_factory=dict, compare=False)
+    explain: Mapping = _NO_EXPLAIN       # why it scored (left out of comparison)
+    _hidden = ("explain",)
 
     def to_json(self) -> dict:
         from acpmem.render import entry_json
@@ -50,8 +50,7 @@ class RecallHit:
         return entry_json(self.entry, {"score": self.score, "preview": self.preview})
 
 
-@dataclass(frozen=True)
-class SurfacedEntry:
+class SurfacedEntry(Value):
     entry: Entry
     score: float       # the selection score (importance + anti-recency + jitter)
     text: str          # title and body, capped at the per-entry cap (with a note when cut)
@@ -68,8 +67,7 @@ class SurfacedEntry:
                                        "truncated": self.truncated, "bytes": self.size})
 
 
-@dataclass(frozen=True)
-class SurfaceResult:
+class SurfaceResult(Value):
     """What one ``surface`` call put into the turn. ``reason`` says why nothing (more) was surfaced."""
 
     session: str
@@ -85,7 +83,7 @@ class SurfaceResult:
 
 # --------------------------------------------------------------------------------------------- the index
 
-def _with_index(vault: Vault, work: Callable[[sqlite3.Connection], T]) -> T:
+def _with_index(vault: Vault, work: Callable[[sqlite3.Connection], object]):
     """Run ``work`` on the vault's database after bringing the catalog and the index in step with the files. An
     unreadable database (junk bytes, a torn file, corrupt pages) is deleted and everything rebuilt, once."""
     for attempt in (0, 1):
@@ -164,6 +162,8 @@ def recall(vault: Vault, query: str, limit: int = 5, types: Iterable[str] | None
     vault.mark_read(ids)
     now = vault.now()
     if sdir is not None:
+        from acpmem.vault import atomic_write
+
         with _session_lock(sdir):
             ledger = _read_ledger(sdir)
             ledger["recalled"] = sorted(set(ledger["recalled"]) | set(ids))
@@ -265,6 +265,8 @@ def surface(vault: Vault, session: str, at: datetime | None = None, seed: int | 
         if picked:
             ledger["surfaced"] = ledger["surfaced"] + [p.entry.id for p in picked]
             ledger["used_bytes"] = used
+            from acpmem.vault import atomic_write
+
             atomic_write(sdir / LEDGER, json.dumps(ledger, ensure_ascii=False, indent=1))
     if picked:
         vault.mark_read([p.entry.id for p in picked])

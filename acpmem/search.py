@@ -33,11 +33,14 @@ import math
 import re
 import unicodedata
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime
-from typing import Iterable, Mapping, Protocol, Sequence
+from types import MappingProxyType
 
 from acpmem import lexicon
+from acpmem.model import Value
+
+_NO_EXPLAIN = MappingProxyType({})
 
 # ───────────────────────────── shared character classes ─────────────────────────────
 
@@ -123,8 +126,7 @@ def _char_bigrams(text: str) -> list[str]:
     return [text[i:i + 2] for i in range(len(text) - 1) if text[i:i + 2].strip(_JS_WS_CHARS) == text[i:i + 2]]
 
 
-@dataclass(frozen=True)
-class KernelDoc:
+class KernelDoc(Value):
     """A kernel SearchDoc: ``text`` is what is scored (topic + " " + summary for a block)."""
     ref: str
     text: str
@@ -132,8 +134,7 @@ class KernelDoc:
     role: str | None = None
 
 
-@dataclass(frozen=True)
-class KernelResult:
+class KernelResult(Value):
     ref: str
     score: float
     preview: str
@@ -342,8 +343,7 @@ def analyze(text: str) -> list[str]:
     return terms
 
 
-@dataclass(frozen=True)
-class SearchDoc:
+class SearchDoc(Value):
     """What the engine ranks. ``citations`` are (session, seq) where seq is an int, an "a-b" range or a kernel
     ref; ``created`` an ISO date/time or None; ``weight`` multiplies the final score (1.0 = neutral)."""
     id: str
@@ -356,12 +356,12 @@ class SearchDoc:
     weight: float = 1.0
 
 
-@dataclass(frozen=True)
-class Hit:
+class Hit(Value):
     id: str
     score: float
     preview: str
-    explain: dict = field(default_factory=dict, compare=False)
+    explain: Mapping = _NO_EXPLAIN       # why it scored (left out of comparison)
+    _hidden = ("explain",)
 
 
 def doc_fields(doc: SearchDoc) -> tuple[list[str], ...]:
@@ -373,8 +373,7 @@ def doc_fields(doc: SearchDoc) -> tuple[list[str], ...]:
 
 # ───────────────────────────── 2. corpus statistics ─────────────────────────────
 
-@dataclass(frozen=True)
-class CorpusStats:
+class CorpusStats(Value):
     n_docs: int
     avg_len: tuple[float, ...]  # per field, FIELDS order
 
@@ -423,8 +422,9 @@ class Vocabulary:
         return [(t, int(d)) for t, d, _ in found if t != term]
 
 
-class PostingSource(Protocol):
-    """What ``rank`` needs from an index. ``MemoryIndex`` is the reference; a SQLite index supplies the same."""
+class PostingSource:
+    """What ``rank`` needs from an index (a description: nothing inherits it). ``MemoryIndex`` is the reference;
+    ``index.IndexSource`` supplies the same from SQLite."""
 
     stats: CorpusStats
     vocabulary: Vocabulary
@@ -448,15 +448,13 @@ DUPLICATE = 0.6
 FILLER_WEIGHT = 0.3
 
 
-@dataclass(frozen=True)
-class QueryTerm:
+class QueryTerm(Value):
     term: str
     weight: float
     via: str
 
 
-@dataclass(frozen=True)
-class QueryGroup:
+class QueryGroup(Value):
     """One query word and the index terms that may stand for it; a document scores its best one."""
     word: str
     terms: tuple[QueryTerm, ...]

@@ -83,9 +83,9 @@ def sync(state_dir: Path, db_path: Path, timeout: float = SYNC_TIMEOUT_S) -> boo
         ident = identity(db_path)
     except OSError:
         return False
-    import socket
+    import _socket   # the C module: socket.py's enum wrappers cost a few ms a recall does not need
 
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     dir_fd = None
     try:
         s.settimeout(timeout)
@@ -114,15 +114,13 @@ def fresh(con: sqlite3.Connection, root: Path, state_dir: Path, settings=None):
     """Bring the catalog and the index in step with the files: through the watcher when one answers, else by a full
     scan (and then start a watcher if the vault is large enough). Returns what ``index.update`` did here, with
     ``via`` set to ``"watcher"`` or ``"scan"``."""
-    from dataclasses import replace
-
     from acpmem import catalog, index
 
     use = enabled(settings)
     if use and sync(state_dir, state_dir / catalog.DB_NAME):
         # the watcher has done the work; this is cheap when nothing is marked, and covers rows another process
         # refreshed without updating the index
-        return replace(index.update(con), via="watcher")
+        return index.update(con).with_changes(via="watcher")
     catalog.refresh(con, root)
     res = index.update(con)
     if use:
