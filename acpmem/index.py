@@ -37,7 +37,7 @@ from acpmem import catalog
 from acpmem.errors import LockTimeout
 from acpmem.model import Value
 from acpmem.search import (B, CJK_CHARS, FIELD_WEIGHTS, FIELDS, K1, CorpusStats, Hit, QueryGroup, SearchDoc,
-                           Vocabulary, _seq_range, doc_fields, make_preview, plan_query, rank)
+                           _seq_range, doc_fields, make_preview, plan_query, rank, typo_neighbours)
 
 INDEX_VERSION = "5"
 VERSION_KEY = "search_index_version"
@@ -351,12 +351,12 @@ _CJK_RANGES = [(a, b) for a, b in re.findall(r"(.)-(.)", CJK_CHARS)]
 
 class IndexVocabulary:
     """``search.Vocabulary`` answered from ``idx_terms``: membership and prefixes by index lookups; the typo
-    channel builds a ``Vocabulary`` of the Latin terms on first use."""
+    channel loads the alphabetic terms once, on first use."""
 
     def __init__(self, con: sqlite3.Connection) -> None:
         self._con = con
         self._known: dict[str, tuple[int, int] | None] = {}
-        self._typo: Vocabulary | None = None
+        self._typo: list[str] | None = None
         self._typo_memo: dict[tuple, list[tuple[str, int]]] = {}
         self._has_cjk: bool | None = None
         self._has_latin: bool | None = None
@@ -404,17 +404,17 @@ class IndexVocabulary:
         if self._has_latin is None:
             self._has_latin = self._con.execute(
                 "SELECT 1 FROM idx_terms WHERE term >= 'A' AND term < '{' AND NOT term GLOB '*[^A-Za-z]*' "
-                "LIMIT 1").fetchone() is not None or self._typo_vocabulary().has_latin
+                "LIMIT 1").fetchone() is not None or bool(self._typo_terms())
         return self._has_latin
 
-    def _typo_vocabulary(self) -> Vocabulary:
-        """A ``search.Vocabulary`` of the terms that do not start with a CJK character (it keeps the alphabetic
-        ones for the typo channel): loaded once, on the first query word that is not in the index."""
+    def _typo_terms(self) -> list[str]:
+        """The alphabetic terms that do not start with a CJK character, sorted (as ``search.Vocabulary`` keeps
+        them for the typo channel): loaded once, on the first query word that is not in the index."""
         if self._typo is None:
             outside = " AND ".join("NOT (term >= ? AND term < ?)" for _ in _CJK_RANGES)
             bounds = [x for a, b in _CJK_RANGES for x in (a, chr(ord(b) + 1))]
-            self._typo = Vocabulary(t for (t,) in self._con.execute(f"SELECT term FROM idx_terms WHERE {outside}",
-                                                                    bounds))
+            self._typo = [t for (t,) in self._con.execute(
+                f"SELECT term FROM idx_terms WHERE {outside} ORDER BY term", bounds) if t.isalpha()]
         return self._typo
 
     def with_prefix(self, prefix: str, limit: int = 50) -> list[str]:
@@ -431,7 +431,7 @@ class IndexVocabulary:
         memo = (term, max_dist, limit)
         if memo in self._typo_memo:
             return self._typo_memo[memo]
-        found = self._typo_memo[memo] = self._typo_vocabulary().typo_neighbours(term, max_dist, limit)
+        found = self._typo_memo[memo] = typo_neighbours(term, self._typo_terms(), max_dist, limit)
         return found
 
 

@@ -415,11 +415,15 @@ class Vocabulary:
         return out
 
     def typo_neighbours(self, term: str, max_dist: int, limit: int = 5) -> list[tuple[str, int]]:
-        from rapidfuzz import process
-        from rapidfuzz.distance import Levenshtein
-        found = process.extract(term, self._latin, scorer=Levenshtein.distance, score_cutoff=max_dist,
-                                limit=limit)
-        return [(t, int(d)) for t, d, _ in found if t != term]
+        return typo_neighbours(term, self._latin, max_dist, limit)
+
+
+def typo_neighbours(term: str, alphabetic_terms: Sequence[str], max_dist: int, limit: int = 5) -> list[tuple[str, int]]:
+    """The nearest of ``alphabetic_terms`` (sorted) to ``term`` by edit distance, at most ``max_dist`` away."""
+    from rapidfuzz import process
+    from rapidfuzz.distance import Levenshtein
+    found = process.extract(term, alphabetic_terms, scorer=Levenshtein.distance, score_cutoff=max_dist, limit=limit)
+    return [(t, int(d)) for t, d, _ in found if t != term]
 
 
 class PostingSource:
