@@ -282,16 +282,18 @@ class Watcher:
         self.entries_wd: int | None = None
         self.pending: set[str] = set()
         self.full = True           # the first apply is a full refresh
+        self.gone = False          # set when the watcher can no longer vouch: it then says no and exits
         self._watch_entries()
         self.con = catalog.connect(self.db_path)
         self.ident = identity(self.db_path)
-        self.gone = False
 
     def _watch_entries(self) -> None:
         try:
             self.entries_wd = self.ino.add(self.root / "entries", ENTRY_EVENTS)
         except OSError:
             self.entries_wd = None     # no entries/ (yet): the root watch tells when it appears
+            if os.path.lexists(self.root / "entries"):
+                self.gone = True       # there but not watchable (e.g. a symlink): we could not vouch for it
         self.full = True
 
     def drain(self) -> None:
@@ -364,6 +366,8 @@ def serve(root: Path, idle_seconds: float) -> str:
     dir_fd = os.open(w.state_dir, os.O_RDONLY | os.O_DIRECTORY)
     addr = _sock_path(w.state_dir, dir_fd)
     try:
+        if w.gone:
+            return "entries/ cannot be watched (a symlink?)"
         w.apply()                               # the initial full refresh, before anyone is told "ok"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(addr)                     # a dead watcher's socket (we hold the lock, so it is not live)

@@ -300,3 +300,31 @@ def test_doctor_reports_the_watcher(watched, cli):
     pid = watch.running_pid(v.state_dir)
     out = cli("memory", "doctor", "--vault", str(v.root))
     assert f"the index watcher (process {pid}) is running and answers" in out.stdout + out.stderr
+
+
+def test_an_unwatchable_entries_folder_is_never_vouched_for(tmp_path, clock):
+    """entries/ as a symlink: inotify would watch nothing inside it, so the watcher must not answer for it."""
+    import random
+
+    v = init_vault(tmp_path / "vault", clock=clock, rng=random.Random(7))
+    configure(v.root, watch_min_entries=1)
+    try:
+        a = make(v, "Deploys need a green build", "Never deploy a red main branch.")
+        write(v, a)
+        real = tmp_path / "real-entries"
+        shutil.move(str(v.root / "entries"), real)
+        (v.root / "entries").symlink_to(real)
+        con, res = open_(v)
+        assert res.via == "scan" and top(con, "green build") == a.path
+        con.close()
+        pid = watch.running_pid(v.state_dir)
+        if pid:
+            wait_for(lambda: not alive(pid), what="the watcher to give up")
+        assert "cannot be watched" in (v.state_dir / watch.LOG).read_text()
+        p = real / Path(a.path).name
+        p.write_text(p.read_text("utf-8").replace("red main branch", "pelican hotfix"), "utf-8")
+        con, res = open_(v)
+        assert res.via == "scan" and top(con, "pelican hotfix") == a.path
+    finally:
+        v.close()
+        kill_watcher(v.state_dir)
