@@ -19,8 +19,9 @@ Life cycle. A reader that had to scan a vault of at least ``index.watch_min_entr
 (``posix_spawn``, its own session, holding ``.acpmem/locks/watch.flock`` so there is only ever one per vault). The
 watcher registers its inotify watches, does one full refresh, and only then listens. It exits after
 ``index.watch_idle_minutes`` without a request, when the vault's folders go away, when the database is replaced, and
-on any error (logged to ``.acpmem/watch.log``); the next reader then scans and starts another. ``index.watch =
-false`` or ``ACPMEM_NO_WATCH=1`` turns it off. Other systems than Linux have no inotify: readers always scan there.
+on any error (logged to ``.acpmem/watch.log``); readers then scan, and start another watcher once ten minutes have
+passed since the error (``.acpmem/watch.failed``). ``index.watch = false`` or ``ACPMEM_NO_WATCH=1`` turns it off.
+Other systems than Linux have no inotify: readers always scan there.
 """
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ from pathlib import Path
 SOCK = "watch.sock"
 LOCK = "watch.flock"
 LOG = "watch.log"
+FAILED = "watch.failed"    # when the last watcher stopped on an error (its mtime)
+RETRY_AFTER_S = 600.0
 MAX_LOG_BYTES = 256 * 1024
 DEBOUNCE_S = 0.2         # changes are applied this long after they stop coming, so a recall finds them done
 SYNC_TIMEOUT_S = 30.0     # a watcher applying a large checkout may take a while; then the reader scans itself
@@ -183,8 +186,13 @@ def running_pid(state_dir: Path) -> int | None:
 
 
 def start(root: Path, state_dir: Path) -> int | None:
-    """Start a detached watcher unless one holds the lock; its pid, or None."""
+    """Start a detached watcher unless one holds the lock, or one failed in the last ``RETRY_AFTER_S`` (an
+    inotify limit reached, say: every recall would otherwise pay for a watcher that cannot start); its pid, or
+    None."""
     _reap()
+    with contextlib.suppress(OSError):
+        if time.time() - os.stat(Path(state_dir) / FAILED).st_mtime < RETRY_AFTER_S:
+            return None
     try:
         fd = _try_lock(state_dir)
     except OSError:
@@ -373,6 +381,8 @@ def serve(root: Path, idle_seconds: float) -> str:
             os.unlink(addr)                     # a dead watcher's socket (we hold the lock, so it is not live)
         listener.bind(addr)
         listener.listen(16)
+        with contextlib.suppress(FileNotFoundError):
+            (w.state_dir / FAILED).unlink()
         listener.setblocking(False)
         last = time.monotonic()
         due = None        # when the changes seen so far are applied without waiting for a request
@@ -444,8 +454,10 @@ def main(root: str, lock_fd: int | None = None) -> None:
         _log(f"stopped: {why}")
     except _Terminated:
         _log("stopped: terminated")
-    except Exception as exc:   # the readers scan without us; the next one starts a fresh watcher
+    except Exception as exc:   # the readers scan without us; a new watcher is tried after RETRY_AFTER_S
         _log(f"stopped on error: {type(exc).__name__}: {exc}")
+        with contextlib.suppress(OSError):
+            (path / ".acpmem" / FAILED).write_text(f"{type(exc).__name__}: {exc}\n")
     finally:
         os.close(lock_fd)
 

@@ -328,3 +328,26 @@ def test_an_unwatchable_entries_folder_is_never_vouched_for(tmp_path, clock):
     finally:
         v.close()
         kill_watcher(v.state_dir)
+
+
+def test_a_failing_watcher_is_not_restarted_on_every_recall(watched):
+    v = watched
+    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
+    (v.state_dir / watch.SOCK).mkdir()          # the watcher cannot bind its socket there
+    open_(v)[0].close()
+    wait_for(lambda: (v.state_dir / watch.FAILED).exists(), what="the watcher to fail")
+    wait_for(lambda: watch.running_pid(v.state_dir) is None, what="the failed watcher to exit")
+    assert "stopped on error" in (v.state_dir / watch.LOG).read_text()
+    for _ in range(3):                            # readers scan, and do not start another watcher yet
+        con, res = open_(v)
+        assert res.via == "scan" and top(con, "kafka offsets")
+        con.close()
+    assert watch.running_pid(v.state_dir) is None
+    assert (v.state_dir / watch.LOG).read_text().count("watching") == 1
+    # ten minutes later (the marker's age) a reader tries again, and a working watcher removes the marker
+    (v.state_dir / watch.SOCK).rmdir()
+    old = time.time() - watch.RETRY_AFTER_S - 1
+    os.utime(v.state_dir / watch.FAILED, (old, old))
+    open_(v)[0].close()
+    ready(v)
+    assert not (v.state_dir / watch.FAILED).exists()
