@@ -12,7 +12,6 @@ import os
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-TYPE_CHECKING = False  # typing costs ~5 ms at start-up; annotations only
 
 from acpmem import catalog, reads
 from acpmem.discovery import STATE_DIRNAME, discover, session_folder
@@ -20,6 +19,7 @@ from acpmem.errors import AmbiguousId, EntryNotFound, LockTimeout, UsageError
 from acpmem.model import Entry, parse_iso, utc_iso
 from acpmem.settings import Settings, load_settings
 
+TYPE_CHECKING = False  # typing costs ~5 ms at start-up; annotations only
 if TYPE_CHECKING:
     from acpmem.catalog import Problem
     from acpmem.score import Scored
@@ -63,7 +63,7 @@ class VaultReader:
         self.entries_dir = self.root / "entries"
         self.state_dir = self.root / STATE_DIRNAME
         self.clock = clock
-        self._rng = rng
+        self._rng = rng  # used by Vault (ids, lock back-off); taken here so both are opened alike
         self._settings: Settings | None = None
         self._con = None
         self.warnings: list[str] = []
