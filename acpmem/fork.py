@@ -317,8 +317,22 @@ def process_requests(vault, ids: list[str], *, extractor: str | None = None, exp
         return [process_request(vault, rid, extractor=extractor, explicit=explicit, env=env, progress=progress)
                 for rid in ids]
     with queue.worker_lock(vault.state_dir, timeout=lock_timeout):
-        return [process_request(vault, rid, extractor=extractor, explicit=explicit, env=env, progress=progress)
-                for rid in ids]
+        outcomes = [process_request(vault, rid, extractor=extractor, explicit=explicit, env=env, progress=progress)
+                    for rid in ids]
+    _hand_over(vault)
+    return outcomes
+
+
+def _hand_over(vault) -> None:
+    """After holding the worker lock without being the worker: a request submitted meanwhile found the lock taken
+    and was told a worker runs, so start one if anything is due (the worker itself looks again the same way when it
+    releases the lock)."""
+    now = queue._utc(vault.clock())
+    try:
+        if any(r.due(now) for r in queue.list_requests(vault.state_dir)[0]):
+            queue.start_worker(vault.root, vault.state_dir)
+    except OSError as exc:
+        vault.warnings.append(f"could not start the background worker ({exc}); pending requests stay pending")
 
 
 def process_request(vault, request_id: str, *, extractor: str | None = None, explicit: bool = False, env=None,

@@ -117,6 +117,31 @@ def test_the_worker_in_process_respects_backoff_and_releases_the_lock(vault):
     assert queue.list_requests(v.state_dir) == ([], []) and len(fork_commits(v)) == 1
 
 
+def test_a_commit_made_while_an_inline_extraction_holds_the_lock_is_still_extracted(vault):
+    """A background commit that finds the worker lock taken is told a worker runs. When the holder is an inline
+    extraction (`commit --wait`, `extract`), not the worker, it must hand the queue over when it lets go."""
+    from acpmem import fork
+
+    v = configure(vault, extractor="offline")
+    fd = queue.try_worker_lock(v.state_dir)
+    own = queue.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
+                       transcript=CHAT)
+    os.close(fd)
+    late: list = []
+
+    def meanwhile(rid: str, what: str) -> None:     # runs while process_requests holds the lock
+        if not late:
+            late.append(queue.submit(v, type="lesson", note="the appender must flush before rotate",
+                                     importance=6, session="s1", seq=6, transcript=CHAT))
+
+    outs = fork.process_requests(v, [own.request_id], explicit=True, progress=meanwhile)
+    assert [o.status for o in outs] == ["written"]
+    assert late and late[0].worker == "running"     # it found the lock taken
+    wait_idle(v)                                   # and is extracted all the same, by a worker started on release
+    assert queue.find_done(v.state_dir, late[0].request_id)["status"] == "written"
+    assert len(fork_commits(v)) == 2
+
+
 # --------------------------------------------------------------------------------------------- real processes
 
 def test_commit_starts_a_detached_worker_that_drains_and_exits(vault):
