@@ -188,7 +188,7 @@ def resident_index(vault: VaultReader, *, session: str | None = None, refresh: b
     if snap_path is not None:
         snap_path.parent.mkdir(parents=True, exist_ok=True)
         if refresh:
-            from acpmem.vault import atomic_write
+            from acpmem.files import atomic_write
 
             atomic_write(snap_path, text)
         else:

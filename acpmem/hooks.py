@@ -78,12 +78,12 @@ def parse_event(raw: str | bytes) -> dict:
 
 def _open_vault(event: dict, explicit: str | os.PathLike | None, env: dict):
     """The vault for this event, or None when none is configured (memory is optional)."""
+    from acpmem.api import VaultReader   # both events only read (and keep session ledgers)
     from acpmem.discovery import ENV_VAULT, discover
-    from acpmem.vault import Vault
 
     cwd = Path(event.get("cwd") or os.getcwd())
     try:
-        return Vault(discover(explicit, cwd=cwd, env=env))
+        return VaultReader(discover(explicit, cwd=cwd, env=env))
     except VaultNotFound:
         if explicit or env.get(ENV_VAULT):
             raise
@@ -97,7 +97,7 @@ def record_session(vault, session: str, event: dict) -> None:
     if not transcript:
         return
     from acpmem.api import session_dir
-    from acpmem.vault import atomic_write
+    from acpmem.files import atomic_write
 
     path = session_dir(vault, session) / CLAUDE_CODE_RECORD
     data = {"session_id": session, "transcript_path": transcript, "cwd": event.get("cwd"),

@@ -162,7 +162,7 @@ def recall(vault: Vault, query: str, limit: int = 5, types: Iterable[str] | None
     vault.mark_read(ids)
     now = vault.now()
     if sdir is not None:
-        from acpmem.vault import atomic_write
+        from acpmem.files import atomic_write
 
         with _session_lock(sdir):
             ledger = _read_ledger(sdir)
@@ -265,7 +265,7 @@ def surface(vault: Vault, session: str, at: datetime | None = None, seed: int | 
         if picked:
             ledger["surfaced"] = ledger["surfaced"] + [p.entry.id for p in picked]
             ledger["used_bytes"] = used
-            from acpmem.vault import atomic_write
+            from acpmem.files import atomic_write
 
             atomic_write(sdir / LEDGER, json.dumps(ledger, ensure_ascii=False, indent=1))
     if picked:

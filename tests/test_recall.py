@@ -214,3 +214,25 @@ def test_acpmems_own_lookups_do_not_mark_read(example_vault):
     assert "SQLite" in related[0].title
     assert {e.id: e.last_read for e in v.load().entries} == before
     assert not (v.state_dir / "reads.log").exists()
+
+
+RECALL_PROBE = """
+import json, sys
+from acpmem.entry import _fast
+code = _fast(["recall", "--json", "--session", "s1", "--vault", sys.argv[1], sys.argv[2]])
+sys.stderr.write(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+@pytest.mark.parametrize("query", ["sqlite queue", "上传大文件"])
+def test_recall_loads_no_write_machinery_typer_jieba_or_dataclasses(example_vault, query):
+    from acpmem import index
+
+    index.open_index(example_vault.state_dir, example_vault.root)[0].close()   # documents indexed beforehand
+    p = subprocess.run([sys.executable, "-c", RECALL_PROBE, str(example_vault.root), query], capture_output=True,
+                       text=True, timeout=60)
+    report = json.loads(p.stderr.strip().splitlines()[-1])
+    assert report["code"] == 0 and json.loads(p.stdout)["hits"]
+    loaded = set(report["modules"])
+    assert "acpmem.index" in loaded
+    assert not loaded & {"acpmem.vault", "typer", "rjieba", "dataclasses", "inspect", "typing", "yaml", "socket"}
