@@ -15,8 +15,9 @@ kind and the public prefix, never the secret.
 from __future__ import annotations
 
 import base64
-import bisect
 import binascii
+import bisect
+import functools
 import json
 import math
 import re
@@ -179,9 +180,15 @@ def _key_blocks(text: str) -> list[tuple[int, Finding]]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _any_needle() -> re.Pattern:
+    """One search for every specific rule's needles: most text has none, and then no rule needs a look."""
+    return re.compile("|".join(re.escape(n) for *_, needles in _SPECIFIC for n in needles))
+
+
 def _regex_findings(text: str) -> list[tuple[int, Finding]]:
     out = _key_blocks(text) if "PRIVATE KEY" in text or "PuTTY-User-Key-File" in text else []
-    for rank, (kind, pattern, group, prefix, needles) in enumerate(_SPECIFIC):
+    for rank, (kind, pattern, group, prefix, needles) in enumerate(_SPECIFIC if _any_needle().search(text) else ()):
         if not any(n in text for n in needles):
             continue
         for m in re.finditer(pattern, text):          # compiled on first use, then from re's cache
