@@ -287,8 +287,95 @@ def _needs_no_event_check(text: str) -> bool:
                 or "\n---" in text or "\n..." in text)
 
 
+# The frontmatter acpmem writes, read without PyYAML: ``key: scalar`` lines and block lists of flat mappings
+# (citations). Anything else — flow collections, block scalars, comments, blank or tab-indented lines, escapes in
+# double quotes, odd characters, a duplicate key — returns None and goes to the YAML loader, which stays the
+# definition (a test compares the two on generated input).
+_FAST_KEY = r"[A-Za-z_][A-Za-z0-9_]*"
+_FAST_LINE = re.compile(r"(" + _FAST_KEY + r"):(?: (.*))?")
+_FAST_ITEM = re.compile(r"(- |  )(" + _FAST_KEY + r"): (.*)")
+_FAST_PLAIN = re.compile(r"[^\s\-?:,\[\]{}#&*!|>'\"%@`](?:[^:#\s]|:(?=\S)|(?<=\S)#|[ ](?=[^\s#]))*")
+_FAST_DQ = re.compile(r'"([^"\\]*)"')
+_FAST_SQ = re.compile(r"'((?:[^']|'')*)'")
+_FAST_BAD = re.compile("[^\x0A\x20-\x7E\xA0-\uD7FF\uE000-\uFFFD\U00010000-\U0010ffff]|[\u2028\u2029\uFEFF]")
+_FAST_RESOLVE = (
+    (re.compile(r"(?:true|True|TRUE)\Z"), lambda v: True),
+    (re.compile(r"(?:false|False|FALSE)\Z"), lambda v: False),
+    (re.compile(r"(?:~|null|Null|NULL|)\Z"), lambda v: None),
+    (re.compile(r"(?:[-+]?[1-9][0-9]*|0)\Z"), int),
+    (re.compile(r"[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\Z"), float),
+)
+
+
+def _fast_scalar(raw: str):
+    """A value as the restricted loader reads it, or ``_FAST_NO``."""
+    if raw[:1] == '"':
+        m = _FAST_DQ.fullmatch(raw)
+        return m.group(1) if m else _FAST_NO
+    if raw[:1] == "'":
+        m = _FAST_SQ.fullmatch(raw)
+        return m.group(1).replace("''", "'") if m else _FAST_NO
+    if raw and not _FAST_PLAIN.fullmatch(raw):
+        return _FAST_NO
+    for rx, make in _FAST_RESOLVE:
+        if rx.match(raw):
+            return make(raw)
+    return raw
+
+
+_FAST_NO = object()
+
+
+def _fast_mapping(text: str) -> dict | None:
+    if not text or "\r" in text or _FAST_BAD.search(text):
+        return None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    out: dict = {}
+    i, n = 0, len(lines)
+    while i < n:
+        m = _FAST_LINE.fullmatch(lines[i])
+        if m is None or m.group(1) in out or _FAST_RESOLVE_KEY.match(m.group(1)) or len(m.group(1)) > 128:
+            return None
+        key, raw = m.group(1), m.group(2)
+        i += 1
+        if raw is None and i < n and lines[i][:2] == "- ":    # a block list of flat mappings
+            items: list = []
+            while i < n and lines[i][:2] == "- ":
+                item: dict = {}
+                while i < n:
+                    im = _FAST_ITEM.fullmatch(lines[i])
+                    if im is None or (im.group(1) == "- ") != (not item) or im.group(2) in item \
+                            or _FAST_RESOLVE_KEY.match(im.group(2)):
+                        break
+                    value = _fast_scalar(im.group(3))
+                    if value is _FAST_NO:
+                        return None
+                    item[im.group(2)] = value
+                    i += 1
+                    if i < n and lines[i][:2] != "  ":
+                        break
+                if not item or (i < n and lines[i][:2] == "  "):
+                    return None
+                items.append(item)
+            out[key] = items
+            continue
+        value = _fast_scalar("" if raw is None else raw)
+        if value is _FAST_NO or (raw is not None and raw == ""):
+            return None
+        out[key] = value
+    return out
+
+
+_FAST_RESOLVE_KEY = re.compile(r"(?:true|True|TRUE|false|False|FALSE|null|Null|NULL)\Z")
+
+
 def load_yaml_mapping(text: str, path: str) -> dict:
     """Load one YAML mapping with the restricted loader, rejecting anchors, aliases and explicit tags."""
+    fast = _fast_mapping(text)
+    if fast is not None:
+        return fast
     yaml, Loader, _ = _yaml()
     try:
         for ev in () if _needs_no_event_check(text) else yaml.parse(text, Loader=Loader):

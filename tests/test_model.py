@@ -215,3 +215,97 @@ def test_frontmatter_acpmem_writes_is_parsed_once_and_hostile_yaml_is_still_walk
         with pytest.raises(EntryInvalid, match=reason):
             load_yaml_mapping(text, "entries/x.md")
     assert load_yaml_mapping("%YAML 1.1\n--- \na: 1\n", "entries/x.md") == {"a": 1}
+
+
+# ----------------------------------------------------------------------- the frontmatter fast path (no PyYAML)
+
+def _typed(x):
+    """A value with the type of every part spelled out (True == 1 and 1 == 1.0 in Python; not here)."""
+    if isinstance(x, dict):
+        return ("dict", [(_typed(k), _typed(v)) for k, v in x.items()])
+    if isinstance(x, list):
+        return ("list", [_typed(v) for v in x])
+    return (type(x).__name__, x)
+
+
+def _by_yaml(text: str):
+    from acpmem import model
+
+    yaml, Loader, _ = model._yaml()
+    try:
+        return _typed(yaml.load(text, Loader=Loader))
+    except yaml.YAMLError:
+        return "error"
+
+
+_PIECES = ["a", "b", "id", "seq", "true", "Null", "x" * 130, "abc", "12", "-3", "+4", "0", "007", "1.5", ".5", "1e3",
+           "~", "null", "True", "no", "2026-11-29T14:03:11Z", "12:30", "http://x.y/z", "50%", "a#b", "a #b", "a: b",
+           "a:", ":a", "'q'", "'it''s'", '"dq"', '"a\\nb"', '"x', "'x", "é", "中文", "a  b", "a b", " ", "", "-", "- a",
+           "[a]", "{a: 1}", "&x", "*x", "!t", "|", ">", "%", "@", "`", ",", "?", "\t", "\x85", "\u2028", "#c", "=",
+           "<<", "..."]
+
+
+def test_fast_frontmatter_reads_exactly_what_yaml_reads():
+    """The hand parser either declines (None) or returns exactly what the restricted YAML loader returns, types
+    included, over generated frontmatter built from awkward pieces."""
+    from hypothesis import given, settings, strategies as st
+
+    from acpmem import model
+
+    keys = ["id", "title", "citation", "seq", "session", "x_y", "_"] * 3 + ["true", "null", "k" * 130]
+    safe = st.sampled_from(["a", "abc", "12", "0", "1.5", "+4", "null", "True", "2026-11-29T14:03:11Z", "12:30",
+                            "http://x.y/z", "中文", "a b", "'it''s'", '"dq"', "50%", "a#b", ".5", "no", "~"])
+    value = st.one_of(*[safe] * 6, st.lists(st.sampled_from(_PIECES), max_size=3).map("".join))
+    sep = st.sampled_from([": "] * 12 + [":", ":  ", " : "])
+
+    def mapping_lines(pairs, first_prefix="", prefix=""):
+        return [(first_prefix if i == 0 else prefix) + f"{k}{s}{v}" for i, (k, s, v) in enumerate(pairs)]
+
+    pairs = st.lists(st.tuples(st.sampled_from(keys), sep, value), min_size=1, max_size=3, unique_by=lambda t: t[0])
+    item = pairs.map(lambda ps: "\n".join(mapping_lines(ps, "- ", "  ")))
+    odd = st.sampled_from(["", "# comment", "  indented: x", "- loose", "---", "  - nested: 1", "\t", "key:   x"])
+
+    @st.composite
+    def text(draw):
+        lines, used = [], set()
+        for _ in range(draw(st.integers(1, 6))):
+            kind = draw(st.sampled_from(["scalar"] * 8 + ["block"] * 3 + ["odd"] + ["dup"]))
+            k = draw(st.sampled_from(keys))
+            if kind == "odd":
+                lines.append(draw(odd))
+                continue
+            if k in used and kind != "dup":
+                continue
+            used.add(k)
+            if kind == "block":
+                lines.append(k + ":\n" + "\n".join(draw(st.lists(item, min_size=1, max_size=3))))
+            else:
+                lines.append(f"{k}{draw(sep)}{draw(value)}")
+        return "\n".join(lines) + "\n"
+
+    seen = {"fast": 0, "declined": 0}
+
+    @settings(max_examples=2000, deadline=None, database=None)
+    @given(text())
+    def check(t):
+        fast = model._fast_mapping(t)
+        if fast is None:
+            seen["declined"] += 1
+            return
+        seen["fast"] += 1
+        assert _typed(fast) == _by_yaml(t), t
+
+    check()
+    assert seen["fast"] > 250 and seen["declined"] > 250   # both sides of the line were exercised
+
+
+def test_fast_frontmatter_takes_what_acpmem_writes():
+    from acpmem import model
+
+    e = Entry(id="k3f9x2", title="Retry: uploads #3 — don't give up", type="lesson", importance=7,
+              created="2026-11-01T10:00:00Z", body="b\n", citation=(Citation("a41f0c2e", 213),
+                                                                      Citation("s-2", "1270-1290")),
+              superseded_by="q8z")
+    fm = new_entry_text(e).split("---\n")[1]
+    assert model._fast_mapping(fm) is not None
+    assert parse_entry(new_entry_text(e)).meta() == e.meta()
