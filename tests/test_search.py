@@ -155,6 +155,13 @@ def test_typo_queries(kernel_index, query, want):
     assert _rank_of(kernel_index, query, want) == 1
 
 
+def test_a_swapped_pair_of_letters_is_one_typo():
+    """An adjacent transposition counts as one edit (it is two for plain Levenshtein, too many for a short word)."""
+    index = MemoryIndex([SearchDoc("a", "Antagonism between the two teams"), SearchDoc("b", "Agonizing waits")])
+    hits = index.search("anatgonism")
+    assert hits and hits[0].id == "a" and hits[0].explain["terms"]["anatgonism"]["via"] == "typo"
+
+
 @pytest.mark.parametrize("query,want", [("缓存", "b19"), ("文件上传", "b30"), ("试验证明", "b31"), ("图表可视化", "b32"),
                                         ("身份验证", "b5")])
 def test_chinese_queries(kernel_index, query, want):
