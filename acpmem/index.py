@@ -87,6 +87,8 @@ _STALE_SQL = """SELECT d.key FROM json_each(?) j JOIN idx_docs d ON d.path = j.v
 _MISSING_SQL = """SELECT f.path, f.sig, f.data FROM json_each(?) j JOIN files f ON f.path = j.value
                   LEFT JOIN idx_docs d ON d.path = f.path
                   WHERE f.ok = 1 AND (d.key IS NULL OR d.sig <> f.sig) ORDER BY f.path"""
+PRUNE_FROM_POSTINGS = 20_000   # below this many postings a query is scored whole (pruning costs a second query)
+PROBE_COST = 0.35              # a primary-key probe, relative to one posting of a scan (measured at 100,000 entries)
 CHUNK = 2000  # paths per write transaction: a long rebuild never holds the write lock for long
 
 
@@ -479,31 +481,87 @@ class IndexSource:
             lens[key] = (l0, l1, l2, l3)
         return out
 
+    prune_from = PRUNE_FROM_POSTINGS
+
     def candidates(self, groups: Sequence[QueryGroup], n: int) -> list[int]:
         """The ``n`` best documents by term score, found inside SQLite (``rank`` then scores these exactly with
         ``score_query``): the same BM25F as ``search._bm25f`` and the same best-term-per-group sum, so that a
-        query's tens of thousands of postings never become Python objects."""
+        query's tens of thousands of postings never become Python objects.
+
+        With many postings, MaxScore prunes: no document takes more from a term than weight × idf × (k1 + 1). The
+        documents of the strongest terms give a score ``theta`` that the ``n``-th best reaches at least; a document
+        holding only terms whose bounds (best per query word) add up below ``theta`` cannot be in the top ``n``,
+        so only documents holding one of the other terms are scored, fully — when that is cheaper than scanning
+        every posting."""
         total = self.stats.n_docs
         rows: list[tuple[int, int, float]] = []
+        dfs: dict[int, int] = {}
         for gi, g in enumerate(groups):
             for qt in g.terms:
                 found = self.vocabulary.lookup(qt.term)
                 if found:
                     tid, df = found
+                    dfs[tid] = df
                     rows.append((gi, tid, qt.weight * math.log(1 + (total - df + 0.5) / (df + 0.5))))
         if not rows:
             return []
+        if sum(dfs.values()) < self.prune_from:
+            return [k for k, _ in self._top(rows, n, None)]
+        bound = {tid: w * (K1 + 1) for _, tid, w in rows}    # no document takes more from a term
+        group = {tid: gi for gi, tid, _ in rows}
+        # theta: the n-th best score among the documents of the strongest terms (enough of them for n documents)
+        seed_terms: list[int] = []
+        for tid in sorted(bound, key=lambda t: (-bound[t], dfs[t])):
+            seed_terms.append(tid)
+            if sum(dfs[t] for t in seed_terms) >= 2 * n:
+                break
+        whole = sum(dfs.values())
+
+        def cheaper(terms) -> bool:     # scoring from these terms' documents beats scanning every posting
+            return sum(dfs[t] for t in terms) * (1 + len(rows)) * PROBE_COST < whole
+
+        if not cheaper(seed_terms):
+            return [k for k, _ in self._top(rows, n, None)]
+        seed = self._top(rows, n, sorted(seed_terms))
+        if len(seed) < n:
+            return [k for k, _ in self._top(rows, n, None)]
+        theta = seed[-1][1]
+        # the weakest terms, as long as a document holding only those stays below theta
+        weak: set[int] = set()
+        best_in: dict[int, float] = {}
+        for tid in sorted(bound, key=bound.get):
+            trial = dict(best_in)
+            trial[group[tid]] = max(trial.get(group[tid], 0.0), bound[tid])
+            if sum(trial.values()) >= theta:
+                break
+            best_in, weak = trial, weak | {tid}
+        essential = sorted(set(bound) - weak)
+        if set(essential) <= set(seed_terms):
+            return [k for k, _ in seed]
+        return [k for k, _ in self._top(rows, n, essential if weak and cheaper(essential) else None)]
+
+    def _top(self, rows: list[tuple[int, int, float]], n: int, holding: list[int] | None) -> list[tuple[int, float]]:
+        """(key, score) of the ``n`` best documents over all query terms; with ``holding``, among the documents
+        that hold one of those term ids only."""
         tfw, fparams = [], []
         for i, (w, avg) in enumerate(zip(FIELD_WEIGHTS, self.stats.avg_len)):
             tfw.append(f"? * p.f{i} / (? + ? * d.l{i} / ?)")
             fparams += [w, 1 - B, B, avg or 1]
-        sql = (f"WITH q(g, tid, w) AS (VALUES {','.join('(?,?,?)' for _ in rows)}) "
-               "SELECT key FROM (SELECT key, g, max(w * tfw * ? / (? + tfw)) AS best FROM ("
-               f"SELECT p.key AS key, q.g AS g, q.w AS w, ({' + '.join(tfw)}) AS tfw "
-               f"FROM q JOIN idx_post p ON p.tid = q.tid JOIN idx_lens d ON d.key = p.key WHERE 1{self._where}) "
-               "GROUP BY key, g) GROUP BY key ORDER BY sum(best) DESC, key LIMIT ?")
-        params = [x for r in rows for x in r] + [K1 + 1, K1] + fparams + self._params + [n]
-        return [k for (k,) in self._con.execute(sql, params)]
+        ctes = f"q(g, tid, w) AS (VALUES {','.join('(?,?,?)' for _ in rows)})"
+        params: list = [x for r in rows for x in r]
+        if holding is None:
+            scan = f"q JOIN idx_post p ON p.tid = q.tid JOIN idx_lens d ON d.key = p.key WHERE 1{self._where}"
+        else:   # driven by those documents, each probing the query's postings by primary key
+            ctes += f", e(key) AS (SELECT DISTINCT key FROM idx_post WHERE tid IN ({','.join('?' * len(holding))}))"
+            params += holding
+            scan = ("e CROSS JOIN idx_lens d CROSS JOIN q CROSS JOIN idx_post p "
+                    f"WHERE d.key = e.key AND p.tid = q.tid AND p.key = e.key{self._where}")
+        sql = (f"WITH {ctes} SELECT key, sum(best) AS s FROM ("
+               "SELECT key, g, max(w * tfw * ? / (? + tfw)) AS best FROM ("
+               f"SELECT d.key AS key, q.g AS g, q.w AS w, ({' + '.join(tfw)}) AS tfw FROM {scan}) "
+               "GROUP BY key, g) GROUP BY key ORDER BY s DESC, key LIMIT ?")
+        params += [K1 + 1, K1] + fparams + self._params + [n]
+        return self._con.execute(sql, params).fetchall()
 
     def doc_len(self, key: int) -> tuple[int, ...]:
         got = self._lens.get(key)

@@ -107,6 +107,15 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
     best = sorted(scores.values(), reverse=True)[:300]
     picked = src.candidates(groups, 300)
     assert len(set(picked)) == 300
+    # MaxScore pruning (on from 20,000 postings; forced here) picks the same documents as scoring everything
+    src.prune_from = 0
+    for q in ("cache retry", "shard quota lease", "webhook the index", "upload", "token worker deploy schema"):
+        g = plan_query(q, src.vocabulary)
+        every, _ = score_query(g, src)
+        for n in (5, 40):
+            want = sorted(every.values(), reverse=True)[:n]
+            got = src.candidates(g, n)
+            assert sorted((every[k] for k in got), reverse=True) == pytest.approx(want, rel=1e-12), (q, n)
     # the same documents, up to the last bit of a float sum (SQLite's sum() may add more exactly than Python)
     assert sorted((scores[k] for k in picked), reverse=True) == pytest.approx(best, rel=1e-12)
 
