@@ -292,51 +292,77 @@ def _needs_no_event_check(text: str) -> bool:
 # double quotes, odd characters, a duplicate key — returns None and goes to the YAML loader, which stays the
 # definition (a test compares the two on generated input).
 _FAST_KEY = r"[A-Za-z_][A-Za-z0-9_]*"
-_FAST_LINE = re.compile(r"(" + _FAST_KEY + r"):(?: (.*))?")
-_FAST_ITEM = re.compile(r"(- |  )(" + _FAST_KEY + r"): (.*)")
-_FAST_PLAIN = re.compile(r"[^\s\-?:,\[\]{}#&*!|>'\"%@`](?:[^:#\s]|:(?=\S)|(?<=\S)#|[ ](?=[^\s#]))*")
-_FAST_DQ = re.compile(r'"([^"\\]*)"')
-_FAST_SQ = re.compile(r"'((?:[^']|'')*)'")
-_FAST_BAD = re.compile("[^\x0A\x20-\x7E\xA0-\uD7FF\uE000-\uFFFD\U00010000-\U0010ffff]|[\u2028\u2029\uFEFF]")
-_FAST_RESOLVE = (
-    (re.compile(r"(?:true|True|TRUE)\Z"), lambda v: True),
-    (re.compile(r"(?:false|False|FALSE)\Z"), lambda v: False),
-    (re.compile(r"(?:~|null|Null|NULL|)\Z"), lambda v: None),
-    (re.compile(r"(?:[-+]?[1-9][0-9]*|0)\Z"), int),
-    (re.compile(r"[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\Z"), float),
-)
+_FAST_NO = object()
+_fast_res: dict | None = None
 
 
-def _fast_scalar(raw: str):
+def _fast_re() -> dict:
+    """The fast path's patterns, compiled on first use (the per-turn listing reads no entry file)."""
+    global _fast_res
+    if _fast_res is None:
+        _fast_res = {
+            "line": re.compile(r"(" + _FAST_KEY + r"):(?: (.*))?"),
+            "item": re.compile(r"(- |  )(" + _FAST_KEY + r"): (.*)"),
+            "plain": re.compile(r"[^\s\-?:,\[\]{}#&*!|>'\"%@`](?:[^:#\s]|:(?=\S)|(?<=\S)#|[ ](?=[^\s#]))*"),
+            "dq": re.compile(r'"([^"\\]*)"'),
+            "sq": re.compile(r"'((?:[^']|'')*)'"),
+            # what YAML refuses or reads as a line break: control characters (tab too: the fast path declines it)
+            "bad_ascii": re.compile("[\x00-\x09\x0B-\x1F\x7F]"),
+            "resolve": (
+                (re.compile(r"(?:true|True|TRUE)\Z"), lambda v: True),
+                (re.compile(r"(?:false|False|FALSE)\Z"), lambda v: False),
+                (re.compile(r"(?:~|null|Null|NULL|)\Z"), lambda v: None),
+                (re.compile(r"(?:[-+]?[1-9][0-9]*|0)\Z"), int),
+                (re.compile(r"[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\Z"), float),
+            ),
+            "special_key": re.compile(r"(?:true|True|TRUE|false|False|FALSE|null|Null|NULL)\Z"),
+        }
+    return _fast_res
+
+
+def _bad_wide(text: str) -> bool:
+    """Non-ASCII text: anything outside YAML's printable set, or a character YAML reads as a line break."""
+    global _bad_wide_re
+    if _bad_wide_re is None:   # a wide class: ~5 ms to compile, so only for text that needs it
+        _bad_wide_re = re.compile("[^\x0A\x20-\x7E\xA0-\uD7FF\uE000-\uFFFD\U00010000-\U0010ffff]"
+                                  "|[\u2028\u2029\uFEFF]")
+    return _bad_wide_re.search(text) is not None
+
+
+_bad_wide_re = None
+
+
+def _fast_scalar(raw: str, rx: dict):
     """A value as the restricted loader reads it, or ``_FAST_NO``."""
     if raw[:1] == '"':
-        m = _FAST_DQ.fullmatch(raw)
+        m = rx["dq"].fullmatch(raw)
         return m.group(1) if m else _FAST_NO
     if raw[:1] == "'":
-        m = _FAST_SQ.fullmatch(raw)
+        m = rx["sq"].fullmatch(raw)
         return m.group(1).replace("''", "'") if m else _FAST_NO
-    if raw and not _FAST_PLAIN.fullmatch(raw):
+    if raw and not rx["plain"].fullmatch(raw):
         return _FAST_NO
-    for rx, make in _FAST_RESOLVE:
-        if rx.match(raw):
+    for pattern, make in rx["resolve"]:
+        if pattern.match(raw):
             return make(raw)
     return raw
 
 
-_FAST_NO = object()
-
-
 def _fast_mapping(text: str) -> dict | None:
-    if not text or "\r" in text or _FAST_BAD.search(text):
+    if not text or "\r" in text:
         return None
+    rx = _fast_re()
+    if rx["bad_ascii"].search(text) or (not text.isascii() and _bad_wide(text)):
+        return None
+    line_re, item_re, special = rx["line"], rx["item"], rx["special_key"]
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
     out: dict = {}
     i, n = 0, len(lines)
     while i < n:
-        m = _FAST_LINE.fullmatch(lines[i])
-        if m is None or m.group(1) in out or _FAST_RESOLVE_KEY.match(m.group(1)) or len(m.group(1)) > 128:
+        m = line_re.fullmatch(lines[i])
+        if m is None or m.group(1) in out or special.match(m.group(1)) or len(m.group(1)) > 128:
             return None
         key, raw = m.group(1), m.group(2)
         i += 1
@@ -345,11 +371,11 @@ def _fast_mapping(text: str) -> dict | None:
             while i < n and lines[i][:2] == "- ":
                 item: dict = {}
                 while i < n:
-                    im = _FAST_ITEM.fullmatch(lines[i])
+                    im = item_re.fullmatch(lines[i])
                     if im is None or (im.group(1) == "- ") != (not item) or im.group(2) in item \
-                            or _FAST_RESOLVE_KEY.match(im.group(2)):
+                            or special.match(im.group(2)):
                         break
-                    value = _fast_scalar(im.group(3))
+                    value = _fast_scalar(im.group(3), rx)
                     if value is _FAST_NO:
                         return None
                     item[im.group(2)] = value
@@ -361,14 +387,11 @@ def _fast_mapping(text: str) -> dict | None:
                 items.append(item)
             out[key] = items
             continue
-        value = _fast_scalar("" if raw is None else raw)
+        value = _fast_scalar("" if raw is None else raw, rx)
         if value is _FAST_NO or (raw is not None and raw == ""):
             return None
         out[key] = value
     return out
-
-
-_FAST_RESOLVE_KEY = re.compile(r"(?:true|True|TRUE|false|False|FALSE|null|Null|NULL)\Z")
 
 
 def load_yaml_mapping(text: str, path: str) -> dict:
