@@ -309,3 +309,24 @@ def test_fast_frontmatter_takes_what_acpmem_writes():
     fm = new_entry_text(e).split("---\n")[1]
     assert model._fast_mapping(fm) is not None
     assert parse_entry(new_entry_text(e)).meta() == e.meta()
+
+
+def test_dumping_a_whole_frontmatter_equals_dumping_each_key():
+    """``dump_yaml`` renders runs of keys in one call; the text must be what rendering key by key gives."""
+    from hypothesis import given, settings, strategies as st
+
+    from acpmem import model
+
+    text = st.one_of(st.text(st.sampled_from(list("ab :#-'\\\"\n\t中é{}[]&*!|>%@`,?0123456789.~")), max_size=12),
+                     st.sampled_from(["null", "true", "no", "2026-11-29T14:03:11Z", "007", "1e3", ""]))
+    scalar = st.one_of(text, st.integers(-5, 10**12), st.none(), st.booleans(), st.floats(allow_nan=False))
+    value = st.one_of(scalar, scalar, st.lists(text, max_size=2), st.dictionaries(text, scalar, max_size=2),
+                      st.lists(st.fixed_dictionaries({"session": text, "seq": scalar}), max_size=2))
+    keys = st.sampled_from(["id", "title", "citation", "source", "supersedes", "x", "tier", "note"])
+
+    @settings(max_examples=400, deadline=None, database=None)
+    @given(st.dictionaries(keys, value, max_size=6))
+    def check(meta):
+        assert model.dump_yaml(meta) == "".join(model._render_key(k, v, "\n") for k, v in meta.items())
+
+    check()
