@@ -19,7 +19,6 @@ Kept light on purpose (no typer, no git, no openai at import): ``commit`` must a
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import random
@@ -30,11 +29,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None
 
 from acpmem.errors import AcpmemError, LockTimeout, UsageError
 
@@ -350,23 +344,11 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
 
 # --------------------------------------------------------------------------------------------- the worker lock
 
-def _lock_path(state_dir: Path) -> Path:
-    p = Path(state_dir) / "locks"
-    p.mkdir(parents=True, exist_ok=True)
-    return p / WORKER_LOCK
-
-
 def try_worker_lock(state_dir: Path) -> int | None:
     """The worker lock's descriptor if it was free (now held), else None."""
-    fd = os.open(_lock_path(state_dir), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EAGAIN, errno.EACCES):
-            return None
-        raise
-    return fd
+    from acpmem.detach import try_lock
+
+    return try_lock(Path(state_dir) / "locks" / WORKER_LOCK)
 
 
 @contextlib.contextmanager
@@ -387,56 +369,17 @@ def worker_lock(state_dir: Path, timeout: float = 120.0, sleep: Callable[[float]
         os.close(fd)
 
 
-_spawned: list[int] = []
-
-
-def _reap() -> None:
-    """Collect the workers this process started that have exited (a long-lived caller must not gather zombies)."""
-    for pid in list(_spawned):
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            done = pid
-        if done:
-            _spawned.remove(pid)
-
-
 def start_worker(root: Path, state_dir: Path) -> bool:
-    """Start a detached worker unless one holds the lock. True when this call started it.
+    """Start a detached worker (``acpmem.detach``) unless one holds the lock. True when this call started it."""
+    from acpmem.detach import reap, spawn
 
-    ``posix_spawn`` rather than ``subprocess``: importing subprocess is a tenth of a commit's start-up. The worker
-    gets its own session, /dev/null as stdin, the log as stdout/stderr, and the locked descriptor (nothing else: our
-    other descriptors are not inheritable)."""
-    _reap()
+    reap()
     fd = try_worker_lock(state_dir)
     if fd is None:
         return False
-    try:
-        log = _open_log(state_dir)
-        try:
-            os.set_inheritable(fd, True)
-            code = f"from acpmem.queue import worker_main; worker_main({str(root)!r}, {fd})"
-            actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                       (os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)]
-            pid = os.posix_spawn(sys.executable, [sys.executable, "-c", code], os.environ, file_actions=actions,
-                                 setsid=True)
-        finally:
-            os.close(log)
-        _spawned.append(pid)
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{pid}\n".encode())   # who holds it, for `doctor` and for people
-    finally:
-        os.close(fd)   # the child holds the lock through its own copy of the descriptor
+    spawn(fd, f"from acpmem.queue import worker_main; worker_main({str(root)!r}, {{fd}})",
+          Path(state_dir) / WORKER_LOG, MAX_LOG_BYTES)
     return True
-
-
-def _open_log(state_dir: Path) -> int:
-    path = Path(state_dir) / WORKER_LOG
-    with contextlib.suppress(FileNotFoundError):
-        if path.stat().st_size > MAX_LOG_BYTES:
-            path.replace(path.with_name(WORKER_LOG + ".1"))
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
 def worker_main(root: str, lock_fd: int | None = None) -> None:

@@ -26,7 +26,6 @@ Other systems than Linux have no inotify: readers always scan there.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import sqlite3
 import struct
@@ -136,97 +135,35 @@ def fresh(con: sqlite3.Connection, root: Path, state_dir: Path, settings=None):
 
 # --------------------------------------------------------------------------------------------- starting
 
-_spawned: list[int] = []
-
-
-def _reap() -> None:
-    for pid in list(_spawned):
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            done = pid
-        if done:
-            _spawned.remove(pid)
-
-
-def _try_lock(state_dir: Path) -> int | None:
-    import fcntl
-
-    locks = Path(state_dir) / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    fd = os.open(locks / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EAGAIN, errno.EACCES):
-            return None
-        raise
-    return fd
+def _lock_path(state_dir: Path) -> Path:
+    return Path(state_dir) / "locks" / LOCK
 
 
 def running_pid(state_dir: Path) -> int | None:
     """The pid of the vault's watcher if one holds the lock (0 if it holds it but the pid is unknown), else None."""
-    import fcntl
+    from acpmem.detach import holder
 
-    try:
-        fd = os.open(Path(state_dir) / "locks" / LOCK, os.O_RDWR)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return None
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    with contextlib.suppress(OSError, ValueError):
-        return int((Path(state_dir) / "locks" / LOCK).read_text().split()[0])
-    return 0
+    return holder(_lock_path(state_dir))
 
 
 def start(root: Path, state_dir: Path) -> int | None:
-    """Start a detached watcher unless one holds the lock, or one failed in the last ``RETRY_AFTER_S`` (an
-    inotify limit reached, say: every recall would otherwise pay for a watcher that cannot start); its pid, or
-    None."""
-    _reap()
+    """Start a detached watcher (``acpmem.detach``) unless one holds the lock, or one failed in the last
+    ``RETRY_AFTER_S`` (an inotify limit reached, say: every recall would otherwise pay for a watcher that cannot
+    start); its pid, or None."""
+    from acpmem.detach import reap, spawn, try_lock
+
+    reap()
     with contextlib.suppress(OSError):
         if time.time() - os.stat(Path(state_dir) / FAILED).st_mtime < RETRY_AFTER_S:
             return None
     try:
-        fd = _try_lock(state_dir)
+        fd = try_lock(_lock_path(state_dir))
+        if fd is None:
+            return None
+        return spawn(fd, f"from acpmem.watch import main; main({str(root)!r}, {{fd}})", Path(state_dir) / LOG,
+                     MAX_LOG_BYTES)
     except OSError:
         return None
-    if fd is None:
-        return None
-    try:
-        log = _open_log(state_dir)
-        try:
-            os.set_inheritable(fd, True)
-            code = f"from acpmem.watch import main; main({str(root)!r}, {fd})"
-            actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                       (os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)]
-            pid = os.posix_spawn(sys.executable, [sys.executable, "-c", code], os.environ, file_actions=actions,
-                                 setsid=True)
-        finally:
-            os.close(log)
-        _spawned.append(pid)
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{pid}\n".encode())
-    except OSError:
-        return None
-    finally:
-        os.close(fd)   # the child holds the lock through its own copy
-    return pid
-
-
-def _open_log(state_dir: Path) -> int:
-    path = Path(state_dir) / LOG
-    with contextlib.suppress(FileNotFoundError):
-        if path.stat().st_size > MAX_LOG_BYTES:
-            path.replace(path.with_name(LOG + ".1"))
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
 def _log(msg: str) -> None:
@@ -439,7 +376,9 @@ def main(root: str, lock_fd: int | None = None) -> None:
         os.chdir("/")     # never keep the caller's folder busy
     path = Path(root)
     if lock_fd is None:
-        lock_fd = _try_lock(path / ".acpmem")
+        from acpmem.detach import try_lock
+
+        lock_fd = try_lock(_lock_path(path / ".acpmem"))
         if lock_fd is None:
             return
     import signal
