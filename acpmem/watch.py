@@ -126,9 +126,11 @@ def fresh(con: sqlite3.Connection, root: Path, state_dir: Path, settings=None):
     catalog.refresh(con, root)
     res = index.update(con)
     if use:
-        minimum = settings.index.watch_min_entries if settings is not None else 5000
-        n = con.execute("SELECT count(*) FROM files").fetchone()[0]
-        if n >= minimum:
+        if settings is None:
+            from acpmem.settings import Settings
+
+            settings = Settings()
+        if con.execute("SELECT count(*) FROM files").fetchone()[0] >= settings.index.watch_min_entries:
             start(root, state_dir)
     return res
 
