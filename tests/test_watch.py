@@ -7,7 +7,6 @@ import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -51,6 +50,21 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def watchers_of(root: Path) -> list[int]:
+    """The live watcher processes started for ``root``, from /proc (no procps needed)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if "acpmem.watch import main" in cmd and str(root) in cmd and alive(int(d.name)):
+            out.append(int(d.name))
+    return out
 
 
 def kill_watcher(state_dir: Path) -> None:
@@ -248,9 +262,7 @@ def test_one_watcher_per_vault_and_a_long_path(tmp_path, clock):
         first = watch.running_pid(v.state_dir)
         assert watch.start(v.root, v.state_dir) is None       # the lock is held: no second watcher
         ready(v)
-        procs = subprocess.run(["pgrep", "-f", "acpmem.watch import main"], capture_output=True, text=True).stdout
-        mine = [int(p) for p in procs.split() if str(v.root) in Path(f"/proc/{p}/cmdline").read_text()]
-        assert mine == [first]
+        assert watchers_of(v.root) == [first]
         (v.root / "entries" / "hand02.md").write_text(
             "---\nid: hand02\ntitle: Written by hand\ntype: lesson\nimportance: 4\ncreated: 2026-11-02T00:00:00Z\n"
             "---\nThe heron cache warms at nine.\n", "utf-8")
