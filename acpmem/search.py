@@ -9,15 +9,17 @@ Two engines live here.
   that a persistent index (SQLite, 100,000 entries) reuses piece by piece:
 
   1. **Analysis** (``analyze``, ``doc_fields``): text → tokens per field. Latin words are split on camelCase and
-     hyphens, stop words dropped, irregular verbs lemmatised, Snowball-stemmed; CJK runs are segmented with
-     jieba (imported only when CJK appears) and also indexed as character bigrams in a low-weight ``gram`` field
-     so a word the segmenter split differently still meets its query. A persistent index stores the output.
+     hyphens, stop words dropped, irregular verbs lemmatised, Snowball-stemmed; CJK runs of documents are
+     segmented with jieba (imported only when CJK appears) and also indexed as character bigrams in a low-weight
+     ``gram`` field so a word the segmenter split differently still meets its query. A persistent index stores
+     the output. Query text is segmented against the vocabulary and the dictionary (``query_cjk_words``).
   2. **Corpus statistics** (``CorpusStats``, ``Vocabulary``): N, per-field average lengths, df per term, and the
      term list. Typo tolerance, prefix matching and translation work from the ``Vocabulary`` alone, so no
      document is scanned to expand a query.
   3. **Scoring** (``plan_query``, ``score_query``, ``rank``): a query becomes groups of weighted terms (the
      word itself, aliases, typo and prefix neighbours, dictionary translations); each group contributes its best
-     BM25F term per document, read from postings (fields title > tags > body > CJK bigrams). ``rank`` then uses
+     BM25F term per document, read from postings (fields title > tags > body > CJK bigrams); a source that can
+     pick the best candidates itself (``index.IndexSource.candidates``) has only those scored here. ``rank`` then uses
      what entries carry, on a bounded pool of the best candidates: a share of a hit's score spreads to entries
      citing neighbouring turns of the same session; entries tagged with a word of the query (a person's name)
      and entries dated near a date the query names are boosted; an entry whose citations repeat those of an
@@ -283,12 +285,10 @@ def latin_words(text: str) -> list[str]:
     return out
 
 
-def cjk_words(run: str, search_mode: bool = True) -> list[str]:
-    """Words of one CJK run; a run with no word of 2+ chars gives bigrams + characters. Documents use jieba's
-    search mode (a long word also yields its sub-words); queries use plain mode, so a query word does not split
-    into fragments that match unrelated documents."""
-    cut = _jieba().cut_for_search if search_mode else _jieba().cut
-    words = [w for w in cut(run) if len(w) >= 2]
+def cjk_words(run: str) -> list[str]:
+    """Words of one CJK run of a document, by jieba's search mode (a long word also yields its sub-words); a run
+    with no word of 2+ chars gives bigrams + characters. Queries are split by ``query_cjk_words`` instead."""
+    words = [w for w in _jieba().cut_for_search(run) if len(w) >= 2]
     if words:
         return words
     return [run[i:i + 2] for i in range(len(run) - 1)] + list(run)
