@@ -76,14 +76,27 @@ def kill_watcher(state_dir: Path) -> None:
 
 
 @pytest.fixture
-def watched(tmp_path, clock):
+def new_vault(tmp_path, clock):
+    """Vaults with the given ``[index]`` settings; each is closed and its watcher stopped at the end."""
     import random
 
-    v = init_vault(tmp_path / "vault", clock=clock, rng=random.Random(7))
-    configure(v.root, watch_min_entries=1, watch_idle_minutes=5.0)
-    yield v
-    v.close()
-    kill_watcher(v.state_dir)
+    made = []
+
+    def make(path: Path | None = None, **index_settings):
+        v = init_vault(path or tmp_path / "vault", clock=clock, rng=random.Random(7))
+        configure(v.root, **index_settings)
+        made.append(v)
+        return v
+
+    yield make
+    for v in made:
+        v.close()
+        kill_watcher(v.state_dir)
+
+
+@pytest.fixture
+def watched(new_vault):
+    return new_vault(watch_min_entries=1, watch_idle_minutes=5.0)
 
 
 def open_(v):
@@ -192,24 +205,17 @@ def test_a_replaced_database_is_not_vouched_for(watched):
     assert open_(v)[1].via == "watcher"
 
 
-def test_idle_watcher_exits_and_cleans_up(tmp_path, clock):
-    import random
-
-    v = init_vault(tmp_path / "vault", clock=clock, rng=random.Random(7))
-    configure(v.root, watch_min_entries=1, watch_idle_minutes=0.02)   # 1.2 s
-    try:
-        write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
-        open_(v)
-        pid = watch.running_pid(v.state_dir)
-        assert pid
-        wait_for(lambda: not alive(pid), what="the idle watcher to exit")
-        assert not (v.state_dir / watch.SOCK).exists()
-        assert watch.running_pid(v.state_dir) is None
-        log = (v.state_dir / watch.LOG).read_text()
-        assert "stopped: idle" in log
-    finally:
-        v.close()
-        kill_watcher(v.state_dir)
+def test_idle_watcher_exits_and_cleans_up(new_vault):
+    v = new_vault(watch_min_entries=1, watch_idle_minutes=0.02)   # 1.2 s
+    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
+    open_(v)
+    pid = watch.running_pid(v.state_dir)
+    assert pid
+    wait_for(lambda: not alive(pid), what="the idle watcher to exit")
+    assert not (v.state_dir / watch.SOCK).exists()
+    assert watch.running_pid(v.state_dir) is None
+    log = (v.state_dir / watch.LOG).read_text()
+    assert "stopped: idle" in log
 
 
 def test_deleting_the_vault_stops_its_watcher(watched):
@@ -224,53 +230,38 @@ def test_deleting_the_vault_stops_its_watcher(watched):
 
 
 @pytest.mark.parametrize("how", ["setting", "env", "small"])
-def test_no_watcher_when_turned_off_or_small(tmp_path, clock, monkeypatch, how):
-    import random
-
-    v = init_vault(tmp_path / "vault", clock=clock, rng=random.Random(7))
+def test_no_watcher_when_turned_off_or_small(new_vault, monkeypatch, how):
     if how == "setting":
-        configure(v.root, watch_min_entries=1, watch="false")
+        v = new_vault(watch_min_entries=1, watch="false")
     elif how == "env":
-        configure(v.root, watch_min_entries=1)
+        v = new_vault(watch_min_entries=1)
         monkeypatch.setenv("ACPMEM_NO_WATCH", "1")
     else:
-        configure(v.root, watch_min_entries=3)
-    try:
-        write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."),
-              make(v, "Deploys need a green build", "Never deploy a red main branch."))
-        for _ in range(2):
-            con, res = open_(v)
-            assert res.via == "scan" and top(con, "kafka offsets")
-            con.close()
-        assert watch.running_pid(v.state_dir) is None
-        assert not (v.state_dir / watch.SOCK).exists()
-    finally:
-        v.close()
-        kill_watcher(v.state_dir)
-
-
-def test_one_watcher_per_vault_and_a_long_path(tmp_path, clock):
-    import random
-
-    deep = tmp_path / ("d" * 60) / ("e" * 60)
-    v = init_vault(deep / "vault", clock=clock, rng=random.Random(7))
-    assert len(str(v.state_dir / watch.SOCK)) > 108     # longer than an AF_UNIX address can be
-    configure(v.root, watch_min_entries=1)
-    try:
-        write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
-        open_(v)[0].close()
-        first = watch.running_pid(v.state_dir)
-        assert watch.start(v.root, v.state_dir) is None       # the lock is held: no second watcher
-        ready(v)
-        assert watchers_of(v.root) == [first]
-        (v.root / "entries" / "hand02.md").write_text(
-            "---\nid: hand02\ntitle: Written by hand\ntype: lesson\nimportance: 4\ncreated: 2026-11-02T00:00:00Z\n"
-            "---\nThe heron cache warms at nine.\n", "utf-8")
+        v = new_vault(watch_min_entries=3)
+    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."),
+          make(v, "Deploys need a green build", "Never deploy a red main branch."))
+    for _ in range(2):
         con, res = open_(v)
-        assert res.via == "watcher" and top(con, "heron cache") == "entries/hand02.md"
-    finally:
-        v.close()
-        kill_watcher(v.state_dir)
+        assert res.via == "scan" and top(con, "kafka offsets")
+        con.close()
+    assert watch.running_pid(v.state_dir) is None
+    assert not (v.state_dir / watch.SOCK).exists()
+
+
+def test_one_watcher_per_vault_and_a_long_path(new_vault, tmp_path):
+    v = new_vault(tmp_path / ("d" * 60) / ("e" * 60) / "vault", watch_min_entries=1)
+    assert len(str(v.state_dir / watch.SOCK)) > 108     # longer than an AF_UNIX address can be
+    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
+    open_(v)[0].close()
+    first = watch.running_pid(v.state_dir)
+    assert watch.start(v.root, v.state_dir) is None       # the lock is held: no second watcher
+    ready(v)
+    assert watchers_of(v.root) == [first]
+    (v.root / "entries" / "hand02.md").write_text(
+        "---\nid: hand02\ntitle: Written by hand\ntype: lesson\nimportance: 4\ncreated: 2026-11-02T00:00:00Z\n"
+        "---\nThe heron cache warms at nine.\n", "utf-8")
+    con, res = open_(v)
+    assert res.via == "watcher" and top(con, "heron cache") == "entries/hand02.md"
 
 
 def test_a_killed_watcher_is_replaced(watched):
@@ -314,32 +305,25 @@ def test_doctor_reports_the_watcher(watched, cli):
     assert f"the index watcher (process {pid}) is running and answers" in out.stdout + out.stderr
 
 
-def test_an_unwatchable_entries_folder_is_never_vouched_for(tmp_path, clock):
+def test_an_unwatchable_entries_folder_is_never_vouched_for(new_vault, tmp_path):
     """entries/ as a symlink: inotify would watch nothing inside it, so the watcher must not answer for it."""
-    import random
-
-    v = init_vault(tmp_path / "vault", clock=clock, rng=random.Random(7))
-    configure(v.root, watch_min_entries=1)
-    try:
-        a = make(v, "Deploys need a green build", "Never deploy a red main branch.")
-        write(v, a)
-        real = tmp_path / "real-entries"
-        shutil.move(str(v.root / "entries"), real)
-        (v.root / "entries").symlink_to(real)
-        con, res = open_(v)
-        assert res.via == "scan" and top(con, "green build") == a.path
-        con.close()
-        pid = watch.running_pid(v.state_dir)
-        if pid:
-            wait_for(lambda: not alive(pid), what="the watcher to give up")
-        assert "cannot be watched" in (v.state_dir / watch.LOG).read_text()
-        p = real / Path(a.path).name
-        p.write_text(p.read_text("utf-8").replace("red main branch", "pelican hotfix"), "utf-8")
-        con, res = open_(v)
-        assert res.via == "scan" and top(con, "pelican hotfix") == a.path
-    finally:
-        v.close()
-        kill_watcher(v.state_dir)
+    v = new_vault(watch_min_entries=1)
+    a = make(v, "Deploys need a green build", "Never deploy a red main branch.")
+    write(v, a)
+    real = tmp_path / "real-entries"
+    shutil.move(str(v.root / "entries"), real)
+    (v.root / "entries").symlink_to(real)
+    con, res = open_(v)
+    assert res.via == "scan" and top(con, "green build") == a.path
+    con.close()
+    pid = watch.running_pid(v.state_dir)
+    if pid:
+        wait_for(lambda: not alive(pid), what="the watcher to give up")
+    assert "cannot be watched" in (v.state_dir / watch.LOG).read_text()
+    p = real / Path(a.path).name
+    p.write_text(p.read_text("utf-8").replace("red main branch", "pelican hotfix"), "utf-8")
+    con, res = open_(v)
+    assert res.via == "scan" and top(con, "pelican hotfix") == a.path
 
 
 def test_a_failing_watcher_is_not_restarted_on_every_recall(watched):
