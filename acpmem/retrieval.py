@@ -24,7 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from acpmem import index, reads, watch
-from acpmem.api import VaultReader as Vault   # the read side is all recall and surfacing need
+from acpmem.api import VaultReader   # the read side is all recall and surfacing need (a Vault is one)
 from acpmem.errors import UsageError
 from acpmem.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
 from acpmem.model import Citation, Entry, Value
@@ -83,7 +83,7 @@ class SurfaceResult(Value):
 
 # --------------------------------------------------------------------------------------------- the index
 
-def _with_index(vault: Vault, work: Callable[[sqlite3.Connection], object]):
+def _with_index(vault: VaultReader, work: Callable[[sqlite3.Connection], object]):
     """Run ``work`` on the vault's database after bringing the catalog and the index in step with the files. An
     unreadable database (junk bytes, a torn file, corrupt pages) is deleted and everything rebuilt, once."""
     for attempt in (0, 1):
@@ -115,7 +115,7 @@ def _effective_last_read(entry: Entry, lr: dict[str, str]) -> Entry:
     return entry.with_changes(last_read=seen) if seen > (entry.last_read or "") else entry
 
 
-def _check_types(vault: Vault, types: Iterable[str] | None) -> tuple[str, ...]:
+def _check_types(vault: VaultReader, types: Iterable[str] | None) -> tuple[str, ...]:
     allowed = vault.settings.types
     if not types:
         return allowed
@@ -128,7 +128,7 @@ def _check_types(vault: Vault, types: Iterable[str] | None) -> tuple[str, ...]:
 
 # --------------------------------------------------------------------------------------------- recall
 
-def recall(vault: Vault, query: str, limit: int = 5, types: Iterable[str] | None = None,
+def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] | None = None,
            include_superseded: bool = False, session: str | None = None, *,
            mark_read: bool = True) -> list[RecallHit]:
     """Search the vault (SPEC §6.3) and return up to ``limit`` hits with their full entries; marks them read.
@@ -173,7 +173,7 @@ def recall(vault: Vault, query: str, limit: int = 5, types: Iterable[str] | None
 
 # --------------------------------------------------------------------------------------------- surfacing
 
-def _session_dir(vault: Vault, session: str) -> Path:
+def _session_dir(vault: VaultReader, session: str) -> Path:
     from acpmem.api import session_dir
 
     return session_dir(vault, session)
@@ -212,7 +212,7 @@ def cap_text(text: str, cap: int, entry_id: str) -> tuple[str, bool]:
     return raw[:room].decode("utf-8", errors="ignore").rstrip() + note, True
 
 
-def surface(vault: Vault, session: str, at: datetime | None = None, seed: int | None = None) -> SurfaceResult:
+def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: int | None = None) -> SurfaceResult:
     """Per-turn surfacing (SPEC §6.2): the top ``[surface] top_n`` live entries by score not yet surfaced (or
     recalled) in ``session``, each capped at ``entry_cap_bytes``, while the session's cumulative
     ``session_budget_bytes`` lasts. Marks them read."""
@@ -282,11 +282,11 @@ def _attrs(entry: Entry) -> dict[str, str]:
             "source": " ".join(f"{k}={v}" for k, v in src.items()) if isinstance(src, dict) else str(src)}
 
 
-def _notice(vault: Vault) -> str:
+def _notice(vault: VaultReader) -> str:
     return DATA_NOTICE_ZH if vault.settings.language == "zh" else DATA_NOTICE_EN
 
 
-def recall_text(vault: Vault, hits: list[RecallHit]) -> str:
+def recall_text(vault: VaultReader, hits: list[RecallHit]) -> str:
     """The data notice, then each hit's title and body framed as data (what a model reads)."""
     if not hits:
         return "未找到相关记忆。" if vault.settings.language == "zh" else "No memory matches that query."
@@ -294,7 +294,7 @@ def recall_text(vault: Vault, hits: list[RecallHit]) -> str:
     return "\n\n".join([_notice(vault), *blocks])
 
 
-def surface_text(vault: Vault, result: SurfaceResult) -> str:
+def surface_text(vault: VaultReader, result: SurfaceResult) -> str:
     """The data notice and the framed entries; when nothing is surfaced, one line saying why."""
     if not result.entries:
         return f"(nothing surfaced: {result.reason})" if result.reason else ""

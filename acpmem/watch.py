@@ -51,12 +51,13 @@ ENTRY_EVENTS = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVE
                 | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW)
 ROOT_EVENTS = IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
 _EVENT = struct.Struct("iIII")
+_MAX_ADDR = 100           # an AF_UNIX address holds 108 bytes; longer paths go through /proc/self/fd
 
 
 def _sock_path(state_dir: Path, dir_fd: int | None = None) -> str:
     """The socket's address: its path, or through /proc when the path is longer than an AF_UNIX address can be."""
     path = str(Path(state_dir) / SOCK)
-    if len(path.encode()) < 100 or dir_fd is None:
+    if len(path.encode()) < _MAX_ADDR or dir_fd is None:
         return path
     return f"/proc/self/fd/{dir_fd}/{SOCK}"
 
@@ -91,11 +92,9 @@ def sync(state_dir: Path, db_path: Path, timeout: float = SYNC_TIMEOUT_S) -> boo
     dir_fd = None
     try:
         s.settimeout(timeout)
-        addr = str(Path(state_dir) / SOCK)
-        if len(addr.encode()) >= 100:
+        if len(str(Path(state_dir) / SOCK).encode()) >= _MAX_ADDR:
             dir_fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY)
-            addr = _sock_path(state_dir, dir_fd)
-        s.connect(addr)
+        s.connect(_sock_path(state_dir, dir_fd))
         s.sendall(f"sync {ident}\n".encode())
         reply = b""
         while not reply.endswith(b"\n"):
@@ -250,11 +249,10 @@ class Watcher:
             elif wd == self.root_wd:
                 if mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED | IN_UNMOUNT):
                     self.gone = True
-                elif name in ("entries", ".acpmem"):
-                    if name == "entries":
-                        self._watch_entries()
-                    elif mask & (IN_DELETE | IN_MOVED_FROM):
-                        self.gone = True
+                elif name == "entries":             # created, removed or renamed: watch whatever is there now
+                    self._watch_entries()
+                elif name == ".acpmem" and mask & (IN_DELETE | IN_MOVED_FROM):
+                    self.gone = True
             elif wd == self.entries_wd:
                 if mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED | IN_UNMOUNT):
                     self.entries_wd = None
@@ -267,9 +265,9 @@ class Watcher:
             self.gone = True
 
     def apply(self) -> None:
+        """Apply what ``drain`` collected (everything, after an overflow or a new ``entries/``)."""
         from acpmem import catalog, index
 
-        self.drain()
         if self.full:
             self.full = False
             self.pending.clear()
@@ -353,7 +351,8 @@ def serve(root: Path, idle_seconds: float) -> str:
                             conn.sendall(w.answer(req))
                         except OSError:
                             pass
-                    due = None if not (w.pending or w.full) else due
+                    if not (w.pending or w.full):
+                        due = None          # the request applied them
             if w.gone:
                 return "vault or database gone"
     finally:

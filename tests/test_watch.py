@@ -103,6 +103,14 @@ def open_(v):
     return index.open_index(v.state_dir, v.root, load_settings(v.root, v.state_dir))
 
 
+def start_watching(v) -> int:
+    """One entry, a recall that starts the watcher, and the watcher answering: its pid."""
+    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
+    open_(v)[0].close()
+    ready(v)
+    return watch.running_pid(v.state_dir)
+
+
 def ready(v) -> None:
     wait_for(lambda: watch.sync(v.state_dir, v.state_dir / catalog.DB_NAME), what="the watcher to answer")
 
@@ -187,11 +195,7 @@ def test_cli_recall_through_the_watcher_sees_an_edit_at_once(watched, cli):
 
 def test_a_replaced_database_is_not_vouched_for(watched):
     v = watched
-    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
-    con, _ = open_(v)
-    con.close()
-    ready(v)
-    old = watch.running_pid(v.state_dir)
+    old = start_watching(v)
     index.delete_db(v.state_dir)
     con, res = open_(v)          # a new database: the old watcher must not answer for it
     assert res.via == "scan" and res.rebuilt
@@ -220,10 +224,7 @@ def test_idle_watcher_exits_and_cleans_up(new_vault):
 
 def test_deleting_the_vault_stops_its_watcher(watched):
     v = watched
-    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
-    open_(v)[0].close()
-    ready(v)
-    pid = watch.running_pid(v.state_dir)
+    pid = start_watching(v)
     v.close()
     shutil.rmtree(v.root)
     wait_for(lambda: not alive(pid), what="the watcher of a deleted vault to exit")
@@ -266,10 +267,7 @@ def test_one_watcher_per_vault_and_a_long_path(new_vault, tmp_path):
 
 def test_a_killed_watcher_is_replaced(watched):
     v = watched
-    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
-    open_(v)[0].close()
-    ready(v)
-    pid = watch.running_pid(v.state_dir)
+    pid = start_watching(v)
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not alive(pid), what="the watcher to die")
     # its socket file is left behind; a reader must not hang on it, and scans instead
@@ -282,10 +280,7 @@ def test_a_killed_watcher_is_replaced(watched):
 
 def test_a_terminated_watcher_cleans_up(watched):
     v = watched
-    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
-    open_(v)[0].close()
-    ready(v)
-    pid = watch.running_pid(v.state_dir)
+    pid = start_watching(v)
     os.kill(pid, signal.SIGTERM)
     wait_for(lambda: not alive(pid), what="the watcher to stop")
     assert not (v.state_dir / watch.SOCK).exists()
