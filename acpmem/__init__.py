@@ -15,17 +15,20 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Vault": "acpmem.vault", "init_vault": "acpmem.vault", "discover": "acpmem.vault",
-    "Entry": "acpmem.model", "Citation": "acpmem.model", "parse_entry": "acpmem.model", "dump_entry": "acpmem.model",
-    "Settings": "acpmem.settings", "load_settings": "acpmem.settings",
-    "list_entries": "acpmem.api", "resident_index": "acpmem.api", "scores": "acpmem.api", "show": "acpmem.api",
-    "doctor": "acpmem.api",
-    "rank": "acpmem.score", "score_entry": "acpmem.score",
-    "recall": "acpmem.retrieval", "surface": "acpmem.retrieval",
-    "submit": "acpmem.queue",
-    "tool_definitions": "acpmem.tools", "nudge_text": "acpmem.tools",
-    "read_transcript": "acpmem.transcript",
-    "AcpmemError": "acpmem.errors",
+    "Vault": "acpmem.vault.writer", "VaultReader": "acpmem.vault.reader",
+    "init_vault": "acpmem.vault.create", "discover": "acpmem.vault.discovery",
+    "Entry": "acpmem.core.entry", "Citation": "acpmem.core.entry",
+    "parse_entry": "acpmem.core.entryfile", "dump_entry": "acpmem.core.entryfile",
+    "Settings": "acpmem.core.settings", "load_settings": "acpmem.vault.config",
+    "list_entries": "acpmem.vault.reader", "scores": "acpmem.vault.reader", "show": "acpmem.vault.reader",
+    "resident_index": "acpmem.vault.resident",
+    "doctor": "acpmem.vault.health",
+    "rank": "acpmem.core.score", "score_entry": "acpmem.core.score",
+    "recall": "acpmem.vault.retrieval", "surface": "acpmem.vault.retrieval",
+    "submit": "acpmem.write.submit",
+    "tool_definitions": "acpmem.core.tools", "nudge_text": "acpmem.core.tools",
+    "read_transcript": "acpmem.write.transcripts",
+    "AcpmemError": "acpmem.core.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

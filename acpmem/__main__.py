@@ -1,5 +1,5 @@
 """``python -m acpmem`` is the same as ``acpmem`` (= ``acp memory``)."""
-from acpmem.entry import acpmem_main
+from acpmem.cli.main import acpmem_main
 
 if __name__ == "__main__":
     acpmem_main()

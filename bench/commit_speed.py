@@ -1,9 +1,9 @@
-"""How long `acp memory commit` takes to return to its caller (SPEC §9: <= 250 ms), as whole processes.
+"""How long `acp memory commit` takes to return to its caller (target: <= 250 ms), as whole processes.
 
 Three timings, median of N runs each (default 15), on a fresh example vault with the offline extractor:
   floor     `python -c pass` — the interpreter alone, for scale;
   console   `acp memory commit …` — the installed console script as it is today;
-  fast      `acpmem.queue.fast_commit` — the typer-free path entry.py routes plain commits to.
+  typer     the same command through typer (``ACPMEM_NO_FASTPATH=1``), for what the fast path saves.
 The background worker's own run is not timed: after each commit the script waits until the queue is empty, so every
 commit starts from the same state (and starts a worker, the slower case).
 
@@ -25,13 +25,13 @@ TRANSCRIPT = HERE.parent / "tests" / "fixtures" / "transcripts" / "openai_chat.j
 
 
 def wait_idle(root: Path, timeout: float = 60.0) -> None:
-    from acpmem import queue
+    from acpmem.write import requests, worker
 
     state = root / ".acpmem"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not queue.list_requests(state)[0]:
-            fd = queue.try_worker_lock(state)
+        if not requests.list_requests(state)[0]:
+            fd = worker.try_worker_lock(state)
             if fd is not None:
                 os.close(fd)
                 return
@@ -43,7 +43,7 @@ def wait_idle(root: Path, timeout: float = 60.0) -> None:
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def timed(cmd: list[str], root: Path, n: int) -> tuple[list[float], list[float]]:
+def timed(cmd: list[str], root: Path, n: int, env: dict | None = None) -> tuple[list[float], list[float]]:
     """Wall times and CPU times (user + sys of the process itself; the detached worker is not its child for long and
     is not counted). CPU time hardly moves with the machine's load; wall time does."""
     out, cpu = [], []
@@ -51,7 +51,7 @@ def timed(cmd: list[str], root: Path, n: int) -> tuple[list[float], list[float]]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         p = subprocess.run(cmd + (["--note", f"bench note {i}"] if "--type" in cmd else []), capture_output=True,
-                           text=True, env=ENV)
+                           text=True, env={**ENV, **(env or {})})
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if i >= 0:
             out.append(time.perf_counter() - start)
@@ -64,7 +64,7 @@ def timed(cmd: list[str], root: Path, n: int) -> tuple[list[float], list[float]]
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 15
-    from acpmem.vault import init_vault
+    from acpmem.vault.create import init_vault
 
     with tempfile.TemporaryDirectory() as tmp:
         v = init_vault(Path(tmp) / "vault", example=True)
@@ -73,11 +73,9 @@ def main() -> None:
         args = ["--vault", str(v.root), "commit", "--type", "lesson", "--importance", "7", "--session", "bench",
                 "--seq", "6", "--transcript", str(TRANSCRIPT)]
         acp = str(Path(sys.executable).parent / "acp")
-        fast = [sys.executable, "-c", "import sys; from acpmem.queue import fast_commit; "
-                                      "sys.exit(fast_commit(sys.argv[1:]))"]
         rows = [("floor (python -c pass)", timed([sys.executable, "-c", "pass"], v.root, n)),
                 ("console: acp memory commit", timed([acp, "memory", *args], v.root, n)),
-                ("fast path: queue.fast_commit", timed(fast + args[:2] + args[3:], v.root, n))]
+                ("through typer (no fast path)", timed([acp, "memory", *args], v.root, n, {"ACPMEM_NO_FASTPATH": "1"}))]
         load = os.getloadavg()[0]
         print(f"acp memory commit, whole process, median of {n} (load average {load:.2f}, {os.cpu_count()} CPUs)")
         for name, (xs, cpu) in rows:

@@ -1,7 +1,7 @@
 """End-to-end extraction speed with a loopback fake OpenAI server: 1 queued request, and 20 queued requests.
 
 For each case: a fresh example vault pointed at the fake server (tests/openai_server.py, a real HTTP server on
-127.0.0.1 that answers every call at once with two memory_write calls), N requests queued with `queue.submit` while
+127.0.0.1 that answers every call at once with two memory_write calls), N requests queued with `submit.submit` while
 the worker lock is held (so no background worker starts), then one whole process `acp memory extract --pending --json`
 timed from start to exit. Reported: wall time, time per request, and the in-process split (model call vs the rest:
 transcript, related entries, secret scan, git commit) from the outcomes and the cost ledger.
@@ -27,8 +27,9 @@ ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE
 
 
 def one_case(n: int, srv) -> tuple[float, float, int]:
-    from acpmem import queue
-    from acpmem.vault import Vault, init_vault
+    from acpmem.write import submit, worker
+    from acpmem.vault.writer import Vault
+    from acpmem.vault.create import init_vault
 
     with tempfile.TemporaryDirectory() as tmp:
         v = init_vault(Path(tmp) / "vault", example=True)
@@ -37,10 +38,10 @@ def one_case(n: int, srv) -> tuple[float, float, int]:
                         .replace('model = ""', 'model = "bench-model"'))
         v.close()
         v = Vault(v.root)
-        fd = queue.try_worker_lock(v.state_dir)
+        fd = worker.try_worker_lock(v.state_dir)
         try:
             for i in range(n):
-                queue.submit(v, type="lesson", note=f"re-entrant session.append, variant {i}", importance=7,
+                submit.submit(v, type="lesson", note=f"re-entrant session.append, variant {i}", importance=7,
                              session="bench", seq=6, transcript=TRANSCRIPT)
         finally:
             os.close(fd)

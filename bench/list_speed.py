@@ -1,4 +1,4 @@
-"""Whole-process timing of `acp memory list --format prompt` and `acp memory --help` (SPEC §9, first row).
+"""Whole-process timing of `acp memory list --format prompt` and `acp memory --help`.
 
 Builds vaults of generated entries through the library (one commit each), warms the derived cache once, then runs
 each command as a fresh process several times and prints the median.
@@ -17,8 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from acpmem.model import Citation, Entry
-from acpmem.vault import KIND_FORK, init_vault
+from acpmem.core.entry import Citation, Entry
+from acpmem.vault.writer import KIND_FORK
+from acpmem.vault.create import init_vault
 
 WORDS = ("cache queue session hook lock index deploy token budget retry schema vault merge commit recall "
          "latency worker branch release config secret upload gateway parser render prompt").split()

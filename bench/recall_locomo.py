@@ -25,9 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from search_locomo import DEFAULT_DATA, KS, dia_ids, questions, score_item, session_dates  # noqa: E402
 
-from acpmem.model import Citation, Entry  # noqa: E402
-from acpmem.retrieval import recall  # noqa: E402
-from acpmem.vault import Vault, init_vault  # noqa: E402
+from acpmem.core.entry import Citation, Entry  #noqa: E402
+from acpmem.vault.retrieval import recall  #noqa: E402
+from acpmem.vault.writer import Vault
+from acpmem.vault.create import init_vault  #noqa: E402
 
 SEQ_BASE = 1000
 

@@ -122,7 +122,8 @@ def make_entry_text(i: int, rng: random.Random, en: Zipf, zh: Zipf, ident: str, 
 
 def generate(root: Path, n: int, seed: int = 7) -> None:
     """A vault of n entries at root (init through the library, files written directly, one commit)."""
-    from acpmem.vault import git, init_vault
+    from acpmem.vault.writer import git
+    from acpmem.vault.create import init_vault
 
     rng = random.Random(seed)
     init_vault(root)
@@ -147,7 +148,7 @@ def generate(root: Path, n: int, seed: int = 7) -> None:
 
 def queries_for(root: Path, rng: random.Random) -> list[str]:
     """Queries made from real entries: two or three title words, one with a typo, one prefix, one Chinese."""
-    from acpmem.model import parse_entry_bytes
+    from acpmem.core.entryfile import parse_entry_bytes
 
     files = sorted((root / "entries").iterdir())
     en_titles, zh_titles = [], []
@@ -191,7 +192,7 @@ def bench_size(base: Path, n: int, runs: int, reuse_index: bool = False) -> dict
     if not reuse_index:
         for suffix in ("", "-wal", "-shm"):
             Path(str(root / ".acpmem" / "index.sqlite") + suffix).unlink(missing_ok=True)
-    from acpmem import watch
+    from acpmem.search import watch
 
     stop_watcher(root)
     build_s, _, rss = run_recall(root, queries[0])
@@ -242,7 +243,7 @@ def bench_size(base: Path, n: int, runs: int, reuse_index: bool = False) -> dict
 def stop_watcher(root: Path) -> None:
     import signal
 
-    from acpmem import watch
+    from acpmem.search import watch
 
     pid = watch.running_pid(root / ".acpmem")
     if pid:

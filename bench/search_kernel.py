@@ -13,7 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from acpmem.search import KernelDoc, MemoryIndex, SearchDoc, kernel_search
+from acpmem.search.kernel import KernelDoc, kernel_search
+from acpmem.search.memory import MemoryIndex
+from acpmem.search.ranking import SearchDoc
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = ROOT.parent / "shared" / "bench" / "kernel-search-corpus.json"

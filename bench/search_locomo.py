@@ -19,8 +19,9 @@ from collections import Counter, defaultdict
 from datetime import datetime
 from pathlib import Path
 
-from acpmem import lexicon
-from acpmem.search import MemoryIndex, SearchDoc
+from acpmem.search import english
+from acpmem.search.memory import MemoryIndex
+from acpmem.search.ranking import SearchDoc
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "bench" / "locomo10.json"
@@ -81,7 +82,7 @@ class PlainBM25:
 
     @staticmethod
     def words(text: str) -> list[str]:
-        return [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in lexicon.STOP_WORDS]
+        return [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in english.STOP_WORDS]
 
     def search(self, query: str, limit: int) -> list[SearchDoc]:
         n = len(self.docs)

@@ -3,10 +3,10 @@
 
 It shows the whole host API in one page:
 
-1. the resident index (``acpmem.api.resident_index``, frozen for the session) goes at the top of the system prompt;
+1. the resident index (``acpmem.resident.resident_index``, frozen for the session) goes at the top of the system prompt;
 2. the main conversation gets ``memory_commit`` and ``memory_recall`` (``acpmem.tools.tool_definitions``) — never
    ``memory_write``;
-3. ``memory_commit`` → ``acpmem.queue.submit`` with the session, the seq of the call and the transcript this loop
+3. ``memory_commit`` → ``acpmem.submit.submit`` with the session, the seq of the call and the transcript this loop
    keeps on disk (OpenAI chat JSON, rewritten atomically after every message);
 4. ``memory_recall`` → ``acpmem.retrieval.recall``, its hits framed as data for the model;
 5. the fork (one extraction call with ``memory_write`` only) runs from ``submit``: inline with ``--fork inline`` (the
@@ -31,10 +31,10 @@ import secrets
 import sys
 from pathlib import Path
 
-from acpmem.api import resident_index
-from acpmem.errors import AcpmemError
-from acpmem.tools import parse_commit_args, parse_recall_args, tool_definitions
-from acpmem.vault import Vault, atomic_write
+from acpmem.vault.resident import resident_index
+from acpmem.core.errors import AcpmemError
+from acpmem.core.tools import parse_commit_args, parse_recall_args, tool_definitions
+from acpmem.vault.writer import Vault, atomic_write
 
 SYSTEM = "You are a helpful assistant working with the user on their software project. Be brief."
 
@@ -75,14 +75,14 @@ class Agent:
         try:
             args = json.loads(arguments or "{}")
             if name == "memory_commit":
-                from acpmem.queue import submit
+                from acpmem.write.submit import submit
 
                 a = parse_commit_args(args, self.vault.settings.types)
                 ack = submit(self.vault, type=a.type, note=a.note, importance=a.importance, session=self.session,
                              seq=seq, transcript=str(self.transcript), wait=self.fork == "inline")
                 return ack.text
             if name == "memory_recall":
-                from acpmem.retrieval import recall, recall_text
+                from acpmem.vault.retrieval import recall, recall_text
 
                 a = parse_recall_args(args)
                 hits = recall(self.vault, a.query, limit=a.limit, session=self.session)

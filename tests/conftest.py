@@ -43,7 +43,7 @@ def clock():
 
 @pytest.fixture
 def vault(tmp_path, clock):
-    from acpmem.vault import init_vault
+    from acpmem.vault.create import init_vault
 
     v = init_vault(tmp_path / "vault", clock=clock, rng=random.Random(7))
     yield v
@@ -52,7 +52,7 @@ def vault(tmp_path, clock):
 
 @pytest.fixture
 def example_vault(tmp_path, clock):
-    from acpmem.vault import init_vault
+    from acpmem.vault.create import init_vault
 
     v = init_vault(tmp_path / "vault", example=True, clock=clock, rng=random.Random(7))
     yield v

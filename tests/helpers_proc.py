@@ -38,7 +38,7 @@ def git_bytes(root: Path, *args: str) -> bytes:
 
 
 def make_entry(ident: str, title: str, body: str, *, importance: int = 5, typ: str = "fact"):
-    from acpmem.model import Citation, Entry
+    from acpmem.core.entry import Citation, Entry
 
     return Entry(id=ident, title=title, type=typ, importance=importance, created="2026-11-29T12:00:00Z",
                  body=body if body.endswith("\n") else body + "\n", citation=(Citation("s-test", 1),))
@@ -64,7 +64,7 @@ def read_acks(path: Path) -> list[list[str]]:
 
 def writer(vault_root: str, tag: str, n: int, ack_path: str) -> None:
     """Write ``n`` entries, one ``write_entries`` call each; ack ``id<TAB>path<TAB>sha`` after each returns."""
-    from acpmem.vault import Vault
+    from acpmem.vault.writer import Vault
 
     v = Vault(Path(vault_root), clock=lambda: PINNED)
     try:
@@ -81,8 +81,8 @@ def writer(vault_root: str, tag: str, n: int, ack_path: str) -> None:
 def editor(vault_root: str, ident: str, tag: str, n: int, ack_path: str) -> None:
     """Append ``n`` lines to one entry's body by read-modify-write (``replace_entry_text``), retrying when another
     process changed the entry meanwhile; ack ``tag-i`` after each returns."""
-    from acpmem.errors import AcpmemError
-    from acpmem.vault import KIND_EDIT, Vault
+    from acpmem.core.errors import AcpmemError
+    from acpmem.vault.writer import KIND_EDIT, Vault
 
     v = Vault(Path(vault_root), clock=lambda: PINNED)
     try:
@@ -107,8 +107,8 @@ def editor(vault_root: str, ident: str, tag: str, n: int, ack_path: str) -> None
 def superseder(vault_root: str, target: str, tag: str, ack_path: str, retries: int = 200) -> None:
     """Write a new entry that supersedes ``target`` (marking it), retrying when the target changed meanwhile;
     ack ``ok<TAB>new-id`` or record the refusal."""
-    from acpmem.errors import AcpmemError
-    from acpmem.vault import KIND_SUPERSEDE, Vault
+    from acpmem.core.errors import AcpmemError
+    from acpmem.vault.writer import KIND_SUPERSEDE, Vault
 
     v = Vault(Path(vault_root), clock=lambda: PINNED)
     try:
@@ -134,14 +134,14 @@ def superseder(vault_root: str, target: str, tag: str, ack_path: str, retries: i
 
 def reader(vault_root: str, ident: str, n: int) -> None:
     """Read one entry ``n`` times the way recall/show do (marks it read)."""
-    from acpmem import api
-    from acpmem.vault import Vault
+    from acpmem.vault import reader
+    from acpmem.vault.writer import Vault
 
     v = Vault(Path(vault_root), clock=lambda: PINNED)
     try:
         for _ in range(n):
-            assert api.show(v, ident).id == ident
-            api.list_entries(v)
+            assert reader.show(v, ident).id == ident
+            reader.list_entries(v)
     finally:
         v.close()
 

@@ -1,57 +1,157 @@
-"""The direction of imports, checked by parsing every module: the pure core does no I/O, the library never
-imports the CLI, and heavy libraries are imported only inside the functions that need them."""
+"""The house, checked by parsing every module (``tests/archcheck.py``): imports flow one way between the layers,
+no module cycles, no private names taken across modules, a pure core, no heavy import at start-up, empty package
+``__init__`` files — and each check shown once to catch a planted fault in a throwaway package."""
 from __future__ import annotations
 
-import ast
+import importlib
+import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
+import archcheck
+
 PKG = Path(__file__).resolve().parents[1] / "acpmem"
-PURE = {"model", "score", "search", "lexicon", "framing", "secrets", "render", "tools", "errors"}
-ADAPTERS = {"cli", "cli_read", "cli_write", "cli_integrations", "entry", "listing", "mcp_server", "hooks", "__main__"}
-IO_MODULES = {"subprocess", "sqlite3", "shutil", "socket", "urllib", "http"}
-VAULT_LAYER = {"acpmem.vault", "acpmem.catalog", "acpmem.reads", "acpmem.index", "acpmem.api", "acpmem.queue"}
-HEAVY = {"openai", "git", "mcp", "rjieba", "jieba", "detect_secrets", "httpx", "rich", "typer"}
+# core → infra → search → vault → write → integrations → cli: each layer may import the layers before it.
+LAYERS = {"core": 0, "infra": 1, "search": 2, "vault": 3, "write": 4, "integrations": 5, "cli": 6}
+IO = {"os", "io", "subprocess", "sqlite3", "shutil", "socket", "fcntl", "tempfile", "glob", "urllib", "http",
+      "select", "signal", "ctypes", "random", "time"}
+HEAVY = {"openai", "mcp", "mcp_types", "anyio", "rjieba", "jieba", "detect_secrets", "httpx", "rich", "typer",
+         "click", "yaml", "rapidfuzz", "pydantic", "numpy", "zstandard", "snowballstemmer", "Stemmer"}
+TYPER_MODULES = {"acpmem.cli.app", "acpmem.cli.commands_vault", "acpmem.cli.commands_read",
+                 "acpmem.cli.commands_write", "acpmem.cli.commands_integrations"}
 
 
-def _imports(tree: ast.AST, top_level_only: bool) -> set[str]:
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
-    out: set[str] = set()
-    for node in nodes:
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
-            out |= {f"{node.module}.{a.name}" for a in node.names}
-    return out
+def _mods():
+    return archcheck.load(PKG, "acpmem")
 
 
-def _modules():
-    for p in sorted(PKG.glob("*.py")):
-        yield p.stem, ast.parse(p.read_text("utf-8"))
+def test_imports_flow_one_way_between_the_layers():
+    assert archcheck.layer_violations(_mods(), "acpmem", LAYERS) == []
 
 
-def test_pure_core_does_no_io_and_knows_no_vault():
-    for name, tree in _modules():
-        if name not in PURE:
+def test_no_import_cycles_between_modules():
+    assert archcheck.cycles(_mods()) == []
+
+
+def test_no_module_takes_another_modules_private_names():
+    assert archcheck.private_uses(_mods()) == []
+
+
+def test_the_pure_core_does_no_io():
+    for name, m in _mods().items():
+        if not name.startswith("acpmem.core."):
             continue
-        used = _imports(tree, top_level_only=False)
-        roots = {u.split(".")[0] for u in used}
-        assert not roots & IO_MODULES, f"{name} imports {roots & IO_MODULES}"
-        assert not used & VAULT_LAYER, f"{name} imports {used & VAULT_LAYER}"
+        roots = {t.split(".")[0] for t in m.imports}
+        assert not roots & IO, f"{name} imports {roots & IO}"
+        # path arithmetic, no file access: only the layout names folders
+        assert "pathlib" not in roots or name == "acpmem.core.layout", name
+        assert not m.calls & {"open", "print", "input", "exec", "eval"}, f"{name} calls {m.calls & {'open', 'print'}}"
+        # the clock is passed in: only the clock module reads it
+        reads_clock = {c for c in m.calls if c.endswith((".now", ".utcnow", ".today"))}
+        assert not reads_clock or name == "acpmem.core.clock", f"{name} reads the clock: {reads_clock}"
 
 
-def test_library_never_imports_the_adapters():
-    for name, tree in _modules():
-        if name in ADAPTERS:
-            continue
-        used = _imports(tree, top_level_only=False)
-        bad = {u for u in used if u.split(".")[0] in ("typer", "rich")
-               or any(u == f"acpmem.{a}" or u.startswith(f"acpmem.{a}.") for a in ADAPTERS)}
-        assert not bad, f"library module {name} imports {bad}"
+def test_heavy_libraries_are_never_imported_at_start_up():
+    allowed = {name: {"typer"} for name in TYPER_MODULES}
+    assert archcheck.top_level_imports(_mods(), HEAVY, allowed) == []
 
 
-def test_heavy_imports_are_never_at_module_level():
-    for name, tree in _modules():
-        top = {u.split(".")[0] for u in _imports(tree, top_level_only=True)}
-        allowed = {"typer"} if name in ADAPTERS else set()
-        assert not (top & HEAVY) - allowed, f"{name} imports {top & HEAVY} at start-up"
+def test_package_init_files_import_nothing():
+    """A per-turn command pays for every package ``__init__`` on its import path: they hold a docstring only."""
+    import ast
+
+    for init in PKG.rglob("__init__.py"):
+        if init.parent == PKG:
+            continue    # the top level resolves its exports lazily (checked below)
+        body = ast.parse(init.read_text("utf-8")).body
+        assert len(body) == 1 and isinstance(body[0], ast.Expr), init
+
+
+def test_the_lazy_exports_of_the_package_exist():
+    import acpmem
+
+    for name in acpmem.__all__:
+        assert getattr(acpmem, name) is not None, name
+
+
+def test_no_comment_cites_a_document_outside_the_repository():
+    for path in [*PKG.rglob("*.py"), *PKG.parent.joinpath("tests").glob("*.py"),
+                 *PKG.parent.joinpath("bench").glob("*.py"), PKG.parent / "README.md"]:
+        assert not re.search(r"SPEC\s*§", path.read_text("utf-8")), path
+
+
+def test_the_fast_path_table_is_derived_from_the_typer_commands():
+    """``acpmem/cli/fastspec.py`` is what ``python -m acpmem.cli.fastgen`` makes from the typer definitions now."""
+    from acpmem.cli import fastgen
+
+    assert (PKG / "cli" / "fastspec.py").read_text("utf-8") == fastgen.render(fastgen.build()), \
+        "run `python -m acpmem.cli.fastgen`"
+
+
+def test_the_per_turn_commands_pass_every_typer_parameter_to_the_shared_function():
+    """The typer command of a per-turn command and its function in ``cli.hot`` have the same parameters."""
+    import inspect
+
+    from acpmem.cli import hot
+    from acpmem.cli.fastgen import FAST
+    from acpmem.cli.main import typer_command
+
+    group = typer_command("acpmem")
+    for name in FAST:
+        cmd = group
+        for word in name.split():
+            cmd = cmd.commands[word]
+        typer_params = {p.name for p in cmd.params if p.name != "help"}
+        assert typer_params == set(inspect.signature(hot.IMPLS[name]).parameters), name
+
+
+# ------------------------------------------------------------------------------------------ the checks catch faults
+
+def _plant(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "planted"
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return root
+
+
+def test_the_checks_report_a_planted_cycle_a_wrong_direction_and_a_private_name(tmp_path):
+    root = _plant(tmp_path, {
+        "__init__.py": "",
+        "core/__init__.py": "",
+        "core/a.py": "from planted.core import b\n",
+        "core/b.py": "def f():\n    from planted.core import a\n",       # a cycle, through a function-level import
+        "core/c.py": "from planted.vault.w import helper\n",                  # the core reaching up a layer
+        "vault/__init__.py": "",
+        "vault/w.py": "from planted.core import b\nb._secret\nfrom planted.core.a import _hidden\n"
+                      "def helper(): pass\n",
+    })
+    mods = archcheck.load(root, "planted")
+    assert archcheck.cycles(mods) == [["planted.core.a", "planted.core.b"]]
+    (wrong,) = archcheck.layer_violations(mods, "planted", {"core": 0, "vault": 1})
+    assert "planted.core.c (core) imports planted.vault.w (vault)" in wrong
+    assert sorted(what.split(": ")[1] for what in archcheck.private_uses(mods)) == \
+        ["planted.core.a._hidden", "planted.core.b._secret"]
+    # imports only an annotation needs are not a cycle
+    root2 = _plant(tmp_path / "2", {"__init__.py": "", "x.py": "import planted.y\n",
+                                    "y.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    import planted.x\n"})
+    assert archcheck.cycles(archcheck.load(root2, "planted")) == []
+
+
+def test_the_checks_report_a_heavy_import_at_start_up(tmp_path):
+    root = _plant(tmp_path, {"__init__.py": "", "m.py": "import typer\n", "n.py": "def f():\n    import typer\n"})
+    assert archcheck.top_level_imports(archcheck.load(root, "planted"), {"typer"}, {}) == \
+        ["planted.m imports ['typer'] at start-up"]
+
+
+def test_every_module_imports_on_its_own():
+    """Each module imports in a fresh interpreter (an import cycle hidden by import order would fail here)."""
+    names = sorted(_mods())
+    code = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\n"
+    for name in names:
+        r = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (name, r.stderr[-500:])
+    assert importlib.import_module("acpmem.cli.main").main

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from acpmem.model import Citation, Entry
-from acpmem.vault import KIND_FORK
+from acpmem.core.entry import Citation, Entry
+from acpmem.vault.writer import KIND_FORK
 
 
 def _commands(app) -> list[str]:
@@ -19,7 +19,9 @@ def _commands(app) -> list[str]:
 
 
 def test_every_command_has_help_with_an_example():
-    from acpmem.cli import app
+    from acpmem.cli.main import typer_app
+
+    app = typer_app()
 
     names = _commands(app)
     assert {"init", "list", "show", "score", "edit", "forget", "log", "doctor"} <= set(names)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from openai_server import reply
-from acpmem import queue
+from acpmem.write import requests, submit, worker
 from test_fork import CHAT, SEQ, configure, fork_commits
 
 COMMIT = ("--type", "lesson", "--note", "re-entrant session.append", "--importance", "7", "--session", "s1",
@@ -39,7 +39,7 @@ def test_commit_human_output_and_errors(vault, cli):
     assert "Traceback" not in bad.stderr
     missing = cli("memory", "--vault", str(v.root), "commit", "--type", "lesson", "--note", "n")
     assert missing.returncode == 2 and "--importance" in missing.stderr
-    assert queue.list_requests(v.state_dir) == ([], [])
+    assert requests.list_requests(v.state_dir) == ([], [])
 
 
 def test_extract_ad_hoc_dry_run_prints_the_exact_body(vault, cli, openai_server):
@@ -52,7 +52,7 @@ def test_extract_ad_hoc_dry_run_prints_the_exact_body(vault, cli, openai_server)
     assert body["model"] == "test-model" and body["messages"][:7] == json.loads(CHAT.read_text())
     assert body["messages"][-1]["content"].startswith("Extract the memories needed now; focus: re-entrant append")
     assert [t["function"]["name"] for t in body["tools"]] == ["memory_write"]
-    assert openai_server.requests == [] and queue.list_requests(v.state_dir) == ([], [])
+    assert openai_server.requests == [] and requests.list_requests(v.state_dir) == ([], [])
 
     openai_server.enqueue(reply.writes(reply.write("- Guard it with the lock.", title="Use the lock"),
                                        usage=reply.usage(900, 40, cached=600)))
@@ -69,11 +69,11 @@ def test_extract_ad_hoc_dry_run_prints_the_exact_body(vault, cli, openai_server)
 
 def test_extract_pending_failure_exit_code_and_stats(vault, cli, openai_server):
     v = configure(vault, openai_server)
-    fd = queue.try_worker_lock(v.state_dir)        # no background worker: the test drives extraction
+    fd = worker.try_worker_lock(v.state_dir)        # no background worker: the test drives extraction
     try:
-        a = queue.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
+        a = submit.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
                          transcript=CHAT)
-        b = queue.submit(v, type="decision", note="never commit the index", importance=6, session="s2", seq=15,
+        b = submit.submit(v, type="decision", note="never commit the index", importance=6, session="s2", seq=15,
                          transcript=SEQ)
     finally:
         import os
@@ -133,10 +133,11 @@ def test_every_command_has_help_with_an_example(cli, command):
 
 
 def test_commit_fast_path_without_typer(vault):
-    """queue.fast_commit answers `commit` without importing typer (entry.py routes plain commits to it)."""
+    """The fast path answers `commit` without importing typer or the vault's write machinery."""
     v = configure(vault, extractor="offline")
-    code = ("import sys; from acpmem.queue import fast_commit; rc = fast_commit(sys.argv[1:]); "
-            "assert 'typer' not in sys.modules and 'acpmem.vault' not in sys.modules; sys.exit(rc)")
+    code = ("import sys; from acpmem.cli.fast import try_fast; rc = try_fast(['commit', *sys.argv[1:]], 'acpmem'); "
+            "assert rc is not None and 'typer' not in sys.modules and 'acpmem.vault.writer' not in sys.modules; "
+            "sys.exit(rc)")
     r = subprocess.run([sys.executable, "-c", code, "--vault", str(v.root), *COMMIT, "--json"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -145,8 +146,6 @@ def test_commit_fast_path_without_typer(vault):
     from test_queue import wait_idle
     wait_idle(v)
     assert len(fork_commits(v)) == 1
-    assert queue.parse_commit_argv(["--type", "x", "--help"]) is None
-    assert queue.parse_commit_argv(["--type", "lesson", "--note", "n"]) is None   # typer reports what is missing
 
 
 def test_extract_refuses_a_request_id_that_is_a_path(vault, cli):

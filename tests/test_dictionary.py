@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import os
 
-from acpmem import dictionary, lexicon
+from acpmem.search import cedict
 
 
 def test_sqlite_store_matches_the_packaged_list(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    dictionary.store.cache_clear()
-    s = dictionary.store()
+    cedict.store.cache_clear()
+    s = cedict.store()
     assert type(s).__name__ == "_SqliteStore"
     assert list((tmp_path / "cache" / "acpmem").glob("cedict-*.sqlite"))
     for word in ("cache", "upload", "queue", "gateway", "nonexistentword"):
-        assert s.en_to_zh(word) == lexicon.en_to_zh(word)
+        assert s.en_to_zh(word) == cedict.en_to_zh(word)
     for word in ("缓存", "上传", "日志", "不存在的词语"):
-        assert s.zh_to_en(word) == lexicon.zh_to_en(word)
+        assert s.zh_to_en(word) == cedict.zh_to_en(word)
     assert "缓存" in s.en_to_zh("cache")
-    dictionary.store.cache_clear()
+    cedict.store.cache_clear()
 
 
 def test_unwritable_cache_falls_back_to_memory(tmp_path, monkeypatch):
@@ -29,8 +29,8 @@ def test_unwritable_cache_falls_back_to_memory(tmp_path, monkeypatch):
     if os.geteuid() == 0:  # root writes anywhere: point the cache at a file instead of a folder
         (tmp_path / "file").write_text("x")
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
-    dictionary.store.cache_clear()
-    s = dictionary.store()
+    cedict.store.cache_clear()
+    s = cedict.store()
     assert type(s).__name__ == "_MemoryStore"
-    assert s.en_to_zh("upload") == lexicon.en_to_zh("upload")
-    dictionary.store.cache_clear()
+    assert s.en_to_zh("upload") == cedict.en_to_zh("upload")
+    cedict.store.cache_clear()

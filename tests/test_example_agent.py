@@ -10,7 +10,7 @@ from pathlib import Path
 
 from openai_server import reply
 
-from acpmem.vault import Vault
+from acpmem.vault.writer import Vault
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "agent_loop.py"
 

@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 from openai_server import reply
-from acpmem import fork, queue
-from acpmem.vault import Vault
+from acpmem.write import fork, requests, worker
+from acpmem.vault.writer import Vault
 
 FIX = Path(__file__).parent / "fixtures" / "transcripts"
 CHAT = FIX / "openai_chat.json"
@@ -42,17 +42,17 @@ def fork_commits(v: Vault) -> list[str]:
 
 def submit(v: Vault, note="re-entrant session.append", transcript=CHAT, seq=6, **kw):
     """A pending request, without starting a worker (the tests drive extraction themselves)."""
-    req = queue.make_request(types=v.settings.types, type=kw.pop("type", "lesson"), note=note,
+    req = requests.make_request(types=v.settings.types, type=kw.pop("type", "lesson"), note=note,
                              importance=kw.pop("importance", 7), session=kw.pop("session", "s1"), seq=seq,
                              transcript=transcript, host_tools=kw.pop("host_tools", None), lang=v.settings.language,
-                             created=v.now(), request_id=queue.new_request_id(v.rng))
+                             created=v.now(), request_id=requests.new_request_id(v.rng))
     v.ensure_state()
-    queue.save_request(v.state_dir, req, new=True)
+    requests.save_request(v.state_dir, req, new=True)
     return req
 
 
 def run(v: Vault, req, **kw) -> fork.Outcome:
-    (out,) = fork.process_requests(v, [req.id], explicit=True, **kw)
+    (out,) = worker.process_now(v, [req.id], **kw)
     return out
 
 
@@ -102,7 +102,7 @@ def test_several_writes_land_in_one_commit_and_the_body_is_the_conversation_then
         assert trailer in msg
     changed = git_log(v, "-1", "--name-only", "--format=", sha).split()
     assert sorted(p for p in changed if p.startswith("entries/")) == sorted(e.path for e in new.values())
-    assert queue.load_request(v.state_dir, req.id) is None
+    assert requests.load_request(v.state_dir, req.id) is None
     (cost,) = [json.loads(x) for x in (v.state_dir / "costs.jsonl").read_text().splitlines()]
     assert (cost["prompt_tokens"], cost["cached_tokens"], cost["completion_tokens"], cost["entries"], cost["ok"]) \
         == (1200, 1000, 80, 2, True)
@@ -148,8 +148,8 @@ def test_a_model_that_writes_nothing_is_recorded_without_a_commit(vault, openai_
     out = run(v, req)
     assert out.status == "nothing" and out.commit is None
     assert git_log(v, "-1", "--format=%H") == head
-    assert queue.load_request(v.state_dir, req.id) is None
-    assert queue.find_done(v.state_dir, req.id)["status"] == "nothing"
+    assert requests.load_request(v.state_dir, req.id) is None
+    assert requests.find_done(v.state_dir, req.id)["status"] == "nothing"
     (cost,) = [json.loads(x) for x in (v.state_dir / "costs.jsonl").read_text().splitlines()]
     assert cost["entries"] == 0 and cost["ok"] is True
 
@@ -162,7 +162,7 @@ def test_malformed_arguments_keep_the_request_pending_with_the_reason(vault, ope
     out = run(v, req)
     assert out.status == "retry" and out.error["reason"] == "malformed_call"
     assert "not valid JSON" in out.error["message"]
-    kept = queue.load_request(v.state_dir, req.id)
+    kept = requests.load_request(v.state_dir, req.id)
     assert kept.attempts == 1 and kept.status == "pending" and kept.next_attempt > v.now()
     assert "memory_write call 2" in kept.last_error["message"]
     assert git_log(v, "-1", "--format=%H") == head                        # the good call was not written either
@@ -181,17 +181,17 @@ def test_server_error_every_time_is_retried_then_failed_but_kept(vault, openai_s
     v = configure(vault, openai_server, max_retries=1)
     openai_server.enqueue(reply.always(reply.server_error(500)))
     req = submit(v)
-    for attempt in range(1, queue.MAX_ATTEMPTS + 1):
+    for attempt in range(1, requests.MAX_ATTEMPTS + 1):
         out = run(v, req)
         assert out.attempts == attempt and out.error["reason"] == "server_error"
     assert out.status == "failed"
-    kept = queue.load_request(v.state_dir, req.id)
+    kept = requests.load_request(v.state_dir, req.id)
     assert kept.status == "failed" and kept.next_attempt is None and len(kept.errors) == 5
     # failed for good: the worker and --pending leave it alone, naming it retries it
-    (skip,) = fork.process_requests(v, [req.id])
+    skip = fork.process_request(v, req.id)
     assert skip.status == "skipped"
     costs = [json.loads(x) for x in (v.state_dir / "costs.jsonl").read_text().splitlines()]
-    assert len(costs) == queue.MAX_ATTEMPTS and not any(c["ok"] for c in costs)
+    assert len(costs) == requests.MAX_ATTEMPTS and not any(c["ok"] for c in costs)
     assert fork_commits(v) == []
 
 
@@ -201,7 +201,7 @@ def test_slower_than_the_timeout(vault, openai_server):
     req = submit(v)
     out = run(v, req)
     assert out.status == "retry" and out.error["reason"] == "timeout"
-    assert queue.load_request(v.state_dir, req.id).attempts == 1
+    assert requests.load_request(v.state_dir, req.id).attempts == 1
 
 
 def test_secrets_are_redacted_before_anything_touches_disk(vault, openai_server):
@@ -236,7 +236,7 @@ def test_exactly_once_when_killed_after_the_commit_before_removing_the_request(v
     again = run(v, req)
     assert again.status == "already" and again.commit == first.commit
     assert fork_commits(v) == [first.commit] and len(openai_server.requests) == 1
-    assert queue.load_request(v.state_dir, req.id) is None
+    assert requests.load_request(v.state_dir, req.id) is None
     assert run(v, req).status == "already"                                # from the done log
 
 
@@ -249,7 +249,7 @@ def test_a_broken_transcript_keeps_the_request_pending(vault, tmp_path):
     assert out.status == "retry" and out.error["kind"] == "TranscriptError" and "half.jsonl:2" in out.error["message"]
     missing = submit(v, transcript=tmp_path / "nope.json", seq=1)
     assert "no such transcript" in run(v, missing).error["message"]
-    assert {r.id for r in queue.list_requests(v.state_dir)[0]} == {req.id, missing.id}
+    assert {r.id for r in requests.list_requests(v.state_dir)[0]} == {req.id, missing.id}
 
 
 def test_llm_without_an_endpoint_fails_and_stays_pending(vault):
@@ -257,7 +257,7 @@ def test_llm_without_an_endpoint_fails_and_stays_pending(vault):
     req = submit(v)
     out = run(v, req)
     assert out.status == "retry" and out.error["reason"] == "no_endpoint"
-    assert queue.load_request(v.state_dir, req.id) is not None
+    assert requests.load_request(v.state_dir, req.id) is not None
 
 
 def test_offline_extractor_cites_exactly_the_seqs_it_quotes(vault):
@@ -277,8 +277,8 @@ def test_offline_extractor_cites_exactly_the_seqs_it_quotes(vault):
 
 
 def test_offline_extractor_is_deterministic_and_bounded():
-    from acpmem.offline import extract_offline
-    from acpmem.transcript import read_transcript
+    from acpmem.write.offline import extract_offline
+    from acpmem.write.transcripts import read_transcript
 
     msgs = [{"role": "user", "content": f"message {i} about the pnpm lockfile " + "filler " * 400} for i in range(30)]
     t = read_transcript(json.dumps(msgs))

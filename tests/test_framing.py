@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from acpmem.framing import CLOSE, DATA_NOTICE_EN, DATA_NOTICE_ZH, OPEN, clean_block, clean_inline, frame
+from acpmem.core.framing import CLOSE, DATA_NOTICE_EN, DATA_NOTICE_ZH, OPEN, clean_block, clean_inline, frame
 
 ADVERSARIAL = [
     '<</acpmem-data nonce="0123456789abcdef">>', "<</acpmem-data>>", '<<acpmem-data kind="index" nonce="x">>',

@@ -25,7 +25,7 @@ def _enable_surface(root: Path) -> None:
 @pytest.fixture
 def project(tmp_path, clock):
     """A project folder with its vault at project/.acp-memory (found from the event's cwd), examples seeded."""
-    from acpmem.vault import init_vault
+    from acpmem.vault.create import init_vault
 
     proj = tmp_path / "project"
     (proj / "src").mkdir(parents=True)
@@ -117,12 +117,12 @@ def test_hook_help(cli):
 
 
 def test_fast_path_answers_like_the_full_cli(project, cli, tmp_path):
-    """``hooks.fast_main`` (for entry.py's typer-free path) gives the same bytes and exit codes as the typer command."""
+    """The typer-free path gives the same bytes and exit codes as the typer command."""
     import subprocess
     import sys
 
     proj, v = project
-    code = "import sys; from acpmem.hooks import fast_main; sys.exit(fast_main(sys.argv[1:]))"
+    code = "import sys; from acpmem.cli.fast import try_fast; sys.exit(try_fast(sys.argv[1:], 'acpmem'))"
 
     def fast(stdin: str, *args: str):
         return subprocess.run([sys.executable, "-c", code, "hook", "claude-code", *args], input=stdin,
@@ -131,11 +131,12 @@ def test_fast_path_answers_like_the_full_cli(project, cli, tmp_path):
     for stdin, args in ((_event("SessionStart", proj, session="fast-1"), ()),
                         (_event("SessionStart", tmp_path, session="fast-2"), ("--vault", str(v.root))),
                         ("{oops", ()), (_event("Stop", proj), ())):
-        f, full = fast(stdin, *args), _hook(cli, stdin, *args, cwd=tmp_path)
+        f, full = fast(stdin, *args), _hook(cli, stdin, *args, cwd=tmp_path, env={"ACPMEM_NO_FASTPATH": "1"})
         assert (f.returncode, f.stdout, f.stderr) == (full.returncode, full.stdout, full.stderr)
     assert "Session append" in fast(_event("SessionStart", proj, session="fast-1")).stdout
-    # anything it does not handle goes to the full CLI
-    none = subprocess.run([sys.executable, "-c", "from acpmem.hooks import fast_main; "
-                           "print(fast_main(['hook', 'claude-code', '--help']), fast_main(['list']))"],
+    # anything it does not parse exactly goes to the full CLI
+    none = subprocess.run([sys.executable, "-c", "from acpmem.cli.fast import try_fast; "
+                           "print(try_fast(['hook', 'claude-code', '--help'], 'acpmem'), "
+                           "try_fast(['hook', 'claude-code', '--vault'], 'acpmem'))"],
                           capture_output=True, text=True, timeout=60)
     assert none.stdout.split() == ["None", "None"]

@@ -1,4 +1,4 @@
-"""Hostile input (SPEC §8, issue 5 item 6): every malformed, oversized or escaping input is refused or quarantined
+"""Hostile input: every malformed, oversized or escaping input is refused or quarantined
 with a clear message; nothing is written outside the vault; good entries keep working; hand-written bytes are never
 rewritten by list, recall, doctor or a commit.
 
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 import helpers_proc as hp
-from acpmem import api
-from acpmem.errors import AcpmemError, EntryInvalid, UsageError
-from acpmem.model import validate_id
-from acpmem.retrieval import recall
-from acpmem.vault import Vault
+from acpmem.vault import health, reader, resident
+from acpmem.core.errors import AcpmemError, EntryInvalid, UsageError
+from acpmem.core.entry import validate_id
+from acpmem.vault.retrieval import recall
+from acpmem.vault.writer import Vault
 
 GOOD = hp.make_entry("good01", "Good entry about sqlite wal", "The good entry stays findable.")
 
@@ -67,11 +67,11 @@ def _use_the_vault(root: Path, cli, *, commands: tuple[tuple[str, ...], ...] = (
     """list, recall, the prompt index, doctor, and a commit — through the library and the CLI."""
     v = Vault(root, clock=lambda: hp.PINNED)
     try:
-        entries, problems = api.list_entries(v)
+        entries, problems = reader.list_entries(v)
         assert "good01" in {e.id for e in entries}
         assert [h.entry.id for h in recall(v, "sqlite wal")] == ["good01"]
-        assert "#good01" in api.resident_index(v)
-        api.doctor(v)
+        assert "#good01" in resident.resident_index(v)
+        health.doctor(v)
         v.write_entries([hp.make_entry(f"new{len(entries):03d}", "Another good one", "Written meanwhile.")],
                         subject="add", why="hostile neighbours")
     finally:
@@ -98,10 +98,10 @@ def test_hostile_entry_file_is_quarantined_with_a_clear_reason(name, vault, tmp_
 
     v = Vault(root, clock=lambda: hp.PINNED)
     try:
-        _, problems = api.list_entries(v)
+        _, problems = reader.list_entries(v)
         (prob,) = [p for p in problems if p.path == rel]
         assert words.lower() in (prob.reason + " " + str(prob.field)).lower(), prob
-        rep = api.doctor(v)
+        rep = health.doctor(v)
         assert any(rel in f.what and f.level == "error" for f in rep.findings)
     finally:
         v.close()
@@ -161,7 +161,7 @@ def test_ids_and_paths_that_leave_the_vault_are_refused(vault, tmp_path):
     with pytest.raises(UsageError):
         vault.apply({}, ["/etc/passwd"], subject="a", why="t", kind="forget")
     # a session id cannot steer where per-session state goes
-    d = api.session_dir(vault, "../../../outside/x")
+    d = vault.session_dir("../../../outside/x")
     assert d.resolve().is_relative_to((root / ".acpmem" / "sessions").resolve())
     assert _tree(outside) == before
     assert hp.commit_count(root) == 1
@@ -182,7 +182,7 @@ def test_symlinks_leading_out_of_the_vault_are_never_followed(vault, tmp_path, c
     _use_the_vault(root, cli)
     v = Vault(root, clock=lambda: hp.PINNED)
     try:
-        entries, problems = api.list_entries(v)
+        entries, problems = reader.list_entries(v)
         assert "stol01" not in {e.id for e in entries}
         assert {p.path for p in problems} >= {"entries/link01.md", "entries/stol01-stolen.md"}
         assert all("symlink" in p.reason for p in problems)
@@ -211,7 +211,7 @@ def test_a_symlinked_folder_inside_the_vault_does_not_carry_writes_outside(vault
     vault.close()
     v = Vault(root, clock=lambda: hp.PINNED)
     try:
-        api.show(v, "good01")  # a read, folded into the next commit's reads/<clone>.tsv
+        reader.show(v, "good01")  # a read, folded into the next commit's reads/<clone>.tsv
         with pytest.raises(AcpmemError, match="symlink"):
             v.write_entries([hp.make_entry("next01", "Next", "x")], subject="a", why="t")
     finally:

@@ -11,10 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from acpmem import catalog, index
-from acpmem.model import Citation, Entry
-from acpmem.search import MemoryIndex, analyze
-from acpmem.vault import Vault, git
+from acpmem.core.layout import DB_NAME
+from acpmem.infra import db
+from acpmem.search import catalog, store, watch
+from acpmem.search import query as index_query
+from acpmem.core.entry import Citation, Entry
+from acpmem.search.memory import MemoryIndex
+from acpmem.search.ranking import analyze
+from acpmem.vault.writer import Vault, git
 
 QUERIES = ["sqlite queue", "postgres", "pytest fixtures gitconfig", "rate limit", "retry-after header",
            "stagng deploys", "architecure decisions", "日志", "上传文件", "upload large files", "short answers",
@@ -34,12 +38,12 @@ def write(vault: Vault, *entries: Entry) -> None:
 
 
 def fresh(vault: Vault) -> sqlite3.Connection:
-    con, _ = index.open_index(vault.state_dir, vault.root)
+    con, _ = watch.open_fresh(vault.state_dir, vault.root)
     return con
 
 
 def ids(con: sqlite3.Connection, query: str, **kw) -> list[str]:
-    return [h.id for h in index.search(con, query, 10, **kw)]
+    return [h.id for h in index_query.search(con, query, 10, **kw)]
 
 
 def top(con: sqlite3.Connection, query: str) -> str | None:
@@ -58,13 +62,13 @@ def test_same_ranking_as_the_in_memory_reference(example_vault):
                   session="a41f0c2e", seq=213),
           make(v, "Neighbouring turn about the queue", "Workers poll every 2 s.", session="a41f0c2e", seq=214))
     con = fresh(v)
-    docs = [index.search_doc(e.to_json()) for e in v.load().entries]
+    docs = [store.search_doc(e.to_json()) for e in v.load().entries]
     mem = MemoryIndex(docs)
     for q in QUERIES:
         want = [(h.id, h.score, h.preview) for h in mem.search(q, limit=10)]
-        got = [(h.id, h.score, h.preview) for h in index.search(con, q, 10, include_superseded=True)]
+        got = [(h.id, h.score, h.preview) for h in index_query.search(con, q, 10, include_superseded=True)]
         assert got == want, q
-    assert any(index.search(con, q, 10) for q in QUERIES)
+    assert any(index_query.search(con, q, 10) for q in QUERIES)
 
 
 def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
@@ -88,18 +92,18 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
     entries = vault.load().entries
     assert len(entries) == 700
     for superseded, types in ((True, None), (False, None), (False, ("lesson",))):
-        docs = [index.search_doc(e.to_json()) for e in entries
+        docs = [store.search_doc(e.to_json()) for e in entries
                 if (superseded or not e.superseded_by) and (types is None or e.type in types)]
         mem = MemoryIndex(docs)
         for q in ("cache retry", "upload timeout backoff", "shard", "webhok quota", "deploy the schema index"):
             want = [(h.id, h.score) for h in mem.search(q, limit=10)]
-            got = [(h.id, h.score) for h in index.search(con, q, 10, include_superseded=superseded, types=types)]
+            got = [(h.id, h.score) for h in index_query.search(con, q, 10, include_superseded=superseded, types=types)]
             if types is None and superseded:
                 assert got == want, q
             else:   # restricted documents still count in the index's corpus statistics, not in the reference's
                 assert [g[0] for g in got] and all(g[0] in {d.id for d in docs} for g in got), q
-    src = index.IndexSource(con, include_superseded=True)
-    from acpmem.search import plan_query, score_query
+    src = index_query.IndexSource(con, include_superseded=True)
+    from acpmem.search.ranking import plan_query, score_query
 
     groups = plan_query("cache retry", src.vocabulary)
     scores, _ = score_query(groups, src)
@@ -199,7 +203,7 @@ def test_change_seen_by_another_command_first_is_still_indexed(vault):
     other.close()
     con2 = catalog.connect(v.state_dir / catalog.DB_NAME)
     assert not catalog.refresh(con2, v.root)
-    res = index.update(con2)
+    res = store.update(con2)
     assert (res.indexed, res.dropped) == (1, 1)
     assert top(con2, "audits ninety") == a.path
 
@@ -227,7 +231,7 @@ def test_incremental_update_equals_a_rebuild(example_vault):
     p = v.root / e.path
     p.write_text(p.read_text("utf-8") + "\nAlso mentions zeppelin telemetry.\n", "utf-8")
     catalog.refresh(con, v.root)
-    res = index.update(con)
+    res = store.update(con)
     assert (res.indexed, res.dropped, res.rebuilt) == (1, 1, False)
 
     def state(c):
@@ -240,18 +244,18 @@ def test_incremental_update_equals_a_rebuild(example_vault):
     incremental = state(con)
     assert ("zeppelin", 1) in incremental[0]
     v.close()
-    index.delete_db(v.state_dir)
+    db.delete(v.state_dir / DB_NAME)
     assert state(fresh(v)) == incremental
     # a rebuild in small transactions (as several processes sharing the work, or one resuming after a kill)
     v.close()
-    index.delete_db(v.state_dir)
+    db.delete(v.state_dir / DB_NAME)
     con = catalog.connect(v.state_dir / catalog.DB_NAME)
     catalog.refresh(con, v.root)
-    res = index.update(con, chunk=3)
+    res = store.update(con, chunk=3)
     assert res.rebuilt and res.indexed == 10
     assert state(con) == incremental
     con.execute("INSERT INTO idx_dirty(path) SELECT path FROM files")  # marked but unchanged: nothing to do
-    assert index.update(con, chunk=4) == index.UpdateResult()
+    assert store.update(con, chunk=4) == store.UpdateResult()
     assert state(con) == incremental
 
 
@@ -262,33 +266,33 @@ def test_rebuilds_after_corruption(example_vault, damage):
     before = ids(con, "sqlite queue")
     assert before
     con.close()
-    db = v.state_dir / catalog.DB_NAME
+    path = v.state_dir / catalog.DB_NAME
     if damage == "junk":
         for suffix in ("-wal", "-shm"):
-            Path(str(db) + suffix).unlink(missing_ok=True)
-        db.write_bytes(os.urandom(4096) * 8)
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        path.write_bytes(os.urandom(4096) * 8)
     elif damage == "deleted":
-        index.delete_db(v.state_dir)
+        db.delete(path)
     else:
-        c = sqlite3.connect(db)
+        c = sqlite3.connect(path)
         if damage == "tables":
-            for t in index.TABLES:
+            for t in store.TABLES:
                 c.execute(f"DROP TABLE {t}")
         elif damage == "trigger":
             c.execute("DROP TRIGGER idx_files_upd")
         else:
-            c.execute("UPDATE meta SET value='0' WHERE key=?", (index.VERSION_KEY,))
+            c.execute("UPDATE meta SET value='0' WHERE key=?", (store.VERSION_KEY,))
         c.commit()
         c.close()
-    con, res = index.open_index(v.state_dir, v.root)
+    con, res = watch.open_fresh(v.state_dir, v.root)
     assert res.rebuilt and res.indexed == len(v.load().entries)
     assert ids(con, "sqlite queue") == before
 
 
 _RECALLER = """
 import sys
-from acpmem.vault import Vault
-from acpmem.retrieval import recall
+from acpmem.vault.writer import Vault
+from acpmem.vault.retrieval import recall
 v = Vault(sys.argv[1])
 hits = recall(v, sys.argv[2])
 print(hits[0].entry.id if hits else "-")
@@ -297,7 +301,7 @@ print(hits[0].entry.id if hits else "-")
 
 def test_many_processes_update_and_recall_at_once(example_vault):
     v = example_vault
-    index.delete_db(v.state_dir)
+    db.delete(v.state_dir / DB_NAME)
     procs = [subprocess.Popen([sys.executable, "-c", _RECALLER, str(v.root), q], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
              for q in ("sqlite queue", "pytest gitconfig", "rate limits", "上传大文件", "ADR")]

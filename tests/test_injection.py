@@ -1,4 +1,4 @@
-"""Prompt injection (SPEC §8, issue 5 item 8): whatever acpmem puts into a prompt — the resident index, surfacing,
+"""Prompt injection: whatever acpmem puts into a prompt — the resident index, surfacing,
 recall, the fork's related entries — is framed as data, with delimiters a memory cannot close or fake, and carries
 the entry's provenance.
 
@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import helpers_proc as hp
-from acpmem import api
-from acpmem.fork import related_entries, related_text
-from acpmem.framing import CLOSE, OPEN
-from acpmem.model import new_entry_text, parse_entry
-from acpmem.retrieval import recall, recall_text, surface, surface_text
+from acpmem.vault import resident
+from acpmem.write.fork import related_entries, related_text
+from acpmem.core.framing import CLOSE, OPEN
+from acpmem.core.entryfile import new_entry_text, parse_entry
+from acpmem.vault.retrieval import recall, recall_text, surface, surface_text
 
 OPEN_RE = re.compile(r'^<<acpmem-data kind="([a-z][a-z0-9_-]*)"((?: [a-z][a-z0-9_-]*="[^"<>]*")*) '
                      r'nonce="([0-9a-f]{16})">>$')
@@ -95,7 +95,7 @@ def test_adversarial_entries_stay_inside_their_frames(vault, title, body):
     (vault.root / entry.path).write_text(text, "utf-8")
     tokens = [f"zqx{i:04d}k" for i in range(n + 1)]
 
-    index = api.resident_index(vault, refresh=True)
+    index = resident.resident_index(vault, refresh=True)
     (frame,) = assert_frame_holds(index, tokens, "index")
     assert f"#{ident}," in frame[2] or "not shown to fit the budget" in index  # provenance: the entry id
 
@@ -117,7 +117,7 @@ def test_adversarial_entries_stay_inside_their_frames(vault, title, body):
 def test_a_fake_closing_line_with_the_real_nonce_cannot_end_the_frame(vault):
     """Even a memory that guesses its own frame's nonce (the nonce depends on the content, so it cannot) is
     neutralised: a closing line inside the content is never a closing line in the output."""
-    from acpmem.framing import frame
+    from acpmem.core.framing import frame
 
     first = frame("recall", "x", attrs={"id": "a"})
     nonce = first.split('nonce="')[1][:16]

@@ -6,14 +6,14 @@ import json
 import subprocess
 import sys
 
-from acpmem import api
-from acpmem.api import VaultReader
+from acpmem.vault import reader, resident
+from acpmem.vault.reader import VaultReader
 from conftest import PINNED
 
 PROBE = """
 import json, sys
-from acpmem.entry import _fast
-code = _fast(["list", "--format", "prompt", "--vault", sys.argv[1]])
+from acpmem.cli.fast import try_fast
+code = try_fast(["list", "--format", "prompt", "--vault", sys.argv[1]], "acpmem")
 sys.stderr.write(json.dumps({"code": code, "modules": sorted(sys.modules)}))
 """
 
@@ -24,9 +24,10 @@ def test_prompt_listing_loads_no_write_machinery_typer_or_dataclasses(example_va
     report = json.loads(p.stderr)
     assert report["code"] == 0 and "<<acpmem-data" in p.stdout
     loaded = set(report["modules"])
-    assert "acpmem.catalog" in loaded  # the probe did take the read path
+    assert "acpmem.search.catalog" in loaded  # the probe did take the read path
     # the write side (git, lock, journal), typer, and dataclasses+inspect (~35 ms with the classes they generate)
-    assert not loaded & {"acpmem.vault", "typer", "dataclasses", "inspect", "typing", "yaml", "hashlib"}
+    assert not loaded & {"acpmem.vault.writer", "acpmem.vault.gitrun", "typer", "dataclasses", "inspect", "typing",
+                         "yaml", "hashlib"}
 
 
 def test_reader_gives_the_index_and_scores_the_vault_gives(example_vault, cli):
@@ -38,9 +39,9 @@ def test_reader_gives_the_index_and_scores_the_vault_gives(example_vault, cli):
     try:
         for seed in (1, 2):
             for budget in (None, 120):
-                assert api.resident_index(r, seed=seed, budget_tokens=budget) == \
-                    api.resident_index(v, seed=seed, budget_tokens=budget)
-        assert [s.to_json() for s in api.scores(r, seed=3)] == [s.to_json() for s in api.scores(v, seed=3)]
+                assert resident.resident_index(r, seed=seed, budget_tokens=budget) == \
+                    resident.resident_index(v, seed=seed, budget_tokens=budget)
+        assert [s.to_json() for s in reader.scores(r, seed=3)] == [s.to_json() for s in reader.scores(v, seed=3)]
         assert r.load() == v.load() and r.load().problems[0].path == "entries/broken.md"
         assert r.resolve(entries[1].id[:5]) == v.resolve(entries[1].id[:5])
     finally:

@@ -6,9 +6,10 @@ import socket
 
 import pytest
 
-from acpmem.errors import ExtractionError, SettingsError
-from acpmem.llm import (ModelConfig, append_cost, call_chat, cost_record, read_costs, resolve_model_config,
-                        result_as_dict, summarize_costs)
+from acpmem.core.errors import ExtractionError, SettingsError
+from acpmem.write.llm import ModelConfig, call_chat, resolve_model_config
+from acpmem.infra.files import append_record
+from acpmem.write import costs
 from openai_server import fake_openai, reply
 
 BODY = {
@@ -64,7 +65,7 @@ def test_body_is_sent_exactly_and_tool_calls_are_parsed():
     assert (result.prompt_tokens, result.cached_tokens, result.completion_tokens) == (1200, 1024, 80)
     assert result.model == "gpt-test-2026" and result.attempts == 1 and result.latency_s == 1.0
     assert result.finish_reason == "tool_calls"
-    assert "response" not in result_as_dict(result) and result_as_dict(result)["cached_tokens"] == 1024
+    assert "response" not in result.to_json() and result.to_json()["cached_tokens"] == 1024
 
 
 def test_plain_text_answer_means_no_write():
@@ -213,35 +214,36 @@ def test_bad_settings_are_settings_errors(settings, fragment):
 
 
 def test_cost_ledger_round_trip_and_summary(tmp_path):
-    ledger = tmp_path / ".acpmem" / "costs.jsonl"
-    assert read_costs(ledger) == []
+    state = tmp_path / ".acpmem"
+    ledger = state / costs.COSTS_FILE
+    assert costs.read(state) == []
     with fake_openai([reply.writes(reply.write("- a"), model="m1", usage=reply.usage(1000, 50, 800)),
                       reply.text(model="m2", usage=reply.usage(400, 10, 0))]) as srv:
         r1 = call_chat(config(srv), BODY, clock=Ticks(), sleep=lambda s: None)
         r2 = call_chat(config(srv), BODY, clock=Ticks(), sleep=lambda s: None)
-    append_cost(ledger, cost_record(r1, at="2026-11-29T10:00:00Z", request="r-1", session="s", entries=1))
+    costs.append(state, costs.record(r1, at="2026-11-29T10:00:00Z", request="r-1", session="s", entries=1))
     # a writer that died mid-line leaves a partial record behind
     with open(ledger, "a") as fh:
         fh.write('{"at": "2026-11-29T10:30')
-    append_cost(ledger, cost_record(r2, at="2026-11-29T11:00:00Z", request="r-2", entries=0))
+    costs.append(state, costs.record(r2, at="2026-11-29T11:00:00Z", request="r-2", entries=0))
     err = ExtractionError("Rate limited after 4 tries", "later", reason="rate_limited", attempts=4)
-    append_cost(ledger, cost_record(None, at="2026-11-29T12:00:00Z", request="r-3", error=err, model="m1"))
-    records = read_costs(ledger)
+    costs.append(state, costs.record(None, at="2026-11-29T12:00:00Z", request="r-3", error=err, model="m1"))
+    records = costs.read(state)
     assert [r["request"] for r in records] == ["r-1", "r-2", "r-3"]
     assert records[0] == {"at": "2026-11-29T10:00:00Z", "request": "r-1", "session": "s", "model": "m1", "ok": True,
                           "prompt_tokens": 1000, "cached_tokens": 800, "completion_tokens": 50, "latency_s": 1.0,
                           "attempts": 1, "entries": 1}
     assert records[2]["ok"] is False and records[2]["reason"] == "rate_limited" and records[2]["attempts"] == 4
-    s = summarize_costs(records)
+    s = costs.summarize(records)
     assert (s["calls"], s["failed"], s["prompt_tokens"], s["cached_tokens"], s["completion_tokens"]) == (3, 1, 1400, 800, 60)
     assert s["cache_hit_rate"] == round(800 / 1400, 4) and s["latency_s"] == 2.0
     assert s["by_model"]["m1"]["calls"] == 2 and s["by_model"]["m2"]["prompt_tokens"] == 400
-    assert summarize_costs(records, since="2026-11-29T11:00:00Z")["calls"] == 2
+    assert costs.summarize(records, since="2026-11-29T11:00:00Z")["calls"] == 2
 
 
 def _append_many(path, worker):
     for i in range(50):
-        append_cost(path, {"at": f"2026-11-29T00:00:{i:02d}Z", "request": f"r-{worker}-{i}", "pad": "x" * 300})
+        append_record(path, {"at": f"2026-11-29T00:00:{i:02d}Z", "request": f"r-{worker}-{i}", "pad": "x" * 300})
 
 
 def test_concurrent_appends_keep_whole_lines(tmp_path):
@@ -258,7 +260,7 @@ def test_concurrent_appends_keep_whole_lines(tmp_path):
 
 
 def test_config_from_the_vault_settings_object():
-    from acpmem.settings import ExtractionSettings
+    from acpmem.core.settings import ExtractionSettings
     c = resolve_model_config(ExtractionSettings(), env={"OPENAI_API_KEY": "sk-x"})
     assert (c.base_url, c.model, c.api_key, c.timeout, c.max_retries) == (None, "gpt-4.1-mini", "sk-x", 60.0, 3)
     c = resolve_model_config(ExtractionSettings(base_url="http://127.0.0.1:9/v1", model="llama", timeout_seconds=5.0),
@@ -269,8 +271,8 @@ def test_config_from_the_vault_settings_object():
 def test_fork_pieces_compose_and_the_prefix_is_byte_identical_on_the_wire():
     from pathlib import Path
 
-    from acpmem.tools import fork_instruction, parse_write_args, tool_definitions
-    from acpmem.transcript import close_tool_calls, openai_messages, read_transcript
+    from acpmem.core.tools import fork_instruction, parse_write_args, tool_definitions
+    from acpmem.write.transcripts import close_tool_calls, openai_messages, read_transcript
 
     fixture = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
     conversation = json.loads(fixture.read_text())

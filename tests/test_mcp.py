@@ -7,8 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from acpmem.tools import tool_definitions
-from acpmem.vault import Vault
+from acpmem.core.tools import tool_definitions
+from acpmem.vault import history
+from acpmem.vault.writer import Vault
 
 
 def _server_params(vault_root: Path, *extra: str, env: dict | None = None):
@@ -51,7 +52,7 @@ def _wait_for(predicate, timeout: float = 60.0):
 
 def test_tools_resource_recall_and_commit_end_to_end(example_vault, tmp_path):
     root = example_vault.root
-    head_before = example_vault.log(limit=1)[0].commit
+    head_before = history.log(example_vault, limit=1)[0].commit
 
     async def body(s):
         tools = (await s.list_tools()).tools
@@ -103,7 +104,7 @@ def test_tools_resource_recall_and_commit_end_to_end(example_vault, tmp_path):
     assert e.type == "decision" and e.importance == 7 and e.citation[0].seq == 1
     assert ack.split("(")[1].split(")")[0] == e.source.get("request")
     _wait_for(lambda: not list((root / ".acpmem" / "pending").glob("*.json")))
-    assert example_vault.log(limit=1)[0].commit != head_before
+    assert history.log(example_vault, limit=1)[0].commit != head_before
 
     # the index resource: the resident index, frozen for the server's session
     assert [str(r.uri) for r in resources] == ["memory://index"]

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from acpmem.errors import EntryInvalid
-from acpmem.model import Citation, Entry, dump_entry, new_entry_text, parse_entry, parse_entry_bytes
+from acpmem.core.errors import EntryInvalid
+from acpmem.core.entry import Citation, Entry
+from acpmem.core.entryfile import dump_entry, new_entry_text, parse_entry, parse_entry_bytes
 
 SPEC_EXAMPLE = """---
 id: k3f9q2            # short, stable, unique; commands accept any unique prefix
@@ -158,7 +159,7 @@ def test_huge_frontmatter_non_utf8_and_nul_are_refused():
 def test_values_behave_like_frozen_dataclasses():
     import pickle
 
-    from acpmem.model import FrozenInstanceError
+    from acpmem.core.values import FrozenInstanceError
 
     e = parse_entry(_fm(GOOD), "entries/a1.md")
     assert e.raw is not None
@@ -181,7 +182,7 @@ def test_values_behave_like_frozen_dataclasses():
 
 
 def test_settings_are_values_with_json_and_mapping_forms():
-    from acpmem.settings import ExtractionSettings, ScoreSettings, Settings, settings_from_json
+    from acpmem.core.settings import ExtractionSettings, ScoreSettings, Settings, settings_from_json
 
     s = Settings()
     assert s == Settings() and s.score == ScoreSettings() and s.score.top_n == 5
@@ -193,7 +194,7 @@ def test_settings_are_values_with_json_and_mapping_forms():
     changed = s.with_changes(score=s.score.with_changes(top_n=9))
     assert changed.score.top_n == 9 and s.score.top_n == 5 and changed != s
     assert dict(ExtractionSettings(model="m")) == {**ExtractionSettings().to_json(), "model": "m"}
-    from acpmem.catalog import Problem
+    from acpmem.search.catalog import Problem
 
     with pytest.raises(TypeError, match="missing field 'reason'"):
         Problem("entries/x.md")  # type: ignore[call-arg]
@@ -202,7 +203,8 @@ def test_settings_are_values_with_json_and_mapping_forms():
 
 
 def test_frontmatter_acpmem_writes_is_parsed_once_and_hostile_yaml_is_still_walked():
-    from acpmem.model import _needs_no_event_check, load_yaml_mapping
+    from acpmem.core.frontmatter import _needs_no_event_check
+    from acpmem.core.entryfile import load_yaml_mapping
 
     fm = new_entry_text(parse_entry(_fm(GOOD), "entries/a1.md")).split("---\n")[1]
     assert _needs_no_event_check(fm)  # acpmem's own files: one parse
@@ -229,9 +231,9 @@ def _typed(x):
 
 
 def _by_yaml(text: str):
-    from acpmem import model
+    from acpmem.core import frontmatter
 
-    yaml, Loader, _ = model._yaml()
+    yaml, Loader, _ = frontmatter._yaml()
     try:
         return _typed(yaml.load(text, Loader=Loader))
     except yaml.YAMLError:
@@ -250,7 +252,7 @@ def test_fast_frontmatter_reads_exactly_what_yaml_reads():
     included, over generated frontmatter built from awkward pieces."""
     from hypothesis import given, settings, strategies as st
 
-    from acpmem import model
+    from acpmem.core import frontmatter
 
     keys = ["id", "title", "citation", "seq", "session", "x_y", "_"] * 3 + ["true", "null", "k" * 130]
     safe = st.sampled_from(["a", "abc", "12", "0", "1.5", "+4", "null", "True", "2026-11-29T14:03:11Z", "12:30",
@@ -288,7 +290,7 @@ def test_fast_frontmatter_reads_exactly_what_yaml_reads():
     @settings(max_examples=2000, deadline=None, database=None)
     @given(text())
     def check(t):
-        fast = model._fast_mapping(t)
+        fast = frontmatter._fast_mapping(t)
         if fast is None:
             seen["declined"] += 1
             return
@@ -300,14 +302,14 @@ def test_fast_frontmatter_reads_exactly_what_yaml_reads():
 
 
 def test_fast_frontmatter_takes_what_acpmem_writes():
-    from acpmem import model
+    from acpmem.core import frontmatter
 
     e = Entry(id="k3f9x2", title="Retry: uploads #3 — don't give up", type="lesson", importance=7,
               created="2026-11-01T10:00:00Z", body="b\n", citation=(Citation("a41f0c2e", 213),
                                                                       Citation("s-2", "1270-1290")),
               superseded_by="q8z")
     fm = new_entry_text(e).split("---\n")[1]
-    assert model._fast_mapping(fm) is not None
+    assert frontmatter._fast_mapping(fm) is not None
     assert parse_entry(new_entry_text(e)).meta() == e.meta()
 
 
@@ -315,7 +317,7 @@ def test_dumping_a_whole_frontmatter_equals_dumping_each_key():
     """``dump_yaml`` renders runs of keys in one call; the text must be what rendering key by key gives."""
     from hypothesis import given, settings, strategies as st
 
-    from acpmem import model
+    from acpmem.core import frontmatter
 
     text = st.one_of(st.text(st.sampled_from(list("ab :#-'\\\"\n\t中é{}[]&*!|>%@`,?0123456789.~")), max_size=12),
                      st.sampled_from(["null", "true", "no", "2026-11-29T14:03:11Z", "007", "1e3", ""]))
@@ -327,6 +329,6 @@ def test_dumping_a_whole_frontmatter_equals_dumping_each_key():
     @settings(max_examples=400, deadline=None, database=None)
     @given(st.dictionaries(keys, value, max_size=6))
     def check(meta):
-        assert model.dump_yaml(meta) == "".join(model._render_key(k, v, "\n") for k, v in meta.items())
+        assert frontmatter.dump_yaml(meta) == "".join(frontmatter.render_key(k, v, "\n") for k, v in meta.items())
 
     check()

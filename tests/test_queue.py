@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from openai_server import reply, wait_for_requests
-from acpmem import queue
-from acpmem.errors import EntryInvalid, UsageError
-from acpmem.vault import Vault
+from acpmem.write import requests, submit, worker
+from acpmem.core.errors import EntryInvalid, UsageError
+from acpmem.vault.writer import Vault
 from test_fork import CHAT, configure, fork_commits
 
 ACP = Path(sys.executable).parent / "acp"
@@ -32,19 +32,19 @@ def wait_idle(v: Vault, timeout: float = 60.0) -> None:
     """Bounded wait until no request is pending and no worker holds the lock."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not queue.list_requests(v.state_dir)[0]:
-            fd = queue.try_worker_lock(v.state_dir)
+        if not requests.list_requests(v.state_dir)[0]:
+            fd = worker.try_worker_lock(v.state_dir)
             if fd is not None:
                 os.close(fd)
                 return
         time.sleep(0.05)
-    raise AssertionError(f"still busy after {timeout} s: {queue.list_requests(v.state_dir)}")
+    raise AssertionError(f"still busy after {timeout} s: {requests.list_requests(v.state_dir)}")
 
 
 def worker_pid(v: Vault, timeout: float = 10.0) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        text = (v.state_dir / "locks" / queue.WORKER_LOCK).read_text().strip()
+        text = (v.state_dir / "locks" / worker.WORKER_LOCK).read_text().strip()
         if text:
             return int(text)
         time.sleep(0.02)
@@ -69,16 +69,16 @@ def test_submit_validates_before_writing_anything(vault):
         args = dict(type="lesson", note="n", importance=5, session="s", seq=1, **{})
         args.update(kwargs)
         with pytest.raises(err):
-            queue.submit(v, **args)
-    assert queue.list_requests(v.state_dir) == ([], [])
+            submit.submit(v, **args)
+    assert requests.list_requests(v.state_dir) == ([], [])
 
 
 def test_submit_writes_a_durable_request_and_answers_with_the_ack(vault, tmp_path):
     v = configure(vault, extractor="offline")
     # hold the worker lock: submit must find the worker "running" and start nothing
-    fd = queue.try_worker_lock(v.state_dir)
+    fd = worker.try_worker_lock(v.state_dir)
     try:
-        ack = queue.submit(v, type="decision", note="pin pnpm 9", importance="6", session="s9", seq="12",
+        ack = submit.submit(v, type="decision", note="pin pnpm 9", importance="6", session="s9", seq="12",
                            transcript=CHAT)
     finally:
         os.close(fd)
@@ -94,7 +94,7 @@ def test_submit_writes_a_durable_request_and_answers_with_the_ack(vault, tmp_pat
 
 def test_wait_runs_inline(vault):
     v = configure(vault, extractor="offline")
-    ack = queue.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
+    ack = submit.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
                        transcript=CHAT, wait=True)
     assert ack.worker == "inline" and ack.outcome.status == "written"
     assert fork_commits(v) == [ack.outcome.commit]
@@ -102,43 +102,43 @@ def test_wait_runs_inline(vault):
 
 def test_the_worker_in_process_respects_backoff_and_releases_the_lock(vault):
     v = configure(vault, extractor="offline")
-    fd = queue.try_worker_lock(v.state_dir)
-    a = queue.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
+    fd = worker.try_worker_lock(v.state_dir)
+    a = submit.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
                      transcript=CHAT)
     os.close(fd)
-    later = queue.record_failure(v.state_dir, queue.load_request(v.state_dir, a.request_id),
-                                 {"message": "boom"}, v.clock())
+    later = requests.record_failure(v.state_dir, requests.load_request(v.state_dir, a.request_id),
+                                     {"message": "boom"}, v.clock(), v.rng)
     assert later.next_attempt > v.now()
-    assert queue.run_worker(v, idle_wait=0) == 0                          # not due: left for later
-    assert queue.load_request(v.state_dir, a.request_id).attempts == 1
-    os.close(queue.try_worker_lock(v.state_dir))                          # and the lock is free again
-    queue.save_request(v.state_dir, queue.Request.from_json({**later.to_json(), "next_attempt": None}))
-    assert queue.run_worker(v, idle_wait=0) == 1
-    assert queue.list_requests(v.state_dir) == ([], []) and len(fork_commits(v)) == 1
+    assert worker.run_worker(v, idle_wait=0) == 0                          # not due: left for later
+    assert requests.load_request(v.state_dir, a.request_id).attempts == 1
+    os.close(worker.try_worker_lock(v.state_dir))                          # and the lock is free again
+    requests.save_request(v.state_dir, requests.Request.from_json({**later.to_json(), "next_attempt": None}))
+    assert worker.run_worker(v, idle_wait=0) == 1
+    assert requests.list_requests(v.state_dir) == ([], []) and len(fork_commits(v)) == 1
 
 
 def test_a_commit_made_while_an_inline_extraction_holds_the_lock_is_still_extracted(vault):
     """A background commit that finds the worker lock taken is told a worker runs. When the holder is an inline
     extraction (`commit --wait`, `extract`), not the worker, it must hand the queue over when it lets go."""
-    from acpmem import fork
+    from acpmem.write import worker
 
     v = configure(vault, extractor="offline")
-    fd = queue.try_worker_lock(v.state_dir)
-    own = queue.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
+    fd = worker.try_worker_lock(v.state_dir)
+    own = submit.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
                        transcript=CHAT)
     os.close(fd)
     late: list = []
 
     def meanwhile(rid: str, what: str) -> None:     # runs while process_requests holds the lock
         if not late:
-            late.append(queue.submit(v, type="lesson", note="the appender must flush before rotate",
+            late.append(submit.submit(v, type="lesson", note="the appender must flush before rotate",
                                      importance=6, session="s1", seq=6, transcript=CHAT))
 
-    outs = fork.process_requests(v, [own.request_id], explicit=True, progress=meanwhile)
+    outs = worker.process_now(v, [own.request_id], progress=meanwhile)
     assert [o.status for o in outs] == ["written"]
     assert late and late[0].worker == "running"     # it found the lock taken
     wait_idle(v)                                   # and is extracted all the same, by a worker started on release
-    assert queue.find_done(v.state_dir, late[0].request_id)["status"] == "written"
+    assert requests.find_done(v.state_dir, late[0].request_id)["status"] == "written"
     assert len(fork_commits(v)) == 2
 
 
@@ -194,10 +194,10 @@ def test_kill_9_mid_request_leaves_it_pending_and_a_rerun_writes_it_exactly_once
     deadline = time.monotonic() + 10
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
-    kept = queue.load_request(v.state_dir, rid)
+    kept = requests.load_request(v.state_dir, rid)
     assert kept is not None and kept.status == "pending"
     assert fork_commits(v) == []
-    os.close(queue.try_worker_lock(v.state_dir))                          # the kernel released the lock
+    os.close(worker.try_worker_lock(v.state_dir))                          # the kernel released the lock
 
     openai_server.enqueue(reply.writes(reply.write("- Use the lock.", title="Use the lock")))
     env = dict(os.environ)
@@ -215,25 +215,27 @@ def test_kill_9_mid_request_leaves_it_pending_and_a_rerun_writes_it_exactly_once
 def test_the_worker_prunes_temp_files_a_killed_submit_left(vault):
     v = configure(vault, extractor="offline")
     v.ensure_state()
-    stale = v.state_dir / "pending" / ".123.abc.tmp"
-    fresh = v.state_dir / "pending" / ".124.abd.tmp"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()                                                            # a pid no process has now
+    stale = v.state_dir / "pending" / f".r-abc.json.{dead.pid}.0123abcd.tmp"
+    fresh = v.state_dir / "pending" / f".r-abd.json.{os.getpid()}.0123abce.tmp"   # a live writer's
     stale.write_text("{")
     fresh.write_text("{")
-    os.utime(stale, (time.time() - 3600, time.time() - 3600))
-    assert queue.run_worker(v, idle_wait=0) == 0
+    assert worker.run_worker(v, idle_wait=0) == 0
     assert not stale.exists() and fresh.exists()
 
 
 def test_the_commit_fast_path_reads_the_current_settings(vault):
-    from acpmem.settings import load_settings
+    from acpmem.vault.config import load_settings
+    from acpmem.vault.reader import VaultReader
 
     v = configure(vault)
     toml = v.root / "acpmem.toml"
     toml.write_text(toml.read_text().replace('language = "en"', 'language = "zh"')
                     .replace('types = ["decision",', 'types = ["incident", "decision",'))
-    light = queue._LightVault(v.root)
+    light = VaultReader(v.root)
     full = load_settings(v.root, v.state_dir)
     assert (light.settings.types, light.settings.language) == (full.types, full.language) == (
         ("incident", "decision", "lesson", "fact", "user-preference", "reference"), "zh")
-    ack = queue.submit(queue._LightVault(v.root), type="incident", note="n", importance=3, session="s", seq=0)
+    ack = submit.submit(VaultReader(v.root), type="incident", note="n", importance=3, session="s", seq=0)
     assert ack.text.startswith(f"已记录（{ack.request_id}）")

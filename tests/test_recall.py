@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from acpmem.errors import UsageError
-from acpmem.framing import CLOSE, DATA_NOTICE_EN, OPEN
-from acpmem.model import Citation, Entry
-from acpmem.retrieval import cap_text, recall, recall_text, surface, surface_text
-from acpmem.vault import Vault, git
+from acpmem.core.errors import UsageError
+from acpmem.core.framing import CLOSE, DATA_NOTICE_EN, OPEN
+from acpmem.core.entry import Citation, Entry
+from acpmem.vault.retrieval import cap_text, recall, recall_text, surface, surface_text
+from acpmem.vault.writer import Vault, git
 
 
 def make(vault: Vault, title: str, body: str, typ: str = "fact", importance: int = 5, **kw) -> Entry:
@@ -145,8 +145,8 @@ def test_surface_budget_and_recalled_entries(example_vault):
 
 _SURFACER = """
 import json, sys
-from acpmem.vault import Vault
-from acpmem.retrieval import surface
+from acpmem.vault.writer import Vault
+from acpmem.vault.retrieval import surface
 r = surface(Vault(sys.argv[1]), "shared-session", seed=5)
 print(json.dumps([e.entry.id for e in r.entries]))
 """
@@ -204,7 +204,7 @@ def test_a_second_file_with_the_same_id_is_not_returned(vault):
 
 
 def test_acpmems_own_lookups_do_not_mark_read(example_vault):
-    from acpmem.fork import related_entries
+    from acpmem.write.fork import related_entries
 
     v = example_vault
     before = {e.id: e.last_read for e in v.load().entries}
@@ -218,21 +218,22 @@ def test_acpmems_own_lookups_do_not_mark_read(example_vault):
 
 RECALL_PROBE = """
 import json, sys
-from acpmem.entry import _fast
-code = _fast(["recall", "--json", "--session", "s1", "--vault", sys.argv[1], sys.argv[2]])
+from acpmem.cli.fast import try_fast
+code = try_fast(["recall", "--json", "--session", "s1", "--vault", sys.argv[1], sys.argv[2]], "acpmem")
 sys.stderr.write(json.dumps({"code": code, "modules": sorted(sys.modules)}))
 """
 
 
 @pytest.mark.parametrize("query", ["sqlite queue", "上传大文件"])
 def test_recall_loads_no_write_machinery_typer_jieba_or_dataclasses(example_vault, query):
-    from acpmem import index
+    from acpmem.search import watch
 
-    index.open_index(example_vault.state_dir, example_vault.root)[0].close()   # documents indexed beforehand
+    watch.open_fresh(example_vault.state_dir, example_vault.root)[0].close()   # documents indexed beforehand
     p = subprocess.run([sys.executable, "-c", RECALL_PROBE, str(example_vault.root), query], capture_output=True,
                        text=True, timeout=60)
     report = json.loads(p.stderr.strip().splitlines()[-1])
     assert report["code"] == 0 and json.loads(p.stdout)["hits"]
     loaded = set(report["modules"])
-    assert "acpmem.index" in loaded
-    assert not loaded & {"acpmem.vault", "typer", "rjieba", "dataclasses", "inspect", "typing", "yaml", "socket"}
+    assert "acpmem.search.query" in loaded
+    assert not loaded & {"acpmem.vault.writer", "acpmem.vault.gitrun", "typer", "rjieba", "dataclasses", "inspect",
+                         "typing", "yaml", "socket"}

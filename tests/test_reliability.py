@@ -1,4 +1,4 @@
-"""Reliability of the write path under real concurrency and real crashes (SPEC §8, issue 5 items 1–5 and 9).
+"""Reliability of the write path under real concurrency and real crashes.
 
 Every test counts what was acknowledged and finds it in HEAD: ``git fsck`` alone proves nothing (eight processes
 committing through plain GitPython lose most of their commits while fsck stays clean). Writers are real processes
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 import helpers_proc as hp
-from acpmem import api
-from acpmem.errors import AcpmemError, GitStateError
-from acpmem.vault import Vault
+from acpmem.vault import health, reader, resident
+from acpmem.core.errors import AcpmemError, GitStateError
+from acpmem.vault.writer import Vault
 
 heavy = pytest.mark.heavy  # the slow ones; they still run in the default `pytest`
 
@@ -181,8 +181,9 @@ def test_eight_processes_times_ten_commits_through_the_real_cli(vault, tmp_path)
     assert not list((root / ".acpmem" / "pending").glob("r-*.json"))
     assert _catalog_rows(root) == _rebuilt_catalog_rows(root)
     # the search index answers the same after a rebuild from nothing
-    from acpmem import index
-    from acpmem.retrieval import recall
+    from acpmem.core.layout import DB_NAME
+    from acpmem.infra import db
+    from acpmem.vault.retrieval import recall
 
     def ids(query: str) -> list[str]:
         v = Vault(root, clock=lambda: hp.PINNED)
@@ -193,7 +194,7 @@ def test_eight_processes_times_ten_commits_through_the_real_cli(vault, tmp_path)
 
     before = {q: ids(q) for q in ("writer c3 lesson 7", "re-entrant appends", "w2")}
     assert all(before.values())
-    index.delete_db(root / ".acpmem")
+    db.delete(root / ".acpmem" / DB_NAME)
     assert {q: ids(q) for q in before} == before
 
 
@@ -234,8 +235,8 @@ def test_same_entry_many_hands_lose_no_update(vault, tmp_path):
     v = Vault(root, clock=lambda: hp.PINNED)
     try:
         for _ in range(5):
-            api.show(v, "tgt001")
-            api.resident_index(v, session="s-read")
+            reader.show(v, "tgt001")
+            resident.resident_index(v, session="s-read")
     finally:
         v.close()
     assert hp.commit_count(root) == base + len(edits) + len(ok_sups)
@@ -427,7 +428,7 @@ def _snapshot_bytes(root: Path) -> dict[str, bytes]:
 
 
 def test_disk_full_gives_a_clean_error_keeps_old_content_and_recovers(tiny_fs, tmp_path):
-    from acpmem.vault import init_vault
+    from acpmem.vault.create import init_vault
 
     if tiny_fs is None:
         return _disk_full_by_rlimit(tmp_path)
@@ -462,14 +463,14 @@ def test_disk_full_gives_a_clean_error_keeps_old_content_and_recovers(tiny_fs, t
         on_disk = list((root / "entries").glob(f"full0{k}-*.md"))
         assert len(on_disk) == len([p for p in head_files if p.startswith(f"entries/full0{k}-")])
     # git leaves tmp_obj_* files when it cannot write an object; doctor --fix removes them
-    res = api.doctor(Vault(root), fix=True)
+    res = health.doctor(Vault(root), fix=True)
     assert res.ok, [f.what for f in res.findings]
     _assert_clean(root)
 
 
 def _disk_full_by_rlimit(tmp_path: Path) -> None:
     """Where no tmpfs can be mounted: a writer process whose file-size limit is below the entry's size."""
-    from acpmem.vault import init_vault
+    from acpmem.vault.create import init_vault
 
     v = init_vault(tmp_path / "vault", clock=lambda: hp.PINNED)
     root = v.root
@@ -480,7 +481,7 @@ def _disk_full_by_rlimit(tmp_path: Path) -> None:
             "resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))\n"
             "import helpers_proc as hp\n"
             "from acpmem.errors import AcpmemError\n"
-            "from acpmem.vault import Vault\n"
+            "from acpmem.vault.writer import Vault\n"
             "v = Vault(__import__('pathlib').Path(sys.argv[1]))\n"
             "try:\n"
             "    v.write_entries([hp.make_entry('big001', 'Big', 'x' * 50000)], subject='a', why='t')\n"
@@ -502,7 +503,7 @@ def _disk_full_by_rlimit(tmp_path: Path) -> None:
 def test_two_thousand_operations_keep_children_and_descriptors_bounded(vault):
     """A host process doing writes, lists, shows, recalls and resident indexes: no git child outlives its call and
     the number of open descriptors does not grow."""
-    from acpmem.retrieval import recall
+    from acpmem.vault.retrieval import recall
 
     v = vault
     ops = {"write": 0, "read": 0}
@@ -517,15 +518,15 @@ def test_two_thousand_operations_keep_children_and_descriptors_bounded(vault):
             return
         ops["read"] += 1
         if kind % 4 == 1:
-            api.list_entries(v)
+            reader.list_entries(v)
         elif kind % 4 == 2:
             recall(v, f"note {i // 40 * 40} sqlite", limit=3)
         elif kind % 4 == 3:
-            api.resident_index(v, session=f"s{i % 7}", refresh=(i % 3 == 0))
+            resident.resident_index(v, session=f"s{i % 7}", refresh=(i % 3 == 0))
         else:
-            entries, _ = api.list_entries(v)
+            entries, _ = reader.list_entries(v)
             if entries:
-                api.show(v, entries[i % len(entries)].id)
+                reader.show(v, entries[i % len(entries)].id)
 
     for i in range(80):  # warm up: connections and caches that stay open by design
         op(i)
@@ -547,32 +548,32 @@ def test_two_thousand_operations_keep_children_and_descriptors_bounded(vault):
 def test_a_foreign_index_lock_keeps_a_fork_request_pending(vault):
     """The fork path under a person's long git command: the request stays pending with the reason, the lock is not
     touched, and the next run writes it exactly once."""
-    from acpmem import fork, queue
+    from acpmem.write import requests, worker
 
     root = vault.root
     _set_git_setting(root, "foreign_lock_wait_seconds", "0.3")
     vault.close()
     v = Vault(root, clock=lambda: hp.PINNED, rng=random.Random(5))
-    req = queue.make_request(types=v.settings.types, type="lesson", note="re-entrant append", importance=7,
+    req = requests.make_request(types=v.settings.types, type="lesson", note="re-entrant append", importance=7,
                              session="s1", seq=6, transcript=CHAT, host_tools=None, lang="en", created=v.now(),
-                             request_id=queue.new_request_id(v.rng))
-    queue.save_request(v.state_dir, req, new=True)
+                             request_id=requests.new_request_id(v.rng))
+    requests.save_request(v.state_dir, req, new=True)
     head = hp.git_out(root, "rev-parse", "HEAD")
     lock = root / ".git" / "index.lock"
     lock.write_bytes(b"foreign")
     try:
-        (out,) = fork.process_requests(v, [req.id], extractor="offline", explicit=True)
+        (out,) = worker.process_now(v, [req.id], extractor="offline")
         assert out.status in ("retry", "failed"), out
         assert "index.lock" in json.dumps(out.to_json() if hasattr(out, "to_json") else str(out))
-        assert queue.load_request(v.state_dir, req.id) is not None
+        assert requests.load_request(v.state_dir, req.id) is not None
         assert lock.read_bytes() == b"foreign"
         assert hp.git_out(root, "rev-parse", "HEAD") == head
         assert not list((root / "entries").glob("*.md"))
     finally:
         lock.unlink()
-    (out,) = fork.process_requests(v, [req.id], extractor="offline", explicit=True)
+    (out,) = worker.process_now(v, [req.id], extractor="offline")
     assert out.status == "written", out
-    assert queue.load_request(v.state_dir, req.id) is None
+    assert requests.load_request(v.state_dir, req.id) is None
     v.close()
     assert hp.git_out(root, "log", "--format=%(trailers:key=Acpmem-Request,valueonly)").split().count(req.id) == 1
     _assert_clean(root)

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from acpmem import lexicon
-from acpmem.errors import AcpmemError
-from acpmem.search import (CorpusStats, KernelDoc, MemoryIndex, SearchDoc, Vocabulary, analyze, kernel_search,
-                           kernel_stem, kernel_tokenize, latin_words, plan_query, query_dates, rank)
+from acpmem.search import cedict
+from acpmem.core.errors import AcpmemError
+from acpmem.search.ranking import CorpusStats, SearchDoc, analyze, latin_words, plan_query, query_dates, rank
+from acpmem.search.kernel import KernelDoc, kernel_search, kernel_stem, kernel_tokenize
+from acpmem.search.memory import MemoryIndex, Vocabulary
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernel"
 CORPUS = json.loads((FIXTURES / "kernel-search-corpus.json").read_text(encoding="utf-8"))
@@ -89,7 +90,7 @@ def test_analyze_chinese_and_mixed():
     ("驴驴驴", ["驴驴", "驴驴", "驴", "驴", "驴"]),  # no known word: bigrams and characters, as in documents
 ])
 def test_query_chinese_is_segmented_against_the_vocabulary(run, want):
-    from acpmem.search import query_cjk_words
+    from acpmem.search.ranking import query_cjk_words
 
     vocab = Vocabulary(analyze("身份验证失败返回。我们验证了。文件上传到阿里云，所有权限。图表可视化。"))
     assert "验证" in vocab
@@ -101,7 +102,7 @@ def test_a_chinese_query_does_not_load_jieba(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from acpmem.search import Vocabulary, analyze, plan_query; "
+    code = ("import sys; from acpmem.search.memory import Vocabulary; from acpmem.search.ranking import plan_query; "
             "v = Vocabulary(['身份验证', '失败', 'login']); "
             "g = plan_query('身份验证失败 login', v); "
             "print([x.word for x in g], 'rjieba' in sys.modules)")
@@ -284,9 +285,9 @@ def test_preview_is_a_window_around_the_match():
 
 
 def test_dictionary_loads_both_directions():
-    assert "缓存" in lexicon.en_to_zh("cache")
-    assert "upload" in lexicon.zh_to_en("上传")
-    assert lexicon.en_to_zh("no-such-word") == ()
+    assert "缓存" in cedict.en_to_zh("cache")
+    assert "upload" in cedict.zh_to_en("上传")
+    assert cedict.en_to_zh("no-such-word") == ()
 
 
 def test_entries_citing_an_already_covered_moment_step_back():

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acpmem.secrets import Finding, find_secrets, redact
+from acpmem.core.redact import SecretMatch as Finding, find_secrets, redact
 
 # Fake secrets are assembled at run time so that secret scanners do not flag this file.
 ALNUM = "aB3dE5gH7jK9mN1pQ2rS4tU6vW8xY0z"
@@ -140,7 +140,7 @@ def test_detect_secrets_layer_adds_what_the_regex_layer_misses() -> None:
 
 
 def test_default_does_not_import_detect_secrets() -> None:
-    code = ("import sys, acpmem.secrets as s\n"
+    code = ("import sys, acpmem.core.redact as s\n"
             "assert s.find_secrets('password = hunter2')[0].kind == 'credential'\n"
             "print('detect_secrets' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

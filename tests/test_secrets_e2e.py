@@ -1,4 +1,4 @@
-"""Secrets never reach an entry file, a commit, the index or a log (SPEC §8, issue 5 item 7), end to end.
+"""Secrets never reach an entry file, a commit, the index or a log, end to end.
 
 Real secrets-shaped strings (built at run time, so this file does not itself trip secret scanners) are planted in
 hand-written entries, in a hand edit through ``acp memory edit --from``, in what a model writes through the fork (the
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import helpers_proc as hp
 from openai_server import reply
-from acpmem import api
-from acpmem.retrieval import recall
-from acpmem.secrets import find_secrets
-from acpmem.vault import Vault
+from acpmem.vault import health, reader, resident
+from acpmem.vault.retrieval import recall
+from acpmem.core.redact import find_secrets
+from acpmem.vault.writer import Vault
 
 CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
 
@@ -86,12 +86,12 @@ def test_hand_written_entries_with_secrets_are_never_committed_indexed_or_logged
     v = Vault(root, clock=lambda: hp.PINNED)
     try:
         v.write_entries([hp.make_entry("next01", "Next", "Another entry.")], subject="add", why="t")
-        entries, problems = api.list_entries(v)
+        entries, problems = reader.list_entries(v)
         assert {p.path for p in problems} >= {new_rel, good.relative_to(root).as_posix()}
         assert all("secret" in p.reason for p in problems)
         assert recall(v, "zebra-marker") == []
-        assert "hand01" not in api.resident_index(v)
-        rep = api.doctor(v, fix=True)
+        assert "hand01" not in resident.resident_index(v)
+        rep = health.doctor(v, fix=True)
         assert any("secret" in f.what for f in rep.findings)
     finally:
         v.close()
@@ -119,7 +119,7 @@ def test_edit_from_a_file_with_a_secret_is_refused_and_nothing_is_kept(vault, cl
 
 
 def test_fork_output_with_secrets_is_redacted_before_anything_is_stored(vault, openai_server):
-    from acpmem import fork, queue
+    from acpmem.write import requests, worker
 
     toml = vault.root / "acpmem.toml"
     text = toml.read_text()
@@ -132,12 +132,12 @@ def test_fork_output_with_secrets_is_redacted_before_anything_is_stored(vault, o
     openai_server.enqueue(reply.writes(
         reply.write(f"- The deploy uses these credentials:\n{all_planted_text()}",
                     title=f"Deploy credentials {planted()['openai'][0]}")))
-    req = queue.make_request(types=v.settings.types, type="reference", note="deploy credentials", importance=6,
+    req = requests.make_request(types=v.settings.types, type="reference", note="deploy credentials", importance=6,
                              session="s1", seq=6, transcript=CHAT, host_tools=None, lang="en", created=v.now(),
-                             request_id=queue.new_request_id(v.rng))
-    queue.save_request(v.state_dir, req, new=True)
+                             request_id=requests.new_request_id(v.rng))
+    requests.save_request(v.state_dir, req, new=True)
     try:
-        (out,) = fork.process_requests(v, [req.id], explicit=True)
+        (out,) = worker.process_now(v, [req.id])
         assert out.status == "written", out
         loaded = v.load()
         assert not loaded.problems, loaded.problems

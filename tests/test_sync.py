@@ -9,7 +9,8 @@ import pytest
 
 from helpers_proc import git_out, make_entry
 
-from acpmem.vault import Vault, init_vault
+from acpmem.vault.writer import Vault
+from acpmem.vault.create import init_vault
 
 
 def _write(v: Vault, ident: str, title: str, body: str) -> str:

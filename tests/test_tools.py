@@ -4,9 +4,8 @@ import json
 import jsonschema
 import pytest
 
-from acpmem.errors import EntryInvalid, UsageError
-from acpmem.tools import (fork_instruction, nudge_text, parse_commit_args, parse_recall_args, parse_write_args,
-                          tool_definitions)
+from acpmem.core.errors import EntryInvalid, UsageError
+from acpmem.core.tools import fork_instruction, nudge_text, parse_commit_args, parse_recall_args, parse_write_args, tool_definitions
 
 TYPES = ("decision", "lesson", "gotcha")
 

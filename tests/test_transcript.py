@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from acpmem.errors import TranscriptError
-from acpmem.transcript import close_tool_calls, openai_messages, read_transcript
+from acpmem.core.errors import TranscriptError
+from acpmem.write.transcripts import close_tool_calls, openai_messages, read_transcript
 
 FIX = Path(__file__).parent / "fixtures" / "transcripts"
 

@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from acpmem import api, reads
-from acpmem.errors import AmbiguousId, EntryNotFound, GitStateError, VaultExists, VaultNotFound
-from acpmem.model import Citation, Entry, parse_entry
-from acpmem.vault import KIND_FORK, Vault, discover, init_vault
+from acpmem.vault import health, history, readlog, reader
+from acpmem.core.errors import AmbiguousId, EntryNotFound, GitStateError, VaultExists, VaultNotFound
+from acpmem.core.entry import Citation, Entry
+from acpmem.core.entryfile import parse_entry
+from acpmem.vault.writer import KIND_FORK, Vault
+from acpmem.vault.discovery import discover
+from acpmem.vault.create import init_vault
 
 
 def g(root: Path, *args: str) -> str:
@@ -121,9 +124,9 @@ def test_forget_and_log_show_kinds(vault):
     entry, sha = vault.forget(e.id[:4], "it was wrong")
     assert not (vault.root / e.path).exists()
     assert "it was wrong" in g(vault.root, "log", "-1", "--format=%B")
-    kinds = [i.kind for i in vault.log(e.id)]
+    kinds = [i.kind for i in history.log(vault, e.id)]
     assert kinds == ["forget", "fork-write"]
-    assert [i.kind for i in vault.log()][-1] == "init"
+    assert [i.kind for i in history.log(vault)][-1] == "init"
 
 
 # --------------------------------------------------------------------------------------------- human edits
@@ -141,7 +144,7 @@ def test_human_edit_is_committed_separately_before_acpmem_commits_and_never_over
     assert subjects[1].startswith(f"acpmem: human-edit: human edit: {e.path}")
     assert "Acpmem-Kind: human-edit" in g(vault.root, "log", "-1", "--skip=1", "--format=%B")
     assert path.read_text() == edited                               # kept, byte for byte
-    assert [i.kind for i in vault.log(e.id)] == ["human-edit", "fork-write"]
+    assert [i.kind for i in history.log(vault, e.id)] == ["human-edit", "fork-write"]
     assert g(vault.root, "status", "--porcelain") == ""
 
 
@@ -155,7 +158,7 @@ def test_invalid_human_edit_is_not_committed_and_left_alone(vault):
     assert path.read_bytes() == broken
     assert any("importance" in w for w in vault.warnings)
     assert f" M {e.path}" in g(vault.root, "status", "--porcelain")
-    rep = api.doctor(vault)
+    rep = health.doctor(vault)
     assert not rep.ok and any(e.path in f.what and "importance" in f.what for f in rep.findings)
 
 
@@ -166,7 +169,7 @@ def test_hand_deleted_and_hand_added_entries_are_recorded_as_human_edits(vault):
     new = vault.entries_dir / "handmade.md"
     new.write_text("---\nid: handmade\ntitle: Written by a person\ntype: fact\nimportance: 4\n"
                    "created: 2026-11-29T10:00:00Z\n---\n- by hand\n")
-    rep = api.doctor(vault, fix=True)
+    rep = health.doctor(vault, fix=True)
     assert any(f.level == "fixed" and "human edit" in f.what for f in rep.findings)
     assert g(vault.root, "status", "--porcelain") == ""
     assert [x.title for x in vault.load().entries] == ["Written by a person"]
@@ -177,7 +180,7 @@ def test_update_refuses_when_the_file_changed_under_it(vault):
     write(vault, e)
     loaded = vault.resolve(e.id)
     (vault.root / e.path).write_text((vault.root / e.path).read_text().replace("Original", "Changed by hand"))
-    from acpmem.errors import AcpmemError
+    from acpmem.core.errors import AcpmemError
     with pytest.raises(AcpmemError, match="changed while"):
         vault.write_entries([make(vault, "New")], subject="s", why="w",
                             updates=[loaded.with_changes(superseded_by="abcdef")])
@@ -190,14 +193,14 @@ def test_reads_never_commit_and_are_folded_into_the_next_commit(vault):
     e = make(vault, "Read me")
     write(vault, e)
     head = g(vault.root, "rev-parse", "HEAD")
-    api.show(vault, e.id)
+    reader.show(vault, e.id)
     assert g(vault.root, "rev-parse", "HEAD") == head               # (a) no commit per read
     assert vault.resolve(e.id).last_read == vault.now()
     write(vault, make(vault, "Something else"))
-    clone = reads.clone_id(vault.state_dir)
+    clone = readlog.clone_id(vault.state_dir)
     tsv = (vault.root / "reads" / f"{clone}.tsv").read_text()
     assert tsv == f"{e.id}\t{vault.now()}\n"
-    assert [i.kind for i in vault.log(e.id)] == ["fork-write"]       # (c) the entry's log has no read noise
+    assert [i.kind for i in history.log(vault, e.id)] == ["fork-write"]       # (c) the entry's log has no read noise
     assert not (vault.state_dir / "reads.log").exists()
 
 
@@ -208,8 +211,8 @@ def test_reads_survive_a_clone_and_two_clones_merge_without_conflict(vault, tmp_
     subprocess.run(["git", "clone", "-q", str(vault.root), str(other_root)], check=True)
     later = lambda: clock().replace(hour=15)  # noqa: E731
     other = Vault(other_root, clock=later, rng=random.Random(3))
-    api.show(vault, e.id)
-    api.show(other, e.id)
+    reader.show(vault, e.id)
+    reader.show(other, e.id)
     write(vault, make(vault, "From A"))
     write(other, make(other, "From B"))
     g(vault.root, "pull", "-q", "--no-rebase", "--no-edit", str(other_root), "main")  # (d) no conflict
@@ -224,11 +227,11 @@ def test_doctor_finishes_an_interrupted_change(vault):
     e = make(vault, "Interrupted")
     import json
     (vault.state_dir / "journal.json").write_text(json.dumps({
-        "writes": {e.path: __import__("acpmem.model", fromlist=["x"]).new_entry_text(e)}, "deletes": [],
+        "writes": {e.path: __import__("acpmem.core.entryfile", fromlist=["x"]).new_entry_text(e)}, "deletes": [],
         "subject": "interrupted write", "why": "a process was killed", "trailers": {"Acpmem-Kind": "fork-write"}}))
-    rep = api.doctor(vault)
+    rep = health.doctor(vault)
     assert not rep.ok and any("interrupted" in f.what for f in rep.findings)
-    rep = api.doctor(vault, fix=True)
+    rep = health.doctor(vault, fix=True)
     assert rep.ok, rep.findings
     assert vault.resolve(e.id).title == "Interrupted"
     assert g(vault.root, "status", "--porcelain") == ""

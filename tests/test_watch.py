@@ -1,4 +1,4 @@
-"""The watcher (``acpmem.watch``): a real detached process with real inotify watches, a real socket and the vault's
+"""The watcher (``acpmem.search.watch``): a real detached process with real inotify watches, a real socket and the vault's
 real SQLite file. Every change a full scan notices, the watcher must report before it answers "ok"; when it
 cannot vouch (a replaced database, a vault gone) it must say no and go away."""
 from __future__ import annotations
@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from acpmem import catalog, index, watch
-from acpmem.settings import load_settings
-from acpmem.vault import git, init_vault
+from acpmem.core.layout import DB_NAME
+from acpmem.infra import db
+from acpmem.search import catalog, watch
+from acpmem.vault.config import load_settings
+from acpmem.vault.writer import git
+from acpmem.vault.create import init_vault
 from test_index import has_term, ids, make, top, write
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux only")
@@ -62,7 +65,7 @@ def watchers_of(root: Path) -> list[int]:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
         except OSError:
             continue
-        if "acpmem.watch import main" in cmd and str(root) in cmd and alive(int(d.name)):
+        if "acpmem.search.watch import main" in cmd and str(root) in cmd and alive(int(d.name)):
             out.append(int(d.name))
     return out
 
@@ -100,7 +103,7 @@ def watched(new_vault):
 
 
 def open_(v):
-    return index.open_index(v.state_dir, v.root, load_settings(v.root, v.state_dir))
+    return watch.open_fresh(v.state_dir, v.root, load_settings(v.root, v.state_dir))
 
 
 def start_watching(v) -> int:
@@ -196,7 +199,7 @@ def test_cli_recall_through_the_watcher_sees_an_edit_at_once(watched, cli):
 def test_a_replaced_database_is_not_vouched_for(watched):
     v = watched
     old = start_watching(v)
-    index.delete_db(v.state_dir)
+    db.delete(v.state_dir / DB_NAME)
     con, res = open_(v)          # a new database: the old watcher must not answer for it
     assert res.via == "scan" and res.rebuilt
     assert top(con, "kafka offsets")
@@ -255,7 +258,7 @@ def test_one_watcher_per_vault_and_a_long_path(new_vault, tmp_path):
     write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
     open_(v)[0].close()
     first = watch.running_pid(v.state_dir)
-    assert watch.start(v.root, v.state_dir) is None       # the lock is held: no second watcher
+    assert watch.start(v.root, v.state_dir, 60.0) is None       # the lock is held: no second watcher
     ready(v)
     assert watchers_of(v.root) == [first]
     (v.root / "entries" / "hand02.md").write_text(

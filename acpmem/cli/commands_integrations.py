@@ -1,0 +1,109 @@
+"""The integration commands of ``acp memory``: ``serve`` (MCP over stdio), ``hook claude-code`` and ``sync``.
+
+Each is parse → one library call (``integrations.mcp_server.serve``, ``integrations.claude_code``,
+``vault.sync.sync``) → render.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from acpmem.cli import hot
+from acpmem.cli.app import JsonOpt, VaultOpt, app, hook_app, open_vault, params, vault_of
+from acpmem.cli.output import emit_warnings, is_tty, out, out_json, warn
+
+
+@app.command()
+def serve(ctx: typer.Context,
+          session: Annotated[Optional[str], typer.Option(help="Session id for the commits' citations and the frozen "
+                                                              "index (default: $ACPMEM_SESSION, else "
+                                                              "$CLAUDE_CODE_SESSION_ID, else one generated per "
+                                                              "server process).", show_default=False)] = None,
+          transcript: Annotated[Optional[str], typer.Option(metavar="FILE", show_default=False,
+                                                            help="The conversation file the fork distils from "
+                                                                 "(OpenAI/Anthropic JSON, JSONL, Claude Code JSONL).")]
+          = None,
+          vault: VaultOpt = None) -> None:
+    """MCP server over stdio: memory_commit and memory_recall as tools, the index as memory://index.
+
+    Only the main conversation's tools, never memory_write (only the fork writes).
+
+    A client may add `session`, `seq` and `transcript` to a memory_commit call's arguments. Otherwise: the session is
+    --session, else $ACPMEM_SESSION, else $CLAUDE_CODE_SESSION_ID (set by Claude Code), else one per process; the
+    transcript is --transcript, else the one the Claude Code SessionStart hook recorded for that session; seq is
+    the transcript's last message, else a count of this server's commits.
+
+    Example: claude mcp add acpmem -- acp memory serve
+    """
+    import os
+
+    from acpmem.core.layout import ENV_VAULT
+    from acpmem.integrations.mcp_server import serve as run_server
+    from acpmem.vault.discovery import discover
+
+    explicit = vault_of(ctx, vault)
+    project = os.environ.get("CLAUDE_PROJECT_DIR")  # Claude Code names the project of the MCP servers it starts
+    if not explicit and not os.environ.get(ENV_VAULT) and project:
+        root = discover(None, cwd=Path(project))
+    else:
+        root = discover(explicit)
+    run_server(root, session=session, transcript=str(Path(transcript).resolve()) if transcript else None)
+
+
+@hook_app.command("claude-code")
+def claude_code(ctx: typer.Context, vault: VaultOpt = None) -> int:
+    """Read one Claude Code hook event (JSON on stdin) and answer in Claude Code's hook format.
+
+    SessionStart → the resident index (frozen for that session_id) as additional context; UserPromptSubmit →
+    per-turn surfacing when `[surface] enabled = true` in acpmem.toml; other events → nothing. The vault is found
+    from the event's cwd unless --vault or $ACPMEM_VAULT names it; no vault → no output, exit 0. A problem →
+    one line on stderr and exit 1, which Claude Code shows without blocking the session.
+
+    Example (.claude/settings.json): {"hooks": {"SessionStart": [{"hooks": [{"type": "command",
+    "command": "acp memory hook claude-code"}]}]}}
+    """
+    return hot.call("hook claude-code", params(locals()), vault_of(ctx, None))
+
+
+@app.command()
+def sync(ctx: typer.Context,
+         remote: Annotated[Optional[str], typer.Option("--remote", "-r", show_default=False,
+                                                       help="The git remote (default: acpmem.toml [git] remote, "
+                                                            "\"origin\").")] = None,
+         json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+    """Exchange the vault with a git remote: commit what is pending, fetch, merge, regenerate MEMORY.md, push.
+
+    Reads and different entries written on two clones merge without conflicts. When both sides changed the same
+    entry, the merge stays in progress with both versions in the file (nothing is lost or pushed); edit it, then
+    run `acp memory sync` again to finish. No remote yet: `git -C VAULT remote add origin URL`.
+
+    Example: acp memory sync --remote origin
+    """
+    from acpmem.core.errors import SyncConflict
+    from acpmem.vault.sync import sync as run_sync
+
+    v = open_vault(ctx, vault)
+    try:
+        if is_tty() and not json_:
+            from rich.console import Console
+
+            console = Console(stderr=True)
+            with console.status("Syncing…") as status:
+                result = run_sync(v, remote, progress=lambda msg: status.update(f"{msg}…"))
+        else:
+            result = run_sync(v, remote)
+    except SyncConflict as exc:
+        for p in exc.data.get("paths", []):
+            warn(f"conflict: {p}")
+        raise
+    finally:
+        emit_warnings(v)
+    if json_:
+        out_json(result.to_json())
+        return
+    how = {"up-to-date": "", "fast-forward": " (fast-forward)", "merge": " (merged)",
+           "finished-merge": " (your resolved merge committed)", "first-push": " (first push)"}[result.merge]
+    out(f"Synced with {result.remote}/{result.branch}: {result.incoming} commit(s) in{how}, {result.outgoing} out"
+        f"{' and pushed' if result.pushed else ''}. HEAD {result.head[:12]}.")

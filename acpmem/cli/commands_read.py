@@ -1,0 +1,55 @@
+"""The read commands of ``acp memory``: recall and surface."""
+from __future__ import annotations
+
+from typing import Annotated, List, Optional
+
+import typer
+
+from acpmem.cli import hot
+from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault, params, vault_of
+from acpmem.cli.output import out, out_json
+
+
+@app.command()
+def recall(ctx: typer.Context,
+           query: Annotated[str, typer.Argument(metavar="QUERY", help="Words to look for (any language; typos "
+                                                                       "and word forms are tolerated).")],
+           limit: Annotated[Optional[int], typer.Option("--limit", "-n", min=1, max=100, show_default=False,
+                                                        help="At most this many entries "
+                                                             "(default: [recall] limit, 5).")] = None,
+           type_: Annotated[Optional[List[str]], typer.Option("--type", "-t", autocompletion=complete_types,
+                                                              help="Only entries of this type (repeatable).")] = None,
+           all_: Annotated[bool, typer.Option("--all", help="Include superseded entries.")] = False,
+           session: Annotated[Optional[str], typer.Option(help="The host's session id: recalled entries are then "
+                                                               "not surfaced again in it.")] = None,
+           json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+    """Search the vault and print the matching entries in full, framed as data. Marks them read (no commit).
+
+    Example: acp memory recall "job queue sqlite" --limit 3
+    """
+    return hot.call("recall", params(locals()), vault_of(ctx, None))
+
+
+@app.command()
+def surface(ctx: typer.Context,
+            session: Annotated[str, typer.Option(help="The host's session id (required): what was surfaced in it "
+                                                      "is not surfaced again, and its byte budget is kept.")],
+            seed: Annotated[Optional[int], typer.Option(help="Seed the jitter instead of the session id.")] = None,
+            at: Annotated[Optional[str], typer.Option(help="Score as of this ISO time instead of now.")] = None,
+            json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+    """Per-turn surfacing: the top entries by score not yet surfaced in this session, in full (each capped),
+    within the session's byte budget ([surface] in acpmem.toml). Marks them read.
+
+    Example: acp memory surface --session "$SESSION_ID"
+    """
+    from acpmem.vault.reader import parse_at
+    from acpmem.vault.retrieval import surface as do_surface, surface_text
+
+    v = open_vault(ctx, vault)
+    result = do_surface(v, session, at=parse_at(at) if at else None, seed=seed)
+    if json_:
+        out_json(result.to_json())
+    else:
+        text = surface_text(v, result)
+        if text:
+            out(text)

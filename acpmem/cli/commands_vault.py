@@ -1,0 +1,218 @@
+"""The vault commands of ``acp memory``: init, list, show, score, edit, forget, log, doctor."""
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from acpmem.cli import hot
+from acpmem.cli.app import IdArg, JsonOpt, VaultOpt, app, as_path, complete_ids, open_vault, params, vault_of
+from acpmem.cli.output import emit_warnings, out, out_json
+
+
+# --------------------------------------------------------------------------------------------- init
+
+@app.command()
+def init(path: Annotated[Optional[str], typer.Argument(metavar="[PATH]", show_default=False,
+                                                       help="Where to create the vault (default: ./.acp-memory).")]
+         = None,
+         example: Annotated[bool, typer.Option("--example", help="Seed ten realistic example entries.")] = False,
+         json_: JsonOpt = False) -> None:
+    """Create a vault: its own git repository with a first commit, from the vault template.
+
+    Inside a git workspace the vault is added to the workspace's .git/info/exclude, never committed into it.
+
+    Example: acp memory init --example && acp memory list
+    """
+    from acpmem.vault.create import init_vault
+
+    v = init_vault(path or None, example=example)
+    n = len(v.load().entries)
+    if json_:
+        out_json({"vault": str(v.root), "entries": n})
+        return
+    out(f"Created the vault at {v.root} ({n} entries).")
+    out("Next: `acp memory list` to see the index, `acp memory --help` for everything else.")
+
+
+# --------------------------------------------------------------------------------------------- list
+
+class ListFormat(str, Enum):
+    table = "table"
+    json = "json"
+    prompt = "prompt"
+    markdown = "markdown"
+
+
+@app.command("list")
+def list_(ctx: typer.Context,
+          fmt: Annotated[ListFormat, typer.Option("--format", "-f", help="table | json | prompt | markdown")]
+          = ListFormat.table,
+          all_: Annotated[bool, typer.Option("--all", help="Include superseded entries.")] = False,
+          session: Annotated[Optional[str], typer.Option(help="Session id: the prompt form is frozen per session "
+                                                              "(same bytes every call).")] = None,
+          refresh: Annotated[bool, typer.Option(help="Take a new snapshot of the session's prompt index.")] = False,
+          budget: Annotated[Optional[int], typer.Option(min=1, max=1_000_000, help="Token budget of the prompt form "
+                                                        "(default: acpmem.toml [index] budget_tokens).")] = None,
+          json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+    """The resident index: one line per entry `#id [type] title (importance N, created, last_read)`.
+
+    `--format prompt` is the text a host injects into the system prompt: framed as data, ordered by score, cut to
+    the token budget, saying how many entries were left out.
+
+    Example: acp memory list --format prompt --session "$SESSION_ID"
+    """
+    return hot.call("list", params(locals()), vault_of(ctx, None))
+
+
+# --------------------------------------------------------------------------------------------- show
+
+@app.command()
+def show(ctx: typer.Context, entry_id: IdArg, json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+    """One entry in full, with its citations. Marks it read.
+
+    Example: acp memory show k3f
+    """
+    from acpmem.core import render
+    from acpmem.vault import reader
+
+    v = open_vault(ctx, vault)
+    e = reader.show(v, entry_id)
+    if json_:
+        out_json(render.entry_json(e))
+    else:
+        out(render.show_text(e, v.clock()))
+
+
+# --------------------------------------------------------------------------------------------- score
+
+@app.command()
+def score(ctx: typer.Context,
+          explain: Annotated[bool, typer.Option("--explain", help="Show every component of the score.")] = False,
+          seed: Annotated[Optional[int], typer.Option(help="Seed the jitter (reproducible).")] = None,
+          at: Annotated[Optional[str], typer.Option(help="Score as of this ISO time instead of now.")] = None,
+          session: Annotated[Optional[str], typer.Option(help="Jitter stable within this session id.")] = None,
+          top: Annotated[Optional[int], typer.Option("--top", "-n", min=0, max=1_000_000,
+                                                     help="How many are selected (default: [score] top_n, 5).")]
+          = None,
+          json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+    """The selection table: importance + min(days_since_last_read / 30, 5) + uniform(0, 0.5).
+
+    Without --seed the jitter is stable within one --session and differs between sessions.
+
+    Example: acp memory score --explain --seed 7 --at 2026-12-01T00:00:00Z
+    """
+    from acpmem.vault import reader
+
+    v = open_vault(ctx, vault)
+    when = reader.parse_at(at) if at else None
+    rows = reader.scores(v, at=when, seed=seed, session=session, top_n=top)
+    if json_:
+        out_json({"at": (when or v.clock()).isoformat(), "rows": [r.to_json() for r in rows]})
+        return
+    if explain:
+        out(f"{'':2}{'id':<10}{'importance':>11}{'days':>9}{'anti-rec':>10}{'jitter':>9}{'total':>9}  title")
+        for r in rows:
+            mark = "* " if r.selected else "  "
+            out(f"{mark}{r.entry.id:<10}{r.importance:>11.2f}{r.days_since_read:>9.2f}{r.anti_recency:>10.4f}"
+                f"{r.jitter:>9.4f}{r.total:>9.4f}  {r.entry.title[:60]}")
+    else:
+        for r in rows:
+            out(f"{'*' if r.selected else ' '} {r.total:7.3f}  #{r.entry.id}  {r.entry.title[:70]}")
+    out(f"(* = selected: top {sum(r.selected for r in rows)})")
+
+
+# --------------------------------------------------------------------------------------------- edit / forget / log
+
+@app.command()
+def edit(ctx: typer.Context, entry_id: IdArg,
+         from_file: Annotated[Optional[str], typer.Option("--from", metavar="FILE", show_default=False,
+                                                          help="Take the new text from this file instead of "
+                                                               "opening $EDITOR.")] = None,
+         message: Annotated[Optional[str], typer.Option("--message", "-m", help="Why (goes into the commit).")]
+         = None,
+         vault: VaultOpt = None) -> None:
+    """Correct an entry by hand: opens $VISUAL / $EDITOR, validates, commits the correction as a human edit.
+
+    An invalid edit is refused with the reason; your text is kept and the editor can be re-opened.
+
+    Example: EDITOR=nano acp memory edit k3f -m "the limit is 20/s now"
+    """
+    from acpmem.vault.edit import edit_entry
+
+    v = open_vault(ctx, vault)
+    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    result = edit_entry(v, entry_id, from_file=as_path(from_file), message=message,
+                        confirm=(lambda q: typer.confirm(q, default=True)) if interactive else None)
+    emit_warnings(v)
+    out(result)
+
+
+@app.command()
+def forget(ctx: typer.Context, entry_id: IdArg,
+           reason: Annotated[str, typer.Option("--reason", "-r", help="Why it should go (goes into the commit).")],
+           json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+    """Remove an entry in a commit that says why. It stays recoverable from git history.
+
+    Example: acp memory forget k3f --reason "the queue moved to Postgres"
+    """
+    v = open_vault(ctx, vault)
+    entry, sha = v.forget(entry_id, reason)
+    emit_warnings(v)
+    if json_:
+        out_json({"forgotten": entry.id, "commit": sha})
+    else:
+        out(f"Forgot #{entry.id} {entry.title} (commit {sha[:12]}). Restore: git -C {v.root} checkout "
+            f"{sha[:12]}~1 -- {entry.path}")
+
+
+@app.command()
+def log(ctx: typer.Context,
+        entry_id: Annotated[Optional[str], typer.Argument(metavar="[ID]", autocompletion=complete_ids,
+                                                          help="An entry id or prefix; without it, the whole "
+                                                               "vault.")] = None,
+        limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=100_000, help="At most this many changes.")]
+        = 50,
+        json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+    """The history of one entry or of the vault, with the kind of each change
+    (fork-write, human-edit, edit, forget, supersede, …).
+
+    Example: acp memory log k3f
+    """
+    from acpmem.vault.history import log as history
+
+    v = open_vault(ctx, vault)
+    items = history(v, entry_id, limit=limit)
+    if json_:
+        out_json([i.to_json() for i in items])
+        return
+    for i in items:
+        out(f"{i.date[:19]}  {i.kind:<16} {i.commit}  {i.subject}")
+    if not items:
+        out("(no history)")
+
+
+# --------------------------------------------------------------------------------------------- doctor
+
+@app.command()
+def doctor(ctx: typer.Context, fix: Annotated[bool, typer.Option("--fix", help="Repair what is safe to repair.")]
+           = False,
+           json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+    """Check every entry, the git state, locks, pending work and the index; --fix repairs what is safe.
+
+    Exits 1 when a problem remains.
+
+    Example: acp memory doctor --fix
+    """
+    from acpmem.vault.health import doctor as check
+
+    v = open_vault(ctx, vault)
+    rep = check(v, fix=fix)
+    if json_:
+        out_json({"ok": rep.ok, "findings": [f.to_json() for f in rep.findings]})
+    else:
+        for f in rep.findings:
+            out(f"{f.level:<8} {f.what}" + (f"\n         → {f.fix}" if f.fix else ""))
+    return 0 if rep.ok else 1

@@ -1,0 +1,281 @@
+"""The write-path commands of ``acp memory``: commit, extract, tools, nudge, stats.
+
+Each command parses its arguments, makes one library call (``write.submit``, ``write.worker.process_now``,
+``core.tools``, ``write.stats``) and renders the result.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from acpmem.cli import hot
+from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault, params, vault_of
+from acpmem.cli.output import emit_warnings, is_tty, out, out_json, warn
+from acpmem.core.errors import UsageError
+from acpmem.write.requests import MAX_SEQ
+
+
+class Extractor(str, Enum):
+    auto = "auto"
+    llm = "llm"
+    offline = "offline"
+
+
+class ForWhom(str, Enum):
+    main = "main"
+    fork = "fork"
+
+
+class ToolFormat(str, Enum):
+    openai = "openai"
+    anthropic = "anthropic"
+    mcp = "mcp"
+
+
+class Lang(str, Enum):
+    en = "en"
+    zh = "zh"
+
+
+TypeOpt = Annotated[Optional[str], typer.Option("--type", "-t", help="The kind of memory: one of the vault's types "
+                                                "(decision, lesson, fact, user-preference, reference by default).",
+                                                show_default=False, autocompletion=complete_types)]
+NoteOpt = Annotated[Optional[str], typer.Option("--note", help="One line: what to remember and why it matters "
+                                                "(the distiller's focus; never the memory itself).",
+                                                show_default=False)]
+ImportanceOpt = Annotated[Optional[int], typer.Option("--importance", "-i", min=1, max=10, show_default=False,
+                                                      help="1-10: how much a future session loses without it.")]
+SessionOpt = Annotated[Optional[str], typer.Option("--session", help="The host's session id.", show_default=False)]
+SeqOpt = Annotated[Optional[int], typer.Option("--seq", min=0, max=MAX_SEQ, show_default=False,
+                                               help="The host's event index of the memory_commit call; the fork sees "
+                                                    "the transcript up to it.")]
+TranscriptOpt = Annotated[Optional[str], typer.Option("--transcript", metavar="FILE", help="The conversation: OpenAI or Anthropic "
+                                                       "chat JSON, JSONL, or a Claude Code session file.",
+                                                       show_default=False)]
+HostToolsOpt = Annotated[Optional[str], typer.Option("--host-tools", metavar="FILE", help="A JSON file of the host's read-only tools "
+                                                      "(OpenAI function tools), sent first and unchanged so the "
+                                                      "provider's prompt cache hits.", show_default=False)]
+ExtractorOpt = Annotated[Optional[Extractor], typer.Option("--extractor", help="auto (a model when one is configured, "
+                                                           "else offline) | llm | offline. Default: [extraction] "
+                                                           "extractor.", show_default=False)]
+
+
+def _need(**values) -> None:
+    missing = [f"--{k}" for k, v in values.items() if v is None]
+    if missing:
+        raise UsageError(f"missing {', '.join(missing)}", "give --type, --note, --importance, --session and --seq")
+
+
+# --------------------------------------------------------------------------------------------- commit
+
+@app.command()
+def commit(ctx: typer.Context, type_: TypeOpt = None, note: NoteOpt = None, importance: ImportanceOpt = None,
+           session: SessionOpt = None, seq: SeqOpt = None, transcript: TranscriptOpt = None,
+           host_tools: HostToolsOpt = None,
+           wait: Annotated[bool, typer.Option("--wait", help="Extract now, in this process, and say what was "
+                                                             "written (default: in the background).")] = False,
+           extractor: ExtractorOpt = None, json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+    """Record the main conversation's intent to remember something, and extract it in the background.
+
+    Writes a durable pending request under .acpmem/pending/, starts the vault's background worker if none is
+    running, and prints the acknowledgement for the model at once. It never takes memory content: the fork distils
+    the entry from the conversation up to --seq. With --wait the extraction runs inline.
+
+    Example: acp memory commit --type lesson --note "session.append must be re-entrant" --importance 7
+    --session "$SESSION_ID" --seq 42 --transcript ~/.claude/projects/p/$SESSION_ID.jsonl
+    """
+    return hot.call("commit", params(locals()), vault_of(ctx, None))
+
+
+# --------------------------------------------------------------------------------------------- extract
+
+@app.command()
+def extract(ctx: typer.Context,
+            requests: Annotated[Optional[list[str]], typer.Argument(metavar="[REQUEST]...",
+                                                                     help="Pending request ids (r-…).",
+                                                                     show_default=False)] = None,
+            pending: Annotated[bool, typer.Option("--pending", help="Every pending request, due or not (not those "
+                                                                    "that failed for good: name them).")] = False,
+            transcript: TranscriptOpt = None, note: NoteOpt = None, type_: TypeOpt = None,
+            importance: ImportanceOpt = None, session: SessionOpt = None, seq: SeqOpt = None,
+            host_tools: HostToolsOpt = None,
+            dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact request body (JSON) that would "
+                                                                    "be sent; call no model, write nothing.")] = False,
+            extractor: ExtractorOpt = None, json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+    """Run the fork now: named pending requests, all of them (--pending), or a new one from --note and a transcript.
+
+    Shows progress, the entries written, the commit, tokens and cache hits. A request that fails stays pending
+    with the error recorded (exit 1).
+
+    Example: acp memory extract --pending
+    Example: acp memory extract --transcript chat.json --note "we pin pnpm 9" --type decision --importance 6
+    --session s1 --seq 12 --dry-run
+    """
+    from acpmem.write import extract as ex
+
+    requests = list(requests or [])
+    ex_name = extractor.value if extractor else None
+    if note is not None:
+        _need(type=type_, note=note, importance=importance, session=session, seq=seq)
+        if requests or pending:
+            raise UsageError("give request ids, --pending, or --note with a transcript, not several",
+                             "run extract once per kind")
+    elif transcript is not None or type_ or importance is not None or session or seq is not None:
+        raise UsageError("--transcript, --type, --importance, --session and --seq go with --note",
+                         "add --note, or name pending requests")
+    elif not requests and not pending:
+        raise UsageError("nothing to extract", "name request ids, pass --pending, or pass --note and "
+                                               "--transcript; `acp memory stats` lists pending requests")
+    v = open_vault(ctx, vault)
+    try:
+        if note is not None:
+            req = ex.new_request(v, type=type_, note=note, importance=importance, session=session, seq=seq,
+                                 transcript=transcript, host_tools=host_tools, save=not dry_run)
+            ids, reqs = [req.id], [req]
+        else:
+            ids, reqs, broken = ex.select(v, requests, pending=pending)
+            for name in broken:
+                warn(f"Warning: .acpmem/pending/{name} is not a valid request file (left as it is)")
+            unknown = [i for i in ids if i not in {r.id for r in reqs}]
+            if dry_run and unknown:
+                raise UsageError(f"no pending request {unknown[0]}", "`acp memory stats --json` lists them")
+        if dry_run:
+            out_json(ex.dry_run(v, reqs, ex_name))
+            return 0
+        if not ids:
+            out("No pending requests.") if not json_ else out_json({"outcomes": [], "totals": ex.totals([])})
+            return 0
+        outcomes = _run(v, ids, ex_name, show_progress=is_tty() and not json_)
+    finally:
+        v.close()
+    emit_warnings(v)
+    totals = ex.totals(outcomes)
+    if json_:
+        out_json({"outcomes": [o.to_json() for o in outcomes], "totals": totals})
+    else:
+        for o in outcomes:
+            out(o.summary())
+            for e in o.entries:
+                out(f"  #{e['id']} [{e['type']}] {e['title']}  ({e['path']})")
+        if totals["calls"]:
+            out(f"Model calls: {totals['calls']}; tokens: {totals['prompt_tokens']} prompt "
+                f"({totals['cached_tokens']} cached, {totals['cache_hit_rate']:.0%} cache hits), "
+                f"{totals['completion_tokens']} completion.")
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+def _run(v, ids: list[str], extractor: str | None, *, show_progress: bool):
+    from acpmem.write import extract as ex
+
+    if not show_progress:
+        return ex.run(v, ids, extractor=extractor)
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), transient=True) as bar:
+        task = bar.add_task("waiting for the worker lock", total=len(ids))
+        return ex.run(v, ids, extractor=extractor,
+                      progress=lambda rid, what: bar.update(task, description=f"{rid}: {what}"),
+                      after_each=lambda: bar.advance(task))
+
+
+# --------------------------------------------------------------------------------------------- tools / nudge
+
+def _vault_defaults(ctx: typer.Context, vault: str | None):
+    """The vault's types and language when a vault is found; the defaults otherwise (these commands need none)."""
+    from acpmem.core.entry import DEFAULT_TYPES
+    from acpmem.core.errors import VaultNotFound
+    from acpmem.vault.reader import VaultReader
+
+    try:
+        v = VaultReader.open(vault_of(ctx, vault))
+    except VaultNotFound:
+        return DEFAULT_TYPES, "en"
+    try:
+        return v.settings.types, v.settings.language
+    finally:
+        v.close()
+
+
+@app.command()
+def tools(ctx: typer.Context,
+          for_: Annotated[ForWhom, typer.Option("--for", help="main: memory_commit + memory_recall; fork: "
+                                                              "memory_write.")] = ForWhom.main,
+          fmt: Annotated[ToolFormat, typer.Option("--format", "-f", help="openai | anthropic | mcp")]
+          = ToolFormat.openai,
+          lang: Annotated[Optional[Lang], typer.Option("--lang", help="en | zh (default: the vault's language).",
+                                                       show_default=False)] = None,
+          vault: VaultOpt = None) -> None:
+    """The memory tool definitions as JSON, for a harness to register.
+
+    The type enum comes from the vault when one is found, else the default types.
+
+    Example: acp memory tools --for main --format anthropic --lang zh
+    """
+    from acpmem.core.tools import tool_definitions
+
+    types, vlang = _vault_defaults(ctx, vault)
+    out_json(tool_definitions(for_.value, fmt.value, lang.value if lang else vlang, types))
+
+
+@app.command()
+def nudge(ctx: typer.Context,
+          lang: Annotated[Optional[Lang], typer.Option("--lang", help="en | zh (default: the vault's language).",
+                                                       show_default=False)] = None,
+          vault: VaultOpt = None) -> None:
+    """The memory guidance a compression nudge appends: commit what lasts, then compress what is consumed.
+
+    Example: acp memory nudge --lang zh
+    """
+    from acpmem.core.tools import nudge_text
+
+    out(nudge_text(lang.value if lang else _vault_defaults(ctx, vault)[1]))
+
+
+# --------------------------------------------------------------------------------------------- stats
+
+@app.command()
+def stats(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+    """Counts and costs: entries by type, sizes on disk, the index, session budgets used, pending and failed
+    requests, and what extraction has cost so far (tokens, cache hits, latency).
+
+    Example: acp memory stats --json
+    """
+    from acpmem.write.stats import stats as collect
+
+    v = open_vault(ctx, vault)
+    try:
+        s = collect(v)
+    finally:
+        v.close()
+    if json_:
+        out_json(s)
+        return
+    e = s["entries"]
+    out(f"Entries: {e['live']} live, {e['superseded']} superseded, {e['invalid']} invalid")
+    for t, n in e["by_type"].items():
+        out(f"  {t:<18}{n:>6}")
+    d = s["disk"]
+    out(f"Disk: entries {_size(d['entries_bytes'])}, git {_size(d['git_bytes'])}, "
+        f"local state {_size(d['state_bytes'])}, index {_size(d['index_bytes'])}")
+    ss = s["sessions"]
+    out(f"Sessions: {ss['count']} with local state ({_size(ss['bytes'])})")
+    for row in ss["budgets"]:
+        out(f"  {row['session']:<30} surfaced {_size(row['used_bytes'])} of {_size(row['budget_bytes'])}")
+    r = s["requests"]
+    out(f"Requests: {r['pending']} pending, {r['failed']} failed, {r['done']} done")
+    for item in r["items"]:
+        err = f" — {item['last_error']}" if item.get("last_error") else ""
+        out(f"  {item['id']} {item['status']:<8} attempts {item['attempts']}  {item['note'][:50]}{err}")
+    c = s["costs"]
+    out(f"Extraction: {c['calls']} model calls ({c['failed']} failed), {c['prompt_tokens']} prompt tokens "
+        f"({c['cache_hit_rate']:.0%} cached), {c['completion_tokens']} completion tokens, {c['latency_s']:.1f} s")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

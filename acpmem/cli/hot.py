@@ -1,0 +1,168 @@
+"""The per-turn commands — ``list``, ``recall``, ``commit`` and ``hook claude-code`` — as plain functions.
+
+Each typer command of these (``acpmem.cli.commands_*``) passes its parameters through to the function here
+unchanged, and the fast path (``acpmem.cli.fast``) calls the same function with the same parameters parsed from a
+table derived from the typer definitions; so both print the same bytes. Kept free of typer and rich (rich is imported
+only for the table on a terminal): a hook pays for what is imported here on every turn.
+
+Each function prints its output and returns the exit code, or raises ``AcpmemError``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+
+from acpmem.cli.output import emit_warnings, is_tty, out, out_json
+
+
+def list_output(vault, fmt: str, *, include_all: bool = False, session: str | None = None,
+                refresh: bool = False, budget: int | None = None) -> str:
+    """The text of ``list`` in a non-terminal format: prompt, json, markdown or plain lines."""
+    from acpmem.core import render
+    from acpmem.vault.reader import list_entries
+
+    if fmt == "prompt":
+        from acpmem.vault.resident import resident_index
+
+        return resident_index(vault, session=session, refresh=refresh, budget_tokens=budget)
+    entries, problems = list_entries(vault, include_superseded=include_all, light=fmt != "json")
+    entries = sorted(entries, key=lambda e: (e.created, e.id), reverse=True)
+    for p in problems:
+        sys.stderr.write(f"Warning: skipped {p.path}: {p.reason} (see `acp memory doctor`)\n")
+    if fmt == "json":
+        return json.dumps({"entries": [render.entry_json(e) for e in entries],
+                           "problems": [p.to_json() for p in problems]}, ensure_ascii=False, indent=2) + "\n"
+    if fmt == "markdown":
+        return render.markdown_list(entries)
+    return "\n".join(render.line(e) for e in entries) + ("\n" if entries else "(no entries)\n")
+
+
+def _rich_table(v, include_all: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from acpmem.vault.reader import list_entries
+
+    entries, problems = list_entries(v, include_superseded=include_all)
+    t = Table(show_header=True, header_style="bold")
+    for col in ("id", "type", "title", "imp", "created", "last read"):
+        t.add_column(col, overflow="fold" if col == "title" else None)
+    for e in sorted(entries, key=lambda e: (e.created, e.id), reverse=True):
+        t.add_row(e.id, e.type, e.title + (" [superseded]" if e.superseded else ""), str(e.importance),
+                  e.created[:10], (e.last_read or "never")[:10])
+    c = Console()
+    c.print(t)
+    for p in problems:
+        c.print(f"[yellow]skipped {p.path}: {p.reason}[/yellow]")
+
+
+def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget: int | None, json_: bool,
+             vault: Path | None) -> int:
+    if json_:
+        fmt = "json"
+    if fmt == "prompt" and session and not refresh:
+        # The frozen index of a running session (every turn): one file read, no vault machinery.
+        from acpmem.core.layout import STATE_DIRNAME
+        from acpmem.vault.discovery import discover
+        from acpmem.vault.resident import frozen_index
+
+        text = frozen_index(discover(vault) / STATE_DIRNAME, session)
+        if text is not None:
+            out(text)
+            return 0
+    from acpmem.vault.reader import VaultReader  # reading only: the write machinery stays unimported
+
+    v = VaultReader.open(vault)
+    try:
+        if fmt == "table" and is_tty():
+            _rich_table(v, all_)
+        else:
+            out(list_output(v, fmt, include_all=all_, session=session, refresh=refresh, budget=budget))
+    finally:
+        v.close()
+    return 0
+
+
+def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: bool, session: str | None,
+               json_: bool, vault: Path | None) -> int:
+    from acpmem.vault.reader import VaultReader
+    from acpmem.vault.retrieval import recall, recall_text
+
+    v = VaultReader.open(vault)
+    try:
+        hits = recall(v, query, limit=limit if limit is not None else v.settings.recall.limit,
+                      types=type_ or None, include_superseded=all_, session=session)
+        if json_:
+            out(json.dumps({"query": query, "hits": [h.to_json() for h in hits]}, ensure_ascii=False, indent=2))
+        else:
+            out(recall_text(v, hits))
+    finally:
+        v.close()
+    return 0
+
+
+def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, session: str | None,
+               seq: int | None, transcript: str | None, host_tools: str | None, wait: bool,
+               extractor: str | None, json_: bool, vault: Path | None) -> int:
+    from acpmem.core.errors import UsageError
+
+    missing = [f"--{k}" for k, v in (("type", type_), ("note", note), ("importance", importance),
+                                      ("session", session), ("seq", seq)) if v is None]
+    if missing:
+        raise UsageError(f"missing {', '.join(missing)}", "give --type, --note, --importance, --session and --seq")
+    if wait:   # the fork runs in this process and writes: the whole vault
+        from acpmem.vault.writer import Vault as Opened
+    else:      # a durable request and a worker: the read side is enough, and cheap to import
+        from acpmem.vault.reader import VaultReader as Opened
+    from acpmem.write.submit import submit
+
+    v = Opened.open(vault)
+    try:
+        ack = submit(v, type=type_, note=note, importance=importance, session=session, seq=seq,
+                     transcript=_path(transcript), wait=wait, host_tools=_path(host_tools), extractor=extractor)
+    finally:
+        v.close()
+    emit_warnings(v)
+    if json_:
+        out_json(ack.to_json())
+    else:
+        out(ack.text)
+        if ack.outcome is not None:
+            out(ack.outcome.summary())
+    return 1 if ack.outcome is not None and not ack.outcome.ok else 0
+
+
+def hook_claude_code(*, vault: Path | None) -> int:
+    from acpmem.integrations.claude_code import MAX_EVENT_BYTES, claude_code
+
+    a = claude_code(sys.stdin.buffer.read(MAX_EVENT_BYTES + 1), vault=vault)
+    if a.stdout:
+        sys.stdout.write(a.stdout)
+        sys.stdout.flush()
+    if a.stderr:
+        sys.stderr.write(a.stderr)
+    return a.exit_code
+
+
+IMPLS = {"list": list_cmd, "recall": recall_cmd, "commit": commit_cmd, "hook claude-code": hook_claude_code}
+
+
+def call(name: str, params: dict, group_vault: str | None = None) -> int:
+    """Run the per-turn command ``name`` with the parameters its typer command received (or the fast path parsed
+    from the same definition): choices become their values, repeated options a list (or None), and the command's
+    own ``--vault`` falls back to the group's (``acp memory --vault V list``)."""
+    kw = {}
+    for key, value in params.items():
+        if isinstance(value, Enum):   # a choice, as typer gives it
+            value = value.value
+        elif isinstance(value, (list, tuple)):
+            value = list(value) or None
+        kw[key] = value
+    kw["vault"] = _path(kw.get("vault") or group_vault)
+    return IMPLS[name](**kw)
+
+
+def _path(value) -> Path | None:
+    return Path(value) if value else None

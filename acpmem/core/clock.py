@@ -1,0 +1,22 @@
+"""The clock: UTC times as the ISO strings acpmem writes, and the default "now".
+
+Library code never reads the time itself: a ``clock`` (a function returning an aware datetime) is passed in, and
+``now_utc`` is only its default, so tests pin it.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def utc_iso(dt: datetime) -> str:
+    """An aware datetime as ``YYYY-MM-DDTHH:MM:SSZ``."""
+    return dt.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso(value: str) -> datetime:
+    dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)

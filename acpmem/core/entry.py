@@ -1,0 +1,224 @@
+"""The entry data model: ``Entry`` and ``Citation``, and the strict validation of a frontmatter mapping.
+
+An entry is a tier-3 distilled block: a one-line title, a condensed body, its type and importance, when it was made
+and last read, and where it came from. The file format around it is ``acpmem.core.entryfile``. No I/O.
+"""
+from __future__ import annotations
+
+import re
+
+from acpmem.core.clock import parse_iso
+from acpmem.core.errors import EntryInvalid
+from acpmem.core.ids import ID_RE
+from acpmem.core.values import Value
+
+DEFAULT_TYPES = ("decision", "lesson", "fact", "user-preference", "reference")
+KNOWN_KEYS = ("id", "title", "type", "importance", "created", "last_read", "citation", "tier", "source",
+              "supersedes", "superseded_by")
+MAX_TITLE_CHARS = 300
+SEQ_RANGE_RE = re.compile(r"^\d+-\d+$")
+KERNEL_REF_RE = re.compile(r"^[mb]\d+$")
+ISO_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+
+
+class Citation(Value):
+    """Where an entry came from: a host session and a seq (an int, a range "1270-1290", or a kernel ref m12 / b3)."""
+
+    session: str
+    seq: int | str
+
+    def __init__(self, session: str, seq: int | str) -> None:
+        d = self.__dict__
+        d["session"] = session
+        d["seq"] = seq
+
+    def to_dict(self) -> dict:
+        return {"session": self.session, "seq": self.seq}
+
+    def __str__(self) -> str:
+        return f"{self.session}#{self.seq}"
+
+
+class Entry(Value):
+    """One memory: a tier-3 distilled block. ``extra`` keeps keys a person added; ``raw`` the file as read."""
+
+    id: str
+    title: str
+    type: str
+    importance: int
+    created: str
+    body: str
+    last_read: str | None = None
+    citation: tuple[Citation, ...] = ()
+    tier: int = 3
+    source: dict | None = None
+    supersedes: tuple[str, ...] = ()
+    superseded_by: str | None = None
+    extra: dict
+    path: str | None = None
+    raw: str | None = None
+    _hidden = ("raw",)
+
+    def __init__(self, id: str, title: str, type: str, importance: int, created: str, body: str,
+                 last_read: str | None = None, citation: tuple[Citation, ...] = (), tier: int = 3,
+                 source: dict | None = None, supersedes: tuple[str, ...] = (), superseded_by: str | None = None,
+                 extra: dict | None = None, path: str | None = None, raw: str | None = None) -> None:
+        # Spelled out: a thousand entries are built per listing, and this is three times the generic __init__'s speed.
+        d = self.__dict__
+        d["id"] = id
+        d["title"] = title
+        d["type"] = type
+        d["importance"] = importance
+        d["created"] = created
+        d["body"] = body
+        d["last_read"] = last_read
+        d["citation"] = citation
+        d["tier"] = tier
+        d["source"] = source
+        d["supersedes"] = supersedes
+        d["superseded_by"] = superseded_by
+        d["extra"] = {} if extra is None else extra
+        d["path"] = path
+        d["raw"] = raw
+
+    @property
+    def superseded(self) -> bool:
+        return bool(self.superseded_by)
+
+    def meta(self) -> dict:
+        """The frontmatter mapping in canonical key order (known keys, then the extra keys as found)."""
+        out: dict[str, object] = {
+            "id": self.id,
+            "title": self.title,
+            "type": self.type,
+            "importance": self.importance,
+            "created": self.created,
+            "last_read": self.last_read,
+            "citation": [c.to_dict() for c in self.citation],
+            "tier": self.tier,
+        }
+        if self.source is not None:
+            out["source"] = dict(self.source)
+        if self.supersedes:
+            out["supersedes"] = list(self.supersedes)
+        if self.superseded_by:
+            out["superseded_by"] = self.superseded_by
+        out.update(self.extra)
+        return out
+
+    def to_json(self) -> dict:
+        d = self.meta()
+        d["body"] = self.body
+        d["path"] = self.path
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Entry":
+        """Rebuild from ``to_json`` output (the derived index stores entries this way). Trusts its input."""
+        known = {k: d[k] for k in KNOWN_KEYS if k in d}
+        extra = {k: v for k, v in d.items() if k not in KNOWN_KEYS and k not in ("body", "path", "raw")}
+        return cls(
+            id=known["id"], title=known["title"], type=known["type"], importance=known["importance"],
+            created=known["created"], body=d.get("body", ""), last_read=known.get("last_read"),
+            citation=tuple(Citation(c["session"], c["seq"]) for c in known.get("citation") or ()),
+            tier=known.get("tier", 3), source=known.get("source"), supersedes=tuple(known.get("supersedes") or ()),
+            superseded_by=known.get("superseded_by"), extra=extra, path=d.get("path"),
+        )
+
+
+# --------------------------------------------------------------------------------------------- validation
+
+def _str_field(meta: dict, key: str, path: str, *, required: bool = True) -> str | None:
+    v = meta.get(key)
+    if v is None:
+        if required:
+            raise EntryInvalid(path, key, "is missing")
+        return None
+    if not isinstance(v, str):
+        raise EntryInvalid(path, key, f"must be text, got {type(v).__name__} {v!r:.40}")
+    return v
+
+
+def _iso_field(meta: dict, key: str, path: str, *, required: bool) -> str | None:
+    v = _str_field(meta, key, path, required=required)
+    if v is None:
+        return None
+    if not ISO_RE.match(v):
+        raise EntryInvalid(path, key, f"must be an ISO 8601 UTC time like 2026-11-29T14:03:11Z, got {v!r:.40}")
+    try:
+        parse_iso(v)
+    except ValueError:
+        raise EntryInvalid(path, key, f"is not a real date: {v!r:.40}") from None
+    return v
+
+
+def _citations(value: object, path: str) -> tuple[Citation, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        raise EntryInvalid(path, "citation", "must be a list of {session, seq}")
+    out = []
+    for i, c in enumerate(value):
+        if not isinstance(c, dict) or "session" not in c or "seq" not in c:
+            raise EntryInvalid(path, "citation", f"item {i + 1} must have 'session' and 'seq'")
+        session, seq = c["session"], c["seq"]
+        if isinstance(session, int) and not isinstance(session, bool):
+            session = str(session)
+        if not isinstance(session, str) or not session.strip():
+            raise EntryInvalid(path, "citation", f"item {i + 1}: session must be text")
+        if isinstance(seq, bool) or not (
+                (isinstance(seq, int) and seq >= 0)
+                or (isinstance(seq, str) and (SEQ_RANGE_RE.match(seq) or KERNEL_REF_RE.match(seq)))):
+            raise EntryInvalid(path, "citation", f"item {i + 1}: seq must be an integer, a range like 1270-1290 "
+                                                 f"or a kernel ref like m12 / b3, got {seq!r:.40}")
+        out.append(Citation(session, seq))
+    return tuple(out)
+
+
+def validate_id(value: str, path: str = "") -> str:
+    if not isinstance(value, str) or not ID_RE.match(value):
+        raise EntryInvalid(path, "id", f"must be 1–64 letters, digits, '-' or '_' starting with a letter or digit, "
+                                       f"got {value!r:.40}")
+    return value
+
+
+def entry_from_meta(meta: dict, body: str, path: str, types: tuple[str, ...] | None = DEFAULT_TYPES) -> Entry:
+    """Validate a frontmatter mapping strictly and build an Entry. Raises EntryInvalid naming the field."""
+    for k in meta:
+        if not isinstance(k, str):
+            raise EntryInvalid(path, str(k), "frontmatter keys must be text")
+    ident = validate_id(_str_field(meta, "id", path), path)
+    title = _str_field(meta, "title", path).strip()
+    if not title:
+        raise EntryInvalid(path, "title", "is empty")
+    if "\n" in title or len(title) > MAX_TITLE_CHARS:
+        raise EntryInvalid(path, "title", f"must be one line of at most {MAX_TITLE_CHARS} characters")
+    typ = _str_field(meta, "type", path)
+    if types is not None and typ not in types:
+        raise EntryInvalid(path, "type", f"'{typ}' is not one of {', '.join(types)}",
+                           "use one of the vault's types (acpmem.toml [vault] types)")
+    imp = meta.get("importance")
+    if isinstance(imp, bool) or not isinstance(imp, int) or not 1 <= imp <= 10:
+        raise EntryInvalid(path, "importance", f"must be an integer from 1 to 10, got {imp!r:.40}")
+    created = _iso_field(meta, "created", path, required=True)
+    last_read = _iso_field(meta, "last_read", path, required=False)
+    tier = meta.get("tier", 3)
+    if isinstance(tier, bool) or not isinstance(tier, int) or not 1 <= tier <= 3:
+        raise EntryInvalid(path, "tier", f"must be 1, 2 or 3, got {tier!r:.40}")
+    source = meta.get("source")
+    if source is not None and not isinstance(source, dict):
+        raise EntryInvalid(path, "source", "must be a mapping like {request: r-…, extractor: …}")
+    sup = meta.get("supersedes") or []
+    if isinstance(sup, str):
+        sup = [sup]
+    if not isinstance(sup, list) or not all(isinstance(s, str) and ID_RE.match(s) for s in sup):
+        raise EntryInvalid(path, "supersedes", "must be a list of entry ids")
+    sup_by = meta.get("superseded_by")
+    if sup_by is not None and not (isinstance(sup_by, str) and ID_RE.match(sup_by)):
+        raise EntryInvalid(path, "superseded_by", "must be an entry id")
+    extra = {k: v for k, v in meta.items() if k not in KNOWN_KEYS}
+    return Entry(id=ident, title=title, type=typ, importance=imp, created=created, body=body, last_read=last_read,
+                 citation=_citations(meta.get("citation"), path), tier=tier, source=source,
+                 supersedes=tuple(sup), superseded_by=sup_by, extra=extra, path=path or None)

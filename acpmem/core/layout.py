@@ -1,0 +1,36 @@
+"""The names of a vault's files and folders, and of the local state acpmem keeps beside them.
+
+```
+.acp-memory/            VAULT_DIRNAME: found by walking up from the current folder
+  acpmem.toml           SETTINGS_FILE
+  MEMORY.md             MEMORY_FILE, generated
+  entries/              ENTRIES_DIR: one markdown file per entry
+  reads/                READS_DIR: last-read times, one file per clone
+  .acpmem/              STATE_DIRNAME: derived local state, never committed
+    index.sqlite        DB_NAME: the catalog and the search index
+    locks/ pending/ sessions/
+```
+
+Every module names these through here, so the layout is written down once (``docs/design.md`` describes it).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+VAULT_DIRNAME = ".acp-memory"
+STATE_DIRNAME = ".acpmem"
+SETTINGS_FILE = "acpmem.toml"
+MEMORY_FILE = "MEMORY.md"
+ENTRIES_DIR = "entries"
+READS_DIR = "reads"
+ENV_VAULT = "ACPMEM_VAULT"
+
+# under STATE_DIRNAME
+DB_NAME = "index.sqlite"
+LOCKS_DIR = "locks"
+PENDING_DIR = "pending"
+SESSIONS_DIR = "sessions"
+
+PACKAGE_DIR = Path(__file__).parent.parent
+DATA_DIR = PACKAGE_DIR / "data"
+TEMPLATE_DIR = PACKAGE_DIR / "vault_template"

@@ -1,0 +1,89 @@
+"""The derived SQLite database (``.acpmem/index.sqlite``): opened in WAL mode with a busy timeout, its schema
+created when its version differs, and deleted and rebuilt when it cannot be read — it is a cache of the files, so
+nothing is lost. A *busy* database (another process holds it) is never deleted: that is ``LockTimeout``.
+
+``with_rebuild`` is the one place that decides between the two.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from acpmem.core.errors import LockTimeout
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+def is_corrupt(exc: sqlite3.DatabaseError) -> bool:
+    """A database error that deleting and rebuilding the cache can cure; not a busy or locked database, which
+    another process is using (deleting it then would pull the file from under that process)."""
+    if isinstance(exc, sqlite3.OperationalError):
+        msg = str(exc).lower()
+        return not ("locked" in msg or "busy" in msg)
+    return True
+
+
+def busy_error(exc: sqlite3.DatabaseError) -> LockTimeout:
+    return LockTimeout(f"the vault's index is busy ({exc})",
+                       "another acpmem process is rebuilding it; run the command again in a moment")
+
+
+def delete(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(str(path) + suffix)
+
+
+def with_rebuild(path: Path, attempt: Callable[[], object], reset: Callable[[], None] = lambda: None):
+    """``attempt()``; if it fails because the database at ``path`` cannot be read, ``reset()`` (close what holds
+    it), delete the database and try once more. A busy database raises ``LockTimeout`` instead."""
+    for tried in (False, True):
+        try:
+            return attempt()
+        except sqlite3.DatabaseError as exc:
+            with contextlib.suppress(Exception):
+                reset()
+            if not is_corrupt(exc):
+                raise busy_error(exc) from None
+            if tried:
+                raise
+            delete(path)
+    raise AssertionError("unreachable")
+
+
+def connect(path: Path, version: int, create: Callable[[sqlite3.Connection], None], *,
+            probe: str | None = None) -> sqlite3.Connection:
+    """Open the database; ``create(con)`` (in a write transaction) when its ``user_version`` is not ``version``,
+    else run ``probe`` (a cheap query that reads a page of the main table). An unreadable file is deleted and
+    created anew."""
+    con: sqlite3.Connection | None = None
+
+    def attempt() -> sqlite3.Connection:
+        nonlocal con
+        con = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA synchronous=NORMAL")
+        if con.execute("PRAGMA user_version").fetchone()[0] != version:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                if con.execute("PRAGMA user_version").fetchone()[0] != version:  # another process may have done it
+                    create(con)
+                    con.execute(f"PRAGMA user_version={int(version)}")
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        elif probe:
+            con.execute(probe).fetchone()
+        return con
+
+    def reset() -> None:
+        if con is not None:
+            con.close()
+
+    return with_rebuild(path, attempt, reset)

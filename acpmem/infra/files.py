@@ -1,0 +1,144 @@
+"""Files written so that a reader or a crash never sees half of them: atomic replacement, exclusive creation,
+whole-line appends, and the temp files a killed writer leaves behind.
+
+Every file acpmem writes goes through here (``docs/design.md``, "Guarantees").
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from pathlib import Path
+
+# atomic_write's temp files: .NAME.PID.RANDOM.tmp, in the folder of the file they become
+TEMP_RE = re.compile(r"^\..+\.(\d+)\.[0-9a-f]{8}\.tmp$")
+
+
+def _write_all(fd: int, raw: bytes) -> None:
+    view = memoryview(raw)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or an unlink in ``path`` durable (best effort: some file systems refuse a directory fsync)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write(path: Path, data: str | bytes, *, durable: bool = True, replace: bool = True) -> None:
+    """Write through a temp file in the same folder, fsync, rename; the old content stays intact on any error.
+
+    ``durable=False`` skips the fsyncs, for files acpmem regenerates anyway (MEMORY.md): still atomic, and a killed
+    process never leaves them half-written. ``replace=False`` creates the file or raises ``FileExistsError``,
+    never replacing what another writer put there (a hard link of the finished temp file)."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _write_all(fd, raw)
+        if durable:
+            os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    if not replace:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    if durable:
+        fsync_dir(path.parent)
+
+
+def read_exact(path: Path) -> str | None:
+    """A file's exact text (CRLF kept, unlike ``read_text``), or None when it is gone or not UTF-8."""
+    try:
+        return Path(path).read_bytes().decode("utf-8")
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        return None
+
+
+def append_bytes(path: Path, data: bytes) -> None:
+    """Append with one ``write`` on an O_APPEND descriptor: small appends from many processes never interleave
+    within a write on a local file system. No lock."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one whole line under a short ``flock`` of the file itself (``acpmem.infra.locks``): concurrent writers
+    interleave by whole lines, and a line a crashed writer left half-written is ended first, so it spoils only
+    itself (readers skip lines that do not parse)."""
+    from acpmem.infra.locks import flock_fd
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not line.endswith("\n"):
+        line += "\n"
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        flock_fd(fd, what=f"{path.name} is being written by another process")
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = "\n" + line   # a previous writer died mid-line: start ours on a fresh one
+        os.write(fd, line.encode("utf-8"))
+    finally:
+        os.close(fd)   # releases the lock
+
+
+def stale_temp_files(folder: Path) -> list[Path]:
+    """``atomic_write`` temp files in ``folder`` whose writing process is gone (a killed writer's leftovers; never
+    this process's own, which another thread may be writing)."""
+    from acpmem.infra.proc import pid_alive
+
+    out = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            m = TEMP_RE.match(name)
+            if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))):
+                out.append(Path(folder) / name)
+    return out
+
+
+def append_record(path: Path, record: dict) -> None:
+    """Append one JSON object as a line (``append_line``): a ledger many processes write."""
+    import json
+
+    append_line(path, json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+
+
+def read_records(path: Path) -> list[dict]:
+    """Every JSON object line of a ledger, oldest first; a missing file is empty; lines that do not parse (a writer
+    killed mid-line) are skipped."""
+    import json
+
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out

@@ -1,0 +1,1 @@
+"""Adapters for agent hosts: the MCP server and the Claude Code hooks."""

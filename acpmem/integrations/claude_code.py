@@ -1,0 +1,165 @@
+"""Claude Code hooks: ``acp memory hook claude-code`` answers one Claude Code hook event.
+
+Claude Code runs the command with the event as JSON on stdin (``session_id``, ``transcript_path``, ``cwd``,
+``hook_event_name``, …) and reads the answer from stdout and the exit code:
+
+* ``SessionStart`` (startup, resume, clear, compact) → the resident index of that ``session_id`` (frozen: the same
+  bytes every time, so a ``compact`` re-injects exactly what the session started with) as
+  ``{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": …}}``;
+* ``UserPromptSubmit`` → surfacing (``acpmem.vault.retrieval.surface``) as additional context when ``[surface] enabled = true`` in
+  acpmem.toml, otherwise nothing;
+* any other event → nothing, exit 0.
+
+SessionStart also records the session's ``transcript_path`` in the vault's local state: the MCP server started by
+the same Claude Code session (it receives the id as ``CLAUDE_CODE_SESSION_ID``) hands that transcript to the fork,
+so a ``memory_commit`` made through MCP is distilled from the real conversation.
+
+Memory is optional: when no vault is found from the event's ``cwd`` (and none is named by ``--vault`` or
+``ACPMEM_VAULT``), the hook answers nothing with exit 0. Anything wrong — input that is not a hook event, a vault
+named explicitly that does not exist, a broken vault — is exit 1 with one line on stderr: Claude Code shows it and
+carries on. Never exit 2: for ``UserPromptSubmit`` that would block the user's prompt.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from acpmem.core.errors import AcpmemError, VaultNotFound
+from acpmem.core.values import Value
+
+EXIT_OK = 0
+EXIT_SHOWN = 1          # Claude Code: a non-blocking error, stderr shown to the user; the session goes on
+MAX_EVENT_BYTES = 1 << 20
+CLAUDE_CODE_RECORD = "claude-code.json"
+
+
+class HookAnswer(Value):
+    stdout: str
+    stderr: str
+    exit_code: int
+
+
+def _error(message: str) -> HookAnswer:
+    return HookAnswer("", f"acpmem: {message}\n", EXIT_SHOWN)
+
+
+def _context(event_name: str, text: str) -> HookAnswer:
+    out = {"hookSpecificOutput": {"hookEventName": event_name, "additionalContext": text}}
+    return HookAnswer(json.dumps(out, ensure_ascii=False) + "\n", "", EXIT_OK)
+
+
+def parse_event(raw: str | bytes) -> dict:
+    """The hook event as a dict; ``ValueError`` with a one-line reason when it is not one."""
+    if isinstance(raw, bytes):
+        if len(raw) > MAX_EVENT_BYTES:
+            raise ValueError(f"the hook event on stdin is over {MAX_EVENT_BYTES} bytes")
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("the hook event on stdin is not UTF-8") from None
+    if not raw.strip():
+        raise ValueError("no hook event on stdin (expected Claude Code's JSON event)")
+    try:
+        event = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"the hook event on stdin is not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(event, dict):
+        raise ValueError(f"the hook event must be a JSON object, got {type(event).__name__}")
+    name = event.get("hook_event_name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("the hook event has no hook_event_name")
+    for key in ("session_id", "cwd", "transcript_path"):
+        if key in event and event[key] is not None and not isinstance(event[key], str):
+            raise ValueError(f"the hook event's {key} must be a string")
+    return event
+
+
+def _open_vault(event: dict, explicit: str | os.PathLike | None, env: dict):
+    """The vault for this event, or None when none is configured (memory is optional)."""
+    from acpmem.core.layout import ENV_VAULT
+    from acpmem.vault.discovery import discover
+    from acpmem.vault.reader import VaultReader   # both events only read (and keep session ledgers)
+
+    cwd = Path(event.get("cwd") or os.getcwd())
+    try:
+        return VaultReader(discover(explicit, cwd=cwd, env=env))
+    except VaultNotFound:
+        if explicit or env.get(ENV_VAULT):
+            raise
+        return None
+
+
+def record_session(vault, session: str, event: dict) -> None:
+    """Remember where a Claude Code session's transcript is (``claude-code.json`` in the session's folder), so the
+    MCP server of that session — which gets the id as ``CLAUDE_CODE_SESSION_ID`` — can hand it to the fork."""
+    transcript = event.get("transcript_path")
+    if not transcript:
+        return
+    from acpmem.infra.files import atomic_write
+
+    path = vault.session_dir(session) / CLAUDE_CODE_RECORD
+    data = {"session_id": session, "transcript_path": transcript, "cwd": event.get("cwd"),
+            "source": event.get("source")}
+    text = json.dumps(data, ensure_ascii=False, sort_keys=True)
+    try:
+        if path.read_text("utf-8") == text:
+            return
+    except OSError:
+        pass
+    atomic_write(path, text)
+
+
+def recorded_transcript(vault, session: str) -> str | None:
+    """The transcript path the SessionStart hook recorded for ``session``, if any."""
+    try:
+        value = json.loads((vault.session_dir(session) / CLAUDE_CODE_RECORD).read_text("utf-8")).get(
+            "transcript_path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env: dict | None = None) -> HookAnswer:
+    """Answer one Claude Code hook event. Never raises: every failure is an answer with exit 1 and a message."""
+    env = os.environ if env is None else env
+    try:
+        event = parse_event(raw)
+    except ValueError as exc:
+        return _error(str(exc))
+    name = event["hook_event_name"]
+    if name not in ("SessionStart", "UserPromptSubmit"):
+        return HookAnswer("", "", EXIT_OK)
+    session = event.get("session_id")
+    if not session:
+        return _error(f"the {name} event has no session_id")
+    try:
+        v = _open_vault(event, vault, env)
+        if v is None:
+            return HookAnswer("", "", EXIT_OK)
+        try:
+            if name == "SessionStart":
+                from acpmem.vault.resident import resident_index
+
+                record_session(v, session, event)
+                return _context(name, resident_index(v, session=session))
+            if not v.settings.surface.enabled:
+                return HookAnswer("", "", EXIT_OK)
+            from acpmem.vault.retrieval import surface, surface_text
+
+            result = surface(v, session)
+            if not result.entries:  # nothing new, or the session's budget is spent: add nothing to the prompt
+                return HookAnswer("", "", EXIT_OK)
+            return _context(name, surface_text(v, result))
+        finally:
+            v.close()
+    except AcpmemError as exc:
+        return _error(str(exc))
+    except Exception as exc:  # a bug must not take the agent's session down with it
+        if env.get("ACPMEM_DEBUG"):
+            raise
+        return _error(f"internal error: {type(exc).__name__}: {exc} — please report it; "
+                      "set ACPMEM_DEBUG=1 to see the traceback")
+
+
+__all__ = ["claude_code", "parse_event", "HookAnswer", "record_session", "recorded_transcript", "MAX_EVENT_BYTES"]

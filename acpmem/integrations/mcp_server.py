@@ -1,0 +1,186 @@
+"""The MCP server (``acp memory serve``): the main conversation's memory tools over stdio.
+
+Exposes exactly ``memory_commit`` and ``memory_recall`` — with the names, descriptions and schemas of
+``acpmem.core.tools.tool_definitions(for_="main", format="mcp")`` in the vault's language — and the resident index as the
+resource ``memory://index``. Never ``memory_write``: only the fork writes. Built on the ``mcp``
+package's low-level ``Server`` so the tool schemas and descriptions are sent exactly as acpmem defines them; ``mcp``
+is imported only when the server starts.
+
+Session and seq of a ``memory_commit`` (the citation of what it produces):
+
+* a client that knows them (a harness, not the model) may add ``session``, ``seq`` and ``transcript`` to the call's
+  arguments; they are not in the advertised schema, so the model never invents them;
+* otherwise the server's own session: ``--session``, else ``ACPMEM_SESSION``, else ``CLAUDE_CODE_SESSION_ID`` (Claude
+  Code sets it for the MCP servers it starts), else an id generated per server process
+  (``mcp-YYYYMMDDTHHMMSS-xxxxxx``);
+* the transcript for the fork: the call's ``transcript``, else ``--transcript``, else the one the Claude Code
+  SessionStart hook recorded for the session (``claude_code.record_session``), else none (the fork then has only the note);
+* seq: the last message's seq of the transcript when there is one, else a counter of this server's commits (1, 2, …).
+
+The same session freezes the ``memory://index`` text (``acpmem.vault.resident``) and is passed to recall. Every call
+opens the vault afresh (cheap), so edits, syncs and settings changes made while the server runs are seen.
+"""
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from acpmem.core.clock import now_utc
+from acpmem.core.errors import AcpmemError
+
+INDEX_URI = "memory://index"
+HOST_ARGS = ("session", "seq", "transcript")
+ENV_SESSION = "ACPMEM_SESSION"
+ENV_CLAUDE_SESSION = "CLAUDE_CODE_SESSION_ID"   # set by Claude Code in the stdio MCP servers it starts
+
+
+def new_session_id(clock: Callable[[], datetime], rng: random.Random) -> str:
+    return f"mcp-{clock().strftime('%Y%m%dT%H%M%S')}-{rng.getrandbits(24):06x}"
+
+
+class MemoryService:
+    """What the MCP handlers call: plain, synchronous, testable without MCP. One per server process."""
+
+    def __init__(self, vault_path: Path, session: str, transcript: str | None = None,
+                 clock: Callable[[], datetime] = now_utc) -> None:
+        self.vault_path = Path(vault_path)
+        self.session = session
+        self.transcript = transcript
+        self.clock = clock
+        self._seq = 0
+
+    def open(self):
+        from acpmem.vault.writer import Vault
+
+        return Vault(self.vault_path, clock=self.clock)
+
+    def tools(self) -> list[dict]:
+        from acpmem.core.tools import tool_definitions
+
+        v = self.open()
+        try:
+            s = v.settings
+            return tool_definitions(for_="main", format="mcp", lang=s.language, types=s.types)
+        finally:
+            v.close()
+
+    def index(self) -> str:
+        from acpmem.vault.resident import resident_index
+
+        v = self.open()
+        try:
+            return resident_index(v, session=self.session)
+        finally:
+            v.close()
+
+    def call(self, name: str, arguments: dict[str, Any] | None) -> str:
+        """Run one tool call; returns the text for the model. ``AcpmemError`` for anything the caller got wrong."""
+        args = dict(arguments or {})
+        if name == "memory_commit":
+            return self.commit(args)
+        if name == "memory_recall":
+            return self.recall(args)
+        raise AcpmemError(f"unknown tool '{name}'", "this server offers memory_commit and memory_recall")
+
+    def commit(self, args: dict[str, Any]) -> str:
+        from acpmem.core.tools import parse_commit_args
+        from acpmem.write.submit import submit
+
+        host = {k: args.pop(k) for k in HOST_ARGS if k in args}
+        v = self.open()
+        try:
+            parsed = parse_commit_args(args, v.settings.types)
+            session = host.get("session") or self.session
+            transcript = host.get("transcript") or (self.transcript if session == self.session else None)
+            if not transcript:
+                from acpmem.integrations.claude_code import recorded_transcript
+
+                transcript = recorded_transcript(v, str(session))
+            seq = host.get("seq")
+            if seq is None:
+                seq = self._next_seq(transcript)
+            ack = submit(v, type=parsed.type, note=parsed.note, importance=parsed.importance, session=str(session),
+                         seq=seq, transcript=transcript)
+            return ack.text
+        finally:
+            v.close()
+
+    def _next_seq(self, transcript: str | None) -> int:
+        if transcript:
+            from acpmem.write.transcripts import read_transcript
+
+            messages = read_transcript(Path(transcript)).messages
+            if messages:
+                return messages[-1].seq
+        self._seq += 1
+        return self._seq
+
+    def recall(self, args: dict[str, Any]) -> str:
+        from acpmem.core.tools import parse_recall_args
+        from acpmem.vault.retrieval import recall, recall_text
+
+        parsed = parse_recall_args(args)
+        v = self.open()
+        try:
+            hits = recall(v, parsed.query, limit=parsed.limit, session=self.session)
+            return recall_text(v, hits)
+        finally:
+            v.close()
+
+
+def serve(vault_path: Path, *, session: str | None = None, transcript: str | None = None,
+          clock: Callable[[], datetime] | None = None, rng: random.Random | None = None) -> None:
+    """Run the MCP server on stdin/stdout until the client closes the connection."""
+    import anyio
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+    from mcp.server.stdio import stdio_server
+
+    from acpmem import __version__
+
+    clock = clock or now_utc
+    session = (session or os.environ.get(ENV_SESSION) or os.environ.get(ENV_CLAUDE_SESSION)
+               or new_session_id(clock, rng or random.Random()))
+    svc = MemoryService(Path(vault_path), session, transcript, clock)
+
+    def text(s: str, error: bool = False) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(text=s)], is_error=error)
+
+    async def list_tools(ctx, params) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in svc.tools()])
+
+    async def call_tool(ctx, params) -> types.CallToolResult:
+        # Errors the model can fix go back as tool results (is_error), so it sees them and retries.
+        try:
+            return text(svc.call(params.name, params.arguments))
+        except AcpmemError as exc:
+            return text(f"Error: {exc}", error=True)
+
+    async def list_resources(ctx, params) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=[types.Resource(
+            uri=INDEX_URI, name="memory-index", title="Long-term memory index", mime_type="text/plain",
+            description="The resident index of long-term memories (frozen for this server's session): one line "
+                        "per entry, most relevant first. Read entries in full with memory_recall.")])
+
+    async def read_resource(ctx, params) -> types.ReadResourceResult:
+        if str(params.uri) != INDEX_URI:
+            raise ValueError(f"unknown resource {params.uri}; this server has {INDEX_URI}")
+        return types.ReadResourceResult(contents=[types.TextResourceContents(uri=INDEX_URI, mime_type="text/plain",
+                                                                             text=svc.index())])
+
+    server = Server("acpmem", version=__version__, title="acpmem long-term memory",
+                    on_list_tools=list_tools, on_call_tool=call_tool,
+                    on_list_resources=list_resources, on_read_resource=read_resource)
+
+    async def main() -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    anyio.run(main)
+
+
+__all__ = ["serve", "MemoryService", "new_session_id", "INDEX_URI"]

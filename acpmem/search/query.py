@@ -1,0 +1,316 @@
+"""Queries over the derived search index (built by ``acpmem.search.store``).
+
+``IndexSource`` answers ``ranking.PostingSource`` from the index tables: a query reads the postings of its own terms
+only (with the field lengths joined in), the vocabulary is probed term by term, and the full term list is loaded
+only for the typo channel, when a query word is not in the vocabulary. Document metadata is read in one batch for
+the documents that scored; the text of the hits only, from the catalog.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import sqlite3
+from collections.abc import Iterable, Sequence
+
+from acpmem.search import cedict
+from acpmem.search.analysis import CJK_CHARS, FIELDS, SearchDoc
+from acpmem.search.ranking import (B, FIELD_WEIGHTS, K1, CorpusStats, Hit, QueryGroup, make_preview, plan_query,
+                                   rank, typo_neighbours)
+
+_NF = len(FIELDS)
+PRUNE_FROM_POSTINGS = 20_000   # below this many postings a query is scored whole (pruning costs a second query)
+PROBE_COST = 0.35              # a primary-key probe, relative to one posting of a scan (measured at 100,000 entries)
+
+
+_CJK_RANGES = [(a, b) for a, b in re.findall(r"(.)-(.)", CJK_CHARS)]
+
+
+class IndexVocabulary:
+    """``memory.Vocabulary`` answered from ``idx_terms``: membership and prefixes by index lookups; the typo
+    channel loads the alphabetic terms once, on first use."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self._con = con
+        self._known: dict[str, tuple[int, int] | None] = {}
+        self._typo: list[str] | None = None
+        self._typo_memo: dict[tuple, list[tuple[str, int]]] = {}
+        self._has_cjk: bool | None = None
+        self._has_latin: bool | None = None
+
+    def en_to_zh(self, word: str) -> tuple[str, ...]:
+        return cedict.store().en_to_zh(word)
+
+    def zh_to_en(self, word: str) -> tuple[str, ...]:
+        return cedict.store().zh_to_en(word)
+
+    def known_cjk(self, words: Iterable[str]) -> tuple[set[str], set[str]]:
+        """(those of ``words`` that are index terms, those that are dictionary headwords)."""
+        words = list(words)
+        found = {t for (t,) in self._con.execute("SELECT term FROM idx_terms WHERE term IN (SELECT value FROM "
+                                                 "json_each(?))", (json.dumps(words, ensure_ascii=False),))}
+        return found, cedict.store().known_zh(words)
+
+    def lookup(self, term: str) -> tuple[int, int] | None:
+        """(term id, df) or None."""
+        if term not in self._known:
+            self._known[term] = self._con.execute("SELECT tid, df FROM idx_terms WHERE term=?", (term,)).fetchone()
+        return self._known[term]
+
+    def __contains__(self, term: str) -> bool:
+        return self.lookup(term) is not None
+
+    def __len__(self) -> int:
+        return self._con.execute("SELECT count(*) FROM idx_terms").fetchone()[0]
+
+    @property
+    def has_cjk(self) -> bool:
+        if self._has_cjk is None:
+            self._has_cjk = any(self._con.execute("SELECT 1 FROM idx_terms WHERE term >= ? AND term < ? LIMIT 1",
+                                                  (a, chr(ord(b) + 1))).fetchone() for a, b in _CJK_RANGES)
+        return self._has_cjk
+
+    @property
+    def has_latin(self) -> bool:
+        if self._has_latin is None:
+            self._has_latin = self._con.execute(
+                "SELECT 1 FROM idx_terms WHERE term >= 'A' AND term < '{' AND NOT term GLOB '*[^A-Za-z]*' "
+                "LIMIT 1").fetchone() is not None or bool(self._typo_terms())
+        return self._has_latin
+
+    def _typo_terms(self) -> list[str]:
+        """The alphabetic terms that do not start with a CJK character, sorted (as ``memory.Vocabulary`` keeps
+        them for the typo channel): loaded once, on the first query word that is not in the index."""
+        if self._typo is None:
+            outside = " AND ".join("NOT (term >= ? AND term < ?)" for _ in _CJK_RANGES)
+            bounds = [x for a, b in _CJK_RANGES for x in (a, chr(ord(b) + 1))]
+            self._typo = [t for (t,) in self._con.execute(
+                f"SELECT term FROM idx_terms WHERE {outside} ORDER BY term", bounds) if t.isalpha()]
+        return self._typo
+
+    def with_prefix(self, prefix: str, limit: int = 50) -> list[str]:
+        rows = self._con.execute("SELECT term FROM idx_terms WHERE term >= ? ORDER BY term LIMIT ?",
+                                 (prefix, limit * 4 + 16)).fetchall()
+        out = []
+        for (t,) in rows:
+            if not t.startswith(prefix) or len(out) >= limit:
+                break
+            out.append(t)
+        return out
+
+    def typo_neighbours(self, term: str, max_dist: int, limit: int = 5) -> list[tuple[str, int]]:
+        memo = (term, max_dist, limit)
+        if memo in self._typo_memo:
+            return self._typo_memo[memo]
+        found = self._typo_memo[memo] = typo_neighbours(term, self._typo_terms(), max_dist, limit)
+        return found
+
+
+class IndexSource:
+    """A ``ranking.PostingSource`` over the index tables, optionally restricted to live entries of some types.
+    Restricted documents never score (their postings are skipped), but still count in the corpus statistics."""
+
+    def __init__(self, con: sqlite3.Connection, *, types: Iterable[str] | None = None,
+                 include_superseded: bool = False) -> None:
+        self._con = con
+        row = con.execute("SELECT n, s0, s1, s2, s3 FROM idx_stats WHERE id=1").fetchone()
+        n = row[0]
+        self.stats = CorpusStats(n, tuple(s / (n or 1) for s in row[1:]))
+        self.vocabulary = IndexVocabulary(con)
+        where, params = [], []
+        if not include_superseded:
+            where.append("d.sup = 0")
+        if types is not None:
+            types = list(types)
+            where.append(f"d.type IN ({','.join('?' * len(types))})")
+            params += types
+        self._where = "".join(f" AND {w}" for w in where)
+        self._params = params
+        self._lens: dict[int, tuple[int, ...]] = {}
+        self._docs: dict[int, SearchDoc] = {}
+
+    def df(self, term: str) -> int:
+        found = self.vocabulary.lookup(term)
+        return found[1] if found else 0
+
+    def postings(self, term: str, keys: Iterable[int] | None = None) -> list[tuple[int, tuple[int, ...]]]:
+        """(key, tf per field) of the documents containing ``term`` (only those in ``keys`` if given)."""
+        found = self.vocabulary.lookup(term)
+        if not found:
+            return []
+        only, params = "", (found[0], *self._params)
+        if keys is not None:
+            only, params = " AND p.key IN (SELECT value FROM json_each(?))", (*params, json.dumps(list(keys)))
+        out = []
+        lens = self._lens
+        for key, f0, f1, f2, f3, l0, l1, l2, l3 in self._con.execute(
+                "SELECT p.key, p.f0, p.f1, p.f2, p.f3, d.l0, d.l1, d.l2, d.l3 "
+                f"FROM idx_post p JOIN idx_lens d ON d.key = p.key WHERE p.tid = ?{self._where}{only}", params):
+            out.append((key, (f0, f1, f2, f3)))
+            lens[key] = (l0, l1, l2, l3)
+        return out
+
+    prune_from = PRUNE_FROM_POSTINGS
+
+    def candidates(self, groups: Sequence[QueryGroup], n: int) -> list[int]:
+        """The ``n`` best documents by term score, found inside SQLite (``rank`` then scores these exactly with
+        ``score_query``): the same BM25F as ``ranking.bm25f`` and the same best-term-per-group sum, so that a
+        query's tens of thousands of postings never become Python objects.
+
+        With many postings, MaxScore prunes: no document takes more from a term than weight × idf × (k1 + 1). The
+        documents of the strongest terms give a score ``theta`` that the ``n``-th best reaches at least; a document
+        holding only terms whose bounds (best per query word) add up below ``theta`` cannot be in the top ``n``,
+        so only documents holding one of the other terms are scored, fully — when that is cheaper than scanning
+        every posting."""
+        total = self.stats.n_docs
+        rows: list[tuple[int, int, float]] = []
+        dfs: dict[int, int] = {}
+        for gi, g in enumerate(groups):
+            for qt in g.terms:
+                found = self.vocabulary.lookup(qt.term)
+                if found:
+                    tid, df = found
+                    dfs[tid] = df
+                    rows.append((gi, tid, qt.weight * math.log(1 + (total - df + 0.5) / (df + 0.5))))
+        if not rows:
+            return []
+        if sum(dfs.values()) < self.prune_from:
+            return [k for k, _ in self._top(rows, n, None)]
+        bound = {tid: w * (K1 + 1) for _, tid, w in rows}    # no document takes more from a term
+        group = {tid: gi for gi, tid, _ in rows}
+        # theta: the n-th best score among the documents of the strongest terms (enough of them for n documents)
+        seed_terms: list[int] = []
+        for tid in sorted(bound, key=lambda t: (-bound[t], dfs[t])):
+            seed_terms.append(tid)
+            if sum(dfs[t] for t in seed_terms) >= 2 * n:
+                break
+        whole = sum(dfs.values())
+
+        def cheaper(terms) -> bool:     # scoring from these terms' documents beats scanning every posting
+            return sum(dfs[t] for t in terms) * (1 + len(rows)) * PROBE_COST < whole
+
+        if not cheaper(seed_terms):
+            return [k for k, _ in self._top(rows, n, None)]
+        seed = self._top(rows, n, sorted(seed_terms))
+        if len(seed) < n:
+            return [k for k, _ in self._top(rows, n, None)]
+        theta = seed[-1][1]
+        # the weakest terms, as long as a document holding only those stays below theta
+        weak: set[int] = set()
+        best_in: dict[int, float] = {}
+        for tid in sorted(bound, key=bound.get):
+            trial = dict(best_in)
+            trial[group[tid]] = max(trial.get(group[tid], 0.0), bound[tid])
+            if sum(trial.values()) >= theta:
+                break
+            best_in, weak = trial, weak | {tid}
+        essential = sorted(set(bound) - weak)
+        if set(essential) <= set(seed_terms):
+            return [k for k, _ in seed]
+        return [k for k, _ in self._top(rows, n, essential if weak and cheaper(essential) else None)]
+
+    def _top(self, rows: list[tuple[int, int, float]], n: int, holding: list[int] | None) -> list[tuple[int, float]]:
+        """(key, score) of the ``n`` best documents over all query terms; with ``holding``, among the documents
+        that hold one of those term ids only."""
+        tfw, fparams = [], []
+        for i, (w, avg) in enumerate(zip(FIELD_WEIGHTS, self.stats.avg_len)):
+            tfw.append(f"? * p.f{i} / (? + ? * d.l{i} / ?)")
+            fparams += [w, 1 - B, B, avg or 1]
+        ctes = f"q(g, tid, w) AS (VALUES {','.join('(?,?,?)' for _ in rows)})"
+        params: list = [x for r in rows for x in r]
+        if holding is None:
+            scan = f"q JOIN idx_post p ON p.tid = q.tid JOIN idx_lens d ON d.key = p.key WHERE 1{self._where}"
+        else:   # driven by those documents, each probing the query's postings by primary key
+            ctes += f", e(key) AS (SELECT DISTINCT key FROM idx_post WHERE tid IN ({','.join('?' * len(holding))}))"
+            params += holding
+            scan = ("e CROSS JOIN idx_lens d CROSS JOIN q CROSS JOIN idx_post p "
+                    f"WHERE d.key = e.key AND p.tid = q.tid AND p.key = e.key{self._where}")
+        sql = (f"WITH {ctes} SELECT key, sum(best) AS s FROM ("
+               "SELECT key, g, max(w * tfw * ? / (? + tfw)) AS best FROM ("
+               f"SELECT d.key AS key, q.g AS g, q.w AS w, ({' + '.join(tfw)}) AS tfw FROM {scan}) "
+               "GROUP BY key, g) GROUP BY key ORDER BY s DESC, key LIMIT ?")
+        params += [K1 + 1, K1] + fparams + self._params + [n]
+        return self._con.execute(sql, params).fetchall()
+
+    def doc_len(self, key: int) -> tuple[int, ...]:
+        got = self._lens.get(key)
+        if got is None:
+            row = self._con.execute("SELECT l0, l1, l2, l3 FROM idx_lens WHERE key=?", (key,)).fetchone()
+            got = self._lens[key] = tuple(row) if row else (0,) * _NF
+        return got
+
+    def doc(self, key: int) -> SearchDoc:
+        """The document without its text (``rank`` re-scores a bounded pool of documents by id, tags, created,
+        citations and weight); ``full_doc`` adds the text."""
+        got = self._docs.get(key)
+        if got is None:
+            self.preload((key,))
+            got = self._docs[key]
+        return got
+
+    def preload(self, keys: Iterable[int]) -> None:
+        """Read the documents of ``keys`` in one query (``rank`` looks at its whole pool)."""
+        todo = [k for k in keys if k not in self._docs]
+        if not todo:
+            return
+        for key, path, tags, cites, created in self._con.execute(
+                "SELECT key, path, tags, cites, created FROM idx_docs WHERE key IN (SELECT value FROM json_each(?))",
+                (json.dumps(todo),)):
+            self._docs[key] = SearchDoc(
+                id=path, title="", created=created, tags=() if tags == "[]" else tuple(json.loads(tags)),
+                citations=() if cites == "[]" else tuple((s, q) for s, q in json.loads(cites)))
+
+    def full_doc(self, key: int) -> SearchDoc:
+        light = self.doc(key)
+        row = self._con.execute("SELECT f.data FROM idx_docs d JOIN files f ON f.path = d.path WHERE d.key=?",
+                                (key,)).fetchone()
+        if row is None:
+            return light
+        d = json.loads(row[0])
+        return light.with_changes(title=d.get("title") or "", body=d.get("body") or "")
+
+    def key_of(self, path: str) -> int | None:
+        row = self._con.execute("SELECT key FROM idx_docs WHERE path=?", (path,)).fetchone()
+        return row[0] if row else None
+
+    def neighbours(self, key: int, radius: int) -> list[tuple[int, int]]:
+        best: dict[int, int] = {}
+        for session, r0, r1 in self._con.execute("SELECT session, lo, hi FROM idx_cites WHERE key=?", (key,)).fetchall():
+            for other, lo, hi in self._con.execute(
+                    "SELECT c.key, c.lo, c.hi FROM idx_cites c JOIN idx_lens d ON d.key = c.key "
+                    f"WHERE c.session = ? AND c.lo BETWEEN ? AND ? AND c.hi >= ?{self._where}",
+                    (session, r0 - radius - 10_000, r1 + radius, r0 - radius, *self._params)):
+                dist = max(0, lo - r1, r0 - hi)
+                if other != key and dist <= radius and dist < best.get(other, radius + 1):
+                    best[other] = dist
+        return list(best.items())
+
+
+def search(con: sqlite3.Connection, query: str, limit: int = 5, *, types: Iterable[str] | None = None,
+           include_superseded: bool = False, preview_length: int = 200) -> list[Hit]:
+    """Rank the indexed documents for ``query`` with the default engine (``ranking.rank``); ``Hit.id`` is the
+    entry file's path. Previews are made from the full text of the hits only, as ``rank`` makes them."""
+    src = IndexSource(con, types=types, include_superseded=include_superseded)
+    groups = plan_query(query, src.vocabulary)
+    hits = rank(src, query, limit=limit, preview_length=preview_length, groups=groups)
+    if not hits:
+        return hits
+    words = [g.word for g in groups]
+    out = []
+    for h in hits:
+        key = src.key_of(h.id)
+        doc = src.full_doc(key) if key is not None else None
+        out.append(h.with_changes(preview=make_preview(doc, words, preview_length)) if doc else h)
+    return out
+
+
+def light_rows(con: sqlite3.Connection, *, types: Iterable[str], include_superseded: bool = False) -> list[tuple]:
+    """(path, entry id, type, importance, created, frontmatter last_read) of every indexed entry, for scoring
+    without building entries."""
+    types = list(types)
+    sql = (f"SELECT path, entry_id, type, importance, created, last_read FROM idx_docs "
+           f"WHERE type IN ({','.join('?' * len(types))})" + ("" if include_superseded else " AND sup = 0"))
+    return con.execute(sql, types).fetchall()
+
+
+__all__ = ["search", "IndexSource", "IndexVocabulary", "light_rows"]

@@ -1,0 +1,351 @@
+"""Ranking: a query becomes groups of weighted index terms, documents are scored by BM25F, then re-ranked with
+what entries carry.
+
+A query word's group holds the word itself, aliases, typo and prefix neighbours and dictionary translations, each
+found in the ``Vocabulary`` alone (no document is scanned to expand a query); each group contributes its best BM25F
+term per document, read from postings (fields title > tags > body > CJK bigrams). A source that can pick the best
+candidates itself (``acpmem.search.query.IndexSource.candidates``) has only those scored here. ``rank`` then
+works on a bounded pool of the best candidates: a share of a hit's score spreads to entries citing neighbouring
+turns of the same session; entries tagged with a word of the query (a person's name) and entries dated near a date
+the query names are boosted; an entry whose citations repeat those of an entry already chosen steps back. Anything
+that implements ``PostingSource`` can be ranked (``acpmem.search.memory.MemoryIndex`` is the reference).
+
+The weights below were set on the kernel corpus and LoCoMo (bench/search_*.py) as general rules, never per query.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import date, datetime
+from types import MappingProxyType
+
+from acpmem.core.values import Value
+from acpmem.search import english
+from acpmem.search.analysis import (SearchDoc, analyze, cjk_runs, has_cjk, latin_words, normalize_word,
+                                    query_cjk_words)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from acpmem.search.memory import Vocabulary
+
+_NO_EXPLAIN = MappingProxyType({})
+FIELD_WEIGHTS = (2.0, 1.0, 1.5, 0.3)
+K1, B = 1.2, 0.75
+
+
+class Hit(Value):
+    id: str
+    score: float
+    preview: str
+    explain: Mapping = _NO_EXPLAIN       # why it scored (left out of comparison)
+    _hidden = ("explain",)
+
+
+class CorpusStats(Value):
+    n_docs: int
+    avg_len: tuple[float, ...]  # per field, FIELDS order
+
+
+def typo_neighbours(term: str, alphabetic_terms: Sequence[str], max_dist: int, limit: int = 5) -> list[tuple[str, int]]:
+    """The nearest of ``alphabetic_terms`` (sorted) to ``term`` by edit distance (optimal string alignment: an
+    adjacent swap is one edit, the commonest typo after a wrong letter), at most ``max_dist`` away."""
+    from rapidfuzz import process
+    from rapidfuzz.distance import OSA
+    found = process.extract(term, alphabetic_terms, scorer=OSA.distance, score_cutoff=max_dist, limit=limit)
+    return [(t, int(d)) for t, d, _ in found if t != term]
+
+
+class PostingSource:
+    """What ``rank`` needs from an index (a description: nothing inherits it). ``MemoryIndex`` is the reference;
+    ``index.IndexSource`` supplies the same from SQLite."""
+
+    stats: CorpusStats
+    vocabulary: Vocabulary
+
+    def df(self, term: str) -> int: ...
+    # (doc key, tf per field), of the documents in ``keys`` only when given
+    def postings(self, term: str, keys: Iterable[int] | None = None) -> Iterable[tuple[int, tuple[int, ...]]]: ...
+    def doc_len(self, key: int) -> tuple[int, ...]: ...
+    def doc(self, key: int) -> SearchDoc: ...
+    def neighbours(self, key: int, radius: int) -> Iterable[tuple[int, int]]: ...  # (doc key, distance)
+
+
+# ───────────────────────────── 3. scoring ─────────────────────────────
+
+W_EXACT, W_ALIAS, W_DICT, W_PREFIX, W_CLIPPED, W_TYPO1, W_TYPO2 = 1.0, 0.7, 0.6, 0.55, 0.35, 0.6, 0.45
+SPREAD, SPREAD_RADIUS, SPREAD_TOP = 0.15, 2, 50
+DATE_BOOST = 1.0
+TAG_BOOST = 0.5
+POOL = 300
+DUPLICATE = 0.6
+FILLER_WEIGHT = 0.3
+
+
+class QueryTerm(Value):
+    term: str
+    weight: float
+    via: str
+
+
+class QueryGroup(Value):
+    """One query word and the index terms that may stand for it; a document scores its best one."""
+    word: str
+    terms: tuple[QueryTerm, ...]
+
+
+@functools.lru_cache(maxsize=1)
+def _alias_maps() -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
+    """(index term → alias index terms, index term → alias surface words for dictionary look-ups)."""
+    terms_of: dict[str, set[str]] = defaultdict(set)
+    words_of: dict[str, set[str]] = defaultdict(set)
+    for group in english.ALIAS_GROUPS:
+        words = {w.replace("-", "") for w in group}
+        terms = {normalize_word(w) or w for w in words}
+        for t in terms:
+            terms_of[t] |= terms - {t}
+            words_of[t] |= words
+    return ({k: frozenset(v) for k, v in terms_of.items()}, {k: frozenset(v) for k, v in words_of.items()})
+
+
+def _english_forms(word: str) -> list[str]:
+    forms = [word, english.IRREGULAR.get(word, word)]
+    for suffix, repl in (("ies", "y"), ("es", ""), ("s", ""), ("ing", ""), ("ing", "e"), ("ed", ""), ("ed", "e")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            forms.append(word[: len(word) - len(suffix)] + repl)
+    return list(dict.fromkeys(forms))
+
+
+def plan_query(query: str, vocab: Vocabulary) -> list[QueryGroup]:
+    """Query text → groups of weighted index terms, from the vocabulary alone."""
+    groups: list[QueryGroup] = []
+    seen: set[str] = set()
+
+    def add(word: str, term: str, cands: list[QueryTerm]) -> None:
+        best: dict[str, QueryTerm] = {}
+        for c in cands:
+            if c.term in vocab and (c.term not in best or best[c.term].weight < c.weight):
+                best[c.term] = c
+        if best:
+            groups.append(QueryGroup(word, tuple(best.values())))
+
+    for word in latin_words(query):
+        term = normalize_word(word)
+        if not term or term in seen:
+            continue
+        seen.add(term)
+        # words that frame a question ("what kind of…", "mentioned") say little about the topic
+        cands = [QueryTerm(term, FILLER_WEIGHT if word in english.QUERY_FILLER else W_EXACT, "exact")]
+        aliases, alias_words = _alias_maps()
+        cands += [QueryTerm(a, W_ALIAS, "alias") for a in aliases.get(term, ())]
+        if term not in vocab and len(term) >= 4 and term.isalpha():
+            cands += [QueryTerm(t, W_PREFIX, "prefix") for t in vocab.with_prefix(term, 20)]
+            # a clipped word in the index ("auth" for "authentication") is weaker evidence than the reverse
+            cands += [QueryTerm(term[:i], W_CLIPPED, "clipped") for i in range(4, len(term))]
+            max_dist = 1 if len(term) < 8 else 2
+            cands += [QueryTerm(t, W_TYPO1 if d == 1 else W_TYPO2, "typo")
+                      for t, d in vocab.typo_neighbours(term, max_dist)]
+        if vocab.has_cjk:
+            forms = _english_forms(word)
+            for form in forms:
+                cands += [QueryTerm(z, W_DICT, "dict") for z in vocab.en_to_zh(form)]
+            for form in sorted(alias_words.get(term, set()) - set(forms)):
+                cands += [QueryTerm(z, W_DICT * W_ALIAS, "alias+dict") for z in vocab.en_to_zh(form)]
+        add(word, term, cands)
+
+    if has_cjk(query):
+        for run in cjk_runs(query):
+            for w in query_cjk_words(run, vocab):
+                if w in seen:
+                    continue
+                seen.add(w)
+                cands = [QueryTerm(w, W_EXACT, "exact")]
+                if vocab.has_latin:
+                    for en in vocab.zh_to_en(w):
+                        t = normalize_word(en)
+                        if t:
+                            cands.append(QueryTerm(t, W_DICT, "dict"))
+                add(w, w, cands)
+    return groups
+
+
+def bm25f(tfs: Sequence[int], lens: Sequence[int], stats: CorpusStats) -> float:
+    tfw = 0.0
+    for tf, ln, avg, w in zip(tfs, lens, stats.avg_len, FIELD_WEIGHTS):
+        if tf:
+            tfw += w * tf / (1 - B + B * ln / (avg or 1))
+    return tfw * (K1 + 1) / (K1 + tfw)
+
+
+def score_query(groups: Sequence[QueryGroup], src: PostingSource,
+                keys: Iterable[int] | None = None) -> tuple[dict[int, float], dict[int, dict]]:
+    """BM25F over postings: per group, each document takes its best-scoring term. Returns scores and why; with
+    ``keys``, for those documents only."""
+    n = src.stats.n_docs
+    only = None if keys is None else list(keys)
+    totals: dict[int, float] = defaultdict(float)
+    why: dict[int, dict] = defaultdict(dict)
+    for g in groups:
+        best: dict[int, tuple[float, QueryTerm]] = {}
+        for qt in g.terms:
+            df = src.df(qt.term)
+            if not df:
+                continue
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            found = src.postings(qt.term) if only is None else src.postings(qt.term, only)
+            for key, tfs in found:
+                s = qt.weight * idf * bm25f(tfs, src.doc_len(key), src.stats)
+                if key not in best or s > best[key][0]:
+                    best[key] = (s, qt)
+        for key, (s, qt) in best.items():
+            totals[key] += s
+            why[key][g.word] = {"term": qt.term, "via": qt.via, "score": round(s, 4)}
+    return dict(totals), dict(why)
+
+
+_MONTHS = {m: i for i, m in enumerate(
+    "january february march april may june july august september october november december".split(), 1)}
+_MONTHS.update({m[:3]: i for m, i in list(_MONTHS.items())})
+_DATE_PATTERNS = (
+    re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b"),
+    re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]+),?\s+(\d{4})\b"),
+    re.compile(r"\b([A-Za-z]+)\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b"),
+    re.compile(r"\b([A-Za-z]+),?\s+(\d{4})\b"),
+)
+
+
+def query_dates(query: str) -> list[tuple[date, int]]:
+    """Dates a query names, each with a tolerance in days (a day ±3, a month ±16)."""
+    out: list[tuple[date, int]] = []
+    for m in _DATE_PATTERNS[0].finditer(query):
+        try:
+            out.append((date(int(m[1]), int(m[2]), int(m[3])), 3))
+        except ValueError:
+            pass
+    for pat, order in ((_DATE_PATTERNS[1], "dmy"), (_DATE_PATTERNS[2], "mdy")):
+        for m in pat.finditer(query):
+            d, mon, y = (m[1], m[2], m[3]) if order == "dmy" else (m[2], m[1], m[3])
+            month = _MONTHS.get(mon.lower())
+            if month:
+                try:
+                    out.append((date(int(y), month, int(d)), 3))
+                except ValueError:
+                    pass
+    if not out:
+        for m in _DATE_PATTERNS[3].finditer(query):
+            month = _MONTHS.get(m[1].lower())
+            if month and len(m[1]) >= 3:
+                out.append((date(int(m[2]), month, 15), 16))
+    return out
+
+
+def _parse_created(created: str | None) -> date | None:
+    if not created:
+        return None
+    try:
+        return datetime.fromisoformat(created.replace("Z", "+00:00")).date()
+    except ValueError:
+        return None
+
+
+def make_preview(doc: SearchDoc, words: Sequence[str], length: int = 200) -> str:
+    text = doc.body or doc.title
+    if len(text) <= length:
+        return text
+    lower = text.lower()
+    hit = next((i for i in (lower.find(w.lower()) for w in words if len(w) > 1) if i >= 0), -1)
+    start = max(0, hit - length // 3) if hit > 0 else 0
+    end = min(len(text), start + length)
+    return ("…" if start else "") + text[start:end].strip() + ("…" if end < len(text) else "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _tag_terms(tags: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(analyze(" ".join(tags)))
+
+
+def _diversify(src: PostingSource, final: dict[int, float], limit: int) -> list[int]:
+    """Top ``limit`` keys by score, except that an entry whose citations are all covered by entries already
+    chosen competes with its score times DUPLICATE (near-duplicate memories of one moment crowd out others)."""
+    ranked = sorted(final, key=lambda k: (-final[k], k))
+    if not DUPLICATE or DUPLICATE >= 1:
+        return ranked[:limit]
+    pending = ranked[: limit * 4]
+    cites = {k: frozenset(src.doc(k).citations) for k in pending}
+    chosen: list[int] = []
+    covered: set = set()
+    while pending and len(chosen) < limit:
+        # pending is in score order, so the first maximum wins ties as in a stable sort
+        best = max(pending, key=lambda k: final[k] * (DUPLICATE if cites[k] and cites[k] <= covered else 1.0))
+        pending.remove(best)
+        chosen.append(best)
+        covered |= cites[best]
+    return chosen
+
+
+def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, dates: bool = True,
+         preview_length: int = 200, groups: Sequence[QueryGroup] | None = None) -> list[Hit]:
+    """Rank the documents of ``src`` for ``query``: term scores, then spreading and the tag and date boosts.
+
+    Only the best ``POOL`` documents by term score (and those they spread to) are re-scored, so the cost of
+    this step does not grow with the index."""
+    if groups is None:
+        groups = plan_query(query, src.vocabulary)
+    # A source that can rank inside its store names the pool; only those documents become Python objects here.
+    pick = getattr(src, "candidates", None)
+    pool = pick(groups, max(POOL, limit)) if pick is not None else None
+    scores, why = score_query(groups, src, pool)
+    if not scores:
+        return []
+    by_score = sorted(scores, key=lambda k: (-scores[k], k))
+    final = {k: scores[k] for k in by_score[:max(POOL, limit)]}
+    extra: dict[int, dict] = defaultdict(dict)
+    if spread and SPREAD:
+        gains: dict[int, float] = defaultdict(float)
+        for key in by_score[:SPREAD_TOP]:
+            for other, dist in src.neighbours(key, SPREAD_RADIUS):
+                gains[other] += SPREAD * scores[key] / (1 + dist)
+        outside = [k for k in gains if k not in scores]
+        if pool is not None and outside:     # a neighbour below the pool keeps its own term score
+            more, more_why = score_query(groups, src, outside)
+            scores.update(more)
+            why.update(more_why)
+        for other, gain in gains.items():
+            final[other] = final.get(other, scores.get(other, 0.0)) + gain
+            extra[other]["spread"] = round(gain, 4)
+    named = query_dates(query) if dates else []
+    exact = {g.terms[0].term for g in groups if g.terms[0].via == "exact"}
+    preload = getattr(src, "preload", None)
+    if preload is not None:
+        preload(final)
+    for key in final:
+        doc = src.doc(key)
+        factor = doc.weight
+        if TAG_BOOST and doc.tags and exact & _tag_terms(doc.tags):
+            factor *= 1 + TAG_BOOST
+            extra[key]["tag"] = True
+        if named:
+            created = _parse_created(doc.created)
+            if created:
+                near = max((max(0.0, 1 - abs((created - d).days) / tol) for d, tol in named), default=0.0)
+                if near > 0:
+                    factor *= 1 + DATE_BOOST * near
+                    extra[key]["date"] = round(near, 3)
+        final[key] *= factor
+    order = _diversify(src, final, limit)
+    words = [g.word for g in groups]
+    return [Hit(src.doc(k).id, round(final[k], 6), make_preview(src.doc(k), words, preview_length),
+                {"terms": why.get(k, {}), **extra.get(k, {})}) for k in order]
+
+
+def seq_range(seq: int | str) -> tuple[int, int] | None:
+    """A citation's turn range: 12, "10-14", or a kernel message ref "m00012"; None for a block ref ("b3")."""
+    if isinstance(seq, int):
+        return (seq, seq)
+    m = re.fullmatch(r"\s*m?(\d+)\s*(?:-\s*m?(\d+)\s*)?", str(seq))
+    if not m:
+        return None
+    lo = int(m[1])
+    return (lo, int(m[2]) if m[2] else lo)

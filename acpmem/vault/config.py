@@ -1,0 +1,47 @@
+"""Reading ``acpmem.toml``: the vault's settings, through a JSON cache the per-turn commands can read cheaply.
+
+The parsed settings are cached as JSON under ``.acpmem/`` keyed by the file's stat, so the hot read commands
+(``list --format prompt`` from a hook on every turn) skip the TOML parser.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from acpmem.core.errors import SettingsError
+from acpmem.core.layout import SETTINGS_FILE
+from acpmem.core.settings import Settings, settings_from_json, settings_from_mapping
+
+
+def load_settings(root: Path, state_dir: Path | None = None) -> Settings:
+    """Read ``acpmem.toml`` at the vault root; a missing file means defaults."""
+    path = root / SETTINGS_FILE
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return Settings()
+    sig = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    cache = (state_dir / "settings.json") if state_dir else None
+    if cache is not None:
+        try:
+            cached = json.loads(cache.read_text("utf-8"))
+            if cached.get("sig") == sig:
+                return settings_from_json(cached["settings"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{path}: not valid TOML: {exc}", "fix the file; the template has every setting") from None
+    s = settings_from_mapping(data, str(path))
+    if cache is not None and cache.parent.is_dir():
+        tmp = cache.with_name(f".settings.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps({"sig": sig, "settings": s.to_json()}), "utf-8")
+            os.replace(tmp, cache)
+        except OSError:  # the cache is an optimisation: a full disk must not fail the read
+            tmp.unlink(missing_ok=True)
+    return s

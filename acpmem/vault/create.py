@@ -1,0 +1,83 @@
+"""``acp memory init``: a vault created from the template, as its own git repository with a first commit, excluded
+from a surrounding git workspace.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from acpmem.core import layout
+from acpmem.core.clock import now_utc
+from acpmem.core.errors import VaultExists
+from acpmem.vault.gitrun import git
+from acpmem.vault.writer import KIND_FORK, Vault
+
+
+def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, cwd: Path | None = None,
+               clock: Callable[[], datetime] = now_utc, rng=None) -> "Vault":
+    """Create a vault from the template: its own git repository and a first commit."""
+    base = Path(path).expanduser() if path else (cwd or Path.cwd())
+    if not base.is_absolute():
+        base = (cwd or Path.cwd()) / base
+    # PATH names the vault itself when it is new, empty or called .acp-memory; an existing folder with other
+    # content (a project) gets its vault in PATH/.acp-memory, like `init` without PATH does in the current folder.
+    if path and (base.name == layout.VAULT_DIRNAME or not base.exists() or (base.is_dir() and not any(base.iterdir()))):
+        root = base
+    else:
+        root = base / layout.VAULT_DIRNAME
+    if (root / layout.ENTRIES_DIR).is_dir() or (root / ".git").exists():
+        raise VaultExists(f"a vault already exists at {root}", "use it, or pass another PATH")
+    if root.exists() and any(root.iterdir()):
+        raise VaultExists(f"{root} exists and is not empty", "pick an empty or new folder")
+    import shutil
+
+    shutil.copytree(layout.TEMPLATE_DIR, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / layout.ENTRIES_DIR).mkdir(exist_ok=True)
+    (root / layout.READS_DIR).mkdir(exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.name", git(root, "config", "user.name", check=False).out.strip() or "acpmem")
+    git(root, "config", "user.email", git(root, "config", "user.email", check=False).out.strip() or "acpmem@localhost")
+    git(root, "config", "core.quotepath", "off")
+    git(root, "config", "gc.autoDetach", "false")  # an automatic gc never runs beside acpmem's next commit
+    vault = Vault(root, clock=clock, rng=rng)
+    vault.ensure_state()
+    _exclude_from_workspace(root)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "--no-verify", "-F", "-",
+        # a random vault id makes every vault's history its own, even two created from the same template by the
+        # same person in the same second (their first commits would otherwise be identical)
+        input="acpmem: init: create the vault\n\nCreated from the vault template.\n\nAcpmem-Kind: init\n"
+              f"Acpmem-Vault: {os.urandom(8).hex()}\n")
+    if example:
+        from acpmem.vault.examples import example_entries
+
+        entries = example_entries(vault, clock())
+        vault.write_entries(entries, subject=f"add {len(entries)} example entries",
+                            why="Seeded by `acp memory init --example` so a newcomer sees the vault at work.",
+                            kind=KIND_FORK, trailers={"Acpmem-Extractor": "example"})
+    return vault
+
+
+def _exclude_from_workspace(root: Path) -> None:
+    """Inside a git workspace, list the vault in the workspace's .git/info/exclude (never commit into it)."""
+    parent = root.parent
+    res = git(parent, "rev-parse", "--show-toplevel", "--git-common-dir", check=False)
+    if res.code != 0:
+        return
+    top, common = res.out.strip().splitlines()[:2]
+    common_dir = (parent / common).resolve() if not os.path.isabs(common) else Path(common)
+    try:
+        rel = root.resolve().relative_to(Path(top).resolve())
+    except ValueError:
+        return
+    exclude = common_dir / "info" / "exclude"
+    line = f"/{rel.as_posix()}/"
+    existing = exclude.read_text("utf-8") if exclude.exists() else ""
+    if line not in existing.splitlines():
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        with open(exclude, "a", encoding="utf-8") as fh:
+            if existing and not existing.endswith("\n"):
+                fh.write("\n")
+            fh.write(f"# acpmem vault (its own git repository)\n{line}\n")

@@ -1,0 +1,200 @@
+"""The read side of a vault: ``VaultReader`` (settings, the derived catalog, the entries and their reads) and the
+library's read operations over it (listing, scores, show).
+
+Adapters (CLI, MCP server, hooks) call these and render the result; none of them reads files or git itself.
+``acpmem.vault.writer.Vault`` extends ``VaultReader`` with the write machinery (lock, git, journal), which the
+per-turn ``list --format prompt`` never imports.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from acpmem.core import layout
+from acpmem.core.clock import now_utc, parse_iso, utc_iso
+from acpmem.core.entry import Entry
+from acpmem.core.errors import AmbiguousId, EntryNotFound, UsageError
+from acpmem.core.settings import Settings
+from acpmem.core.values import Value
+from acpmem.vault.config import load_settings
+from acpmem.vault.discovery import discover, session_folder
+
+TYPE_CHECKING = False  # typing costs ~5 ms at start-up; annotations only
+if TYPE_CHECKING:
+    from acpmem.core.score import Scored
+    from acpmem.search.catalog import Changes, Problem
+
+
+class Loaded(Value):
+    """What ``VaultReader.load`` returns: the valid entries, the files that do not parse, and what changed on disk
+    since the catalog last looked."""
+
+    entries: list
+    problems: list
+    changes: Changes | None = None
+
+    def live(self) -> list[Entry]:
+        return [e for e in self.entries if not e.superseded]
+
+
+class VaultReader:
+    """A vault opened for reading. Cheap to construct; settings and the catalog connection are opened on first use."""
+
+    def __init__(self, root: Path, *, clock: Callable[[], datetime] = now_utc, rng=None) -> None:
+        self.root = Path(root)
+        self.entries_dir = self.root / layout.ENTRIES_DIR
+        self.state_dir = self.root / layout.STATE_DIRNAME
+        self.clock = clock
+        self._rng = rng
+        self._settings: Settings | None = None
+        self._con = None
+        self.warnings: list[str] = []
+
+    @classmethod
+    def open(cls, explicit: str | os.PathLike | None = None, *, cwd: Path | None = None, **kw):
+        return cls(discover(explicit, cwd=cwd), **kw)
+
+    @property
+    def rng(self):
+        """The random generator (ids, jitter salts); injectable for tests, created on first use."""
+        if self._rng is None:
+            import random
+
+            self._rng = random.Random()
+        return self._rng
+
+    # ----------------------------------------------------------------- state
+    def ensure_state(self) -> None:
+        for sub in ("", layout.LOCKS_DIR, layout.SESSIONS_DIR, layout.PENDING_DIR):
+            (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self.ensure_state()
+            self._settings = load_settings(self.root, self.state_dir)
+        return self._settings
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / layout.DB_NAME
+
+    def db(self):
+        if self._con is None:
+            from acpmem.search import catalog
+
+            self.ensure_state()
+            self._con = catalog.connect(self.db_path)
+        return self._con
+
+    def with_db(self, work: Callable):
+        """``work(connection)``; a database that cannot be read is deleted and rebuilt once, a busy one is
+        ``LockTimeout`` (``acpmem.infra.db.with_rebuild``)."""
+        from acpmem.infra import db
+
+        return db.with_rebuild(self.db_path, lambda: work(self.db()), self.close)
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def now(self) -> str:
+        return utc_iso(self.clock())
+
+    # ----------------------------------------------------------------- reading
+    def load(self, *, with_reads: bool = True, light: bool = False) -> Loaded:
+        """Every valid entry (with the effective last_read) and every file that does not parse. ``light``: index
+        fields only (no body or citations), for listings."""
+        from acpmem.search import catalog
+
+        snap = self.with_db(lambda con: catalog.snapshot(con, self.root, self.settings.types, light=light))
+        entries = snap.entries
+        if with_reads:
+            from acpmem.vault import readlog
+
+            lr = readlog.last_reads(self.root, self.state_dir)
+            if lr:
+                entries = [e.with_changes(last_read=max(e.last_read or "", lr[e.id]))
+                           if lr.get(e.id, "") > (e.last_read or "") else e for e in entries]
+        return Loaded(entries, snap.problems, snap.changes)
+
+    def resolve(self, prefix: str, *, entries: list[Entry] | None = None) -> Entry:
+        """The entry whose id is ``prefix`` or starts with it; an ambiguous prefix lists the candidates."""
+        prefix = (prefix or "").strip().lstrip("#")
+        if not prefix:
+            raise UsageError("no entry id given", "pass an id or a unique prefix, e.g. `acp memory show k3f`")
+        entries = self.load().entries if entries is None else entries
+        exact = [e for e in entries if e.id == prefix]
+        if exact:
+            return exact[0]
+        matches = sorted((e for e in entries if e.id.startswith(prefix)), key=lambda e: e.id)
+        if not matches:
+            raise EntryNotFound(f"no entry with id '{prefix}'", "see `acp memory list --all` for the ids")
+        if len(matches) > 1:
+            raise AmbiguousId(prefix, [e.id for e in matches])
+        return matches[0]
+
+    def entry_path(self, entry: Entry) -> Path:
+        return self.root / (entry.path or f"{layout.ENTRIES_DIR}/{entry.id}.md")
+
+    def session_dir(self, session: str) -> Path:
+        """Per-session local state (ledgers, the frozen index) under .acpmem/sessions/, named safely."""
+        return session_folder(self.state_dir, session)
+
+    def mark_read(self, ids: list[str]) -> None:
+        """Record reads (never a commit, never a lock); folded into the next commit."""
+        from acpmem.vault import readlog
+
+        self.ensure_state()
+        readlog.record(self.state_dir, ids, self.now())
+
+
+def list_entries(vault: VaultReader, *, include_superseded: bool = False,
+                 light: bool = False) -> tuple[list[Entry], list[Problem]]:
+    """The entries (and the files that do not parse). ``light``: index fields only, no body — for listings."""
+    loaded = vault.load(light=light)
+    entries = loaded.entries if include_superseded else loaded.live()
+    return entries, loaded.problems
+
+
+def jitter_salt(vault: VaultReader, seed: int | None, session: str | None) -> str:
+    """The score's jitter salt: the seed, else the session, else a fresh random one (``core.score.salt_for``)."""
+    from acpmem.core.score import salt_for
+
+    salt = salt_for(seed, session)
+    if salt is None:   # without a pinned rng, no `random` import on the per-turn listing
+        bits = vault._rng.getrandbits(64) if vault._rng is not None else int.from_bytes(os.urandom(8), "big")
+        salt = f"random:{bits:016x}"
+    return salt
+
+
+def scores(vault: VaultReader, *, at: datetime | None = None, seed: int | None = None, session: str | None = None,
+           top_n: int | None = None) -> list[Scored]:
+    from acpmem.core.score import rank
+
+    at = at or vault.clock()
+    entries, _ = list_entries(vault, light=True)
+    return rank(entries, at, jitter_salt(vault, seed, session), vault.settings.score, top_n)
+
+
+def show(vault: VaultReader, prefix: str, *, mark_read: bool = True) -> Entry:
+    """One entry by id or unique prefix (superseded ones too); marks it read."""
+    entry = vault.resolve(prefix)
+    if mark_read:
+        vault.mark_read([entry.id])
+        entry = entry.with_changes(last_read=vault.now())
+    return entry
+
+
+def parse_at(at: str) -> datetime:
+    """An ``--at`` time given by a person."""
+    try:
+        return parse_iso(at)
+    except ValueError:
+        raise UsageError(f"--at {at!r} is not an ISO time", "use e.g. 2026-11-29T12:00:00Z") from None
+
+
+__all__ = ["VaultReader", "Loaded", "list_entries", "scores", "show", "parse_at", "jitter_salt"]

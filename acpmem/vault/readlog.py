@@ -1,0 +1,104 @@
+"""Read bookkeeping: when each entry was last read, without a commit per read and without merge conflicts.
+
+The design (``docs/design.md``, "Read bookkeeping"):
+
+* A read (``recall``, ``surface``, ``show``) appends one line ``<id>\\t<time>`` to ``.acpmem/reads.log``, a local,
+  never-committed file, with a single ``O_APPEND`` write: no lock, no git, no waiting.
+* The next time acpmem commits anything (a fork write, a forget, a human edit it records, a ``sync``), it folds that
+  log into ``reads/<clone-id>.tsv`` — one line per entry, sorted — inside the same commit. Each clone writes only its
+  own file, so two clones that both read and then sync never touch the same file: the merge is conflict-free by
+  construction (``.gitattributes`` adds ``merge=union`` as a second line of defence for copied clones).
+* Entry files are not touched by reads, so ``git log`` of an entry shows only its content changes.
+* The effective ``last_read`` of an entry is the latest of its frontmatter value, every clone's ``reads/*.tsv`` and the
+  local log; it survives a clone and a sync because the TSV files are committed.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from acpmem.core.layout import READS_DIR
+from acpmem.infra.files import append_bytes, atomic_write
+LOCAL_LOG = "reads.log"
+
+
+def clone_id(state_dir: Path) -> str:
+    """A stable random id for this clone, kept in ``.acpmem/clone-id``."""
+    path = state_dir / "clone-id"
+    try:
+        value = path.read_text("ascii").strip()
+        if value:
+            return value
+    except (OSError, UnicodeDecodeError):
+        pass
+    value = os.urandom(4).hex()
+    try:
+        atomic_write(path, value + "\n", replace=False)  # first writer wins; others read its value
+    except FileExistsError:
+        value = path.read_text("ascii").strip() or value
+    return value
+
+
+def record(state_dir: Path, ids: list[str], at: str) -> None:
+    """Append reads to the local log with one write (atomic for small appends on a local filesystem)."""
+    if not ids:
+        return
+    append_bytes(state_dir / LOCAL_LOG, "".join(f"{i}\t{at}\n" for i in ids).encode("utf-8"))
+
+
+def _parse_lines(text: str, into: dict[str, str]) -> None:
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) != 2:
+            continue
+        ident, at = parts[0].strip(), parts[1].strip()
+        if ident and at and at > into.get(ident, ""):
+            into[ident] = at
+
+
+def last_reads(root: Path, state_dir: Path) -> dict[str, str]:
+    """id -> latest read time over every clone's committed file and the local log."""
+    out: dict[str, str] = {}
+    try:
+        names = sorted(os.listdir(root / READS_DIR))
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        if name.endswith(".tsv"):
+            try:
+                _parse_lines((root / READS_DIR / name).read_text("utf-8", errors="replace"), out)
+            except OSError:
+                pass
+    try:
+        _parse_lines((state_dir / LOCAL_LOG).read_text("utf-8", errors="replace"), out)
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def fold(root: Path, state_dir: Path) -> tuple[str, str, Path | None] | None:
+    """Prepare the fold of the local log into this clone's committed file. Call with the repository lock held.
+
+    Returns (relative path, new text, the claimed log to delete after the commit) or None if there is nothing to
+    fold. The log is claimed by renaming it, so reads appended meanwhile go to a fresh log and are kept.
+    """
+    log = state_dir / LOCAL_LOG
+    claimed = state_dir / (LOCAL_LOG + ".folding")
+    if not claimed.exists():
+        try:
+            os.replace(log, claimed)
+        except FileNotFoundError:
+            return None
+    rel = f"{READS_DIR}/{clone_id(state_dir)}.tsv"
+    current: dict[str, str] = {}
+    try:
+        _parse_lines((root / rel).read_text("utf-8"), current)
+    except FileNotFoundError:
+        pass
+    before = dict(current)
+    _parse_lines(claimed.read_text("utf-8", errors="replace"), current)
+    if current == before:
+        claimed.unlink(missing_ok=True)
+        return None
+    text = "".join(f"{i}\t{current[i]}\n" for i in sorted(current))
+    return rel, text, claimed

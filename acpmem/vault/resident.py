@@ -1,0 +1,58 @@
+"""The resident index: the text a host puts at the top of the system prompt every turn.
+
+One line per entry ordered by score, framed as data, cut to a token budget with a count of what was left out
+(``acpmem.core.render.prompt_index``). With a session id it is frozen: the first call stores the text under the
+session's folder and every later call in that session returns the same bytes, so the provider's prompt cache keeps
+hitting; ``refresh`` takes a new snapshot.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from acpmem.vault.reader import VaultReader, jitter_salt, list_entries
+
+SNAPSHOT = "index.txt"
+
+
+def resident_index(vault: VaultReader, *, session: str | None = None, refresh: bool = False,
+                   at: datetime | None = None, seed: int | None = None, budget_tokens: int | None = None) -> str:
+    """The resident index text; frozen per session (the same bytes every call) until ``refresh``."""
+    snap_path = vault.session_dir(session) / SNAPSHOT if session else None
+    if snap_path is not None and not refresh:
+        try:
+            return snap_path.read_text("utf-8")
+        except FileNotFoundError:
+            pass
+    from acpmem.core.render import prompt_index
+    from acpmem.core.score import rank_iter
+
+    at = at or vault.clock()
+    entries, _ = list_entries(vault, light=True)
+    # Scored lazily: the text stops at its token budget, long before the last entry of a large vault.
+    ranked = rank_iter(entries, at, jitter_salt(vault, seed, session), vault.settings.score, top_n=len(entries))
+    text = prompt_index(ranked, at, vault.settings, budget_tokens=budget_tokens, total_entries=len(entries))
+    if snap_path is not None:
+        from acpmem.infra.files import atomic_write
+
+        if refresh:
+            atomic_write(snap_path, text)
+        else:
+            try:
+                # first writer wins, so concurrent first calls agree
+                atomic_write(snap_path, text, durable=False, replace=False)
+            except FileExistsError:
+                text = snap_path.read_text("utf-8")
+    return text
+
+
+def frozen_index(state_dir, session: str) -> str | None:
+    """A session's frozen index if one was stored (one file read, nothing else imported), else None."""
+    from acpmem.vault.discovery import session_folder
+
+    try:
+        return (session_folder(state_dir, session) / SNAPSHOT).read_text("utf-8")
+    except FileNotFoundError:
+        return None
+
+
+__all__ = ["resident_index", "frozen_index"]

@@ -1,0 +1,286 @@
+"""Recall and surfacing: the library calls behind ``acp memory recall`` and ``surface``, and the
+framed text both put into a prompt.
+
+* ``recall`` searches the derived index (``acpmem.search``, brought up to date with the files first) and returns the
+  full entries of the hits only; it never builds every entry. The returned entries are marked read (one append to
+  the local read log: no commit, no lock).
+* ``surface`` picks, per turn, the top N entries by the selection score (``acpmem.core.score.rank``, jitter salted by the
+  session) among live entries not yet surfaced — or recalled — in that session, each capped in bytes, within a
+  cumulative per-session budget. The session's ledger (``surfaced.json`` in the session's folder) is read and
+  rewritten atomically under a per-session lock, so two concurrent calls never surface the same entry twice.
+
+A database that cannot be read is deleted and rebuilt once (it is a cache of the files).
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from pathlib import Path
+from types import MappingProxyType
+
+from acpmem.core.entry import Citation, Entry
+from acpmem.core.errors import UsageError
+from acpmem.core.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
+from acpmem.core.values import Value
+from acpmem.infra import locks
+from acpmem.infra.files import atomic_write
+from acpmem.search import watch
+from acpmem.search.query import light_rows, search as search_index
+from acpmem.vault import readlog
+from acpmem.vault.reader import VaultReader, jitter_salt   # the read side is all recall and surfacing need
+
+LEDGER = "surfaced.json"
+_NO_EXPLAIN = MappingProxyType({})
+
+
+class RecallHit(Value):
+    """One recall result: the full entry (its effective ``last_read`` is the moment of this read), the search
+    score, a preview around the first query word, and where the entry came from."""
+
+    entry: Entry
+    score: float
+    preview: str
+    citations: tuple[Citation, ...]
+    explain: Mapping = _NO_EXPLAIN       # why it scored (left out of comparison)
+    _hidden = ("explain",)
+
+    def to_json(self) -> dict:
+        from acpmem.core.render import entry_json
+
+        return entry_json(self.entry, {"score": self.score, "preview": self.preview})
+
+
+class SurfacedEntry(Value):
+    entry: Entry
+    score: float       # the selection score (importance + anti-recency + jitter)
+    text: str          # title and body, capped at the per-entry cap (with a note when cut)
+    truncated: bool
+
+    @property
+    def size(self) -> int:
+        return len(self.text.encode("utf-8"))
+
+    def to_json(self) -> dict:
+        from acpmem.core.render import entry_json
+
+        return entry_json(self.entry, {"score": round(self.score, 6), "text": self.text,
+                                       "truncated": self.truncated, "bytes": self.size})
+
+
+class SurfaceResult(Value):
+    """What one ``surface`` call put into the turn. ``reason`` says why nothing (more) was surfaced."""
+
+    session: str
+    entries: tuple[SurfacedEntry, ...]
+    used_bytes: int      # cumulative for the session, this call included
+    budget_bytes: int
+    reason: str | None = None
+
+    def to_json(self) -> dict:
+        return {"session": self.session, "entries": [e.to_json() for e in self.entries],
+                "used_bytes": self.used_bytes, "budget_bytes": self.budget_bytes, "reason": self.reason}
+
+
+# --------------------------------------------------------------------------------------------- the index
+
+def _with_index(vault: VaultReader, work: Callable[[sqlite3.Connection], object]):
+    """Run ``work`` on the vault's database after bringing the catalog and the index in step with the files
+    (``acpmem.search.watch.fresh``); an unreadable database is deleted and rebuilt once (``VaultReader.with_db``)."""
+    def fresh_then_work(con: sqlite3.Connection):
+        watch.fresh(con, vault.root, vault.state_dir, vault.settings)
+        return work(con)
+
+    return vault.with_db(fresh_then_work)
+
+
+def _entry_at(con: sqlite3.Connection, path: str) -> Entry | None:
+    """The entry of a valid file, unless another file with the same id comes first (the catalog's rule)."""
+    row = con.execute("SELECT f.data, (SELECT min(g.path) FROM files g WHERE g.entry_id = f.entry_id AND g.ok = 1) "
+                      "FROM files f WHERE f.path = ? AND f.ok = 1", (path,)).fetchone()
+    if row is None or row[1] != path:
+        return None
+    return Entry.from_json(json.loads(row[0]))
+
+
+def _effective_last_read(entry: Entry, lr: dict[str, str]) -> Entry:
+    seen = lr.get(entry.id, "")
+    return entry.with_changes(last_read=seen) if seen > (entry.last_read or "") else entry
+
+
+def _check_types(vault: VaultReader, types: Iterable[str] | None) -> tuple[str, ...]:
+    allowed = vault.settings.types
+    if not types:
+        return allowed
+    types = tuple(dict.fromkeys(types))
+    unknown = [t for t in types if t not in allowed]
+    if unknown:
+        raise UsageError(f"unknown entry type '{unknown[0]}'", f"the types of this vault: {', '.join(allowed)}")
+    return types
+
+
+# --------------------------------------------------------------------------------------------- recall
+
+def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] | None = None,
+           include_superseded: bool = False, session: str | None = None, *,
+           mark_read: bool = True) -> list[RecallHit]:
+    """Search the vault and return up to ``limit`` hits with their full entries; marks them read.
+
+    ``types`` restricts the entry types; superseded entries only with ``include_superseded``. With ``session``,
+    the returned entries are also noted in that session's ledger, so ``surface`` does not repeat them.
+    ``mark_read=False`` is for acpmem's own lookups (the fork's related entries): no person or model read them."""
+    query = (query or "").strip()
+    if not query:
+        raise UsageError("recall needs a query", 'pass words to look for, e.g. `acp memory recall "sqlite wal"`')
+    if limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {limit}", "e.g. --limit 5")
+    allowed = _check_types(vault, types)
+    sdir = vault.session_dir(session) if session else None
+
+    def work(con: sqlite3.Connection) -> list[tuple]:
+        want = limit
+        while True:
+            hits = search_index(con, query, want, types=allowed, include_superseded=include_superseded)
+            found = [(e, h) for e, h in ((_entry_at(con, h.id), h) for h in hits) if e is not None]
+            if len(found) >= limit or len(hits) < want:
+                return found[:limit]
+            want = want * 2 + 5  # some hits were files that lose to another file with the same id
+
+    found = _with_index(vault, work)
+    if not found:
+        return []
+    ids = [e.id for e, _ in found]
+    if not mark_read:
+        return [RecallHit(e, h.score, h.preview, e.citation, h.explain) for e, h in found]
+    vault.mark_read(ids)
+    now = vault.now()
+    if sdir is not None:
+        with _session_lock(sdir):
+            ledger = read_ledger(sdir)
+            ledger["recalled"] = sorted(set(ledger["recalled"]) | set(ids))
+            atomic_write(sdir / LEDGER, json.dumps(ledger, ensure_ascii=False, indent=1))
+    return [RecallHit(e.with_changes(last_read=now), h.score, h.preview, e.citation, h.explain) for e, h in found]
+
+
+# --------------------------------------------------------------------------------------------- surfacing
+
+def _session_lock(sdir: Path):
+    """The session's ledger lock: held for milliseconds; released by the kernel if we die."""
+    sdir.mkdir(parents=True, exist_ok=True)
+    return locks.held(sdir / "surface.lock", 30.0, what="another process is surfacing in this session")
+
+
+def read_ledger(sdir: Path) -> dict:
+    """A session's surfacing ledger: the ids surfaced and recalled in it, and the bytes surfaced so far."""
+    try:
+        data = json.loads((sdir / LEDGER).read_text("utf-8"))
+        if isinstance(data, dict):
+            return {"surfaced": [str(i) for i in data.get("surfaced", [])],
+                    "recalled": [str(i) for i in data.get("recalled", [])],
+                    "used_bytes": int(data.get("used_bytes", 0))}
+    except (OSError, ValueError, TypeError):
+        pass  # missing or unreadable: a fresh ledger (worst case an entry is shown once more)
+    return {"surfaced": [], "recalled": [], "used_bytes": 0}
+
+
+def cap_text(text: str, cap: int, entry_id: str) -> tuple[str, bool]:
+    """``text`` cut to at most ``cap`` UTF-8 bytes (on a character boundary), the note about the rest included."""
+    raw = text.encode("utf-8")
+    if len(raw) <= cap:
+        return text, False
+    note = f"\n[… cut here; the rest is in the vault: `acp memory show {entry_id}`]"
+    room = max(0, cap - len(note.encode("utf-8")))
+    return raw[:room].decode("utf-8", errors="ignore").rstrip() + note, True
+
+
+def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: int | None = None) -> SurfaceResult:
+    """Per-turn surfacing: the top ``[surface] top_n`` live entries by score not yet surfaced (or
+    recalled) in ``session``, each capped at ``entry_cap_bytes``, while the session's cumulative
+    ``session_budget_bytes`` lasts. Marks them read."""
+    from acpmem.core.score import rank
+
+    sdir = vault.session_dir(session)
+    cfg = vault.settings.surface
+    at = at or vault.clock()
+    with _session_lock(sdir):
+        ledger = read_ledger(sdir)
+        used, budget = ledger["used_bytes"], cfg.session_budget_bytes
+        if used >= budget:
+            return SurfaceResult(session, (), used, budget,
+                                 f"the session's surfacing budget is spent ({used} of {budget} bytes)")
+        seen = set(ledger["surfaced"]) | set(ledger["recalled"])
+
+        lr = readlog.last_reads(vault.root, vault.state_dir)
+
+        def top(con: sqlite3.Connection) -> list[tuple[float, Entry]]:
+            light: dict[str, tuple[str, Entry]] = {}
+            for path, ident, typ, imp, created, last_read in sorted(
+                    light_rows(con, types=vault.settings.types)):
+                if ident in seen or ident in light:
+                    continue  # already in this session; or a second file with the id (the first path wins)
+                e = Entry(id=ident, title="", type=typ, importance=imp, created=created, body="", last_read=last_read)
+                light[ident] = (path, _effective_last_read(e, lr))
+            ranked = rank([e for _, e in light.values()], at, jitter_salt(vault, seed, session), vault.settings.score,
+                          top_n=cfg.top_n)
+            out = []
+            for s in ranked[: cfg.top_n]:
+                entry = _entry_at(con, light[s.entry.id][0])
+                if entry is not None:
+                    out.append((s.total, _effective_last_read(entry, lr)))
+            return out
+
+        chosen = _with_index(vault, top)
+        if not chosen:
+            return SurfaceResult(session, (), used, budget, "every live entry was already surfaced or recalled "
+                                 "in this session" if seen else "the vault has no live entries")
+        picked: list[SurfacedEntry] = []
+        reason = None
+        for total, entry in chosen:
+            text, cut = cap_text(f"{entry.title}\n\n{entry.body}".rstrip("\n"), cfg.entry_cap_bytes, entry.id)
+            item = SurfacedEntry(entry, total, text, cut)
+            if used + item.size > budget:
+                reason = f"the session's surfacing budget would be exceeded ({used} of {budget} bytes used)"
+                break
+            used += item.size
+            picked.append(item)
+        if picked:
+            ledger["surfaced"] = ledger["surfaced"] + [p.entry.id for p in picked]
+            ledger["used_bytes"] = used
+            atomic_write(sdir / LEDGER, json.dumps(ledger, ensure_ascii=False, indent=1))
+    if picked:
+        vault.mark_read([p.entry.id for p in picked])
+    return SurfaceResult(session, tuple(picked), used, budget, reason)
+
+
+# --------------------------------------------------------------------------------------------- prompt text
+
+def _attrs(entry: Entry) -> dict[str, str]:
+    src = entry.source or {}
+    return {"id": entry.id, "type": entry.type,
+            "citation": ", ".join(str(c) for c in entry.citation),
+            "source": " ".join(f"{k}={v}" for k, v in src.items()) if isinstance(src, dict) else str(src)}
+
+
+def _notice(vault: VaultReader) -> str:
+    return DATA_NOTICE_ZH if vault.settings.language == "zh" else DATA_NOTICE_EN
+
+
+def recall_text(vault: VaultReader, hits: list[RecallHit]) -> str:
+    """The data notice, then each hit's title and body framed as data (what a model reads)."""
+    if not hits:
+        return "未找到相关记忆。" if vault.settings.language == "zh" else "No memory matches that query."
+    blocks = [frame("recall", f"{h.entry.title}\n\n{h.entry.body}", attrs=_attrs(h.entry)) for h in hits]
+    return "\n\n".join([_notice(vault), *blocks])
+
+
+def surface_text(vault: VaultReader, result: SurfaceResult) -> str:
+    """The data notice and the framed entries; when nothing is surfaced, one line saying why."""
+    if not result.entries:
+        return f"(nothing surfaced: {result.reason})" if result.reason else ""
+    blocks = [frame("surface", s.text, attrs=_attrs(s.entry)) for s in result.entries]
+    return "\n\n".join([_notice(vault), *blocks])
+
+
+__all__ = ["recall", "surface", "RecallHit", "SurfaceResult", "SurfacedEntry", "recall_text", "surface_text",
+           "cap_text"]

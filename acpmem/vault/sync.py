@@ -1,0 +1,269 @@
+"""Sync: exchange the vault with a git remote — commit what is pending, fetch, merge, regenerate, push.
+
+Everything runs under the vault lock, so no acpmem write interleaves with the exchange:
+
+1. finish an interrupted change, commit valid human edits and fold the local read log (``Vault.apply`` with no
+   writes does exactly that);
+2. ``git fetch REMOTE``;
+3. ``git merge REMOTE/BRANCH`` — a merge, never a rebase: a rebase rewrites the local commits (their ids are printed
+   by ``forget`` for restoring and recorded by people), replays them one by one so a conflict can stop it halfway
+   through the history, and loses the record of when the clones exchanged. A merge keeps both histories as they
+   were and asks a person to resolve a conflict once;
+4. regenerate MEMORY.md (it merges with ``merge=union``, so it needs regenerating after every merge) and commit it;
+5. ``git push REMOTE HEAD:BRANCH`` (fetch and merge again, a bounded number of times, if the remote moved meanwhile).
+
+Read bookkeeping never conflicts: each clone writes only ``reads/<clone-id>.tsv`` (see ``reads``). When both sides
+changed the same entry, the merge is left in progress with both versions in the file between git's conflict
+markers — nothing is lost and nothing is pushed — and ``SyncConflict`` says exactly what to do: edit the file(s),
+then run ``acp memory sync`` again, which checks them, finishes the merge and pushes (``git merge --abort`` backs
+out instead).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from acpmem.core.entryfile import parse_entry_bytes
+from acpmem.core.errors import EntryInvalid, GitStateError, SyncConflict
+from acpmem.core.values import Value
+from acpmem.vault.gitrun import git
+from acpmem.vault.writer import KIND_READS, KIND_SYNC, Vault
+
+MAX_PUSH_ATTEMPTS = 3
+_MARKER = re.compile(r"^(<{7}|>{7})( |$)|^={7}$", re.MULTILINE)
+
+
+class SyncResult(Value):
+    remote: str
+    branch: str
+    local_commits: tuple[str, ...]   # commits made before the exchange (human edits, the read log)
+    incoming: int                    # commits received from the remote
+    outgoing: int                    # commits the remote did not have before the push
+    merge: str                       # up-to-date | fast-forward | merge | finished-merge | first-push
+    merge_commit: str | None
+    regenerated: str | None          # the commit that regenerated MEMORY.md after the merge, if one was needed
+    pushed: bool
+    head: str
+
+    def to_json(self) -> dict:
+        return {"remote": self.remote, "branch": self.branch, "local_commits": list(self.local_commits),
+                "incoming": self.incoming, "outgoing": self.outgoing, "merge": self.merge,
+                "merge_commit": self.merge_commit, "regenerated": self.regenerated, "pushed": self.pushed,
+                "head": self.head}
+
+
+def sync(vault: Vault, remote: str | None = None, *,
+         progress: Callable[[str], None] = lambda _msg: None) -> SyncResult:
+    """Exchange ``vault`` with ``remote`` (default: acpmem.toml [git] remote, "origin"). Raises ``SyncConflict``
+    when both sides changed the same entry (the merge is left for a person), ``GitStateError`` for a missing
+    remote, a detached HEAD or a failing git command."""
+    remote = remote or vault.settings.git.remote
+    root = vault.root
+    with vault.lock():
+        _check_remote(vault, remote)
+        branch = _branch(vault)
+        upstream = f"{remote}/{branch}"
+        local: list[str] = []
+        finishing = (root / ".git" / "MERGE_HEAD").exists()
+        if finishing:
+            progress("Finishing the merge you resolved")
+            merge_commit = _finish_merge(vault, upstream)
+        else:
+            progress("Committing pending changes")
+            before = _head(vault)
+            _commit_generated(vault, "record reads before sync",
+                              "Folded the local read log so the exchange carries it.", KIND_READS)
+            local = git(root, "rev-list", "--reverse", f"{before}..HEAD").out.split()
+            merge_commit = None
+        incoming = outgoing = 0
+        how: str | None = "finished-merge" if finishing else None
+        regenerated = None
+        for attempt in range(MAX_PUSH_ATTEMPTS):
+            progress(f"Fetching from {remote}")
+            _git(vault, "fetch", "--quiet", "--no-tags", remote)
+            has_remote_branch = git(root, "rev-parse", "--verify", "-q", f"refs/remotes/{upstream}",
+                                    check=False).code == 0
+            if has_remote_branch:
+                incoming_now = _count(vault, f"HEAD..{upstream}")
+                if incoming_now:
+                    incoming += incoming_now
+                    progress(f"Merging {incoming_now} commit(s) from {upstream}")
+                    step, sha = _merge(vault, upstream)
+                    how = how or step
+                    merge_commit = sha or merge_commit
+                    progress("Regenerating MEMORY.md")
+                    regenerated = _regenerate(vault, upstream) or regenerated
+                outgoing = _count(vault, f"{upstream}..HEAD")
+                if not outgoing:
+                    return SyncResult(remote, branch, tuple(local), incoming, 0, how or "up-to-date", merge_commit,
+                                      regenerated, False, _head(vault))
+            else:
+                how = how or "first-push"
+                outgoing = _count(vault, "HEAD")
+            progress(f"Pushing {outgoing} commit(s) to {upstream}")
+            res = git(root, "push", "--quiet", "--porcelain", remote, f"HEAD:refs/heads/{branch}", check=False)
+            if res.code == 0:
+                if git(root, "config", f"branch.{branch}.remote", check=False).code != 0:
+                    git(root, "branch", "--quiet", f"--set-upstream-to={upstream}", check=False)
+                return SyncResult(remote, branch, tuple(local), incoming, outgoing, how or "up-to-date", merge_commit,
+                                  regenerated, True, _head(vault))
+            if not _rejected(res.out + res.err) or attempt == MAX_PUSH_ATTEMPTS - 1:
+                first = (res.err.strip() or res.out.strip() or "failed").splitlines()[-1]
+                raise GitStateError(f"git push to {remote} failed: {first}",
+                                    f"check access to the remote (`git -C {root} push {remote}`), then run "
+                                    "`acp memory sync` again")
+            progress(f"{remote} moved meanwhile; fetching again")
+        raise AssertionError("unreachable")
+
+
+# --------------------------------------------------------------------------------------------- steps
+
+def _git(vault: Vault, *args: str):
+    res = git(vault.root, *args, check=False)
+    if res.code != 0:
+        first = (res.err.strip() or res.out.strip() or "failed").splitlines()[-1]
+        raise GitStateError(f"git {args[0]} failed: {first}",
+                            f"check the remote and the network (`git -C {vault.root} {args[0]}`), then run "
+                            "`acp memory sync` again")
+    return res
+
+
+def _check_remote(vault: Vault, remote: str) -> None:
+    names = git(vault.root, "remote").out.split()
+    if remote in names:
+        return
+    root = vault.root
+    if names:
+        raise GitStateError(f"the vault has no git remote named '{remote}' (it has: {', '.join(names)})",
+                            f"pass --remote {names[0]}, or add it: git -C {root} remote add {remote} URL")
+    raise GitStateError("the vault has no git remote to sync with",
+                        f"add one: git -C {root} remote add {remote} URL  (then `acp memory sync`)")
+
+
+def _branch(vault: Vault) -> str:
+    res = git(vault.root, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+    if res.code != 0 or not res.out.strip():
+        raise GitStateError("the vault is not on a branch (detached HEAD)",
+                            f"check out its branch first: git -C {vault.root} checkout main")
+    return res.out.strip()
+
+
+def _count(vault: Vault, spec: str) -> int:
+    return int(git(vault.root, "rev-list", "--count", spec).out.strip() or 0)
+
+
+def _head(vault: Vault) -> str:
+    return git(vault.root, "rev-parse", "HEAD").out.strip()
+
+
+def _rejected(text: str) -> bool:
+    return any(w in text for w in ("[rejected]", "non-fast-forward", "fetch first", "[remote rejected]"))
+
+
+def _merge(vault: Vault, upstream: str) -> tuple[str, str | None]:
+    """Merge ``upstream`` into HEAD. Returns (fast-forward | merge, the new commit). Leaves a conflicted merge in
+    place and raises ``SyncConflict``."""
+    root = vault.root
+    before = _head(vault)
+    message = (f"acpmem: {KIND_SYNC}: merge {upstream}\n\nIntegrated the changes of another clone of the vault.\n\n"
+               f"Acpmem-Kind: {KIND_SYNC}\n")
+    res = git(root, "merge", "--no-verify", "--no-edit", "--no-stat", "-m", message, upstream, check=False)
+    if res.code == 0:
+        after = _head(vault)
+        parents = git(root, "rev-list", "--parents", "-n1", "HEAD").out.split()
+        return ("merge" if len(parents) > 2 else "fast-forward"), (after if after != before else None)
+    if "unrelated histories" in res.err:
+        raise GitStateError(f"{upstream} holds a vault with a different history (it was created separately, not "
+                            "cloned from this one)",
+                            "to share one vault, clone the remote (`git clone URL .acp-memory`) and use that clone")
+    conflicted = _unmerged(vault)
+    if not conflicted or not (root / ".git" / "MERGE_HEAD").exists():
+        first = (res.err.strip() or res.out.strip() or "failed").splitlines()[0]
+        raise GitStateError(f"git merge {upstream} failed: {first}",
+                            f"run `acp memory doctor` to see what is uncommitted in {root}, fix or remove it, then "
+                            "`acp memory sync` again")
+    raise _conflict(vault, upstream, conflicted)
+
+
+def _unmerged(vault: Vault) -> dict[str, str]:
+    """Unmerged paths and their two-letter status (UU/AA: both changed it; UD/DU/AU/UA/DD: one side deleted or
+    added it)."""
+    out = git(vault.root, "status", "--porcelain=v1", "-z", "--untracked-files=no", "--no-renames").out
+    found = {}
+    for item in filter(None, out.split("\0")):
+        code, rel = item[:2], item[3:]
+        if "U" in code or code in ("AA", "DD"):
+            found[rel] = code
+    return dict(sorted(found.items()))
+
+
+def _conflict(vault: Vault, upstream: str, unmerged: dict[str, str]) -> SyncConflict:
+    root = vault.root
+    both = [p for p, c in unmerged.items() if c in ("UU", "AA")]
+    gone = [p for p in unmerged if p not in both]
+
+    def names(paths: list[str]) -> str:
+        return ", ".join(paths[:6]) + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
+
+    what, todo = [], []
+    if both:
+        what.append(f"{len(both)} file(s) changed both here and on {upstream}: {names(both)} — both versions are in "
+                    f"each file, between '<<<<<<< HEAD' (this clone) and '>>>>>>> {upstream}'")
+        todo.append("edit each file to keep what is right and delete the marker lines")
+    if gone:
+        what.append(f"{len(gone)} file(s) deleted (forgotten) on one side and changed on the other: {names(gone)} — "
+                    "the changed version is in the folder")
+        todo.append(f"for each, keep it with `git -C {root} add FILE` or drop it with `git -C {root} rm FILE`")
+    return SyncConflict(
+        "; ".join(what) + ". The merge is left in progress and nothing was pushed",
+        " and ".join(todo) + ", then run `acp memory sync` again to finish the merge and push (or back out with: "
+        f"git -C {root} merge --abort)",
+        paths=list(unmerged), upstream=upstream, vault=str(root))
+
+
+def _finish_merge(vault: Vault, upstream: str) -> str:
+    """Commit a merge a person resolved: files both sides changed must be free of markers (and valid entries);
+    a file one side deleted needs the person's explicit `git add` or `git rm`."""
+    root = vault.root
+    pending = _unmerged(vault)
+    still = {}
+    for rel, code in pending.items():
+        p = root / rel
+        if code not in ("UU", "AA") or (p.exists() and _MARKER.search(p.read_text("utf-8", errors="replace"))):
+            still[rel] = code
+    if still:
+        raise _conflict(vault, upstream, still)
+    for rel in pending:
+        p = root / rel
+        if p.exists() and rel.startswith("entries/") and rel.endswith(".md"):
+            try:
+                parse_entry_bytes(p.read_bytes(), rel, vault.settings.types)
+            except EntryInvalid as exc:
+                raise SyncConflict(f"the resolved file is not a valid entry: {exc.message}",
+                                   "fix it, then run `acp memory sync` again", paths=[rel]) from None
+    for rel in pending:
+        git(root, "add", "--", rel)
+    message = (f"acpmem: {KIND_SYNC}: merge {upstream} (conflicts resolved by hand)\n\n"
+               f"Resolved: {', '.join(pending) or 'nothing left unmerged'}.\n\nAcpmem-Kind: {KIND_SYNC}\n")
+    git(root, "commit", "--quiet", "--no-verify", "-F", "-", input=message)
+    _regenerate(vault, upstream)
+    return _head(vault)
+
+
+def _regenerate(vault: Vault, upstream: str) -> str | None:
+    """MEMORY.md after a merge: union-merged lines are regenerated from the entries and committed."""
+    return _commit_generated(vault, f"regenerate MEMORY.md after merging {upstream}",
+                             "MEMORY.md is generated from the entries; the merge combined both sides' versions.",
+                             KIND_SYNC)
+
+
+def _commit_generated(vault: Vault, subject: str, why: str, kind: str) -> str | None:
+    """One ``Vault.apply`` with no writes: it commits pending human edits (their own commit), folds the read log and
+    regenerates MEMORY.md. Returns the new HEAD, or None when nothing was committed."""
+    before = _head(vault)
+    vault.apply({}, [], subject=subject, why=why, kind=kind)
+    after = _head(vault)
+    return after if after != before else None
+
+
+__all__ = ["sync", "SyncResult"]

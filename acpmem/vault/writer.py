@@ -1,0 +1,443 @@
+"""The write side of a vault: ``Vault`` adds the repository lock, ids, human edits, the journal and every git commit
+to the reading side (``acpmem.vault.reader.VaultReader``), which the per-turn read paths use without this module.
+
+Only the vault layer touches the vault's files and git. Every change goes through ``Vault.apply`` under one
+repository-level lock (``acpmem.infra.locks`` on ``.acpmem/locks/repo.lock``; the kernel releases it when a process
+dies, even by ``kill -9``):
+
+1. finish a change a killed process left half-done (its journal is replayed and committed);
+2. wait a bounded time for a foreign ``.git/index.lock`` (a person running git) — never delete it;
+3. commit pending human edits separately, marked as human edits;
+4. write a journal, write the files atomically (temp file, fsync, rename), fold the read log, regenerate MEMORY.md;
+5. one ``git commit`` of exactly those paths with a message that says what and why, plus trailers;
+6. delete the journal.
+
+``docs/design.md`` ("The write path", "Guarantees") explains why each step is there.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from acpmem.core import layout
+from acpmem.core.entry import Entry, validate_id
+from acpmem.core.entryfile import dump_entry, new_entry_text, parse_entry_bytes, slugify
+from acpmem.core.errors import AcpmemError, EntryInvalid, GitStateError, SettingsError, UsageError
+from acpmem.core.ids import random_id
+from acpmem.core.values import Value
+from acpmem.infra import locks
+from acpmem.infra.files import atomic_write, read_exact, stale_temp_files
+from acpmem.infra.proc import held_open, pid_alive, read_pid
+from acpmem.vault import readlog
+from acpmem.vault.config import load_settings
+from acpmem.vault.gitrun import git
+from acpmem.vault.reader import VaultReader
+
+GENERATED = (layout.MEMORY_FILE,)
+REPO_LOCK = "repo.lock"
+GIT_MARKER = "git-running"
+JOURNAL = "journal.json"
+
+# Commit kinds, written as the ``Acpmem-Kind`` trailer and shown by ``log``.
+KIND_INIT = "init"
+KIND_FORK = "fork-write"
+KIND_HUMAN = "human-edit"
+KIND_EDIT = "edit"
+KIND_FORGET = "forget"
+KIND_SUPERSEDE = "supersede"
+KIND_READS = "reads"
+KIND_SYNC = "sync"
+KIND_RECOVER = "recover"
+
+
+# --------------------------------------------------------------------------------------------- paths
+
+def _inside(root: Path, rel: str) -> Path:
+    """Resolve a vault-relative path, refusing anything that leaves the vault."""
+    if not rel or "\x00" in rel or os.path.isabs(rel) or ".." in Path(rel).parts:
+        raise UsageError(f"path {rel!r:.60} leaves the vault", "paths are relative to the vault, without '..'")
+    p = root / rel
+    parent = p.parent.resolve()
+    if parent != root.resolve() and root.resolve() not in parent.parents:
+        raise UsageError(f"path {rel!r:.60} leads out of the vault through a symlink", "remove the symlink")
+    if p.is_symlink():
+        raise UsageError(f"{rel} is a symlink; acpmem does not write through symlinks", "replace it with a file")
+    return p
+
+
+# --------------------------------------------------------------------------------------------- git
+
+
+class HumanEdit(Value):
+    path: str
+    status: str            # modified | added | deleted
+    problem: str | None    # why it cannot be committed (invalid entry), or None
+
+
+class Vault(VaultReader):
+    """An open vault: the reading side (``VaultReader``: settings, the catalog, entries, reads) plus the write
+    machinery (ids, the repository lock, human edits, the journal and every commit)."""
+
+    _lock_depth = 0
+
+    # ----------------------------------------------------------------- ids
+    def new_id(self, taken: set[str] | None = None) -> str:
+        taken = taken if taken is not None else {e.id for e in self.load(with_reads=False, light=True).entries}
+        existing = {p.name.split("-")[0].split(".")[0] for p in self.entries_dir.glob("*.md")}
+        for _ in range(1000):
+            ident = random_id(self.rng, 6)
+            if ident not in taken and ident not in existing and not any(
+                    t.startswith(ident) or ident.startswith(t) for t in taken):
+                return ident
+        raise AcpmemError("could not find a free entry id", "the vault is unusually full; report this")
+
+    def path_for(self, ident: str, title: str) -> str:
+        slug = slugify(title)
+        return f"{layout.ENTRIES_DIR}/{ident}-{slug}.md" if slug else f"{layout.ENTRIES_DIR}/{ident}.md"
+
+    # ----------------------------------------------------------------- the lock
+    @contextlib.contextmanager
+    def lock(self, timeout: float | None = None) -> Iterator[None]:
+        """The repository-level lock (``acpmem.infra.locks``, naming this process as its holder). Re-entrant
+        within one Vault object."""
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        self.ensure_state()
+        timeout = self.settings.git.lock_timeout_seconds if timeout is None else timeout
+        with locks.held(self.lock_path, timeout, what="the vault is locked by another acpmem process",
+                        hint="retry later; `acp memory doctor` shows who holds it", record_pid=True):
+            self._lock_depth = 1
+            try:
+                yield
+            finally:
+                self._lock_depth = 0
+
+    @property
+    def lock_path(self) -> Path:
+        return self.state_dir / layout.LOCKS_DIR / REPO_LOCK
+
+    def wait_for_index_lock(self) -> None:
+        """A foreign .git/index.lock is waited for, within a bound, and never deleted. Our own stale one (a git
+        child of ours was killed) is recognised by the marker we leave while git runs, and removed."""
+        index_lock = self.root / ".git" / "index.lock"
+        self.clear_own_leftovers()
+        deadline = time.monotonic() + self.settings.git.foreign_lock_wait_seconds
+        while index_lock.exists():
+            if time.monotonic() > deadline:
+                raise GitStateError(
+                    f"git is busy: {index_lock} has existed for over "
+                    f"{self.settings.git.foreign_lock_wait_seconds:.0f} s (someone is running git in the vault)",
+                    "wait for that git command to finish; if none is running, delete the lock file yourself")
+            time.sleep(0.05)
+
+    def clear_own_leftovers(self) -> None:
+        """Remove what a killed acpmem process left behind (call under the lock): its temp files; and, when the
+        marker written while git runs names a process that is gone, git's lock files and empty or temporary
+        object files from that moment. A file counts as ours only if nobody holds it open: a person's git started
+        since then (or an orphaned git child of ours still finishing) keeps its files open."""
+        for d in (self.root, self.entries_dir, self.root / layout.READS_DIR, self.state_dir):
+            for p in stale_temp_files(d):
+                p.unlink(missing_ok=True)
+        marker = self.state_dir / layout.LOCKS_DIR / GIT_MARKER
+        try:
+            mark_m = marker.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if pid_alive(read_pid(marker)):
+            return
+        gd = self.root / ".git"
+        candidates = [gd / "index.lock", gd / "HEAD.lock", gd / "objects" / "maintenance.lock",
+                      *gd.glob("next-index-*.lock"), *(gd / "refs" / "heads").glob("*.lock"),
+                      *(gd / "objects").glob("??/tmp_obj_*")]
+        removed = 0
+        for p in candidates:
+            with contextlib.suppress(FileNotFoundError):
+                if mark_m - 1 <= p.stat().st_mtime <= mark_m + 120 and not held_open(p):
+                    p.unlink()
+                    removed += 1
+        for p in (gd / "objects").glob("??/*"):
+            with contextlib.suppress(FileNotFoundError):
+                st = p.stat()
+                if st.st_size == 0 and mark_m - 1 <= st.st_mtime <= mark_m + 120:
+                    p.unlink()  # an object git was killed while writing: empty, it would pass for the real one
+                    removed += 1
+        if removed:
+            self.warnings.append(f"removed {removed} stale git lock or object file(s) left by a killed acpmem process")
+
+    @contextlib.contextmanager
+    def _git_running(self) -> Iterator[None]:
+        marker = self.state_dir / layout.LOCKS_DIR / GIT_MARKER
+        try:
+            marker.write_text(f"{os.getpid()}\n")
+            yield
+        finally:
+            marker.unlink(missing_ok=True)
+
+    # ----------------------------------------------------------------- human edits
+    def human_edits(self) -> list[HumanEdit]:
+        """Uncommitted changes to the vault that acpmem did not make, each validated."""
+        res = git(self.root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+        out: list[HumanEdit] = []
+        journal = self._journal_paths()
+        for item in filter(None, res.out.split("\0")):
+            code, rel = item[:2], item[3:]
+            if rel in journal or rel.startswith(layout.STATE_DIRNAME + "/"):
+                continue
+            status = "deleted" if "D" in code else "added" if code == "??" or "A" in code else "modified"
+            out.append(HumanEdit(rel, status, self._validate_human(rel, status)))
+        return out
+
+    def _validate_human(self, rel: str, status: str) -> str | None:
+        if status == "deleted":
+            return None
+        p = self.root / rel
+        if p.is_symlink():
+            return "a symlink (acpmem does not commit symlinks)"
+        if rel.startswith(layout.ENTRIES_DIR + "/") and rel.endswith(".md"):
+            try:
+                e = parse_entry_bytes(p.read_bytes(), rel, self.settings.types)
+            except EntryInvalid as exc:
+                return str(exc.message)
+            from acpmem.search.catalog import secret_kind
+
+            kind = secret_kind(e)  # what acpmem redacted itself does not count
+            if kind:
+                return f"contains what looks like a secret ({kind}); remove it before it is committed"
+        elif rel == layout.SETTINGS_FILE:
+            try:
+                load_settings(self.root, None)
+            except SettingsError as exc:
+                return exc.message
+        return None
+
+    def commit_human_edits(self) -> str | None:
+        """Commit valid pending human edits in their own commit (call under the lock). Invalid ones stay as they
+        are, uncommitted, and are reported in ``self.warnings``."""
+        edits = [h for h in self.human_edits() if h.path not in GENERATED]
+        good = [h for h in edits if h.problem is None]
+        for h in edits:
+            if h.problem:
+                self.warnings.append(f"not committed: {h.path}: {h.problem}")
+        if not good:
+            return None
+        paths = [h.path for h in good]
+        names = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+        trailers = {"Acpmem-Kind": KIND_HUMAN}
+        return self._commit(paths, f"human edit: {names}",
+                            "Changes made by hand outside acpmem, validated and recorded before acpmem's next "
+                            "own commit.", trailers, fold_reads=False, regen=True)
+
+    # ----------------------------------------------------------------- writing
+    @property
+    def journal_path(self) -> Path:
+        """Where a change is described before its files are written (``recover`` finishes it)."""
+        return self.state_dir / JOURNAL
+
+    def _journal_paths(self) -> set[str]:
+        try:
+            j = json.loads(self.journal_path.read_text("utf-8"))
+            return set(j.get("writes", {})) | set(j.get("deletes", []))
+        except (OSError, ValueError):
+            return set()
+
+    def recover(self) -> str | None:
+        """Finish a change that a killed process left half-done. Call under the lock."""
+        jp = self.journal_path
+        try:
+            j = json.loads(jp.read_text("utf-8"))
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            jp.unlink(missing_ok=True)  # the journal itself was cut short: nothing was written after it
+            return None
+        for rel, text in j["writes"].items():
+            atomic_write(_inside(self.root, rel), text)
+        for rel in j["deletes"]:
+            with contextlib.suppress(FileNotFoundError):
+                _inside(self.root, rel).unlink()
+        sha = self._commit(list(j["writes"]) + list(j["deletes"]), j["subject"], j["why"], j["trailers"],
+                           fold_reads=True, regen=True)
+        jp.unlink(missing_ok=True)
+        return sha
+
+    def apply(self, writes: dict[str, str], deletes: list[str], *, subject: str, why: str, kind: str,
+              trailers: dict[str, str] | None = None, check: Callable[["Vault"], None] | None = None) -> str:
+        """Write and delete files and record it all in one commit. Returns the commit id.
+
+        ``check`` runs under the lock, after human edits are committed and before anything is written; it may
+        raise to refuse the change (e.g. the entry it updates has changed meanwhile)."""
+        for rel in list(writes) + list(deletes):
+            _inside(self.root, rel)
+        trailers = {"Acpmem-Kind": kind, **(trailers or {})}
+        journaled = False
+        try:
+            with self.lock():
+                if (self.root / ".git" / "MERGE_HEAD").exists():
+                    raise GitStateError("a sync merge is unfinished in the vault (an entry changed on both sides)",
+                                        "edit the conflicted entries and run `acp memory sync` again, or "
+                                        f"`git -C {self.root} merge --abort`; pending writes are kept until then")
+                self.wait_for_index_lock()
+                self.recover()
+                self.commit_human_edits()
+                if check is not None:
+                    check(self)
+                journal = {"writes": writes, "deletes": list(deletes), "subject": subject, "why": why,
+                           "trailers": trailers}
+                atomic_write(self.journal_path, json.dumps(journal, ensure_ascii=False))
+                journaled = True
+                for rel, text in writes.items():
+                    atomic_write(self.root / rel, text)
+                for rel in deletes:
+                    with contextlib.suppress(FileNotFoundError):
+                        (self.root / rel).unlink()
+                sha = self._commit(list(writes) + list(deletes), subject, why, trailers, fold_reads=True,
+                                   regen=True)
+                self.journal_path.unlink(missing_ok=True)
+                return sha
+        except (OSError, sqlite3.OperationalError) as exc:
+            if not isinstance(exc, OSError) and "full" not in str(exc):
+                raise
+            raise storage_error(exc, "the change is kept pending and is finished by the next write or `acp memory "
+                                      "doctor --fix` once the vault can be written" if journaled
+                                 else "nothing was changed") from None
+
+    def _commit(self, paths: list[str], subject: str, why: str, trailers: dict[str, str], *, fold_reads: bool,
+                regen: bool) -> str | None:
+        paths = list(dict.fromkeys(paths))
+        claimed = None
+        if fold_reads:
+            folded = readlog.fold(self.root, self.state_dir)
+            if folded:
+                rel, text, claimed = folded
+                atomic_write(_inside(self.root, rel), text)  # reads/ could be a symlink out of a cloned vault
+                paths.append(rel)
+        if regen:
+            from acpmem.core.render import memory_md
+
+            snap = self.load(with_reads=False, light=True)  # MEMORY.md needs the index fields only
+            text = memory_md(snap.entries, self.settings)
+            mp = self.root / layout.MEMORY_FILE
+            old = mp.read_text("utf-8") if mp.exists() else None
+            if old != text:
+                atomic_write(mp, text, durable=False)
+            paths.append(layout.MEMORY_FILE)  # also when unchanged on disk: a killed commit can leave it uncommitted
+        trailer_text = "".join(f"{k}: {_one_line(v)}\n" for k, v in trailers.items() if v not in (None, ""))
+        message = f"acpmem: {trailers.get('Acpmem-Kind', 'change')}: {_one_line(subject)}\n\n{why.strip()}\n\n" \
+                  f"{trailer_text}"
+        with self._git_running():
+            git(self.root, "add", "-A", "--", *paths)
+            res = git(self.root, "commit", "-q", "--no-verify", "-F", "-", "--", *paths, input=message, check=False)
+            if res.code != 0:
+                if "nothing to commit" in res.out + res.err or "no changes added" in res.out + res.err:
+                    if claimed:
+                        claimed.unlink(missing_ok=True)
+                    return None
+                first = (res.err.strip() or res.out.strip() or "failed").splitlines()[0]
+                raise GitStateError(f"git commit failed: {first}", "run `acp memory doctor` to check the vault")
+        if claimed:
+            claimed.unlink(missing_ok=True)
+        return self.head()
+
+    def head(self) -> str:
+        """The commit HEAD points to, read from the ref file (one git process fewer per write)."""
+        gd = self.root / ".git"
+        try:
+            ref = (gd / "HEAD").read_text("ascii").strip()
+            if ref.startswith("ref: "):
+                sha = (gd / ref[5:]).read_text("ascii").strip()
+            else:
+                sha = ref
+            if len(sha) == 40:
+                return sha
+        except (OSError, UnicodeDecodeError):
+            pass
+        return git(self.root, "rev-parse", "HEAD").out.strip()
+
+    # ----------------------------------------------------------------- entry-level operations
+    def write_entries(self, entries: list[Entry], *, subject: str, why: str, kind: str = KIND_FORK,
+                      trailers: dict[str, str] | None = None, updates: list[Entry] | None = None) -> str:
+        """Write new entries (and updated existing ones, e.g. marked superseded) in one commit."""
+        writes: dict[str, str] = {}
+        for e in entries:
+            validate_id(e.id)
+            rel = e.path or self.path_for(e.id, e.title)
+            if (self.root / rel).exists():
+                raise AcpmemError(f"{rel} already exists", "entries are never overwritten; this is a bug")
+            writes[rel] = new_entry_text(e)
+        for e in updates or ():
+            writes[e.path] = dump_entry(e) if e.raw is not None else ""  # without its text: built under the lock
+        originals = {e.path: e for e in updates or ()}
+
+        def unchanged_since_read(v: "Vault") -> None:
+            for rel, e in originals.items():
+                cur = read_exact(v.root / rel)
+                if e.raw is not None:
+                    same = cur == e.raw
+                else:
+                    # An entry from the catalog carries no text: only the marking fields may differ from the file
+                    # as it is now, and the file's own formatting is kept.
+                    try:
+                        disk = parse_entry_bytes(cur.encode("utf-8"), rel, v.settings.types) if cur else None
+                    except EntryInvalid:
+                        disk = None
+                    marks = {k: getattr(e, k) for k in ("superseded_by", "supersedes", "last_read")}
+                    same = disk is not None and disk.with_changes(**marks) == e
+                    if same:
+                        writes[rel] = dump_entry(e.with_changes(raw=cur))
+                if not same:
+                    raise AcpmemError(f"{rel} changed while acpmem was updating it",
+                                      "run the command again; the other change was kept")
+
+        trailers = dict(trailers or {})
+        trailers.setdefault("Acpmem-Entry", " ".join(e.id for e in entries + list(updates or ())))
+        return self.apply(writes, [], subject=subject, why=why, kind=kind, trailers=trailers,
+                          check=unchanged_since_read if originals else None)
+
+    def forget(self, prefix: str, reason: str) -> tuple[Entry, str]:
+        reason = (reason or "").strip()
+        if not reason:
+            raise UsageError("forget needs --reason", "say why, e.g. --reason 'superseded by the new API'")
+        entry = self.resolve(prefix)
+        sha = self.apply({}, [entry.path], subject=f"forget #{entry.id} {entry.title}", why=reason,
+                         kind=KIND_FORGET, trailers={"Acpmem-Entry": entry.id, "Acpmem-Reason": reason})
+        return entry, sha
+
+    def replace_entry_text(self, entry: Entry, text: str, *, subject: str, why: str, kind: str,
+                           base: str | None = None) -> str:
+        """Commit new text for an existing entry (``edit``), validated first. ``base`` (default ``entry.raw``) is
+        the text the new one was made from: if the file no longer holds it once the lock is taken, the change is
+        refused rather than silently overwriting the other change."""
+        new = parse_entry_bytes(text.encode("utf-8"), entry.path, self.settings.types)
+        if new.id != entry.id:
+            raise EntryInvalid(entry.path, "id", f"must stay '{entry.id}' (ids are stable; citations refer to them)")
+        base = entry.raw if base is None else base
+
+        def unchanged_since_read(v: "Vault") -> None:
+            if read_exact(v.root / entry.path) != base:
+                raise AcpmemError(f"{entry.path} changed while acpmem was updating it",
+                                  "run the command again; the other change was kept")
+
+        return self.apply({entry.path: text}, [], subject=subject, why=why, kind=kind,
+                          trailers={"Acpmem-Entry": entry.id}, check=unchanged_since_read if base is not None else None)
+
+
+def storage_error(exc: Exception, outcome: str) -> AcpmemError:
+    full = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or "full" in str(exc)
+    what = "the disk is full" if full else f"the vault cannot be written ({getattr(exc, 'strerror', None) or exc})"
+    return AcpmemError(f"{what}: {outcome}", "free some space (or fix the file system), then run the command again")
+
+
+def _one_line(value: object) -> str:
+    return re.sub(r"\s+", " ", str(value)).strip()

@@ -1,0 +1,72 @@
+"""``acp memory extract``: run the fork now, on named pending requests, on every pending one, or on a new request
+made from a note and a transcript; and the exact request body the fork would send (``--dry-run``).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from acpmem.core.clock import utc_iso
+from acpmem.write import requests
+from acpmem.write.requests import Request
+
+
+def new_request(vault, *, type: str, note: str, importance: int, session: str, seq: int, transcript, host_tools,
+                save: bool = True) -> Request:
+    """A request made on the spot (not from ``memory_commit``), saved as pending unless ``save`` is false."""
+    vault.ensure_state()
+    req = requests.make_request(types=vault.settings.types, type=type, note=note, importance=importance,
+                                session=session, seq=seq, transcript=transcript, host_tools=host_tools,
+                                lang=vault.settings.language, created=utc_iso(vault.clock()),
+                                request_id=requests.new_request_id(vault.rng))
+    if save:
+        requests.save_request(vault.state_dir, req, new=True)
+    return req
+
+
+def select(vault, ids: list[str], *, pending: bool) -> tuple[list[str], list[Request], list[str]]:
+    """The request ids to run (those named, then with ``pending`` every pending one), the requests among them that
+    exist, and the request files that do not parse."""
+    listed, broken = requests.list_requests(vault.state_dir)
+    chosen = list(ids) + [r.id for r in listed if pending and r.status == "pending" and r.id not in ids]
+    return chosen, [r for r in listed if r.id in chosen], broken
+
+
+def run(vault, ids: list[str], *, extractor: str | None = None,
+        progress: Callable[[str, str], None] | None = None, after_each: Callable[[], None] | None = None) -> list:
+    """Extract the requests one by one in this process (``acpmem.write.worker.process_now``); their outcomes."""
+    from acpmem.write.worker import process_now
+
+    return process_now(vault, ids, extractor=extractor, progress=progress, after_each=after_each)
+
+
+def dry_run(vault, reqs: list[Request], extractor: str | None) -> object:
+    """What extraction would do, as JSON data: the offline extract, or the exact chat-completions body."""
+    from acpmem.write import fork
+    from acpmem.write.llm import resolve_model_config
+
+    if extractor == "offline":
+        from acpmem.write.offline import extract_offline
+
+        shown = []
+        for r in reqs:
+            d = extract_offline(fork.conversation(r), r.note, max_bytes=vault.settings.extraction.max_entry_bytes,
+                                lang=vault.settings.language)
+            shown.append({"request": r.id, "extractor": "offline", "title": d.title, "body": d.body,
+                          "seqs": list(d.seqs)})
+        return shown[0] if len(shown) == 1 else shown
+    model = resolve_model_config(vault.settings.extraction).model
+    bodies = [fork.build_body(vault, r, model) for r in reqs]
+    return bodies[0] if len(bodies) == 1 else [{"request": r.id, "body": b} for r, b in zip(reqs, bodies)]
+
+
+def totals(outcomes) -> dict:
+    """Requests, entries written, model calls and tokens over a run's outcomes."""
+    t = {"requests": len(outcomes), "written": sum(len(o.entries) for o in outcomes), "calls": 0,
+         "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}
+    for o in outcomes:
+        if o.usage:
+            t["calls"] += 1
+            for k in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+                t[k] += o.usage.get(k, 0)
+    t["cache_hit_rate"] = round(t["cached_tokens"] / t["prompt_tokens"], 4) if t["prompt_tokens"] else 0.0
+    return t

@@ -1,0 +1,308 @@
+"""The model call of the fork.
+
+Owns: resolving which OpenAI-compatible endpoint to use (``ModelConfig``), one chat-completions call with a timeout and
+bounded retries (``call_chat``), and parsing the tool calls and token usage out of the answer (``ChatResult``). What
+each call cost goes to the ledger (``acpmem.write.costs``).
+
+Configuration precedence: explicit vault settings win, the ``OPENAI_*`` environment variables fill the gaps. The vault's
+``acpmem.toml`` is committed and shared, so the key itself should come from the environment: settings may name the
+variable that holds it (``api_key_env``) instead of holding it.
+
+The ``openai`` package is imported inside the functions that call it: every hook process pays for what is imported at
+start-up.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from acpmem.core.errors import ExtractionError, SettingsError
+from acpmem.core.values import Value
+
+OPENAI_URL = "https://api.openai.com/v1"
+DEFAULT_MODEL = "gpt-4.1-mini"   # only used against OpenAI itself; any other endpoint must name its model
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_MAX_RETRIES = 3
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 20.0
+MAX_RETRY_AFTER = 60.0           # a server that asks for a longer wait is not waited for: the request stays pending
+_NOT_OURS = frozenset({"extractor", "max_entry_bytes"})   # extraction settings other modules read
+
+
+class ModelConfig(Value):
+    """Where and how the fork calls a model. ``api_key`` never appears in repr or ``describe()``."""
+
+    base_url: str | None
+    model: str | None
+    api_key: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    max_retries: int = DEFAULT_MAX_RETRIES
+    _hidden = ("api_key",)
+
+    @property
+    def configured(self) -> bool:
+        """True when there is an endpoint to call: a custom base URL (local servers need no key) or an OpenAI key."""
+        return bool(self.model) and (bool(self.base_url) or bool(self.api_key))
+
+    @property
+    def extractor(self) -> str:
+        """The label written into an entry's ``source.extractor``."""
+        return f"llm:{self.model}"
+
+    def describe(self) -> dict:
+        """The config as shown to a user (``extract --dry-run``, ``stats``): no secret."""
+        return {"base_url": self.base_url or OPENAI_URL, "model": self.model, "api_key": "set" if self.api_key else None,
+                "timeout": self.timeout, "max_retries": self.max_retries}
+
+
+class ToolCall(Value):
+    """One tool call from the answer. ``arguments`` is the parsed object, or None with ``error`` saying why not."""
+
+    id: str | None
+    name: str
+    arguments: dict | None
+    raw_arguments: str
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments, "raw_arguments": self.raw_arguments,
+                "error": self.error}
+
+
+class ChatResult(Value):
+    """What one successful call returned, with its accounting."""
+
+    tool_calls: tuple[ToolCall, ...]
+    text: str | None
+    finish_reason: str | None
+    model: str
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    latency_s: float
+    attempts: int
+    response: dict | None = None       # the raw answer (left out of comparison and repr)
+    _hidden = ("response",)
+
+    def to_json(self) -> dict:
+        """As plain JSON-able data (``extract --json``), without the raw response."""
+        d = {n: getattr(self, n) for n in self._compared}
+        d["tool_calls"] = [c.to_json() for c in self.tool_calls]
+        return d
+
+
+def resolve_model_config(settings: Mapping[str, Any] | Any | None = None,
+                         env: Mapping[str, str] | None = None) -> ModelConfig:
+    """Build the ``ModelConfig`` from the vault's extraction settings and the environment.
+
+    ``settings`` is ``Settings.extraction`` (a settings section, which reads as a mapping) or a mapping; keys, all optional, empty meaning unset:
+    ``base_url``, ``model``, ``api_key_env`` (name of the variable holding the key, default ``OPENAI_API_KEY``),
+    ``api_key``, ``timeout_seconds`` (or ``timeout``), ``max_retries``. Settings win; ``OPENAI_BASE_URL``,
+    ``OPENAI_MODEL`` and the key variable fill what they leave out. ``env`` defaults to ``os.environ``.
+    """
+    s = dict(settings or {})
+    if "timeout_seconds" in s:   # the name acpmem.toml uses
+        s["timeout"] = s.pop("timeout_seconds")
+    e = os.environ if env is None else env
+    unknown = set(s) - {"base_url", "model", "api_key", "api_key_env", "timeout", "max_retries"} - _NOT_OURS
+    if unknown:
+        raise SettingsError(f"Unknown extraction setting(s): {', '.join(sorted(unknown))}",
+                            "use base_url, model, api_key_env, timeout_seconds or max_retries")
+    for key in ("base_url", "model", "api_key", "api_key_env"):
+        if key in s and s[key] is not None and not isinstance(s[key], str):
+            raise SettingsError(f"Extraction setting '{key}' must be text, got {s[key]!r}", "fix acpmem.toml")
+    key_env = s.get("api_key_env") or "OPENAI_API_KEY"
+    base_url = (s.get("base_url") or e.get("OPENAI_BASE_URL") or "").strip().rstrip("/") or None
+    api_key = s.get("api_key") or e.get(key_env) or None
+    model = s.get("model") or e.get("OPENAI_MODEL") or None
+    if model is None and base_url in (None, OPENAI_URL) and api_key:
+        model = DEFAULT_MODEL
+    timeout = s.get("timeout", DEFAULT_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (0 < timeout <= 3600):
+        raise SettingsError(f"Extraction timeout must be a number of seconds in (0, 3600], got {timeout!r}",
+                            "fix acpmem.toml")
+    retries = s.get("max_retries", DEFAULT_MAX_RETRIES)
+    if isinstance(retries, bool) or not isinstance(retries, int) or not (0 <= retries <= 10):
+        raise SettingsError(f"Extraction max_retries must be an integer 0..10, got {retries!r}", "fix acpmem.toml")
+    return ModelConfig(base_url, model, api_key, float(timeout), retries)
+
+
+def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = time.monotonic,
+              sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None) -> ChatResult:
+    """Send ``body`` to ``POST {base_url}/chat/completions`` exactly as given and parse the answer.
+
+    ``model`` is filled from the config only when the body has none. Retries 429, 5xx and connection errors up to
+    ``config.max_retries`` times with exponential backoff and jitter, honouring ``Retry-After``/``retry-after-ms``; a
+    timeout is not retried here (the pending queue retries the request later). ``clock`` measures latency, ``sleep``
+    waits between attempts, ``rng`` draws the jitter. Raises ``ExtractionError`` whose ``data`` has ``reason``
+    (no_endpoint, timeout, rate_limited, server_error, connection, rejected, bad_response), ``attempts``,
+    ``retryable`` and ``status``.
+    """
+    if not config.configured:
+        what = "no model" if (config.base_url or config.api_key) else "no endpoint"
+        raise ExtractionError(f"Cannot call a model: {what} configured",
+                              "set OPENAI_API_KEY (and OPENAI_MODEL / OPENAI_BASE_URL for other endpoints), "
+                              "set [extraction] in acpmem.toml, or use --extractor offline",
+                              reason="no_endpoint", attempts=0, retryable=False, status=None)
+    if body.get("stream"):
+        raise ExtractionError("Streaming answers are not supported for extraction", "drop 'stream' from the request",
+                              reason="rejected", attempts=0, retryable=False, status=None)
+    if "model" not in body:
+        body = {**body, "model": config.model}
+    import openai
+
+    rng = rng or random.Random()
+    client = openai.OpenAI(base_url=config.base_url or OPENAI_URL, api_key=config.api_key or "not-needed",
+                           timeout=config.timeout, max_retries=0)
+    start = clock()
+    attempts = 0
+    try:
+        while True:
+            attempts += 1
+            wait = None
+            try:
+                data = client.post("/chat/completions", body=body, cast_to=object)
+            except openai.APITimeoutError:
+                raise _fail(f"Model call timed out after {config.timeout:g} s", "timeout", attempts, None,
+                            "raise [extraction] timeout or try a faster model; the request stays pending") from None
+            except openai.APIConnectionError as exc:
+                reason, status, detail = "connection", None, str(exc.__cause__ or exc)
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+                if status != 429 and status < 500:
+                    raise _fail(f"Endpoint rejected the request: HTTP {status} {_error_text(exc)}", "rejected",
+                                attempts, status, _rejected_hint(status)) from None
+                reason = "rate_limited" if status == 429 else "server_error"
+                detail = _error_text(exc)
+                wait = _retry_after(exc.response.headers)
+            else:
+                return _parse(data, body, attempts, clock() - start)
+            if attempts > config.max_retries or (wait is not None and wait > MAX_RETRY_AFTER):
+                raise _fail(_give_up_message(reason, status, attempts, detail, wait, config), reason, attempts, status,
+                            "the request stays pending and is retried later; check the endpoint")
+            sleep(wait if wait is not None else _backoff(attempts, rng))
+    finally:
+        client.close()
+
+
+def _backoff(attempt: int, rng: random.Random) -> float:
+    ceiling = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1))
+    return ceiling * (0.5 + 0.5 * rng.random())
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            value = float(ms) / 1000
+            if math.isfinite(value) and value >= 0:
+                return value
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+        return value if math.isfinite(value) and value >= 0 else None
+    except ValueError:
+        pass
+    # An HTTP date needs the wall clock, which the caller did not give us: fall back to our own backoff.
+    return None
+
+
+def _error_text(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        msg = err.get("message") if isinstance(err, dict) else err
+        if msg:
+            return str(msg)[:200]
+    return str(getattr(exc, "message", "") or "")[:200]
+
+
+def _rejected_hint(status: int) -> str:
+    if status in (401, 403):
+        return "check the API key (OPENAI_API_KEY or [extraction] api_key_env)"
+    if status == 404:
+        return "check the base URL and the model name"
+    return "the request is kept pending with this error; check the model supports tools"
+
+
+def _give_up_message(reason: str, status: int | None, attempts: int, detail: str, wait: float | None,
+                     config: ModelConfig) -> str:
+    tries = f"{attempts} {'try' if attempts == 1 else 'tries'}"
+    if reason == "rate_limited":
+        if wait is not None and wait > MAX_RETRY_AFTER:
+            return f"Rate limited: the endpoint asks to wait {wait:g} s (after {tries})"
+        return f"Rate limited after {tries}"
+    if reason == "server_error":
+        return f"HTTP {status} after {tries}" + (f": {detail}" if detail else "")
+    return f"Cannot connect to {config.base_url or OPENAI_URL} after {tries}"
+
+
+def _fail(message: str, reason: str, attempts: int, status: int | None, hint: str) -> ExtractionError:
+    retryable = reason in ("timeout", "rate_limited", "server_error", "connection")
+    return ExtractionError(message, hint, reason=reason, attempts=attempts, retryable=retryable, status=status)
+
+
+def _parse(data: object, body: dict, attempts: int, latency: float) -> ChatResult:
+    def bad(why: str) -> ExtractionError:
+        return _fail(f"Malformed answer from the endpoint: {why}", "bad_response", attempts, 200,
+                     "check the endpoint speaks OpenAI chat completions")
+
+    if not isinstance(data, dict):
+        raise bad("not a JSON object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise bad("no choices")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise bad("no message in the first choice")
+    calls = []
+    for raw in message.get("tool_calls") or ():
+        if not isinstance(raw, dict) or not isinstance(raw.get("function"), dict):
+            raise bad("a tool call without a function")
+        fn = raw["function"]
+        calls.append(_tool_call(raw.get("id"), str(fn.get("name") or ""), fn.get("arguments")))
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+    # DeepSeek-style servers report the cache hit as prompt_cache_hit_tokens.
+    cached = details.get("cached_tokens", usage.get("prompt_cache_hit_tokens", 0))
+    text = message.get("content")
+    return ChatResult(
+        tool_calls=tuple(calls),
+        text=text if isinstance(text, str) else None,
+        finish_reason=choices[0].get("finish_reason"),
+        model=str(data.get("model") or body.get("model") or ""),
+        prompt_tokens=_int(usage.get("prompt_tokens")),
+        cached_tokens=_int(cached),
+        completion_tokens=_int(usage.get("completion_tokens")),
+        latency_s=latency,
+        attempts=attempts,
+        response=data,
+    )
+
+
+def _tool_call(call_id: object, name: str, arguments: object) -> ToolCall:
+    if isinstance(arguments, dict):   # some servers send the object itself
+        return ToolCall(str(call_id) if call_id else None, name, arguments, json.dumps(arguments, ensure_ascii=False))
+    raw = arguments if isinstance(arguments, str) else ""
+    try:
+        parsed = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError as exc:
+        return ToolCall(str(call_id) if call_id else None, name, None, raw,
+                        f"arguments are not valid JSON ({exc.msg} at char {exc.pos})")
+    if not isinstance(parsed, dict):
+        return ToolCall(str(call_id) if call_id else None, name, None, raw,
+                        f"arguments must be a JSON object, got {type(parsed).__name__}")
+    return ToolCall(str(call_id) if call_id else None, name, parsed, raw)
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

@@ -1,0 +1,59 @@
+"""``acp memory stats``: entries by type, sizes on disk, the index, session budgets used, requests, and what
+extraction has cost so far.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from acpmem.core.layout import SESSIONS_DIR
+from acpmem.vault.retrieval import read_ledger
+from acpmem.write import costs, requests
+
+
+def _tree_bytes(path: Path) -> int:
+    total = 0
+    for p in path.rglob("*") if path.exists() else ():
+        try:
+            if p.is_file() and not p.is_symlink():
+                total += p.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def stats(vault) -> dict:
+    """``acp memory stats``: entries by type, sizes on disk, index size, session budgets used, requests, costs."""
+    loaded = vault.load(with_reads=False, light=True)
+    by_type: dict[str, int] = {t: 0 for t in vault.settings.types}
+    for e in loaded.live():
+        by_type[e.type] = by_type.get(e.type, 0) + 1
+    state = vault.state_dir
+    index_bytes = sum(p.stat().st_size for p in state.glob("*.sqlite*") if p.is_file()) if state.exists() else 0
+    sessions_dir = state / SESSIONS_DIR
+    budgets, n_sessions, s_bytes = [], 0, 0
+    for d in sorted(sessions_dir.iterdir()) if sessions_dir.is_dir() else ():
+        if not d.is_dir():
+            continue
+        n_sessions += 1
+        size = _tree_bytes(d)
+        s_bytes += size
+        used = read_ledger(d)["used_bytes"]   # bytes surfaced so far in this session
+        if used:
+            budgets.append({"session": d.name, "used_bytes": used,
+                            "budget_bytes": vault.settings.surface.session_budget_bytes})
+    reqs, broken = requests.list_requests(state)
+    done = requests.read_done(state)
+    return {
+        "entries": {"live": len(loaded.live()), "superseded": len(loaded.entries) - len(loaded.live()),
+                    "invalid": len(loaded.problems), "by_type": by_type},
+        "disk": {"entries_bytes": _tree_bytes(vault.entries_dir), "git_bytes": _tree_bytes(vault.root / ".git"),
+                 "state_bytes": _tree_bytes(state), "index_bytes": index_bytes},
+        "sessions": {"count": n_sessions, "bytes": s_bytes, "budgets": budgets},
+        "requests": {"pending": sum(r.status == "pending" for r in reqs),
+                     "failed": sum(r.status == "failed" for r in reqs), "broken": broken,
+                     "done": len(done), "nothing_written": sum(d.get("status") == "nothing" for d in done),
+                     "items": [{"id": r.id, "status": r.status, "attempts": r.attempts, "created": r.created,
+                                "next_attempt": r.next_attempt, "note": r.note,
+                                "last_error": (r.last_error or {}).get("message")} for r in reqs]},
+        "costs": costs.summarize(costs.read(state)),
+    }

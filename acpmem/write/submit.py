@@ -1,0 +1,70 @@
+"""``submit``: the library call behind ``acp memory commit``, the MCP server and the hooks. It records a
+``memory_commit`` durably (``acpmem.write.requests``) and has it extracted — by the vault's background worker
+(``acpmem.write.worker``, started if none runs; the call returns at once) or inline with ``wait``.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from acpmem.core.clock import utc_iso
+from acpmem.core.errors import AcpmemError
+from acpmem.core.values import Value
+from acpmem.write import requests
+
+
+class Ack(Value):
+    """What ``submit`` returns: the request id, the acknowledgement text for the model, the request file, how the
+    extraction runs (``started`` a new worker, ``running`` one was already at work, ``deferred`` none could be
+    started — the request waits for the next worker or ``extract --pending`` —, ``inline`` with ``wait``), and
+    with ``wait`` the outcome (``acpmem.write.fork.Outcome``)."""
+
+    request_id: str
+    text: str
+    path: str
+    worker: str
+    outcome: Any = None
+
+    def to_json(self) -> dict:
+        d = {"request": self.request_id, "text": self.text, "path": self.path, "worker": self.worker}
+        if self.outcome is not None:
+            d["outcome"] = self.outcome.to_json()
+        return d
+
+
+def submit(vault, *, type: str, note: str, importance: int, session: str, seq: int,
+           transcript: str | os.PathLike | None = None, wait: bool = False,
+           host_tools: str | os.PathLike | None = None, extractor: str | None = None) -> Ack:
+    """Record a ``memory_commit`` durably and have it extracted: in a detached background worker (the default; returns
+    at once) or inline with ``wait``. ``vault`` is a ``VaultReader`` (a ``Vault`` with ``wait``). Never takes memory content: only the intent (type, note,
+    importance) and where the conversation is (session, seq, transcript). Raises ``EntryInvalid``/``UsageError`` for
+    bad arguments, before anything is written."""
+    settings = vault.settings
+    vault.ensure_state()
+    for _ in range(20):
+        rid = requests.new_request_id(vault.rng)
+        req = requests.make_request(types=settings.types, type=type, note=note, importance=importance,
+                                    session=session, seq=seq, transcript=transcript, host_tools=host_tools,
+                                    lang=settings.language,
+                                    created=utc_iso(vault.clock()), request_id=rid)
+        try:
+            path = requests.save_request(vault.state_dir, req, new=True)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - 20 collisions of 40 random bits
+        raise AcpmemError("could not pick a free request id", "retry")
+    if wait:
+        from acpmem.write.worker import process_now
+
+        outcomes = process_now(vault, [req.id], extractor=extractor)
+        return Ack(req.id, req.ack, str(path), "inline", outcomes[0] if outcomes else None)
+    try:
+        from acpmem.write.worker import start_worker
+
+        state = "started" if start_worker(vault.root, vault.state_dir) else "running"
+    except OSError as exc:
+        # The request is durable: the next commit's worker or `acp memory extract --pending` takes it.
+        vault.warnings.append(f"could not start the background worker ({exc}); the request stays pending")
+        state = "deferred"
+    return Ack(req.id, req.ack, str(path), state)

@@ -1,0 +1,452 @@
+"""Reading host transcripts, and turning them into the OpenAI chat messages the fork sends.
+
+Owns four input shapes — OpenAI chat JSON (a list or ``{"messages": [...]}``), Anthropic Messages JSON (content blocks and a
+top-level ``system``), JSONL with one message per line (either dialect), and Claude Code session JSONL (one event per line,
+the message nested under ``"message"``, events chained by ``uuid``/``parentUuid``) — and one output shape: OpenAI chat
+messages. Pure functions over text; the only I/O is reading the one file named by the caller.
+
+Seq: a message's ``seq`` is the host's event index when the host wrote one (a ``seq`` key on the message), else its
+position: the index in the message list for JSON and plain JSONL, the 0-based line number for Claude Code (every line is an
+event there, so line numbers stay stable while the file grows).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from acpmem.core.errors import TranscriptError
+from acpmem.core.values import Value
+
+FORMATS = ("auto", "openai", "anthropic", "jsonl", "claude-code")
+MAX_BYTES = 256 * 1024 * 1024
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Keys the host adds for its own bookkeeping; the model never saw them, so they are not sent.
+_BOOKKEEPING = ("seq",)
+_ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "document",
+                               "server_tool_use", "web_search_tool_result"})
+
+
+class Message(Value):
+    """One conversation message: its seq, role, content as the host wrote it, and the whole original record."""
+
+    seq: int
+    role: str
+    content: str | list | None
+    raw: dict
+
+
+class Transcript(Value):
+    """A conversation in the order the model saw it.
+
+    ``format`` is the message dialect: ``openai``, ``anthropic`` or ``claude-code``; ``container`` is ``json`` or ``jsonl``;
+    ``system`` is the Anthropic top-level system prompt (OpenAI keeps it as a message).
+    """
+
+    messages: tuple[Message, ...]
+    format: str
+    container: str = "json"
+    system: str | list | None = None
+    source: str = "<text>"
+    # Claude Code only: every message event in file order, so upto() can follow the branch that was live at that seq.
+    events: tuple[Message, ...] = ()
+    links: dict | None = None  # uuid -> parentUuid over all events
+    _hidden = ("events", "links")   # left out of comparison and repr
+
+    def upto(self, seq: int) -> "Transcript":
+        """The prefix the fork sees: every message up to and including ``seq``."""
+        if self.format == "claude-code" and self.events:
+            msgs = _active_branch(tuple(m for m in self.events if m.seq <= seq), self.links)
+        else:
+            msgs = tuple(m for m in self.messages if m.seq <= seq)
+        return Transcript(msgs, self.format, self.container, self.system, self.source, self.events, self.links)
+
+    @property
+    def last_seq(self) -> int | None:
+        return self.messages[-1].seq if self.messages else None
+
+    def text(self, message: Message) -> str:
+        """The readable text of one message (text blocks, tool calls and results flattened), for search and display."""
+        return _plain_text(message.content, message.raw)
+
+
+def read_transcript(path_or_text: str | Path, format: str = "auto") -> Transcript:
+    """Read a transcript from a file path (``Path`` or an existing path string) or from the text itself.
+
+    ``format`` is ``auto`` (detect), ``openai``, ``anthropic``, ``jsonl`` (one message per line, dialect detected) or
+    ``claude-code``. Raises ``TranscriptError`` naming the file and line.
+    """
+    if format not in FORMATS:
+        raise TranscriptError(f"Unknown transcript format '{format}'", f"use one of: {', '.join(FORMATS)}")
+    text, source = _load(path_or_text)
+    stripped = text.strip()
+    if not stripped:
+        raise TranscriptError(f"{source}: transcript is empty", "pass the file the host wrote for this session")
+
+    if format in ("auto", "openai", "anthropic") and stripped[0] in "[{":
+        try:
+            doc = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            if format != "auto" or stripped[0] == "[" or "\n" not in stripped:
+                raise TranscriptError(f"{source}:{exc.lineno}: not valid JSON ({exc.msg})",
+                                      "check the file is complete, or pass --format jsonl for one message per line") from None
+            doc = None  # several lines of JSON objects: JSONL
+        if isinstance(doc, list) or (isinstance(doc, dict) and "messages" in doc):
+            return _from_chat_doc(doc, format, source)
+        if doc is not None and format != "auto":
+            raise TranscriptError(f"{source}: expected a list of messages or an object with \"messages\"",
+                                  "pass the conversation as OpenAI or Anthropic chat JSON")
+    if format in ("openai", "anthropic"):
+        raise TranscriptError(f"{source}: expected a JSON list of messages or an object with \"messages\"",
+                              "pass --format jsonl or claude-code for line-per-record files")
+    return _from_jsonl(text, format, source)
+
+
+def openai_messages(transcript: Transcript) -> list[dict]:
+    """The conversation as OpenAI chat messages.
+
+    OpenAI input is returned unchanged (same dicts' content, same order, minus the host's ``seq`` bookkeeping key), so the
+    fork's request repeats the main conversation byte for byte and the provider's prefix cache hits. Anthropic and Claude
+    Code input is converted faithfully: system → system message, text blocks → text, ``tool_use`` → ``tool_calls``,
+    ``tool_result`` → ``tool`` messages placed right after the call, images kept, thinking blocks dropped (the provider
+    does not accept them back).
+    """
+    if transcript.format == "openai":
+        return [_strip_bookkeeping(m.raw) for m in transcript.messages]
+    out: list[dict] = []
+    if transcript.system:
+        out.append({"role": "system", "content": _text_of_blocks(transcript.system)})
+    merged_id = None
+    for m in transcript.messages:
+        converted = _anthropic_to_openai(m.role, m.content)
+        # Claude Code writes one line per content block of a streamed reply, all with the same message id: one reply.
+        msg_id = (m.raw.get("message") or {}).get("id") if transcript.format == "claude-code" else None
+        if (msg_id and msg_id == merged_id and m.role == "assistant" and out and out[-1]["role"] == "assistant"
+                and len(converted) == 1):
+            _merge_assistant(out[-1], converted[0])
+            continue
+        merged_id = msg_id if m.role == "assistant" else None
+        out.extend(converted)
+    return out
+
+
+def close_tool_calls(messages: list[dict], result_text: str) -> list[dict]:
+    """Answer tool calls left open at the end of a prefix (the ``memory_commit`` call itself, typically).
+
+    A chat request must not end with unanswered ``tool_calls``; the appended ``tool`` messages come after the unchanged
+    prefix, so the cache still hits. Returns a new list; ``messages`` is not changed.
+    """
+    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+    out = list(messages)
+    for m in reversed(messages):
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            for call in m["tool_calls"]:
+                if call.get("id") not in answered:
+                    out.append({"role": "tool", "tool_call_id": call.get("id"), "content": result_text})
+            break
+        if m.get("role") not in ("tool",):
+            break
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------- loading
+
+def _load(path_or_text: str | Path) -> tuple[str, str]:
+    if isinstance(path_or_text, Path) or (isinstance(path_or_text, str) and _looks_like_path(path_or_text)):
+        path = Path(path_or_text)
+        try:
+            size = path.stat().st_size
+            if size > MAX_BYTES:
+                raise TranscriptError(f"{path}: transcript is {size} bytes, over the {MAX_BYTES} byte limit",
+                                      "pass a smaller transcript or the prefix up to the commit")
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise TranscriptError(f"{path}: no such transcript file", "check the path the host passed") from None
+        except IsADirectoryError:
+            raise TranscriptError(f"{path}: is a directory, not a transcript", "pass the transcript file") from None
+        except PermissionError:
+            raise TranscriptError(f"{path}: cannot read the transcript (permission denied)",
+                                  "check the file's permissions") from None
+        try:
+            return data.decode("utf-8-sig"), str(path)
+        except UnicodeDecodeError as exc:
+            line = data[:exc.start].count(b"\n") + 1
+            raise TranscriptError(f"{path}:{line}: not UTF-8 text", "save the transcript as UTF-8") from None
+    if not isinstance(path_or_text, str):
+        raise TranscriptError(f"Cannot read a transcript from {type(path_or_text).__name__}", "pass a path or the text")
+    return path_or_text, "<text>"
+
+
+def _looks_like_path(s: str) -> bool:
+    if "\n" in s or s.lstrip()[:1] in ("[", "{") or len(s) > 4096:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------------------- JSON chats
+
+def _from_chat_doc(doc: list | dict, format: str, source: str) -> Transcript:
+    system = None
+    if isinstance(doc, dict):
+        items = doc.get("messages")
+        system = doc.get("system")
+        if not isinstance(items, list):
+            raise TranscriptError(f"{source}: \"messages\" is not a list", "pass a list of message objects")
+    else:
+        items = doc
+    records = []
+    for i, item in enumerate(items):
+        _check_message(item, f"{source}: message {i}")
+        records.append((i, item))
+    dialect = format if format in ("openai", "anthropic") else _dialect([r for _, r in records], system)
+    if system is not None and dialect == "openai":
+        raise TranscriptError(f"{source}: a top-level \"system\" belongs to Anthropic Messages, not OpenAI chat",
+                              "pass --format anthropic, or move the system prompt into a system message")
+    if system is not None and not isinstance(system, (str, list)):
+        raise TranscriptError(f"{source}: \"system\" must be text or a list of text blocks", "fix the transcript")
+    messages = tuple(Message(_seq(r, i, f"{source}: message {i}"), r["role"], r.get("content"), r) for i, r in records)
+    _check_seqs(messages, source)
+    return Transcript(messages, dialect, "json", system, source)
+
+
+def _check_message(item: object, where: str) -> None:
+    if not isinstance(item, dict):
+        raise TranscriptError(f"{where}: expected a message object, got {type(item).__name__}",
+                              "each message needs a role and content")
+    role = item.get("role")
+    if not isinstance(role, str) or role not in _ROLES:
+        raise TranscriptError(f"{where}: missing or unknown role {role!r}",
+                              "roles are system, developer, user, assistant or tool")
+    content = item.get("content")
+    if content is not None and not isinstance(content, (str, list)):
+        raise TranscriptError(f"{where}: content must be text or a list of blocks", "fix the message's content")
+    if isinstance(content, list) and not all(isinstance(b, (dict, str)) for b in content):
+        raise TranscriptError(f"{where}: content blocks must be objects", "fix the message's content")
+
+
+def _seq(record: dict, position: int, where: str) -> int:
+    if "seq" not in record:
+        return position
+    seq = record["seq"]
+    if isinstance(seq, bool) or not isinstance(seq, int):
+        raise TranscriptError(f"{where}: seq must be an integer, got {seq!r}", "fix the host's event index")
+    return seq
+
+
+def _check_seqs(messages: tuple[Message, ...], source: str) -> None:
+    for a, b in zip(messages, messages[1:]):
+        if b.seq <= a.seq:
+            raise TranscriptError(f"{source}: seq {b.seq} does not follow seq {a.seq}",
+                                  "seqs must increase through the transcript")
+
+
+def _dialect(records: list[dict], system: object) -> str:
+    if system is not None:
+        return "anthropic"
+    for r in records:
+        if r.get("role") in ("system", "developer", "tool", "function") or "tool_calls" in r or "tool_call_id" in r:
+            return "openai"
+        content = r.get("content")
+        if isinstance(content, list):
+            for b in content:
+                if isinstance(b, dict):
+                    kind = b.get("type")
+                    if kind in _ANTHROPIC_BLOCKS or (kind == "image" and "source" in b):
+                        return "anthropic"
+                    if kind in ("image_url", "input_audio", "refusal", "file"):
+                        return "openai"
+    return "openai"  # plain text messages are the same in both dialects: sending them unchanged is right
+
+
+# ------------------------------------------------------------------------------------------------------------ JSONL
+
+def _from_jsonl(text: str, format: str, source: str) -> Transcript:
+    rows: list[tuple[int, dict]] = []
+    for n, line in enumerate(text.splitlines()):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TranscriptError(f"{source}:{n + 1}: not valid JSON ({exc.msg})",
+                                  "each line must be one JSON object; a half-written last line means the host is still writing") from None
+        if not isinstance(obj, dict):
+            raise TranscriptError(f"{source}:{n + 1}: expected a JSON object, got {type(obj).__name__}",
+                                  "each line must be one message or event object")
+        rows.append((n, obj))
+    if not rows:
+        raise TranscriptError(f"{source}: transcript has no records", "pass the file the host wrote for this session")
+    is_cc = any("role" not in o and isinstance(o.get("type"), str) and ("message" in o or "uuid" in o or
+                                                                         o.get("type") == "summary") for _, o in rows)
+    if format == "claude-code" or (format == "auto" and is_cc):
+        return _from_claude_code(rows, source)
+    if is_cc:
+        raise TranscriptError(f"{source}: this looks like a Claude Code session, not one message per line",
+                              "pass --format claude-code")
+    for n, o in rows:
+        _check_message(o, f"{source}:{n + 1}")
+    messages = tuple(Message(_seq(o, i, f"{source}:{n + 1}"), o["role"], o.get("content"), o)
+                     for i, (n, o) in enumerate(rows))
+    _check_seqs(messages, source)
+    return Transcript(messages, _dialect([o for _, o in rows], None), "jsonl", None, source)
+
+
+def _from_claude_code(rows: list[tuple[int, dict]], source: str) -> Transcript:
+    events, links = [], {}
+    for n, o in rows:
+        kind = o.get("type")
+        if isinstance(o.get("uuid"), str):
+            parent = o.get("parentUuid")
+            links[o["uuid"]] = parent if isinstance(parent, str) else None
+        if kind not in ("user", "assistant"):
+            continue  # summary, system, file-history-snapshot, attachment…: bookkeeping the model never saw
+        if o.get("isSidechain") or o.get("isApiErrorMessage"):
+            continue  # a sub-agent's conversation, or an error Claude Code showed but never sent to the model
+        msg = o.get("message")
+        if not isinstance(msg, dict):
+            raise TranscriptError(f"{source}:{n + 1}: {kind} event has no \"message\" object",
+                                  "pass an unmodified Claude Code session file")
+        role = msg.get("role", kind)
+        if role not in ("user", "assistant"):
+            raise TranscriptError(f"{source}:{n + 1}: unknown role {role!r}", "pass an unmodified Claude Code session file")
+        content = msg.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise TranscriptError(f"{source}:{n + 1}: content must be text or a list of blocks",
+                                  "pass an unmodified Claude Code session file")
+        events.append(Message(n, role, content, o))
+    if not events:
+        raise TranscriptError(f"{source}: no user or assistant events in this Claude Code session",
+                              "pass the session's .jsonl file")
+    events_t = tuple(events)
+    return Transcript(_active_branch(events_t, links), "claude-code", "jsonl", None, source, events_t, links)
+
+
+def _active_branch(events: tuple[Message, ...], links: dict | None) -> tuple[Message, ...]:
+    """The messages on the chain that ends at the last event, following parentUuid through every event (system lines
+    included); a null or unknown parent ends the chain (session start, or a compaction boundary: what the model saw).
+    File order when the events carry no uuids."""
+    if not events:
+        return ()
+    if not links or any(not m.raw.get("uuid") for m in events):
+        return events
+    by_uuid = {m.raw["uuid"]: m for m in events}
+    chain = []
+    node, seen = events[-1].raw["uuid"], set()
+    while node is not None and node in links and node not in seen:
+        seen.add(node)
+        if node in by_uuid:
+            chain.append(by_uuid[node])
+        node = links[node]
+    chain.reverse()
+    return tuple(chain)
+
+
+# ------------------------------------------------------------------------------------------------------- conversion
+
+def _strip_bookkeeping(raw: dict) -> dict:
+    if not any(k in raw for k in _BOOKKEEPING):
+        return raw
+    return {k: v for k, v in raw.items() if k not in _BOOKKEEPING}
+
+
+def _anthropic_to_openai(role: str, content: str | list | None) -> list[dict]:
+    if content is None or isinstance(content, str):
+        return [{"role": role, "content": content if content is not None else ""}]
+    if role == "assistant":
+        texts, calls = [], []
+        for b in content:
+            if isinstance(b, str):
+                texts.append(b)
+            elif b.get("type") == "text":
+                texts.append(b.get("text", ""))
+            elif b.get("type") in ("tool_use", "server_tool_use"):
+                calls.append({"id": b.get("id"), "type": "function",
+                              "function": {"name": b.get("name"),
+                                           "arguments": json.dumps(b.get("input", {}), ensure_ascii=False)}})
+        msg: dict = {"role": "assistant", "content": "\n\n".join(texts) if texts else None}
+        if calls:
+            msg["tool_calls"] = calls
+        elif msg["content"] is None:
+            msg["content"] = ""
+        return [msg]
+    tools, parts = [], []
+    for b in content:
+        if isinstance(b, str):
+            parts.append({"type": "text", "text": b})
+        elif b.get("type") == "tool_result":
+            body = b.get("content")
+            text = body if isinstance(body, str) else _text_of_blocks(body or [])
+            if b.get("is_error"):
+                text = f"[error] {text}"
+            tools.append({"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": text})
+        elif b.get("type") == "text":
+            parts.append({"type": "text", "text": b.get("text", "")})
+        elif b.get("type") == "image":
+            url = _image_url(b)
+            parts.append({"type": "image_url", "image_url": {"url": url}} if url else {"type": "text", "text": "[image]"})
+        elif b.get("type") == "document":
+            parts.append({"type": "text", "text": _text_of_blocks([b])})
+    out = tools
+    if parts:
+        if all(p["type"] == "text" for p in parts) and len(parts) == 1:
+            out.append({"role": role, "content": parts[0]["text"]})
+        else:
+            out.append({"role": role, "content": parts})
+    return out
+
+
+def _merge_assistant(into: dict, more: dict) -> None:
+    if more.get("content"):
+        into["content"] = f"{into['content']}\n\n{more['content']}" if into.get("content") else more["content"]
+    if more.get("tool_calls"):
+        into.setdefault("tool_calls", []).extend(more["tool_calls"])
+        if into.get("content") == "":
+            into["content"] = None
+
+
+def _image_url(block: dict) -> str | None:
+    src = block.get("source") or {}
+    if src.get("type") == "base64" and src.get("data"):
+        return f"data:{src.get('media_type', 'image/png')};base64,{src['data']}"
+    if src.get("type") == "url":
+        return src.get("url")
+    return None
+
+
+def _text_of_blocks(blocks: str | list) -> str:
+    if isinstance(blocks, str):
+        return blocks
+    out = []
+    for b in blocks:
+        if isinstance(b, str):
+            out.append(b)
+        elif b.get("type") == "text":
+            out.append(b.get("text", ""))
+        elif b.get("type") == "image":
+            out.append("[image]")
+        elif b.get("type") == "document":
+            src = b.get("source") or {}
+            out.append(src.get("data", "") if src.get("type") == "text" else "[document]")
+    return "\n".join(out)
+
+
+def _plain_text(content: str | list | None, raw: dict) -> str:
+    if content is None:
+        parts = []
+    elif isinstance(content, str):
+        parts = [content]
+    else:
+        parts = []
+        for b in content:
+            if isinstance(b, str):
+                parts.append(b)
+            elif b.get("type") in ("text", "input_text", "output_text"):
+                parts.append(b.get("text", ""))
+            elif b.get("type") == "tool_use":
+                parts.append(f"{b.get('name')}({json.dumps(b.get('input', {}), ensure_ascii=False)})")
+            elif b.get("type") == "tool_result":
+                body = b.get("content")
+                parts.append(body if isinstance(body, str) else _text_of_blocks(body or []))
+    for call in raw.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        parts.append(f"{fn.get('name')}({fn.get('arguments', '')})")
+    return "\n".join(p for p in parts if p)

@@ -1,0 +1,146 @@
+"""The background worker: one detached process per vault drains the pending requests, then exits.
+
+The worker lock (``acpmem.infra.locks`` on ``.acpmem/locks/worker.flock``) says whoever holds it is the only process
+extracting in that vault. ``submit`` writes its request first and only then tries the lock: when it wins, it hands
+the locked descriptor to the worker it starts (``acpmem.infra.detach``), so two commits at once start one worker.
+The worker drains what is due, releases the lock, looks again, and only exits when the queue is empty after the
+release: a request written while it was deciding to exit is either seen by that last look or finds the lock free
+and starts a new worker.
+
+Exactly once: a request is removed only after its commit exists, and before applying anything the history is
+searched for the request's ``Acpmem-Request`` trailer (``acpmem.write.fork.process_request``).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from acpmem.core.clock import parse_iso, utc_iso
+from acpmem.core.layout import LOCKS_DIR
+from acpmem.infra import locks
+from acpmem.write import requests
+
+WORKER_LOCK = "worker.flock"          # not *.lock: lock files that stay are not leftovers
+WORKER_LOG = "worker.log"
+WORKER_IDLE_WAIT_S = 20.0             # the worker waits for a request due this soon; later ones wait for the next start
+MAX_LOG_BYTES = 1_000_000
+
+
+def lock_path(state_dir: Path) -> Path:
+    return Path(state_dir) / LOCKS_DIR / WORKER_LOCK
+
+
+def try_worker_lock(state_dir: Path) -> int | None:
+    """The worker lock's descriptor if it was free (now held), else None."""
+    return locks.try_lock(lock_path(state_dir))
+
+
+def start_worker(root: Path, state_dir: Path) -> bool:
+    """Start a detached worker (``acpmem.infra.detach``) unless one holds the lock. True when this call started it."""
+    from acpmem.infra.detach import reap, spawn
+
+    reap()
+    fd = try_worker_lock(state_dir)
+    if fd is None:
+        return False
+    spawn(fd, f"from acpmem.write.worker import worker_main; worker_main({str(root)!r}, {{fd}})",
+          Path(state_dir) / WORKER_LOG, MAX_LOG_BYTES)
+    return True
+
+
+def process_now(vault, ids: list[str], *, extractor: str | None = None, env=None,
+                progress: Callable[[str, str], None] | None = None,
+                after_each: Callable[[], None] | None = None, lock_timeout: float = 300.0) -> list:
+    """Extract the named requests in this process (``commit --wait``, ``extract``), holding the worker lock so no
+    worker works on them at the same time; runs them even when they wait for their backoff or failed for good.
+    Returns their ``fork.Outcome`` values."""
+    from acpmem.write.fork import process_request
+
+    outcomes = []
+    with locks.held(lock_path(vault.state_dir), lock_timeout,
+                    what="the extraction worker of this vault has been busy",
+                    hint="retry later; `acp memory stats` lists the pending requests"):
+        for rid in ids:
+            outcomes.append(process_request(vault, rid, extractor=extractor, explicit=True, env=env,
+                                            progress=progress))
+            if after_each:
+                after_each()
+    _hand_over(vault)
+    return outcomes
+
+
+def _hand_over(vault) -> None:
+    """After holding the worker lock without being the worker: a request submitted meanwhile found the lock taken
+    and was told a worker runs, so start one if anything is due (the worker itself looks again the same way when it
+    releases the lock)."""
+    now = utc_iso(vault.clock())
+    try:
+        if any(r.due(now) for r in requests.list_requests(vault.state_dir)[0]):
+            start_worker(vault.root, vault.state_dir)
+    except OSError as exc:
+        vault.warnings.append(f"could not start the background worker ({exc}); pending requests stay pending")
+
+
+def worker_main(root: str, lock_fd: int | None = None) -> None:
+    """The detached worker: drain the due requests, then exit (one worker per vault, none left behind)."""
+    from acpmem.vault.writer import Vault
+
+    with contextlib.suppress(OSError):
+        os.chdir(root)   # never keep the caller's folder busy
+    vault = Vault(Path(root))
+    try:
+        run_worker(vault, lock_fd)
+    finally:
+        vault.close()
+
+
+def _log(msg: str) -> None:
+    sys.stderr.write(f"{utc_iso(datetime.now(timezone.utc))} [{os.getpid()}] {msg}\n")
+    sys.stderr.flush()
+
+
+def run_worker(vault, lock_fd: int | None = None, *, idle_wait: float = WORKER_IDLE_WAIT_S,
+               sleep: Callable[[float], None] = time.sleep, log: Callable[[str], None] = _log) -> int:
+    """Drain the queue while holding the worker lock; returns how many requests were processed. ``lock_fd`` is the
+    descriptor handed over by ``start_worker`` (already locked); without it the lock is taken here or not at all."""
+    from acpmem.write.fork import process_request
+
+    fd = lock_fd if lock_fd is not None else try_worker_lock(vault.state_dir)
+    if fd is None:
+        return 0
+    done = 0
+    idle_since = time.monotonic()
+    requests.prune_temp_files(vault.state_dir)
+    try:
+        while True:
+            now = utc_iso(vault.clock())
+            reqs, _ = requests.list_requests(vault.state_dir)
+            due = [r for r in reqs if r.due(now)]
+            if due:
+                log(process_request(vault, due[0].id).summary())
+                done += 1
+                idle_since = time.monotonic()
+                continue
+            waiting = [r for r in reqs if r.status == "pending" and r.next_attempt]
+            soon = [r for r in waiting if (parse_iso(r.next_attempt) - vault.clock()).total_seconds() <= idle_wait]
+            if soon and time.monotonic() - idle_since < idle_wait:
+                sleep(0.25)
+                continue
+            # Release, then look once more: a request written just before the release is seen here, one written
+            # after it finds the lock free and starts its own worker.
+            os.close(fd)
+            fd = None
+            now = utc_iso(vault.clock())
+            if not any(r.due(now) for r in requests.list_requests(vault.state_dir)[0]):
+                return done
+            fd = try_worker_lock(vault.state_dir)
+            if fd is None:
+                return done
+    finally:
+        if fd is not None:
+            os.close(fd)
