@@ -90,18 +90,21 @@ class _MemoryStore:
 
 
 def _build(path: Path) -> None:
+    """Build the database in memory and write it whole (readers only ever see a complete file)."""
+    from acpmem.infra.files import atomic_write
+
     en_zh, zh_en = load()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    con = sqlite3.connect(tmp)
+    con = sqlite3.connect(":memory:")
     try:
         con.execute("CREATE TABLE en_zh (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID")
         con.execute("CREATE TABLE zh_en (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID")
         con.executemany("INSERT INTO en_zh VALUES (?, ?)", en_zh.items())
         con.executemany("INSERT INTO zh_en VALUES (?, ?)", zh_en.items())
         con.commit()
+        data = con.serialize()
     finally:
         con.close()
-    os.replace(tmp, path)  # readers only ever see a complete file
+    atomic_write(path, data, durable=False)
 
 
 @functools.lru_cache(maxsize=1)

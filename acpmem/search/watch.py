@@ -147,7 +147,7 @@ def open_fresh(state_dir: Path, root: Path, settings: Settings | None = None):
 # --------------------------------------------------------------------------------------------- starting
 
 def _lock_path(state_dir: Path) -> Path:
-    return Path(state_dir) / "locks" / LOCK
+    return Path(state_dir) / layout.LOCKS_DIR / LOCK
 
 
 def running_pid(state_dir: Path) -> int | None:

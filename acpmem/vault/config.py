@@ -6,12 +6,12 @@ The parsed settings are cached as JSON under ``.acpmem/`` keyed by the file's st
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from acpmem.core.errors import SettingsError
 from acpmem.core.layout import SETTINGS_FILE
 from acpmem.core.settings import Settings, settings_from_json, settings_from_mapping
+from acpmem.infra.files import atomic_write
 
 
 def load_settings(root: Path, state_dir: Path | None = None) -> Settings:
@@ -38,10 +38,8 @@ def load_settings(root: Path, state_dir: Path | None = None) -> Settings:
         raise SettingsError(f"{path}: not valid TOML: {exc}", "fix the file; the template has every setting") from None
     s = settings_from_mapping(data, str(path))
     if cache is not None and cache.parent.is_dir():
-        tmp = cache.with_name(f".settings.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps({"sig": sig, "settings": s.to_json()}), "utf-8")
-            os.replace(tmp, cache)
-        except OSError:  # the cache is an optimisation: a full disk must not fail the read
-            tmp.unlink(missing_ok=True)
+        try:   # regenerated when lost: atomic, not durable
+            atomic_write(cache, json.dumps({"sig": sig, "settings": s.to_json()}), durable=False)
+        except OSError:  # the cache is an optimisation: a full disk or a read-only vault must not fail the read
+            pass
     return s

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from acpmem.core.entryfile import parse_entry_bytes
 from acpmem.core.errors import EntryInvalid, GitStateError, SyncConflict
+from acpmem.core.layout import ENTRIES_DIR
 from acpmem.core.values import Value
 from acpmem.vault.gitrun import git
 from acpmem.vault.writer import KIND_READS, KIND_SYNC, Vault
@@ -235,7 +236,7 @@ def _finish_merge(vault: Vault, upstream: str) -> str:
         raise _conflict(vault, upstream, still)
     for rel in pending:
         p = root / rel
-        if p.exists() and rel.startswith("entries/") and rel.endswith(".md"):
+        if p.exists() and rel.startswith(ENTRIES_DIR + "/") and rel.endswith(".md"):
             try:
                 parse_entry_bytes(p.read_bytes(), rel, vault.settings.types)
             except EntryInvalid as exc:

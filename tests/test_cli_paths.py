@@ -1,0 +1,228 @@
+"""The command line is defined once: for generated argument lists — valid and invalid, of every shape — the fast path
+and typer print the same bytes on stdout and stderr and exit with the same code.
+
+Both paths run in this process through ``acpmem.cli.main.main`` (what the console scripts call), with
+``ACPMEM_NO_FASTPATH`` deciding which one answers. Request ids and times, which differ from one call to the next by
+design, are normalised before comparing; nothing else is.
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from acpmem.cli.main import main
+from acpmem.write import worker
+
+CHAT = str(Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json")
+EXAMPLES = 150
+
+_ID = re.compile(r"r-[a-z2-9]{8}")
+_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
+
+
+@contextmanager
+def _captured(stdin: bytes):
+    old = sys.stdin, sys.stdout, sys.stderr
+    out, err = io.StringIO(), io.StringIO()
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+    sys.stdout, sys.stderr = out, err
+    try:
+        yield out, err
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = old
+
+
+def run(argv: list[str], prog: str, *, fast: bool, stdin: bytes = b"") -> tuple[int, str, str, list]:
+    """(exit code, stdout, stderr, the per-turn functions called with their arguments) of one command line."""
+    from acpmem.cli import hot
+
+    calls: list = []
+    real = dict(hot.IMPLS)
+
+    def recorder(name):
+        def record(**kw):
+            calls.append((name, kw))
+            return real[name](**kw)
+        return record
+
+    env = os.environ
+    saved = env.get("ACPMEM_NO_FASTPATH")
+    if fast:
+        env.pop("ACPMEM_NO_FASTPATH", None)
+    else:
+        env["ACPMEM_NO_FASTPATH"] = "1"
+    hot.IMPLS.update({name: recorder(name) for name in real})
+    try:
+        with _captured(stdin) as (out, err):
+            code = main(list(argv), prog)
+    finally:
+        hot.IMPLS.update(real)
+        if saved is None:
+            env.pop("ACPMEM_NO_FASTPATH", None)
+        else:
+            env["ACPMEM_NO_FASTPATH"] = saved
+    norm = lambda s: _TIME.sub("TIME", _ID.sub("r-ID", s))  # noqa: E731
+    return code, norm(out.getvalue()), norm(err.getvalue()), calls
+
+
+@pytest.fixture(scope="module")
+def vault_root(tmp_path_factory):
+    """An example vault whose worker lock this module holds, so a generated ``commit`` never starts a worker."""
+    from acpmem.vault.create import init_vault
+
+    v = init_vault(tmp_path_factory.mktemp("paths") / "vault", example=True)
+    fd = worker.try_worker_lock(v.state_dir)
+    yield v.root
+    os.close(fd)
+    v.close()
+
+
+# ------------------------------------------------------------------------------------------------ generated argv
+
+INTS = st.one_of(st.integers(-3, 12).map(str), st.sampled_from(
+    ["0", "007", "+5", " 5", "5.5", "1e3", "abc", "", "99999999999999999999", "٥", "5_0", "-0", "2147483648"]))
+TEXT = st.one_of(st.sampled_from(["sqlite queue", "上传大文件", "", " ", "-x", "--json", "a=b", "x" * 300]),
+                 st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12))
+JUNK = st.sampled_from(["--bogus", "-x", "--form", "--", "-", "-h", "--help", "--json=1", "extra", "-n5", "-fjson",
+                        "--format=", "--limit=", "--all=yes", "--no-refresh", "--vault="])
+
+
+def _option(name: str, values) -> st.SearchStrategy[list[str]]:
+    """``name value``, ``name=value`` (long options), or the option with its value missing."""
+    forms = [values.map(lambda v: [name, v]), st.just([name])]
+    if name.startswith("--"):
+        forms.append(values.map(lambda v: [f"{name}={v}"]))
+    return st.one_of(*forms)
+
+
+def _args(pieces: list[st.SearchStrategy[list[str]]], max_size: int = 6) -> st.SearchStrategy[list[str]]:
+    return st.lists(st.one_of(*pieces, JUNK.map(lambda j: [j])), max_size=max_size).map(
+        lambda chunks: [a for c in chunks for a in c])
+
+
+def _with_vault(root: Path):
+    vault = st.sampled_from([str(root), str(root.parent), "/nonexistent/vault", ""])
+    return _option("--vault", vault)
+
+
+def list_args(root):
+    fmt = st.sampled_from(["table", "json", "markdown", "prompt", "PROMPT", "xml", ""])
+    return _args([_option("--format", fmt), _option("-f", fmt), st.just(["--all"]), st.just(["--json"]),
+                  st.just(["--refresh"]), st.just(["--no-refresh"]), _option("--budget", INTS),
+                  _option("--session", st.sampled_from(["s1", "s2", "", "spaced id", "会话"])), _with_vault(root)])
+
+
+def recall_args(root):
+    options = _args([_option("--limit", INTS), _option("-n", INTS), st.just(["--all"]),
+                  _option("--type", st.sampled_from(["lesson", "fact", "nope", ""])),
+                  _option("-t", st.sampled_from(["decision", "user-preference"])), st.just(["--json"]),
+                  _option("--session", st.sampled_from(["s1", "s3"])), _with_vault(root)])
+    # the query before, among or after the options; now and then a second one (a usage error)
+    return st.tuples(options, TEXT, st.integers(0, 6), st.lists(TEXT, max_size=1)).map(
+        lambda t: t[0][:t[2]] + [t[1]] + t[0][t[2]:] + t[3])
+
+
+def commit_args(root):
+    return _args([_option("--type", st.sampled_from(["lesson", "fact", "nope", ""])),
+                  _option("-t", st.sampled_from(["decision"])), _option("--note", TEXT),
+                  _option("--importance", INTS), _option("-i", INTS), _option("--seq", INTS),
+                  _option("--session", st.sampled_from(["s1", "", "x" * 600])),
+                  _option("--transcript", st.sampled_from([CHAT, "/nonexistent.json", ""])),
+                  _option("--extractor", st.sampled_from(["offline", "auto", "llm", "OFFLINE"])),
+                  st.just(["--json"]), _with_vault(root)], max_size=9)
+
+
+def _prompt_needs_a_session(argv: list[str]) -> bool:
+    """A prompt listing without a session draws a fresh jitter on every call, by design: not comparable."""
+    joined = " ".join(argv)
+    return "prompt" in joined and "--session" not in joined
+
+
+def _same(argv: list[str], prog: str = "acpmem", stdin: bytes = b"") -> None:
+    fast = run(argv, prog, fast=True, stdin=stdin)
+    full = run(argv, prog, fast=False, stdin=stdin)
+    assert fast == full, argv
+
+
+SLOW = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                            HealthCheck.too_slow])
+
+
+@SLOW
+@given(data=st.data())
+def test_list_both_paths_agree(vault_root, data):
+    argv = data.draw(list_args(vault_root))
+    if _prompt_needs_a_session(argv):
+        argv += ["--session", "gen"]
+    group = data.draw(st.sampled_from([[], ["--vault", str(vault_root)]]))
+    _same(group + ["list", *argv])
+
+
+@SLOW
+@given(data=st.data())
+def test_recall_both_paths_agree(vault_root, data):
+    _same(["recall", *data.draw(recall_args(vault_root))])
+
+
+@SLOW
+@given(data=st.data())
+def test_commit_both_paths_agree(vault_root, data):
+    argv = data.draw(commit_args(vault_root))
+    _same(["--vault", str(vault_root), "commit", *argv])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_hook_both_paths_agree(vault_root, data):
+    import json
+
+    event = data.draw(st.sampled_from([
+        {"hook_event_name": "SessionStart", "session_id": "h1", "cwd": str(vault_root.parent)},
+        {"hook_event_name": "UserPromptSubmit", "session_id": "h2", "cwd": str(vault_root.parent)},
+        {"hook_event_name": "Stop", "session_id": "h3"}, {"hook_event_name": "SessionStart"}, [], "x"]))
+    stdin = data.draw(st.sampled_from([json.dumps(event), "{oops", "", "\xff"])).encode("utf-8", "surrogateescape")
+    argv = data.draw(_args([_with_vault(vault_root)], max_size=3))
+    _same(["hook", "claude-code", *argv], stdin=stdin)
+
+
+@pytest.mark.parametrize("prog", ["acp", "acpmem"])
+def test_both_programs_and_the_group_option_agree(vault_root, prog):
+    head = ["memory"] if prog == "acp" else []
+    for argv in (["--vault", str(vault_root), "list", "--json"], ["list", "--vault", str(vault_root), "-f", "prompt",
+                                                                   "--session", "p"],
+                 ["--vault", str(vault_root), "recall", "queue", "-n", "1"], ["--vault", "/nope", "list"],
+                 ["--vault"], ["list", "--vault"], ["nope"], []):
+        _same(head + argv, prog)
+
+
+def test_usage_errors_are_one_line_with_exit_2(vault_root):
+    for argv in (["list", "--format", "xml"], ["list", "--bogus"], ["recall"], ["recall", "a", "b"],
+                 ["commit", "--importance", "abc"], ["commit", "--importance", "11"], ["commit", "--seq", "x"],
+                 ["commit", "--seq", "99999999999999999999"], ["list", "--budget", "0"], ["recall", "q", "-n", "0"],
+                 ["list", "--budget"]):
+        code, out, err, _ = run(["--vault", str(vault_root), *argv], "acpmem", fast=True)
+        assert code == 2 and out == "", (argv, out)
+        assert err.count("\n") == 1 and err.startswith("Error: ") and " — " in err, (argv, err)
+
+
+def test_commit_wait_agrees(tmp_path):
+    """``commit --wait`` extracts inline (offline here): both paths write an entry and say so the same way."""
+    from acpmem.vault.create import init_vault
+
+    outs = []
+    for fast in (True, False):
+        v = init_vault(tmp_path / f"v{fast}", example=True)
+        argv = ["--vault", str(v.root), "commit", "--type", "lesson", "--note", "re-entrant append",
+                "--importance", "6", "--session", "w", "--seq", "6", "--transcript", CHAT, "--wait",
+                "--extractor", "offline"]
+        code, out, err, _ = run(argv, "acpmem", fast=fast)
+        outs.append((code, re.sub(r"[0-9a-f]{12}", "SHA", re.sub(r"#[a-z2-9]{6}", "#ID", out)), err))
+        v.close()
+    assert outs[0] == outs[1] and outs[0][0] == 0 and "wrote 1 entry" in outs[0][1]
