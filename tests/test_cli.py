@@ -191,3 +191,72 @@ def test_recall_fast_path_prints_what_the_full_cli_prints(example_vault, cli):
     bad = cli("memory", "recall", "x", "--type", "gossip", "--vault", v)
     bad_full = cli("memory", "recall", "x", "--type", "gossip", "--vault", v, env={"ACPMEM_NO_FASTPATH": "1"})
     assert bad.returncode == bad_full.returncode != 0 and bad.stderr == bad_full.stderr
+
+
+# ------------------------------------------------------------------------------------------------ shell completion
+
+def _completion_env(home: Path, **extra: str) -> dict:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_COMPLETE")}
+    env.update(HOME=str(home), **extra)
+    return env
+
+
+def test_install_completion_for_bash_zsh_and_fish(tmp_path, cli):
+    """`acp --install-completion` writes the shell's completion script where the shell loads it (the shell is
+    named explicitly here; from a terminal typer detects it)."""
+    env = _completion_env(tmp_path, _TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1")
+    for shell, script in (("bash", ".bash_completions/acp.sh"), ("zsh", ".zfunc/_acp"),
+                          ("fish", ".config/fish/completions/acp.fish")):
+        r = cli("--install-completion", shell, env=env)
+        assert r.returncode == 0, r.stderr
+        assert "_ACP_COMPLETE" in (tmp_path / script).read_text(), shell
+    assert ".bash_completions/acp.sh" in (tmp_path / ".bashrc").read_text()
+    assert "compinit" in (tmp_path / ".zshrc").read_text()
+    r = cli("--install-completion", "bash", env=env, prog="acpmem")
+    assert r.returncode == 0 and "_ACPMEM_COMPLETE" in (tmp_path / ".bash_completions/acpmem.sh").read_text()
+
+
+def test_bash_completes_commands_options_entry_ids_and_types(example_vault, tmp_path, cli):
+    """The installed bash script, run by a real bash, completes from the vault."""
+    env = _completion_env(tmp_path, _TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1")
+    assert cli("--install-completion", "bash", env=env).returncode == 0
+    acp = Path(sys.executable).parent / "acp"
+    ids = sorted(e.id for e in example_vault.load().entries)
+
+    def complete(line: str) -> list[str]:
+        words = line.split(" ")
+        script = (f'source "$HOME/.bash_completions/acp.sh"; complete -p acp >/dev/null; '
+                  f'COMP_WORDS=({" ".join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}; '
+                  f'_acp_completion {acp}; printf "%s\\n" "${{COMPREPLY[@]}}"')
+        r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env,
+                           cwd=example_vault.root, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return [w for w in r.stdout.splitlines() if w]
+
+    assert "memory" in complete("acp mem")
+    assert {"show", "score", "surface", "sync"} <= set(complete("acp memory s"))
+    assert complete("acp memory list --fo") == ["--format"]
+    assert complete("acp memory show ") == ids
+    assert complete(f"acp memory forget {ids[0][:3]}") == [i for i in ids if i.startswith(ids[0][:3])]
+    assert complete("acp memory recall q --type ") == list(example_vault.settings.types)
+    assert complete("acp memory commit --type us") == ["user-preference"]
+
+
+def test_zsh_and_fish_completion_answer_from_the_vault(example_vault, tmp_path, cli):
+    ids = sorted(e.id for e in example_vault.load().entries)
+    zsh = cli(env=_completion_env(tmp_path, _ACP_COMPLETE="complete_zsh", _TYPER_COMPLETE_ARGS="acp memory log "),
+              cwd=example_vault.root)
+    assert zsh.returncode == 0 and all(f'"{i}"' in zsh.stdout for i in ids)
+    fish = cli(env=_completion_env(tmp_path, _ACP_COMPLETE="complete_fish", _TYPER_COMPLETE_FISH_ACTION="get-args",
+                                   _TYPER_COMPLETE_ARGS="acp memory edit "), cwd=example_vault.root)
+    assert fish.returncode == 0 and fish.stdout.split() == ids
+
+
+def test_completion_outside_a_vault_offers_the_default_types_and_no_ids(tmp_path, cli):
+    base = dict(_ACP_COMPLETE="complete_zsh")
+    ids = cli(env=_completion_env(tmp_path, **base, _TYPER_COMPLETE_ARGS="acp memory show "), cwd=tmp_path)
+    assert ids.returncode == 0 and "Error" not in ids.stdout + ids.stderr
+    types = cli(env=_completion_env(tmp_path, **base, _TYPER_COMPLETE_ARGS="acp memory commit --type "), cwd=tmp_path)
+    assert '"decision"' in types.stdout and '"reference"' in types.stdout
