@@ -3,12 +3,12 @@
 
 It shows the whole host API in one page:
 
-1. the resident index (``acpmem.resident.resident_index``, frozen for the session) goes at the top of the system prompt;
-2. the main conversation gets ``memory_commit`` and ``memory_recall`` (``acpmem.tools.tool_definitions``) — never
+1. the resident index (``acpmem.resident_index``, frozen for the session) goes at the top of the system prompt;
+2. the main conversation gets ``memory_commit`` and ``memory_recall`` (``acpmem.tool_definitions``) — never
    ``memory_write``;
-3. ``memory_commit`` → ``acpmem.submit.submit`` with the session, the seq of the call and the transcript this loop
+3. ``memory_commit`` → ``acpmem.submit`` with the session, the seq of the call and the transcript this loop
    keeps on disk (OpenAI chat JSON, rewritten atomically after every message);
-4. ``memory_recall`` → ``acpmem.retrieval.recall``, its hits framed as data for the model;
+4. ``memory_recall`` → ``acpmem.recall``, its hits framed as data for the model;
 5. the fork (one extraction call with ``memory_write`` only) runs from ``submit``: inline with ``--fork inline`` (the
    default here, so a demo ends with the entry written), or in a detached background worker with
    ``--fork background`` — what a real host does, since the worker never delays the conversation.
@@ -31,10 +31,9 @@ import secrets
 import sys
 from pathlib import Path
 
-from acpmem.vault.resident import resident_index
-from acpmem.core.errors import AcpmemError
-from acpmem.core.tools import parse_commit_args, parse_recall_args, tool_definitions
-from acpmem.vault.writer import Vault, atomic_write
+from acpmem import AcpmemError, Vault, resident_index, tool_definitions
+from acpmem.core.tools import parse_commit_args, parse_recall_args
+from acpmem.infra.files import atomic_write
 
 SYSTEM = "You are a helpful assistant working with the user on their software project. Be brief."
 
@@ -75,14 +74,15 @@ class Agent:
         try:
             args = json.loads(arguments or "{}")
             if name == "memory_commit":
-                from acpmem.write.submit import submit
+                from acpmem import submit
 
                 a = parse_commit_args(args, self.vault.settings.types)
                 ack = submit(self.vault, type=a.type, note=a.note, importance=a.importance, session=self.session,
                              seq=seq, transcript=str(self.transcript), wait=self.fork == "inline")
                 return ack.text
             if name == "memory_recall":
-                from acpmem.vault.retrieval import recall, recall_text
+                from acpmem import recall
+                from acpmem.vault.retrieval import recall_text
 
                 a = parse_recall_args(args)
                 hits = recall(self.vault, a.query, limit=a.limit, session=self.session)
