@@ -66,7 +66,7 @@ def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget
         # The frozen index of a running session (every turn): one file read, no vault machinery.
         from acpmem.core.layout import STATE_DIRNAME
         from acpmem.vault.discovery import discover
-        from acpmem.vault.resident import frozen_index
+        from acpmem.vault.snapshot import frozen_index
 
         text = frozen_index(discover(vault) / STATE_DIRNAME, session)
         if text is not None:

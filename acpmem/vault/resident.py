@@ -10,8 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from acpmem.vault.reader import VaultReader, jitter_salt, list_entries
-
-SNAPSHOT = "index.txt"
+from acpmem.vault.snapshot import SNAPSHOT
 
 
 def resident_index(vault: VaultReader, *, session: str | None = None, refresh: bool = False,
@@ -45,14 +44,4 @@ def resident_index(vault: VaultReader, *, session: str | None = None, refresh: b
     return text
 
 
-def frozen_index(state_dir, session: str) -> str | None:
-    """A session's frozen index if one was stored (one file read, nothing else imported), else None."""
-    from acpmem.vault.discovery import session_folder
-
-    try:
-        return (session_folder(state_dir, session) / SNAPSHOT).read_text("utf-8")
-    except FileNotFoundError:
-        return None
-
-
-__all__ = ["resident_index", "frozen_index"]
+__all__ = ["resident_index"]
