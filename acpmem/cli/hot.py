@@ -64,11 +64,10 @@ def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget
         fmt = "json"
     if fmt == "prompt" and session and not refresh:
         # The frozen index of a running session (every turn): one file read, no vault machinery.
-        from acpmem.core.layout import STATE_DIRNAME
-        from acpmem.vault.discovery import discover
+        from acpmem.vault.discovery import discover, state_location
         from acpmem.vault.snapshot import frozen_index
 
-        text = frozen_index(discover(vault) / STATE_DIRNAME, session)
+        text = frozen_index(state_location(discover(vault))[0], session)
         if text is not None:
             out(text)
             return 0
@@ -82,6 +81,7 @@ def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget
             out(list_output(v, fmt, include_all=all_, session=session, refresh=refresh, budget=budget))
     finally:
         v.close()
+    emit_warnings(v)
     return 0
 
 
@@ -100,6 +100,7 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
             out(recall_text(v, hits))
     finally:
         v.close()
+    emit_warnings(v)
     return 0
 
 

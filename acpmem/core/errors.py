@@ -42,6 +42,10 @@ class VaultExists(AcpmemError):
     pass
 
 
+class VaultReadOnly(AcpmemError):
+    """A write asked of a vault that cannot be written (a read-only mount, someone else's folder)."""
+
+
 class SettingsError(AcpmemError):
     pass
 

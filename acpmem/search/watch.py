@@ -118,7 +118,8 @@ def fresh(con: sqlite3.Connection, root: Path, state_dir: Path, settings: Settin
     scan (and then start a watcher if the vault is large enough). Returns what ``store.update`` did here, with
     ``via`` set to ``"watcher"`` or ``"scan"``."""
     settings = settings or Settings()
-    use = enabled(settings)
+    # a read-only vault keeps its state elsewhere (acpmem.vault.discovery.state_location): it scans, no watcher
+    use = enabled(settings) and Path(state_dir) == Path(root) / layout.STATE_DIRNAME
     if use and sync(state_dir, state_dir / catalog.DB_NAME):
         # the watcher has done the work; this is cheap when nothing is marked, and covers rows another process
         # refreshed without updating the index

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from acpmem.core import layout
 from acpmem.core.clock import now_utc
-from acpmem.core.errors import VaultExists
+from acpmem.core.errors import AcpmemError, VaultExists
 from acpmem.vault.gitrun import git
 from acpmem.vault.writer import KIND_FORK, Vault
 
@@ -29,8 +29,38 @@ def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, 
         root = base / layout.VAULT_DIRNAME
     if (root / layout.ENTRIES_DIR).is_dir() or (root / ".git").exists():
         raise VaultExists(f"a vault already exists at {root}", "use it, or pass another PATH")
+    for d in (root, *root.parents):
+        if d.exists():
+            if not d.is_dir():
+                raise VaultExists(f"{d} is a file, not a folder", "pass a folder to create the vault in")
+            break
     if root.exists() and any(root.iterdir()):
         raise VaultExists(f"{root} exists and is not empty", "pick an empty or new folder")
+    existed = root.exists()
+    try:
+        return _create(root, example=example, clock=clock, rng=rng)
+    except BaseException as exc:
+        _remove_what_we_made(root, existed)   # no half-made vault is left behind
+        if isinstance(exc, OSError):
+            raise AcpmemError(f"cannot create the vault at {root}: {exc.strerror or exc}",
+                              "pick a folder you can write (or pass PATH)") from None
+        raise
+
+
+def _remove_what_we_made(root: Path, existed: bool) -> None:
+    import shutil
+
+    if not existed:
+        shutil.rmtree(root, ignore_errors=True)
+    elif root.is_dir():
+        for child in root.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
+
+def _create(root: Path, *, example: bool, clock, rng) -> Vault:
     import shutil
 
     shutil.copytree(layout.TEMPLATE_DIR, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from acpmem.core.errors import UsageError, VaultNotFound
 from acpmem.core.fasthash import sha256
-from acpmem.core.layout import ENTRIES_DIR, ENV_VAULT, SESSIONS_DIR, SETTINGS_FILE, VAULT_DIRNAME
+from acpmem.core.layout import ENTRIES_DIR, ENV_VAULT, SESSIONS_DIR, SETTINGS_FILE, STATE_DIRNAME, VAULT_DIRNAME
 
 
 def discover(explicit: str | os.PathLike | None = None, *, cwd: Path | None = None,
@@ -48,3 +48,22 @@ def session_folder(state_dir: Path, session: str) -> Path:
         raise UsageError("a session id must be 1–512 characters", "pass the host's session id")
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", session)[:48].strip(".") or "s"
     return state_dir / SESSIONS_DIR / f"{safe}-{sha256(session.encode('utf-8')).hexdigest()[:12]}"
+
+
+def _writable(path: Path) -> bool:
+    return os.access(path, os.W_OK | os.X_OK)
+
+
+def state_location(root: Path) -> tuple[Path, bool]:
+    """Where the vault's derived local state lives, and whether the vault is read-only.
+
+    Normally ``.acpmem/`` inside the vault. When the vault cannot be written (a read-only mount, a folder of
+    someone else's), reads still work: the derived state (catalog, index, session snapshots, read log) goes to a
+    folder of this user's — ``$XDG_CACHE_HOME/acpmem/vaults/<name>-<hash>`` — and writes refuse with one line."""
+    local = root / STATE_DIRNAME
+    if _writable(local) if local.is_dir() else _writable(root):
+        return local, False
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    real = os.path.realpath(root)
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(real).name)[:32].strip(".") or "vault"
+    return Path(base) / "acpmem" / "vaults" / f"{name}-{sha256(real.encode('utf-8', 'surrogateescape')).hexdigest()[:12]}", True

@@ -52,6 +52,7 @@ def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message:
                confirm: Callable[[str], bool] | None = None) -> str:
     """Edit one entry; ``confirm(question)`` (a terminal prompt, from the CLI) decides whether to re-open the
     editor after an invalid edit — without it the draft is kept and the edit refused."""
+    v.require_writable()
     entry = v.resolve(prefix)
     path = v.entry_path(entry)
     original = path.read_bytes().decode("utf-8")

@@ -15,12 +15,13 @@ from pathlib import Path
 from acpmem.core import layout
 from acpmem.core.clock import now_utc, parse_iso, utc_iso
 from acpmem.core.entry import Entry
-from acpmem.core.errors import AmbiguousId, EntryNotFound, UsageError
+from acpmem.core.errors import AmbiguousId, EntryNotFound, UsageError, VaultReadOnly
 from acpmem.core.settings import Settings
 from acpmem.core.values import Value
 from acpmem.vault.config import load_settings
-from acpmem.vault.discovery import discover, session_folder
+from acpmem.vault.discovery import discover, session_folder, state_location
 
+READ_ONLY_NOTICE = "read-only.noticed"   # in the state folder of a read-only vault: the warning was given
 TYPE_CHECKING = False  # typing costs ~5 ms at start-up; annotations only
 if TYPE_CHECKING:
     from acpmem.core.score import Scored
@@ -45,12 +46,15 @@ class VaultReader:
     def __init__(self, root: Path, *, clock: Callable[[], datetime] = now_utc, rng=None) -> None:
         self.root = Path(root)
         self.entries_dir = self.root / layout.ENTRIES_DIR
-        self.state_dir = self.root / layout.STATE_DIRNAME
+        self.state_dir, self.read_only = state_location(self.root)
         self.clock = clock
         self._rng = rng
         self._settings: Settings | None = None
         self._con = None
         self.warnings: list[str] = []
+        if self.read_only and not (self.state_dir / READ_ONLY_NOTICE).exists():   # said once, not every turn
+            self.warnings.append(f"the vault at {self.root} is read-only: it is read with its index kept in "
+                                 f"{self.state_dir}; writes are refused")
 
     @classmethod
     def open(cls, explicit: str | os.PathLike | None = None, *, cwd: Path | None = None, **kw):
@@ -66,9 +70,18 @@ class VaultReader:
         return self._rng
 
     # ----------------------------------------------------------------- state
+    def require_writable(self) -> None:
+        """Refuse a write to a read-only vault, before anything is changed."""
+        if self.read_only:
+            raise VaultReadOnly(f"the vault at {self.root} is read-only: nothing was changed",
+                                "make it writable, or work in a writable clone (`git clone` it) and `acp memory "
+                                "sync` from there")
+
     def ensure_state(self) -> None:
         for sub in ("", layout.LOCKS_DIR, layout.SESSIONS_DIR, layout.PENDING_DIR):
             (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
+        if self.read_only:
+            (self.state_dir / READ_ONLY_NOTICE).touch()
 
     @property
     def settings(self) -> Settings:

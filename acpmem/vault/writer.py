@@ -114,6 +114,7 @@ class Vault(VaultReader):
             finally:
                 self._lock_depth -= 1
             return
+        self.require_writable()
         self.ensure_state()
         timeout = self.settings.git.lock_timeout_seconds if timeout is None else timeout
         with locks.held(self.lock_path, timeout, what="the vault is locked by another acpmem process",

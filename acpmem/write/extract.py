@@ -13,6 +13,8 @@ from acpmem.write.requests import Request
 def new_request(vault, *, type: str, note: str, importance: int, session: str, seq: int, transcript, host_tools,
                 save: bool = True) -> Request:
     """A request made on the spot (not from ``memory_commit``), saved as pending unless ``save`` is false."""
+    if save:
+        vault.require_writable()
     vault.ensure_state()
     req = requests.make_request(types=vault.settings.types, type=type, note=note, importance=importance,
                                 session=session, seq=seq, transcript=transcript, host_tools=host_tools,

@@ -39,6 +39,7 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
     at once) or inline with ``wait``. ``vault`` is a ``VaultReader`` (a ``Vault`` with ``wait``). Never takes memory content: only the intent (type, note,
     importance) and where the conversation is (session, seq, transcript). Raises ``EntryInvalid``/``UsageError`` for
     bad arguments, before anything is written."""
+    vault.require_writable()
     settings = vault.settings
     vault.ensure_state()
     for _ in range(20):

@@ -61,6 +61,7 @@ def process_now(vault, ids: list[str], *, extractor: str | None = None, env=None
     Returns their ``fork.Outcome`` values."""
     from acpmem.write.fork import process_request
 
+    vault.require_writable()
     outcomes = []
     with locks.held(lock_path(vault.state_dir), lock_timeout,
                     what="the extraction worker of this vault has been busy",

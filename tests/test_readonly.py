@@ -1,0 +1,148 @@
+"""A read-only vault (a read-only mount, a folder the user cannot write): every read works — the derived state goes
+to the user's cache, said once — and every write fails with one line, changing nothing.
+
+The vault is made read-only the way users meet it: a read-only bind mount where this process may mount (root, as
+in CI); when not root, a copy without write permission. (Root without the right to mount cannot be kept from
+writing: that environment skips, saying so.)
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ACP = Path(sys.executable).parent / "acp"
+
+
+class ReadOnly:
+    """A read-only view of a vault, and how to run commands on it."""
+
+    def __init__(self, root: Path, home: Path, as_user: int | None, cleanup) -> None:
+        self.root, self.home, self.cleanup = root, home, cleanup
+
+    def run(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ACPMEM_")}
+        env.update(HOME=str(self.home), XDG_CACHE_HOME=str(self.home / ".cache"))
+        return subprocess.run([str(ACP), "memory", "--vault", str(self.root), *args], capture_output=True,
+                              text=True, env=env, input=input, timeout=120, cwd=str(self.home))
+
+
+def _try_bind_ro(src: Path, dst: Path) -> bool:
+    dst.mkdir()
+    if subprocess.run(["mount", "--bind", str(src), str(dst)], capture_output=True).returncode != 0:
+        return False
+    if subprocess.run(["mount", "-o", "remount,bind,ro", str(dst)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(dst)], capture_output=True)
+        return False
+    return True
+
+
+@pytest.fixture
+def readonly(example_vault, tmp_path):
+    src = example_vault.root
+    example_vault.close()
+    home = tmp_path / "home"
+    home.mkdir()
+    mnt = tmp_path / "ro"
+    if os.geteuid() == 0:
+        if not _try_bind_ro(src, mnt):
+            pytest.skip("root may not mount here, and root ignores file permissions: no read-only vault to test")
+        view = ReadOnly(mnt, home, None, lambda: subprocess.run(["umount", "-l", str(mnt)], capture_output=True))
+    else:
+        base = tmp_path / "copy"
+        shutil.copytree(src, base / "vault", symlinks=True)
+        for d, dirs, files in os.walk(base / "vault"):
+            for name in files:
+                os.chmod(Path(d) / name, 0o444)
+            os.chmod(d, 0o555)
+        view = ReadOnly(base / "vault", home, None, lambda: _make_writable(base))
+    try:
+        yield view
+    finally:
+        view.cleanup()
+
+
+def _make_writable(base: Path) -> None:
+    for d, dirs, files in os.walk(base):
+        os.chmod(d, 0o755)
+
+
+def _status(root: Path) -> str:
+    return subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=all"],
+                          capture_output=True, text=True).stdout
+
+
+def test_reads_work_and_say_once_where_the_index_is(readonly, example_vault):
+    ids = sorted(e.id for e in example_vault.load().entries)
+    first = readonly.run("list", "--json")
+    assert first.returncode == 0, first.stderr
+    assert sorted(e["id"] for e in __import__("json").loads(first.stdout)["entries"]) == ids
+    assert first.stderr.count("\n") == 1 and "read-only" in first.stderr and "Traceback" not in first.stderr
+    for args in (("list",), ("list", "--format", "prompt"), ("list", "--format", "prompt", "--session", "s1"),
+                 ("list", "--format", "prompt", "--session", "s1"), ("recall", "sqlite queue", "-n", "1"),
+                 ("recall", "上传大文件", "--json"), ("show", ids[0]), ("score", "--seed", "1"), ("stats", "--json"),
+                 ("log", "-n", "3"), ("tools",), ("surface", "--session", "s2", "--json")):
+        r = readonly.run(*args)
+        assert r.returncode == 0 and r.stdout and r.stderr == "", (args, r.stderr)
+    hit = readonly.run("recall", "sqlite queue", "-n", "1")
+    assert "Use SQLite WAL mode" in hit.stdout
+    frozen = [readonly.run("list", "--format", "prompt", "--session", "s9").stdout for _ in range(2)]
+    assert frozen[0] == frozen[1] and "<<acpmem-data" in frozen[0]
+    cache = readonly.home / ".cache" / "acpmem" / "vaults"
+    assert any(cache.glob("*/index.sqlite")), "the derived state went to the user's cache"
+
+
+def test_doctor_reads_a_read_only_vault(readonly):
+    r = readonly.run("doctor")
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+    assert "read-only" in r.stdout + r.stderr and "valid entries" in r.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ("commit", "--type", "lesson", "--note", "n", "--importance", "5", "--session", "s", "--seq", "1"),
+    ("forget", "ID", "--reason", "x"), ("edit", "ID", "--from", "NEWTEXT"), ("sync",), ("doctor", "--fix"),
+    ("extract", "--note", "n", "--type", "fact", "--importance", "3", "--session", "s", "--seq", "0"),
+])
+def test_writes_fail_with_one_line_and_change_nothing(readonly, example_vault, tmp_path, args):
+    entry = example_vault.load().entries[0]
+    new = readonly.home / "new.md"
+    new.write_text((example_vault.root / entry.path).read_text().replace(entry.title, "Changed"))
+    os.chmod(new, 0o644)
+    args = tuple(entry.id if a == "ID" else str(new) if a == "NEWTEXT" else a for a in args)
+    before = (_status(example_vault.root), subprocess.run(["git", "-C", str(example_vault.root), "rev-parse", "HEAD"],
+                                                           capture_output=True, text=True).stdout)
+    r = readonly.run(*args)
+    assert r.returncode == 1, (args, r.stdout, r.stderr)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "read-only" in errors[0] and "nothing was changed" in errors[0], r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+    after = (_status(example_vault.root), subprocess.run(["git", "-C", str(example_vault.root), "rev-parse", "HEAD"],
+                                                          capture_output=True, text=True).stdout)
+    assert after == before
+
+
+def test_init_on_a_file_or_a_read_only_folder_is_one_line_and_leaves_nothing(tmp_path, cli):
+    afile = tmp_path / "notes.txt"
+    afile.write_text("mine\n")
+    r = cli("memory", "init", str(afile))
+    assert r.returncode == 1 and r.stderr.startswith("Error: ") and "is a file" in r.stderr, r.stderr
+    assert afile.read_text() == "mine\n"
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() == 0:
+        if not _try_bind_ro(ro, tmp_path / "ro-view"):
+            pytest.skip("root may not mount here: no read-only folder to test")
+        target, cleanup = tmp_path / "ro-view", lambda: subprocess.run(["umount", "-l", str(tmp_path / "ro-view")])
+    else:
+        os.chmod(ro, 0o555)
+        target, cleanup = ro, lambda: os.chmod(ro, 0o755)
+    try:
+        r = cli("memory", "init", str(target / "vault"))
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and "cannot create the vault" in r.stderr, r.stderr
+        assert not list(target.iterdir())
+    finally:
+        cleanup()
