@@ -10,12 +10,13 @@ python-frontmatter, the two libraries the design card names.
      acpmem           ``acpmem.vault.gitrun.git``: ``status --porcelain``, ``add -- PATH``,
                       ``commit -q --no-verify -F - -- PATH`` (the message on stdin).
    Reported: median wall time per commit, and this process's open file descriptors (/proc/self/fd) and live child
-   processes (/proc/*/stat whose ppid is this process) at the start, after N/2 and N commits, and after the Repo
-   objects are deleted and garbage-collected. Then, on a small vault with pre-commit, commit-msg and post-commit
+   processes (/proc/*/stat whose ppid is this process) at the start, after N/2 and N commits, the most seen after
+   any commit, and after the Repo objects are deleted and garbage-collected. Then, on a small vault with pre-commit, commit-msg and post-commit
    hooks, one commit of a CRLF file each way: which hooks ran, whether the vault's ``*.md text eol=lf`` attribute
    was applied to the stored blob, and whether ``git status`` is clean afterwards.
 2. Frontmatter. The entry files of an example vault (``init_vault(example=True)``) plus hand-written tricky entries
-   (unquoted dates, ``no``/``yes``/``on``, ``012``, comments, CRLF, a non-canonical key order, a Chinese title).
+   (unquoted dates, ``no``/``yes``/``on``, ``012``, comments, CRLF, a non-canonical key order, a Chinese title,
+   and one with only the required keys).
    For acpmem (``parse_entry``/``dump_entry``) and python-frontmatter (``loads``/``dumps``, default options and
    ``sort_keys=False``): byte-exact round trips, the values it reads for the tricky scalars, the changed lines of
    a title-only change, and the median parse time per file.
@@ -93,12 +94,19 @@ def _write(root: Path, i: int, tag: str) -> str:
     return rel
 
 
+def _peak(peak: tuple) -> tuple:
+    """The largest fd and live-child counts seen so far (probed after every commit, outside the timing)."""
+    now = probe()
+    return (max(peak[0], now[0]), max(peak[1], now[1]), max(peak[2], now[2]), sorted(set(peak[3]) | set(now[3])))
+
+
 def run_gitpython(root: Path, n: int, per_write_repo: bool) -> dict:
     import git as gitpython
 
     gc.collect()
     snaps = {"start": probe()}
     times = []
+    peak = (0, 0, 0, [])
     repo = None if per_write_repo else gitpython.Repo(root)
     for i in range(n):
         t0 = time.perf_counter()
@@ -108,12 +116,14 @@ def run_gitpython(root: Path, n: int, per_write_repo: bool) -> dict:
         r.index.add([rel])
         r.index.commit(f"bench: add {rel}")
         head = r.head.commit
-        head.message, head.tree.hexsha  # the reads that start GitPython's persistent `git cat-file` children
+        reads = (head.message, head.tree.hexsha)  # what starts GitPython's persistent `git cat-file` children
         times.append(time.perf_counter() - t0)
-        del r, head
+        del r, head, reads
+        peak = _peak(peak)
         if i + 1 == n // 2:
             snaps["N/2"] = probe()
     snaps["N"] = probe()
+    snaps["peak"] = peak
     del repo
     gc.collect()
     snaps["del+gc"] = probe()
@@ -126,6 +136,7 @@ def run_acpmem(root: Path, n: int) -> dict:
     gc.collect()
     snaps = {"start": probe()}
     times = []
+    peak = (0, 0, 0, [])
     for i in range(n):
         t0 = time.perf_counter()
         git(root, "status", "--porcelain")
@@ -133,9 +144,11 @@ def run_acpmem(root: Path, n: int) -> dict:
         git(root, "add", "--", rel)
         git(root, "commit", "-q", "--no-verify", "-F", "-", "--", rel, input=f"bench: add {rel}\n")
         times.append(time.perf_counter() - t0)
+        peak = _peak(peak)
         if i + 1 == n // 2:
             snaps["N/2"] = probe()
     snaps["N"] = probe()
+    snaps["peak"] = peak
     gc.collect()
     snaps["del+gc"] = probe()
     return {"times": times, "snaps": snaps}
@@ -158,6 +171,7 @@ HOOK = '#!/bin/sh\necho {name} >> "{log}"\n'
 def semantics(tmp: Path) -> list[tuple[str, str, str]]:
     """One commit of a CRLF entry each way, in a vault with logging hooks."""
     import git as gitpython
+
     from acpmem.vault.create import init_vault
     from acpmem.vault.gitrun import git
 
@@ -207,8 +221,9 @@ def git_section(tmp: Path, n: int) -> dict:
         results[name] = res
 
     print(f"\n== 1. git in one long-running process: {n} commits of a new file each ==")
-    print("fds / live children (zombies) of this process; median and p90 wall time per commit")
-    cols = ["start", "N/2", "N", "del+gc"]
+    print("fds / live children (zombies) of this process (peak: the most seen after any commit); "
+          "median and p90 wall time per commit")
+    cols = ["start", "N/2", "N", "peak", "del+gc"]
     print(f"{'':16}{'ms/commit':>10}{'p90':>7}  " + "".join(f"{c:>14}" for c in cols))
     for name, res in results.items():
         t = sorted(res["times"])
@@ -220,7 +235,7 @@ def git_section(tmp: Path, n: int) -> dict:
             cells.append(f"{fds} / {live}" + (f" ({zomb})" if zomb else ""))
         print(f"{name:16}{med:10.1f}{p90:7.1f}  " + "".join(f"{x:>14}" for x in cells))
     for name, res in results.items():
-        kinds = sorted({cmd for c in ("N/2", "N") for cmd in res["snaps"][c][3]})
+        kinds = res["snaps"]["peak"][3]
         print(f"  {name:15} children seen: {', '.join(kinds) or 'none'}; {res['check']}")
 
     sem = semantics(tmp)
@@ -372,8 +387,11 @@ def fm_section(tmp: Path, reps: int) -> dict:
     print(f"\nparse time per file, median µs over {reps} parses of each file:")
     print(f"{'':20}{'all':>8}{'example':>9}{'tricky':>8}")
     medians = {}
+
+    def med(xs: list[int]) -> float:
+        return statistics.median(xs) / 1000
+
     for way, g in samples.items():
-        med = lambda xs: statistics.median(xs) / 1000  # noqa: E731
         medians[way] = med(g["x"] + g["t"])
         print(f"{way:20}{medians[way]:8.1f}{med(g['x']):9.1f}{med(g['t']):8.1f}")
     not_exact = [n for n, t in files.items() if dump_entry(parse_entry(t, "entries/x.md", None)) != t]
@@ -388,14 +406,15 @@ def main() -> int:
     ap.add_argument("--commits", type=int, default=200, help="commits per git variant (default 200)")
     ap.add_argument("--parse-reps", type=int, default=2000, help="parses of each file per library (default 2000)")
     args = ap.parse_args()
-    try:
-        import frontmatter
-        import git as gitpython
-    except ImportError:
+    from importlib.util import find_spec
+
+    if find_spec("git") is None or find_spec("frontmatter") is None:
         print(MISSING)
         return 0
-    import yaml
     from importlib.metadata import version
+
+    import git as gitpython
+    import yaml
 
     print(f"GitPython {gitpython.__version__}, python-frontmatter {version('python-frontmatter')}, "
           f"PyYAML {yaml.__version__} (libyaml {'yes' if yaml.__with_libyaml__ else 'no'}), "
@@ -420,14 +439,14 @@ def summary(g: dict, f: dict, n: int) -> list[str]:
     med = {k: statistics.median(v["times"]) * 1000 for k, v in g.items() if k != "semantics"}
     hooks = g["semantics"]["hooks run"][0]
     lines = [
-        f"- git: after {n} commits acpmem's runner holds {at('acpmem', 'N')} (as at start: {at('acpmem', 'start')}); "
-        f"one GitPython Repo holds {at('gitpython', 'N')} (persistent `git cat-file`), "
-        f"{at('gitpython', 'del+gc')} after del+gc; a Repo per write reaches {at('gitpython/write', 'N')} "
-        f"before gc.",
-        f"- git time per commit (median): acpmem {med['acpmem']:.1f} ms, GitPython {med['gitpython']:.1f} ms "
-        f"(Repo per write {med['gitpython/write']:.1f} ms). GitPython's index.commit ran hooks [{hooks}]; CRLF blob "
-        f"eol=lf: GitPython {g['semantics']['eol=lf applied to blob'][0]}, git "
-        f"{g['semantics']['eol=lf applied to blob'][1]}.",
+        (f"- git: after {n} commits acpmem's runner holds {at('acpmem', 'N')} (as at start: "
+         f"{at('acpmem', 'start')}); one GitPython Repo holds {at('gitpython', 'N')} (persistent `git cat-file`), "
+         f"{at('gitpython', 'del+gc')} after del+gc; a Repo per write (never closed) peaks at "
+         f"{at('gitpython/write', 'peak')} until the cyclic gc reclaims them."),
+        (f"- git time per commit (median): acpmem {med['acpmem']:.1f} ms, GitPython {med['gitpython']:.1f} ms "
+         f"(Repo per write {med['gitpython/write']:.1f} ms). GitPython's index.commit ran hooks [{hooks}]; CRLF "
+         f"blob eol=lf: GitPython {g['semantics']['eol=lf applied to blob'][0]}, git "
+         f"{g['semantics']['eol=lf applied to blob'][1]}."),
     ]
     rows, nf = f["rows"], f["files"]
     a, p, q = rows["acpmem"], rows["python-frontmatter"], rows["pf sort_keys=False"]

@@ -332,3 +332,17 @@ def test_dumping_a_whole_frontmatter_equals_dumping_each_key():
         assert frontmatter.dump_yaml(meta) == "".join(frontmatter.render_key(k, v, "\n") for k, v in meta.items())
 
     check()
+
+
+def test_an_entry_with_only_the_required_keys_round_trips_and_changes_one_line():
+    """A hand-written file that leaves out the optional keys (last_read, citation, tier) is given back byte for byte,
+    and a change rewrites that key's line only — the left-out keys are not added."""
+    text = ("---\nid: min1\ntitle: Minimal\ntype: fact\nimportance: 4\ncreated: 2026-11-29T14:03:11Z\n---\n"
+            "- body\n")
+    e = parse_entry(text, "entries/min1.md")
+    assert dump_entry(e) == text
+    changed = dump_entry(e.with_changes(title="Minimal, corrected"))
+    assert changed == text.replace("title: Minimal\n", "title: Minimal, corrected\n")
+    read = dump_entry(e.with_changes(last_read="2026-12-01T00:00:00Z"))
+    assert read == text.replace("created: 2026-11-29T14:03:11Z\n",
+                                "created: 2026-11-29T14:03:11Z\nlast_read: 2026-12-01T00:00:00Z\n")

@@ -135,8 +135,8 @@ def dump_entry(entry: Entry) -> str:
             out_blocks.append((key, render_key(key, meta[key], sp.eol)))
     order = list(meta.keys())
     for key in order:
-        if key in present:
-            continue
+        if key in present or (key in KNOWN_KEYS and getattr(old_entry, key) == getattr(entry, key)):
+            continue   # there, or a known key the file leaves out and the entry still means the same (no citation)
         # insert after the closest preceding key that is present
         idx = order.index(key)
         pos = len(out_blocks)
