@@ -22,7 +22,7 @@ _EXPORTS = {
     "Settings": "acpmem.core.settings", "load_settings": "acpmem.vault.config",
     "list_entries": "acpmem.vault.reader", "scores": "acpmem.vault.reader", "show": "acpmem.vault.reader",
     "resident_index": "acpmem.vault.resident",
-    "doctor": "acpmem.vault.health",
+    "doctor": "acpmem.write.checkup",
     "rank": "acpmem.core.score", "score_entry": "acpmem.core.score",
     "recall": "acpmem.vault.retrieval", "surface": "acpmem.vault.retrieval",
     "submit": "acpmem.write.submit",

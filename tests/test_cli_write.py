@@ -31,7 +31,7 @@ def test_commit_human_output_and_errors(vault, cli):
     r = cli("memory", "--vault", str(v.root), "commit", *COMMIT, "--wait")
     assert r.returncode == 0, r.stderr
     first, second = r.stdout.splitlines()
-    assert first.startswith("Noted (r-") and first.endswith("it will be distilled and written in the background.")
+    assert first.startswith("Noted (r-") and first.endswith("it is distilled and written now.")   # not "in the background"
     assert "wrote 1 entry" in second
     bad = cli("memory", "--vault", str(v.root), "commit", "--type", "gossip", "--note", "n", "--importance", "5",
               "--session", "s", "--seq", "1")
@@ -152,3 +152,16 @@ def test_extract_refuses_a_request_id_that_is_a_path(vault, cli):
     v = configure(vault)
     r = cli("memory", "--vault", str(v.root), "extract", "../../etc/passwd")
     assert r.returncode == 2 and "not a request id" in r.stderr
+
+
+def test_commit_checks_the_transcript_at_call_time(vault, cli, tmp_path):
+    """A transcript that is not there is an error now, not a request that fails later in the background."""
+    v = configure(vault, extractor="offline")
+    for path, what in ((tmp_path / "nope.json", "no such transcript"), (tmp_path, "is not a file")):
+        r = cli("memory", "--vault", str(v.root), "commit", "--type", "lesson", "--note", "n", "--importance", "5",
+                "--session", "s", "--seq", "1", "--transcript", str(path))
+        assert r.returncode == 1 and r.stdout == "" and what in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    bad_tools = cli("memory", "--vault", str(v.root), "commit", "--type", "lesson", "--note", "n", "--importance",
+                    "5", "--session", "s", "--seq", "1", "--host-tools", str(tmp_path / "tools.json"))
+    assert bad_tools.returncode == 1 and "no such tool definition file" in bad_tools.stderr
+    assert not list((v.state_dir / "pending").glob("r-*.json"))      # nothing was queued

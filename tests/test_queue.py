@@ -28,15 +28,17 @@ def commit_proc(v: Vault, *extra: str, note: str = "re-entrant session.append") 
                              *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_idle(v: Vault, timeout: float = 60.0) -> None:
-    """Bounded wait until no request is pending and no worker holds the lock."""
+def wait_idle(v: Vault, timeout: float = 60.0, require_empty: bool = True) -> None:
+    """Bounded wait until no request is pending (unless not ``require_empty``) and no worker holds the worker or the
+    retry lock."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not requests.list_requests(v.state_dir)[0]:
+        if not require_empty or not requests.list_requests(v.state_dir)[0]:
             fd = worker.try_worker_lock(v.state_dir)
             if fd is not None:
                 os.close(fd)
-                return
+                if worker.retry_waiter(v.state_dir) is None:
+                    return
         time.sleep(0.05)
     raise AssertionError(f"still busy after {timeout} s: {requests.list_requests(v.state_dir)}")
 
@@ -239,3 +241,55 @@ def test_the_commit_fast_path_reads_the_current_settings(vault):
         ("incident", "decision", "lesson", "fact", "user-preference", "reference"), "zh")
     ack = submit.submit(VaultReader(v.root), type="incident", note="n", importance=3, session="s", seq=0)
     assert ack.text.startswith(f"已记录（{ack.request_id}）")
+
+
+def _until(cond, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+def test_a_failed_request_is_retried_on_its_own_schedule(vault, openai_server):
+    """No later commit is needed: the worker that saw the failure waits for the scheduled retry (holding the retry
+    lock, not the worker lock) and tries again then."""
+    v = configure(vault, openai_server, retry_base_seconds=1.0)
+    openai_server.enqueue(reply.server_error(500), reply.writes(reply.write("- Guard the append.")))
+    ack = submit.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
+                        transcript=CHAT)
+    assert ack.worker == "started"
+    failed_once = _until(lambda: (r := requests.load_request(v.state_dir, ack.request_id)) and r.attempts == 1 and r)
+    assert failed_once.next_attempt and failed_once.status == "pending"
+    stats = _until(lambda: (s := __import__("acpmem.write.stats", fromlist=["x"]).stats(v))["requests"]["retry_waiter"]
+                   and s)
+    assert stats["requests"]["next_retry"] == failed_once.next_attempt
+    fd = worker.try_worker_lock(v.state_dir)      # the waiting worker leaves the worker lock free meanwhile
+    assert fd is not None
+    os.close(fd)
+    _until(lambda: len(fork_commits(v)) == 1)
+    wait_idle(v)
+    done = requests.find_done(v.state_dir, ack.request_id)
+    assert done["status"] == "written" and len(openai_server.requests) == 2
+    assert "waiting" in (v.state_dir / worker.WORKER_LOG).read_text()
+
+
+def test_failed_for_good_is_shown_and_has_a_way_back(vault, openai_server, cli):
+    v = configure(vault, openai_server, retry_base_seconds=0.2, max_attempts=2)
+    openai_server.enqueue(reply.server_error(500), reply.server_error(503))
+    ack = submit.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
+                        transcript=CHAT)
+    _until(lambda: (r := requests.load_request(v.state_dir, ack.request_id)) and r.status == "failed")
+    wait_idle(v, require_empty=False)
+    doc = cli("memory", "--vault", str(v.root), "doctor", "--json")
+    assert doc.returncode == 1
+    (finding,) = [f for f in json.loads(doc.stdout)["findings"] if ack.request_id in f["what"]]
+    assert finding["level"] == "error" and "failed for good after 2 attempts" in finding["what"]
+    assert "--failed" in finding["fix"]
+    openai_server.enqueue(reply.writes(reply.write("- Guard the append.")))
+    again = cli("memory", "--vault", str(v.root), "extract", "--failed", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["outcomes"][0]["status"] == "written"
+    assert cli("memory", "--vault", str(v.root), "doctor").returncode == 0

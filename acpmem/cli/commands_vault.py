@@ -206,7 +206,7 @@ def doctor(ctx: typer.Context, fix: Annotated[bool, typer.Option("--fix", help="
 
     Example: acp memory doctor --fix
     """
-    from acpmem.vault.health import doctor as check
+    from acpmem.write.checkup import doctor as check
 
     v = open_vault(ctx, vault)
     rep = check(v, fix=fix)

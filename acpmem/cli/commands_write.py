@@ -97,14 +97,18 @@ def extract(ctx: typer.Context,
                                                                      help="Pending request ids (r-…).",
                                                                      show_default=False)] = None,
             pending: Annotated[bool, typer.Option("--pending", help="Every pending request, due or not (not those "
-                                                                    "that failed for good: name them).")] = False,
+                                                                    "that failed for good).")] = False,
+            failed: Annotated[bool, typer.Option("--failed", help="Every request that failed for good (after "
+                                                                  "fixing the cause: `acp memory doctor` shows "
+                                                                  "it).")] = False,
             transcript: TranscriptOpt = None, note: NoteOpt = None, type_: TypeOpt = None,
             importance: ImportanceOpt = None, session: SessionOpt = None, seq: SeqOpt = None,
             host_tools: HostToolsOpt = None,
             dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact request body (JSON) that would "
                                                                     "be sent; call no model, write nothing.")] = False,
             extractor: ExtractorOpt = None, json_: JsonOpt = False, vault: VaultOpt = None) -> int:
-    """Run the fork now: named pending requests, all of them (--pending), or a new one from --note and a transcript.
+    """Run the fork now: named pending requests, all of them (--pending), those that failed for good (--failed), or
+    a new one from --note and a transcript.
 
     Shows progress, the entries written, the commit, tokens and cache hits. A request that fails stays pending
     with the error recorded (exit 1).
@@ -119,14 +123,14 @@ def extract(ctx: typer.Context,
     ex_name = extractor.value if extractor else None
     if note is not None:
         _need(type=type_, note=note, importance=importance, session=session, seq=seq)
-        if requests or pending:
-            raise UsageError("give request ids, --pending, or --note with a transcript, not several",
+        if requests or pending or failed:
+            raise UsageError("give request ids, --pending / --failed, or --note with a transcript, not several",
                              "run extract once per kind")
     elif transcript is not None or type_ or importance is not None or session or seq is not None:
         raise UsageError("--transcript, --type, --importance, --session and --seq go with --note",
                          "add --note, or name pending requests")
-    elif not requests and not pending:
-        raise UsageError("nothing to extract", "name request ids, pass --pending, or pass --note and "
+    elif not requests and not pending and not failed:
+        raise UsageError("nothing to extract", "name request ids, pass --pending or --failed, or pass --note and "
                                                "--transcript; `acp memory stats` lists pending requests")
     v = open_vault(ctx, vault)
     try:
@@ -135,7 +139,7 @@ def extract(ctx: typer.Context,
                                  transcript=transcript, host_tools=host_tools, save=not dry_run)
             ids, reqs = [req.id], [req]
         else:
-            ids, reqs, broken = ex.select(v, requests, pending=pending)
+            ids, reqs, broken = ex.select(v, requests, pending=pending, failed=failed)
             for name in broken:
                 warn(f"Warning: .acpmem/pending/{name} is not a valid request file (left as it is)")
             unknown = [i for i in ids if i not in {r.id for r in reqs}]
@@ -267,7 +271,12 @@ def stats(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) ->
     out(f"Requests: {r['pending']} pending, {r['failed']} failed, {r['done']} done")
     for item in r["items"]:
         err = f" — {item['last_error']}" if item.get("last_error") else ""
-        out(f"  {item['id']} {item['status']:<8} attempts {item['attempts']}  {item['note'][:50]}{err}")
+        nxt = f", next try {item['next_attempt']}" if item["status"] == "pending" and item.get("next_attempt") else ""
+        out(f"  {item['id']} {item['status']:<8} attempts {item['attempts']}{nxt}  {item['note'][:50]}{err}")
+    if r["next_retry"]:
+        who = f"process {r['retry_waiter']} waits for it" if r["retry_waiter"] else \
+            "no process waits for it: the next commit's worker, or `acp memory extract --pending`, runs it"
+        out(f"  next scheduled retry {r['next_retry']} ({who})")
     c = s["costs"]
     out(f"Extraction: {c['calls']} model calls ({c['failed']} failed), {c['prompt_tokens']} prompt tokens "
         f"({c['cache_hit_rate']:.0%} cached), {c['completion_tokens']} completion tokens, {c['latency_s']:.1f} s")

@@ -59,6 +59,8 @@ class ExtractionSettings(Section):
     max_retries: int = 3
     extractor: str = "auto"          # auto | llm | offline
     max_entry_bytes: int = 8192
+    retry_base_seconds: float = 15.0  # a failed request's first retry; doubling after that
+    max_attempts: int = 5             # then it is failed for good (kept, retried only when asked)
 
 
 class GitSettings(Section):

@@ -54,10 +54,10 @@ def _crash_objects(objects: Path) -> list[Path]:
         list(objects.glob("??/tmp_obj_*"))
 
 
-def doctor(vault: Vault, *, fix: bool = False) -> Report:
+def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
     """Check every entry, the git state, locks, pending work and the derived index; with ``fix``, repair what
     is safe: finish an interrupted change, commit valid human edits, remove our own stale locks, drop empty
-    object files a crash left behind, rebuild the index."""
+    object files a crash left behind, rebuild the index. ``more``: further checks ``check(vault, add)`` to run."""
     found: list[Finding] = []
 
     def add(level: str, what: str, fix_: str | None = None) -> None:
@@ -124,6 +124,8 @@ def doctor(vault: Vault, *, fix: bool = False) -> Report:
             "fix it by hand (`acp memory edit`) — it is kept out of the index until then")
     add("info", f"{len(loaded.entries)} valid entries, {len(loaded.problems)} invalid file(s)")
     _check_watcher(vault, add)
+    for check in more:   # the layers above add theirs (pending extraction requests: acpmem.write.checkup)
+        check(vault, add)
     return Report(tuple(found))
 
 

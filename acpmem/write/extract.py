@@ -25,11 +25,12 @@ def new_request(vault, *, type: str, note: str, importance: int, session: str, s
     return req
 
 
-def select(vault, ids: list[str], *, pending: bool) -> tuple[list[str], list[Request], list[str]]:
-    """The request ids to run (those named, then with ``pending`` every pending one), the requests among them that
-    exist, and the request files that do not parse."""
+def select(vault, ids: list[str], *, pending: bool, failed: bool = False) -> tuple[list[str], list[Request], list[str]]:
+    """The request ids to run (those named, then with ``pending`` every pending one, with ``failed`` every one that
+    failed for good), the requests among them that exist, and the request files that do not parse."""
     listed, broken = requests.list_requests(vault.state_dir)
-    chosen = list(ids) + [r.id for r in listed if pending and r.status == "pending" and r.id not in ids]
+    wanted = {s for s, on in (("pending", pending), ("failed", failed)) if on}
+    chosen = list(ids) + [r.id for r in listed if r.status in wanted and r.id not in ids]
     return chosen, [r for r in listed if r.id in chosen], broken
 
 

@@ -371,7 +371,9 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
         else:
             error = {"message": f"unexpected {type(exc).__name__}: {exc}"[:500], "kind": "internal",
                      "hint": "report this bug; the request is kept"}
-        new = requests.record_failure(state, req, error, vault.clock(), vault.rng)
+        cfg = vault.settings.extraction
+        new = requests.record_failure(state, req, error, vault.clock(), vault.rng,
+                                      base_seconds=cfg.retry_base_seconds, max_attempts=cfg.max_attempts)
         return Outcome(req.id, "failed" if new.status == "failed" else "retry", label, error={**error},
                        usage=_usage(result), attempts=new.attempts)
 

@@ -28,11 +28,12 @@ MAX_SEQ = 2**63 - 1        # a seq is stored as an SQLite INTEGER
 _REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
-def ack_text(request_id: str, lang: str = "en") -> str:
-    """The acknowledgement the main model gets; the fork closes the open ``memory_commit`` call with these exact bytes."""
+def ack_text(request_id: str, lang: str = "en", *, inline: bool = False) -> str:
+    """The acknowledgement the main model gets; the fork closes the open ``memory_commit`` call with these exact bytes.
+    ``inline``: the extraction runs now, in the caller's process (``commit --wait``), not in the background."""
     if lang == "zh":
-        return f"已记录（{request_id}）：将在后台提炼并写入长期记忆。"
-    return f"Noted ({request_id}): it will be distilled and written in the background."
+        return f"已记录（{request_id}）：{'现在' if inline else '将在后台'}提炼并写入长期记忆。"
+    return f"Noted ({request_id}): it {'is distilled and written now' if inline else 'will be distilled and written in the background'}."
 
 
 class Request(Value):
@@ -146,15 +147,16 @@ def prune_temp_files(state_dir: Path) -> int:
     return len(stale)
 
 
-def record_failure(state_dir: Path, req: Request, error: dict, now: datetime, rng) -> Request:
+def record_failure(state_dir: Path, req: Request, error: dict, now: datetime, rng, *,
+                   base_seconds: float = BACKOFF_BASE_S, max_attempts: int = MAX_ATTEMPTS) -> Request:
     """Count a failed attempt: keep the error (the last few), set the next attempt with exponential backoff, and mark
     the request failed after ``MAX_ATTEMPTS``. The request stays on disk either way."""
     attempts = req.attempts + 1
     errors = (*req.errors, {"at": utc_iso(now), **error})[-5:]
-    if attempts >= MAX_ATTEMPTS:
+    if attempts >= max_attempts:
         status, nxt = "failed", None
     else:
-        delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempts - 1)) * (0.75 + 0.5 * rng.random())
+        delay = min(BACKOFF_CAP_S, base_seconds * 2 ** (attempts - 1)) * (0.75 + 0.5 * rng.random())
         status, nxt = "pending", utc_iso(now + timedelta(seconds=delay))
     new = req.with_changes(attempts=attempts, errors=errors, status=status, next_attempt=nxt)
     save_request(state_dir, new)
@@ -184,7 +186,7 @@ def new_request_id(rng) -> str:
 
 def make_request(*, types: tuple[str, ...], type: str, note: str, importance: int | str, session: str,
                  seq: int | str, transcript: str | os.PathLike | None, host_tools: str | os.PathLike | None,
-                 lang: str, created: str, request_id: str, cwd: Path | None = None) -> Request:
+                 lang: str, created: str, request_id: str, cwd: Path | None = None, inline: bool = False) -> Request:
     """Validate a commit's arguments (the model's and the host's) and build the request. The note is redacted here,
     before it reaches any file; the secret kinds found are kept in ``redacted``."""
     from acpmem.core.tools import parse_commit_args
@@ -208,5 +210,5 @@ def make_request(*, types: tuple[str, ...], type: str, note: str, importance: in
         return str(q if q.is_absolute() else (cwd or Path.cwd()) / q)
 
     return Request(id=request_id, created=created, type=args.type, note=note_clean, importance=args.importance,
-                   session=session.strip(), seq=seq, ack=ack_text(request_id, lang), transcript=absolute(transcript),
+                   session=session.strip(), seq=seq, ack=ack_text(request_id, lang, inline=inline), transcript=absolute(transcript),
                    host_tools=absolute(host_tools), lang=lang, redacted=tuple(f.kind for f in found))

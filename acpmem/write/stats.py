@@ -41,8 +41,11 @@ def stats(vault) -> dict:
         if used:
             budgets.append({"session": d.name, "used_bytes": used,
                             "budget_bytes": vault.settings.surface.session_budget_bytes})
+    from acpmem.write.worker import retry_waiter
+
     reqs, broken = requests.list_requests(state)
     done = requests.read_done(state)
+    scheduled = sorted(r.next_attempt for r in reqs if r.status == "pending" and r.next_attempt)
     return {
         "entries": {"live": len(loaded.live()), "superseded": len(loaded.entries) - len(loaded.live()),
                     "invalid": len(loaded.problems), "by_type": by_type},
@@ -52,6 +55,8 @@ def stats(vault) -> dict:
         "requests": {"pending": sum(r.status == "pending" for r in reqs),
                      "failed": sum(r.status == "failed" for r in reqs), "broken": broken,
                      "done": len(done), "nothing_written": sum(d.get("status") == "nothing" for d in done),
+                     "next_retry": scheduled[0] if scheduled else None,
+                     "retry_waiter": retry_waiter(state),
                      "items": [{"id": r.id, "status": r.status, "attempts": r.attempts, "created": r.created,
                                 "next_attempt": r.next_attempt, "note": r.note,
                                 "last_error": (r.last_error or {}).get("message")} for r in reqs]},

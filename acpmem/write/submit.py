@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 import os
+import stat
+from pathlib import Path
 from typing import Any
 
 from acpmem.core.clock import utc_iso
-from acpmem.core.errors import AcpmemError
+from acpmem.core.errors import AcpmemError, TranscriptError
 from acpmem.core.values import Value
 from acpmem.write import requests
 
@@ -32,6 +34,24 @@ class Ack(Value):
         return d
 
 
+def check_readable(path: str | os.PathLike | None, what: str, hint: str) -> None:
+    """A file named at commit time must be there now: the fork reads it later, in the background, where nobody
+    would see the error."""
+    if path is None or path == "":
+        return
+    p = Path(path).expanduser()
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise TranscriptError(f"{p}: no such {what}", hint) from None
+    except (OSError, ValueError) as exc:
+        raise TranscriptError(f"{p}: cannot read the {what} ({getattr(exc, 'strerror', None) or exc})", hint) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise TranscriptError(f"{p}: the {what} is not a file", hint)
+    if not os.access(p, os.R_OK):
+        raise TranscriptError(f"{p}: cannot read the {what} (permission denied)", "check the file's permissions")
+
+
 def submit(vault, *, type: str, note: str, importance: int, session: str, seq: int,
            transcript: str | os.PathLike | None = None, wait: bool = False,
            host_tools: str | os.PathLike | None = None, extractor: str | None = None) -> Ack:
@@ -40,14 +60,16 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
     importance) and where the conversation is (session, seq, transcript). Raises ``EntryInvalid``/``UsageError`` for
     bad arguments, before anything is written."""
     vault.require_writable()
+    check_readable(transcript, "transcript", "pass the conversation file the host writes for this session")
+    check_readable(host_tools, "tool definition file", "pass the host's tools as a JSON file")
     settings = vault.settings
     vault.ensure_state()
     for _ in range(20):
         rid = requests.new_request_id(vault.rng)
         req = requests.make_request(types=settings.types, type=type, note=note, importance=importance,
                                     session=session, seq=seq, transcript=transcript, host_tools=host_tools,
-                                    lang=settings.language,
-                                    created=utc_iso(vault.clock()), request_id=rid)
+                                    lang=settings.language, created=utc_iso(vault.clock()), request_id=rid,
+                                    inline=wait)
         try:
             path = requests.save_request(vault.state_dir, req, new=True)
             break

@@ -27,7 +27,8 @@ from acpmem.write import requests
 
 WORKER_LOCK = "worker.flock"          # not *.lock: lock files that stay are not leftovers
 WORKER_LOG = "worker.log"
-WORKER_IDLE_WAIT_S = 20.0             # the worker waits for a request due this soon; later ones wait for the next start
+RETRY_LOCK = "worker-retry.flock"     # held by the one process waiting for scheduled retries
+WORKER_IDLE_WAIT_S = requests.BACKOFF_CAP_S   # a retry scheduled this soon is waited for; later ones by the next worker
 MAX_LOG_BYTES = 1_000_000
 
 
@@ -105,43 +106,70 @@ def _log(msg: str) -> None:
     sys.stderr.flush()
 
 
+def retry_lock_path(state_dir: Path) -> Path:
+    return Path(state_dir) / LOCKS_DIR / RETRY_LOCK
+
+
+def retry_waiter(state_dir: Path) -> int | None:
+    """The pid of the process waiting for the vault's scheduled retries (0 if unknown), or None when none waits."""
+    return locks.holder(retry_lock_path(state_dir))
+
+
 def run_worker(vault, lock_fd: int | None = None, *, idle_wait: float = WORKER_IDLE_WAIT_S,
                sleep: Callable[[float], None] = time.sleep, log: Callable[[str], None] = _log) -> int:
-    """Drain the queue while holding the worker lock; returns how many requests were processed. ``lock_fd`` is the
-    descriptor handed over by ``start_worker`` (already locked); without it the lock is taken here or not at all."""
+    """Drain the queue while holding the worker lock, then wait for the retries it scheduled; returns how many
+    requests were processed. ``lock_fd`` is the descriptor handed over by ``start_worker`` (already locked); without
+    it the lock is taken here or not at all.
+
+    Retries keep their own schedule: a failed request is pending with a ``next_attempt`` (exponential backoff, at most
+    ``requests.MAX_ATTEMPTS`` tries). When nothing is due but a retry is scheduled within ``idle_wait`` seconds, the
+    worker waits for it — without the worker lock, so ``commit --wait``, ``extract`` or a new worker are never held
+    up, and holding the retry lock, so only one process per vault waits."""
     from acpmem.write.fork import process_request
 
     fd = lock_fd if lock_fd is not None else try_worker_lock(vault.state_dir)
     if fd is None:
         return 0
     done = 0
-    idle_since = time.monotonic()
     requests.prune_temp_files(vault.state_dir)
     try:
         while True:
             now = utc_iso(vault.clock())
-            reqs, _ = requests.list_requests(vault.state_dir)
-            due = [r for r in reqs if r.due(now)]
+            due = [r for r in requests.list_requests(vault.state_dir)[0] if r.due(now)]
             if due:
                 log(process_request(vault, due[0].id).summary())
                 done += 1
-                idle_since = time.monotonic()
-                continue
-            waiting = [r for r in reqs if r.status == "pending" and r.next_attempt]
-            soon = [r for r in waiting if (parse_iso(r.next_attempt) - vault.clock()).total_seconds() <= idle_wait]
-            if soon and time.monotonic() - idle_since < idle_wait:
-                sleep(0.25)
                 continue
             # Release, then look once more: a request written just before the release is seen here, one written
             # after it finds the lock free and starts its own worker.
             os.close(fd)
             fd = None
+            reqs = requests.list_requests(vault.state_dir)[0]
             now = utc_iso(vault.clock())
-            if not any(r.due(now) for r in requests.list_requests(vault.state_dir)[0]):
-                return done
+            if not any(r.due(now) for r in reqs):
+                scheduled = [parse_iso(r.next_attempt) for r in reqs if r.status == "pending" and r.next_attempt]
+                delay = (min(scheduled) - vault.clock()).total_seconds() if scheduled else None
+                if delay is None or delay > idle_wait or not _wait_for_retry(vault, delay, sleep, log):
+                    return done
             fd = try_worker_lock(vault.state_dir)
             if fd is None:
-                return done
+                return done    # another worker runs: it does what is due
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def _wait_for_retry(vault, delay: float, sleep: Callable[[float], None], log: Callable[[str], None]) -> bool:
+    """Sleep until the next scheduled retry as the vault's one retry waiter; False when another process waits."""
+    rfd = locks.try_lock(retry_lock_path(vault.state_dir))
+    if rfd is None:
+        return False
+    try:
+        locks.write_holder(rfd, os.getpid())
+        log(f"waiting {delay:.0f} s for the next scheduled retry")
+        deadline = time.monotonic() + max(delay, 0.0)
+        while (left := deadline - time.monotonic()) > 0:
+            sleep(min(left, 1.0))
+        return True
+    finally:
+        os.close(rfd)
