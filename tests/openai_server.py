@@ -1,7 +1,8 @@
 """A real OpenAI-compatible HTTP server on 127.0.0.1 for tests, scripted answer by answer.
 
 Not a test file: tests import it. It serves ``POST /v1/chat/completions`` (and ``/chat/completions``) in the OpenAI wire
-format from a queue of scripted replies, and records every request (path, headers, parsed JSON body).
+format from a queue of scripted replies, and ``GET /v1/models`` from ``models``; it records every request (path,
+headers, parsed JSON body).
 
     from openai_server import fake_openai, reply
 
@@ -151,6 +152,7 @@ class FakeOpenAI:
     port: int
     script: list[Reply] = field(default_factory=list)
     requests: list[Recorded] = field(default_factory=list)
+    models: list[str] = field(default_factory=lambda: ["fake-model"])   # what GET /v1/models lists
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closing: threading.Event = field(default_factory=threading.Event)
 
@@ -180,6 +182,15 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, *args: object) -> None:  # keep test output clean
             pass
+
+        def do_GET(self) -> None:
+            with server._lock:
+                server.requests.append(Recorded("GET", self.path, {k.lower(): v for k, v in self.headers.items()},
+                                                None, b""))
+            if self.path.rstrip("/") not in ("/v1/models", "/models"):
+                return self._send(reply.error(404, f"no route {self.path}", kind="invalid_request_error"))
+            self._send(Reply(body={"object": "list", "data": [{"id": m, "object": "model", "owned_by": "test"}
+                                                              for m in server.models]}))
 
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)

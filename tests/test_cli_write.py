@@ -165,3 +165,26 @@ def test_commit_checks_the_transcript_at_call_time(vault, cli, tmp_path):
                     "5", "--session", "s", "--seq", "1", "--host-tools", str(tmp_path / "tools.json"))
     assert bad_tools.returncode == 1 and "no such tool definition file" in bad_tools.stderr
     assert not list((v.state_dir / "pending").glob("r-*.json"))      # nothing was queued
+
+
+def test_an_endpoint_without_a_model_uses_the_one_it_serves_or_says_what_to_set(vault, cli, openai_server):
+    """OPENAI_BASE_URL without OPENAI_MODEL: one served model is used (asked once, remembered); several are an
+    error at commit time naming them — never a silent fall back to the offline extractor."""
+    env = {"OPENAI_BASE_URL": openai_server.base_url, "OPENAI_MODEL": ""}
+    commit = ("memory", "--vault", str(vault.root), "commit", "--type", "lesson", "--note", "re-entrant append",
+              "--importance", "6", "--session", "s1", "--seq", "6", "--transcript", CHAT)
+    openai_server.models = ["m-a", "m-b"]
+    two = cli(*commit, env=env)
+    assert two.returncode == 1 and two.stdout == "" and "serves 2 models (m-a, m-b)" in two.stderr
+    assert "OPENAI_MODEL" in two.stderr and not list((vault.state_dir / "pending").glob("r-*.json"))
+    openai_server.models = ["only-model"]
+    openai_server.enqueue(reply.writes(reply.write("- Guard the append with the session lock.")))
+    one = cli(*commit, "--wait", env=env)
+    assert one.returncode == 0, one.stderr
+    assert "wrote 1 entry" in one.stdout
+    chat = [r for r in openai_server.requests if r.method == "POST"]
+    assert chat[-1].body["model"] == "only-model"
+    gets = len([r for r in openai_server.requests if r.method == "GET"])
+    openai_server.enqueue(reply.text())
+    assert cli(*commit, "--wait", env=env).returncode == 0
+    assert len([r for r in openai_server.requests if r.method == "GET"]) == gets      # remembered, not asked again

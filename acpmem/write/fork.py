@@ -172,14 +172,14 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
 def choose_extractor(vault, override: str | None = None, env=None):
     """(``"llm"`` with its ``ModelConfig``) or (``"offline"``, None): ``override`` > ``[extraction] extractor``; ``auto``
     uses a model when one is configured."""
-    from acpmem.write.llm import resolve_model_config
+    from acpmem.write.llm import resolve_model_config, with_served_model
 
     name = override or vault.settings.extraction.extractor
     if name not in EXTRACTORS:
         raise UsageError(f"Unknown extractor '{name}'", "use --extractor auto | llm | offline")
     if name == "offline":
         return "offline", None
-    config = resolve_model_config(vault.settings.extraction, env)
+    config = with_served_model(resolve_model_config(vault.settings.extraction, env), vault.state_dir)
     if name == "auto" and not config.configured:
         return "offline", None
     return "llm", config

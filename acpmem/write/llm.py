@@ -19,6 +19,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from acpmem.core.errors import ExtractionError, SettingsError
@@ -130,6 +131,73 @@ def resolve_model_config(settings: Mapping[str, Any] | Any | None = None,
     if isinstance(retries, bool) or not isinstance(retries, int) or not (0 <= retries <= 10):
         raise SettingsError(f"Extraction max_retries must be an integer 0..10, got {retries!r}", "fix acpmem.toml")
     return ModelConfig(base_url, model, api_key, float(timeout), retries)
+
+
+MODELS_CACHE = "models.json"     # under .acpmem/: the model an endpoint serves, when the settings name none
+MODELS_CACHE_S = 3600.0
+MODELS_TIMEOUT_S = 3.0
+
+
+def with_served_model(config: ModelConfig, state_dir: Path | None = None, *, clock: Callable[[], float] = time.time,
+                      timeout: float = MODELS_TIMEOUT_S) -> ModelConfig:
+    """``config`` with its model filled in when an endpoint is set but no model is: the one model the endpoint serves
+    (``GET {base_url}/models``, remembered for an hour in ``.acpmem/models.json``). An endpoint that serves several
+    models, none, or cannot be asked is a ``SettingsError`` saying which variable to set: a request the fork could
+    not run would otherwise fall back to the offline extractor without a word."""
+    if config.model or not config.base_url:
+        return config
+    cache = Path(state_dir) / MODELS_CACHE if state_dir is not None else None
+    now = clock()
+    if cache is not None:
+        try:
+            hit = json.loads(cache.read_text("utf-8")).get(config.base_url)
+            if isinstance(hit, dict) and isinstance(hit.get("model"), str) and now - float(hit["at"]) < MODELS_CACHE_S:
+                return config.with_changes(model=hit["model"])
+        except (OSError, ValueError, TypeError, KeyError):
+            pass
+    models = _served_models(config, timeout)
+    hint = "set OPENAI_MODEL (or [extraction] model in acpmem.toml) to the model to use"
+    if len(models) != 1:
+        shown = ", ".join(models[:8]) + (" …" if len(models) > 8 else "")
+        raise SettingsError(f"an extraction endpoint is set ({config.base_url}) but no model, and it serves "
+                            f"{len(models)} models" + (f" ({shown})" if models else ""), hint)
+    if cache is not None:
+        try:
+            from acpmem.infra.files import atomic_write
+
+            try:
+                known = json.loads(cache.read_text("utf-8"))
+                known = known if isinstance(known, dict) else {}
+            except (OSError, ValueError):
+                known = {}
+            known[config.base_url] = {"model": models[0], "at": now}
+            atomic_write(cache, json.dumps(known, ensure_ascii=False), durable=False)
+        except OSError:
+            pass    # only a cache
+    return config.with_changes(model=models[0])
+
+
+def _served_models(config: ModelConfig, timeout: float) -> list[str]:
+    """The model ids ``GET {base_url}/models`` lists (urllib, not openai: this runs at commit time)."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(f"{config.base_url}/models", headers={"Accept": "application/json"})
+    if config.api_key:
+        req.add_header("Authorization", f"Bearer {config.api_key}")
+    hint = "set OPENAI_MODEL (or [extraction] model in acpmem.toml), or check the endpoint"
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            doc = json.loads(resp.read(1_000_000).decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        raise SettingsError(f"an extraction endpoint is set ({config.base_url}) but no model, and asking it which "
+                            f"models it serves failed: HTTP {exc.code}", hint) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        why = getattr(exc, "reason", None) or exc
+        raise SettingsError(f"an extraction endpoint is set ({config.base_url}) but no model, and it could not be "
+                            f"asked which models it serves ({why})", hint) from None
+    data = doc.get("data") if isinstance(doc, dict) else None
+    return [m["id"] for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]]
 
 
 def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = time.monotonic,

@@ -64,6 +64,11 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
     check_readable(host_tools, "tool definition file", "pass the host's tools as a JSON file")
     settings = vault.settings
     vault.ensure_state()
+    if (extractor or settings.extraction.extractor) != "offline":
+        from acpmem.write.llm import resolve_model_config, with_served_model
+
+        # an endpoint without a model: find the one it serves now, or say what to set — not later, in the background
+        with_served_model(resolve_model_config(settings.extraction), vault.state_dir)
     for _ in range(20):
         rid = requests.new_request_id(vault.rng)
         req = requests.make_request(types=settings.types, type=type, note=note, importance=importance,
