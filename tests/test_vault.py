@@ -1,6 +1,7 @@
 """The vault: discovery, init, reading with bad files skipped, commits, human edits, forget, log, reads, doctor."""
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 from pathlib import Path
@@ -255,3 +256,27 @@ def test_entry_file_round_trips_through_the_vault(vault):
     text = (vault.root / e.path).read_text("utf-8")
     assert parse_entry(text, e.path).title == "上传大文件必须分片"
     assert e.path == f"entries/{e.id}.md"                          # no ASCII slug for a Chinese title
+
+
+def test_doctor_sends_a_broken_entry_to_an_edit_that_finds_it(example_vault, cli, tmp_path):
+    """`doctor` names the command that repairs a file that does not parse, and `edit` and `show` find that file."""
+    e = example_vault.load().entries[0]
+    path = example_vault.root / e.path
+    good = path.read_text()
+    path.write_text(good.replace("importance: ", "importance: lots # ", 1))
+    doc = cli("memory", "--vault", str(example_vault.root), "doctor", "--json")
+    (finding,) = [f for f in json.loads(doc.stdout)["findings"] if f["what"].startswith(e.path)]
+    assert finding["fix"].startswith(f"fix it with `acp memory edit {e.path}`")
+    shown = cli("memory", "--vault", str(example_vault.root), "show", e.id)
+    assert shown.returncode == 1 and f"{e.path} does not parse" in shown.stderr and "acp memory edit" in shown.stderr
+    fixed = tmp_path / "fixed.md"
+    fixed.write_text(good.replace(e.title, e.title + " (checked)"))
+    r = cli("memory", "--vault", str(example_vault.root), "edit", e.id, "--from", str(fixed))
+    assert r.returncode == 0 and r.stdout.startswith(f"Saved #{e.id} (commit "), r.stderr
+    assert path.read_text() == fixed.read_text()
+    assert cli("memory", "--vault", str(example_vault.root), "doctor").returncode == 0
+    assert history.log(example_vault, e.id)[0].kind == "edit"
+    # repairing by the path, back to exactly what the last commit holds: saved, nothing to commit
+    path.write_text(fixed.read_text().replace("importance: ", "importance: lots # ", 1))
+    back = cli("memory", "--vault", str(example_vault.root), "edit", e.path, "--from", str(fixed))
+    assert back.returncode == 0 and "nothing to commit" in back.stdout and path.read_text() == fixed.read_text()

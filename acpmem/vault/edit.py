@@ -13,8 +13,9 @@ from pathlib import Path
 from collections.abc import Callable
 
 from acpmem.core.entryfile import parse_entry_bytes
-from acpmem.core.errors import AcpmemError, EntryInvalid, SecretRefused, UsageError
-from acpmem.infra.files import atomic_write
+from acpmem.core.errors import AcpmemError, EntryInvalid, EntryNotFound, SecretRefused, UsageError
+from acpmem.core.layout import ENTRIES_DIR
+from acpmem.infra.files import atomic_write, read_exact
 from acpmem.search.catalog import secret_kind
 from acpmem.vault.writer import KIND_EDIT, Vault
 
@@ -24,17 +25,57 @@ def _editor() -> list[str]:
     return shlex.split(cmd)
 
 
-def _validate(v: Vault, entry, text: str) -> None:
-    new = parse_entry_bytes(text.encode("utf-8"), entry.path, v.settings.types)
-    if new.id != entry.id:
-        raise EntryInvalid(entry.path, "id", f"must stay '{entry.id}' (ids are stable; citations refer to them)")
+class _Target:
+    """What is edited: an entry, or an entry file that does not parse (``doctor`` lists those)."""
+
+    def __init__(self, path: str, original: str, entry_id: str | None, title: str) -> None:
+        self.path, self.original, self.entry_id, self.title = path, original, entry_id, title
+
+    @property
+    def name(self) -> str:
+        """How the person names it on the command line."""
+        return self.entry_id if self.entry_id else self.path
+
+
+def _target(v: Vault, prefix: str) -> _Target:
+    """The entry with this id (or unique prefix); else the one entry file that does not parse named by its path or
+    the start of its file name."""
+    try:
+        entry = v.resolve(prefix)
+    except EntryNotFound:
+        wanted = (prefix or "").strip().lstrip("#")
+        broken = [p.path for p in v.load(with_reads=False).problems]
+        hits = [p for p in broken if wanted and (p == wanted or p == f"{ENTRIES_DIR}/{wanted}"
+                                                 or p.rpartition("/")[2].startswith(wanted))]
+        if len(hits) != 1:
+            raise
+        original = read_exact(v.root / hits[0])
+        if original is None:
+            raise EntryInvalid(hits[0], None, "cannot be read as UTF-8 text",
+                               "fix it in an editor that can, then `acp memory doctor`") from None
+        return _Target(hits[0], original, None, hits[0])
+    return _Target(entry.path, v.entry_path(entry).read_bytes().decode("utf-8"), entry.id, entry.title)
+
+
+def _validate(v: Vault, target: _Target, text: str) -> str:
+    """The id of the edited text, when it is a valid entry that may replace the target."""
+    new = parse_entry_bytes(text.encode("utf-8"), target.path, v.settings.types)
+    if target.entry_id is not None and new.id != target.entry_id:
+        raise EntryInvalid(target.path, "id", f"must stay '{target.entry_id}' (ids are stable; citations refer to "
+                                              "them)")
+    if target.entry_id is None:
+        clash = [e for e in v.load(with_reads=False, light=True).entries if e.id == new.id and e.path != target.path]
+        if clash:
+            raise EntryInvalid(target.path, "id", f"'{new.id}' is already the id of {clash[0].path}",
+                               "give this entry an id of its own")
     kind = secret_kind(new)
     if kind:
         raise SecretRefused(f"the edit contains what looks like a secret ({kind})",
                             "remove it; secrets never enter the vault")
+    return new.id
 
 
-def _refuse(v: Vault, entry, draft: Path, text: str, exc: EntryInvalid | SecretRefused) -> AcpmemError:
+def _refuse(v: Vault, target: _Target, draft: Path, text: str, exc: EntryInvalid | SecretRefused) -> AcpmemError:
     """The error for a refused edit. The draft keeps the person's text — minus any secret, which never stays on
     disk, not even in local state."""
     note = ""
@@ -44,19 +85,19 @@ def _refuse(v: Vault, entry, draft: Path, text: str, exc: EntryInvalid | SecretR
         atomic_write(draft, redact(text)[0])
         note = " (the secret is replaced by [REDACTED:…] there)"
     return AcpmemError(f"edit refused: {exc.message}",
-                       f"nothing was changed; your text is kept in {draft}{note} — run `acp memory edit {entry.id}` "
-                       f"to re-open it, or fix it and `acp memory edit {entry.id} --from {draft}`")
+                       f"nothing was changed; your text is kept in {draft}{note} — run `acp memory edit {target.name}` "
+                       f"to re-open it, or fix it and `acp memory edit {target.name} --from {draft}`")
 
 
 def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message: str | None = None,
                confirm: Callable[[str], bool] | None = None) -> str:
-    """Edit one entry; ``confirm(question)`` (a terminal prompt, from the CLI) decides whether to re-open the
-    editor after an invalid edit — without it the draft is kept and the edit refused."""
+    """Edit one entry — by id or unique prefix, or an entry file that does not parse, by its path or file name;
+    ``confirm(question)`` (a terminal prompt, from the CLI) decides whether to re-open the editor after an invalid
+    edit — without it the draft is kept and the edit refused."""
     v.require_writable()
-    entry = v.resolve(prefix)
-    path = v.entry_path(entry)
-    original = path.read_bytes().decode("utf-8")
-    draft = v.state_dir / "edit" / f"{entry.id}.md"
+    target = _target(v, prefix)
+    original = target.original
+    draft = v.state_dir / "edit" / (f"{target.entry_id}.md" if target.entry_id else target.path.rpartition("/")[2])
     draft.parent.mkdir(parents=True, exist_ok=True)
     if from_file is not None:
         try:
@@ -76,24 +117,27 @@ def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message:
                                   f"your draft is kept in {draft}")
             text = draft.read_text("utf-8")
             try:
-                _validate(v, entry, text)
+                _validate(v, target, text)
                 break
             except (EntryInvalid, SecretRefused) as exc:
                 if confirm is None or not confirm(f"Invalid: {exc}\nRe-open the editor?"):
-                    raise _refuse(v, entry, draft, text, exc) from None
+                    raise _refuse(v, target, draft, text, exc) from None
     if text == original:
         draft.unlink(missing_ok=True)
-        return f"No changes to #{entry.id}."
+        return f"No changes to {'#' + target.entry_id if target.entry_id else target.path}."
     try:
-        _validate(v, entry, text)
+        entry_id = _validate(v, target, text)
     except (EntryInvalid, SecretRefused) as exc:
         if from_file is not None and Path(from_file).resolve() != draft.resolve():
             atomic_write(draft, text)
-        raise _refuse(v, entry, draft, text, exc) from None
+        raise _refuse(v, target, draft, text, exc) from None
     # base=original: if the file changed while the editor was open (a fork write, another edit), refuse rather
     # than overwrite that change
-    sha = v.replace_entry_text(entry, text, subject=f"edit #{entry.id} {entry.title}",
-                               why=message or "Corrected by hand with `acp memory edit`.", kind=KIND_EDIT,
-                               base=original)
+    what = f"#{entry_id} {target.title}" if target.entry_id else f"{target.path} (was invalid)"
+    sha = v.replace_file_text(target.path, text, subject=f"edit {what}", entry_id=entry_id,
+                              why=message or "Corrected by hand with `acp memory edit`.", kind=KIND_EDIT,
+                              base=original)
     draft.unlink(missing_ok=True)
-    return f"Saved #{entry.id} (commit {sha[:12]})."
+    if sha is None:   # the text is what the last commit holds (an uncommitted change was undone): nothing to commit
+        return f"Saved #{entry_id}: the file is as the last commit has it (nothing to commit)."
+    return f"Saved #{entry_id} (commit {sha[:12]})."

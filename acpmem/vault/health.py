@@ -121,7 +121,7 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
     loaded = vault.load()  # a corrupt derived cache is rebuilt there; a busy one is left alone
     for prob in loaded.problems:
         add("error", f"{prob.path}: {('field ' + repr(prob.field) + ' ') if prob.field else ''}{prob.reason}",
-            "fix it by hand (`acp memory edit`) — it is kept out of the index until then")
+            f"fix it with `acp memory edit {prob.path}` (or any editor) — it is kept out of the index until then")
     add("info", f"{len(loaded.entries)} valid entries, {len(loaded.problems)} invalid file(s)")
     _check_watcher(vault, add)
     for check in more:   # the layers above add theirs (pending extraction requests: acpmem.write.checkup)

@@ -139,12 +139,18 @@ class VaultReader:
         prefix = (prefix or "").strip().lstrip("#")
         if not prefix:
             raise UsageError("no entry id given", "pass an id or a unique prefix, e.g. `acp memory show k3f`")
-        entries = self.load().entries if entries is None else entries
+        loaded = self.load() if entries is None else None
+        entries = loaded.entries if loaded is not None else entries
         exact = [e for e in entries if e.id == prefix]
         if exact:
             return exact[0]
         matches = sorted((e for e in entries if e.id.startswith(prefix)), key=lambda e: e.id)
         if not matches:
+            broken = [p for p in (loaded.problems if loaded is not None else ())
+                      if p.path.rpartition("/")[2].startswith(prefix) or p.path == prefix]
+            if len(broken) == 1:
+                raise EntryNotFound(f"{broken[0].path} does not parse: {broken[0].reason}",
+                                    f"fix it with `acp memory edit {broken[0].path}`")
             raise EntryNotFound(f"no entry with id '{prefix}'", "see `acp memory list --all` for the ids")
         if len(matches) > 1:
             raise AmbiguousId(prefix, [e.id for e in matches])

@@ -423,15 +423,21 @@ class Vault(VaultReader):
         new = parse_entry_bytes(text.encode("utf-8"), entry.path, self.settings.types)
         if new.id != entry.id:
             raise EntryInvalid(entry.path, "id", f"must stay '{entry.id}' (ids are stable; citations refer to them)")
-        base = entry.raw if base is None else base
+        return self.replace_file_text(entry.path, text, subject=subject, why=why, kind=kind, entry_id=entry.id,
+                                      base=entry.raw if base is None else base)
 
+    def replace_file_text(self, rel: str, text: str, *, subject: str, why: str, kind: str, entry_id: str,
+                          base: str | None) -> str:
+        """Commit new text for the entry file ``rel`` — also one that does not parse yet, which this repairs. If the
+        file no longer holds ``base`` once the lock is taken, the change is refused rather than overwriting the other
+        change."""
         def unchanged_since_read(v: "Vault") -> None:
-            if read_exact(v.root / entry.path) != base:
-                raise AcpmemError(f"{entry.path} changed while acpmem was updating it",
+            if read_exact(v.root / rel) != base:
+                raise AcpmemError(f"{rel} changed while acpmem was updating it",
                                   "run the command again; the other change was kept")
 
-        return self.apply({entry.path: text}, [], subject=subject, why=why, kind=kind,
-                          trailers={"Acpmem-Entry": entry.id}, check=unchanged_since_read if base is not None else None)
+        return self.apply({rel: text}, [], subject=subject, why=why, kind=kind, trailers={"Acpmem-Entry": entry_id},
+                          check=unchanged_since_read if base is not None else None)
 
 
 def storage_error(exc: Exception, outcome: str) -> AcpmemError:
