@@ -140,3 +140,33 @@ def test_fast_path_answers_like_the_full_cli(project, cli, tmp_path):
                            "try_fast(['hook', 'claude-code', '--vault'], 'acpmem'))"],
                           capture_output=True, text=True, timeout=60)
     assert none.stdout.split() == ["None", "None"]
+
+
+def test_user_prompt_submit_stays_within_what_claude_code_shows_inline(project, cli, tmp_path):
+    """With the default settings, five 4 KB entries would be ~21,000 characters, which Claude Code cuts: the answer
+    stays under 10,000 characters, says that more wait, and the entries that waited come in later turns."""
+    from acpmem.core.entry import Citation, Entry
+    from acpmem.vault.writer import KIND_FORK
+
+    proj, v = project
+    _enable_surface(v.root)
+    long = []
+    for i in range(6):
+        ident = v.new_id()
+        body = "\n".join(f"- point {j} of a long note about the deploy pipeline and its many stages" for j in range(60))
+        e = Entry(id=ident, title=f"Long deploy note {i}", type="fact", importance=10, created="2026-11-20T00:00:00Z",
+                  body=body + "\n", citation=(Citation("s", i),))
+        long.append(e.with_changes(path=v.path_for(ident, e.title)))
+    v.write_entries(long, subject="long notes", why="test", kind=KIND_FORK)
+    seen: set[str] = set()
+    for turn in range(8):
+        r = _hook(cli, _event("UserPromptSubmit", proj, prompt=f"turn {turn}"), cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        if not r.stdout:
+            break
+        ctx = json.loads(r.stdout)["hookSpecificOutput"]["additionalContext"]
+        assert len(ctx) <= 10_000, len(ctx)
+        if turn == 0:
+            assert "wait for a later turn" in ctx
+        seen |= {e.id for e in long if f'id="{e.id}"' in ctx}
+    assert seen == {e.id for e in long}       # nothing that waited was lost

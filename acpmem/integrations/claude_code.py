@@ -31,6 +31,7 @@ from acpmem.core.values import Value
 EXIT_OK = 0
 EXIT_SHOWN = 1          # Claude Code: a non-blocking error, stderr shown to the user; the session goes on
 MAX_EVENT_BYTES = 1 << 20
+MAX_CONTEXT_CHARS = 9500   # Claude Code shows about 10,000 characters of a hook's context inline; the rest is cut
 CLAUDE_CODE_RECORD = "claude-code.json"
 
 
@@ -147,7 +148,7 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
                 return HookAnswer("", "", EXIT_OK)
             from acpmem.vault.retrieval import surface, surface_text
 
-            result = surface(v, session)
+            result = surface(v, session, max_chars=MAX_CONTEXT_CHARS)
             if not result.entries:  # nothing new, or the session's budget is spent: add nothing to the prompt
                 return HookAnswer("", "", EXIT_OK)
             return _context(name, surface_text(v, result))

@@ -32,6 +32,8 @@ from acpmem.vault import readlog
 from acpmem.vault.reader import VaultReader, jitter_salt   # the read side is all recall and surfacing need
 
 LEDGER = "surfaced.json"
+DEFERRED_NOTE_CHARS = 100    # room kept for the line saying entries wait for a later turn
+MIN_SURFACED_CHARS = 200     # less room than this for a first entry: it waits too
 _NO_EXPLAIN = MappingProxyType({})
 
 
@@ -77,10 +79,12 @@ class SurfaceResult(Value):
     used_bytes: int      # cumulative for the session, this call included
     budget_bytes: int
     reason: str | None = None
+    deferred: int = 0    # entries left for a later turn to keep this one's text within ``max_chars``
 
     def to_json(self) -> dict:
         return {"session": self.session, "entries": [e.to_json() for e in self.entries],
-                "used_bytes": self.used_bytes, "budget_bytes": self.budget_bytes, "reason": self.reason}
+                "used_bytes": self.used_bytes, "budget_bytes": self.budget_bytes, "reason": self.reason,
+                "deferred": self.deferred}
 
 
 # --------------------------------------------------------------------------------------------- the index
@@ -194,10 +198,15 @@ def cap_text(text: str, cap: int, entry_id: str) -> tuple[str, bool]:
     return raw[:room].decode("utf-8", errors="ignore").rstrip() + note, True
 
 
-def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: int | None = None) -> SurfaceResult:
+def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: int | None = None, *,
+            max_chars: int | None = None) -> SurfaceResult:
     """Per-turn surfacing: the top ``[surface] top_n`` live entries by score not yet surfaced (or
     recalled) in ``session``, each capped at ``entry_cap_bytes``, while the session's cumulative
-    ``session_budget_bytes`` lasts. Marks them read."""
+    ``session_budget_bytes`` lasts. Marks them read.
+
+    ``max_chars`` bounds this turn's whole text (``surface_text``, notice and frames included) for a host that cuts
+    long context (Claude Code shows about 10,000 characters inline): entries that do not fit wait for a later turn,
+    unsurfaced; a first entry too long for it is cut further."""
     from acpmem.core.score import rank
 
     sdir = vault.session_dir(session)
@@ -236,13 +245,24 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
                                  "in this session" if seen else "the vault has no live entries")
         picked: list[SurfacedEntry] = []
         reason = None
-        for total, entry in chosen:
+        deferred = 0
+        chars = len(_notice(vault)) + DEFERRED_NOTE_CHARS
+        for n, (total, entry) in enumerate(chosen):
             text, cut = cap_text(f"{entry.title}\n\n{entry.body}".rstrip("\n"), cfg.entry_cap_bytes, entry.id)
             item = SurfacedEntry(entry, total, text, cut)
+            if max_chars is not None:
+                room = max_chars - chars - 2 - (len(_framed(item)) - len(item.text))
+                if len(item.text) > room:
+                    if picked or room < MIN_SURFACED_CHARS:
+                        deferred = len(chosen) - n
+                        break
+                    text, _ = cap_text(item.text, room, entry.id)   # the one entry, cut to fit (bytes >= chars)
+                    item = SurfacedEntry(entry, total, text, True)
             if used + item.size > budget:
                 reason = f"the session's surfacing budget would be exceeded ({used} of {budget} bytes used)"
                 break
             used += item.size
+            chars += 2 + len(_framed(item))
             picked.append(item)
         if picked:
             ledger["surfaced"] = ledger["surfaced"] + [p.entry.id for p in picked]
@@ -250,7 +270,7 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
             atomic_write(sdir / LEDGER, json.dumps(ledger, ensure_ascii=False, indent=1))
     if picked:
         vault.mark_read([p.entry.id for p in picked])
-    return SurfaceResult(session, tuple(picked), used, budget, reason)
+    return SurfaceResult(session, tuple(picked), used, budget, reason, deferred)
 
 
 # --------------------------------------------------------------------------------------------- prompt text
@@ -278,8 +298,15 @@ def surface_text(vault: VaultReader, result: SurfaceResult) -> str:
     """The data notice and the framed entries; when nothing is surfaced, one line saying why."""
     if not result.entries:
         return f"(nothing surfaced: {result.reason})" if result.reason else ""
-    blocks = [frame("surface", s.text, attrs=_attrs(s.entry)) for s in result.entries]
+    blocks = [_framed(s) for s in result.entries]
+    if result.deferred:
+        blocks.append(f"({result.deferred} more {'entry waits' if result.deferred == 1 else 'entries wait'} for a "
+                      "later turn; memory_recall finds any of them now.)")
     return "\n\n".join([_notice(vault), *blocks])
+
+
+def _framed(s: SurfacedEntry) -> str:
+    return frame("surface", s.text, attrs=_attrs(s.entry))
 
 
 __all__ = ["recall", "surface", "RecallHit", "SurfaceResult", "SurfacedEntry", "recall_text", "surface_text",
