@@ -149,7 +149,7 @@ def test_edit_through_editor_validates_and_commits(example_vault, cli, tmp_path)
     assert "Saved" in r.stdout
     assert v.resolve(e.id).importance == 10
     log = json.loads(cli("memory", "log", e.id, "--json", "--vault", str(v.root)).stdout)
-    assert log[0]["kind"] == "edit"
+    assert log["entry"] == e.id and log["changes"][0]["kind"] == "edit"
     before = (v.root / e.path).read_bytes()
     bad = _editor(tmp_path, 'sed -i "s/^importance: .*/importance: 99/" "$1"\n')
     r = cli("memory", "edit", e.id, "--vault", str(v.root), env={"EDITOR": bad})
@@ -169,7 +169,9 @@ def test_forget_log_doctor_json(example_vault, cli):
     r = cli("memory", "forget", e.id, "--reason", "wrong", "--json", "--vault", v)
     d = json.loads(r.stdout)
     assert d["forgotten"] == e.id and len(d["commit"]) == 40
-    kinds = [i["kind"] for i in json.loads(cli("memory", "log", "--json", "--vault", v).stdout)]
+    log = json.loads(cli("memory", "log", "--json", "--vault", v).stdout)
+    assert isinstance(log, dict) and log["entry"] is None      # an object, like every other command's --json
+    kinds = [i["kind"] for i in log["changes"]]
     assert kinds[:1] == ["forget"] and kinds[-1] == "init"
     doc = json.loads(cli("memory", "doctor", "--json", "--vault", v).stdout)
     assert doc["ok"] is True and any("9 valid entries" in f["what"] for f in doc["findings"])
@@ -260,3 +262,10 @@ def test_completion_outside_a_vault_offers_the_default_types_and_no_ids(tmp_path
     assert ids.returncode == 0 and "Error" not in ids.stdout + ids.stderr
     types = cli(env=_completion_env(tmp_path, **base, _TYPER_COMPLETE_ARGS="acp memory commit --type "), cwd=tmp_path)
     assert '"decision"' in types.stdout and '"reference"' in types.stdout
+
+
+def test_json_with_another_format_is_a_usage_error(example_vault, cli):
+    for fmt in ("prompt", "markdown"):
+        r = cli("memory", "list", "--json", "--format", fmt, "--vault", str(example_vault.root))
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.startswith("Error: --json and --format")
+    assert cli("memory", "list", "--json", "--format", "json", "--vault", str(example_vault.root)).returncode == 0

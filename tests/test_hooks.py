@@ -107,7 +107,8 @@ def test_explicit_vault_wins_over_cwd_and_a_missing_one_is_reported(project, cli
 def test_malformed_input_is_shown_but_never_blocks(cli, tmp_path, stdin, reason):
     r = _hook(cli, stdin, cwd=tmp_path)
     assert r.returncode == 1  # Claude Code: non-blocking error, stderr shown; 2 would block the prompt
-    assert r.stdout == "" and reason in r.stderr and r.stderr.startswith("acpmem: ")
+    assert r.stdout == "" and reason in r.stderr and r.stderr.startswith("Error: ") and " — " in r.stderr
+    assert r.stderr.count("\n") == 1
     assert "Traceback" not in r.stderr
 
 

@@ -186,7 +186,7 @@ def log(ctx: typer.Context,
     v = open_vault(ctx, vault)
     items = history(v, entry_id, limit=limit)
     if json_:
-        out_json([i.to_json() for i in items])
+        out_json({"entry": entry_id, "changes": [i.to_json() for i in items]})
         return
     for i in items:
         out(f"{i.date[:19]}  {i.kind:<16} {i.commit}  {i.subject}")

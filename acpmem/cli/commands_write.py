@@ -13,7 +13,7 @@ import typer
 from acpmem.cli import hot
 from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault, params, vault_of
 from acpmem.cli.output import emit_warnings, is_tty, out, out_json, warn
-from acpmem.core.errors import UsageError
+from acpmem.core.errors import UsageError, error_line
 from acpmem.write.requests import MAX_SEQ
 
 
@@ -167,7 +167,14 @@ def extract(ctx: typer.Context,
             out(f"Model calls: {totals['calls']}; tokens: {totals['prompt_tokens']} prompt "
                 f"({totals['cached_tokens']} cached, {totals['cache_hit_rate']:.0%} cache hits), "
                 f"{totals['completion_tokens']} completion.")
-    return 0 if all(o.ok for o in outcomes) else 1
+    bad = [o for o in outcomes if not o.ok]
+    if bad:
+        what = "; ".join(f"{o.request}: {(o.error or {}).get('message') or o.status}" for o in bad[:3])
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        later = "failed for good" if all(o.status == "failed" for o in bad) else "pending, retried on their schedule"
+        warn(error_line(f"{len(bad)} of {len(outcomes)} request(s) not extracted: {what}{more}",
+                        f"they stay {later}; `acp memory doctor` shows them"))
+    return 1 if bad else 0
 
 
 def _run(v, ids: list[str], extractor: str | None, *, show_progress: bool):

@@ -60,6 +60,10 @@ def _rich_table(v, include_all: bool) -> None:
 
 def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget: int | None, json_: bool,
              vault: Path | None) -> int:
+    if json_ and fmt not in ("table", "json"):
+        from acpmem.core.errors import UsageError
+
+        raise UsageError(f"--json and --format {fmt} ask for two different outputs", "pass one of them")
     if json_:
         fmt = "json"
     if fmt == "prompt" and session and not refresh:

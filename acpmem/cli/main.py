@@ -36,7 +36,8 @@ def typer_command(prog: str):
 
 def run_typer(argv: list[str], prog: str) -> int:
     """The full command line. Usage errors are one ``Error: … — …`` line with exit 2, like every other error."""
-    from acpmem.cli.output import error_line, guarded, warn
+    from acpmem.cli.output import guarded, warn
+    from acpmem.core.errors import error_line
 
     def work() -> int:
         import typer

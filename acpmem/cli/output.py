@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from acpmem.core.errors import AcpmemError
+from acpmem.core.errors import AcpmemError, error_line
 
 
 def out(text: str) -> None:
@@ -36,14 +36,6 @@ def emit_warnings(v) -> None:
         warn(f"Warning: {w}")
 
 
-def error_line(message: str, hint: str | None = None) -> str:
-    """``Error: message — hint`` on one line (newlines in either become spaces)."""
-    text = " ".join(message.split())
-    if hint:
-        text += " — " + " ".join(hint.split())
-    return f"Error: {text}"
-
-
 def guarded(work: Callable[[], int | None]) -> int:
     """Run a command; map what it raises to one line on stderr and an exit code."""
     try:
@@ -51,7 +43,7 @@ def guarded(work: Callable[[], int | None]) -> int:
         sys.stdout.flush()
         return code or 0
     except AcpmemError as exc:
-        warn(error_line(exc.message, exc.hint))
+        warn(exc.line())
         return exc.exit_code
     except BrokenPipeError:
         try:   # the reader went away: say nothing more, and let the interpreter's last flush find nowhere to fail

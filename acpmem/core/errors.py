@@ -21,11 +21,22 @@ class AcpmemError(Exception):
     def __str__(self) -> str:
         return f"{self.message} — {self.hint}" if self.hint else self.message
 
+    def line(self) -> str:
+        return error_line(self.message, self.hint)
+
     def to_json(self) -> dict:
         out = {"error": type(self).__name__, "message": self.message}
         if self.hint:
             out["hint"] = self.hint
         return out
+
+
+def error_line(message: str, hint: str | None = None) -> str:
+    """``Error: message — hint`` on one line (newlines in either become spaces): how every error is shown."""
+    text = " ".join(str(message).split())
+    if hint:
+        text += " — " + " ".join(str(hint).split())
+    return f"Error: {text}"
 
 
 class UsageError(AcpmemError):

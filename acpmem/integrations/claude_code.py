@@ -25,7 +25,7 @@ import json
 import os
 from pathlib import Path
 
-from acpmem.core.errors import AcpmemError, VaultNotFound
+from acpmem.core.errors import AcpmemError, VaultNotFound, error_line
 from acpmem.core.values import Value
 
 EXIT_OK = 0
@@ -41,8 +41,8 @@ class HookAnswer(Value):
     exit_code: int
 
 
-def _error(message: str) -> HookAnswer:
-    return HookAnswer("", f"acpmem: {message}\n", EXIT_SHOWN)
+def _error(message: str, hint: str | None) -> HookAnswer:
+    return HookAnswer("", error_line(message, hint) + "\n", EXIT_SHOWN)
 
 
 def _context(event_name: str, text: str) -> HookAnswer:
@@ -127,13 +127,13 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
     try:
         event = parse_event(raw)
     except ValueError as exc:
-        return _error(str(exc))
+        return _error(str(exc), "the hook reads Claude Code's hook event, a JSON object, on stdin")
     name = event["hook_event_name"]
     if name not in ("SessionStart", "UserPromptSubmit"):
         return HookAnswer("", "", EXIT_OK)
     session = event.get("session_id")
     if not session:
-        return _error(f"the {name} event has no session_id")
+        return _error(f"the {name} event has no session_id", "run it as a Claude Code hook, which sends one")
     try:
         v = _open_vault(event, vault, env)
         if v is None:
@@ -155,12 +155,12 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
         finally:
             v.close()
     except AcpmemError as exc:
-        return _error(str(exc))
+        return _error(exc.message, exc.hint)
     except Exception as exc:  # a bug must not take the agent's session down with it
         if env.get("ACPMEM_DEBUG"):
             raise
-        return _error(f"internal error: {type(exc).__name__}: {exc} — please report it; "
-                      "set ACPMEM_DEBUG=1 to see the traceback")
+        return _error(f"internal error: {type(exc).__name__}: {exc}",
+                      "please report it; set ACPMEM_DEBUG=1 to see the traceback")
 
 
 __all__ = ["claude_code", "parse_event", "HookAnswer", "record_session", "recorded_transcript", "MAX_EVENT_BYTES"]
