@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import random
 import subprocess
+
+import pytest
 from pathlib import Path
 
 from openai_server import reply
-from acpmem.write import fork, requests, worker
+from acpmem.write import costs, fork, requests, worker
 from acpmem.vault.writer import Vault
 
 FIX = Path(__file__).parent / "fixtures" / "transcripts"
@@ -202,6 +204,20 @@ def test_slower_than_the_timeout(vault, openai_server):
     out = run(v, req)
     assert out.status == "retry" and out.error["reason"] == "timeout"
     assert requests.load_request(v.state_dir, req.id).attempts == 1
+    (row,) = costs.read(v.state_dir)                 # the ledger counts the time a timeout took, not 0.0 s
+    assert row["ok"] is False and row["reason"] == "timeout" and row["latency_s"] >= 0.5
+
+
+@pytest.mark.parametrize("garbage", [b"{not json", b"<html>502 Bad Gateway</html>", b"[]", b"{}"])
+def test_a_garbage_reply_is_a_failed_attempt_with_a_ledger_row(vault, openai_server, garbage):
+    v = configure(vault, openai_server)
+    openai_server.enqueue(reply.raw(garbage))
+    req = submit(v)
+    out = run(v, req)
+    assert out.status == "retry" and out.error["reason"] == "bad_response", out.error
+    (row,) = costs.read(v.state_dir)
+    assert row["ok"] is False and row["reason"] == "bad_response" and row["request"] == req.id
+    assert row["latency_s"] is not None
 
 
 def test_secrets_are_redacted_before_anything_touches_disk(vault, openai_server):

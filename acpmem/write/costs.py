@@ -31,6 +31,8 @@ def record(result: ChatResult | None, *, at: str, request: str | None = None, se
         rec["entries"] = entries
     if error is not None:
         rec.update(error=error.message, reason=error.data.get("reason"), attempts=error.data.get("attempts"))
+        if result is None and error.data.get("latency_s") is not None:
+            rec["latency_s"] = error.data["latency_s"]   # a timeout took its time too
     return rec
 
 

@@ -209,7 +209,7 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
     timeout is not retried here (the pending queue retries the request later). ``clock`` measures latency, ``sleep``
     waits between attempts, ``rng`` draws the jitter. Raises ``ExtractionError`` whose ``data`` has ``reason``
     (no_endpoint, timeout, rate_limited, server_error, connection, rejected, bad_response), ``attempts``,
-    ``retryable`` and ``status``.
+    ``retryable``, ``status`` and ``latency_s`` (the time spent before giving up).
     """
     if not config.configured:
         what = "no model" if (config.base_url or config.api_key) else "no endpoint"
@@ -235,6 +235,9 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
             wait = None
             try:
                 data = client.post("/chat/completions", body=body, cast_to=object)
+            except (ValueError, openai.APIResponseValidationError) as exc:   # a body that is not JSON at all
+                raise _fail(f"Malformed answer from the endpoint: not JSON ({str(exc)[:80]})", "bad_response",
+                            attempts, 200, "check the endpoint speaks OpenAI chat completions") from None
             except openai.APITimeoutError:
                 raise _fail(f"Model call timed out after {config.timeout:g} s", "timeout", attempts, None,
                             "raise [extraction] timeout or try a faster model; the request stays pending") from None
@@ -254,6 +257,9 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
                 raise _fail(_give_up_message(reason, status, attempts, detail, wait, config), reason, attempts, status,
                             "the request stays pending and is retried later; check the endpoint")
             sleep(wait if wait is not None else _backoff(attempts, rng))
+    except ExtractionError as exc:   # what the failed call cost in time, for the ledger
+        exc.data.setdefault("latency_s", round(clock() - start, 3))
+        raise
     finally:
         client.close()
 
