@@ -22,15 +22,16 @@ def _server_params(vault_root: Path, *extra: str, env: dict | None = None):
                                  env=full, cwd=str(vault_root))
 
 
-def _session_run(params, body):
-    """Run ``body(session)`` inside an initialised MCP client session; returns what it returns."""
+def _session_run(params, body, errlog_path: str = os.devnull):
+    """Run ``body(session)`` inside an initialised MCP client session; returns what it returns. The server's
+    stderr goes to ``errlog_path``."""
     import anyio
     from mcp import ClientSession, stdio_client
 
     result = {}
 
     async def main():
-        with open(os.devnull, "w") as errlog:
+        with open(errlog_path, "w") as errlog:
             async with stdio_client(params, errlog=errlog) as (read, write):
                 async with ClientSession(read, write) as session:
                     await session.initialize()
@@ -112,7 +113,7 @@ def test_tools_resource_recall_and_commit_end_to_end(example_vault, tmp_path):
     assert "Long-term memory" in index1 and "Session append must be re-entrant" in index1
 
 
-def test_host_may_pass_session_and_seq_and_sessions_differ_per_process(vault, tmp_path):
+def test_host_passes_session_and_seq_in_meta_and_sessions_differ_per_process(vault, tmp_path):
     root = vault.root
     transcript = tmp_path / "t.json"
     transcript.write_text(json.dumps([
@@ -121,14 +122,26 @@ def test_host_may_pass_session_and_seq_and_sessions_differ_per_process(vault, tm
     ]))
 
     async def body(s):
-        r = await s.call_tool("memory_commit", {"type": "fact", "note": "pnpm is the package manager",
-                                                "importance": 6, "session": "host-7", "seq": 1,
-                                                "transcript": str(transcript)})
+        args = {"type": "fact", "note": "pnpm is the package manager", "importance": 6}
+        # the schema says additionalProperties: false, and the server holds to it: host values go in _meta
+        extra = await s.call_tool("memory_commit", {**args, "session": "host-7", "seq": 1})
+        r = await s.call_tool("memory_commit", args, meta={"acpmem/session": "host-7", "acpmem/seq": 1,
+                                                         "acpmem/transcript": str(transcript)})
         idx = (await s.read_resource("memory://index")).contents[0].text
-        return r, idx
+        try:
+            await s.read_resource("memory://nope")
+            unknown = None
+        except Exception as exc:   # the client raises the server's error answer
+            unknown = str(exc)
+        return extra, r, idx, unknown
 
-    r, _ = _session_run(_server_params(root), body)
+    errlog = tmp_path / "server.err"
+    extra, r, _, unknown = _session_run(_server_params(root), body, str(errlog))
+    assert "Traceback" not in errlog.read_text()
+    assert extra.is_error is True and "is not an argument of this tool" in extra.content[0].text
+    assert extra.content[0].text.startswith("Error: ")
     assert r.is_error is False, r.content[0].text
+    assert unknown and "unknown resource memory://nope" in unknown
 
     def written():
         v = Vault(root)

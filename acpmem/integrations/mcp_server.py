@@ -8,12 +8,13 @@ is imported only when the server starts.
 
 Session and seq of a ``memory_commit`` (the citation of what it produces):
 
-* a client that knows them (a harness, not the model) may add ``session``, ``seq`` and ``transcript`` to the call's
-  arguments; they are not in the advertised schema, so the model never invents them;
+* a client that knows them (a harness, not the model) passes them in the request's ``_meta``: ``acpmem/session``,
+  ``acpmem/seq`` and ``acpmem/transcript``. The tool's arguments are only what its schema advertises (type, note,
+  importance: anything else is refused, as ``additionalProperties: false`` says), so the model never invents them;
 * otherwise the server's own session: ``--session``, else ``ACPMEM_SESSION``, else ``CLAUDE_CODE_SESSION_ID`` (Claude
   Code sets it for the MCP servers it starts), else an id generated per server process
   (``mcp-YYYYMMDDTHHMMSS-xxxxxx``);
-* the transcript for the fork: the call's ``transcript``, else ``--transcript``, else the one the Claude Code
+* the transcript for the fork: the call's ``acpmem/transcript``, else ``--transcript``, else the one the Claude Code
   SessionStart hook recorded for the session (``claude_code.record_session``), else none (the fork then has only the note);
 * seq: the last message's seq of the transcript when there is one, else a counter of this server's commits (1, 2, …).
 
@@ -30,10 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from acpmem.core.clock import now_utc
-from acpmem.core.errors import AcpmemError
+from acpmem.core.errors import AcpmemError, error_line
 
 INDEX_URI = "memory://index"
+META_PREFIX = "acpmem/"            # the host's own values ride in a request's _meta: acpmem/session, /seq, /transcript
 HOST_ARGS = ("session", "seq", "transcript")
+RESOURCE_NOT_FOUND = -32002       # the MCP error code for an unknown resource
 ENV_SESSION = "ACPMEM_SESSION"
 ENV_CLAUDE_SESSION = "CLAUDE_CODE_SESSION_ID"   # set by Claude Code in the stdio MCP servers it starts
 
@@ -77,20 +80,21 @@ class MemoryService:
         finally:
             v.close()
 
-    def call(self, name: str, arguments: dict[str, Any] | None) -> str:
-        """Run one tool call; returns the text for the model. ``AcpmemError`` for anything the caller got wrong."""
+    def call(self, name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None) -> str:
+        """Run one tool call; returns the text for the model. ``AcpmemError`` for anything the caller got wrong.
+        ``meta``: the request's ``_meta`` (the host's session, seq and transcript, under ``acpmem/``)."""
         args = dict(arguments or {})
         if name == "memory_commit":
-            return self.commit(args)
+            return self.commit(args, host_values(meta))
         if name == "memory_recall":
             return self.recall(args)
         raise AcpmemError(f"unknown tool '{name}'", "this server offers memory_commit and memory_recall")
 
-    def commit(self, args: dict[str, Any]) -> str:
+    def commit(self, args: dict[str, Any], host: dict[str, Any] | None = None) -> str:
         from acpmem.core.tools import parse_commit_args
         from acpmem.write.submit import submit
 
-        host = {k: args.pop(k) for k in HOST_ARGS if k in args}
+        host = host or {}
         v = self.open()
         try:
             parsed = parse_commit_args(args, v.settings.types)
@@ -132,12 +136,18 @@ class MemoryService:
             v.close()
 
 
+def host_values(meta: dict[str, Any] | None) -> dict[str, Any]:
+    """The host's session, seq and transcript from a request's ``_meta`` (``acpmem/session`` …)."""
+    return {k: meta[META_PREFIX + k] for k in HOST_ARGS if isinstance(meta, dict) and META_PREFIX + k in meta}
+
+
 def serve(vault_path: Path, *, session: str | None = None, transcript: str | None = None,
           clock: Callable[[], datetime] | None = None, rng: random.Random | None = None) -> None:
     """Run the MCP server on stdin/stdout until the client closes the connection."""
     import anyio
     import mcp_types as types
     from mcp.server.lowlevel import Server
+    from mcp.shared.exceptions import MCPError
     from mcp.server.stdio import stdio_server
 
     from acpmem import __version__
@@ -156,9 +166,14 @@ def serve(vault_path: Path, *, session: str | None = None, transcript: str | Non
     async def call_tool(ctx, params) -> types.CallToolResult:
         # Errors the model can fix go back as tool results (is_error), so it sees them and retries.
         try:
-            return text(svc.call(params.name, params.arguments))
+            return text(svc.call(params.name, params.arguments, dict(params.meta or {})))
         except AcpmemError as exc:
-            return text(f"Error: {exc}", error=True)
+            return text(exc.line(), error=True)
+        except Exception as exc:  # a bug: one line for the model and the host, no traceback in the client's log
+            if os.environ.get("ACPMEM_DEBUG"):
+                raise
+            return text(error_line(f"internal error: {type(exc).__name__}: {exc}",
+                                   "please report it; set ACPMEM_DEBUG=1 to see the traceback"), error=True)
 
     async def list_resources(ctx, params) -> types.ListResourcesResult:
         return types.ListResourcesResult(resources=[types.Resource(
@@ -167,8 +182,8 @@ def serve(vault_path: Path, *, session: str | None = None, transcript: str | Non
                         "per entry, most relevant first. Read entries in full with memory_recall.")])
 
     async def read_resource(ctx, params) -> types.ReadResourceResult:
-        if str(params.uri) != INDEX_URI:
-            raise ValueError(f"unknown resource {params.uri}; this server has {INDEX_URI}")
+        if str(params.uri) != INDEX_URI:   # an answer, not a traceback in the server's log
+            raise MCPError(RESOURCE_NOT_FOUND, f"unknown resource {params.uri}; this server has {INDEX_URI}")
         return types.ReadResourceResult(contents=[types.TextResourceContents(uri=INDEX_URI, mime_type="text/plain",
                                                                              text=svc.index())])
 
