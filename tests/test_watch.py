@@ -4,6 +4,7 @@ cannot vouch (a replaced database, a vault gone) it must say no and go away."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -345,3 +346,19 @@ def test_a_failing_watcher_is_not_restarted_on_every_recall(watched):
     open_(v)[0].close()
     ready(v)
     assert not (v.state_dir / watch.FAILED).exists()
+
+
+def test_deleting_the_local_state_while_the_watcher_runs_loses_nothing(watched, cli):
+    """`rm -rf .acpmem` under a running watcher: the watcher stops (it cannot vouch for a database that is gone),
+    the next recall rebuilds everything from the files, and a write still works."""
+    v = watched
+    pid = start_watching(v)
+    v.close()
+    shutil.rmtree(v.state_dir)
+    wait_for(lambda: not alive(pid), what="the watcher to stop")
+    r = cli("memory", "--vault", str(v.root), "recall", "kafka offsets", "--json")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert json.loads(r.stdout)["hits"][0]["title"] == "Kafka consumers commit offsets manually"
+    c = cli("memory", "--vault", str(v.root), "forget", v.load().entries[0].id, "--reason", "test")
+    assert c.returncode == 0, c.stderr
+    assert cli("memory", "--vault", str(v.root), "doctor").returncode == 0
