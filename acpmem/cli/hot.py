@@ -14,7 +14,7 @@ import sys
 from enum import Enum
 from pathlib import Path
 
-from acpmem.cli.output import emit_warnings, is_tty, out, out_json
+from acpmem.cli.output import emit_warnings, is_tty, out, out_json, warn
 
 
 def list_output(vault, fmt: str, *, include_all: bool = False, session: str | None = None,
@@ -136,7 +136,15 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
         out(ack.text)
         if ack.outcome is not None:
             out(ack.outcome.summary())
-    return 1 if ack.outcome is not None and not ack.outcome.ok else 0
+    if ack.outcome is not None and not ack.outcome.ok:
+        from acpmem.core.errors import error_line
+
+        o = ack.outcome
+        later = "it failed for good" if o.status == "failed" else "it stays pending and is retried on its schedule"
+        warn(error_line(f"{o.request} was not extracted: {(o.error or {}).get('message') or o.status}",
+                        f"{later}; `acp memory doctor` shows it"))
+        return 1
+    return 0
 
 
 def hook_claude_code(*, vault: Path | None) -> int:

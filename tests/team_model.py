@@ -1,0 +1,288 @@
+"""A model of a team's vault for stateful testing: two clones and a bare remote on disk, driven through the real
+command line (one process per command), with the invariants that must hold after every step.
+
+Used by ``tests/test_team_model.py`` (a bounded run in CI) and ``bench/team_model.py`` (a longer run). The rules are
+what people and agents do to a shared vault: fork writes, human edits (valid, invalid, with conflict markers),
+``edit``, ``forget``, supersede, ``sync`` from either side, conflicts and their resolution, ``doctor --fix``, and a
+write killed with SIGKILL at a random moment.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+ACP = Path(sys.executable).parent / "acp"
+CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
+MARKER = re.compile(r"^(<{7}|>{7})( |$)", re.M)
+CLONES = ("a", "b")
+
+
+class Ran:
+    def __init__(self, args, p: subprocess.CompletedProcess) -> None:
+        self.args, self.code, self.out, self.err = args, p.returncode, p.stdout, p.stderr
+
+
+def run(root: Path, *args: str, env: dict | None = None, timeout: float = 120) -> Ran:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("ACPMEM_", "OPENAI_"))}
+    full.update(env or {}, ACPMEM_NO_WATCH="1")
+    if root.name == "b":   # clone B belongs to a teammate whose git knows no identity (a fresh machine)
+        full.update(GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+        for k in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL"):
+            full.pop(k, None)
+    p = subprocess.run([str(ACP), "memory", "--vault", str(root), *args], capture_output=True, text=True, env=full,
+                       timeout=timeout)
+    return Ran(args, p)
+
+
+def git(root: Path, *args: str, check: bool = False) -> str:
+    p = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=check)
+    return p.stdout
+
+
+def assert_well_formed(r: Ran) -> None:
+    """Success, or exactly one ``Error:`` line with exit 1 or 2 — never a traceback, never an internal error."""
+    assert "Traceback" not in r.err and "internal error" not in r.err, (r.args, r.err)
+    if r.code != 0:
+        errors = [line for line in r.err.splitlines() if line.startswith("Error: ")]
+        assert r.code in (1, 2) and len(errors) == 1, (r.args, r.code, r.err)
+
+
+class TeamVault(RuleBasedStateMachine):
+    """Two clones of one vault and their bare remote; ``acked`` holds every write a command acknowledged."""
+
+    base: Path   # set by the test before running the machine (a tmp folder)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+        self.acked: dict[str, set[str]] = {c: set() for c in CLONES}   # markers each clone acknowledged
+        self.merging: set[str] = set()
+
+    # ------------------------------------------------------------------------------------------- set-up
+    @initialize()
+    def make_team(self) -> None:
+        self.dir = Path(self.base) / f"team-{os.getpid()}-{time.monotonic_ns()}"
+        self.dir.mkdir(parents=True)
+        self.remote = self.dir / "remote.git"
+        subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(self.remote)], check=True)
+        a = self.dir / "a"
+        r = subprocess.run([str(ACP), "memory", "init", "--example", str(a)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        toml = a / "acpmem.toml"
+        toml.write_text(toml.read_text().replace('extractor = "auto"', 'extractor = "offline"'))
+        git(a, "remote", "add", "origin", str(self.remote), check=True)
+        assert run(a, "sync").code == 0
+        # B is what the README tells a teammate to do: a plain `git clone`
+        subprocess.run(["git", "clone", "-q", str(self.remote), str(self.dir / "b")], check=True)
+        self.roots = {"a": a, "b": self.dir / "b"}
+
+    def marker(self) -> str:
+        self.n += 1
+        return f"marker{self.n:04d}z"
+
+    def entries(self, clone: str) -> list[Path]:
+        return sorted((self.roots[clone] / "entries").glob("*.md"))
+
+    def cmd(self, clone: str, *args: str) -> Ran:
+        r = run(self.roots[clone], *args)
+        assert_well_formed(r)
+        if r.code == 1 and "sync is unfinished" in r.err or "merge is left in progress" in r.err:
+            self.merging.add(clone)
+        return r
+
+    # ------------------------------------------------------------------------------------------- rules
+    clone = st.sampled_from(CLONES)
+
+    @rule(c=clone)
+    def fork_write(self, c: str) -> None:
+        m = self.marker()
+        r = self.cmd(c, "commit", "--type", "fact", "--note", f"note {m} about the queue", "--importance", "5",
+                     "--session", "s", "--seq", "6", "--transcript", str(CHAT), "--wait")
+        if "Noted (" in r.out:   # acknowledged: written now (exit 0), or kept pending for a retry (exit 1)
+            self.acked[c].add(m)
+
+    @rule(c=clone, pick=st.integers(0, 50), valid=st.sampled_from(["valid", "invalid", "markers"]))
+    def human_edit(self, c: str, pick: int, valid: str) -> None:
+        files = self.entries(c)
+        if not files:
+            return
+        p = files[pick % len(files)]
+        text = p.read_text("utf-8", errors="replace")
+        if valid == "valid":
+            p.write_text(text.rstrip("\n") + f"\n- edited by hand {self.marker()}\n")
+        elif valid == "invalid":
+            p.write_text(text.replace("importance:", "importance: lots #", 1) if "importance:" in text else "x\n")
+        else:
+            p.write_text(text + "<<<<<<< HEAD\n- mine\n=======\n- theirs\n>>>>>>> origin/main\n")
+
+    @rule(c=clone, pick=st.integers(0, 50))
+    def cli_edit(self, c: str, pick: int) -> None:
+        ok = self.listed(c)
+        if not ok:
+            return
+        ident, rel = ok[pick % len(ok)]
+        text = (self.roots[c] / rel).read_text("utf-8")
+        new = self.dir / f"edit-{self.n}.md"
+        new.write_text(text.rstrip("\n") + f"\n- corrected {self.marker()}\n")
+        self.cmd(c, "edit", ident, "--from", str(new))
+
+    @rule(c=clone, pick=st.integers(0, 50))
+    def forget(self, c: str, pick: int) -> None:
+        ok = self.listed(c)
+        if ok:
+            self.cmd(c, "forget", ok[pick % len(ok)][0], "--reason", "model test")
+
+    @rule(c=clone)
+    def sync(self, c: str) -> None:
+        r = self.cmd(c, "sync")
+        if r.code == 0:
+            self.merging.discard(c)
+        elif "conflict" in r.err or "merge" in r.err:
+            self.merging.add(c)
+
+    @precondition(lambda self: bool(self.merging))
+    @rule(data=st.data(), how=st.sampled_from(["ours", "theirs", "abort", "add-unresolved"]))
+    def resolve(self, data, how: str) -> None:
+        c = data.draw(st.sampled_from(sorted(self.merging)))
+        root = self.roots[c]
+        if how == "abort":
+            git(root, "merge", "--abort")
+            self.merging.discard(c)
+            return
+        unmerged = [line[3:] for line in git(root, "status", "--porcelain").splitlines() if line[:2] in ("UU", "AA")]
+        for rel in unmerged:
+            p = root / rel
+            text = p.read_text("utf-8", errors="replace")
+            if how == "add-unresolved":
+                git(root, "add", "--", rel)        # a person stages a file that still has its markers
+                continue
+            keep = 1 if how == "ours" else 2
+            text = re.sub(r"^<{7}[^\n]*\n(.*?)^={7}\n(.*?)^>{7}[^\n]*\n", lambda m: m.group(keep), text,
+                          flags=re.S | re.M)
+            p.write_text(text)
+        r = self.cmd(c, "sync")
+        if r.code == 0:
+            self.merging.discard(c)
+
+    @rule(c=clone)
+    def doctor_fix(self, c: str) -> None:
+        self.cmd(c, "doctor", "--fix")
+
+    @rule(c=clone, delay=st.floats(0.0, 0.6))
+    def killed_write(self, c: str, delay: float) -> None:
+        """A write killed with SIGKILL at a random moment: never acknowledged, and it must not wedge the vault."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ACPMEM_", "OPENAI_"))}
+        env["ACPMEM_NO_WATCH"] = "1"
+        p = subprocess.Popen([str(ACP), "memory", "--vault", str(self.roots[c]), "commit", "--type", "fact",
+                              "--note", f"killed {self.marker()}", "--importance", "3", "--session", "s", "--seq", "6",
+                              "--transcript", str(CHAT), "--wait"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        time.sleep(delay)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+    @rule(c=clone)
+    def read(self, c: str) -> None:
+        for args in (("list", "--json"), ("recall", "queue worker"), ("list", "--format", "prompt")):
+            self.cmd(c, *args)
+
+    # ------------------------------------------------------------------------------------------- helpers
+    def listed(self, c: str) -> list[tuple[str, str]]:
+        r = run(self.roots[c], "list", "--json")
+        if r.code != 0:
+            return []
+        return [(e["id"], e["path"]) for e in json.loads(r.out)["entries"]]
+
+    # ------------------------------------------------------------------------------------------- invariants
+    @invariant()
+    def acknowledged_writes_are_in_head_or_pending_exactly_once(self) -> None:
+        """Every acknowledged write was committed (into the history HEAD holds: later a person may forget or edit
+        it) or is still pending — never both, never neither — and no entry file holds it twice."""
+        if not hasattr(self, "roots"):
+            return
+        for c, markers in self.acked.items():
+            root = self.roots[c]
+            if not markers:
+                continue
+            history = git(root, "log", "-p", "--format=", "HEAD", "--", "entries/")
+            pending = " ".join(p.read_text("utf-8", errors="replace")
+                               for p in (root / ".acpmem" / "pending").glob("r-*.json"))
+            for m in markers:
+                committed = f"+title: note {m}" in history or f"+title: 'note {m}" in history
+                assert committed != (m in pending), (c, m, committed, m in pending)
+                in_head = git(root, "grep", "-l", "-F", "-e", f"title: note {m}", "HEAD", "--", "entries/")
+                assert len(in_head.splitlines()) <= 1, (c, m, in_head)
+
+    @invariant()
+    def nothing_invalid_is_committed_pushed_or_indexed(self) -> None:
+        if not hasattr(self, "roots"):
+            return
+        from acpmem.core.entryfile import parse_entry_bytes
+        from acpmem.core.errors import EntryInvalid
+
+        for where in (*self.roots.values(), self.remote):
+            if not git(where, "rev-parse", "--verify", "-q", "HEAD").strip():
+                continue
+            for rel in git(where, "ls-tree", "-r", "--name-only", "HEAD", "--", "entries/").split():
+                if not rel.endswith(".md"):
+                    continue     # entries/.gitkeep
+                data = subprocess.run(["git", "-C", str(where), "show", f"HEAD:{rel}"], capture_output=True).stdout
+                text = data.decode("utf-8", errors="replace")
+                assert not MARKER.search(text), (where, rel, "conflict markers committed")
+                try:
+                    parse_entry_bytes(data, rel, None)
+                except EntryInvalid as exc:
+                    raise AssertionError(f"{where}: invalid entry committed: {exc}") from None
+        for c, root in self.roots.items():
+            db = root / ".acpmem" / "index.sqlite"
+            if not db.exists():
+                continue
+            con = sqlite3.connect(str(db))
+            try:
+                rows = con.execute("SELECT path, data FROM files WHERE ok = 1").fetchall()
+            except sqlite3.Error:
+                rows = []
+            finally:
+                con.close()
+            for path, data in rows:
+                assert not MARKER.search(json.loads(data).get("body", "")), (c, path, "conflict markers indexed")
+
+    @invariant()
+    def git_is_sound(self) -> None:
+        if not hasattr(self, "roots"):
+            return
+        for where in (*self.roots.values(), self.remote):
+            p = subprocess.run(["git", "-C", str(where), "fsck", "--no-dangling", "--no-progress"],
+                               capture_output=True, text=True)
+            assert p.returncode == 0, (where, p.stderr)
+
+    @invariant()
+    def the_index_equals_a_rebuild(self) -> None:
+        if not hasattr(self, "roots"):
+            return
+        for c in CLONES:
+            root = self.roots[c]
+            if c in self.merging:
+                continue
+            before = run(root, "list", "--json")
+            assert_well_formed(before)
+            if before.code != 0:
+                continue
+            state = root / ".acpmem"
+            for suffix in ("", "-wal", "-shm"):
+                (state / f"index.sqlite{suffix}").unlink(missing_ok=True)
+            after = run(root, "list", "--json")
+            assert after.code == before.code and json.loads(after.out) == json.loads(before.out), c
