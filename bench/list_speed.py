@@ -63,7 +63,8 @@ def main() -> None:
     args = ap.parse_args()
     acp = str(Path(sys.executable).parent / "acp")
     base = args.keep or Path(tempfile.mkdtemp(prefix="acpmem-bench-"))
-    print(f"python {sys.version.split()[0]}, runs={args.runs} (median, whole process)")
+    floor = median_ms([sys.executable, "-c", "pass"], args.runs)
+    print(f"python {sys.version.split()[0]}, runs={args.runs} (median, whole process); python -c pass: {floor:.0f} ms")
     print(f"{'entries':>8}  {'list --format prompt':>21}  {'list --session (frozen)':>24}  {'--help':>8}  build")
     for n in (int(s) for s in args.sizes.split(",")):
         root = base / f"v{n}"
@@ -79,7 +80,8 @@ def main() -> None:
         t_list = median_ms(cmd, args.runs)
         t_frozen = median_ms(cmd + ["--session", "bench"], args.runs)
         t_help = median_ms([acp, "memory", "--help"], args.runs)
-        print(f"{n:>8}  {t_list:>18.0f} ms  {t_frozen:>21.0f} ms  {t_help:>5.0f} ms  {built}")
+        print(f"{n:>8}  {t_list:>10.0f} ms ({t_list / floor:3.1f}x)  {t_frozen:>13.0f} ms ({t_frozen / floor:3.1f}x)  "
+              f"{t_help:>5.0f} ms  {built}")
     if not args.keep:
         shutil.rmtree(base, ignore_errors=True)
 
