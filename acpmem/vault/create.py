@@ -37,12 +37,9 @@ def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, 
     (root / layout.ENTRIES_DIR).mkdir(exist_ok=True)
     (root / layout.READS_DIR).mkdir(exist_ok=True)
     git(root, "init", "-q", "-b", "main")
-    git(root, "config", "user.name", git(root, "config", "user.name", check=False).out.strip() or "acpmem")
-    git(root, "config", "user.email", git(root, "config", "user.email", check=False).out.strip() or "acpmem@localhost")
-    git(root, "config", "core.quotepath", "off")
-    git(root, "config", "gc.autoDetach", "false")  # an automatic gc never runs beside acpmem's next commit
     vault = Vault(root, clock=clock, rng=rng)
     vault.ensure_state()
+    vault.setup_git()  # core.quotepath, gc.autoDetach, an identity where git has none (the same as a clone's)
     _exclude_from_workspace(root)
     git(root, "add", "-A")
     git(root, "commit", "-q", "--no-verify", "-F", "-",
