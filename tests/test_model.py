@@ -332,3 +332,21 @@ def test_dumping_a_whole_frontmatter_equals_dumping_each_key():
         assert frontmatter.dump_yaml(meta) == "".join(frontmatter.render_key(k, v, "\n") for k, v in meta.items())
 
     check()
+
+
+def test_conflict_markers_are_refused_and_a_heading_underline_is_not_one():
+    from acpmem.core.entryfile import defuse_conflict_markers, has_conflict_markers
+
+    conflicted = SPEC_EXAMPLE.replace("- Guard it", "<<<<<<< HEAD\n- Guard it\n=======\n- Lock it\n>>>>>>> main\n- G")
+    with pytest.raises(EntryInvalid) as exc:
+        parse_entry(conflicted, "entries/k3f9q2.md")
+    assert "conflict markers" in exc.value.reason and "acp memory sync" in exc.value.hint
+    with pytest.raises(EntryInvalid):
+        parse_entry(conflicted.replace("\n", "\r\n"), "entries/k3f9q2.md")
+    # '=======' under a heading, or one marker without the other, is markdown, not a conflict
+    for body in ("Notes\n=======\n- kept\n", "<<<<<<< only an opening line\n", "a >>>>>>> b\n<<<<<<<x\n"):
+        text = SPEC_EXAMPLE + body
+        assert not has_conflict_markers(text)
+        assert parse_entry(text).body.endswith(body)
+    defused = defuse_conflict_markers(conflicted)
+    assert not has_conflict_markers(defused) and parse_entry(defused).id == "k3f9q2"

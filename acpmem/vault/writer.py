@@ -28,7 +28,8 @@ from pathlib import Path
 
 from acpmem.core import layout
 from acpmem.core.entry import Entry, validate_id
-from acpmem.core.entryfile import dump_entry, new_entry_text, parse_entry_bytes, slugify
+from acpmem.core.entryfile import (CONFLICT_REASON, dump_entry, has_conflict_markers, new_entry_text,
+                                   parse_entry_bytes, slugify)
 from acpmem.core.errors import AcpmemError, EntryInvalid, GitStateError, SettingsError, UsageError
 from acpmem.core.ids import random_id
 from acpmem.core.values import Value
@@ -261,11 +262,18 @@ class Vault(VaultReader):
             kind = secret_kind(e)  # what acpmem redacted itself does not count
             if kind:
                 return f"contains what looks like a secret ({kind}); remove it before it is committed"
-        elif rel == layout.SETTINGS_FILE:
+        else:
             try:
-                load_settings(self.root, None)
-            except SettingsError as exc:
-                return exc.message
+                text = p.read_bytes().decode("utf-8", errors="replace")
+            except OSError as exc:
+                return f"cannot be read ({exc.strerror})"
+            if has_conflict_markers(text):
+                return CONFLICT_REASON
+            if rel == layout.SETTINGS_FILE:
+                try:
+                    load_settings(self.root, None)
+                except SettingsError as exc:
+                    return exc.message
         return None
 
     def commit_human_edits(self) -> str | None:
@@ -444,6 +452,8 @@ class Vault(VaultReader):
             if (self.root / rel).exists():
                 raise AcpmemError(f"{rel} already exists", "entries are never overwritten; this is a bug")
             writes[rel] = new_entry_text(e)
+            if has_conflict_markers(writes[rel]):  # it would be refused when read: never written
+                raise EntryInvalid(rel, None, CONFLICT_REASON, "indent or remove the marker lines")
         for e in updates or ():
             writes[e.path] = dump_entry(e) if e.raw is not None else ""  # without its text: built under the lock
         originals = {e.path: e for e in updates or ()}
