@@ -78,7 +78,7 @@ def failure(root: Path, args: tuple[str, ...], res: GitResult, hint: str | None 
         return GitStateError(f"the vault's git index {Path(root) / '.git' / 'index'} is corrupt "
                              f"(git {args[0]}: {error_text(res)})",
                              "run `acp memory doctor --fix` to rebuild it from the last commit (every file in the "
-                             "folder is kept)", corrupt_index=True)
+                             "folder is kept)")
     if any(s in said for s in IDENTITY_ERRORS):
         return GitStateError("git does not know who is committing in this vault (no user.name / user.email)",
                              f"set yours: git -C {root} config user.name 'Your Name' && git -C {root} config "
