@@ -302,3 +302,14 @@ def test_offline_extractor_is_deterministic_and_bounded():
     b = extract_offline(t, "pnpm lockfile", max_bytes=2000)
     assert a == b and len(a.body.encode()) <= 2000 and 1 <= len(a.seqs) <= 3
     assert list(a.seqs) == sorted(a.seqs)
+
+
+def test_a_model_quoting_a_merge_conflict_writes_a_valid_entry(vault, openai_server):
+    """Conflict marker lines make a file invalid (an unresolved merge); a memory that quotes one keeps it indented."""
+    v = configure(vault, openai_server)
+    quote = "- A sync stopped with:\n\n```\n<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> origin/main\n```\n"
+    openai_server.enqueue(reply.writes(reply.write(quote, title="What a sync conflict looks like")))
+    out = run(v, submit(v))
+    assert out.status == "written", out
+    (e,) = [x for x in v.load().entries if x.id == out.entries[0]["id"]]
+    assert " <<<<<<< HEAD\n" in e.body and " >>>>>>> origin/main\n" in e.body and "\n=======\n" in e.body

@@ -47,6 +47,11 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
     "oversize-body": (FM.format(id="ovr001", extra="").encode() + b"y" * 1_200_000, "larger than"),
     "bad-id": (FM.format(id="../../etc/passwd", extra="").encode(), "id"),
     "not-a-mapping": (b"---\n- just\n- a list\n---\nbody\n", "mapping"),
+    "conflict-markers": (FM.format(id="cnf001", extra="").encode().replace(
+        b"body", b"<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> origin/main"), "conflict markers"),
+    "conflict-markers-in-frontmatter-crlf": (FM.format(id="cnf002", extra="").replace(
+        "importance: 5\n", "<<<<<<< HEAD\nimportance: 5\n=======\nimportance: 6\n>>>>>>> theirs\n").replace(
+        "\n", "\r\n").encode(), "conflict markers"),
 }
 
 

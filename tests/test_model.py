@@ -346,3 +346,21 @@ def test_an_entry_with_only_the_required_keys_round_trips_and_changes_one_line()
     read = dump_entry(e.with_changes(last_read="2026-12-01T00:00:00Z"))
     assert read == text.replace("created: 2026-11-29T14:03:11Z\n",
                                 "created: 2026-11-29T14:03:11Z\nlast_read: 2026-12-01T00:00:00Z\n")
+
+
+def test_conflict_markers_are_refused_and_a_heading_underline_is_not_one():
+    from acpmem.core.entryfile import defuse_conflict_markers, has_conflict_markers
+
+    conflicted = SPEC_EXAMPLE.replace("- Guard it", "<<<<<<< HEAD\n- Guard it\n=======\n- Lock it\n>>>>>>> main\n- G")
+    with pytest.raises(EntryInvalid) as exc:
+        parse_entry(conflicted, "entries/k3f9q2.md")
+    assert "conflict markers" in exc.value.reason and "acp memory sync" in exc.value.hint
+    with pytest.raises(EntryInvalid):
+        parse_entry(conflicted.replace("\n", "\r\n"), "entries/k3f9q2.md")
+    # '=======' under a heading, or one marker without the other, is markdown, not a conflict
+    for body in ("Notes\n=======\n- kept\n", "<<<<<<< only an opening line\n", "a >>>>>>> b\n<<<<<<<x\n"):
+        text = SPEC_EXAMPLE + body
+        assert not has_conflict_markers(text)
+        assert parse_entry(text).body.endswith(body)
+    defused = defuse_conflict_markers(conflicted)
+    assert not has_conflict_markers(defused) and parse_entry(defused).id == "k3f9q2"

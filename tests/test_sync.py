@@ -174,6 +174,9 @@ def test_forgotten_on_one_side_and_edited_on_the_other_needs_an_explicit_choice(
     assert r.returncode == 1 and f"conflict: {rel}" in r.stderr
     assert f"git -C {b.root} add FILE" in r.stderr and f"git -C {b.root} rm FILE" in r.stderr
     assert (b.root / rel).read_text() == edited  # the changed version is kept in the folder
+    r = cli("memory", "--vault", str(b.root), "doctor")
+    assert f"a sync is in progress: edit these files, then `acp memory sync`: {rel}" in r.stdout, r.stdout
+    assert f"git -C {b.root} add FILE" in r.stdout and "marker" not in r.stdout, r.stdout
     # sync again without choosing: still refused, nothing decided silently
     r = _sync(cli, b.root)
     assert r.returncode == 1 and f"conflict: {rel}" in r.stderr
@@ -195,3 +198,117 @@ def test_a_separately_created_vault_is_not_merged(clones, cli, tmp_path, clock):
     assert r.returncode == 1 and "different history" in r.stderr and "git clone" in r.stderr
     assert not (other.root / ".git" / "MERGE_HEAD").exists()
     other.close()
+
+
+# --------------------------------------------------------------------------------------------- conflict markers
+
+def _conflicted_clones(clones, cli, clock):
+    """A and B (a plain `git clone`) correct the same line of base01 differently; A syncs first, B's sync stops
+    with a conflict. Returns (a, b, bare, rel, original text, remote head before B)."""
+    a, bare, tmp = clones
+    assert _sync(cli, a.root).returncode == 0
+    subprocess.run(["git", "clone", "-q", str(bare), str(tmp / "b2")], check=True)
+    b = Vault(tmp / "b2", clock=clock)
+    rel = a.resolve("base01").path
+    original = (a.root / rel).read_text()
+    (a.root / rel).write_text(original.replace("drains the queue.", "drains the queue; it exits when idle."))
+    (b.root / rel).write_text(original.replace("drains the queue.", "drains the queue under a flock."))
+    assert _sync(cli, a.root).returncode == 0
+    r = _sync(cli, b.root)
+    assert r.returncode == 1 and f"conflict: {rel}" in r.stderr, r.stderr
+    assert "<<<<<<< HEAD" in (b.root / rel).read_text()
+    return a, b, bare, rel, original, git_out(bare, "rev-parse", "main")
+
+
+def _served(cli, root: Path) -> str:
+    out = ""
+    for args in (("list", "--all"), ("list", "--format", "prompt"), ("recall", "queue worker flock")):
+        r = cli("memory", "--vault", str(root), *args)
+        out += r.stdout
+    return out
+
+
+def test_doctor_during_a_sync_conflict_names_the_files_and_fix_never_stages_markers(clones, cli, clock):
+    a, b, bare, rel, original, remote_before = _conflicted_clones(clones, cli, clock)
+
+    r = cli("memory", "--vault", str(b.root), "doctor")
+    assert r.returncode == 1
+    assert f"a sync is in progress: edit these files, then `acp memory sync`: {rel}" in r.stdout, r.stdout
+    assert "uncommitted human edit" not in r.stdout and "doctor --fix" not in r.stdout, r.stdout
+
+    r = cli("memory", "--vault", str(b.root), "doctor", "--fix")
+    assert r.returncode == 1 and "a sync is in progress" in r.stdout, r.stdout + r.stderr
+    assert git_out(b.root, "status", "--porcelain", "--", rel).startswith("UU")  # never staged
+    # the markers are not memory: neither listed nor recalled, and no write goes through meanwhile
+    served = _served(cli, b.root)
+    assert "<<<<<<<" not in served and "under a flock" not in served, served
+    r = _sync(cli, b.root)
+    assert r.returncode == 1 and f"conflict: {rel}" in r.stderr
+    assert git_out(bare, "rev-parse", "main") == remote_before
+
+    # resolved with a markdown heading underline ('=======' alone is not a marker): sync finishes
+    resolved = original.replace("drains the queue.", "drains the queue under a flock; it exits when idle.\n\n"
+                                                      "Notes\n=======\n- both facts kept.")
+    (b.root / rel).write_text(resolved)
+    r = cli("memory", "--vault", str(b.root), "doctor")
+    assert "conflicts are resolved" in r.stdout and "run `acp memory sync`" in r.stdout, r.stdout
+    r = _sync(cli, b.root, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["merge"] == "finished-merge"
+    assert git_out(bare, "show", f"main:{rel}") == resolved
+    assert "Notes" in b.resolve("base01").body
+
+
+def test_a_conflicted_file_staged_by_hand_is_not_committed_or_pushed(clones, cli, clock):
+    a, b, bare, rel, original, remote_before = _conflicted_clones(clones, cli, clock)
+    git_out(b.root, "add", "--", rel)  # git now calls it resolved; the markers are still in it
+    assert git_out(b.root, "status", "--porcelain", "--", rel).startswith("M ")
+
+    r = cli("memory", "--vault", str(b.root), "doctor")
+    assert f"a sync is in progress: edit these files, then `acp memory sync`: {rel}" in r.stdout, r.stdout
+    r = _sync(cli, b.root)
+    assert r.returncode == 1 and f"conflict: {rel}" in r.stderr and "still hold conflict markers" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert (b.root / ".git" / "MERGE_HEAD").exists()
+    assert git_out(bare, "rev-parse", "main") == remote_before
+    assert "<<<<<<<" not in _served(cli, b.root)
+    # the other clone gets nothing with markers
+    assert _sync(cli, a.root).returncode == 0
+    assert "<<<<<<<" not in (a.root / rel).read_text() and "<<<<<<<" not in _served(cli, a.root)
+
+
+def test_markers_committed_with_plain_git_are_never_pushed_nor_served(clones, cli, clock):
+    a, b, bare, rel, original, remote_before = _conflicted_clones(clones, cli, clock)
+    git_out(b.root, "commit", "-q", "-a", "--no-edit")  # a person finishes the merge with git, markers and all
+    assert not (b.root / ".git" / "MERGE_HEAD").exists()
+    assert "<<<<<<<" in git_out(b.root, "show", f"HEAD:{rel}")
+    r = _sync(cli, b.root)
+    assert r.returncode == 1 and rel in r.stderr and "nothing was pushed" in r.stderr, r.stderr
+    assert git_out(bare, "rev-parse", "main") == remote_before
+    served = _served(cli, b.root)
+    assert "<<<<<<<" not in served
+    r = cli("memory", "--vault", str(b.root), "doctor")
+    assert r.returncode == 1 and rel in r.stdout and "conflict markers" in r.stdout, r.stdout
+    # fixing the file is all it takes: sync commits the correction and pushes
+    (b.root / rel).write_text(original.replace("drains the queue.", "drains the queue under a flock."))
+    r = _sync(cli, b.root)
+    assert r.returncode == 0, r.stderr
+    assert "<<<<<<<" not in git_out(bare, "show", f"main:{rel}")
+
+
+def test_a_pulled_file_with_markers_is_reported_not_served(clones, cli, clock):
+    """Markers another tool pushed: the entry is kept out of the index and named by doctor, never shown as memory."""
+    a, bare, tmp = clones
+    assert _sync(cli, a.root).returncode == 0
+    subprocess.run(["git", "clone", "-q", str(bare), str(tmp / "b2")], check=True)
+    rel = a.resolve("base01").path
+    text = (tmp / "b2" / rel).read_text()
+    (tmp / "b2" / rel).write_text(text + "<<<<<<< HEAD\n- ours\n=======\n- theirs\n>>>>>>> other\n")
+    git_out(tmp / "b2", "commit", "-q", "-am", "pushed by hand")
+    git_out(tmp / "b2", "push", "-q", "origin", "main")
+    a.load()  # the catalog knew the valid version
+    assert _sync(cli, a.root).returncode == 0
+    assert "<<<<<<<" in (a.root / rel).read_text()
+    assert "<<<<<<<" not in _served(cli, a.root) and "- ours" not in _served(cli, a.root)
+    r = cli("memory", "--vault", str(a.root), "doctor")
+    assert r.returncode == 1 and f"{rel}: the file holds unresolved merge conflict markers" in r.stdout, r.stdout

@@ -3,8 +3,9 @@
 * **Round trip.** ``dump_entry(parse_entry(text))`` returns ``text`` byte for byte. When fields change, only the
   frontmatter lines of the changed keys are rewritten; comments, unknown keys a person added, key order, quoting
   and line endings (LF or CRLF) of everything else stay as they were, so diffs stay small.
-* **Hostile input is refused, not interpreted.** Non-UTF-8, NUL, oversize files and frontmatter, and whatever the
-  restricted YAML refuses (``acpmem.core.frontmatter``) are rejected with the file, the field and the reason.
+* **Hostile input is refused, not interpreted.** Non-UTF-8, NUL, oversize files and frontmatter, unresolved git
+  conflict markers, and whatever the restricted YAML refuses (``acpmem.core.frontmatter``) are rejected with the
+  file, the field and the reason.
 
 No I/O here: callers pass text in and get text out.
 """
@@ -19,6 +20,27 @@ from acpmem.core.values import Value
 
 MAX_FILE_BYTES = 1_000_000
 MAX_FRONTMATTER_BYTES = 64_000
+
+# git's conflict markers: a line '<<<<<<< ours' and a line '>>>>>>> theirs' (a '=======' line alone is a markdown
+# heading underline, not a conflict)
+_CONFLICT_OPEN = re.compile(r"^<{7}(?: |\r?$)", re.MULTILINE)
+_CONFLICT_CLOSE = re.compile(r"^>{7}(?: |\r?$)", re.MULTILINE)
+CONFLICT_REASON = "the file holds unresolved merge conflict markers ('<<<<<<<' … '>>>>>>>' lines)"
+CONFLICT_HINT = "keep what is right and delete the marker lines, then run `acp memory sync`"
+
+
+def has_conflict_markers(text: str) -> bool:
+    """Whether ``text`` holds an unresolved git conflict: both a ``<<<<<<<`` and a ``>>>>>>>`` marker line."""
+    return "<<<<<<<" in text and ">>>>>>>" in text and _CONFLICT_OPEN.search(text) is not None \
+        and _CONFLICT_CLOSE.search(text) is not None
+
+
+def defuse_conflict_markers(text: str) -> str:
+    """``text`` with each conflict marker line indented by a space, so that what a model quotes about a merge
+    conflict is written as an entry that stays valid (markdown shows the line the same)."""
+    if not has_conflict_markers(text):
+        return text
+    return _CONFLICT_CLOSE.sub(lambda m: " " + m.group(0), _CONFLICT_OPEN.sub(lambda m: " " + m.group(0), text))
 
 
 # --------------------------------------------------------------------------------------------- file split
@@ -71,6 +93,8 @@ def parse_entry(text: str, path: str = "", types: tuple[str, ...] | None = DEFAU
     """Parse an entry file's text. Raises EntryInvalid with the path, the field and the reason."""
     if "\x00" in text:
         raise EntryInvalid(path, None, "the file contains NUL characters")
+    if has_conflict_markers(text):
+        raise EntryInvalid(path, None, CONFLICT_REASON, CONFLICT_HINT)
     sp = _split(text, path)
     if len(sp.fm.encode("utf-8")) > MAX_FRONTMATTER_BYTES:
         raise EntryInvalid(path, None, f"frontmatter is larger than {MAX_FRONTMATTER_BYTES // 1000} KB")

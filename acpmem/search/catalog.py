@@ -23,7 +23,7 @@ from acpmem.core.fasthash import sha256
 from acpmem.core.values import Value
 from acpmem.infra import db
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5  # also raised when the entry parser refuses what it took before (5: conflict markers)
 DB_NAME = layout.DB_NAME
 
 

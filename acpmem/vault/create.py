@@ -11,7 +11,7 @@ from pathlib import Path
 from acpmem.core import layout
 from acpmem.core.clock import now_utc
 from acpmem.core.errors import AcpmemError, VaultExists
-from acpmem.vault.gitrun import git
+from acpmem.vault.gitrun import git, no_repository
 from acpmem.vault.writer import KIND_FORK, Vault
 
 
@@ -23,6 +23,11 @@ def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, 
         base = (cwd or Path.cwd()) / base
     # PATH names the vault itself when it is new, empty or called .acp-memory; an existing folder with other
     # content (a project) gets its vault in PATH/.acp-memory, like `init` without PATH does in the current folder.
+    if (base / layout.ENTRIES_DIR).is_dir() and (base / layout.SETTINGS_FILE).is_file():
+        if not (base / ".git").exists():  # a vault that lost its repository: a new vault inside it helps nobody
+            err = no_repository(base)
+            raise VaultExists(err.message, err.hint)
+        raise VaultExists(f"{base} is already a vault", "use it, or pass another PATH")
     if path and (base.name == layout.VAULT_DIRNAME or not base.exists() or (base.is_dir() and not any(base.iterdir()))):
         root = base
     else:
@@ -67,12 +72,9 @@ def _create(root: Path, *, example: bool, clock, rng) -> Vault:
     (root / layout.ENTRIES_DIR).mkdir(exist_ok=True)
     (root / layout.READS_DIR).mkdir(exist_ok=True)
     git(root, "init", "-q", "-b", "main")
-    git(root, "config", "user.name", git(root, "config", "user.name", check=False).out.strip() or "acpmem")
-    git(root, "config", "user.email", git(root, "config", "user.email", check=False).out.strip() or "acpmem@localhost")
-    git(root, "config", "core.quotepath", "off")
-    git(root, "config", "gc.autoDetach", "false")  # an automatic gc never runs beside acpmem's next commit
     vault = Vault(root, clock=clock, rng=rng)
     vault.ensure_state()
+    vault.setup_git()  # core.quotepath, gc.autoDetach, an identity where git has none (the same as a clone's)
     _exclude_from_workspace(root)
     git(root, "add", "-A")
     git(root, "commit", "-q", "--no-verify", "-F", "-",

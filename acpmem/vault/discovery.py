@@ -35,8 +35,11 @@ def discover(explicit: str | os.PathLike | None = None, *, cwd: Path | None = No
         cand = d / VAULT_DIRNAME
         if (cand / ENTRIES_DIR).is_dir():
             return cand
-        if (d / ENTRIES_DIR).is_dir() and (d / SETTINGS_FILE).is_file() and (d / ".git").exists():
-            return d  # we are inside a vault that has another name (e.g. a team vault cloned as team-memory/)
+        if (d / ENTRIES_DIR).is_dir() and (d / SETTINGS_FILE).is_file() and (
+                (d / ".git").exists() or (d / STATE_DIRNAME).is_dir()):
+            # we are inside a vault that has another name (e.g. a team vault cloned as team-memory/), or one that
+            # lost its .git (reads work; a write says what to do)
+            return d
     raise VaultNotFound("no vault found here or in any parent folder",
                         "run `acp memory init` to create .acp-memory/ here, or pass --vault PATH")
 

@@ -1,6 +1,10 @@
 """Git through the ``git`` executable: every call a short-lived child that is always waited for, so a long-running
 host never accumulates git processes or file descriptors (``docs/design.md`` gives the measurements behind this
 choice over GitPython).
+
+A failing git command becomes one line (``failure``): git's own error lines, or, for the faults a person can fix
+and git words obscurely, what is wrong and the next step — git not on PATH, a vault folder without ``.git``, a
+corrupt ``.git/index``, no identity to commit with.
 """
 from __future__ import annotations
 
@@ -10,6 +14,9 @@ from pathlib import Path
 from acpmem.core.errors import GitStateError
 from acpmem.core.values import Value
 
+IDENTITY_ERRORS = ("Please tell me who you are", "identity unknown", "unable to auto-detect email address",
+                   "empty ident name")
+
 
 class GitResult(Value):
     code: int
@@ -18,8 +25,8 @@ class GitResult(Value):
 
 
 def git(root: Path, *args: str, input: str | None = None, check: bool = True, env: dict | None = None) -> GitResult:
-    """Run ``git -C root ARGS``: output captured, never a prompt, the C locale. ``check`` raises ``GitStateError``
-    with git's first line when it fails."""
+    """Run ``git -C root ARGS``: output captured, never a prompt, the C locale. ``check`` raises ``failure``'s
+    ``GitStateError`` when it fails."""
     full_env = dict(os.environ)
     full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0"})
     for k in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
@@ -32,9 +39,76 @@ def git(root: Path, *args: str, input: str | None = None, check: bool = True, en
         p = subprocess.run(["git", "-C", str(root), *args], input=input, capture_output=True, text=True,
                            encoding="utf-8", errors="replace", env=full_env, stdin=None if input else subprocess.DEVNULL)
     except FileNotFoundError:
-        raise GitStateError("git is not installed", "install git (e.g. apt-get install git)") from None
+        raise GitStateError("git was not found on PATH (reading the vault works without it; writing, sync and "
+                            "doctor need it)", "install git or add it to PATH, then run the command again; nothing "
+                            "was changed and pending requests are kept") from None
     res = GitResult(p.returncode, p.stdout, p.stderr)
     if check and p.returncode != 0:
-        first = (p.stderr.strip() or p.stdout.strip() or "failed").splitlines()[0]
-        raise GitStateError(f"git {args[0]} failed: {first}", "run `acp memory doctor` to check the vault")
+        raise failure(root, args, res)
     return res
+
+
+def error_text(res: GitResult) -> str:
+    """What git said, on one line: its message lines up to the first blank line (after which git prints advice),
+    without the ``fatal:``/``error:`` prefixes and ``hint:`` lines."""
+    lines = []
+    for line in (res.err.strip() or res.out.strip()).splitlines():
+        line = line.strip()
+        if not line:
+            if lines:
+                break
+            continue
+        if line.startswith("hint:"):
+            continue
+        for prefix in ("fatal: ", "error: "):
+            if line.startswith(prefix):
+                line = line[len(prefix):]
+        lines.append(line)
+    text = "; ".join(lines) or f"exit status {res.code}"
+    return text if len(text) <= 400 else text[:399] + "…"
+
+
+def failure(root: Path, args: tuple[str, ...], res: GitResult, hint: str | None = None) -> GitStateError:
+    """The error for a failed ``git ARGS`` in the vault at ``root``: a fault a person can fix, said as such, or git's
+    own words with ``hint`` (default: run doctor)."""
+    said = res.err + res.out
+    if args[:1] != ("init",) and not (Path(root) / ".git").exists():
+        return no_repository(Path(root))
+    if index_corrupt(Path(root)):
+        return GitStateError(f"the vault's git index {Path(root) / '.git' / 'index'} is corrupt "
+                             f"(git {args[0]}: {error_text(res)})",
+                             "run `acp memory doctor --fix` to rebuild it from the last commit (every file in the "
+                             "folder is kept)")
+    if any(s in said for s in IDENTITY_ERRORS):
+        return GitStateError("git does not know who is committing in this vault (no user.name / user.email)",
+                             f"set yours: git -C {root} config user.name 'Your Name' && git -C {root} config "
+                             "user.email you@example.com")
+    return GitStateError(f"git {args[0]} failed: {error_text(res)}",
+                         hint or "run `acp memory doctor` to check the vault")
+
+
+def no_repository(root: Path) -> GitStateError:
+    return GitStateError(
+        f"the vault {root} has no .git folder, so it has no history and cannot be written (reading works)",
+        "restore its .git (or clone the team's vault again and copy your files into the clone), or start a new "
+        f"history here: git -C {root} init -b main, then `acp memory doctor --fix`")
+
+
+def index_corrupt(root: Path) -> bool:
+    """Whether ``.git/index`` fails its own checks: the signature, and the checksum git keeps at its end (all zeros
+    when ``index.skipHash`` is set). Read only after git failed, never on the way of a write."""
+    import hashlib
+
+    try:
+        data = (root / ".git" / "index").read_bytes()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    if len(data) < 12 + 20 or data[:4] != b"DIRC" or int.from_bytes(data[4:8], "big") not in (2, 3, 4):
+        return True
+    for size, algo in ((20, "sha1"), (32, "sha256")):
+        tail = data[-size:]
+        if tail == b"\0" * size or hashlib.new(algo, data[:-size]).digest() == tail:
+            return False
+    return True

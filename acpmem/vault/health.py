@@ -9,7 +9,7 @@ from pathlib import Path
 from acpmem.core.errors import AcpmemError
 from acpmem.core.values import Value
 from acpmem.infra import locks
-from acpmem.vault.gitrun import git
+from acpmem.vault.gitrun import git, index_corrupt, no_repository
 from acpmem.vault.writer import Vault
 
 
@@ -33,8 +33,8 @@ class Report(Value):
 def git_problems(root: Path) -> list[str]:
     """What is wrong with the vault's git repository: not one, an operation in progress, no HEAD, fsck errors."""
     problems = []
-    if not (root / ".git").is_dir():
-        return [f"{root} is not a git repository"]
+    if not (root / ".git").exists():
+        return [no_repository(root).message]
     for name in ("MERGE_HEAD", "REBASE_HEAD", "CHERRY_PICK_HEAD"):
         if (root / ".git" / name).exists():
             problems.append(f"a git {name.split('_')[0].lower()} is in progress")
@@ -57,19 +57,28 @@ def _crash_objects(objects: Path) -> list[Path]:
 def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
     """Check every entry, the git state, locks, pending work and the derived index; with ``fix``, repair what
     is safe: finish an interrupted change, commit valid human edits, remove our own stale locks, drop empty
-    object files a crash left behind, rebuild the index. ``more``: further checks ``check(vault, add)`` to run."""
+    object files a crash left behind, rebuild a corrupt git index or derived index. During a sync merge nothing is
+    committed or staged: the files left to resolve are named. ``more``: further checks ``check(vault, add)``."""
     found: list[Finding] = []
 
     def add(level: str, what: str, fix_: str | None = None) -> None:
         found.append(Finding(level, what, fix_))
 
     root = vault.root
+    if not (root / ".git").exists():
+        if fix:
+            raise no_repository(root)   # nothing to repair without the repository: the one line every write gives
+        err = no_repository(root)
+        add("error", err.message, err.hint)
+        _check_entries(vault, add, set())
+        return Report(tuple(found))
     holder = locks.holder(vault.lock_path)
     if holder is not None:
         add("warning", f"the vault lock is held right now by process {holder or '?'}", "wait for it to finish")
     index_lock = root / ".git" / "index.lock"
     objects = root / ".git" / "objects"
     journal = vault.journal_path
+    merging = (root / ".git" / "MERGE_HEAD").exists()
     if fix:
         with vault.lock():
             vault.clear_own_leftovers()  # our own stale git locks, temp files and half-written objects
@@ -86,13 +95,18 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
             except AcpmemError as exc:
                 add("error", exc.message, exc.hint)
             else:
-                if journal.exists():
-                    sha = vault.recover()
-                    add("fixed", f"finished an interrupted change{' as commit ' + sha[:12] if sha else ''}")
-                edits_before = [h for h in vault.human_edits() if h.problem is None]
-                sha = vault.commit_human_edits()
-                if sha:
-                    add("fixed", f"committed {len(edits_before)} human edit(s) as {sha[:12]}")
+                if index_corrupt(root):
+                    add("fixed", _rebuild_index(root))
+                if merging:
+                    pass  # a merge is committed by `sync` once its files are resolved, never here
+                else:
+                    if journal.exists():
+                        sha = vault.recover()
+                        add("fixed", f"finished an interrupted change{' as commit ' + sha[:12] if sha else ''}")
+                    edits_before = [h for h in vault.human_edits() if h.problem is None]
+                    sha = vault.commit_human_edits()
+                    if sha:
+                        add("fixed", f"committed {len(edits_before)} human edit(s) as {sha[:12]}")
     else:
         if index_lock.exists():
             add("error", ".git/index.lock exists (a git command is running, or one was killed)",
@@ -108,7 +122,30 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
     for w in vault.warnings:
         add("warning", w)
     vault.warnings.clear()
-    if not fix:
+    corrupt = index_corrupt(root)
+    if corrupt:
+        add("error", f"the vault's git index {root / '.git' / 'index'} is corrupt",
+            "run `acp memory doctor --fix` to rebuild it from the last commit (every file in the folder is kept)")
+    to_resolve: set[str] = set()
+    if merging and not corrupt:
+        from acpmem.vault.sync import unresolved
+
+        left = unresolved(vault)
+        to_resolve = set(left)
+        if left:
+            todo = []
+            if "markers" in left.values():
+                todo.append("keep what is right in each file and delete the conflict marker lines ('<<<<<<<', "
+                            "'=======', '>>>>>>>')")
+            if "deleted" in left.values():
+                todo.append(f"a file deleted on one side needs `git -C {root} add FILE` (keep) or "
+                            f"`git -C {root} rm FILE` (drop)")
+            add("error", "a sync is in progress: edit these files, then `acp memory sync`: " + ", ".join(left),
+                "; ".join(todo) + f"; or back out with `git -C {root} merge --abort`")
+        else:
+            add("error", "a sync is in progress and its conflicts are resolved",
+                "run `acp memory sync` to finish the merge and push it")
+    elif not fix and not corrupt:
         for h in vault.human_edits():
             if h.problem:
                 add("error", f"uncommitted human edit {h.path} is invalid: {h.problem}",
@@ -117,9 +154,19 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
                 add("warning", f"uncommitted human edit: {h.path} ({h.status})",
                     "it is committed before acpmem's next commit, or now with `acp memory doctor --fix`")
     for p in git_problems(root):
+        if merging and p == "a git merge is in progress":
+            continue  # said above, with the files and the next step
         add("error", p, "resolve it with git in the vault folder, then run `acp memory doctor` again")
+    _check_entries(vault, add, to_resolve)
+    _check_watcher(vault, add)
+    return Report(tuple(found))
+
+
+def _check_entries(vault: Vault, add, reported: set[str]) -> None:
     loaded = vault.load()  # a corrupt derived cache is rebuilt there; a busy one is left alone
     for prob in loaded.problems:
+        if prob.path in reported:
+            continue
         add("error", f"{prob.path}: {('field ' + repr(prob.field) + ' ') if prob.field else ''}{prob.reason}",
             f"fix it with `acp memory edit {prob.path}` (or any editor) — it is kept out of the index until then")
     add("info", f"{len(loaded.entries)} valid entries, {len(loaded.problems)} invalid file(s)")
@@ -127,6 +174,17 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
     for check in more:   # the layers above add theirs (pending extraction requests: acpmem.write.checkup)
         check(vault, add)
     return Report(tuple(found))
+
+
+def _rebuild_index(root: Path) -> str:
+    """Replace a corrupt .git/index with one read from HEAD (call under the lock, with no index.lock). The files
+    in the folder are untouched: what was staged shows as changed again and is committed as a human edit."""
+    index = root / ".git" / "index"
+    aside = root / ".git" / "index.corrupt"
+    index.replace(aside)
+    if git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).code == 0:
+        git(root, "read-tree", "HEAD")
+    return f"rebuilt the corrupt git index from the last commit (the old one is kept as {aside})"
 
 
 def _check_watcher(vault: Vault, add) -> None:

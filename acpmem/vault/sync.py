@@ -20,18 +20,17 @@ out instead).
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
-from acpmem.core.entryfile import parse_entry_bytes
+from acpmem.core.entryfile import has_conflict_markers, parse_entry_bytes
 from acpmem.core.errors import EntryInvalid, GitStateError, SyncConflict
 from acpmem.core.layout import ENTRIES_DIR
 from acpmem.core.values import Value
-from acpmem.vault.gitrun import git
+from acpmem.vault.gitrun import error_text, git
 from acpmem.vault.writer import KIND_READS, KIND_SYNC, Vault
 
 MAX_PUSH_ATTEMPTS = 3
-_MARKER = re.compile(r"^(<{7}|>{7})( |$)|^={7}$", re.MULTILINE)
+MAX_GREP_PATHS = 1000   # more outgoing files than this: the conflict-marker check greps the whole tree
 
 
 class SyncResult(Value):
@@ -101,6 +100,7 @@ def sync(vault: Vault, remote: str | None = None, *,
             else:
                 how = how or "first-push"
                 outgoing = _count(vault, "HEAD")
+            _refuse_markers(vault, upstream if has_remote_branch else None)
             progress(f"Pushing {outgoing} commit(s) to {upstream}")
             res = git(root, "push", "--quiet", "--porcelain", remote, f"HEAD:refs/heads/{branch}", check=False)
             if res.code == 0:
@@ -109,8 +109,7 @@ def sync(vault: Vault, remote: str | None = None, *,
                 return SyncResult(remote, branch, tuple(local), incoming, outgoing, how or "up-to-date", merge_commit,
                                   regenerated, True, _head(vault))
             if not _rejected(res.out + res.err) or attempt == MAX_PUSH_ATTEMPTS - 1:
-                first = (res.err.strip() or res.out.strip() or "failed").splitlines()[-1]
-                raise GitStateError(f"git push to {remote} failed: {first}",
+                raise GitStateError(f"git push to {remote} failed: {error_text(res)}",
                                     f"check access to the remote (`git -C {root} push {remote}`), then run "
                                     "`acp memory sync` again")
             progress(f"{remote} moved meanwhile; fetching again")
@@ -122,8 +121,7 @@ def sync(vault: Vault, remote: str | None = None, *,
 def _git(vault: Vault, *args: str):
     res = git(vault.root, *args, check=False)
     if res.code != 0:
-        first = (res.err.strip() or res.out.strip() or "failed").splitlines()[-1]
-        raise GitStateError(f"git {args[0]} failed: {first}",
+        raise GitStateError(f"git {args[0]} failed: {error_text(res)}",
                             f"check the remote and the network (`git -C {vault.root} {args[0]}`), then run "
                             "`acp memory sync` again")
     return res
@@ -179,8 +177,7 @@ def _merge(vault: Vault, upstream: str) -> tuple[str, str | None]:
                             "to share one vault, clone the remote (`git clone URL .acp-memory`) and use that clone")
     conflicted = _unmerged(vault)
     if not conflicted or not (root / ".git" / "MERGE_HEAD").exists():
-        first = (res.err.strip() or res.out.strip() or "failed").splitlines()[0]
-        raise GitStateError(f"git merge {upstream} failed: {first}",
+        raise GitStateError(f"git merge {upstream} failed: {error_text(res)}",
                             f"run `acp memory doctor` to see what is uncommitted in {root}, fix or remove it, then "
                             "`acp memory sync` again")
     raise _conflict(vault, upstream, conflicted)
@@ -223,17 +220,17 @@ def _conflict(vault: Vault, upstream: str, unmerged: dict[str, str]) -> SyncConf
 
 
 def _finish_merge(vault: Vault, upstream: str) -> str:
-    """Commit a merge a person resolved: files both sides changed must be free of markers (and valid entries);
-    a file one side deleted needs the person's explicit `git add` or `git rm`."""
+    """Commit a merge a person resolved: files both sides changed must be free of markers (and valid entries), and
+    so must every file of the merge a person marked resolved with `git add`; a file one side deleted needs the
+    person's explicit `git add` or `git rm`."""
     root = vault.root
     pending = _unmerged(vault)
-    still = {}
-    for rel, code in pending.items():
-        p = root / rel
-        if code not in ("UU", "AA") or (p.exists() and _MARKER.search(p.read_text("utf-8", errors="replace"))):
-            still[rel] = code
+    still = {rel: code for rel, code in pending.items() if code not in ("UU", "AA") or _marked(vault, rel)}
     if still:
         raise _conflict(vault, upstream, still)
+    added = [rel for rel in _merge_changes(vault) if rel not in pending and _marked(vault, rel)]
+    if added:
+        raise _markers_left(vault, added)
     for rel in pending:
         p = root / rel
         if p.exists() and rel.startswith(ENTRIES_DIR + "/") and rel.endswith(".md"):
@@ -249,6 +246,64 @@ def _finish_merge(vault: Vault, upstream: str) -> str:
     git(root, "commit", "--quiet", "--no-verify", "-F", "-", input=message)
     _regenerate(vault, upstream)
     return _head(vault)
+
+
+def unresolved(vault: Vault) -> dict[str, str]:
+    """While a sync merge is in progress: the files a person still has to resolve and why — ``markers`` (changed on
+    both sides, markers left, whether or not `git add` marked it resolved) or ``deleted`` (deleted on one side: it
+    needs `git add` or `git rm`)."""
+    pending = _unmerged(vault)
+    out = {rel: "markers" if code in ("UU", "AA") else "deleted" for rel, code in pending.items()
+           if code not in ("UU", "AA") or _marked(vault, rel)}
+    out.update({rel: "markers" for rel in _merge_changes(vault) if rel not in pending and _marked(vault, rel)})
+    return dict(sorted(out.items()))
+
+
+def _merge_changes(vault: Vault) -> list[str]:
+    """Tracked files that differ from HEAD, staged or not: during a merge, every file the merge brings or changes."""
+    out = git(vault.root, "diff", "-z", "--name-only", "HEAD", "--").out
+    return [rel for rel in out.split("\0") if rel]
+
+
+def _marked(vault: Vault, rel: str) -> bool:
+    p = vault.root / rel
+    if p.is_symlink() or not p.is_file():
+        return False
+    return has_conflict_markers(p.read_bytes().decode("utf-8", errors="replace"))
+
+
+def _markers_left(vault: Vault, paths: list[str]) -> SyncConflict:
+    names = ", ".join(paths[:6]) + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
+    return SyncConflict(f"{len(paths)} file(s) marked resolved with `git add` still hold conflict markers "
+                        f"('<<<<<<<' … '>>>>>>>' lines): {names}; nothing was committed or pushed",
+                        "edit each file to keep what is right and delete the marker lines, then run `acp memory "
+                        f"sync` again (or back out with: git -C {vault.root} merge --abort)",
+                        paths=list(paths), vault=str(vault.root))
+
+
+def _refuse_markers(vault: Vault, upstream: str | None) -> None:
+    """Nothing with conflict markers leaves this clone: the files this clone's outgoing commits change (all of HEAD
+    on a first push) are searched in HEAD for a '<<<<<<<' and a '>>>>>>>' line."""
+    root = vault.root
+    if upstream:
+        changed = [p for p in git(root, "diff", "-z", "--name-only", "--no-renames", "--diff-filter=AM", upstream,
+                                  "HEAD", "--").out.split("\0") if p]
+        if not changed:
+            return
+    else:
+        changed = []
+    paths = changed if 0 < len(changed) <= MAX_GREP_PATHS else []
+    res = git(root, "grep", "-l", "-z", "-I", "--all-match", "-E", "-e", "^<{7}( |$)", "-e", "^>{7}( |$)", "HEAD",
+              "--", *paths, check=False)
+    found = [p.split(":", 1)[1] for p in res.out.split("\0") if p.startswith("HEAD:")]
+    if changed:
+        found = [p for p in found if p in set(changed)]
+    if found:
+        raise GitStateError(
+            f"{', '.join(found[:6])}{' and more' if len(found) > 6 else ''} as committed in this clone hold conflict "
+            "markers ('<<<<<<<' … '>>>>>>>' lines); nothing was pushed",
+            "edit each file to keep what is right and delete the marker lines, then run `acp memory sync` again (it "
+            "commits the corrected files first)")
 
 
 def _regenerate(vault: Vault, upstream: str) -> str | None:
@@ -267,4 +322,4 @@ def _commit_generated(vault: Vault, subject: str, why: str, kind: str) -> str | 
     return after if after != before else None
 
 
-__all__ = ["sync", "SyncResult"]
+__all__ = ["sync", "SyncResult", "unresolved"]

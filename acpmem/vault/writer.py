@@ -28,7 +28,8 @@ from pathlib import Path
 
 from acpmem.core import layout
 from acpmem.core.entry import Entry, validate_id
-from acpmem.core.entryfile import dump_entry, new_entry_text, parse_entry_bytes, slugify
+from acpmem.core.entryfile import (CONFLICT_REASON, dump_entry, has_conflict_markers, new_entry_text,
+                                   parse_entry_bytes, slugify)
 from acpmem.core.errors import AcpmemError, EntryInvalid, GitStateError, SettingsError, UsageError
 from acpmem.core.ids import random_id
 from acpmem.core.values import Value
@@ -37,13 +38,14 @@ from acpmem.infra.files import atomic_write, read_exact, stale_temp_files
 from acpmem.infra.proc import held_open, pid_alive, read_pid
 from acpmem.vault import readlog
 from acpmem.vault.config import load_settings
-from acpmem.vault.gitrun import git
+from acpmem.vault.gitrun import IDENTITY_ERRORS, failure, git, no_repository
 from acpmem.vault.reader import VaultReader
 
 GENERATED = (layout.MEMORY_FILE,)
 REPO_LOCK = "repo.lock"
 GIT_MARKER = "git-running"
 JOURNAL = "journal.json"
+GIT_SETUP = "git-setup"   # under .acpmem: this clone's git config is set up (``setup_git``)
 
 # Commit kinds, written as the ``Acpmem-Kind`` trailer and shown by ``log``.
 KIND_INIT = "init"
@@ -73,6 +75,32 @@ def _inside(root: Path, rel: str) -> Path:
 
 
 # --------------------------------------------------------------------------------------------- git
+
+DEFAULT_IDENTITY = {"user.name": "acpmem", "user.email": "acpmem@localhost"}
+_REPO_CONFIG = {"core.quotepath": "off", "gc.autodetach": "false"}
+_FALSE = {"off", "false", "no", "0"}
+
+
+def setup_git(root: Path) -> list[str]:
+    """What every vault repository needs in its own config, set by ``init`` and, before the first commit, in a
+    clone made with plain ``git clone``: ``core.quotepath off``, ``gc.autoDetach false`` (an automatic gc never runs
+    beside acpmem's next commit) and, only where git has none configured, a user.name and user.email. Returns the
+    identity keys it supplied."""
+    res = git(root, "config", "--get-regexp", r"^(user\.name|user\.email|core\.quotepath|gc\.autodetach)$",
+              check=False)
+    have: dict[str, str] = {}
+    for line in res.out.splitlines():
+        key, _, value = line.partition(" ")
+        have[key.lower()] = value.strip()   # the most specific scope comes last
+    supplied = []
+    for key, value in DEFAULT_IDENTITY.items():
+        if not have.get(key):
+            git(root, "config", key, value)
+            supplied.append(key)
+    for key, value in _REPO_CONFIG.items():
+        if have.get(key, "").lower() not in _FALSE:
+            git(root, "config", key, value)
+    return supplied
 
 
 class HumanEdit(Value):
@@ -114,6 +142,9 @@ class Vault(VaultReader):
             finally:
                 self._lock_depth -= 1
             return
+        if not (self.root / ".git").exists():
+            # never let git find a repository around the vault (a project the vault sits in) and write there
+            raise no_repository(self.root)
         self.require_writable()
         self.ensure_state()
         timeout = self.settings.git.lock_timeout_seconds if timeout is None else timeout
@@ -177,6 +208,22 @@ class Vault(VaultReader):
         if removed:
             self.warnings.append(f"removed {removed} stale git lock or object file(s) left by a killed acpmem process")
 
+    def setup_git(self, *, again: bool = False) -> bool:
+        """``setup_git`` once per clone (a marker under .acpmem remembers it), or ``again`` when git asked who is
+        committing. Says in ``warnings`` when it supplied an identity. Returns whether it did."""
+        marker = self.state_dir / GIT_SETUP
+        if not again and marker.exists():
+            return False
+        supplied = setup_git(self.root)
+        if supplied:
+            self.warnings.append(
+                "git has no user.name/user.email configured for this vault, so its commits are recorded as "
+                f"{DEFAULT_IDENTITY['user.name']} <{DEFAULT_IDENTITY['user.email']}>; set yours with "
+                f"`git -C {self.root} config user.name 'Your Name'` and `git -C {self.root} config user.email "
+                "you@example.com`")
+        atomic_write(marker, "1\n", durable=False)
+        return bool(supplied)
+
     @contextlib.contextmanager
     def _git_running(self) -> Iterator[None]:
         marker = self.state_dir / layout.LOCKS_DIR / GIT_MARKER
@@ -216,11 +263,18 @@ class Vault(VaultReader):
             kind = secret_kind(e)  # what acpmem redacted itself does not count
             if kind:
                 return f"contains what looks like a secret ({kind}); remove it before it is committed"
-        elif rel == layout.SETTINGS_FILE:
+        else:
             try:
-                load_settings(self.root, None)
-            except SettingsError as exc:
-                return exc.message
+                text = p.read_bytes().decode("utf-8", errors="replace")
+            except OSError as exc:
+                return f"cannot be read ({exc.strerror})"
+            if has_conflict_markers(text):
+                return CONFLICT_REASON
+            if rel == layout.SETTINGS_FILE:
+                try:
+                    load_settings(self.root, None)
+                except SettingsError as exc:
+                    return exc.message
         return None
 
     def commit_human_edits(self) -> str | None:
@@ -337,19 +391,41 @@ class Vault(VaultReader):
         trailer_text = "".join(f"{k}: {_one_line(v)}\n" for k, v in trailers.items() if v not in (None, ""))
         message = f"acpmem: {trailers.get('Acpmem-Kind', 'change')}: {_one_line(subject)}\n\n{why.strip()}\n\n" \
                   f"{trailer_text}"
+        self.setup_git()
+        # Idempotent, so that replaying a journal finishes whatever part of the change git already has: a file on
+        # disk is added (again); a file gone from disk is committed as deleted only while git still knows it (in
+        # the index or in HEAD) — a deletion already staged needs no add, one already committed nothing at all.
+        on_disk = [p for p in paths if os.path.lexists(self.root / p)]
+        gone = [p for p in paths if p not in set(on_disk)]
         with self._git_running():
-            git(self.root, "add", "-A", "--", *paths)
-            res = git(self.root, "commit", "-q", "--no-verify", "-F", "-", "--", *paths, input=message, check=False)
-            if res.code != 0:
-                if "nothing to commit" in res.out + res.err or "no changes added" in res.out + res.err:
+            if gone:
+                known = self._known_to_git(gone)
+                gone = [p for p in gone if p in known]
+            if not on_disk and not gone:
+                res = None
+            else:
+                if on_disk:
+                    git(self.root, "add", "-A", "--", *on_disk)
+                commit = ("commit", "-q", "--no-verify", "-F", "-", "--", *on_disk, *gone)
+                res = git(self.root, *commit, input=message, check=False)
+                if res.code != 0 and any(s in res.err for s in IDENTITY_ERRORS) and self.setup_git(again=True):
+                    res = git(self.root, *commit, input=message, check=False)  # git had no identity: one supplied
+            if res is None or res.code != 0:
+                if res is None or "nothing to commit" in res.out + res.err or "no changes added" in res.out + res.err:
                     if claimed:
                         claimed.unlink(missing_ok=True)
                     return None
-                first = (res.err.strip() or res.out.strip() or "failed").splitlines()[0]
-                raise GitStateError(f"git commit failed: {first}", "run `acp memory doctor` to check the vault")
+                raise failure(self.root, ("commit",), res)
         if claimed:
             claimed.unlink(missing_ok=True)
         return self.head()
+
+    def _known_to_git(self, paths: list[str]) -> set[str]:
+        """Which of ``paths`` are in the index or in HEAD (what ``git commit -- PATHS`` accepts)."""
+        res = git(self.root, "ls-files", "-z", "--with-tree=HEAD", "--", *paths, check=False)
+        if res.code != 0:  # no HEAD yet
+            res = git(self.root, "ls-files", "-z", "--", *paths)
+        return set(filter(None, res.out.split("\0")))
 
     def head(self) -> str:
         """The commit HEAD points to, read from the ref file (one git process fewer per write)."""
@@ -377,6 +453,8 @@ class Vault(VaultReader):
             if (self.root / rel).exists():
                 raise AcpmemError(f"{rel} already exists", "entries are never overwritten; this is a bug")
             writes[rel] = new_entry_text(e)
+            if has_conflict_markers(writes[rel]):  # it would be refused when read: never written
+                raise EntryInvalid(rel, None, CONFLICT_REASON, "indent or remove the marker lines")
         for e in updates or ():
             writes[e.path] = dump_entry(e) if e.raw is not None else ""  # without its text: built under the lock
         originals = {e.path: e for e in updates or ()}

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from acpmem.core.clock import utc_iso
 from acpmem.core.entry import Citation, Entry
+from acpmem.core.entryfile import defuse_conflict_markers
 from acpmem.core.errors import AcpmemError, EntryInvalid, ExtractionError, TranscriptError, UsageError
 from acpmem.core.values import Value
 from acpmem.write import costs, requests
@@ -223,7 +224,7 @@ def _new_entry(vault, req: Request, draft: _Draft, taken: set[str], *, title: st
                citations: tuple[Citation, ...], extractor: str, supersedes: tuple[str, ...] = ()) -> Entry:
     ident = vault.new_id(taken)
     taken.add(ident)
-    body = body.strip("\n") + "\n"
+    body = defuse_conflict_markers(body.strip("\n") + "\n")  # a quoted conflict, never an unresolved one
     e = Entry(id=ident, title=title, type=req.type, importance=req.importance, created=vault.now(), body=body,
               citation=citations, source={"request": req.id, "extractor": extractor}, supersedes=supersedes)
     return e.with_changes(path=vault.path_for(ident, title))

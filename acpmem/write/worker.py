@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from acpmem.core.clock import parse_iso, utc_iso
+from acpmem.core.errors import AcpmemError
 from acpmem.core.layout import LOCKS_DIR
 from acpmem.infra import locks
 from acpmem.write import requests
@@ -137,7 +138,11 @@ def run_worker(vault, lock_fd: int | None = None, *, idle_wait: float = WORKER_I
             now = utc_iso(vault.clock())
             due = [r for r in requests.list_requests(vault.state_dir)[0] if r.due(now)]
             if due:
-                log(process_request(vault, due[0].id).summary())
+                try:
+                    log(process_request(vault, due[0].id).summary())
+                except AcpmemError as exc:  # the vault cannot be written now (no git, …): stop, keep the queue
+                    log(f"stopped: {exc}; {len(due)} request(s) stay pending, the next commit starts a worker")
+                    return done
                 done += 1
                 continue
             # Release, then look once more: a request written just before the release is seen here, one written

@@ -1,0 +1,355 @@
+"""The vault's git under faults a team meets: a clone made with plain `git clone` and no git identity, a process killed
+between `git add` and `git commit` (or after the commit, before the journal is gone) for every kind of change, git
+missing from PATH, a corrupt `.git/index`, a vault folder without `.git`, a fetch that fails.
+
+Real git repositories, real acpmem processes (the console script), and for the kills a real `kill -9` of the process
+at the chosen git step (a `git` on PATH that runs the real one and kills its caller there).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers_proc import git_out, head_files, leftovers, make_entry, status_porcelain
+
+from acpmem.vault.create import init_vault
+from acpmem.vault.writer import Vault
+
+REAL_GIT = shutil.which("git")
+CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
+
+
+def _no_identity_env(tmp_path: Path) -> dict:
+    """An environment where git has no identity: an empty global config, no system config, no GIT_AUTHOR_* /
+    GIT_COMMITTER_* / EMAIL variables, and (so that a host name with a domain cannot stand in for one)
+    user.useConfigOnly, given on the command scope."""
+    empty = tmp_path / "empty-gitconfig"
+    empty.write_text("")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GIT_AUTHOR_", "GIT_COMMITTER_", "GIT_CONFIG_")) and k != "EMAIL"}
+    env.update({"GIT_CONFIG_GLOBAL": str(empty), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_COUNT": "1",
+                "GIT_CONFIG_KEY_0": "user.useConfigOnly", "GIT_CONFIG_VALUE_0": "true"})
+    return env
+
+
+def _run(env: dict, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+
+
+def _acp(cli, root: Path, *args: str, env: dict | None = None):
+    return cli("memory", "--vault", str(root), *args, env=env)
+
+
+def _acp_in(env: dict, root: Path, *args: str) -> subprocess.CompletedProcess:
+    """The console script with exactly ``env`` (``cli`` adds to the test's environment, it cannot take away)."""
+    return _run(env, str(Path(sys.executable).parent / "acp"), "memory", "--vault", str(root), *args)
+
+
+def _one_line(r: subprocess.CompletedProcess) -> str:
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in r.stderr, r.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def team(tmp_path, clock):
+    """A vault with two entries pushed to a bare remote; returns (origin vault, bare remote)."""
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    a = init_vault(tmp_path / "a", clock=clock)
+    for ident, title in (("base01", "The queue is drained by one worker per vault"),
+                         ("base02", "Deploys run from release branches")):
+        a.write_entries([make_entry(ident, title, f"- {title}.").with_changes(path=a.path_for(ident, title))],
+                        subject=f"add #{ident}", why="test")
+    git_out(a.root, "remote", "add", "origin", str(bare))
+    git_out(a.root, "push", "-q", "origin", "main")
+    yield a, bare
+    a.close()
+
+
+# --------------------------------------------------------------------------------------------- 1. a plain clone
+
+def test_forget_in_a_plain_git_clone_without_identity_commits_and_sets_up_the_clone(team, tmp_path, cli):
+    _, bare = team
+    env = _no_identity_env(tmp_path)
+    clone = tmp_path / "teammate"
+    assert _run(env, "git", "clone", "-q", str(bare), str(clone)).returncode == 0
+    assert _run(env, "git", "-C", str(clone), "var", "GIT_AUTHOR_IDENT").returncode != 0  # git has no identity
+
+    r = _acp_in(env, clone, "forget", "base01", "--reason", "moved to Postgres")
+    assert r.returncode == 0, r.stderr
+    # what is missing is said in one line, once, with how to set one's own
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("Warning:")]
+    assert len(warnings) == 1 and "user.name" in warnings[0] and f"git -C {clone} config" in warnings[0], r.stderr
+    assert "base01" not in " ".join(head_files(clone))
+    assert "Acpmem-Kind: forget" in git_out(clone, "log", "-1", "--format=%B")
+    # the clone is set up as `init` sets up a vault
+    local = dict(ln.split(" ", 1) for ln in git_out(clone, "config", "--local", "--get-regexp",
+                                                     r"^(user\.name|user\.email|core\.quotepath|gc\.autodetach)$")
+                 .splitlines())
+    assert local == {"user.name": "acpmem", "user.email": "acpmem@localhost", "core.quotepath": "off",
+                     "gc.autodetach": "false"}
+    assert status_porcelain(clone) == "" and leftovers(clone) == []
+
+    # the next writes need no setup again and say nothing more
+    r = _acp_in(env, clone, "forget", "base02", "--reason", "gone")
+    assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
+    r = _acp_in(env, clone, "doctor")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_clone_with_an_identity_keeps_it_and_is_set_up_once(team, tmp_path, cli):
+    _, bare = team
+    clone = tmp_path / "teammate"
+    git_out(tmp_path, "clone", "-q", str(bare), str(clone))
+    r = _acp(cli, clone, "forget", "base01", "--reason", "x")
+    assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
+    assert git_out(clone, "log", "-1", "--format=%an <%ae>").strip() == "Test User <test@example.invalid>"
+    assert git_out(clone, "config", "--local", "--get", "user.name", check=False) == ""  # not pinned locally
+    assert git_out(clone, "config", "--local", "--get", "gc.autoDetach").strip() == "false"
+    assert git_out(clone, "config", "--local", "--get", "core.quotepath").strip() == "off"
+
+
+def test_an_identity_lost_after_the_setup_is_supplied_when_git_asks(team, tmp_path, cli):
+    _, bare = team
+    clone = tmp_path / "teammate"
+    git_out(tmp_path, "clone", "-q", str(bare), str(clone))
+    assert _acp(cli, clone, "forget", "base01", "--reason", "x").returncode == 0  # set up with the global identity
+    env = _no_identity_env(tmp_path)  # then the global identity goes away
+    r = _acp_in(env, clone, "forget", "base02", "--reason", "y")
+    assert r.returncode == 0, r.stderr
+    assert "user.name" in r.stderr  # said once, when it is supplied
+    assert git_out(clone, "log", "-1", "--format=%an").strip() == "acpmem"
+    assert status_porcelain(clone) == "" and leftovers(clone) == []
+
+
+# --------------------------------------------------------------------------------------------- 1. idempotent recovery
+
+KILLING_GIT = r"""#!/bin/sh
+# The real git; at a commit, the process that runs git is killed (-9) before or after the real commit.
+case " $* " in
+  *" commit "*)
+    if [ "$ACPMEM_TEST_KILL" = before-commit ]; then kill -9 "$PPID"; exit 137; fi
+    "$ACPMEM_TEST_GIT" "$@"; rc=$?
+    if [ "$ACPMEM_TEST_KILL" = after-commit ]; then kill -9 "$PPID"; fi
+    exit $rc;;
+esac
+exec "$ACPMEM_TEST_GIT" "$@"
+"""
+
+OPERATION = r"""
+import sys
+sys.path.insert(0, sys.argv[3])
+from pathlib import Path
+from helpers_proc import make_entry, PINNED
+from acpmem.vault.writer import Vault, KIND_EDIT
+root, op = Path(sys.argv[1]), sys.argv[2]
+v = Vault(root, clock=lambda: PINNED)
+e = v.resolve("base01")
+if op == "add":
+    n = make_entry("new001", "A new entry", "- new.")
+    v.write_entries([n.with_changes(path=v.path_for("new001", n.title))], subject="add #new001", why="op")
+elif op == "modify":
+    text = v.entry_path(e).read_text()
+    v.replace_entry_text(e, text + "- one more line.\n", subject="edit #base01", why="op", kind=KIND_EDIT)
+elif op == "delete":
+    v.forget("base01", "op")
+elif op == "rename":
+    text = v.entry_path(e).read_text()
+    v.apply({"entries/base01-renamed.md": text}, [e.path], subject="rename #base01", why="op", kind=KIND_EDIT)
+print("not killed")
+"""
+
+
+def _expected(op: str, root: Path, before: set[str]) -> set[str]:
+    base = next(p for p in before if p.startswith("entries/base01"))
+    return {"add": before | {"entries/new001-a-new-entry.md"}, "modify": before,
+            "delete": before - {base}, "rename": (before - {base}) | {"entries/base01-renamed.md"}}[op]
+
+
+@pytest.mark.parametrize("moment", ["before-commit", "before-commit-staged", "after-commit"])
+@pytest.mark.parametrize("op", ["add", "modify", "delete", "rename"])
+def test_a_change_killed_around_its_commit_is_finished_exactly_once(op, moment, team, tmp_path, cli):
+    a, _ = team
+    root = a.root
+    a.close()
+    before = head_files(root)
+    commits = int(git_out(root, "rev-list", "--count", "HEAD"))
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(KILLING_GIT)
+    (shim / "git").chmod(0o755)
+    env = dict(os.environ, PATH=f"{shim}{os.pathsep}{os.environ['PATH']}", ACPMEM_TEST_GIT=REAL_GIT,
+               ACPMEM_TEST_KILL=moment.replace("-staged", ""))
+    p = subprocess.run([sys.executable, "-c", OPERATION, str(root), op, str(Path(__file__).parent)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == -9 and "not killed" not in p.stdout, p.stderr
+    assert (root / ".acpmem" / "journal.json").exists()
+    if moment == "before-commit-staged":
+        git_out(root, "add", "-A")  # all of it staged already (a person's `git add -A`, an older acpmem's add)
+    if moment.startswith("before-commit"):
+        assert git_out(root, "diff", "--cached", "--name-only").strip()  # git add had staged (part of) it
+
+    # the interrupted change is finished by doctor --fix, once
+    r = _acp(cli, root, "doctor", "--fix")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "finished an interrupted change" in r.stdout
+    assert head_files(root) == _expected(op, root, before)
+    assert int(git_out(root, "rev-list", "--count", "HEAD")) == commits + 1
+    assert status_porcelain(root) == "" and leftovers(root) == []
+    if op == "modify":
+        assert "one more line" in git_out(root, "show", f"HEAD:{a.resolve('base01').path}")
+    # and the vault takes the next write
+    r = _acp(cli, root, "forget", "base02", "--reason", "after the kill")
+    assert r.returncode == 0, r.stderr
+    assert status_porcelain(root) == ""
+
+
+def test_a_forget_killed_before_its_commit_is_finished_by_the_next_write(team, tmp_path, cli):
+    """The reported wedge: the journal left and the deletion already staged (a failed or killed commit after
+    `git add -A`); replaying the journal added the deletion again and every later write failed."""
+    a, _ = team
+    root = a.root
+    a.close()
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(KILLING_GIT)
+    (shim / "git").chmod(0o755)
+    env = dict(os.environ, PATH=f"{shim}{os.pathsep}{os.environ['PATH']}", ACPMEM_TEST_GIT=REAL_GIT,
+               ACPMEM_TEST_KILL="before-commit")
+    r = cli("memory", "--vault", str(root), "forget", "base01", "--reason", "gone", env=env)
+    assert r.returncode == -9, r.stderr
+    git_out(root, "add", "-A", "--", "entries")
+    assert git_out(root, "status", "--porcelain", "--", "entries").startswith("D  entries/base01")
+
+    r = _acp(cli, root, "forget", "base02", "--reason", "also gone")
+    assert r.returncode == 0, r.stderr
+    subjects = git_out(root, "log", "-2", "--format=%s").splitlines()
+    assert subjects[0].startswith("acpmem: forget: forget #base02") and subjects[1].startswith(
+        "acpmem: forget: forget #base01")
+    assert not [p for p in head_files(root) if p.startswith("entries/") and p.endswith(".md")]
+    assert status_porcelain(root) == "" and leftovers(root) == []
+
+
+# --------------------------------------------------------------------------------------------- 3. faults
+
+def test_without_git_on_path_reads_work_and_writes_fail_in_one_line_keeping_the_request(team, tmp_path, cli):
+    a, _ = team
+    root = a.root
+    nogit = tmp_path / "empty-path"
+    nogit.mkdir()
+    env = {"PATH": str(nogit)}
+    for args in (("list",), ("recall", "queue worker"), ("show", "base01"), ("list", "--format", "prompt")):
+        r = _acp(cli, root, *args, env=env)
+        assert r.returncode == 0 and r.stdout.strip(), (args, r.stderr)
+    for args in (("forget", "base01", "--reason", "x"), ("doctor",), ("doctor", "--fix"), ("sync",)):
+        r = _acp(cli, root, *args, env=env)
+        line = _one_line(r)
+        assert r.returncode == 1 and "git was not found" in line and "PATH" in line, (args, line)
+    r = _acp(cli, root, "commit", "--type", "lesson", "--note", "appends must be re-entrant", "--importance", "6",
+             "--session", "s1", "--seq", "6", "--transcript", str(CHAT), "--wait", "--extractor", "offline",
+             "--json", env=env)
+    assert r.returncode == 1 and "git was not found" in _one_line(r)
+    pending = list((root / ".acpmem" / "pending").glob("r-*.json"))
+    assert len(pending) == 1
+    # in the background: the worker stops with one line in its log, the requests stay
+    r = _acp(cli, root, "commit", "--type", "lesson", "--note", "the worker keeps what it cannot write",
+             "--importance", "5", "--session", "s1", "--seq", "6", "--transcript", str(CHAT), env=env)
+    assert r.returncode == 0 and r.stdout.startswith("Noted"), r.stderr
+    log = root / ".acpmem" / "worker.log"
+    deadline = time.monotonic() + 60
+    while "stopped:" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "stopped: git was not found" in log.read_text() and "Traceback" not in log.read_text()
+    assert len(list((root / ".acpmem" / "pending").glob("r-*.json"))) == 2
+    assert "base01" in " ".join(head_files(root)) and status_porcelain(root) == ""
+    # git is back: the kept request is written
+    r = _acp(cli, root, "extract", "--pending", "--extractor", "offline")
+    assert r.returncode == 0, r.stderr
+    assert not list((root / ".acpmem" / "pending").glob("r-*.json"))
+    assert git_out(root, "log", "--format=%B").count("Acpmem-Request: r-") == 2
+
+
+def test_a_corrupt_git_index_is_named_and_doctor_fix_rebuilds_it_keeping_every_file(team, cli):
+    a, _ = team
+    root = a.root
+    path = root / a.resolve("base02").path
+    edited = path.read_text().replace("Deploys run", "Deploys run only")
+    path.write_text(edited)  # a person's edit, not yet committed
+    (root / ".git" / "index").write_bytes(b"DIRC\0\0\0\2" + os.urandom(40))
+
+    r = _acp(cli, root, "forget", "base01", "--reason", "x")
+    line = _one_line(r)
+    assert "corrupt" in line and ".git/index" in line and "doctor --fix" in line, line
+    assert (root / a.resolve("base01").path).exists()
+    r = _acp(cli, root, "doctor")
+    assert r.returncode == 1 and "corrupt" in r.stdout and "doctor --fix" in r.stdout, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+
+    r = _acp(cli, root, "doctor", "--fix")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rebuilt" in r.stdout
+    assert path.read_text() == edited  # the person's edit is kept (and committed as a human edit)
+    assert "only" in git_out(root, "show", f"HEAD:{a.resolve('base02').path}")
+    r = _acp(cli, root, "forget", "base01", "--reason", "x")
+    assert r.returncode == 0, r.stderr
+    assert status_porcelain(root) == ""
+
+
+def test_a_vault_folder_without_git_gives_the_real_next_step_and_never_writes_elsewhere(tmp_path, cli, clock):
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    git_out(workspace, "init", "-q", "-b", "main")
+    (workspace / "code.py").write_text("print(1)\n")
+    git_out(workspace, "add", "-A")
+    git_out(workspace, "commit", "-q", "-m", "code")
+    v = init_vault(workspace, clock=clock)  # .acp-memory inside the project, its own repository
+    v.write_entries([make_entry("base01", "One fact", "- a fact.").with_changes(path="entries/base01-one-fact.md")],
+                    subject="add", why="t")
+    root = v.root
+    v.close()
+    shutil.rmtree(root / ".git")
+    project_head = git_out(workspace, "rev-parse", "HEAD")
+
+    for args in (("list",), ("show", "base01")):
+        r = _acp(cli, root, *args)
+        assert r.returncode == 0, r.stderr
+    r = cli("memory", "list", cwd=root)  # found from inside the folder too
+    assert r.returncode == 0 and "base01" in r.stdout, r.stderr
+    for args in (("forget", "base01", "--reason", "x"), ("doctor",), ("doctor", "--fix"), ("sync",)):
+        r = _acp(cli, root, *args)
+        text = _one_line(r) if args != ("doctor",) else r.stdout
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+        assert "no .git" in text and f"git -C {root} init -b main" in text, (args, text)
+        assert "run `acp memory doctor`" not in text, (args, text)
+    r = cli("memory", "init", cwd=root)
+    assert r.returncode == 1 and "no .git" in _one_line(r)
+    assert not (root / ".acp-memory").exists()
+    # nothing went into the surrounding project's repository
+    assert git_out(workspace, "rev-parse", "HEAD") == project_head
+    assert git_out(workspace, "status", "--porcelain") == ""
+
+    # the next step it gives works
+    git_out(root, "init", "-q", "-b", "main")
+    r = _acp(cli, root, "doctor", "--fix")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _acp(cli, root, "forget", "base01", "--reason", "x")
+    assert r.returncode == 0, r.stderr
+    assert status_porcelain(root) == ""
+
+
+def test_a_failed_fetch_says_what_git_said_in_one_line(vault, tmp_path, cli):
+    git_out(vault.root, "remote", "add", "origin", str(tmp_path / "no-such-remote.git"))
+    r = _acp(cli, vault.root, "sync")
+    line = _one_line(r)
+    assert r.returncode == 1
+    assert "does not appear to be a git repository" in line and "Could not read from remote repository" in line, line
+    assert "and the repository exists" not in line
+    assert f"git -C {vault.root} fetch" in line
