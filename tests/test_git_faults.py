@@ -7,7 +7,6 @@ at the chosen git step (a `git` on PATH that runs the real one and kills its cal
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -20,7 +19,6 @@ import pytest
 from helpers_proc import git_out, head_files, leftovers, make_entry, status_porcelain
 
 from acpmem.vault.create import init_vault
-from acpmem.vault.writer import Vault
 
 REAL_GIT = shutil.which("git")
 CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"

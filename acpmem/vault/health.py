@@ -159,6 +159,8 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
         add("error", p, "resolve it with git in the vault folder, then run `acp memory doctor` again")
     _check_entries(vault, add, to_resolve)
     _check_watcher(vault, add)
+    for check in more:   # the layers above add theirs (pending extraction requests: acpmem.write.checkup)
+        check(vault, add)
     return Report(tuple(found))
 
 
@@ -170,10 +172,6 @@ def _check_entries(vault: Vault, add, reported: set[str]) -> None:
         add("error", f"{prob.path}: {('field ' + repr(prob.field) + ' ') if prob.field else ''}{prob.reason}",
             f"fix it with `acp memory edit {prob.path}` (or any editor) — it is kept out of the index until then")
     add("info", f"{len(loaded.entries)} valid entries, {len(loaded.problems)} invalid file(s)")
-    _check_watcher(vault, add)
-    for check in more:   # the layers above add theirs (pending extraction requests: acpmem.write.checkup)
-        check(vault, add)
-    return Report(tuple(found))
 
 
 def _rebuild_index(root: Path) -> str:
