@@ -9,7 +9,8 @@ import typer
 
 from acpmem.cli import hot
 from acpmem.cli.app import IdArg, JsonOpt, VaultOpt, app, as_path, complete_ids, open_vault, params, vault_of
-from acpmem.cli.output import emit_warnings, out, out_json
+from acpmem.cli.output import emit_warnings, out, out_json, warn
+from acpmem.core.errors import error_line
 
 
 # --------------------------------------------------------------------------------------------- init
@@ -215,4 +216,9 @@ def doctor(ctx: typer.Context, fix: Annotated[bool, typer.Option("--fix", help="
     else:
         for f in rep.findings:
             out(f"{f.level:<8} {f.what}" + (f"\n         → {f.fix}" if f.fix else ""))
-    return 0 if rep.ok else 1
+    if rep.ok:
+        return 0
+    errors = sum(f.level == "error" for f in rep.findings)
+    warn(error_line(f"{errors} problem{'s' if errors != 1 else ''} found in the vault",
+                    "each finding says how to fix it" + ("" if fix else "; `--fix` repairs what is safe")))
+    return 1
