@@ -266,12 +266,18 @@ def test_fast_frontmatter_reads_exactly_what_yaml_reads():
     pairs = st.lists(st.tuples(st.sampled_from(keys), sep, value), min_size=1, max_size=3, unique_by=lambda t: t[0])
     item = pairs.map(lambda ps: "\n".join(mapping_lines(ps, "- ", "  ")))
     odd = st.sampled_from(["", "# comment", "  indented: x", "- loose", "---", "  - nested: 1", "\t", "key:   x"])
+    flow_value = st.one_of(*[safe] * 4, st.sampled_from(["'llm:gpt-4.1-mini'", "llm:x", "a,b", "{x: 1}", "[1]", "",
+                                                        "'a, b'", "x}", " y"]))
+    flow = st.lists(st.tuples(st.sampled_from(keys), flow_value), max_size=3).map(
+        lambda kvs: "{" + ", ".join(f"{k}: {v}" for k, v in kvs) + "}")
+    flow = st.one_of(flow, flow.map(lambda f: f.replace(", ", ",")), flow.map(lambda f: f + " "),
+                     flow.map(lambda f: f.replace("{", "{ ", 1)))
 
     @st.composite
     def text(draw):
         lines, used = [], set()
         for _ in range(draw(st.integers(1, 6))):
-            kind = draw(st.sampled_from(["scalar"] * 8 + ["block"] * 3 + ["odd"] + ["dup"]))
+            kind = draw(st.sampled_from(["scalar"] * 8 + ["block"] * 3 + ["flow"] * 3 + ["odd"] + ["dup"]))
             k = draw(st.sampled_from(keys))
             if kind == "odd":
                 lines.append(draw(odd))
@@ -281,6 +287,8 @@ def test_fast_frontmatter_reads_exactly_what_yaml_reads():
             used.add(k)
             if kind == "block":
                 lines.append(k + ":\n" + "\n".join(draw(st.lists(item, min_size=1, max_size=3))))
+            elif kind == "flow":
+                lines.append(f"{k}: {draw(flow)}")
             else:
                 lines.append(f"{k}{draw(sep)}{draw(value)}")
         return "\n".join(lines) + "\n"
@@ -307,7 +315,7 @@ def test_fast_frontmatter_takes_what_acpmem_writes():
     e = Entry(id="k3f9x2", title="Retry: uploads #3 — don't give up", type="lesson", importance=7,
               created="2026-11-01T10:00:00Z", body="b\n", citation=(Citation("a41f0c2e", 213),
                                                                       Citation("s-2", "1270-1290")),
-              superseded_by="q8z")
+              superseded_by="q8z", source={"request": "r-k3f9q2ab", "extractor": "llm:gpt-4.1-mini"})
     fm = new_entry_text(e).split("---\n")[1]
     assert frontmatter._fast_mapping(fm) is not None
     assert parse_entry(new_entry_text(e)).meta() == e.meta()

@@ -106,6 +106,10 @@ def _fast_re() -> dict:
                 (re.compile(r"[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\Z"), float),
             ),
             "special_key": re.compile(r"(?:true|True|TRUE|false|False|FALSE|null|Null|NULL)\Z"),
+            # one item of a flat flow mapping ({request: r-x, extractor: 'llm:m'}, how acpmem writes ``source``):
+            # a plain key, then a plain value without any flow indicator or ':' (else declined), or a quoted one
+            "flow_item": re.compile(r"(" + _FAST_KEY + r"): ([^\s\-?:,\[\]{}#&*!|>'\"%@`][^:,\[\]{}#\s]*"
+                                    r"(?: [^:,\[\]{}#\s]+)*|'(?:[^']|'')*'|\"[^\"\\]*\")(, |\}\Z)"),
         }
     return _fast_res
 
@@ -136,6 +140,24 @@ def _fast_scalar(raw: str, rx: dict):
         if pattern.match(raw):
             return make(raw)
     return raw
+
+
+def _fast_flow(raw: str, rx: dict):
+    """A flat flow mapping of scalars, as the restricted loader reads it, or ``_FAST_NO``."""
+    out: dict = {}
+    pos, item, special = 1, rx["flow_item"], rx["special_key"]
+    while pos < len(raw):
+        m = item.match(raw, pos)
+        if m is None or m.group(1) in out or special.match(m.group(1)):
+            return _FAST_NO
+        value = _fast_scalar(m.group(2), rx)
+        if value is _FAST_NO:
+            return _FAST_NO
+        out[m.group(1)] = value
+        pos = m.end()
+        if m.group(3) == "}":
+            return out if pos == len(raw) else _FAST_NO
+    return _FAST_NO
 
 
 def _fast_mapping(text: str) -> dict | None:
@@ -177,7 +199,10 @@ def _fast_mapping(text: str) -> dict | None:
                 items.append(item)
             out[key] = items
             continue
-        value = _fast_scalar("" if raw is None else raw, rx)
+        if raw is not None and raw[:1] == "{":
+            value = _fast_flow(raw, rx)
+        else:
+            value = _fast_scalar("" if raw is None else raw, rx)
         if value is _FAST_NO or (raw is not None and raw == ""):
             return None
         out[key] = value
