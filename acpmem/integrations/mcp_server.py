@@ -88,9 +88,10 @@ class MemoryService:
 
     def commit(self, args: dict[str, Any]) -> str:
         from acpmem.core.tools import parse_commit_args
+        from acpmem.write.requests import check_host_args
         from acpmem.write.submit import submit
 
-        host = {k: args.pop(k) for k in HOST_ARGS if k in args}
+        host = check_host_args({k: args.pop(k) for k in HOST_ARGS if k in args})
         v = self.open()
         try:
             parsed = parse_commit_args(args, v.settings.types)

@@ -22,6 +22,7 @@ from types import MappingProxyType
 
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.errors import UsageError
+from acpmem.core.limits import MAX_RECALL_LIMIT, clip, int_between
 from acpmem.core.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
 from acpmem.core.values import Value
 from acpmem.infra import locks
@@ -133,8 +134,8 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
     query = (query or "").strip()
     if not query:
         raise UsageError("recall needs a query", 'pass words to look for, e.g. `acp memory recall "sqlite wal"`')
-    if limit < 1:
-        raise UsageError(f"--limit must be at least 1, got {limit}", "e.g. --limit 5")
+    if not int_between(limit, 1, MAX_RECALL_LIMIT):
+        raise UsageError(f"--limit must be an integer 1..{MAX_RECALL_LIMIT}, got {clip(limit)}", "e.g. --limit 5")
     allowed = _check_types(vault, types)
     sdir = vault.session_dir(session) if session else None
 

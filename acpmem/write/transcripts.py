@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from acpmem.core.errors import TranscriptError
+from acpmem.core.limits import MAX_SEQ, clip, int_between
 from acpmem.core.values import Value
 
 FORMATS = ("auto", "openai", "anthropic", "jsonl", "claude-code")
@@ -227,8 +228,9 @@ def _seq(record: dict, position: int, where: str) -> int:
     if "seq" not in record:
         return position
     seq = record["seq"]
-    if isinstance(seq, bool) or not isinstance(seq, int):
-        raise TranscriptError(f"{where}: seq must be an integer, got {seq!r}", "fix the host's event index")
+    if not int_between(seq, 0, MAX_SEQ):   # it becomes an entry's citation, stored as an SQLite INTEGER
+        raise TranscriptError(f"{where}: seq must be an integer 0..{MAX_SEQ}, got {clip(seq)}",
+                              "fix the host's event index")
     return seq
 
 
