@@ -11,7 +11,7 @@ from datetime import timezone
 from acpmem.core.clock import parse_iso
 from acpmem.core.errors import EntryInvalid
 from acpmem.core.ids import ID_RE
-from acpmem.core.limits import MAX_SEQ, bad_number, clip, session_problem, valid_seq
+from acpmem.core.limits import MAX_SEQ, bad_value, breaks_line, clip, session_problem, valid_seq
 from acpmem.core.values import Value
 
 DEFAULT_TYPES = ("decision", "lesson", "fact", "user-preference", "reference")
@@ -192,8 +192,9 @@ def entry_from_meta(meta: dict, body: str, path: str, types: tuple[str, ...] | N
     title = _str_field(meta, "title", path).strip()
     if not title:
         raise EntryInvalid(path, "title", "is empty")
-    if "\n" in title or len(title) > MAX_TITLE_CHARS:
-        raise EntryInvalid(path, "title", f"must be one line of at most {MAX_TITLE_CHARS} characters")
+    if breaks_line(title) or len(title) > MAX_TITLE_CHARS:
+        raise EntryInvalid(path, "title", f"must be one line of at most {MAX_TITLE_CHARS} characters, without control "
+                                          "characters")
     typ = _str_field(meta, "type", path)
     if types is not None and typ not in types:
         raise EntryInvalid(path, "type", f"'{typ}' is not one of {', '.join(types)}",
@@ -219,10 +220,10 @@ def entry_from_meta(meta: dict, body: str, path: str, types: tuple[str, ...] | N
         raise EntryInvalid(path, "superseded_by", "must be an entry id")
     extra = {k: v for k, v in meta.items() if k not in KNOWN_KEYS}
     for k, v in (("source", source), *extra.items()):
-        bad = bad_number(v)
-        if bad is not None:   # stored as JSON in the derived index: a 64-bit integer or a finite float
-            raise EntryInvalid(path, k, f"holds a number acpmem cannot store: {clip(bad)}",
-                               "numbers in an entry must be 64-bit integers or finite decimals")
+        bad = bad_value({k: v})
+        if bad is not None:   # stored as JSON in the derived index: a 64-bit integer, a finite float, text without NUL
+            raise EntryInvalid(path, k, f"holds a value acpmem cannot store: {clip(bad)}",
+                               "numbers in an entry must be 64-bit integers or finite decimals, text must not hold NUL")
     return Entry(id=ident, title=title, type=typ, importance=imp, created=created, body=body, last_read=last_read,
                  citation=_citations(meta.get("citation"), path), tier=tier, source=source,
                  supersedes=tuple(sup), superseded_by=sup_by, extra=extra, path=path or None)

@@ -24,6 +24,8 @@ _DIGITS = re.compile(r"[0-9]{1,40}")       # ASCII only: "٥".isdigit() is True,
 _RANGE = re.compile(r"([0-9]{1,40})-([0-9]{1,40})")
 _KERNEL_REF = re.compile(r"([mb])([0-9]{1,40})")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_LINE_BREAKING = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")   # control characters but the tab
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def is_int(value: object) -> bool:
@@ -93,6 +95,16 @@ def has_control(text: str) -> bool:
     return _CONTROL.search(text) is not None
 
 
+def one_line(text: str) -> str:
+    """``text`` as one line: control characters (line breaks included) become spaces, runs of whitespace one space."""
+    return " ".join(_CONTROL.sub(" ", text).split())
+
+
+def breaks_line(text: str) -> bool:
+    """Whether ``text`` holds a line break or a control character other than the tab."""
+    return _LINE_BREAKING.search(text) is not None
+
+
 def is_utf8(text: str) -> bool:
     """Whether ``text`` can be written as UTF-8 (no lone surrogates, which a non-UTF-8 command line or JSON
     ``"\\ud800"`` produce)."""
@@ -103,6 +115,11 @@ def is_utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def without_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, so it can be written as UTF-8."""
+    return text if is_utf8(text) else _SURROGATE.sub("\ufffd", text)
 
 
 def session_problem(session: object) -> str | None:
@@ -117,10 +134,12 @@ def session_problem(session: object) -> str | None:
     return None
 
 
-def bad_number(value: object, depth: int = 0) -> object:
-    """The first number in ``value`` (a YAML/JSON-like tree) that cannot be stored — an int outside 64 bits, a NaN
-    or an infinity — or None when there is none. ``value`` itself when the tree is absurdly deep."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+def bad_value(value: object, depth: int = 0) -> object:
+    """The first value in ``value`` (a YAML/JSON-like tree) that cannot be stored — an int outside 64 bits, a NaN or
+    an infinity, text holding a NUL — or None when there is none. ``value`` itself when the tree is absurdly deep."""
+    if isinstance(value, str):
+        return value if "\x00" in value else None
+    if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
         return None if MIN_INT <= value <= MAX_INT else value
@@ -130,14 +149,14 @@ def bad_number(value: object, depth: int = 0) -> object:
         return value
     if isinstance(value, dict):
         for k, v in value.items():
-            bad = bad_number(k, depth + 1)
+            bad = bad_value(k, depth + 1)
             if bad is None:
-                bad = bad_number(v, depth + 1)
+                bad = bad_value(v, depth + 1)
             if bad is not None:
                 return bad
     elif isinstance(value, (list, tuple)):
         for v in value:
-            bad = bad_number(v, depth + 1)
+            bad = bad_value(v, depth + 1)
             if bad is not None:
                 return bad
     return None

@@ -106,6 +106,7 @@ _RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("git", "lock_timeout_seconds"): (0, 86_400, False),
     ("git", "foreign_lock_wait_seconds"): (0, 86_400, False),
 }
+_HINT = "see the comments in the template acpmem.toml"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _MAX_TEXT = 2048
 _MAX_TYPES = 100
@@ -117,7 +118,7 @@ _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceS
 
 def _coerce(cls, section: str, data: dict, path: str):
     if not isinstance(data, dict):
-        raise SettingsError(f"{path}: [{section}] must be a table", "see the comments in the template acpmem.toml")
+        raise SettingsError(f"{path}: [{section}] must be a table", _HINT)
     known = cls._fields
     kwargs = {}
     for k, v in data.items():
@@ -140,7 +141,7 @@ def _coerce(cls, section: str, data: dict, path: str):
             ok = isinstance(v, type(default))
         if not ok:
             raise SettingsError(f"{path}: '{section}.{k}' must be {type(default).__name__}, got {clip(v)}",
-                                "see the comments in the template acpmem.toml")
+                                _HINT)
         _check_value(section, k, v, path)
         kwargs[k] = v
     return cls(**kwargs)
@@ -154,11 +155,11 @@ def _check_value(section: str, key: str, v: object, path: str) -> None:
         if not is_number(v) or v > hi or v < lo or (open_low and v == lo):
             low = f"more than {lo:g}" if open_low else f"at least {lo:g}"
             raise SettingsError(f"{path}: '{name}' must be {low} and at most {hi:g}, got {clip(v)}",
-                                "see the comments in the template acpmem.toml")
+                                _HINT)
     elif isinstance(v, str):
         if len(v) > _MAX_TEXT or has_control(v) or not is_utf8(v):
             raise SettingsError(f"{path}: '{name}' must be one line of text without control characters",
-                                "see the comments in the template acpmem.toml")
+                                _HINT)
         if key == "api_key_env" and v and not _ENV_NAME.fullmatch(v):
             raise SettingsError(f"{path}: '{name}' must be the name of an environment variable, got {clip(v)}",
                                 "e.g. api_key_env = \"OPENAI_API_KEY\"")
@@ -170,10 +171,11 @@ def _check_value(section: str, key: str, v: object, path: str) -> None:
 def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
     vault = data.get("vault", {})
     if not isinstance(vault, dict):
-        raise SettingsError(f"{path}: [vault] must be a table")
+        raise SettingsError(f"{path}: [vault] must be a table", _HINT)
     types = vault.get("types", list(DEFAULT_TYPES))
     if not isinstance(types, list) or not types or not all(isinstance(t, str) and t.strip() for t in types):
-        raise SettingsError(f"{path}: vault.types must be a non-empty list of names")
+        raise SettingsError(f"{path}: vault.types must be a non-empty list of names",
+                            "e.g. types = [\"decision\", \"lesson\", \"fact\"]")
     if len(types) > _MAX_TYPES or len(set(types)) != len(types) or any(
             len(t) > _MAX_TYPE_CHARS or t != t.strip() or has_control(t) or not is_utf8(t) for t in types):
         raise SettingsError(f"{path}: vault.types must be at most {_MAX_TYPES} different names of at most "
@@ -181,10 +183,12 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
                             "e.g. types = [\"decision\", \"lesson\", \"fact\"]")
     language = vault.get("language", "en")
     if language not in ("en", "zh"):
-        raise SettingsError(f"{path}: vault.language must be 'en' or 'zh', got {language!r}")
+        raise SettingsError(f"{path}: vault.language must be 'en' or 'zh', got {clip(language)}",
+                            "language = \"en\" or language = \"zh\"")
     extra = set(vault) - {"types", "language"}
     if extra:
-        raise SettingsError(f"{path}: unknown setting 'vault.{sorted(extra)[0]}'")
+        raise SettingsError(f"{path}: unknown setting 'vault.{sorted(extra)[0]}'",
+                            "known settings in [vault]: types, language")
     unknown = set(data) - set(_SECTIONS) - {"vault"}
     if unknown:
         raise SettingsError(f"{path}: unknown section [{sorted(unknown)[0]}]",
@@ -192,7 +196,8 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
     kwargs = {name: _coerce(cls, name, data.get(name, {}), path) for name, cls in _SECTIONS.items()}
     s = Settings(types=tuple(types), language=language, **kwargs)
     if s.extraction.extractor not in ("auto", "llm", "offline"):
-        raise SettingsError(f"{path}: extraction.extractor must be auto, llm or offline")
+        raise SettingsError(f"{path}: extraction.extractor must be auto, llm or offline",
+                            "extractor = \"auto\", \"llm\" or \"offline\"")
     return s
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from acpmem.core.entry import DEFAULT_TYPES
 from acpmem.core.errors import EntryInvalid, UsageError
-from acpmem.core.limits import clip, int_arg, is_utf8
+from acpmem.core.limits import clip, int_arg, is_utf8, one_line
 from acpmem.core.values import Value
 
 LANGS = ("en", "zh")
@@ -318,7 +318,7 @@ def _text(args: Mapping[str, Any], name: str, tool: str, limit: int, *, single_l
     if "\x00" in value or not is_utf8(value):
         raise EntryInvalid(tool, name, "contains a NUL character or text that is not valid Unicode",
                            f"send the {name} as plain text")
-    value = " ".join(value.split()) if single_line else value.strip()
+    value = one_line(value) if single_line else value.strip()
     if len(value) > limit:
         raise EntryInvalid(tool, name, f"is over {limit} characters", f"shorten the {name}")
     return value

@@ -13,6 +13,7 @@ from pathlib import Path
 from acpmem.core.errors import UsageError, VaultNotFound
 from acpmem.core.fasthash import sha256
 from acpmem.core.layout import ENTRIES_DIR, ENV_VAULT, SESSIONS_DIR, SETTINGS_FILE, VAULT_DIRNAME
+from acpmem.core.limits import clip, session_problem
 
 
 def discover(explicit: str | os.PathLike | None = None, *, cwd: Path | None = None,
@@ -44,7 +45,8 @@ def discover(explicit: str | os.PathLike | None = None, *, cwd: Path | None = No
 def session_folder(state_dir: Path, session: str) -> Path:
     """Where a session's local state lives (its frozen index, surfacing ledger): ``.acpmem/sessions/<name>-<hash>``,
     a readable and safe folder name for any session id."""
-    if not session or len(session) > 512 or "\x00" in session:
-        raise UsageError("a session id must be 1–512 characters", "pass the host's session id")
+    why = session_problem(session)
+    if why:
+        raise UsageError(f"a session id {why}, got {clip(session)}", "pass the host's session id")
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", session)[:48].strip(".") or "s"
     return state_dir / SESSIONS_DIR / f"{safe}-{sha256(session.encode('utf-8')).hexdigest()[:12]}"

@@ -22,7 +22,7 @@ from types import MappingProxyType
 
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.errors import UsageError
-from acpmem.core.limits import MAX_RECALL_LIMIT, clip, int_between
+from acpmem.core.limits import MAX_RECALL_LIMIT, clip, int_between, is_utf8
 from acpmem.core.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
 from acpmem.core.values import Value
 from acpmem.infra import locks
@@ -131,7 +131,10 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
     ``types`` restricts the entry types; superseded entries only with ``include_superseded``. With ``session``,
     the returned entries are also noted in that session's ledger, so ``surface`` does not repeat them.
     ``mark_read=False`` is for acpmem's own lookups (the fork's related entries): no person or model read them."""
-    query = (query or "").strip()
+    query = "" if query is None else query
+    if not isinstance(query, str) or not is_utf8(query) or "\x00" in query:
+        raise UsageError(f"a query must be text, got {clip(query)}", 'pass words to look for, e.g. "sqlite wal"')
+    query = query.strip()
     if not query:
         raise UsageError("recall needs a query", 'pass words to look for, e.g. `acp memory recall "sqlite wal"`')
     if not int_between(limit, 1, MAX_RECALL_LIMIT):

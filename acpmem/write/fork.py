@@ -21,6 +21,7 @@ from pathlib import Path
 from acpmem.core.clock import utc_iso
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.errors import AcpmemError, EntryInvalid, ExtractionError, TranscriptError, UsageError
+from acpmem.core.limits import one_line
 from acpmem.core.values import Value
 from acpmem.write import costs, requests
 from acpmem.write.requests import Request
@@ -201,7 +202,7 @@ class _Draft:
 def derive_title(content: str) -> str:
     """A title from the content's first line: markdown markers dropped, clipped at a word boundary."""
     for line in content.splitlines():
-        line = re.sub(r"^\s*(?:[-*+>#]+|\d+[.)])\s*", "", line).strip()
+        line = re.sub(r"^\s*(?:[-*+>#]+|\d+[.)])\s*", "", one_line(line))
         line = re.sub(r"[`*_]{1,3}", "", line).strip()
         if line:
             if len(line) > TITLE_CHARS:
