@@ -1,6 +1,6 @@
 """Boundary fuzzing, longer than CI runs it: every input a user or a model controls (command lines, MCP tool
-arguments, the Python API, fork output, entry files, transcripts, acpmem.toml) with generated hostile values, each
-fuzzer on a fresh example vault. The generators and the property are ``tests/fuzzing.py``; the CI run is
+arguments, the Python API, fork output, entry files, transcripts, acpmem.toml, the state files a person or a
+teammate's clone can change) with generated hostile values, each fuzzer on a fresh example vault. The generators and the property are ``tests/fuzzing.py``; the CI run is
 ``tests/test_fuzz_boundaries.py``.
 
 Prints, per fuzzer, how many examples ran, how long it took, how the examples ended (success, or which clear error),
@@ -85,7 +85,7 @@ def main() -> int:
                 raise
             ran, problem = sum(ctx.tally.values()), exc
         finally:
-            ctx.close()
+            ctx.done()
         took = time.monotonic() - start
         total += ran
         tally = ", ".join(f"{k} {v}" for k, v in sorted(ctx.tally.items(), key=lambda kv: -kv[1]))

@@ -159,6 +159,8 @@ class Ctx:
         self.folder = folder
         v.close()
         self.fd = worker.try_worker_lock(self.root / ".acpmem")
+        self._no_watch = os.environ.get("ACPMEM_NO_WATCH")
+        os.environ["ACPMEM_NO_WATCH"] = "1"   # generated settings may ask for a watcher process: none is left behind
         self.tally: Counter = Counter()    # how the examples ended: "ok", or the kind of clear error
 
     def note(self, outcome: str) -> None:
@@ -168,6 +170,13 @@ class Ctx:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+    def done(self) -> None:
+        self.close()
+        if self._no_watch is None:
+            os.environ.pop("ACPMEM_NO_WATCH", None)
+        else:
+            os.environ["ACPMEM_NO_WATCH"] = self._no_watch
 
 
 def hyp_settings(n: int, **kw):
@@ -770,5 +779,99 @@ def fuzz_settings(ctx: Ctx, n: int) -> int:
     return count[0]
 
 
+# ------------------------------------------------------------------------------------------------ local and shared state
+
+TIMES = st.one_of(st.sampled_from(["2026-11-30T12:00:00Z", "2026-02-29T00:00:00Z", "2024-02-29T00:00:00Z",
+                                   "0000-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "9999-12-31T23:59:59-23:59",
+                                   "2026-13-01T00:00:00Z", "zzzz", "", "2026-11-30T12:00:00", "2026-11-30 12:00:00Z"]),
+                  TEXT)
+REQUEST = {"id": "r-fuzzst01", "created": "2026-11-29T12:00:00Z", "type": "fact", "note": "sqlite queue",
+           "importance": 5, "session": "s", "seq": 3, "ack": "Noted (r-fuzzst01).", "transcript": str(CHAT),
+           "host_tools": None, "lang": "en", "status": "pending", "attempts": 0, "next_attempt": None, "errors": [],
+           "redacted": []}
+
+
+def state_files(ids: list[str]):
+    """A teammate's reads file (it arrives through sync), this clone's read log, a session's surfacing ledger, a
+    pending request and the cost ledger — each plausible with hostile values, or garbage."""
+    line = st.tuples(st.one_of(st.sampled_from(ids), TEXT), TIMES).map(lambda t: f"{t[0]}\t{t[1]}")
+    lines = st.lists(st.one_of(line, line, TEXT), max_size=4).map(lambda ls: "\n".join(ls) + "\n")
+    ledger = st.one_of(mutated({"surfaced": [], "recalled": [], "used_bytes": 0},
+                               {"surfaced": VALUE, "recalled": VALUE, "used_bytes": SCALAR}).map(_dump), TEXT)
+    request = st.one_of(mutated(REQUEST, {k: VALUE for k in REQUEST}), mutated(REQUEST, {k: VALUE for k in REQUEST}),
+                        TEXT, st.just('{"seq": ' + "1" * 5000 + "}"))
+    cost = st.one_of(mutated({"at": "2026-11-29T12:00:00Z", "model": "m", "ok": True, "prompt_tokens": 5,
+                              "cached_tokens": 1, "completion_tokens": 2, "latency_s": 0.5},
+                             {"prompt_tokens": SCALAR, "cached_tokens": SCALAR, "latency_s": SCALAR, "ok": SCALAR,
+                              "model": VALUE, "at": VALUE}).map(_dump), TEXT, st.just("[" * 50_000))
+    return st.fixed_dictionaries({"reads": lines, "log": lines, "ledger": ledger, "request": request,
+                                  "costs": st.lists(cost, max_size=3).map("\n".join)})
+
+
+def fuzz_state_files(ctx: Ctx, n: int) -> int:
+    """Generated state files — ``reads/*.tsv`` from a teammate, ``.acpmem/reads.log``, a surfacing ledger, a pending
+    request file, the cost ledger: listing, the prompt index, recall, scores, surfacing, stats and doctor keep
+    working; a request either is extracted into valid entries or is reported broken, never anything in between."""
+    from acpmem.core.errors import AcpmemError
+    from acpmem.vault import reader, resident, retrieval
+    from acpmem.vault.writer import Vault
+    from acpmem.write import requests, stats, worker
+
+    root, state = ctx.root, ctx.root / ".acpmem"
+    ctx.close()   # extraction runs here, under the worker lock
+    v = Vault(root)
+    ids = [e.id for e in v.load().entries]
+    v.close()
+    count = [0]
+    @hyp_settings(n)
+    @given(state_files(ids))
+    def run(files):
+        count[0] += 1
+        rid = f"r-fuzz{count[0]:06d}"      # a new request each time: a done one is found in history ("already")
+        request = files["request"]
+        if isinstance(request, dict):
+            request = _dump({**request, "id": rid} if request.get("id") == REQUEST["id"] else request)
+        files = {**files, "request": request}
+        paths = {"reads": root / "reads" / "fuzz-teammate.tsv", "log": state / "reads.log",
+                 "request": state / "pending" / f"{rid}.json", "costs": state / "costs.jsonl"}
+        paths["reads"].parent.mkdir(exist_ok=True)
+        for key, path in paths.items():
+            path.write_bytes(files[key].encode("utf-8", "surrogatepass"))
+        v = Vault(root)
+        try:
+            sdir = v.session_dir("st")
+            sdir.mkdir(parents=True, exist_ok=True)
+            (sdir / "surfaced.json").write_bytes(files["ledger"].encode("utf-8", "surrogatepass"))
+            reader.list_entries(v)
+            resident.resident_index(v, refresh=True, session="st-index")
+            retrieval.recall(v, GOOD_QUERY, session="st")
+            reader.scores(v)
+            retrieval.surface(v, "st")
+            report = stats.stats(v)
+            reqs, broken = requests.list_requests(state)
+            assert (len(reqs), len(broken)) in ((1, 0), (0, 1)), (reqs, broken)
+            assert report["requests"]["broken"] == broken
+            if reqs:
+                (out,) = worker.process_now(v, [reqs[0].id], extractor="offline")
+                ctx.note(f"request {out.status}" + (f" ({out.error['kind']})" if out.error else ""))
+                assert not out.error or out.error["kind"] != "internal", out.error
+            else:
+                ctx.note("request broken")
+                try:
+                    requests.load_request(state, rid)
+                    raise AssertionError("a broken request loaded")
+                except AcpmemError:
+                    pass
+        finally:
+            v.close()
+            for path in paths.values():
+                path.unlink(missing_ok=True)
+            (state / "reads.log.folding").unlink(missing_ok=True)
+        check_vault(root)
+
+    run()
+    return count[0]
+
+
 FUZZERS = {"cli": fuzz_cli, "mcp": fuzz_mcp, "api": fuzz_api, "fork": fuzz_fork, "entry_files": fuzz_entry_files,
-           "transcripts": fuzz_transcripts, "settings": fuzz_settings}
+           "transcripts": fuzz_transcripts, "settings": fuzz_settings, "state_files": fuzz_state_files}

@@ -1,7 +1,8 @@
 """Boundary fuzzing of every input a user or a model controls — command lines, MCP tool arguments, the Python API,
-fork output, entry files, transcripts and acpmem.toml — with generated hostile values (``tests/fuzzing.py`` has the
-generators and the property). Sized for CI (the whole module well under a minute on the 2-core machine);
-``python bench/fuzz_boundaries.py --examples N`` runs the same fuzzers longer.
+fork output, entry files, transcripts, acpmem.toml and the state files a person or a teammate's clone can change —
+with generated hostile values (``tests/fuzzing.py`` has the generators and the property). Sized for CI (the whole
+module well under a minute on the 2-core machine); ``python bench/fuzz_boundaries.py --examples N`` runs the same
+fuzzers longer.
 
 The property: success or one clear error (``AcpmemError``; on the command line one ``Error: … — …`` line with exit 1
 or 2, never a traceback or "internal error"), and no bad value reaches disk or the index: after each example the
@@ -19,14 +20,15 @@ import fuzzing
 from acpmem.core import limits
 
 # examples per fuzzer in CI
-EXAMPLES = {"cli": 500, "mcp": 400, "api": 500, "fork": 250, "entry_files": 250, "transcripts": 1000, "settings": 400}
+EXAMPLES = {"cli": 500, "mcp": 400, "api": 500, "fork": 250, "entry_files": 250, "transcripts": 1000, "settings": 400,
+            "state_files": 150}
 
 
 @pytest.fixture
 def ctx(tmp_path):
     c = fuzzing.Ctx(tmp_path)
     yield c
-    c.close()
+    c.done()
 
 
 def _run(ctx, name: str) -> None:
@@ -64,6 +66,12 @@ def test_fuzz_settings(ctx):
     _run(ctx, "settings")
 
 
+def test_fuzz_state_files(ctx):
+    """reads/*.tsv from a teammate, the read log, a surfacing ledger, a pending request and the cost ledger."""
+    _run(ctx, "state_files")
+    fuzzing.check_vault(ctx.root, doctor=True)
+
+
 # ------------------------------------------------------------------------------------------------ through the real servers
 
 def _json_safe(value):
@@ -99,7 +107,7 @@ def test_fuzz_mcp_through_the_real_server(tmp_path_factory, calls):
                 assert text.startswith("Error: ") and "internal error" not in text, (name, args, text)
         fuzzing.check_vault(ctx.root)
     finally:
-        ctx.close()
+        ctx.done()
 
 
 RAW_ARGUMENTS = [

@@ -198,6 +198,8 @@ def test_memory_write_content_that_no_file_can_hold_is_a_malformed_call(vault, c
 @pytest.mark.parametrize("title, content", [("Queue\x01 is \u0085sqlite\x7f", "- body"),
                                             (None, "- \x1b[31mQueue\x1b[0m is sqlite\x08")])
 def test_control_characters_never_reach_an_entry_title(vault, title, content):
+    """Not a crash before: the guard that the stricter title rule (no control characters, no line breaks) never makes
+    the fork write an entry the vault then refuses — model titles and derived titles are cleaned instead."""
     from acpmem.write import fork
 
     args = {"content": content} if title is None else {"content": content, "title": title}
@@ -272,3 +274,92 @@ def test_a_content_block_type_that_is_a_list_does_not_crash_the_dialect_guess():
 
     t = read_transcript('[{"role": "user", "content": [{"type": []}]}]')
     assert t.format == "openai"
+
+
+# ------------------------------------------------------------------------------------------------ local and shared state
+
+@pytest.mark.parametrize("time", ["zzzz", "9999-99-99T99:99:99Z", "2099-02-30T00:00:00Z"])
+def test_a_bogus_time_in_a_teammates_reads_file_is_skipped(example_vault, cli, time):
+    """reads/*.tsv arrive from other clones through sync; "zzzz" beat every real time and then failed every score
+    (list --format prompt, score: "internal error: ValueError: Invalid isoformat string")."""
+    root = example_vault.root
+    ident = example_vault.load().entries[0].id
+    (root / "reads").mkdir(exist_ok=True)
+    (root / "reads" / "teammate.tsv").write_text(f"{ident}\t{time}\n")
+    for args in (("list", "--format", "prompt"), ("score",), ("recall", "queue"), ("show", ident)):
+        r = cli("memory", "--vault", str(root), *args)
+        assert r.returncode == 0 and r.stderr == "", (args, r.stderr)
+
+
+def _request_file(vault, **changes) -> Path:
+    from acpmem.write import requests
+
+    req = requests.make_request(types=vault.settings.types, type="fact", note="sqlite queue", importance=5,
+                                session="s", seq=1, transcript=None, host_tools=None, lang="en",
+                                created="2026-11-29T12:00:00Z", request_id="r-handedit1")
+    vault.ensure_state()
+    path = requests.save_request(vault.state_dir, req)
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("changes", [{"id": "r-other0001"}, {"next_attempt": "zzzz"}, {"attempts": 1e400},
+                                     {"type": {"a": 1}}, {"errors": "oops"}, {"session": "a\nb"}])
+def test_a_hand_edited_request_file_is_broken_and_the_worker_does_not_spin(vault, changes):
+    """A request whose id is not its file name made the worker process the same missing request for ever, holding
+    the worker lock (every `commit --wait` then waited 300 s); a next_attempt of "zzzz" stopped it with a
+    ValueError; attempts of 1e400 crashed every listing of requests, stats included."""
+    from acpmem.write import requests, stats
+
+    path = _request_file(vault, **changes)
+    reqs, broken = requests.list_requests(vault.state_dir)
+    assert reqs == [] and broken == [path.name]
+    assert stats.stats(vault)["requests"]["broken"] == [path.name]
+    code = ("import sys\nfrom acpmem.vault.writer import Vault\nfrom acpmem.write.worker import run_worker\n"
+            f"print(run_worker(Vault({str(vault.root)!r}), idle_wait=0))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "0", r
+
+
+@pytest.mark.parametrize("changes, field", [({"type": "gossip"}, "type"), ({"note": " "}, "note")])
+def test_a_request_the_vault_cannot_take_fails_clearly_and_writes_nothing(vault, changes, field):
+    """A hand-edited type (or a type the vault dropped from its list) and an empty note used to become entries the
+    vault then reported invalid."""
+    from acpmem.write import worker
+
+    _request_file(vault, **changes)
+    (out,) = worker.process_now(vault, ["r-handedit1"], extractor="offline")
+    assert out.status == "retry" and out.error["kind"] == "EntryInvalid" and field in out.error["message"], out
+    assert vault.load().entries == [] and list(vault.entries_dir.glob("*.md")) == []
+
+
+def test_write_entries_never_writes_an_entry_the_vault_would_refuse(vault):
+    import helpers_proc as hp
+
+    bad = hp.make_entry("e00001", "A fine title", "body", typ="gossip")
+    with pytest.raises(EntryInvalid) as info:
+        vault.write_entries([bad.with_changes(path=vault.path_for(bad.id, bad.title))], subject="s", why="w")
+    assert info.value.field == "type"
+    assert list(vault.entries_dir.glob("*.md")) == []
+
+
+@pytest.mark.parametrize("ledger", ['{"used_bytes": 1e400}', '{"used_bytes": -1e400}'])
+def test_a_hand_edited_surfacing_ledger_is_a_fresh_one(example_vault, ledger):
+    from acpmem.vault import retrieval
+
+    sdir = example_vault.session_dir("led")
+    sdir.mkdir(parents=True)
+    (sdir / "surfaced.json").write_text(ledger)
+    assert retrieval.surface(example_vault, "led").entries
+
+
+def test_a_cost_ledger_line_nested_past_the_stack_is_skipped(vault):
+    from acpmem.write import stats
+
+    vault.ensure_state()
+    (vault.state_dir / "costs.jsonl").write_text("[" * 100_000 + "\n" + json.dumps(
+        {"model": "m", "ok": True, "prompt_tokens": 7, "latency_s": 1e400}) + "\n")
+    summary = stats.stats(vault)["costs"]
+    assert summary["calls"] == 1 and summary["prompt_tokens"] == 7 and summary["latency_s"] == 0.0

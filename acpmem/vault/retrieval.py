@@ -22,7 +22,7 @@ from types import MappingProxyType
 
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.errors import UsageError
-from acpmem.core.limits import MAX_RECALL_LIMIT, clip, int_between, is_utf8
+from acpmem.core.limits import MAX_INT, MAX_RECALL_LIMIT, clip, int_between, is_utf8
 from acpmem.core.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
 from acpmem.core.values import Value
 from acpmem.infra import locks
@@ -180,10 +180,12 @@ def read_ledger(sdir: Path) -> dict:
     try:
         data = json.loads((sdir / LEDGER).read_text("utf-8"))
         if isinstance(data, dict):
+            used = int(data.get("used_bytes", 0))
+            if not 0 <= used <= MAX_INT:
+                raise ValueError(used)
             return {"surfaced": [str(i) for i in data.get("surfaced", [])],
-                    "recalled": [str(i) for i in data.get("recalled", [])],
-                    "used_bytes": int(data.get("used_bytes", 0))}
-    except (OSError, ValueError, TypeError):
+                    "recalled": [str(i) for i in data.get("recalled", [])], "used_bytes": used}
+    except (OSError, ValueError, TypeError, OverflowError):
         pass  # missing or unreadable: a fresh ledger (worst case an entry is shown once more)
     return {"surfaced": [], "recalled": [], "used_bytes": 0}
 

@@ -325,6 +325,10 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
     kind, config = "offline", None
     label = "offline"
     try:
+        from acpmem.core.tools import parse_commit_args
+
+        # a request file is local state a person can edit, and the vault's types can change after the commit
+        parse_commit_args({"type": req.type, "note": req.note, "importance": req.importance}, vault.settings.types)
         kind, config = choose_extractor(vault, extractor, env)
         label = config.extractor if config else "offline"
         say(req.id, "reading the transcript")

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from acpmem.core import limits
-from acpmem.core.clock import utc_iso
+from acpmem.core.clock import parse_iso, utc_iso
 from acpmem.core.errors import AcpmemError, UsageError
 from acpmem.core.ids import random_id
 from acpmem.core.layout import PENDING_DIR
@@ -72,13 +72,30 @@ class Request(Value):
     def from_json(cls, d: dict) -> "Request":
         """A request file's data; ``ValueError`` (or ``KeyError``, ``TypeError``) when it is not one — a hand edit
         may have put anything there, and a seq or importance the index cannot store must never reach an entry."""
-        seq, importance = d["seq"], d["importance"]
-        if not limits.int_between(seq, 0, MAX_SEQ) or not limits.int_between(importance, 1, 10):
-            raise ValueError(f"seq or importance out of range ({limits.clip(seq)}, {limits.clip(importance)})")
+        seq, importance, attempts = d["seq"], d["importance"], d.get("attempts") or 0
+        if not (limits.int_between(seq, 0, MAX_SEQ) and limits.int_between(importance, 1, 10)
+                and limits.int_between(attempts, 0, 1_000_000)):   # a failed request may be retried by hand
+            raise ValueError(f"seq, importance or attempts out of range ({limits.clip(seq)}, "
+                             f"{limits.clip(importance)}, {limits.clip(attempts)})")
+        why = limits.session_problem(d["session"])
+        if why:
+            raise ValueError(f"the session {why}")
+        for key in ("id", "created", "type", "note", "ack"):
+            if not isinstance(d[key], str):
+                raise ValueError(f"{key} must be text")
+        for key in ("transcript", "host_tools", "next_attempt"):
+            if d.get(key) is not None and not isinstance(d[key], str):
+                raise ValueError(f"{key} must be text")
+        if d.get("next_attempt") is not None:
+            parse_iso(d["next_attempt"])   # the worker computes with it: "zzzz" would stop it for good
+        if d.get("status", "pending") not in ("pending", "failed", None) \
+                or not all(isinstance(e, dict) for e in d.get("errors") or ()) \
+                or not isinstance(d.get("errors") or [], list) or not isinstance(d.get("redacted") or [], list):
+            raise ValueError("status, errors or redacted are not what acpmem writes")
         return cls(id=str(d["id"]), created=str(d["created"]), type=str(d["type"]), note=str(d["note"]),
                    importance=importance, session=str(d["session"]), seq=seq, ack=str(d["ack"]),
                    transcript=d.get("transcript"), host_tools=d.get("host_tools"), lang=d.get("lang") or "en",
-                   status=d.get("status") or "pending", attempts=int(d.get("attempts") or 0),
+                   status=d.get("status") or "pending", attempts=attempts,
                    next_attempt=d.get("next_attempt"), errors=tuple(d.get("errors") or ()),
                    redacted=tuple(d.get("redacted") or ()))
 
@@ -111,11 +128,14 @@ def check_request_id(request_id: str) -> str:
 def load_request(state_dir: Path, request_id: str) -> Request | None:
     path = pending_dir(state_dir) / f"{check_request_id(request_id)}.json"
     try:
-        return Request.from_json(json.loads(path.read_text("utf-8")))
+        req = Request.from_json(json.loads(path.read_text("utf-8")))
+        if req.id != request_id:
+            raise ValueError(f"it holds request {req.id!r:.80}")
+        return req
     except FileNotFoundError:
         return None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise AcpmemError(f"{path}: not a valid request file ({exc})",
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
+        raise AcpmemError(f"{path}: not a valid request file ({str(exc)[:200]})",
                           "delete it, or fix it by hand; `acp memory stats` lists the requests") from None
 
 
@@ -129,10 +149,15 @@ def list_requests(state_dir: Path) -> tuple[list[Request], list[str]]:
         return [], []
     for name in names:
         try:
-            out.append(Request.from_json(json.loads((folder / name).read_text("utf-8"))))
+            req = Request.from_json(json.loads((folder / name).read_text("utf-8")))
+            if f"{check_request_id(req.id)}.json" != name:   # the worker would look for another file, for ever
+                raise ValueError(f"the request id {req.id!r:.80} is not the file's name")
+            out.append(req)
         except FileNotFoundError:
             continue   # finished meanwhile
-        except (ValueError, KeyError, TypeError):
+        except UsageError:
+            broken.append(name)
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             broken.append(name)
     out.sort(key=lambda r: (r.created, r.id))
     return out, broken
