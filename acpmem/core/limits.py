@@ -20,12 +20,23 @@ MAX_BUDGET_TOKENS = 1_000_000   # the resident index's token budget: --budget, [
 MAX_TOP_N = 1_000_000           # how many entries a score table selects
 MAX_RECALL_LIMIT = 10_000       # recall(limit=…) from the Python API (the command line allows 100, MCP 20)
 
-_DIGITS = re.compile(r"[0-9]{1,40}")       # ASCII only: "٥".isdigit() is True, and so is "²" (which int() refuses)
-_RANGE = re.compile(r"([0-9]{1,40})-([0-9]{1,40})")
-_KERNEL_REF = re.compile(r"([mb])([0-9]{1,40})")
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-_LINE_BREAKING = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")   # control characters but the tab
-_SURROGATE = re.compile("[\ud800-\udfff]")
+# Compiled on first use (a per-turn command that never checks a seq pays nothing for them).
+_PATTERNS = {
+    "digits": r"[0-9]{1,40}",       # ASCII only: "٥".isdigit() is True, and so is "²" (which int() refuses)
+    "range": r"([0-9]{1,40})-([0-9]{1,40})",
+    "kernel_ref": r"([mb])([0-9]{1,40})",
+    "control": "[\x00-\x1f\x7f-\x9f]",
+    "line_breaking": "[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]",   # control characters but the tab
+    "surrogate": "[\ud800-\udfff]",
+}
+_compiled: dict[str, re.Pattern] = {}
+
+
+def _re(name: str) -> re.Pattern:
+    rx = _compiled.get(name)
+    if rx is None:
+        rx = _compiled[name] = re.compile(_PATTERNS[name])
+    return rx
 
 
 def is_int(value: object) -> bool:
@@ -48,7 +59,7 @@ def is_number(value: object) -> bool:
 
 def decimal(value: str) -> int | None:
     """The value of a string of ASCII digits (at most 40 of them, leading zeros allowed), else None."""
-    if isinstance(value, str) and _DIGITS.fullmatch(value):
+    if isinstance(value, str) and _re("digits").fullmatch(value):
         return int(value)
     return None
 
@@ -70,11 +81,11 @@ def seq_span(seq: object) -> tuple[int, int] | None:
         return (seq, seq) if 0 <= seq <= MAX_SEQ else None
     if not isinstance(seq, str):
         return None
-    m = _RANGE.fullmatch(seq)
+    m = _re("range").fullmatch(seq)
     if m:
         lo, hi = int(m[1]), int(m[2])
         return (lo, hi) if lo <= hi <= MAX_SEQ else None
-    m = _KERNEL_REF.fullmatch(seq)
+    m = _re("kernel_ref").fullmatch(seq)
     if m and m[1] == "m":
         n = int(m[2])
         return (n, n) if n <= MAX_SEQ else None
@@ -86,23 +97,23 @@ def valid_seq(seq: object) -> bool:
     ``"b3"`` whose number is one of those."""
     if seq_span(seq) is not None:
         return True
-    m = _KERNEL_REF.fullmatch(seq) if isinstance(seq, str) else None
+    m = _re("kernel_ref").fullmatch(seq) if isinstance(seq, str) else None
     return bool(m) and int(m[2]) <= MAX_SEQ
 
 
 def has_control(text: str) -> bool:
     """Whether ``text`` holds a control character (C0, DEL or C1), line breaks and tabs included."""
-    return _CONTROL.search(text) is not None
+    return _re("control").search(text) is not None
 
 
 def one_line(text: str) -> str:
     """``text`` as one line: control characters (line breaks included) become spaces, runs of whitespace one space."""
-    return " ".join(_CONTROL.sub(" ", text).split())
+    return " ".join(_re("control").sub(" ", text).split())
 
 
 def breaks_line(text: str) -> bool:
     """Whether ``text`` holds a line break or a control character other than the tab."""
-    return _LINE_BREAKING.search(text) is not None
+    return _re("line_breaking").search(text) is not None
 
 
 def is_utf8(text: str) -> bool:
@@ -119,7 +130,7 @@ def is_utf8(text: str) -> bool:
 
 def without_surrogates(text: str) -> str:
     """``text`` with every lone surrogate replaced by U+FFFD, so it can be written as UTF-8."""
-    return text if is_utf8(text) else _SURROGATE.sub("\ufffd", text)
+    return text if is_utf8(text) else _re("surrogate").sub("\ufffd", text)
 
 
 def session_problem(session: object) -> str | None:

@@ -107,7 +107,7 @@ _RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("git", "foreign_lock_wait_seconds"): (0, 86_400, False),
 }
 _HINT = "see the comments in the template acpmem.toml"
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 _MAX_TEXT = 2048
 _MAX_TYPES = 100
 _MAX_TYPE_CHARS = 64
@@ -160,7 +160,7 @@ def _check_value(section: str, key: str, v: object, path: str) -> None:
         if len(v) > _MAX_TEXT or has_control(v) or not is_utf8(v):
             raise SettingsError(f"{path}: '{name}' must be one line of text without control characters",
                                 _HINT)
-        if key == "api_key_env" and v and not _ENV_NAME.fullmatch(v):
+        if key == "api_key_env" and v and not re.fullmatch(_ENV_NAME, v):
             raise SettingsError(f"{path}: '{name}' must be the name of an environment variable, got {clip(v)}",
                                 "e.g. api_key_env = \"OPENAI_API_KEY\"")
         if key == "remote" and (not v.strip() or v.startswith("-") or " " in v):

@@ -51,11 +51,15 @@ def record(state_dir: Path, ids: list[str], at: str) -> None:
 # The times acpmem writes (``core.clock.utc_iso``); they compare as text in time order. A line holding anything else
 # — a hand edit, a bad merge of a teammate's file — is skipped: it would win every comparison ("zzzz" > "2026-…") and
 # then fail every score.
-_TIME_RE = re.compile(r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z")
+_TIME = r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z"
+_time_re: re.Pattern | None = None
 
 
 def _valid_time(at: str) -> bool:
-    if not _TIME_RE.fullmatch(at):
+    global _time_re
+    if _time_re is None:   # compiled on first use, not at import
+        _time_re = re.compile(_TIME)
+    if not _time_re.fullmatch(at):
         return False
     if at[8:10] < "29" and at[:4] != "0000":   # every other day exists in every month of every year
         return True
