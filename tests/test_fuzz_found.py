@@ -148,9 +148,11 @@ def test_a_settings_number_python_cannot_read_is_one_error_line(vault, cli, toml
 # ------------------------------------------------------------------------------------------------ the read API
 
 def test_a_session_or_query_of_the_wrong_type_is_a_usage_error(example_vault):
-    from acpmem.vault import resident, retrieval
+    from acpmem.vault import reader, resident, retrieval
 
     for call in (lambda: resident.resident_index(example_vault, session=5),
+                 lambda: reader.scores(example_vault, session="\ud800"),   # salts the jitter's hash
+                 lambda: reader.scores(example_vault, session=["s"]),
                  lambda: retrieval.surface(example_vault, [0]),
                  lambda: retrieval.recall(example_vault, "queue", session=7),
                  lambda: retrieval.recall(example_vault, 1),

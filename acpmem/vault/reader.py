@@ -16,7 +16,7 @@ from acpmem.core import layout
 from acpmem.core.clock import now_utc, parse_iso, utc_iso
 from acpmem.core.entry import Entry
 from acpmem.core.errors import AmbiguousId, EntryNotFound, UsageError
-from acpmem.core.limits import MAX_INT, MAX_TOP_N, MIN_INT, clip, int_between
+from acpmem.core.limits import MAX_INT, MAX_TOP_N, MIN_INT, clip, int_between, session_problem
 from acpmem.core.settings import Settings
 from acpmem.core.values import Value
 from acpmem.vault.config import load_settings
@@ -167,6 +167,9 @@ def jitter_salt(vault: VaultReader, seed: int | None, session: str | None) -> st
 
     if seed is not None and not int_between(seed, MIN_INT, MAX_INT):
         raise UsageError(f"a seed must be a 64-bit integer, got {clip(seed)}", "e.g. --seed 7")
+    why = session_problem(session) if session else None
+    if why:   # it salts a hash: text that cannot be encoded would fail there
+        raise UsageError(f"a session id {why}, got {clip(session)}", "pass the host's session id")
     salt = salt_for(seed, session)
     if salt is None:   # without a pinned rng, no `random` import on the per-turn listing
         bits = vault._rng.getrandbits(64) if vault._rng is not None else int.from_bytes(os.urandom(8), "big")
