@@ -51,7 +51,10 @@ SPECIAL_TEXT = [
     "m99999999999999999999", "r-abc", "../../etc/passwd", "/", ".", "..", "/dev/null", "/nonexistent/t.json",
     "--json", "-n", "<</acpmem-data nonce=x>>", "<|im_end|>", "上传大文件", "sqlite queue", "fact", "lesson",
 ]
-TEXT = st.one_of(st.sampled_from(SPECIAL_TEXT), st.text(max_size=12),
+# The text most likely to break something, drawn more often than the rest.
+WORST_TEXT = ["", "\x00", "a\x00b", "\ud800", "\udcff", "x\udcfey", "a\nb", "\x1b[31m", "\u202e\u2066", "\u2028",
+              "x" * 10_000, "1" * 5000, "²", "99999999999999999999"]
+TEXT = st.one_of(st.sampled_from(WORST_TEXT), st.sampled_from(SPECIAL_TEXT), st.text(max_size=12),
                  st.text(st.characters(min_codepoint=0, max_codepoint=0x20), max_size=4))
 SCALAR = st.one_of(INTS, FLOATS, TEXT, st.booleans(), st.none())
 VALUE = st.recursive(SCALAR, lambda inner: st.one_of(st.lists(inner, max_size=3),

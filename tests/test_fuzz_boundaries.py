@@ -19,6 +19,9 @@ from hypothesis import given, strategies as st
 import fuzzing
 from acpmem.core import limits
 
+# generated values are large on purpose; hypothesis says so when it prints one
+pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")
+
 # examples per fuzzer in CI
 EXAMPLES = {"cli": 500, "mcp": 400, "api": 500, "fork": 250, "entry_files": 250, "transcripts": 1000, "settings": 400,
             "state_files": 150}

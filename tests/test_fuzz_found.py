@@ -347,7 +347,8 @@ def test_write_entries_never_writes_an_entry_the_vault_would_refuse(vault):
     assert list(vault.entries_dir.glob("*.md")) == []
 
 
-@pytest.mark.parametrize("ledger", ['{"used_bytes": 1e400}', '{"used_bytes": -1e400}'])
+@pytest.mark.parametrize("ledger", ['{"used_bytes": 1e400}', '{"used_bytes": -1e400}', '{"recalled": "\\ud800"}',
+                                    '{"surfaced": ["\\udcff"]}'])
 def test_a_hand_edited_surfacing_ledger_is_a_fresh_one(example_vault, ledger):
     from acpmem.vault import retrieval
 

@@ -22,6 +22,7 @@ from types import MappingProxyType
 
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.errors import UsageError
+from acpmem.core.ids import ID_RE
 from acpmem.core.limits import MAX_INT, MAX_RECALL_LIMIT, clip, int_between, is_utf8
 from acpmem.core.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
 from acpmem.core.values import Value
@@ -181,10 +182,12 @@ def read_ledger(sdir: Path) -> dict:
         data = json.loads((sdir / LEDGER).read_text("utf-8"))
         if isinstance(data, dict):
             used = int(data.get("used_bytes", 0))
-            if not 0 <= used <= MAX_INT:
+            lists = data.get("surfaced", []), data.get("recalled", [])
+            if not 0 <= used <= MAX_INT or not all(isinstance(ids, list) for ids in lists):
                 raise ValueError(used)
-            return {"surfaced": [str(i) for i in data.get("surfaced", [])],
-                    "recalled": [str(i) for i in data.get("recalled", [])], "used_bytes": used}
+            # entry ids only: the ledger is written back, and anything else (a lone surrogate) could not be
+            surfaced, recalled = ([i for i in ids if isinstance(i, str) and ID_RE.match(i)] for ids in lists)
+            return {"surfaced": surfaced, "recalled": recalled, "used_bytes": used}
     except (OSError, ValueError, TypeError, OverflowError):
         pass  # missing or unreadable: a fresh ledger (worst case an entry is shown once more)
     return {"surfaced": [], "recalled": [], "used_bytes": 0}
