@@ -83,6 +83,8 @@ def _json_safe(value):
         return repr(value)
     if isinstance(value, str):
         return limits.without_surrogates(value)
+    if isinstance(value, int) and not limits.int_between(value, -(10**4000), 10**4000):
+        return "an integer of more than 4,300 digits"     # json.dumps cannot write it
     if isinstance(value, list):
         return [_json_safe(v) for v in value]
     if isinstance(value, dict):

@@ -366,3 +366,17 @@ def test_a_cost_ledger_line_nested_past_the_stack_is_skipped(vault):
         {"model": "m", "ok": True, "prompt_tokens": 7, "latency_s": 1e400}) + "\n")
     summary = stats.stats(vault)["costs"]
     assert summary["calls"] == 1 and summary["prompt_tokens"] == 7 and summary["latency_s"] == 0.0
+
+
+def test_an_argument_holding_an_integer_no_str_can_write_is_a_clear_error(example_vault):
+    """Error messages quoted the value with repr(), which raises ValueError for an int of more than 4,300 digits."""
+    from acpmem.core.tools import parse_write_args
+    from acpmem.integrations.mcp_server import MemoryService
+
+    svc = MemoryService(example_vault.root, "huge")
+    for args in ({"type": [10**5000], "note": "x", "importance": 5}, {"type": "fact", "note": "x",
+                                                                      "importance": [10**5000]}):
+        with pytest.raises(AcpmemError):
+            svc.call("memory_commit", args)
+    with pytest.raises(EntryInvalid):
+        parse_write_args({"content": "x", "supersedes": [10**5000]})

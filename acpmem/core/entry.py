@@ -135,7 +135,7 @@ def _str_field(meta: dict, key: str, path: str, *, required: bool = True) -> str
             raise EntryInvalid(path, key, "is missing")
         return None
     if not isinstance(v, str):
-        raise EntryInvalid(path, key, f"must be text, got {type(v).__name__} {v!r:.40}")
+        raise EntryInvalid(path, key, f"must be text, got {type(v).__name__} {clip(v)}")
     return v
 
 
@@ -179,7 +179,7 @@ def _citations(value: object, path: str) -> tuple[Citation, ...]:
 def validate_id(value: str, path: str = "") -> str:
     if not isinstance(value, str) or not ID_RE.match(value):
         raise EntryInvalid(path, "id", f"must be 1–64 letters, digits, '-' or '_' starting with a letter or digit, "
-                                       f"got {value!r:.40}")
+                                       f"got {clip(value)}")
     return value
 
 

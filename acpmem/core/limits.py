@@ -14,7 +14,6 @@ import re
 MAX_INT = 2**63 - 1          # the largest SQLite INTEGER
 MIN_INT = -2**63
 MAX_SEQ = MAX_INT            # a seq (and both ends of a range, and a kernel ref's number) is 0..MAX_SEQ
-MAX_SEQ_DIGITS = len(str(MAX_SEQ))
 MAX_SESSION_CHARS = 512
 MAX_BUDGET_TOKENS = 1_000_000   # the resident index's token budget: --budget, [index] budget_tokens, the API
 MAX_TOP_N = 1_000_000           # how many entries a score table selects
@@ -37,11 +36,6 @@ def _re(name: str) -> re.Pattern:
     if rx is None:
         rx = _compiled[name] = re.compile(_PATTERNS[name])
     return rx
-
-
-def is_int(value: object) -> bool:
-    """An int that is not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def int_between(value: object, lo: int, hi: int) -> bool:
@@ -177,5 +171,8 @@ def clip(value: object, limit: int = 40) -> str:
     """``repr(value)`` cut to ``limit`` characters, for an error message (a huge int never goes through ``str``)."""
     if isinstance(value, int) and not isinstance(value, bool) and not MIN_INT <= value <= MAX_INT:
         return f"a {value.bit_length()}-bit integer"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):   # a huge int or a deep structure inside
+        return f"a {type(value).__name__} that cannot be shown"
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -244,7 +244,7 @@ def _check_message(item: object, where: str) -> None:
                               "each message needs a role and content")
     role = item.get("role")
     if not isinstance(role, str) or role not in _ROLES:
-        raise TranscriptError(f"{where}: missing or unknown role {role!r}",
+        raise TranscriptError(f"{where}: missing or unknown role {clip(role)}",
                               "roles are system, developer, user, assistant or tool")
     content = item.get("content")
     if content is not None and not isinstance(content, (str, list)):
@@ -340,7 +340,8 @@ def _from_claude_code(rows: list[tuple[int, dict]], source: str) -> Transcript:
                                   "pass an unmodified Claude Code session file")
         role = msg.get("role", kind)
         if role not in ("user", "assistant"):
-            raise TranscriptError(f"{source}:{n + 1}: unknown role {role!r}", "pass an unmodified Claude Code session file")
+            raise TranscriptError(f"{source}:{n + 1}: unknown role {clip(role)}",
+                                  "pass an unmodified Claude Code session file")
         content = msg.get("content")
         if content is not None and not isinstance(content, (str, list)):
             raise TranscriptError(f"{source}:{n + 1}: content must be text or a list of blocks",
