@@ -37,7 +37,7 @@ GOOD_QUERY = "sqlite queue"                    # what generated inputs talk abou
 CHECK_QUERY = "Postgres"                       # what only the good example entry says
 GOOD_TITLE = "Use SQLite WAL mode for the job queue"
 
-# ------------------------------------------------------------------------------------------------ generated values
+# ----------------------------------------------------------------------------------------------------- generated values
 
 BIG_INTS = [2**31, 2**53 + 1, MAX, MAX + 1, -MAX - 2, 10**20, -(10**20), 10**30, 10**4000]
 
@@ -82,7 +82,7 @@ ARGV_INT = st.one_of(st.integers(-2, 12).map(str), st.sampled_from(
     ["99999999999999999999", str(MAX), str(MAX + 1), "1" * 5000, "-1", "²", "٥", "1e3", "7.5", "nan", "", " 7"]))
 
 
-# ------------------------------------------------------------------------------------------------ the invariant
+# -------------------------------------------------------------------------------------------------------- the invariant
 
 def _entry_problem(e) -> str | None:
     """Why a valid-looking entry still holds a value the index or the disk must never hold (None: it holds none)."""
@@ -159,7 +159,7 @@ def clear_pending(root: Path) -> None:
         p.unlink()
 
 
-# ------------------------------------------------------------------------------------------------ contexts
+# ------------------------------------------------------------------------------------------------------------- contexts
 
 class Ctx:
     """A vault made from the example entries, with its worker lock held (so nothing generated starts a worker)."""
@@ -199,7 +199,7 @@ def hyp_settings(n: int, **kw):
                     suppress_health_check=list(HealthCheck), **kw)
 
 
-# ------------------------------------------------------------------------------------------------ the command line
+# ----------------------------------------------------------------------------------------------------- the command line
 
 @contextmanager
 def _std(stdin: bytes):
@@ -327,14 +327,15 @@ def fuzz_cli(ctx: Ctx, n: int) -> int:
     return count[0]
 
 
-# ------------------------------------------------------------------------------------------------ MCP, in process
+# ------------------------------------------------------------------------------------------------------ MCP, in process
 
 def mcp_args():
     """Tool arguments as an MCP client sends them: mostly the right keys with plausible or hostile values, sometimes
     anything at all."""
     commit = st.fixed_dictionaries({
         "type": field(st.sampled_from(["fact", "decision"])), "note": field(st.just("sqlite queue choice"), TEXT),
-        "importance": field(st.sampled_from([5, "7", 1, 10])), "session": st.one_of(st.none(), field(st.just("host-1"))),
+        "importance": field(st.sampled_from([5, "7", 1, 10])),
+        "session": st.one_of(st.none(), field(st.just("host-1"))),
         "seq": st.one_of(st.none(), field(st.sampled_from([3, "4", 0, MAX]))),
         "transcript": st.one_of(st.none(), field(st.just(str(CHAT)), TEXT))}).map(
         lambda d: {k: v for k, v in d.items() if v is not None or k in ("type", "note", "importance")})
@@ -375,7 +376,7 @@ def fuzz_mcp(ctx: Ctx, n: int) -> int:
     return count[0]
 
 
-# ------------------------------------------------------------------------------------------------ the Python API
+# ------------------------------------------------------------------------------------------------------- the Python API
 
 def mutated(base: dict, nasty: dict):
     """``base`` (valid keyword arguments) with none, one or two of them replaced by (or added as) hostile values."""
@@ -440,7 +441,7 @@ def fuzz_api(ctx: Ctx, n: int) -> int:
     return count[0]
 
 
-# ------------------------------------------------------------------------------------------------ fork output
+# ---------------------------------------------------------------------------------------------------------- fork output
 
 def write_arguments():
     """``memory_write`` arguments: mostly well formed with hostile text, sometimes hostile in shape."""
@@ -496,10 +497,11 @@ def fuzz_fork(ctx: Ctx, n: int) -> int:
     return count[0]
 
 
-# ------------------------------------------------------------------------------------------------ entry files
+# ---------------------------------------------------------------------------------------------------------- entry files
 
 RAW_SCALARS = ["1" * 5000, "99999999999999999999", str(MAX), str(MAX + 1), "-1", "0", "1.0e999", "-1.0e999", ".nan",
-               ".inf", "'9-1'", "'1-2'", "'0-9223372036854775808'", "m12", "b3", "m99999999999999999999", "[1, [2, [3]]]",
+               ".inf", "'9-1'", "'1-2'", "'0-9223372036854775808'", "m12", "b3", "m99999999999999999999",
+               "[1, [2, [3]]]",
                "{a: 1, b: [x]}", "&a x", "*a", "!!python/object:os.system", "2026-11-29T12:00:00Z",
                "9999-12-31T23:59:59-23:59", "'2026-11-29T12:00:00Z\n'", "null", "~", "true", "no", "012", "''",
                '"\\x00"', '"\\u202e"', '"\\ud800"', '"a\\nb"', "|", ">", "-", "[" * 200 + "]" * 200, "1.5", "5", "3"]
@@ -589,7 +591,7 @@ def fuzz_entry_files(ctx: Ctx, n: int) -> int:
     return count[0]
 
 
-# ------------------------------------------------------------------------------------------------ transcripts
+# ---------------------------------------------------------------------------------------------------------- transcripts
 
 def _message():
     """A chat message: usually well formed with hostile text, often hostile in its shape (role, blocks, seq, …)."""
@@ -668,7 +670,7 @@ def fuzz_transcripts(ctx: Ctx, n: int) -> int:
     return count[0]
 
 
-# ------------------------------------------------------------------------------------------------ acpmem.toml
+# ---------------------------------------------------------------------------------------------------------- acpmem.toml
 
 _TOML_KEYS = {"vault": ["types", "language"], "score": ["importance_weight", "recency_divisor_days", "recency_cap",
                                                          "jitter_max", "top_n"],
@@ -698,7 +700,8 @@ def _plausible() -> dict:
 
     kinds = {bool: ["true", "false"], int: ["0", "1", "2", "5", "100", "256", "1000000"],
              float: ["0.0", "0.001", "0.5", "1.0", "30.0", "3600.0", "36500.0"]}
-    text = {"base_url": ['""', '"http://127.0.0.1:9"'], "model": ['""', '"m"'], "api_key_env": ['"OPENAI_API_KEY"', '""'],
+    text = {"base_url": ['""', '"http://127.0.0.1:9"'], "model": ['""', '"m"'],
+            "api_key_env": ['"OPENAI_API_KEY"', '""'],
             "extractor": ['"offline"', '"auto"'], "remote": ['"origin"', '"team"']}
     out = {"vault": {"types": ['["fact", "lesson", "decision"]', '["decision", "lesson", "fact", "user-preference", '
                                '"reference"]'], "language": ['"en"', '"zh"']}}
@@ -793,7 +796,7 @@ def fuzz_settings(ctx: Ctx, n: int) -> int:
     return count[0]
 
 
-# ------------------------------------------------------------------------------------------------ local and shared state
+# ----------------------------------------------------------------------------------------------- local and shared state
 
 TIMES = st.one_of(st.sampled_from(["2026-11-30T12:00:00Z", "2026-02-29T00:00:00Z", "2024-02-29T00:00:00Z",
                                    "0000-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "9999-12-31T23:59:59-23:59",

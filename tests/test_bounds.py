@@ -30,7 +30,7 @@ def _entry(**kw) -> str:
     return FM.format(**d)
 
 
-# ------------------------------------------------------------------------------------------------ entry files
+# ---------------------------------------------------------------------------------------------------------- entry files
 
 BAD_SEQS = {
     "int over 2**63-1": TOO_BIG,
@@ -137,7 +137,7 @@ def test_cli_score_seed_is_bounded(example_vault, cli):
     assert r.returncode == 2 and r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1, r.stderr
 
 
-# ------------------------------------------------------------------------------------------------ the Python API
+# ------------------------------------------------------------------------------------------------------- the Python API
 
 def test_submit_and_make_request_refuse_out_of_range_seqs(vault):
     from acpmem.write import requests
@@ -198,7 +198,7 @@ def test_read_api_numbers_are_bounded(example_vault):
     assert len([s for s in reader.scores(v, top_n=0, seed=limits.MAX_INT) if s.selected]) == 0
 
 
-# ------------------------------------------------------------------------------------------------ transcripts and the fork
+# --------------------------------------------------------------------------------------------- transcripts and the fork
 
 @pytest.mark.parametrize("seq", [2**63, 10**20, -1, -(2**63) - 1])
 def test_a_transcript_seq_out_of_range_is_refused(seq):
@@ -227,7 +227,7 @@ def test_the_offline_extractor_cites_only_seqs_it_can_store(vault, tmp_path):
     assert [h.entry.id for h in recall(vault, "sqlite queue")] == [e.id]
 
 
-# ------------------------------------------------------------------------------------------------ MCP
+# ------------------------------------------------------------------------------------------------------------------ MCP
 
 def test_mcp_host_arguments_are_range_checked_by_the_real_server(example_vault, tmp_path):
     from test_mcp import _server_params, _session_run
@@ -269,7 +269,7 @@ def test_memory_service_checks_host_arguments_in_process(example_vault):
     assert not list((example_vault.state_dir / "pending").glob("*.json"))
 
 
-# ------------------------------------------------------------------------------------------------ acpmem.toml
+# ---------------------------------------------------------------------------------------------------------- acpmem.toml
 
 BAD_SETTINGS = [
     "[index]\nbudget_tokens = -1\n", "[index]\nbudget_tokens = 0\n", "[index]\nbudget_tokens = 9223372036854775807\n",
@@ -314,7 +314,7 @@ def test_cli_absurd_settings_are_one_error_line(example_vault, cli):
         assert r.stderr.startswith("Error: ") and "recency_divisor_days" in r.stderr and r.stderr.count("\n") == 1
 
 
-# ------------------------------------------------------------------------------------------------ the index build
+# ------------------------------------------------------------------------------------------------------ the index build
 
 def test_seq_range_never_returns_what_sqlite_cannot_store():
     from acpmem.search.ranking import seq_range

@@ -75,7 +75,7 @@ def test_fuzz_state_files(ctx):
     fuzzing.check_vault(ctx.root, doctor=True)
 
 
-# ------------------------------------------------------------------------------------------------ through the real servers
+# --------------------------------------------------------------------------------------------- through the real servers
 
 def _json_safe(value):
     """What an MCP client can send at all: JSON without NaN or infinities, text without lone surrogates."""

@@ -21,7 +21,7 @@ def _one_error_line(r, codes=(1, 2), prefix="Error: "):
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
-# ------------------------------------------------------------------------------------------------ transcripts
+# ---------------------------------------------------------------------------------------------------------- transcripts
 
 @pytest.mark.parametrize("text", [
     '[{"role": "user", "content": "x", "seq": ' + HUGE + "}]",
@@ -99,7 +99,7 @@ def test_the_offline_extractor_writes_a_transcript_holding_lone_surrogates(vault
     assert "sqlite queue \ufffd \ufffd" in entry.body
 
 
-# ------------------------------------------------------------------------------------------------ the Claude Code hook
+# ------------------------------------------------------------------------------------------------- the Claude Code hook
 
 def test_hook_event_with_a_number_json_cannot_read(vault, cli):
     event = '{"hook_event_name": "SessionStart", "session_id": "s", "x": ' + HUGE + "}"
@@ -122,7 +122,7 @@ def test_hook_event_with_a_nul_in_its_cwd(vault, cli, tmp_path):
     _one_error_line(r, (1,), prefix="acpmem: ")
 
 
-# ------------------------------------------------------------------------------------------------ acpmem.toml
+# ---------------------------------------------------------------------------------------------------------- acpmem.toml
 
 @pytest.mark.parametrize("toml", ['[vault]\nlanguage = ["x"]\n', "[vault]\ntypes = 0\n", "[vault]\nnope = 1\n",
                                   "vault = 1\n", '[extraction]\nextractor = "gpt"\n'])
@@ -145,7 +145,7 @@ def test_a_settings_number_python_cannot_read_is_one_error_line(vault, cli, toml
     assert "acpmem.toml" in r.stderr
 
 
-# ------------------------------------------------------------------------------------------------ the read API
+# --------------------------------------------------------------------------------------------------------- the read API
 
 def test_a_session_or_query_of_the_wrong_type_is_a_usage_error(example_vault):
     from acpmem.vault import reader, resident, retrieval
@@ -177,7 +177,7 @@ def test_a_commit_note_of_undecodable_bytes_is_refused_before_anything_is_writte
     assert not list((example_vault.root / ".acpmem" / "pending").glob("*.json"))
 
 
-# ------------------------------------------------------------------------------------------------ fork output
+# ---------------------------------------------------------------------------------------------------------- fork output
 
 def _draft(vault, arguments: dict):
     from acpmem.write import fork, requests
@@ -225,7 +225,7 @@ def test_an_escaped_nul_or_line_break_in_a_hand_edited_entry_is_refused(extra):
         parse_entry("".join(lines), "entries/e1.md")
 
 
-# ------------------------------------------------------------------------------------------------ the model endpoint
+# --------------------------------------------------------------------------------------------------- the model endpoint
 
 @pytest.mark.parametrize("body, reason", [
     (b'{"choices": [{"message": {"role": "assistant", "content": "x"}}], "usage": {"prompt_tokens": ' + HUGE.encode()
@@ -278,7 +278,7 @@ def test_a_content_block_type_that_is_a_list_does_not_crash_the_dialect_guess():
     assert t.format == "openai"
 
 
-# ------------------------------------------------------------------------------------------------ local and shared state
+# ----------------------------------------------------------------------------------------------- local and shared state
 
 @pytest.mark.parametrize("time", ["zzzz", "9999-99-99T99:99:99Z", "2099-02-30T00:00:00Z"])
 def test_a_bogus_time_in_a_teammates_reads_file_is_skipped(example_vault, cli, time):

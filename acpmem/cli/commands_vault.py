@@ -55,7 +55,8 @@ def list_(ctx: typer.Context,
           session: Annotated[Optional[str], typer.Option(help="Session id: the prompt form is frozen per session "
                                                               "(same bytes every call).")] = None,
           refresh: Annotated[bool, typer.Option(help="Take a new snapshot of the session's prompt index.")] = False,
-          budget: Annotated[Optional[int], typer.Option(min=1, max=MAX_BUDGET_TOKENS, help="Token budget of the prompt form "
+          budget: Annotated[Optional[int], typer.Option(min=1, max=MAX_BUDGET_TOKENS,
+                                                        help="Token budget of the prompt form "
                                                         "(default: acpmem.toml [index] budget_tokens).")] = None,
           json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """The resident index: one line per entry `#id [type] title (importance N, created, last_read)`.

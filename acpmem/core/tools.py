@@ -256,8 +256,9 @@ def parse_commit_args(args: Mapping[str, Any], types: tuple[str, ...] | list[str
     note = _text(args, "note", "memory_commit", MAX_NOTE_CHARS, single_line=True)
     importance = int_arg(args.get("importance"), 1, 10)   # models and shells send "7" as often as 7
     if importance is None:
-        raise EntryInvalid("memory_commit", "importance",
-                           f"must be an integer 1..10, got {clip(args.get('importance'))}", "give a number from 1 to 10")
+        got = clip(args.get("importance"))
+        raise EntryInvalid("memory_commit", "importance", f"must be an integer 1..10, got {got}",
+                           "give a number from 1 to 10")
     return CommitArgs(kind, note, importance)
 
 
