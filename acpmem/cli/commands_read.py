@@ -8,6 +8,7 @@ import typer
 from acpmem.cli import hot
 from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault, params, vault_of
 from acpmem.cli.output import out, out_json
+from acpmem.core.limits import MAX_INT, MIN_INT
 
 
 @app.command()
@@ -34,7 +35,8 @@ def recall(ctx: typer.Context,
 def surface(ctx: typer.Context,
             session: Annotated[str, typer.Option(help="The host's session id (required): what was surfaced in it "
                                                       "is not surfaced again, and its byte budget is kept.")],
-            seed: Annotated[Optional[int], typer.Option(help="Seed the jitter instead of the session id.")] = None,
+            seed: Annotated[Optional[int], typer.Option(min=MIN_INT, max=MAX_INT, show_default=False,
+                                                        help="Seed the jitter instead of the session id.")] = None,
             at: Annotated[Optional[str], typer.Option(help="Score as of this ISO time instead of now.")] = None,
             json_: JsonOpt = False, vault: VaultOpt = None) -> None:
     """Per-turn surfacing: the top entries by score not yet surfaced in this session, in full (each capped),

@@ -11,6 +11,7 @@ from acpmem.cli import hot
 from acpmem.cli.app import IdArg, JsonOpt, VaultOpt, app, as_path, complete_ids, open_vault, params, vault_of
 from acpmem.cli.output import emit_warnings, out, out_json, warn
 from acpmem.core.errors import error_line
+from acpmem.core.limits import MAX_BUDGET_TOKENS, MAX_INT, MAX_TOP_N, MIN_INT
 
 
 # --------------------------------------------------------------------------------------------- init
@@ -55,7 +56,8 @@ def list_(ctx: typer.Context,
           session: Annotated[Optional[str], typer.Option(help="Session id: the prompt form is frozen per session "
                                                               "(same bytes every call).")] = None,
           refresh: Annotated[bool, typer.Option(help="Take a new snapshot of the session's prompt index.")] = False,
-          budget: Annotated[Optional[int], typer.Option(min=1, max=1_000_000, help="Token budget of the prompt form "
+          budget: Annotated[Optional[int], typer.Option(min=1, max=MAX_BUDGET_TOKENS,
+                                                        help="Token budget of the prompt form "
                                                         "(default: acpmem.toml [index] budget_tokens).")] = None,
           json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """The resident index: one line per entry `#id [type] title (importance N, created, last_read)`.
@@ -92,10 +94,11 @@ def show(ctx: typer.Context, entry_id: IdArg, json_: JsonOpt = False, vault: Vau
 @app.command()
 def score(ctx: typer.Context,
           explain: Annotated[bool, typer.Option("--explain", help="Show every component of the score.")] = False,
-          seed: Annotated[Optional[int], typer.Option(help="Seed the jitter (reproducible).")] = None,
+          seed: Annotated[Optional[int], typer.Option(min=MIN_INT, max=MAX_INT, show_default=False,
+                                                      help="Seed the jitter (reproducible).")] = None,
           at: Annotated[Optional[str], typer.Option(help="Score as of this ISO time instead of now.")] = None,
           session: Annotated[Optional[str], typer.Option(help="Jitter stable within this session id.")] = None,
-          top: Annotated[Optional[int], typer.Option("--top", "-n", min=0, max=1_000_000,
+          top: Annotated[Optional[int], typer.Option("--top", "-n", min=0, max=MAX_TOP_N,
                                                      help="How many are selected (default: [score] top_n, 5).")]
           = None,
           json_: JsonOpt = False, vault: VaultOpt = None) -> None:

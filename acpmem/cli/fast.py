@@ -23,7 +23,7 @@ def _convert(p: dict, raw: str):
     if kind == "str":
         return raw
     if kind == "int":
-        if not raw.isascii() or not raw.isdigit():
+        if not raw.isascii() or not raw.isdigit() or len(raw) > 40:   # int() refuses more than 4,300 digits
             return _NO
         value = int(raw)
         if (p["min"] is not None and value < p["min"]) or (p["max"] is not None and value > p["max"]):

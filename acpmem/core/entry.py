@@ -6,19 +6,19 @@ and last read, and where it came from. The file format around it is ``acpmem.cor
 from __future__ import annotations
 
 import re
+from datetime import timezone
 
 from acpmem.core.clock import parse_iso
 from acpmem.core.errors import EntryInvalid
 from acpmem.core.ids import ID_RE
+from acpmem.core.limits import MAX_SEQ, bad_value, breaks_line, clip, session_problem, valid_seq
 from acpmem.core.values import Value
 
 DEFAULT_TYPES = ("decision", "lesson", "fact", "user-preference", "reference")
 KNOWN_KEYS = ("id", "title", "type", "importance", "created", "last_read", "citation", "tier", "source",
               "supersedes", "superseded_by")
 MAX_TITLE_CHARS = 300
-SEQ_RANGE_RE = re.compile(r"^\d+-\d+$")
-KERNEL_REF_RE = re.compile(r"^[mb]\d+$")
-ISO_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+ISO_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})\Z")
 
 
 class Citation(Value):
@@ -135,7 +135,7 @@ def _str_field(meta: dict, key: str, path: str, *, required: bool = True) -> str
             raise EntryInvalid(path, key, "is missing")
         return None
     if not isinstance(v, str):
-        raise EntryInvalid(path, key, f"must be text, got {type(v).__name__} {v!r:.40}")
+        raise EntryInvalid(path, key, f"must be text, got {type(v).__name__} {clip(v)}")
     return v
 
 
@@ -146,8 +146,8 @@ def _iso_field(meta: dict, key: str, path: str, *, required: bool) -> str | None
     if not ISO_RE.match(v):
         raise EntryInvalid(path, key, f"must be an ISO 8601 UTC time like 2026-11-29T14:03:11Z, got {v!r:.40}")
     try:
-        parse_iso(v)
-    except ValueError:
+        parse_iso(v).astimezone(timezone.utc)   # a time near year 1 or 9999 may not exist in UTC
+    except (ValueError, OverflowError):
         raise EntryInvalid(path, key, f"is not a real date: {v!r:.40}") from None
     return v
 
@@ -164,15 +164,14 @@ def _citations(value: object, path: str) -> tuple[Citation, ...]:
         if not isinstance(c, dict) or "session" not in c or "seq" not in c:
             raise EntryInvalid(path, "citation", f"item {i + 1} must have 'session' and 'seq'")
         session, seq = c["session"], c["seq"]
-        if isinstance(session, int) and not isinstance(session, bool):
+        if isinstance(session, int) and not isinstance(session, bool) and 0 <= session <= MAX_SEQ:
             session = str(session)
-        if not isinstance(session, str) or not session.strip():
-            raise EntryInvalid(path, "citation", f"item {i + 1}: session must be text")
-        if isinstance(seq, bool) or not (
-                (isinstance(seq, int) and seq >= 0)
-                or (isinstance(seq, str) and (SEQ_RANGE_RE.match(seq) or KERNEL_REF_RE.match(seq)))):
-            raise EntryInvalid(path, "citation", f"item {i + 1}: seq must be an integer, a range like 1270-1290 "
-                                                 f"or a kernel ref like m12 / b3, got {seq!r:.40}")
+        why = session_problem(session)
+        if why:
+            raise EntryInvalid(path, "citation", f"item {i + 1}: session {why}")
+        if not valid_seq(seq):
+            raise EntryInvalid(path, "citation", f"item {i + 1}: seq must be an integer 0..{MAX_SEQ}, a range like "
+                                                 f"1270-1290 or a kernel ref like m12 / b3, got {clip(seq)}")
         out.append(Citation(session, seq))
     return tuple(out)
 
@@ -180,7 +179,7 @@ def _citations(value: object, path: str) -> tuple[Citation, ...]:
 def validate_id(value: str, path: str = "") -> str:
     if not isinstance(value, str) or not ID_RE.match(value):
         raise EntryInvalid(path, "id", f"must be 1–64 letters, digits, '-' or '_' starting with a letter or digit, "
-                                       f"got {value!r:.40}")
+                                       f"got {clip(value)}")
     return value
 
 
@@ -193,20 +192,21 @@ def entry_from_meta(meta: dict, body: str, path: str, types: tuple[str, ...] | N
     title = _str_field(meta, "title", path).strip()
     if not title:
         raise EntryInvalid(path, "title", "is empty")
-    if "\n" in title or len(title) > MAX_TITLE_CHARS:
-        raise EntryInvalid(path, "title", f"must be one line of at most {MAX_TITLE_CHARS} characters")
+    if breaks_line(title) or len(title) > MAX_TITLE_CHARS:
+        raise EntryInvalid(path, "title", f"must be one line of at most {MAX_TITLE_CHARS} characters, without control "
+                                          "characters")
     typ = _str_field(meta, "type", path)
     if types is not None and typ not in types:
         raise EntryInvalid(path, "type", f"'{typ}' is not one of {', '.join(types)}",
                            "use one of the vault's types (acpmem.toml [vault] types)")
     imp = meta.get("importance")
     if isinstance(imp, bool) or not isinstance(imp, int) or not 1 <= imp <= 10:
-        raise EntryInvalid(path, "importance", f"must be an integer from 1 to 10, got {imp!r:.40}")
+        raise EntryInvalid(path, "importance", f"must be an integer from 1 to 10, got {clip(imp)}")
     created = _iso_field(meta, "created", path, required=True)
     last_read = _iso_field(meta, "last_read", path, required=False)
     tier = meta.get("tier", 3)
     if isinstance(tier, bool) or not isinstance(tier, int) or not 1 <= tier <= 3:
-        raise EntryInvalid(path, "tier", f"must be 1, 2 or 3, got {tier!r:.40}")
+        raise EntryInvalid(path, "tier", f"must be 1, 2 or 3, got {clip(tier)}")
     source = meta.get("source")
     if source is not None and not isinstance(source, dict):
         raise EntryInvalid(path, "source", "must be a mapping like {request: r-…, extractor: …}")
@@ -219,6 +219,11 @@ def entry_from_meta(meta: dict, body: str, path: str, types: tuple[str, ...] | N
     if sup_by is not None and not (isinstance(sup_by, str) and ID_RE.match(sup_by)):
         raise EntryInvalid(path, "superseded_by", "must be an entry id")
     extra = {k: v for k, v in meta.items() if k not in KNOWN_KEYS}
+    for k, v in (("source", source), *extra.items()):
+        bad = bad_value({k: v})
+        if bad is not None:   # stored as JSON in the derived index: a 64-bit integer, a finite float, text without NUL
+            raise EntryInvalid(path, k, f"holds a value acpmem cannot store: {clip(bad)}",
+                               "numbers in an entry must be 64-bit integers or finite decimals, text must not hold NUL")
     return Entry(id=ident, title=title, type=typ, importance=imp, created=created, body=body, last_read=last_read,
                  citation=_citations(meta.get("citation"), path), tier=tier, source=source,
                  supersedes=tuple(sup), superseded_by=sup_by, extra=extra, path=path or None)

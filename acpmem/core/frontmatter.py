@@ -138,7 +138,10 @@ def _fast_scalar(raw: str, rx: dict):
         return _FAST_NO
     for pattern, make in rx["resolve"]:
         if pattern.match(raw):
-            return make(raw)
+            try:
+                return make(raw)
+            except ValueError:   # an integer of more than 4,300 digits: the YAML loader reports it
+                return _FAST_NO
     return raw
 
 
@@ -225,6 +228,9 @@ def load_yaml_mapping(text: str, path: str) -> dict:
         data = yaml.load(text, Loader=Loader)
     except EntryInvalid:
         raise
+    except ValueError:   # int() refuses a decimal of more than 4,300 digits (sys.get_int_max_str_digits)
+        raise EntryInvalid(path, None, "frontmatter holds a number too long to read (more than 4300 digits)",
+                           "numbers in an entry must be 64-bit integers") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")   # \Z: "$" would also match before a final newline
 
 
 def random_id(rng, length: int) -> str:

@@ -4,9 +4,12 @@ Reading the file (and its cache) is ``acpmem.vault.config``; this module only tu
 """
 from __future__ import annotations
 
+import re
+
 from acpmem.core.entry import DEFAULT_TYPES
 from acpmem.core.errors import SettingsError
 from acpmem.core.layout import SETTINGS_FILE
+from acpmem.core.limits import MAX_BUDGET_TOKENS, MAX_TOP_N, clip, has_control, is_number, is_utf8
 from acpmem.core.values import Value
 
 
@@ -84,13 +87,42 @@ class Settings(Value):
         return {n: d[n].to_json() if isinstance(d[n], Section) else d[n] for n in self._fields}
 
 
+# The range of every number (inclusive; ``open`` excludes the low end): a value outside it is refused when the file
+# is read, never met later as a division by zero, a negative budget or an SQLite overflow. Floats must be finite.
+_RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
+    ("score", "importance_weight"): (0, 100, False),
+    ("score", "recency_divisor_days"): (0, 36_500, True),
+    ("score", "recency_cap"): (0, 1000, False),
+    ("score", "jitter_max"): (0, 100, False),
+    ("score", "top_n"): (0, MAX_TOP_N, False),
+    ("index", "budget_tokens"): (1, MAX_BUDGET_TOKENS, False),
+    ("index", "watch_min_entries"): (0, 1_000_000_000, False),
+    ("index", "watch_idle_minutes"): (0, 525_600, True),
+    ("surface", "top_n"): (0, 10_000, False),
+    ("surface", "entry_cap_bytes"): (1, 1_000_000, False),
+    ("surface", "session_budget_bytes"): (0, 1_000_000_000, False),
+    ("recall", "limit"): (1, 100, False),
+    ("extraction", "timeout_seconds"): (0, 3600, True),
+    ("extraction", "max_retries"): (0, 10, False),
+    ("extraction", "max_entry_bytes"): (256, 900_000, False),
+    ("extraction", "retry_base_seconds"): (0, 86_400, True),
+    ("extraction", "max_attempts"): (1, 100, False),
+    ("git", "lock_timeout_seconds"): (0, 86_400, False),
+    ("git", "foreign_lock_wait_seconds"): (0, 86_400, False),
+}
+_HINT = "see the comments in the template acpmem.toml"
+_ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
+_MAX_TEXT = 2048
+_MAX_TYPES = 100
+_MAX_TYPE_CHARS = 64
+
 _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceSettings,
              "recall": RecallSettings, "extraction": ExtractionSettings, "git": GitSettings}
 
 
 def _coerce(cls, section: str, data: dict, path: str):
     if not isinstance(data, dict):
-        raise SettingsError(f"{path}: [{section}] must be a table", "see the comments in the template acpmem.toml")
+        raise SettingsError(f"{path}: [{section}] must be a table", _HINT)
     known = cls._fields
     kwargs = {}
     for k, v in data.items():
@@ -102,30 +134,65 @@ def _coerce(cls, section: str, data: dict, path: str):
             ok = isinstance(v, bool)
         elif isinstance(default, float):
             ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-            v = float(v) if ok else v
+            if ok:
+                try:
+                    v = float(v)
+                except OverflowError:   # an integer beyond any float: out of every range below
+                    v = float("inf")
         elif isinstance(default, int):
             ok = isinstance(v, int) and not isinstance(v, bool)
         else:
             ok = isinstance(v, type(default))
         if not ok:
-            raise SettingsError(f"{path}: '{section}.{k}' must be {type(default).__name__}, got {v!r:.40}")
+            raise SettingsError(f"{path}: '{section}.{k}' must be {type(default).__name__}, got {clip(v)}",
+                                _HINT)
+        _check_value(section, k, v, path)
         kwargs[k] = v
     return cls(**kwargs)
+
+
+def _check_value(section: str, key: str, v: object, path: str) -> None:
+    """The range of a number, the shape of a text setting."""
+    name = f"{section}.{key}"
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        lo, hi, open_low = _RANGES[(section, key)]
+        if not is_number(v) or v > hi or v < lo or (open_low and v == lo):
+            low = f"more than {lo:g}" if open_low else f"at least {lo:g}"
+            raise SettingsError(f"{path}: '{name}' must be {low} and at most {hi:g}, got {clip(v)}",
+                                _HINT)
+    elif isinstance(v, str):
+        if len(v) > _MAX_TEXT or has_control(v) or not is_utf8(v):
+            raise SettingsError(f"{path}: '{name}' must be one line of text without control characters",
+                                _HINT)
+        if key == "api_key_env" and v and not re.fullmatch(_ENV_NAME, v):
+            raise SettingsError(f"{path}: '{name}' must be the name of an environment variable, got {clip(v)}",
+                                "e.g. api_key_env = \"OPENAI_API_KEY\"")
+        if key == "remote" and (not v.strip() or v.startswith("-") or " " in v):
+            raise SettingsError(f"{path}: '{name}' must be the name of a git remote, got {clip(v)}",
+                                "e.g. remote = \"origin\"")
 
 
 def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
     vault = data.get("vault", {})
     if not isinstance(vault, dict):
-        raise SettingsError(f"{path}: [vault] must be a table")
+        raise SettingsError(f"{path}: [vault] must be a table", _HINT)
     types = vault.get("types", list(DEFAULT_TYPES))
     if not isinstance(types, list) or not types or not all(isinstance(t, str) and t.strip() for t in types):
-        raise SettingsError(f"{path}: vault.types must be a non-empty list of names")
+        raise SettingsError(f"{path}: vault.types must be a non-empty list of names",
+                            "e.g. types = [\"decision\", \"lesson\", \"fact\"]")
+    if len(types) > _MAX_TYPES or len(set(types)) != len(types) or any(
+            len(t) > _MAX_TYPE_CHARS or t != t.strip() or has_control(t) or not is_utf8(t) for t in types):
+        raise SettingsError(f"{path}: vault.types must be at most {_MAX_TYPES} different names of at most "
+                            f"{_MAX_TYPE_CHARS} characters, without control characters or spaces around them",
+                            "e.g. types = [\"decision\", \"lesson\", \"fact\"]")
     language = vault.get("language", "en")
     if language not in ("en", "zh"):
-        raise SettingsError(f"{path}: vault.language must be 'en' or 'zh', got {language!r}")
+        raise SettingsError(f"{path}: vault.language must be 'en' or 'zh', got {clip(language)}",
+                            "language = \"en\" or language = \"zh\"")
     extra = set(vault) - {"types", "language"}
     if extra:
-        raise SettingsError(f"{path}: unknown setting 'vault.{sorted(extra)[0]}'")
+        raise SettingsError(f"{path}: unknown setting 'vault.{sorted(extra)[0]}'",
+                            "known settings in [vault]: types, language")
     unknown = set(data) - set(_SECTIONS) - {"vault"}
     if unknown:
         raise SettingsError(f"{path}: unknown section [{sorted(unknown)[0]}]",
@@ -133,7 +200,8 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
     kwargs = {name: _coerce(cls, name, data.get(name, {}), path) for name, cls in _SECTIONS.items()}
     s = Settings(types=tuple(types), language=language, **kwargs)
     if s.extraction.extractor not in ("auto", "llm", "offline"):
-        raise SettingsError(f"{path}: extraction.extractor must be auto, llm or offline")
+        raise SettingsError(f"{path}: extraction.extractor must be auto, llm or offline",
+                            "extractor = \"auto\", \"llm\" or \"offline\"")
     return s
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from acpmem.core.entry import DEFAULT_TYPES
 from acpmem.core.errors import EntryInvalid, UsageError
+from acpmem.core.limits import clip, int_arg, is_utf8, one_line
 from acpmem.core.values import Value
 
 LANGS = ("en", "zh")
@@ -22,7 +23,7 @@ MAX_QUERY_CHARS = 1000
 MAX_RECALL_LIMIT = 20
 MAX_TITLE_CHARS = 300
 MAX_SUPERSEDES = 20
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 
 _TYPE_GLOSS = {
     "en": {"decision": "a choice made and why", "lesson": "a trap hit and what works instead",
@@ -250,14 +251,13 @@ def parse_commit_args(args: Mapping[str, Any], types: tuple[str, ...] | list[str
     _no_extra(args, ("type", "note", "importance"), "memory_commit")
     kind = args.get("type")
     if kind not in tuple(types):
-        raise EntryInvalid("memory_commit", "type", f"must be one of {', '.join(types)}, got {kind!r}",
+        raise EntryInvalid("memory_commit", "type", f"must be one of {', '.join(types)}, got {clip(kind)}",
                            "pick a type from the vault's list")
     note = _text(args, "note", "memory_commit", MAX_NOTE_CHARS, single_line=True)
-    importance = args.get("importance")
-    if isinstance(importance, str) and importance.strip().isdigit():
-        importance = int(importance)   # models and shells send "7" as often as 7
-    if isinstance(importance, bool) or not isinstance(importance, int) or not 1 <= importance <= 10:
-        raise EntryInvalid("memory_commit", "importance", f"must be an integer 1..10, got {args.get('importance')!r}",
+    importance = int_arg(args.get("importance"), 1, 10)   # models and shells send "7" as often as 7
+    if importance is None:
+        got = clip(args.get("importance"))
+        raise EntryInvalid("memory_commit", "importance", f"must be an integer 1..10, got {got}",
                            "give a number from 1 to 10")
     return CommitArgs(kind, note, importance)
 
@@ -267,12 +267,10 @@ def parse_recall_args(args: Mapping[str, Any]) -> RecallArgs:
     _object(args, "memory_recall")
     _no_extra(args, ("query", "limit"), "memory_recall")
     query = _text(args, "query", "memory_recall", MAX_QUERY_CHARS, single_line=False)
-    limit = args.get("limit", 5)
-    if isinstance(limit, str) and limit.strip().isdigit():
-        limit = int(limit)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RECALL_LIMIT:
-        raise EntryInvalid("memory_recall", "limit", f"must be an integer 1..{MAX_RECALL_LIMIT}, got {args.get('limit')!r}",
-                           "ask for fewer entries")
+    limit = int_arg(args.get("limit", 5), 1, MAX_RECALL_LIMIT)
+    if limit is None:
+        raise EntryInvalid("memory_recall", "limit", f"must be an integer 1..{MAX_RECALL_LIMIT}, got "
+                           f"{clip(args.get('limit'))}", "ask for fewer entries")
     return RecallArgs(query, limit)
 
 
@@ -283,6 +281,9 @@ def parse_write_args(args: Mapping[str, Any], max_content_bytes: int = 8192) -> 
     content = args.get("content")
     if not isinstance(content, str) or not content.strip():
         raise EntryInvalid("memory_write", "content", "is missing or empty", "the fork must send the entry text")
+    if "\x00" in content or not is_utf8(content):
+        raise EntryInvalid("memory_write", "content", "contains a NUL character or text that is not valid Unicode",
+                           "send the entry text as plain text")
     if len(content.encode("utf-8")) > max_content_bytes:
         raise EntryInvalid("memory_write", "content", f"is over {max_content_bytes} bytes",
                            "an entry is a distilled block: split it or shorten it")
@@ -293,7 +294,8 @@ def parse_write_args(args: Mapping[str, Any], max_content_bytes: int = 8192) -> 
     if isinstance(sup, str):
         sup = [sup]
     if not isinstance(sup, list) or len(sup) > MAX_SUPERSEDES or not all(isinstance(i, str) and _ID_RE.match(i) for i in sup):
-        raise EntryInvalid("memory_write", "supersedes", f"must be a list of entry ids, got {args.get('supersedes')!r}",
+        raise EntryInvalid("memory_write", "supersedes",
+                           f"must be a list of entry ids, got {clip(args.get('supersedes'))}",
                            "use the ids shown with the related entries")
     return WriteArgs(content.strip("\n"), title, tuple(dict.fromkeys(sup)))
 
@@ -314,7 +316,10 @@ def _text(args: Mapping[str, Any], name: str, tool: str, limit: int, *, single_l
     value = args.get(name)
     if not isinstance(value, str) or not value.strip():
         raise EntryInvalid(tool, name, "is missing or empty", f"give a {name}")
-    value = " ".join(value.split()) if single_line else value.strip()
+    if "\x00" in value or not is_utf8(value):
+        raise EntryInvalid(tool, name, "contains a NUL character or text that is not valid Unicode",
+                           f"send the {name} as plain text")
+    value = one_line(value) if single_line else value.strip()
     if len(value) > limit:
         raise EntryInvalid(tool, name, f"is over {limit} characters", f"shorten the {name}")
     return value

@@ -137,7 +137,7 @@ def read_records(path: Path) -> list[dict]:
     for line in data.decode("utf-8", errors="replace").splitlines():
         try:
             rec = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):   # a line cut short, a 5,000-digit number, nesting past the stack
             continue
         if isinstance(rec, dict):
             out.append(rec)

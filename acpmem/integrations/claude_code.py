@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 
 from acpmem.core.errors import AcpmemError, VaultNotFound, error_line
+from acpmem.core.limits import is_utf8
 from acpmem.core.values import Value
 
 EXIT_OK = 0
@@ -63,8 +64,10 @@ def parse_event(raw: str | bytes) -> dict:
         raise ValueError("no hook event on stdin (expected Claude Code's JSON event)")
     try:
         event = json.loads(raw)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise ValueError(f"the hook event on stdin is not JSON ({exc.msg} at line {exc.lineno})") from None
+    except (ValueError, RecursionError):   # a number of more than 4,300 digits; nesting deeper than the stack
+        raise ValueError("the hook event on stdin holds a number too long or nesting too deep to read") from None
     if not isinstance(event, dict):
         raise ValueError(f"the hook event must be a JSON object, got {type(event).__name__}")
     name = event.get("hook_event_name")
@@ -73,6 +76,8 @@ def parse_event(raw: str | bytes) -> dict:
     for key in ("session_id", "cwd", "transcript_path"):
         if key in event and event[key] is not None and not isinstance(event[key], str):
             raise ValueError(f"the hook event's {key} must be a string")
+        if isinstance(event.get(key), str) and ("\x00" in event[key] or not is_utf8(event[key])):
+            raise ValueError(f"the hook event's {key} holds a NUL or text that is not valid Unicode")
     return event
 
 

@@ -92,9 +92,10 @@ class MemoryService:
 
     def commit(self, args: dict[str, Any], host: dict[str, Any] | None = None) -> str:
         from acpmem.core.tools import parse_commit_args
+        from acpmem.write.requests import check_host_args
         from acpmem.write.submit import submit
 
-        host = host or {}
+        host = check_host_args(host or {})
         v = self.open()
         try:
             parsed = parse_commit_args(args, v.settings.types)

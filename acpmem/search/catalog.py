@@ -23,7 +23,7 @@ from acpmem.core.fasthash import sha256
 from acpmem.core.values import Value
 from acpmem.infra import db
 
-SCHEMA_VERSION = 5  # also raised when the entry parser refuses what it took before (5: conflict markers)
+SCHEMA_VERSION = 6  # raised when the entry parser refuses what it took before (5: conflict markers, 6: number ranges)
 DB_NAME = layout.DB_NAME
 
 
@@ -204,14 +204,21 @@ def _parse_row(root: Path, rel: str, sig: str) -> tuple:
         return _problem_row(exc.reason, exc.field)
     except OSError as exc:
         return _problem_row(f"cannot be read: {exc.strerror}")
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # validation should have said why; whatever got past it is this file's problem, never the listing's
+        return _problem_row(f"cannot be parsed ({type(exc).__name__}: {str(exc)[:200]})")
     # A secret written by hand is kept out of the cache and the index (neither stores a byte of it), like an
     # invalid file: reported, never committed (a human edit is validated the same way), until the person removes it.
     kind = secret_kind(entry)
     if kind:
         return _problem_row(f"contains what looks like a secret ({kind}); remove it — the file is kept out of "
                             "the index and is never committed")
-    return (entry.id, 1, json.dumps(entry.to_json(), ensure_ascii=False), entry.title, entry.type, entry.importance,
-            entry.created, entry.last_read, entry.superseded_by)
+    try:
+        data = json.dumps(entry.to_json(), ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError) as exc:
+        return _problem_row(f"cannot be stored ({type(exc).__name__}: {str(exc)[:200]})")
+    return (entry.id, 1, data, entry.title, entry.type, entry.importance, entry.created, entry.last_read,
+            entry.superseded_by)
 
 
 def secret_kind(entry: Entry) -> str | None:

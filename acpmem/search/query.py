@@ -13,6 +13,7 @@ import re
 import sqlite3
 from collections.abc import Iterable, Sequence
 
+from acpmem.core.limits import MAX_INT
 from acpmem.search import cedict
 from acpmem.search.analysis import CJK_CHARS, FIELDS, SearchDoc
 from acpmem.search.ranking import (B, FIELD_WEIGHTS, K1, CorpusStats, Hit, QueryGroup, make_preview, plan_query,
@@ -279,7 +280,7 @@ class IndexSource:
             for other, lo, hi in self._con.execute(
                     "SELECT c.key, c.lo, c.hi FROM idx_cites c JOIN idx_lens d ON d.key = c.key "
                     f"WHERE c.session = ? AND c.lo BETWEEN ? AND ? AND c.hi >= ?{self._where}",
-                    (session, r0 - radius - 10_000, r1 + radius, r0 - radius, *self._params)):
+                    (session, r0 - radius - 10_000, min(r1 + radius, MAX_INT), r0 - radius, *self._params)):
                 dist = max(0, lo - r1, r0 - hi)
                 if other != key and dist <= radius and dist < best.get(other, radius + 1):
                     best[other] = dist

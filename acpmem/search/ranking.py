@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime
 from types import MappingProxyType
 
+from acpmem.core.limits import MAX_SEQ
 from acpmem.core.values import Value
 from acpmem.search import english
 from acpmem.search.analysis import (SearchDoc, analyze, cjk_runs, has_cjk, latin_words, normalize_word,
@@ -341,11 +342,18 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
 
 
 def seq_range(seq: int | str) -> tuple[int, int] | None:
-    """A citation's turn range: 12, "10-14", or a kernel message ref "m00012"; None for a block ref ("b3")."""
+    """A citation's turn range: 12, "10-14", or a kernel message ref "m00012"; None for a block ref ("b3"), and for
+    anything the index could not store (outside 0..MAX_SEQ, or a range that ends before it starts)."""
+    if isinstance(seq, bool):
+        return None
     if isinstance(seq, int):
-        return (seq, seq)
-    m = re.fullmatch(r"\s*m?(\d+)\s*(?:-\s*m?(\d+)\s*)?", str(seq))
+        return (seq, seq) if 0 <= seq <= MAX_SEQ else None
+    m = _SEQ_RE.fullmatch(str(seq)) if isinstance(seq, str) and len(seq) <= 100 else None
     if not m:
         return None
     lo = int(m[1])
-    return (lo, int(m[2]) if m[2] else lo)
+    hi = int(m[2]) if m[2] else lo
+    return (lo, hi) if lo <= hi <= MAX_SEQ else None
+
+
+_SEQ_RE = re.compile(r"\s*m?([0-9]+)\s*(?:-\s*m?([0-9]+)\s*)?")

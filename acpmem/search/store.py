@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from operator import itemgetter
 
+from acpmem.core.limits import MAX_INT, MIN_INT, int_between, valid_seq
 from acpmem.core.values import Value
 from acpmem.search.analysis import FIELDS, SearchDoc, doc_fields, stemmer
 from acpmem.search.ranking import seq_range
@@ -85,6 +86,7 @@ class UpdateResult(Value):
 
     indexed: int = 0
     dropped: int = 0
+    skipped: int = 0      # catalog rows holding a value the index cannot store (validation keeps them out first)
     rebuilt: bool = False
     via: str = "scan"     # how the catalog was brought in step first: "scan" (every file) or "watcher"
 
@@ -203,17 +205,35 @@ def _remove(con: sqlite3.Connection, keys: list[int], terms: _Terms, sums: list[
 _first = itemgetter(0)
 
 
-def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _Terms, sums: list[int]) -> None:
+def _storable(d: dict) -> bool:
+    """Whether a catalog row's values fit the index's columns (validation at parse is the gate; this keeps a row
+    that got past it from aborting a whole batch)."""
+    imp = d.get("importance") or 0
+    return (isinstance(d.get("id"), str) and int_between(imp, MIN_INT, MAX_INT)
+            and all(isinstance(d.get(k), (str, type(None))) for k in ("type", "created", "last_read")))
+
+
+def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _Terms, sums: list[int]) -> int:
+    """Index ``rows`` (path, signature, catalog JSON); returns how many were skipped as unstorable. A citation the
+    index cannot store (``seq_range`` is None) is left out of the neighbour table; its document is still indexed."""
     posts: list[tuple] = []
     cites: list[tuple] = []
     texts: list[tuple] = []
     docs: list[tuple] = []
+    skipped = 0
     key = con.execute("SELECT max(key) FROM idx_docs").fetchone()[0] or 0
     for path, sig, data in rows:
+        try:
+            d = json.loads(data)
+            ok = isinstance(d, dict) and _storable(d)
+            doc = search_doc(d) if ok else None
+            per_field = doc_fields(doc) if ok else None
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            ok = False
+        if not ok:
+            skipped += 1
+            continue
         key += 1
-        d = json.loads(data)
-        doc = search_doc(d)
-        per_field = doc_fields(doc)
         counts: dict[int, list[int]] = {}
         known = terms.ids
         for i, field_terms in enumerate(per_field):
@@ -226,15 +246,15 @@ def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _
                     c = counts[tid] = [0, 0, 0, 0]
                 c[i] = n
         lens = [len(f) for f in per_field]
+        cited = [c for c in doc.citations if valid_seq(c[1])]
         docs.append((key, path, sig, d["id"], d.get("type") or "", 1 if d.get("superseded_by") else 0,
                      int(d.get("importance") or 0), d.get("created"), d.get("last_read"),
-                     json.dumps(list(doc.tags), ensure_ascii=False), json.dumps(doc.citations, ensure_ascii=False),
-                     *lens))
+                     json.dumps(list(doc.tags), ensure_ascii=False), json.dumps(cited, ensure_ascii=False), *lens))
         texts.append((key, " ".join(map(str, counts))))
         for tid, c in counts.items():
             posts.append((tid, key, *c))
             terms.delta[tid] = terms.delta.get(tid, 0) + 1
-        for session, seq in doc.citations:
+        for session, seq in cited:
             r = seq_range(seq)
             if r:
                 cites.append((session, r[0], r[1], key))
@@ -249,6 +269,7 @@ def _add(con: sqlite3.Connection, rows: Sequence[tuple[str, str, str]], terms: _
     con.executemany("INSERT INTO idx_post(tid, key, f0, f1, f2, f3) VALUES (?,?,?,?,?,?)", posts)
     con.executemany("INSERT INTO idx_cites(session, lo, hi, key) VALUES (?,?,?,?)", cites)
     con.executemany("INSERT INTO idx_tids(key, tids) VALUES (?,?)", texts)
+    return skipped
 
 
 def update(con: sqlite3.Connection, chunk: int = CHUNK) -> UpdateResult:
@@ -269,7 +290,7 @@ def update(con: sqlite3.Connection, chunk: int = CHUNK) -> UpdateResult:
         except BaseException:
             con.execute("ROLLBACK")
             raise
-    indexed = dropped = 0
+    indexed = dropped = skipped = 0
     cache: dict[str, int] | None = None
     my_gen = None
     while con.execute("SELECT EXISTS (SELECT 1 FROM idx_dirty)").fetchone()[0]:
@@ -283,7 +304,7 @@ def update(con: sqlite3.Connection, chunk: int = CHUNK) -> UpdateResult:
             if stale or missing:
                 terms = _Terms(con, preload=len(missing) > 200, cache=cache if gen == my_gen else None)
                 _remove(con, stale, terms, sums)
-                _add(con, missing, terms, sums)
+                skipped += _add(con, missing, terms, sums)
                 terms.flush()
                 cache, my_gen = (terms.ids if terms.complete else None), gen + 1
                 con.execute("UPDATE idx_stats SET s0=?, s1=?, s2=?, s3=?, n=?, gen=? WHERE id=1", (*sums, gen + 1))
@@ -294,4 +315,4 @@ def update(con: sqlite3.Connection, chunk: int = CHUNK) -> UpdateResult:
             raise
         indexed += len(missing)
         dropped += len(stale)
-    return UpdateResult(indexed=indexed, dropped=dropped, rebuilt=rebuilt)
+    return UpdateResult(indexed=indexed - skipped, dropped=dropped, skipped=skipped, rebuilt=rebuilt)

@@ -13,6 +13,8 @@ from acpmem.core.layout import SETTINGS_FILE
 from acpmem.core.settings import Settings, settings_from_json, settings_from_mapping
 from acpmem.infra.files import atomic_write
 
+CACHE_VERSION = 2   # 2: every number range-checked (a cache of settings validated before must be read again)
+
 
 def load_settings(root: Path, state_dir: Path | None = None) -> Settings:
     """Read ``acpmem.toml`` at the vault root; a missing file means defaults."""
@@ -26,7 +28,7 @@ def load_settings(root: Path, state_dir: Path | None = None) -> Settings:
     if cache is not None:
         try:
             cached = json.loads(cache.read_text("utf-8"))
-            if cached.get("sig") == sig:
+            if cached.get("sig") == sig and cached.get("v") == CACHE_VERSION:
                 return settings_from_json(cached["settings"])
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -34,12 +36,20 @@ def load_settings(root: Path, state_dir: Path | None = None) -> Settings:
 
     try:
         data = tomllib.loads(path.read_text("utf-8"))
+    except OSError as exc:
+        raise SettingsError(f"{path}: cannot be read ({exc.strerror})", "check the file's permissions") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SettingsError(f"{path}: not valid TOML: {exc}", "fix the file; the template has every setting") from None
+    except ValueError:   # tomllib turns a 5,000-digit number into an int, which Python refuses
+        raise SettingsError(f"{path}: holds a number too long to read (more than 4300 digits)",
+                            "fix the file; the template has every setting") from None
+    except RecursionError:
+        raise SettingsError(f"{path}: is nested too deeply to read", "fix the file; the template has every setting") \
+            from None
     s = settings_from_mapping(data, str(path))
     if cache is not None and cache.parent.is_dir():
         try:   # regenerated when lost: atomic, not durable
-            atomic_write(cache, json.dumps({"sig": sig, "settings": s.to_json()}), durable=False)
+            atomic_write(cache, json.dumps({"sig": sig, "v": CACHE_VERSION, "settings": s.to_json()}), durable=False)
         except OSError:  # the cache is an optimisation: a full disk or a read-only vault must not fail the read
             pass
     return s

@@ -13,6 +13,28 @@ from pathlib import Path
 from acpmem.core.errors import UsageError, VaultNotFound
 from acpmem.core.fasthash import sha256
 from acpmem.core.layout import ENTRIES_DIR, ENV_VAULT, SESSIONS_DIR, SETTINGS_FILE, STATE_DIRNAME, VAULT_DIRNAME
+from acpmem.core.limits import clip, session_problem
+
+
+def _is_dir(p: Path) -> bool:
+    try:
+        return p.is_dir()
+    except (OSError, ValueError):   # a name too long, a NUL: no vault there
+        return False
+
+
+def _is_file(p: Path) -> bool:
+    try:
+        return p.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _exists(p: Path) -> bool:
+    try:
+        return p.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def discover(explicit: str | os.PathLike | None = None, *, cwd: Path | None = None,
@@ -24,19 +46,19 @@ def discover(explicit: str | os.PathLike | None = None, *, cwd: Path | None = No
             p = Path(value).expanduser()
             if not p.is_absolute():
                 p = (cwd or Path.cwd()) / p
-            if (p / VAULT_DIRNAME).is_dir() and not (p / ENTRIES_DIR).is_dir():
+            if _is_dir(p / VAULT_DIRNAME) and not _is_dir(p / ENTRIES_DIR):
                 p = p / VAULT_DIRNAME
-            if not (p / ENTRIES_DIR).is_dir():
+            if not _is_dir(p / ENTRIES_DIR):
                 raise VaultNotFound(f"{source} {value} is not an acpmem vault (no entries/ folder)",
                                     f"create one with `acp memory init {value}`")
             return p.resolve()
     here = (cwd or Path.cwd()).resolve()
     for d in (here, *here.parents):
         cand = d / VAULT_DIRNAME
-        if (cand / ENTRIES_DIR).is_dir():
+        if _is_dir(cand / ENTRIES_DIR):
             return cand
-        if (d / ENTRIES_DIR).is_dir() and (d / SETTINGS_FILE).is_file() and (
-                (d / ".git").exists() or (d / STATE_DIRNAME).is_dir()):
+        if _is_dir(d / ENTRIES_DIR) and _is_file(d / SETTINGS_FILE) and (
+                _exists(d / ".git") or _is_dir(d / STATE_DIRNAME)):
             # we are inside a vault that has another name (e.g. a team vault cloned as team-memory/), or one that
             # lost its .git (reads work; a write says what to do)
             return d
@@ -47,8 +69,9 @@ def discover(explicit: str | os.PathLike | None = None, *, cwd: Path | None = No
 def session_folder(state_dir: Path, session: str) -> Path:
     """Where a session's local state lives (its frozen index, surfacing ledger): ``.acpmem/sessions/<name>-<hash>``,
     a readable and safe folder name for any session id."""
-    if not session or len(session) > 512 or "\x00" in session:
-        raise UsageError("a session id must be 1–512 characters", "pass the host's session id")
+    why = session_problem(session)
+    if why:
+        raise UsageError(f"a session id {why}, got {clip(session)}", "pass the host's session id")
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", session)[:48].strip(".") or "s"
     return state_dir / SESSIONS_DIR / f"{safe}-{sha256(session.encode('utf-8')).hexdigest()[:12]}"
 

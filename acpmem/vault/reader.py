@@ -16,6 +16,7 @@ from acpmem.core import layout
 from acpmem.core.clock import now_utc, parse_iso, utc_iso
 from acpmem.core.entry import Entry
 from acpmem.core.errors import AmbiguousId, EntryNotFound, UsageError, VaultReadOnly
+from acpmem.core.limits import MAX_INT, MAX_TOP_N, MIN_INT, clip, int_between, session_problem
 from acpmem.core.settings import Settings
 from acpmem.core.values import Value
 from acpmem.vault.config import load_settings
@@ -183,6 +184,11 @@ def jitter_salt(vault: VaultReader, seed: int | None, session: str | None) -> st
     """The score's jitter salt: the seed, else the session, else a fresh random one (``core.score.salt_for``)."""
     from acpmem.core.score import salt_for
 
+    if seed is not None and not int_between(seed, MIN_INT, MAX_INT):
+        raise UsageError(f"a seed must be a 64-bit integer, got {clip(seed)}", "e.g. --seed 7")
+    why = session_problem(session) if session else None
+    if why:   # it salts a hash: text that cannot be encoded would fail there
+        raise UsageError(f"a session id {why}, got {clip(session)}", "pass the host's session id")
     salt = salt_for(seed, session)
     if salt is None:   # without a pinned rng, no `random` import on the per-turn listing
         bits = vault._rng.getrandbits(64) if vault._rng is not None else int.from_bytes(os.urandom(8), "big")
@@ -194,6 +200,8 @@ def scores(vault: VaultReader, *, at: datetime | None = None, seed: int | None =
            top_n: int | None = None) -> list[Scored]:
     from acpmem.core.score import rank
 
+    if top_n is not None and not int_between(top_n, 0, MAX_TOP_N):
+        raise UsageError(f"top_n must be an integer 0..{MAX_TOP_N}, got {clip(top_n)}", "e.g. --top 5")
     at = at or vault.clock()
     entries, _ = list_entries(vault, light=True)
     return rank(entries, at, jitter_salt(vault, seed, session), vault.settings.score, top_n)

@@ -15,8 +15,10 @@ The design (``docs/design.md``, "Read bookkeeping"):
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
+from acpmem.core.clock import parse_iso
 from acpmem.core.layout import READS_DIR
 from acpmem.infra.files import append_bytes, atomic_write
 LOCAL_LOG = "reads.log"
@@ -46,13 +48,35 @@ def record(state_dir: Path, ids: list[str], at: str) -> None:
     append_bytes(state_dir / LOCAL_LOG, "".join(f"{i}\t{at}\n" for i in ids).encode("utf-8"))
 
 
+# The times acpmem writes (``core.clock.utc_iso``); they compare as text in time order. A line holding anything else
+# — a hand edit, a bad merge of a teammate's file — is skipped: it would win every comparison ("zzzz" > "2026-…") and
+# then fail every score.
+_TIME = r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z"
+_time_re: re.Pattern | None = None
+
+
+def _valid_time(at: str) -> bool:
+    global _time_re
+    if _time_re is None:   # compiled on first use, not at import
+        _time_re = re.compile(_TIME)
+    if not _time_re.fullmatch(at):
+        return False
+    if at[8:10] < "29" and at[:4] != "0000":   # every other day exists in every month of every year
+        return True
+    try:
+        parse_iso(at)
+    except ValueError:
+        return False
+    return True
+
+
 def _parse_lines(text: str, into: dict[str, str]) -> None:
     for line in text.splitlines():
         parts = line.split("\t")
         if len(parts) != 2:
             continue
         ident, at = parts[0].strip(), parts[1].strip()
-        if ident and at and at > into.get(ident, ""):
+        if ident and at and at > into.get(ident, "") and _valid_time(at):
             into[ident] = at
 
 

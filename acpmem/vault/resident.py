@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from acpmem.core.errors import UsageError
+from acpmem.core.limits import MAX_BUDGET_TOKENS, clip, int_between
 from acpmem.vault.reader import VaultReader, jitter_salt, list_entries
 from acpmem.vault.snapshot import SNAPSHOT
 
@@ -16,6 +18,9 @@ from acpmem.vault.snapshot import SNAPSHOT
 def resident_index(vault: VaultReader, *, session: str | None = None, refresh: bool = False,
                    at: datetime | None = None, seed: int | None = None, budget_tokens: int | None = None) -> str:
     """The resident index text; frozen per session (the same bytes every call) until ``refresh``."""
+    if budget_tokens is not None and not int_between(budget_tokens, 1, MAX_BUDGET_TOKENS):
+        raise UsageError(f"the token budget must be an integer 1..{MAX_BUDGET_TOKENS}, got {clip(budget_tokens)}",
+                         "e.g. --budget 2000")
     snap_path = vault.session_dir(session) / SNAPSHOT if session else None
     if snap_path is not None and not refresh:
         try:

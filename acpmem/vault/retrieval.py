@@ -22,6 +22,8 @@ from types import MappingProxyType
 
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.errors import UsageError
+from acpmem.core.ids import ID_RE
+from acpmem.core.limits import MAX_INT, MAX_RECALL_LIMIT, clip, int_between, is_utf8
 from acpmem.core.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
 from acpmem.core.values import Value
 from acpmem.infra import locks
@@ -134,11 +136,14 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
     ``types`` restricts the entry types; superseded entries only with ``include_superseded``. With ``session``,
     the returned entries are also noted in that session's ledger, so ``surface`` does not repeat them.
     ``mark_read=False`` is for acpmem's own lookups (the fork's related entries): no person or model read them."""
-    query = (query or "").strip()
+    query = "" if query is None else query
+    if not isinstance(query, str) or not is_utf8(query) or "\x00" in query:
+        raise UsageError(f"a query must be text, got {clip(query)}", 'pass words to look for, e.g. "sqlite wal"')
+    query = query.strip()
     if not query:
         raise UsageError("recall needs a query", 'pass words to look for, e.g. `acp memory recall "sqlite wal"`')
-    if limit < 1:
-        raise UsageError(f"--limit must be at least 1, got {limit}", "e.g. --limit 5")
+    if not int_between(limit, 1, MAX_RECALL_LIMIT):
+        raise UsageError(f"--limit must be an integer 1..{MAX_RECALL_LIMIT}, got {clip(limit)}", "e.g. --limit 5")
     allowed = _check_types(vault, types)
     sdir = vault.session_dir(session) if session else None
 
@@ -180,10 +185,14 @@ def read_ledger(sdir: Path) -> dict:
     try:
         data = json.loads((sdir / LEDGER).read_text("utf-8"))
         if isinstance(data, dict):
-            return {"surfaced": [str(i) for i in data.get("surfaced", [])],
-                    "recalled": [str(i) for i in data.get("recalled", [])],
-                    "used_bytes": int(data.get("used_bytes", 0))}
-    except (OSError, ValueError, TypeError):
+            used = int(data.get("used_bytes", 0))
+            lists = data.get("surfaced", []), data.get("recalled", [])
+            if not 0 <= used <= MAX_INT or not all(isinstance(ids, list) for ids in lists):
+                raise ValueError(used)
+            # entry ids only: the ledger is written back, and anything else (a lone surrogate) could not be
+            surfaced, recalled = ([i for i in ids if isinstance(i, str) and ID_RE.match(i)] for ids in lists)
+            return {"surfaced": surfaced, "recalled": recalled, "used_bytes": used}
+    except (OSError, ValueError, TypeError, OverflowError):
         pass  # missing or unreadable: a fresh ledger (worst case an entry is shown once more)
     return {"surfaced": [], "recalled": [], "used_bytes": 0}
 

@@ -457,6 +457,9 @@ class Vault(VaultReader):
                 raise EntryInvalid(rel, None, CONFLICT_REASON, "indent or remove the marker lines")
         for e in updates or ():
             writes[e.path] = dump_entry(e) if e.raw is not None else ""  # without its text: built under the lock
+        for rel, text in writes.items():   # what acpmem writes must read back as a valid entry of this vault
+            if text:
+                parse_entry_bytes(text.encode("utf-8", "surrogatepass"), rel, self.settings.types)
         originals = {e.path: e for e in updates or ()}
 
         def unchanged_since_read(v: "Vault") -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from acpmem.core.errors import ExtractionError
+from acpmem.core.limits import MAX_INT, int_between, is_number
 from acpmem.infra.files import append_record, read_records
 
 TYPE_CHECKING = False
@@ -63,7 +64,7 @@ def summarize(records: list[Mapping[str, Any]], since: str | None = None) -> dic
             for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
                 bucket[key] += _int(rec.get(key))
             lat = rec.get("latency_s")
-            bucket["latency_s"] += float(lat) if isinstance(lat, (int, float)) and not isinstance(lat, bool) else 0.0
+            bucket["latency_s"] += float(lat) if is_number(lat) and 0 <= lat <= 86_400 else 0.0
     for bucket in (total, *by_model.values()):
         bucket["latency_s"] = round(bucket["latency_s"], 3)
         bucket["cache_hit_rate"] = round(bucket["cached_tokens"] / bucket["prompt_tokens"], 4) \
@@ -73,4 +74,4 @@ def summarize(records: list[Mapping[str, Any]], since: str | None = None) -> dic
 
 
 def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    return value if int_between(value, 0, MAX_INT) else 0

@@ -22,6 +22,7 @@ from acpmem.core.clock import utc_iso
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.entryfile import defuse_conflict_markers
 from acpmem.core.errors import AcpmemError, EntryInvalid, ExtractionError, TranscriptError, UsageError
+from acpmem.core.limits import one_line
 from acpmem.core.values import Value
 from acpmem.write import costs, requests
 from acpmem.write.requests import Request
@@ -202,7 +203,7 @@ class _Draft:
 def derive_title(content: str) -> str:
     """A title from the content's first line: markdown markers dropped, clipped at a word boundary."""
     for line in content.splitlines():
-        line = re.sub(r"^\s*(?:[-*+>#]+|\d+[.)])\s*", "", line).strip()
+        line = re.sub(r"^\s*(?:[-*+>#]+|\d+[.)])\s*", "", one_line(line))
         line = re.sub(r"[`*_]{1,3}", "", line).strip()
         if line:
             if len(line) > TITLE_CHARS:
@@ -325,6 +326,10 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
     kind, config = "offline", None
     label = "offline"
     try:
+        from acpmem.core.tools import parse_commit_args
+
+        # a request file is local state a person can edit, and the vault's types can change after the commit
+        parse_commit_args({"type": req.type, "note": req.note, "importance": req.importance}, vault.settings.types)
         kind, config = choose_extractor(vault, extractor, env)
         label = config.extractor if config else "offline"
         say(req.id, "reading the transcript")

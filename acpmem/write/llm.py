@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from acpmem.core.errors import ExtractionError, SettingsError
+from acpmem.core.limits import MAX_INT, int_between
 from acpmem.core.values import Value
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -243,6 +244,9 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
                             "raise [extraction] timeout or try a faster model; the request stays pending") from None
             except openai.APIConnectionError as exc:
                 reason, status, detail = "connection", None, str(exc.__cause__ or exc)
+            except (ValueError, RecursionError):   # an answer that is no JSON, or JSON Python cannot read
+                raise _fail("Malformed answer from the endpoint: not JSON acpmem can read", "bad_response", attempts,
+                            200, "check the endpoint speaks OpenAI chat completions") from None
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 if status != 429 and status < 500:
@@ -372,6 +376,9 @@ def _tool_call(call_id: object, name: str, arguments: object) -> ToolCall:
     except json.JSONDecodeError as exc:
         return ToolCall(str(call_id) if call_id else None, name, None, raw,
                         f"arguments are not valid JSON ({exc.msg} at char {exc.pos})")
+    except (ValueError, RecursionError):   # a number of more than 4,300 digits, nesting deeper than the stack
+        return ToolCall(str(call_id) if call_id else None, name, None, raw,
+                        "arguments hold a number too long or nesting too deep to read")
     if not isinstance(parsed, dict):
         return ToolCall(str(call_id) if call_id else None, name, None, raw,
                         f"arguments must be a JSON object, got {type(parsed).__name__}")
@@ -379,4 +386,5 @@ def _tool_call(call_id: object, name: str, arguments: object) -> ToolCall:
 
 
 def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    """A token count as the endpoint reported it, if it is one SQLite and the cost ledger can hold; else 0."""
+    return value if int_between(value, 0, MAX_INT) else 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from acpmem.core.limits import without_surrogates
 from acpmem.core.values import Value
 
 MAX_MESSAGES = 3
@@ -48,7 +49,8 @@ def extract_offline(transcript, note: str, *, max_bytes: int = 8192, lang: str =
     for m in (transcript.messages if transcript is not None else ()):
         if m.role in ("system", "developer"):
             continue   # the host's standing instructions, not this conversation's content
-        text = _COMMIT_CALL.sub("", transcript.text(m)).strip()
+        # a transcript's JSON may hold a lone surrogate ("\ud800"): quoted, it would make the entry unwritable
+        text = _COMMIT_CALL.sub("", without_surrogates(transcript.text(m))).strip()
         if not text:
             continue
         key = str(len(docs))

@@ -12,7 +12,8 @@ import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from acpmem.core.clock import utc_iso
+from acpmem.core import limits
+from acpmem.core.clock import parse_iso, utc_iso
 from acpmem.core.errors import AcpmemError, UsageError
 from acpmem.core.ids import random_id
 from acpmem.core.layout import PENDING_DIR
@@ -23,8 +24,8 @@ DONE_LOG = "done.jsonl"
 MAX_ATTEMPTS = 5
 BACKOFF_BASE_S = 15.0
 BACKOFF_CAP_S = 3600.0
-MAX_SESSION_CHARS = 512
-MAX_SEQ = 2**63 - 1        # a seq is stored as an SQLite INTEGER
+MAX_SESSION_CHARS = limits.MAX_SESSION_CHARS
+MAX_SEQ = limits.MAX_SEQ   # a seq is stored as an SQLite INTEGER
 _REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
@@ -70,10 +71,32 @@ class Request(Value):
 
     @classmethod
     def from_json(cls, d: dict) -> "Request":
+        """A request file's data; ``ValueError`` (or ``KeyError``, ``TypeError``) when it is not one — a hand edit
+        may have put anything there, and a seq or importance the index cannot store must never reach an entry."""
+        seq, importance, attempts = d["seq"], d["importance"], d.get("attempts") or 0
+        if not (limits.int_between(seq, 0, MAX_SEQ) and limits.int_between(importance, 1, 10)
+                and limits.int_between(attempts, 0, 1_000_000)):   # a failed request may be retried by hand
+            raise ValueError(f"seq, importance or attempts out of range ({limits.clip(seq)}, "
+                             f"{limits.clip(importance)}, {limits.clip(attempts)})")
+        why = limits.session_problem(d["session"])
+        if why:
+            raise ValueError(f"the session {why}")
+        for key in ("id", "created", "type", "note", "ack"):
+            if not isinstance(d[key], str):
+                raise ValueError(f"{key} must be text")
+        for key in ("transcript", "host_tools", "next_attempt"):
+            if d.get(key) is not None and not isinstance(d[key], str):
+                raise ValueError(f"{key} must be text")
+        if d.get("next_attempt") is not None:
+            parse_iso(d["next_attempt"])   # the worker computes with it: "zzzz" would stop it for good
+        if d.get("status", "pending") not in ("pending", "failed", None) \
+                or not all(isinstance(e, dict) for e in d.get("errors") or ()) \
+                or not isinstance(d.get("errors") or [], list) or not isinstance(d.get("redacted") or [], list):
+            raise ValueError("status, errors or redacted are not what acpmem writes")
         return cls(id=str(d["id"]), created=str(d["created"]), type=str(d["type"]), note=str(d["note"]),
-                   importance=int(d["importance"]), session=str(d["session"]), seq=int(d["seq"]), ack=str(d["ack"]),
+                   importance=importance, session=str(d["session"]), seq=seq, ack=str(d["ack"]),
                    transcript=d.get("transcript"), host_tools=d.get("host_tools"), lang=d.get("lang") or "en",
-                   status=d.get("status") or "pending", attempts=int(d.get("attempts") or 0),
+                   status=d.get("status") or "pending", attempts=attempts,
                    next_attempt=d.get("next_attempt"), errors=tuple(d.get("errors") or ()),
                    redacted=tuple(d.get("redacted") or ()))
 
@@ -106,11 +129,14 @@ def check_request_id(request_id: str) -> str:
 def load_request(state_dir: Path, request_id: str) -> Request | None:
     path = pending_dir(state_dir) / f"{check_request_id(request_id)}.json"
     try:
-        return Request.from_json(json.loads(path.read_text("utf-8")))
+        req = Request.from_json(json.loads(path.read_text("utf-8")))
+        if req.id != request_id:
+            raise ValueError(f"it holds request {req.id!r:.80}")
+        return req
     except FileNotFoundError:
         return None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise AcpmemError(f"{path}: not a valid request file ({exc})",
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
+        raise AcpmemError(f"{path}: not a valid request file ({str(exc)[:200]})",
                           "delete it, or fix it by hand; `acp memory stats` lists the requests") from None
 
 
@@ -124,10 +150,15 @@ def list_requests(state_dir: Path) -> tuple[list[Request], list[str]]:
         return [], []
     for name in names:
         try:
-            out.append(Request.from_json(json.loads((folder / name).read_text("utf-8"))))
+            req = Request.from_json(json.loads((folder / name).read_text("utf-8")))
+            if f"{check_request_id(req.id)}.json" != name:   # the worker would look for another file, for ever
+                raise ValueError(f"the request id {req.id!r:.80} is not the file's name")
+            out.append(req)
         except FileNotFoundError:
             continue   # finished meanwhile
-        except (ValueError, KeyError, TypeError):
+        except UsageError:
+            broken.append(name)
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             broken.append(name)
     out.sort(key=lambda r: (r.created, r.id))
     return out, broken
@@ -184,6 +215,33 @@ def new_request_id(rng) -> str:
     return "r-" + random_id(rng, 8)
 
 
+def check_host_args(host: dict) -> dict:
+    """The host's own arguments of a ``memory_commit`` (``session``, ``seq``, ``transcript``, as an MCP client may add
+    them), checked before anything uses them: an empty value means "not given"; anything else must be what
+    ``make_request`` accepts (a seq as an int). Raises ``UsageError``."""
+    out = {}
+    session = host.get("session")
+    if session not in (None, ""):
+        why = limits.session_problem(session)
+        if why:
+            raise UsageError(f"a session id {why}, got {limits.clip(session)}", "pass the host's session id as text")
+        out["session"] = session
+    seq = host.get("seq")
+    if seq is not None:
+        out["seq"] = limits.int_arg(seq, 0, MAX_SEQ)
+        if out["seq"] is None:
+            raise UsageError(f"seq must be an integer 0..{MAX_SEQ}, got {limits.clip(seq)}",
+                             "pass the host's event index of the memory_commit call")
+    transcript = host.get("transcript")
+    if transcript not in (None, ""):
+        if not isinstance(transcript, str) or "\x00" in transcript or len(transcript) > 4096 \
+                or not limits.is_utf8(transcript):
+            raise UsageError(f"the transcript must be a file path, got {limits.clip(transcript)}",
+                             "pass the path of the file the host wrote")
+        out["transcript"] = transcript
+    return out
+
+
 def make_request(*, types: tuple[str, ...], type: str, note: str, importance: int | str, session: str,
                  seq: int | str, transcript: str | os.PathLike | None, host_tools: str | os.PathLike | None,
                  lang: str, created: str, request_id: str, cwd: Path | None = None, inline: bool = False) -> Request:
@@ -192,13 +250,25 @@ def make_request(*, types: tuple[str, ...], type: str, note: str, importance: in
     from acpmem.core.tools import parse_commit_args
 
     args = parse_commit_args({"type": type, "note": note, "importance": importance}, types)
-    if not isinstance(session, str) or not session.strip() or len(session) > MAX_SESSION_CHARS or "\x00" in session:
-        raise UsageError("a session id must be 1–512 characters", "pass the host's session id with --session")
-    if isinstance(seq, str) and seq.strip().isdigit():
-        seq = int(seq)
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-        raise UsageError(f"seq must be a non-negative integer, got {seq!r}",
+    why = limits.session_problem(session)
+    if why:
+        raise UsageError(f"a session id {why}, got {limits.clip(session)}",
+                         "pass the host's session id (1–512 characters) with --session")
+    given = seq
+    seq = limits.int_arg(seq, 0, MAX_SEQ)
+    if seq is None:
+        raise UsageError(f"seq must be an integer 0..{MAX_SEQ}, got {limits.clip(given)}",
                          "pass the host's event index of the memory_commit call with --seq")
+    for name, value in (("transcript", transcript), ("host tools", host_tools)):
+        if value is None:
+            continue
+        text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+        if not isinstance(text, str):
+            raise UsageError(f"the {name} must be a file path, got {value.__class__.__name__}",
+                             "pass the path of the file the host wrote")
+        if "\x00" in text or len(text) > 4096 or not limits.is_utf8(text):
+            raise UsageError(f"the {name} path is not a usable file name: {text!r:.80}",
+                             "pass a path of valid text, without NUL, of at most 4096 characters")
     from acpmem.core.redact import redact
 
     note_clean, found = redact(args.note)

@@ -12,9 +12,11 @@ event there, so line numbers stay stable while the file grows).
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 from acpmem.core.errors import TranscriptError
+from acpmem.core.limits import MAX_SEQ, clip, int_between
 from acpmem.core.values import Value
 
 FORMATS = ("auto", "openai", "anthropic", "jsonl", "claude-code")
@@ -84,7 +86,7 @@ def read_transcript(path_or_text: str | Path, format: str = "auto") -> Transcrip
 
     if format in ("auto", "openai", "anthropic") and stripped[0] in "[{":
         try:
-            doc = json.loads(stripped)
+            doc = _loads(stripped, source)
         except json.JSONDecodeError as exc:
             if format != "auto" or stripped[0] == "[" or "\n" not in stripped:
                 raise TranscriptError(f"{source}:{exc.lineno}: not valid JSON ({exc.msg})",
@@ -135,12 +137,12 @@ def close_tool_calls(messages: list[dict], result_text: str) -> list[dict]:
     A chat request must not end with unanswered ``tool_calls``; the appended ``tool`` messages come after the unchanged
     prefix, so the cache still hits. Returns a new list; ``messages`` is not changed.
     """
-    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool" and _hashable(m.get("tool_call_id"))}
     out = list(messages)
     for m in reversed(messages):
         if m.get("role") == "assistant" and m.get("tool_calls"):
-            for call in m["tool_calls"]:
-                if call.get("id") not in answered:
+            for call in m["tool_calls"] if isinstance(m["tool_calls"], list) else ():
+                if isinstance(call, dict) and call.get("id") not in answered:
                     out.append({"role": "tool", "tool_call_id": call.get("id"), "content": result_text})
             break
         if m.get("role") not in ("tool",):
@@ -154,11 +156,19 @@ def _load(path_or_text: str | Path) -> tuple[str, str]:
     if isinstance(path_or_text, Path) or (isinstance(path_or_text, str) and _looks_like_path(path_or_text)):
         path = Path(path_or_text)
         try:
-            size = path.stat().st_size
-            if size > MAX_BYTES:
-                raise TranscriptError(f"{path}: transcript is {size} bytes, over the {MAX_BYTES} byte limit",
+            st = path.stat()
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError
+            if not stat.S_ISREG(st.st_mode):   # a FIFO or /dev/zero would never end
+                raise TranscriptError(f"{path}: is not a regular file", "pass the transcript file")
+            if st.st_size > MAX_BYTES:
+                raise TranscriptError(f"{path}: transcript is {st.st_size} bytes, over the {MAX_BYTES} byte limit",
                                       "pass a smaller transcript or the prefix up to the commit")
-            data = path.read_bytes()
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_BYTES + 1)
+            if len(data) > MAX_BYTES:
+                raise TranscriptError(f"{path}: transcript is over the {MAX_BYTES} byte limit",
+                                      "pass a smaller transcript or the prefix up to the commit")
         except FileNotFoundError:
             raise TranscriptError(f"{path}: no such transcript file", "check the path the host passed") from None
         except IsADirectoryError:
@@ -166,6 +176,12 @@ def _load(path_or_text: str | Path) -> tuple[str, str]:
         except PermissionError:
             raise TranscriptError(f"{path}: cannot read the transcript (permission denied)",
                                   "check the file's permissions") from None
+        except OSError as exc:
+            raise TranscriptError(f"{path!s:.200}: cannot read the transcript ({exc.strerror})",
+                                  "check the path the host passed") from None
+        except (ValueError, UnicodeEncodeError):   # a NUL or a lone surrogate in the path
+            raise TranscriptError(f"{str(path)!r:.200}: not a usable file name", "check the path the host passed") \
+                from None
         try:
             return data.decode("utf-8-sig"), str(path)
         except UnicodeDecodeError as exc:
@@ -174,6 +190,20 @@ def _load(path_or_text: str | Path) -> tuple[str, str]:
     if not isinstance(path_or_text, str):
         raise TranscriptError(f"Cannot read a transcript from {type(path_or_text).__name__}", "pass a path or the text")
     return path_or_text, "<text>"
+
+
+def _loads(text: str, where: str):
+    """``json.loads``, with the two ways it fails besides a syntax error made into a ``TranscriptError``: a number of
+    more than 4,300 digits (``ValueError``) and nesting deep enough to exhaust the stack (``RecursionError``)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:
+        raise TranscriptError(f"{where}: holds a number too long to read (more than 4300 digits)",
+                              "pass the file the host wrote") from None
+    except RecursionError:
+        raise TranscriptError(f"{where}: is nested too deeply to read", "pass the file the host wrote") from None
 
 
 def _looks_like_path(s: str) -> bool:
@@ -214,7 +244,7 @@ def _check_message(item: object, where: str) -> None:
                               "each message needs a role and content")
     role = item.get("role")
     if not isinstance(role, str) or role not in _ROLES:
-        raise TranscriptError(f"{where}: missing or unknown role {role!r}",
+        raise TranscriptError(f"{where}: missing or unknown role {clip(role)}",
                               "roles are system, developer, user, assistant or tool")
     content = item.get("content")
     if content is not None and not isinstance(content, (str, list)):
@@ -227,8 +257,9 @@ def _seq(record: dict, position: int, where: str) -> int:
     if "seq" not in record:
         return position
     seq = record["seq"]
-    if isinstance(seq, bool) or not isinstance(seq, int):
-        raise TranscriptError(f"{where}: seq must be an integer, got {seq!r}", "fix the host's event index")
+    if not int_between(seq, 0, MAX_SEQ):   # it becomes an entry's citation, stored as an SQLite INTEGER
+        raise TranscriptError(f"{where}: seq must be an integer 0..{MAX_SEQ}, got {clip(seq)}",
+                              "fix the host's event index")
     return seq
 
 
@@ -250,6 +281,8 @@ def _dialect(records: list[dict], system: object) -> str:
             for b in content:
                 if isinstance(b, dict):
                     kind = b.get("type")
+                    if not isinstance(kind, str):
+                        continue
                     if kind in _ANTHROPIC_BLOCKS or (kind == "image" and "source" in b):
                         return "anthropic"
                     if kind in ("image_url", "input_audio", "refusal", "file"):
@@ -265,7 +298,7 @@ def _from_jsonl(text: str, format: str, source: str) -> Transcript:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = _loads(line, f"{source}:{n + 1}")
         except json.JSONDecodeError as exc:
             raise TranscriptError(f"{source}:{n + 1}: not valid JSON ({exc.msg})",
                                   "each line must be one JSON object; a half-written last line means the host is still writing") from None
@@ -307,7 +340,8 @@ def _from_claude_code(rows: list[tuple[int, dict]], source: str) -> Transcript:
                                   "pass an unmodified Claude Code session file")
         role = msg.get("role", kind)
         if role not in ("user", "assistant"):
-            raise TranscriptError(f"{source}:{n + 1}: unknown role {role!r}", "pass an unmodified Claude Code session file")
+            raise TranscriptError(f"{source}:{n + 1}: unknown role {clip(role)}",
+                                  "pass an unmodified Claude Code session file")
         content = msg.get("content")
         if content is not None and not isinstance(content, (str, list)):
             raise TranscriptError(f"{source}:{n + 1}: content must be text or a list of blocks",
@@ -326,7 +360,7 @@ def _active_branch(events: tuple[Message, ...], links: dict | None) -> tuple[Mes
     File order when the events carry no uuids."""
     if not events:
         return ()
-    if not links or any(not m.raw.get("uuid") for m in events):
+    if not links or any(not isinstance(m.raw.get("uuid"), str) or not m.raw["uuid"] for m in events):
         return events
     by_uuid = {m.raw["uuid"]: m for m in events}
     chain = []
@@ -356,8 +390,10 @@ def _anthropic_to_openai(role: str, content: str | list | None) -> list[dict]:
         for b in content:
             if isinstance(b, str):
                 texts.append(b)
+            elif not isinstance(b, dict):
+                continue   # not a content block: nothing the model could have read
             elif b.get("type") == "text":
-                texts.append(b.get("text", ""))
+                texts.append(_text(b.get("text", "")))
             elif b.get("type") in ("tool_use", "server_tool_use"):
                 calls.append({"id": b.get("id"), "type": "function",
                               "function": {"name": b.get("name"),
@@ -372,14 +408,16 @@ def _anthropic_to_openai(role: str, content: str | list | None) -> list[dict]:
     for b in content:
         if isinstance(b, str):
             parts.append({"type": "text", "text": b})
+        elif not isinstance(b, dict):
+            continue
         elif b.get("type") == "tool_result":
             body = b.get("content")
-            text = body if isinstance(body, str) else _text_of_blocks(body or [])
+            text = body if isinstance(body, str) else _text_of_blocks(body if isinstance(body, list) else [])
             if b.get("is_error"):
                 text = f"[error] {text}"
             tools.append({"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": text})
         elif b.get("type") == "text":
-            parts.append({"type": "text", "text": b.get("text", "")})
+            parts.append({"type": "text", "text": _text(b.get("text", ""))})
         elif b.get("type") == "image":
             url = _image_url(b)
             parts.append({"type": "image_url", "image_url": {"url": url}} if url else {"type": "text", "text": "[image]"})
@@ -404,7 +442,9 @@ def _merge_assistant(into: dict, more: dict) -> None:
 
 
 def _image_url(block: dict) -> str | None:
-    src = block.get("source") or {}
+    src = block.get("source")
+    if not isinstance(src, dict):
+        return None
     if src.get("type") == "base64" and src.get("data"):
         return f"data:{src.get('media_type', 'image/png')};base64,{src['data']}"
     if src.get("type") == "url":
@@ -416,16 +456,18 @@ def _text_of_blocks(blocks: str | list) -> str:
     if isinstance(blocks, str):
         return blocks
     out = []
-    for b in blocks:
+    for b in blocks if isinstance(blocks, list) else ():
         if isinstance(b, str):
             out.append(b)
+        elif not isinstance(b, dict):
+            continue
         elif b.get("type") == "text":
-            out.append(b.get("text", ""))
+            out.append(_text(b.get("text", "")))
         elif b.get("type") == "image":
             out.append("[image]")
         elif b.get("type") == "document":
-            src = b.get("source") or {}
-            out.append(src.get("data", "") if src.get("type") == "text" else "[document]")
+            src = b.get("source") if isinstance(b.get("source"), dict) else {}
+            out.append(_text(src.get("data", "")) if src.get("type") == "text" else "[document]")
     return "\n".join(out)
 
 
@@ -439,14 +481,35 @@ def _plain_text(content: str | list | None, raw: dict) -> str:
         for b in content:
             if isinstance(b, str):
                 parts.append(b)
+            elif not isinstance(b, dict):
+                continue
             elif b.get("type") in ("text", "input_text", "output_text"):
-                parts.append(b.get("text", ""))
+                parts.append(_text(b.get("text", "")))
             elif b.get("type") == "tool_use":
-                parts.append(f"{b.get('name')}({json.dumps(b.get('input', {}), ensure_ascii=False)})")
+                parts.append(f"{_text(b.get('name'))}({_json_text(b.get('input', {}))})")
             elif b.get("type") == "tool_result":
                 body = b.get("content")
-                parts.append(body if isinstance(body, str) else _text_of_blocks(body or []))
-    for call in raw.get("tool_calls") or ():
-        fn = call.get("function") or {}
-        parts.append(f"{fn.get('name')}({fn.get('arguments', '')})")
+                parts.append(body if isinstance(body, str) else _text_of_blocks(body))
+    calls = raw.get("tool_calls")
+    for call in calls if isinstance(calls, list) else ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            args = fn.get("arguments", "")
+            parts.append(f"{_text(fn.get('name'))}({args if isinstance(args, str) else _json_text(args)})")
     return "\n".join(p for p in parts if p)
+
+
+def _text(value: object) -> str:
+    """A field that should be text; anything else (a number, a list, null) reads as nothing."""
+    return value if isinstance(value, str) else ""
+
+
+def _json_text(value: object) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):
+        return ""
+
+
+def _hashable(value: object) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
