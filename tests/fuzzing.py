@@ -330,22 +330,29 @@ def fuzz_cli(ctx: Ctx, n: int) -> int:
 # ------------------------------------------------------------------------------------------------------ MCP, in process
 
 def mcp_args():
-    """Tool arguments as an MCP client sends them: mostly the right keys with plausible or hostile values, sometimes
-    anything at all."""
+    """Tool calls as an MCP client sends them: (tool, arguments, _meta). Mostly the right keys with plausible or
+    hostile values — the model's in the arguments, the host's session, seq and transcript in ``_meta`` under
+    ``acpmem/`` — sometimes anything at all in either."""
     commit = st.fixed_dictionaries({
         "type": field(st.sampled_from(["fact", "decision"])), "note": field(st.just("sqlite queue choice"), TEXT),
-        "importance": field(st.sampled_from([5, "7", 1, 10])),
+        "importance": field(st.sampled_from([5, "7", 1, 10]))})
+    host = st.fixed_dictionaries({
         "session": st.one_of(st.none(), field(st.just("host-1"))),
         "seq": st.one_of(st.none(), field(st.sampled_from([3, "4", 0, MAX]))),
         "transcript": st.one_of(st.none(), field(st.just(str(CHAT)), TEXT))}).map(
-        lambda d: {k: v for k, v in d.items() if v is not None or k in ("type", "note", "importance")})
+        lambda d: {f"acpmem/{k}": v for k, v in d.items() if v is not None})
     recall = st.fixed_dictionaries({"query": field(st.just(GOOD_QUERY), TEXT)},
                                    optional={"limit": field(st.sampled_from([1, 3, "2", 20]))})
-    hostile = st.dictionaries(st.sampled_from(["type", "note", "importance", "session", "seq", "transcript", "query",
-                                               "limit", "extra", ""]), VALUE, max_size=5)
-    return st.one_of(commit.map(lambda a: ("memory_commit", a)), recall.map(lambda a: ("memory_recall", a)),
-                     hostile.map(lambda a: ("memory_commit", a)), hostile.map(lambda a: ("memory_recall", a)),
-                     st.tuples(st.sampled_from(["memory_write", "", "x" * 300]), commit))
+    keys = ["type", "note", "importance", "session", "seq", "transcript", "query", "limit", "extra", ""]
+    hostile = st.dictionaries(st.sampled_from(keys), VALUE, max_size=5)
+    hostile_meta = st.one_of(st.none(), st.dictionaries(st.sampled_from([f"acpmem/{k}" for k in keys] + ["x"]),
+                                                        VALUE, max_size=4), VALUE)
+    return st.one_of(st.tuples(st.just("memory_commit"), commit, host),
+                     st.tuples(st.just("memory_recall"), recall, hostile_meta),
+                     st.tuples(st.just("memory_commit"), hostile, hostile_meta),
+                     st.tuples(st.just("memory_commit"), commit, hostile_meta),
+                     st.tuples(st.just("memory_recall"), hostile, st.none()),
+                     st.tuples(st.sampled_from(["memory_write", "", "x" * 300]), commit, host))
 
 
 def fuzz_mcp(ctx: Ctx, n: int) -> int:
@@ -360,10 +367,10 @@ def fuzz_mcp(ctx: Ctx, n: int) -> int:
     @hyp_settings(n)
     @given(mcp_args())
     def run(call):
-        name, args = call
+        name, args, meta = call
         count[0] += 1
         try:
-            answer = svc.call(name, args)
+            answer = svc.call(name, args, meta)
             assert isinstance(answer, str) and answer
             ctx.note("answered")
         except AcpmemError as exc:

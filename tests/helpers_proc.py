@@ -9,12 +9,24 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import zlib
 from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PINNED = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def wait_until(cond, timeout: float = 60.0):
+    """Poll ``cond`` every 0.1 s until it returns something true, and return that; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {getattr(cond, '__name__', cond)}")
 
 
 def git_env() -> dict:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
+from helpers_proc import wait_until
 from acpmem.core.tools import tool_definitions
 from acpmem.vault import history
 from acpmem.vault.writer import Vault
@@ -39,16 +39,6 @@ def _session_run(params, body, errlog_path: str = os.devnull):
 
     anyio.run(main)
     return result["value"]
-
-
-def _wait_for(predicate, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    return predicate()
 
 
 def test_tools_resource_recall_and_commit_end_to_end(example_vault, tmp_path):
@@ -99,12 +89,12 @@ def test_tools_resource_recall_and_commit_end_to_end(example_vault, tmp_path):
         finally:
             v.close()
 
-    entries = _wait_for(written)
+    entries = wait_until(written)
     assert len(entries) == 1, "the commit made through MCP never became an entry"
     e = entries[0]
     assert e.type == "decision" and e.importance == 7 and e.citation[0].seq == 1
     assert ack.split("(")[1].split(")")[0] == e.source.get("request")
-    _wait_for(lambda: not list((root / ".acpmem" / "pending").glob("*.json")))
+    wait_until(lambda: not list((root / ".acpmem" / "pending").glob("*.json")))
     assert history.log(example_vault, limit=1)[0].commit != head_before
 
     # the index resource: the resident index, frozen for the server's session
@@ -150,10 +140,10 @@ def test_host_passes_session_and_seq_in_meta_and_sessions_differ_per_process(vau
         finally:
             v.close()
 
-    entries = _wait_for(written)
+    entries = wait_until(written)
     assert len(entries) == 1 and "pnpm" in (entries[0].title + entries[0].body)
     assert {c.seq for c in entries[0].citation} <= {0, 1}
-    _wait_for(lambda: not list((root / ".acpmem" / "pending").glob("*.json")))
+    wait_until(lambda: not list((root / ".acpmem" / "pending").glob("*.json")))
     # two server processes without --session get two different generated sessions (two frozen snapshots)
     snaps = sorted(p.name for p in (root / ".acpmem" / "sessions").iterdir() if p.name.startswith("mcp-"))
     _session_run(_server_params(root), lambda s: s.read_resource("memory://index"))
@@ -186,14 +176,14 @@ def test_claude_code_session_uses_the_transcript_its_session_start_hook_recorded
         finally:
             v.close()
 
-    entries = _wait_for(written)
+    entries = wait_until(written)
     assert len(entries) == 1
     e = entries[0]
     assert e.source.get("extractor") == "offline"
     # it cites messages of the recorded transcript and quotes them (the note alone says nothing of this)
     assert e.citation and {c.seq for c in e.citation} <= {1, 2, 3, 4, 5, 7, 10}
     assert "use the per-session lock" in e.body and "seq 7" in e.body
-    _wait_for(lambda: not list((root / ".acpmem" / "pending").glob("*.json")))
+    wait_until(lambda: not list((root / ".acpmem" / "pending").glob("*.json")))
 
 
 def test_serve_help_and_no_vault(cli, tmp_path):

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from helpers_proc import wait_until
 from openai_server import reply, wait_for_requests
 from acpmem.write import requests, submit, worker
+from acpmem.write.stats import stats as vault_stats
 from acpmem.core.errors import EntryInvalid, UsageError
 from acpmem.vault.writer import Vault
 from test_fork import CHAT, configure, fork_commits
@@ -66,7 +68,8 @@ def alive(pid: int) -> bool:
 def test_submit_validates_before_writing_anything(vault):
     v = configure(vault)
     for kwargs, err in ((dict(type="gossip"), EntryInvalid), (dict(importance=11), EntryInvalid),
-                        (dict(importance="7x"), EntryInvalid), (dict(seq=-1), UsageError), (dict(session=""), UsageError),
+                        (dict(importance="7x"), EntryInvalid), (dict(seq=-1), UsageError),
+                        (dict(session=""), UsageError),
                         (dict(note="two\nlines " + "x" * 600), EntryInvalid)):
         args = dict(type="lesson", note="n", importance=5, session="s", seq=1, **{})
         args.update(kwargs)
@@ -243,16 +246,6 @@ def test_the_commit_fast_path_reads_the_current_settings(vault):
     assert ack.text.startswith(f"已记录（{ack.request_id}）")
 
 
-def _until(cond, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError("timed out")
-
-
 def test_a_failed_request_is_retried_on_its_own_schedule(vault, openai_server):
     """No later commit is needed: the worker that saw the failure waits for the scheduled retry (holding the retry
     lock, not the worker lock) and tries again then."""
@@ -261,15 +254,15 @@ def test_a_failed_request_is_retried_on_its_own_schedule(vault, openai_server):
     ack = submit.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
                         transcript=CHAT)
     assert ack.worker == "started"
-    failed_once = _until(lambda: (r := requests.load_request(v.state_dir, ack.request_id)) and r.attempts == 1 and r)
+    failed_once = wait_until(lambda: (r := requests.load_request(v.state_dir, ack.request_id)) and r.attempts == 1
+                             and r)
     assert failed_once.next_attempt and failed_once.status == "pending"
-    stats = _until(lambda: (s := __import__("acpmem.write.stats", fromlist=["x"]).stats(v))["requests"]["retry_waiter"]
-                   and s)
+    stats = wait_until(lambda: (s := vault_stats(v))["requests"]["retry_waiter"] and s)
     assert stats["requests"]["next_retry"] == failed_once.next_attempt
     fd = worker.try_worker_lock(v.state_dir)      # the waiting worker leaves the worker lock free meanwhile
     assert fd is not None
     os.close(fd)
-    _until(lambda: len(fork_commits(v)) == 1)
+    wait_until(lambda: len(fork_commits(v)) == 1)
     wait_idle(v)
     done = requests.find_done(v.state_dir, ack.request_id)
     assert done["status"] == "written" and len(openai_server.requests) == 2
@@ -281,7 +274,7 @@ def test_failed_for_good_is_shown_and_has_a_way_back(vault, openai_server, cli):
     openai_server.enqueue(reply.server_error(500), reply.server_error(503))
     ack = submit.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
                         transcript=CHAT)
-    _until(lambda: (r := requests.load_request(v.state_dir, ack.request_id)) and r.status == "failed")
+    wait_until(lambda: (r := requests.load_request(v.state_dir, ack.request_id)) and r.status == "failed")
     wait_idle(v, require_empty=False)
     doc = cli("memory", "--vault", str(v.root), "doctor", "--json")
     assert doc.returncode == 1
