@@ -11,6 +11,7 @@ Usage: python bench/commit_speed.py [N]
 """
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import statistics
@@ -63,7 +64,12 @@ def timed(cmd: list[str], root: Path, n: int, env: dict | None = None) -> tuple[
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 15
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="?", type=int, default=15, help="runs per timing (default 15)")
+    n = parser.parse_args().runs
+    if n < 1:
+        parser.error("runs must be at least 1")
     from acpmem.vault.create import init_vault
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -10,6 +10,7 @@ Usage: python bench/extract_speed.py [REPEATS]
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -59,7 +60,12 @@ def one_case(n: int, srv) -> tuple[float, float, int]:
 
 
 def main() -> None:
-    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("repeats", nargs="?", type=int, default=3, help="runs per size (default 3)")
+    repeats = parser.parse_args().repeats
+    if repeats < 1:
+        parser.error("repeats must be at least 1")
     from openai_server import fake_openai, reply
 
     answer = reply.always(reply.writes(

