@@ -28,10 +28,6 @@ from acpmem.search import english
 from acpmem.search.analysis import (SearchDoc, analyze, cjk_runs, has_cjk, latin_words, normalize_word,
                                     query_cjk_words)
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from acpmem.search.memory import Vocabulary
-
 _NO_EXPLAIN = MappingProxyType({})
 FIELD_WEIGHTS = (2.0, 1.0, 1.5, 0.3)
 K1, B = 1.2, 0.75
@@ -57,6 +53,21 @@ def typo_neighbours(term: str, alphabetic_terms: Sequence[str], max_dist: int, l
     from rapidfuzz.distance import OSA
     found = process.extract(term, alphabetic_terms, scorer=OSA.distance, score_cutoff=max_dist, limit=limit)
     return [(t, int(d)) for t, d, _ in found if t != term]
+
+
+class Vocabulary:
+    """What query planning needs from an index's terms (a description: nothing inherits it). ``memory.Vocabulary``
+    is the reference; ``query.IndexVocabulary`` answers the same from SQLite."""
+
+    has_cjk: bool       # the index holds CJK terms (dictionary lookups are worth doing)
+    has_latin: bool     # … and Latin ones
+
+    def __contains__(self, term: str) -> bool: ...
+    def with_prefix(self, prefix: str, limit: int = 50) -> list[str]: ...
+    def typo_neighbours(self, term: str, max_dist: int, limit: int = 5) -> list[tuple[str, int]]: ...
+    def en_to_zh(self, word: str) -> tuple[str, ...]: ...
+    def zh_to_en(self, word: str) -> tuple[str, ...]: ...
+    def known_cjk(self, words: Iterable[str]) -> tuple[set[str], set[str]]: ...
 
 
 class PostingSource:
