@@ -35,6 +35,8 @@ def error_line(message: str, hint: str | None = None) -> str:
     """``Error: message — hint`` on one line (newlines in either become spaces): how every error is shown."""
     text = " ".join(str(message).split())
     if hint:
+        if text.endswith(".") and not text.endswith(".."):
+            text = text[:-1]        # click's "Missing argument 'ID'." — the hint follows
         text += " — " + " ".join(str(hint).split())
     return f"Error: {text}"
 
