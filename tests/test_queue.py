@@ -249,7 +249,8 @@ def test_the_commit_fast_path_reads_the_current_settings(vault):
 def test_a_failed_request_is_retried_on_its_own_schedule(vault, openai_server):
     """No later commit is needed: the worker that saw the failure waits for the scheduled retry (holding the retry
     lock, not the worker lock) and tries again then."""
-    v = configure(vault, openai_server, retry_base_seconds=1.0)
+    # the retry comes 3–5 s after the failure: the wait must stay observable on a loaded CI machine
+    v = configure(vault, openai_server, retry_base_seconds=4.0)
     openai_server.enqueue(reply.server_error(500), reply.writes(reply.write("- Guard the append.")))
     ack = submit.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
                         transcript=CHAT)
