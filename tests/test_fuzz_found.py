@@ -394,3 +394,22 @@ def test_an_argument_holding_an_integer_no_str_can_write_is_a_clear_error(exampl
             svc.call("memory_commit", args)
     with pytest.raises(EntryInvalid):
         parse_write_args({"content": "x", "supersedes": [10**5000]})
+
+
+# ---------------------------------------------------------------------------------------------------------------- init
+
+def test_init_at_a_path_the_system_refuses_is_one_error_line(cli, tmp_path):
+    """A folder name longer than the system allows was an internal error (ENAMETOOLONG while choosing the folder)."""
+    r = cli("memory", "init", str(tmp_path / ("z" * 300)), cwd=tmp_path)
+    _one_error_line(r, (1,), prefix="Error: ")
+    assert "cannot create the vault" in r.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("path", ["a\x00b", 5, "\udc80x"])
+def test_init_vault_refuses_a_path_that_is_not_a_usable_name(tmp_path, path):
+    from acpmem.vault.create import init_vault
+
+    with pytest.raises(UsageError) as info:
+        init_vault(path if not isinstance(path, str) else str(tmp_path / path))
+    assert "the vault path must be" in info.value.message
+    assert list(tmp_path.iterdir()) == []

@@ -15,6 +15,7 @@ MAX_INT = 2**63 - 1          # the largest SQLite INTEGER
 MIN_INT = -2**63
 MAX_SEQ = MAX_INT            # a seq (and both ends of a range, and a kernel ref's number) is 0..MAX_SEQ
 MAX_SESSION_CHARS = 512
+MAX_PATH_CHARS = 4096           # a file path the host passes (transcript, host tools): Linux's PATH_MAX
 MAX_BUDGET_TOKENS = 1_000_000   # the resident index's token budget: --budget, [index] budget_tokens, the API
 MAX_TOP_N = 1_000_000           # how many entries a score table selects
 MAX_RECALL_LIMIT = 10_000       # recall(limit=…) from the Python API (the command line allows 100, MCP 20)
@@ -136,6 +137,17 @@ def session_problem(session: object) -> str | None:
         return f"must be 1–{MAX_SESSION_CHARS} characters"
     if has_control(session) or not is_utf8(session):
         return "must not contain control characters or invalid text"
+    return None
+
+
+def path_problem(path: object) -> str | None:
+    """Why ``path`` is not a usable file path given by the host (text or ``os.PathLike``, no NUL, valid text, at
+    most ``MAX_PATH_CHARS``), or None when it is one."""
+    text = path.__fspath__() if hasattr(path, "__fspath__") else path
+    if not isinstance(text, str):
+        return "must be a file path (text)"
+    if "\x00" in text or len(text) > MAX_PATH_CHARS or not is_utf8(text):
+        return f"must be valid text without NUL, of at most {MAX_PATH_CHARS} characters"
     return None
 
 

@@ -118,9 +118,9 @@ class MemoryService:
         if transcript:
             from acpmem.write.transcripts import read_transcript
 
-            messages = read_transcript(Path(transcript)).messages
-            if messages:
-                return messages[-1].seq
+            last = read_transcript(Path(transcript)).last_seq
+            if last is not None:
+                return last
         self._seq += 1
         return self._seq
 

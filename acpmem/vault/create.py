@@ -10,17 +10,39 @@ from pathlib import Path
 
 from acpmem.core import layout
 from acpmem.core.clock import now_utc
-from acpmem.core.errors import AcpmemError, VaultExists
+from acpmem.core.errors import AcpmemError, UsageError, VaultExists
+from acpmem.core.limits import clip, path_problem
 from acpmem.vault.gitrun import git, no_repository
-from acpmem.vault.writer import KIND_FORK, Vault
+from acpmem.vault.writer import KIND_FORK, KIND_INIT, Vault
 
 
 def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, cwd: Path | None = None,
                clock: Callable[[], datetime] = now_utc, rng=None) -> "Vault":
     """Create a vault from the template: its own git repository and a first commit."""
+    why = None if path is None else path_problem(path)
+    if why:
+        raise UsageError(f"the vault path {why}, got {clip(path)}", "pass the folder to create the vault in")
     base = Path(path).expanduser() if path else (cwd or Path.cwd())
     if not base.is_absolute():
         base = (cwd or Path.cwd()) / base
+    try:
+        root = _new_root(base, named=bool(path))
+    except (OSError, ValueError) as exc:   # a name too long for the system, a NUL, a folder we may not look into
+        raise AcpmemError(f"cannot create the vault at {base}: {getattr(exc, 'strerror', None) or exc}",
+                          "pick a folder you can write (or pass PATH)") from None
+    existed = root.exists()
+    try:
+        return _create(root, example=example, clock=clock, rng=rng)
+    except BaseException as exc:
+        _remove_what_we_made(root, existed)   # no half-made vault is left behind
+        if isinstance(exc, OSError):
+            raise AcpmemError(f"cannot create the vault at {root}: {exc.strerror or exc}",
+                              "pick a folder you can write (or pass PATH)") from None
+        raise
+
+
+def _new_root(base: Path, *, named: bool) -> Path:
+    """Where the new vault goes, or ``VaultExists`` saying why not there."""
     # PATH names the vault itself when it is new, empty or called .acp-memory; an existing folder with other
     # content (a project) gets its vault in PATH/.acp-memory, like `init` without PATH does in the current folder.
     if (base / layout.ENTRIES_DIR).is_dir() and (base / layout.SETTINGS_FILE).is_file():
@@ -28,7 +50,7 @@ def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, 
             err = no_repository(base)
             raise VaultExists(err.message, err.hint)
         raise VaultExists(f"{base} is already a vault", "use it, or pass another PATH")
-    if path and (base.name == layout.VAULT_DIRNAME or not base.exists() or (base.is_dir() and not any(base.iterdir()))):
+    if named and (base.name == layout.VAULT_DIRNAME or not base.exists() or (base.is_dir() and not any(base.iterdir()))):
         root = base
     else:
         root = base / layout.VAULT_DIRNAME
@@ -41,15 +63,7 @@ def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, 
             break
     if root.exists() and any(root.iterdir()):
         raise VaultExists(f"{root} exists and is not empty", "pick an empty or new folder")
-    existed = root.exists()
-    try:
-        return _create(root, example=example, clock=clock, rng=rng)
-    except BaseException as exc:
-        _remove_what_we_made(root, existed)   # no half-made vault is left behind
-        if isinstance(exc, OSError):
-            raise AcpmemError(f"cannot create the vault at {root}: {exc.strerror or exc}",
-                              "pick a folder you can write (or pass PATH)") from None
-        raise
+    return root
 
 
 def _remove_what_we_made(root: Path, existed: bool) -> None:
@@ -80,7 +94,7 @@ def _create(root: Path, *, example: bool, clock, rng) -> Vault:
     git(root, "commit", "-q", "--no-verify", "-F", "-",
         # a random vault id makes every vault's history its own, even two created from the same template by the
         # same person in the same second (their first commits would otherwise be identical)
-        input="acpmem: init: create the vault\n\nCreated from the vault template.\n\nAcpmem-Kind: init\n"
+        input=f"acpmem: {KIND_INIT}: create the vault\n\nCreated from the vault template.\n\nAcpmem-Kind: {KIND_INIT}\n"
               f"Acpmem-Vault: {os.urandom(8).hex()}\n")
     if example:
         from acpmem.vault.examples import example_entries

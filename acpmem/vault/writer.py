@@ -56,7 +56,6 @@ KIND_FORGET = "forget"
 KIND_SUPERSEDE = "supersede"
 KIND_READS = "reads"
 KIND_SYNC = "sync"
-KIND_RECOVER = "recover"
 
 
 # --------------------------------------------------------------------------------------------- paths

@@ -234,9 +234,9 @@ def check_host_args(host: dict) -> dict:
                              "pass the host's event index of the memory_commit call")
     transcript = host.get("transcript")
     if transcript not in (None, ""):
-        if not isinstance(transcript, str) or "\x00" in transcript or len(transcript) > 4096 \
-                or not limits.is_utf8(transcript):
-            raise UsageError(f"the transcript must be a file path, got {limits.clip(transcript)}",
+        why = limits.path_problem(transcript)
+        if why:
+            raise UsageError(f"the transcript path {why}, got {limits.clip(transcript)}",
                              "pass the path of the file the host wrote")
         out["transcript"] = transcript
     return out
@@ -260,15 +260,10 @@ def make_request(*, types: tuple[str, ...], type: str, note: str, importance: in
         raise UsageError(f"seq must be an integer 0..{MAX_SEQ}, got {limits.clip(given)}",
                          "pass the host's event index of the memory_commit call with --seq")
     for name, value in (("transcript", transcript), ("host tools", host_tools)):
-        if value is None:
-            continue
-        text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
-        if not isinstance(text, str):
-            raise UsageError(f"the {name} must be a file path, got {value.__class__.__name__}",
+        why = None if value is None else limits.path_problem(value)
+        if why:
+            raise UsageError(f"the {name} path {why}, got {limits.clip(value)}",
                              "pass the path of the file the host wrote")
-        if "\x00" in text or len(text) > 4096 or not limits.is_utf8(text):
-            raise UsageError(f"the {name} path is not a usable file name: {text!r:.80}",
-                             "pass a path of valid text, without NUL, of at most 4096 characters")
     from acpmem.core.redact import redact
 
     note_clean, found = redact(args.note)

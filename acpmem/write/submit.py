@@ -11,6 +11,7 @@ from typing import Any
 
 from acpmem.core.clock import utc_iso
 from acpmem.core.errors import AcpmemError, TranscriptError, UsageError
+from acpmem.core.limits import clip, path_problem
 from acpmem.core.values import Value
 from acpmem.write import requests
 
@@ -39,8 +40,9 @@ def check_readable(path: str | os.PathLike | None, what: str, hint: str) -> None
     would see the error."""
     if path is None or path == "":
         return
-    if not isinstance(path, (str, os.PathLike)):
-        raise UsageError(f"the {what} must be a file path, got {type(path).__name__}", hint)
+    why = path_problem(path)
+    if why:
+        raise UsageError(f"the {what} path {why}, got {clip(path)}", hint)
     p = Path(path).expanduser()
     try:
         st = p.stat()
