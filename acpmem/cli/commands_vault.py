@@ -170,13 +170,14 @@ def edit(ctx: typer.Context, entry_id: IdArg,
     Example: acp memory edit u-k3f --user --from fixed.md
     """
     from acpmem.vault.edit import edit_entry
-    from acpmem.vault.layers import edit_target
+    from acpmem.vault.layers import edit_target, project_path_forms
 
     v = open_vault(ctx, vault)
     target = edit_target(v, entry_id, user=user)
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     result = edit_entry(target, entry_id, from_file=as_path(from_file), message=message,
-                        confirm=(lambda q: typer.confirm(q, default=True)) if interactive else None)
+                        confirm=(lambda q: typer.confirm(q, default=True)) if interactive else None,
+                        forbid_paths=project_path_forms(v) if target is not v else ())
     emit_warnings(v)
     out(result)
 

@@ -231,4 +231,16 @@ def history_vault(vault: VaultReader, prefix: str, *, user: bool = False) -> Vau
 
 
 __all__ = ["LayerEntry", "two_layers", "list_layered", "resolve_layer", "vault_for_layer", "recall_layered",
-           "scores_layered", "open_user_vault", "edit_target", "history_vault"]
+           "scores_layered", "open_user_vault", "edit_target", "history_vault", "project_path_forms"]
+
+
+def project_path_forms(vault: VaultReader) -> tuple[str, ...]:
+    """The spellings of this project's folders that user-layer text must not hold
+    (``acpmem.core.projectpaths``): the vault and its workspace, as opened and as real paths."""
+    import os
+
+    from acpmem.core.layout import VAULT_DIRNAME
+    from acpmem.core.projectpaths import path_forms, project_roots
+
+    roots = project_roots(str(vault.root), VAULT_DIRNAME) + project_roots(os.path.realpath(vault.root), VAULT_DIRNAME)
+    return path_forms(roots, os.path.expanduser("~"))
