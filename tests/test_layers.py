@@ -264,7 +264,7 @@ def test_a_user_preference_goes_to_the_user_vault_by_default_and_the_fork_is_tol
     v = configure(proj, openai_server)
     openai_server.enqueue(reply.writes(reply.write("- Comments in English, commit messages in Chinese.",
                                                    title="Comments in English, commits in Chinese")))
-    out = run(v, submit(v, type="user-preference", note="language of comments and commits"))
+    out = run(v, submit(v, type="user-preference", note="answer short first; language of comments and commits"))
     assert out.status == "written" and out.entries[0]["layer"] == "user"
     new = out.entries[0]["id"]
     assert new.startswith(USER_ID_PREFIX) and new in ids(Vault(user_vault.root)) and new not in ids(Vault(v.root))
@@ -274,7 +274,7 @@ def test_a_user_preference_goes_to_the_user_vault_by_default_and_the_fork_is_tol
     instruction = body["messages"][-1]["content"]
     assert "Two layers" in instruction and "default when you leave it out: user" in instruction
     # related entries come from both layers, each framed with its layer
-    assert 'layer="user"' in instruction or "u-short1" not in instruction
+    assert re.search(r'kind="related" id="u-short1" [^\n]*layer="user"', instruction)
     # one commit in the user vault carrying the request; none in the project vault
     assert git_out(user_vault.root, "log", "-1", "--format=%B").count(f"Acpmem-Request: {out.request}") == 1
     assert f"Acpmem-Request: {out.request}" not in git_out(v.root, "log", "--format=%B")
