@@ -32,13 +32,15 @@ app.add_typer(hook_app, name="hook")
 
 
 def complete_ids(ctx: typer.Context, incomplete: str) -> list[str]:
-    """Shell completion of entry ids, from the vault's catalog (never fails: a completion prints nothing)."""
+    """Shell completion of entry ids, from the catalogs of the project and user vaults (never fails: a completion
+    prints nothing)."""
     try:
         from acpmem.vault.reader import VaultReader
 
         v = VaultReader.open(vault_of(ctx, ctx.params.get("vault")))
         try:
-            return sorted(e.id for e in v.load(with_reads=False, light=True).entries if e.id.startswith(incomplete))
+            return sorted(e.id for lv in v.layers() for e in lv.load(with_reads=False, light=True).entries
+                          if e.id.startswith(incomplete))
         finally:
             v.close()
     except Exception:  # noqa: BLE001 - no vault, a broken one: nothing to offer

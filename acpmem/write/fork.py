@@ -295,6 +295,8 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
             layer = LAYER_PROJECT
         known = known_in[layer]
         content = _redact(args.content, draft.redacted)
+        if layer != LAYER_PROJECT:   # before a title is derived (and clipped) from it
+            content = _user_safe(vault, content, draft)
         title = _redact(args.title, draft.redacted) if args.title else derive_title(content)
         sup = []
         for old in args.supersedes:   # within the entry's own layer: a layer never marks the other's entries
@@ -467,17 +469,25 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
 
 
 def _offline_draft(vault, req: Request, transcript, extract_offline) -> _Draft:
+    from acpmem.core.tools import default_layer
+
     draft = _Draft()
-    text = extract_offline(transcript, req.note, max_bytes=vault.settings.extraction.max_entry_bytes,
+    layers = vault.layers()
+    layer = default_layer(req.type) if len(layers) > 1 else LAYER_PROJECT
+    note = req.note
+    if layer != LAYER_PROJECT:
+        # before the extractor clips titles and quotes: a path cut in half would no longer be recognised
+        note = _user_safe(vault, note, draft)
+        if transcript is not None:
+            transcript = transcript.with_changes(messages=tuple(
+                m.with_changes(content=_user_safe(vault, transcript.text(m), draft), raw={})
+                for m in transcript.messages))
+    text = extract_offline(transcript, note, max_bytes=vault.settings.extraction.max_entry_bytes,
                            lang=vault.settings.language)
     body = _redact(text.body, draft.redacted)
     title = _redact(text.title, draft.redacted)
     cites = tuple(Citation(req.session, s) for s in text.seqs) or (Citation(req.session, req.seq),)
-    from acpmem.core.tools import default_layer
-
-    layers = vault.layers()
     taken = {e.id for lv in layers for e in lv.load(with_reads=False, light=True).entries}
-    layer = default_layer(req.type) if len(layers) > 1 else LAYER_PROJECT
     draft.entries.append(_new_entry(vault, req, draft, taken, title=title, body=body, citations=cites,
                                     extractor="offline", layer=layer))
     return draft
