@@ -23,6 +23,7 @@ from acpmem.vault.resident import resident_index
 from acpmem.vault.retrieval import surface
 from acpmem.vault.writer import Vault
 from acpmem.write import requests, worker
+from acpmem.write.fork import related_entries
 
 FIX = Path(__file__).parent / "fixtures" / "transcripts"
 KEY = "sk-proj-" + "Ab3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5oQ7s" + "T3BlbkFJ" + "u9wY1aC3eG5iK7mO9qS1uW3yA5cE7gI9"
@@ -389,11 +390,15 @@ def _broken(kind: str, path: Path, clock) -> None:
         (path / "acpmem.toml").write_text("[index]\nbudget_tokens = -3\n")
     elif kind == "not a vault":
         subprocess.run(["rm", "-rf", str(path / "entries")], check=True)
+    elif kind == "unreadable":   # the tests run as root, which reads any mode: a file that cannot be read as one
+        (path / "acpmem.toml").unlink()
+        (path / "acpmem.toml").mkdir()
 
 
 @pytest.mark.parametrize("kind,said", [("missing", "does not exist"), ("a file", "is not a folder"),
                                        ("not a git repository", "is not a git repository"),
-                                       ("bad settings", "cannot be read"), ("not a vault", "is not an acpmem vault")])
+                                       ("bad settings", "cannot be read"), ("not a vault", "is not an acpmem vault"),
+                                       ("unreadable", "cannot be read")])
 def test_a_broken_user_vault_leaves_the_project_working_with_one_warning(tmp_path, clock, cli, monkeypatch, kind,
                                                                         said):
     broken = tmp_path / "broken-user"
@@ -494,7 +499,7 @@ def test_two_projects_sharing_one_user_vault_never_leak_into_each_other(tmp_path
 WORDS = st.sampled_from(["cedar", "maple", "birch", "larch", "alder", "rowan", "hazel", "aspen"])
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sets=st.lists(st.tuples(st.sampled_from(["A", "B", "U"]), WORDS, st.integers(1, 10)), min_size=1,
                      max_size=12))
 def test_generated_entry_sets_never_leak_and_ids_stay_unique(tmp_path_factory, clock, monkeypatch, sets):
@@ -528,6 +533,9 @@ def test_generated_entry_sets_never_leak_and_ids_stay_unique(tmp_path_factory, c
         assert tag[other] not in text
         for w in ("cedar", "maple", tag[other], "zzuser"):
             assert all(h.entry.id not in written[other] for h in recall_layered(v, w, limit=50, mark_read=False))
+            assert all(e.id not in written[other] for e in related_entries(v, f"{w} {tag[other]}", limit=20))
+        s = surface(v, f"gen-{me}", seed=1)
+        assert all(e.entry.id in written[me] | written["U"] for e in s.entries)
         v.close()
 
 
