@@ -600,3 +600,21 @@ def test_the_readme_two_layers_example_runs_as_written(tmp_path):
     assert re.search(r"^user +#u-\w+ \[user-preference\] .*<project path>", r.stdout, re.M)
     assert str(tmp_path) + "/proj" not in r.stdout.split("User layer")[0].split("wrote 1 entry")[1]
     assert not (Path(env["HOME"]) / ".acp-memory").exists()
+
+
+def test_the_claude_code_hook_gives_both_layers(proj, cli, tmp_path):
+    toml = proj.root / "acpmem.toml"
+    toml.write_text(toml.read_text().replace("enabled = false", "enabled = true", 1))
+    ws = proj.root.parent
+
+    def hook(name: str, **more):
+        ev = json.dumps({"session_id": "cc-l", "transcript_path": str(ws / "t.jsonl"), "cwd": str(ws),
+                         "hook_event_name": name, **more})
+        r = cli("memory", "hook", "claude-code", input=ev, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["hookSpecificOutput"]["additionalContext"]
+
+    start = hook("SessionStart", source="startup")
+    assert 'layer="project"' in start and 'layer="user"' in start and "#u-short1" in start
+    turn = hook("UserPromptSubmit", prompt="how should you answer?")
+    assert 'id="u-short1" layer="user"' in turn and 'id="q7dec1" layer="project"' in turn
