@@ -92,17 +92,15 @@ def show(ctx: typer.Context, entry_id: IdArg, json_: JsonOpt = False, vault: Vau
     Example: acp memory show k3f
     """
     from acpmem.core import render
-    from acpmem.vault import reader
-    from acpmem.vault.layers import resolve_layer
+    from acpmem.vault.layers import show_layered
 
     v = open_vault(ctx, vault)
-    lv, found = resolve_layer(v, entry_id)
-    e = reader.show(lv, found.id)
+    layer, e = show_layered(v, entry_id)
     emit_warnings(v)
     if json_:
-        out_json(render.entry_json(e, {"layer": lv.layer}))
+        out_json(render.entry_json(e, {"layer": layer}))
     else:
-        out(render.show_text(e, v.clock(), lv.layer if len(v.layers()) > 1 else None))
+        out(render.show_text(e, v.clock(), layer if len(v.layers()) > 1 else None))
 
 
 # --------------------------------------------------------------------------------------------- score
@@ -169,15 +167,12 @@ def edit(ctx: typer.Context, entry_id: IdArg,
     Example: EDITOR=nano acp memory edit k3f -m "the limit is 20/s now"
     Example: acp memory edit u-k3f --user --from fixed.md
     """
-    from acpmem.vault.edit import edit_entry
-    from acpmem.vault.layers import edit_target, project_path_forms
+    from acpmem.vault.layers import edit_layered
 
     v = open_vault(ctx, vault)
-    target = edit_target(v, entry_id, user=user)
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
-    result = edit_entry(target, entry_id, from_file=as_path(from_file), message=message,
-                        confirm=(lambda q: typer.confirm(q, default=True)) if interactive else None,
-                        forbid_paths=project_path_forms(v) if target is not v else ())
+    result = edit_layered(v, entry_id, user=user, from_file=as_path(from_file), message=message,
+                          confirm=(lambda q: typer.confirm(q, default=True)) if interactive else None)
     emit_warnings(v)
     out(result)
 
@@ -190,11 +185,10 @@ def forget(ctx: typer.Context, entry_id: IdArg,
 
     Example: acp memory forget k3f --reason "the queue moved to Postgres"
     """
-    from acpmem.vault.layers import resolve_layer
+    from acpmem.vault.layers import forget_layered
 
     v = open_vault(ctx, vault)
-    lv, found = resolve_layer(v, entry_id)
-    entry, sha = lv.forget(found.id, reason)
+    lv, entry, sha = forget_layered(v, entry_id, reason)
     emit_warnings(v)
     if json_:
         out_json({"forgotten": entry.id, "commit": sha, "layer": lv.layer})
@@ -216,13 +210,10 @@ def log(ctx: typer.Context,
 
     Example: acp memory log k3f
     """
-    from acpmem.vault.history import log as history
-    from acpmem.vault.layers import history_vault
+    from acpmem.vault.layers import log_layered
 
     v = open_user(ctx, vault) if user and not entry_id else open_vault(ctx, vault)
-    if entry_id:
-        v = history_vault(v, entry_id, user=user)
-    items = history(v, entry_id, limit=limit)
+    items = log_layered(v, entry_id, limit=limit, user=user)
     if json_:
         out_json({"entry": entry_id, "changes": [i.to_json() for i in items]})
         return

@@ -230,8 +230,47 @@ def history_vault(vault: VaultReader, prefix: str, *, user: bool = False) -> Vau
         return vault
 
 
+def show_layered(vault: VaultReader, prefix: str) -> tuple[str, Entry]:
+    """``show`` across the layers: the entry with this id (or unique prefix) and its layer; marked read in its own
+    vault."""
+    from acpmem.vault.reader import show
+
+    lv, found = resolve_layer(vault, prefix)
+    return lv.layer, show(lv, found.id)
+
+
+def forget_layered(vault, prefix: str, reason: str):
+    """``forget`` across the layers: (the vault that held it, the entry, the commit)."""
+    lv, found = resolve_layer(vault, prefix)
+    entry, sha = lv.forget(found.id, reason)
+    return lv, entry, sha
+
+
+def log_layered(vault: VaultReader, prefix: str | None, *, limit: int = 50, user: bool = False) -> list:
+    """``log`` across the layers: one entry's history in the vault that holds (or held) it, or a whole vault's —
+    the user vault's with ``user``."""
+    from acpmem.vault.history import log
+
+    if prefix:
+        target = history_vault(vault, prefix, user=user)
+    else:
+        target = vault_for_layer(vault, LAYER_USER) if user and vault.layer != LAYER_USER else vault
+    return log(target, prefix, limit=limit)
+
+
+def edit_layered(vault, prefix: str, *, user: bool = False, **kw) -> str:
+    """``edit`` across the layers (``acpmem.vault.edit.edit_entry``): in the vault that holds the entry (``user``:
+    the user vault only); in the user vault, text holding this project's paths is refused."""
+    from acpmem.vault.edit import edit_entry
+
+    target = edit_target(vault, prefix, user=user)
+    forbid = project_path_forms(vault) if target is not vault else ()
+    return edit_entry(target, prefix, forbid_paths=forbid, **kw)
+
+
 __all__ = ["LayerEntry", "two_layers", "list_layered", "resolve_layer", "vault_for_layer", "recall_layered",
-           "scores_layered", "open_user_vault", "edit_target", "history_vault", "project_path_forms"]
+           "scores_layered", "open_user_vault", "edit_target", "history_vault", "project_path_forms", "show_layered", "forget_layered",
+           "log_layered", "edit_layered"]
 
 
 def project_path_forms(vault: VaultReader) -> tuple[str, ...]:
