@@ -618,3 +618,15 @@ def test_the_claude_code_hook_gives_both_layers(proj, cli, tmp_path):
     assert 'layer="project"' in start and 'layer="user"' in start and "#u-short1" in start
     turn = hook("UserPromptSubmit", prompt="how should you answer?")
     assert 'id="u-short1" layer="user"' in turn and 'id="q7dec1" layer="project"' in turn
+
+
+def test_working_on_the_user_vault_itself_writes_user_ids_there(user_vault, cli, tmp_path):
+    r = cli("memory", "--vault", str(user_vault.root), "commit", "--type", "lesson", "--note",
+            "pytest -x stops at the first failure", "--importance", "5", "--session", "s-u", "--seq", "1", "--wait",
+            "--json")
+    assert r.returncode == 0, r.stderr
+    e = json.loads(r.stdout)["outcome"]["entries"][0]
+    got = json.loads(cli("memory", "--vault", str(user_vault.root), "list", "--json").stdout)["entries"]
+    new = [x for x in got if x["id"] != "u-short1"]
+    assert len(new) == 1 and new[0]["id"].startswith(USER_ID_PREFIX) and new[0]["layer"] == "user"
+    assert e["id"] == new[0]["id"] and e["layer"] == "user"

@@ -255,7 +255,7 @@ def _user_safe(vault, text: str, draft: _Draft) -> str:
 def _new_entry(vault, req: Request, draft: _Draft, taken: set[str], *, title: str, body: str,
                citations: tuple[Citation, ...], extractor: str, supersedes: tuple[str, ...] = (),
                layer: str = LAYER_PROJECT) -> Entry:
-    target = vault if layer == LAYER_PROJECT else vault.user
+    target = vault.user if layer == LAYER_USER and vault.layer != LAYER_USER else vault
     if layer != LAYER_PROJECT:
         title, body = _user_safe(vault, title, draft), _user_safe(vault, body, draft)
     ident = target.new_id(taken)
@@ -291,8 +291,8 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
         except EntryInvalid as exc:
             raise _malformed(f"memory_write call {i + 1}: {exc.message}") from None
         layer = args.layer or default_layer(req.type)
-        if layer not in layers:   # no user vault (the schema then has no layer): the project's
-            layer = LAYER_PROJECT
+        if layer not in layers:   # one layer only (the schema then has no layer field): that one
+            layer = vault.layer
         known = known_in[layer]
         content = _redact(args.content, draft.redacted)
         if layer != LAYER_PROJECT:   # before a title is derived (and clipped) from it
@@ -333,6 +333,8 @@ def commit_draft(vault, req: Request, draft: _Draft, model_label: str, extractor
 
     user_entries, user_updates = draft.part(LAYER_USER)
     entries, updates = draft.part(LAYER_PROJECT)
+    if vault.layer == LAYER_USER:   # the vault opened is the user vault itself: one layer, one commit
+        entries, updates, user_entries, user_updates = user_entries + entries, user_updates + updates, [], []
     trailers = {"Acpmem-Request": req.id, "Acpmem-Session": req.session, "Acpmem-Seq": str(req.seq),
                 "Acpmem-Note": req.note, "Acpmem-Model": model_label, "Acpmem-Extractor": extractor}
     sha = None
@@ -473,7 +475,7 @@ def _offline_draft(vault, req: Request, transcript, extract_offline) -> _Draft:
 
     draft = _Draft()
     layers = vault.layers()
-    layer = default_layer(req.type) if len(layers) > 1 else LAYER_PROJECT
+    layer = default_layer(req.type) if len(layers) > 1 else vault.layer
     note = req.note
     if layer != LAYER_PROJECT:
         # before the extractor clips titles and quotes: a path cut in half would no longer be recognised
