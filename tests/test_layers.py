@@ -630,3 +630,13 @@ def test_working_on_the_user_vault_itself_writes_user_ids_there(user_vault, cli,
     new = [x for x in got if x["id"] != "u-short1"]
     assert len(new) == 1 and new[0]["id"].startswith(USER_ID_PREFIX) and new[0]["layer"] == "user"
     assert e["id"] == new[0]["id"] and e["layer"] == "user"
+
+
+def test_a_type_the_user_vault_lacks_stays_in_the_project(proj, user_vault, openai_server):
+    toml = user_vault.root / "acpmem.toml"
+    toml.write_text(toml.read_text().replace('types = ["decision", "lesson", "fact", "user-preference", "reference"]',
+                                             'types = ["user-preference"]'))
+    v = configure(proj, openai_server)
+    openai_server.enqueue(reply.writes(reply.call("memory_write", {"content": "- a lesson", "layer": "user"})))
+    out = run(v, submit(v, type="lesson"))
+    assert out.status == "written" and out.entries[0]["layer"] == "project"

@@ -291,8 +291,8 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
         except EntryInvalid as exc:
             raise _malformed(f"memory_write call {i + 1}: {exc.message}") from None
         layer = args.layer or default_layer(req.type)
-        if layer not in layers:   # one layer only (the schema then has no layer field): that one
-            layer = vault.layer
+        if layer not in layers or req.type not in layers[layer].settings.types:
+            layer = vault.layer   # one layer only (the schema then has no layer field), or a type it lacks
         known = known_in[layer]
         content = _redact(args.content, draft.redacted)
         if layer != LAYER_PROJECT:   # before a title is derived (and clipped) from it
@@ -476,6 +476,8 @@ def _offline_draft(vault, req: Request, transcript, extract_offline) -> _Draft:
     draft = _Draft()
     layers = vault.layers()
     layer = default_layer(req.type) if len(layers) > 1 else vault.layer
+    if layer != vault.layer and req.type not in layers[-1].settings.types:
+        layer = vault.layer   # the user vault does not know this type: the project vault keeps it
     note = req.note
     if layer != LAYER_PROJECT:
         # before the extractor clips titles and quotes: a path cut in half would no longer be recognised
