@@ -685,7 +685,8 @@ _TOML_KEYS = {"vault": ["types", "language"], "score": ["importance_weight", "re
               "surface": ["enabled", "top_n", "entry_cap_bytes", "session_budget_bytes"], "recall": ["limit"],
               "extraction": ["base_url", "model", "api_key_env", "timeout_seconds", "max_retries", "extractor",
                              "max_entry_bytes"],
-              "git": ["lock_timeout_seconds", "foreign_lock_wait_seconds", "remote"], "nope": ["x"]}
+              "git": ["lock_timeout_seconds", "foreign_lock_wait_seconds", "remote"],
+              "layers": ["user_vault", "user_share"], "nope": ["x"]}
 
 
 def _toml_value():
@@ -709,7 +710,8 @@ def _plausible() -> dict:
              float: ["0.0", "0.001", "0.5", "1.0", "30.0", "3600.0", "36500.0"]}
     text = {"base_url": ['""', '"http://127.0.0.1:9"'], "model": ['""', '"m"'],
             "api_key_env": ['"OPENAI_API_KEY"', '""'],
-            "extractor": ['"offline"', '"auto"'], "remote": ['"origin"', '"team"']}
+            "extractor": ['"offline"', '"auto"'], "remote": ['"origin"', '"team"'],
+            "user_vault": ['""', '"none"', '"/nonexistent/acpmem-user-vault"']}
     out = {"vault": {"types": ['["fact", "lesson", "decision"]', '["decision", "lesson", "fact", "user-preference", '
                                '"reference"]'], "language": ['"en"', '"zh"']}}
     for name, section in Settings().to_json().items():
@@ -748,7 +750,7 @@ def toml_text():
 
 
 def _settings_problem(s) -> str | None:
-    for name in ("score", "index", "surface", "recall", "extraction", "git"):
+    for name in ("score", "index", "surface", "recall", "extraction", "git", "layers"):
         for k, val in s.__dict__[name].to_json().items():
             if isinstance(val, float) and not math.isfinite(val):
                 return f"{name}.{k} = {val}"

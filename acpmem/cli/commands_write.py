@@ -260,13 +260,23 @@ def stats(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) ->
         s = collect(v)
     finally:
         v.close()
+    emit_warnings(v)
     if json_:
         out_json(s)
         return
     e = s["entries"]
-    out(f"Entries: {e['live']} live, {e['superseded']} superseded, {e['invalid']} invalid")
+    out(f"Entries: {e['live']} live, {e['superseded']} superseded, {e['invalid']} invalid"
+        + (" (project layer)" if s.get("user") else ""))
     for t, n in e["by_type"].items():
         out(f"  {t:<18}{n:>6}")
+    if s.get("user"):
+        u = s["user"]
+        ue = u["entries"]
+        out(f"User layer ({u['vault']}): {ue['live']} live, {ue['superseded']} superseded, {ue['invalid']} invalid; "
+            f"entries {_size(u['disk']['entries_bytes'])}, git {_size(u['disk']['git_bytes'])}")
+        for t, n in ue["by_type"].items():
+            if n:
+                out(f"  {t:<18}{n:>6}")
     d = s["disk"]
     out(f"Disk: entries {_size(d['entries_bytes'])}, git {_size(d['git_bytes'])}, "
         f"local state {_size(d['state_bytes'])}, index {_size(d['index_bytes'])}")

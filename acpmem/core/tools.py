@@ -69,6 +69,10 @@ _TEXT = {
         "write.title": ("One self-contained line that states the memory itself, not its topic. Example: \"Session "
                         "append must be re-entrant — the hook can fire while a write is in flight\"."),
         "write.supersedes": "Ids of existing entries this one replaces because they are outdated or wrong.",
+        "write.layer": ("Where the entry goes: \"user\" for the person's own preferences and habits that hold in "
+                        "every project (their user vault, read in all their projects); \"project\" for everything "
+                        "about this project (its decisions, traps, facts). Default: user for the type "
+                        "user-preference, else project."),
     },
     "zh": {
         "commit": (
@@ -95,6 +99,8 @@ _TEXT = {
         ),
         "write.title": "一行自足的标题，陈述记忆本身而不是话题。例如：\"Session append 必须可重入——写入未完成时钩子可能再次触发\"。",
         "write.supersedes": "被这一条取代的已有条目 id（它们已过时或有误）。",
+        "write.layer": ("条目写到哪里：\"user\" 表示用户本人在所有项目中都适用的偏好和习惯（写入其个人记忆库，所有项目都会读取）；"
+                        "\"project\" 表示与本项目有关的一切（决定、踩坑、事实）。默认：类别为 user-preference 时为 user，否则为 project。"),
     },
 }
 
@@ -114,12 +120,23 @@ class WriteArgs(Value):
     content: str
     title: str | None = None
     supersedes: tuple[str, ...] = ()
+    layer: str | None = None      # "project" | "user"; None: by the type (``default_layer``)
+
+
+LAYERS = ("project", "user")
+
+
+def default_layer(type: str) -> str:
+    """Where an entry goes when the fork does not say: the user's preferences to the user vault, the rest to the
+    project's."""
+    return "user" if type == "user-preference" else "project"
 
 
 def tool_definitions(for_: str = "main", format: str = "openai", lang: str = "en",
-                     types: tuple[str, ...] | list[str] = DEFAULT_TYPES) -> list[dict]:
+                     types: tuple[str, ...] | list[str] = DEFAULT_TYPES, *, layers: bool = False) -> list[dict]:
     """The tool schemas for the main conversation (``memory_commit``, ``memory_recall``) or the fork (``memory_write``),
-    as OpenAI function tools, Anthropic tools or MCP tools; ``types`` is the vault's type enum."""
+    as OpenAI function tools, Anthropic tools or MCP tools; ``types`` is the vault's type enum. ``layers``: a user
+    vault is read beside the project's, so ``memory_write`` takes a ``layer``."""
     _check(for_, ("main", "fork"), "--for")
     _check(format, FORMATS, "--format")
     _check(lang, LANGS, "--lang")
@@ -161,6 +178,8 @@ def tool_definitions(for_: str = "main", format: str = "openai", lang: str = "en
                     "content": {"type": "string", "description": t["write.content"]},
                     "title": {"type": "string", "description": t["write.title"], "maxLength": MAX_TITLE_CHARS},
                     "supersedes": {"type": "array", "items": {"type": "string"}, "description": t["write.supersedes"]},
+                    **({"layer": {"type": "string", "enum": list(LAYERS), "description": t["write.layer"]}}
+                       if layers else {}),
                 },
                 "required": ["content"],
                 "additionalProperties": False,
@@ -200,13 +219,21 @@ def nudge_text(lang: str = "en") -> str:
 
 
 def fork_instruction(note: str, type: str, importance: int, related_entries_text: str | None,
-                     lang: str = "en") -> str:
+                     lang: str = "en", *, layers: bool = False) -> str:
     """The one user message the fork appends after the unchanged conversation: the focus, the writing rules, and the
-    related entries (``related_entries_text`` is already framed as data by the caller; empty or None means none)."""
+    related entries (``related_entries_text`` is already framed as data by the caller; empty or None means none).
+    ``layers``: a user vault is read beside the project's; the rules say how to choose each entry's layer."""
     _check(lang, LANGS, "--lang")
     note = " ".join(str(note).split())
     related = (related_entries_text or "").strip()
+    default = default_layer(type)
     if lang == "zh":
+        layer_rules = [
+            "- 两层记忆：project（本项目的记忆库，只在本项目中读取）和 user（用户本人的记忆库，所有项目都会读取）。"
+            f"每次 memory_write 用 layer 选择：用户本人在任何项目都适用的偏好和习惯写 user；与本项目有关的一切写 project"
+            f"（不填时为 {default}）。",
+            "- 写到 user 的条目不得提及本项目：不写项目的路径、文件名、名称或内部细节（路径会被自动删去）。",
+        ] if layers else []
         return "\n".join([
             f"提取现在需要的记忆；重点：{note}",
             "",
@@ -217,12 +244,21 @@ def fork_instruction(note: str, type: str, importance: int, related_entries_text
             "- 提炼：写结论和原因，几条要点即可；不要照抄对话，不要复述过程。",
             "- 标题：一行，陈述记忆本身。",
             "- 下面的已有条目若已过时或有误，写出更正后的条目，并把它的 id 放进 supersedes；已有条目已经说清楚的，不要重复写。",
+            *layer_rules,
             "- 不要写入任何密钥、令牌或密码。",
             "- 没有值得保留的内容就不调用 memory_write，回答“无需记录”。",
             "",
             "相关的已有条目：",
             related or "（无）",
         ])
+    layer_rules = [
+        "- Two layers: project (this project's vault, read only in this project) and user (the person's own vault, "
+        "read in every project they work on). Choose with layer on each memory_write: user for the person's own "
+        "preferences and habits that hold in any project; project for everything about this project "
+        f"(default when you leave it out: {default}).",
+        "- An entry for the user layer must not mention this project: no paths, file names, project names or "
+        "internals (paths are removed anyway).",
+    ] if layers else []
     return "\n".join([
         f"Extract the memories needed now; focus: {note}",
         "",
@@ -235,6 +271,7 @@ def fork_instruction(note: str, type: str, importance: int, related_entries_text
         "- Title: one line that states the memory itself.",
         "- If an existing entry below is outdated or wrong, write the corrected entry and put its id in supersedes; "
         "if it already says this, write nothing for it.",
+        *layer_rules,
         "- Never write secrets: keys, tokens, passwords.",
         "- If nothing is worth keeping, do not call memory_write; answer \"nothing to keep\".",
         "",
@@ -274,10 +311,16 @@ def parse_recall_args(args: Mapping[str, Any]) -> RecallArgs:
     return RecallArgs(query, limit)
 
 
-def parse_write_args(args: Mapping[str, Any], max_content_bytes: int = 8192) -> WriteArgs:
-    """Validate one ``memory_write`` call from the fork: content required, a one-line title, supersedes a list of ids."""
+def parse_write_args(args: Mapping[str, Any], max_content_bytes: int = 8192, *, layers: bool = False) -> WriteArgs:
+    """Validate one ``memory_write`` call from the fork: content required, a one-line title, supersedes a list of ids;
+    with ``layers`` (a user vault is read beside the project's) a ``layer``, project or user."""
     _object(args, "memory_write")
-    _no_extra(args, ("content", "title", "supersedes"), "memory_write")
+    _no_extra(args, ("content", "title", "supersedes", "layer") if layers else ("content", "title", "supersedes"),
+              "memory_write")
+    layer = args.get("layer")
+    if layer is not None and layer not in LAYERS:
+        raise EntryInvalid("memory_write", "layer", f"must be project or user, got {clip(layer)}",
+                           "leave it out for the default, or pass \"project\" or \"user\"")
     content = args.get("content")
     if not isinstance(content, str) or not content.strip():
         raise EntryInvalid("memory_write", "content", "is missing or empty", "the fork must send the entry text")
@@ -297,7 +340,7 @@ def parse_write_args(args: Mapping[str, Any], max_content_bytes: int = 8192) -> 
         raise EntryInvalid("memory_write", "supersedes",
                            f"must be a list of entry ids, got {clip(args.get('supersedes'))}",
                            "use the ids shown with the related entries")
-    return WriteArgs(content.strip("\n"), title, tuple(dict.fromkeys(sup)))
+    return WriteArgs(content.strip("\n"), title, tuple(dict.fromkeys(sup)), layer)
 
 
 def _object(args: object, tool: str) -> None:

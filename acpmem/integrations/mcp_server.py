@@ -18,6 +18,9 @@ Session and seq of a ``memory_commit`` (the citation of what it produces):
   SessionStart hook recorded for the session (``claude_code.record_session``), else none (the fork then has only the note);
 * seq: the last message's seq of the transcript when there is one, else a counter of this server's commits (1, 2, …).
 
+Both layers are read: the project vault the server was started on and the user vault beside it
+(``acpmem.vault.layers``); the index names each part's layer, every recalled entry its own.
+
 The same session freezes the ``memory://index`` text (``acpmem.vault.resident``) and is passed to recall. Every call
 opens the vault afresh (cheap), so edits, syncs and settings changes made while the server runs are seen.
 """
@@ -126,12 +129,13 @@ class MemoryService:
 
     def recall(self, args: dict[str, Any]) -> str:
         from acpmem.core.tools import parse_recall_args
-        from acpmem.vault.retrieval import recall, recall_text
+        from acpmem.vault.layers import recall_layered
+        from acpmem.vault.retrieval import recall_text
 
         parsed = parse_recall_args(args)
         v = self.open()
         try:
-            hits = recall(v, parsed.query, limit=parsed.limit, session=self.session)
+            hits = recall_layered(v, parsed.query, limit=parsed.limit, session=self.session)
             return recall_text(v, hits)
         finally:
             v.close()
