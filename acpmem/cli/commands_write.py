@@ -32,6 +32,7 @@ class ToolFormat(str, Enum):
     openai = "openai"
     anthropic = "anthropic"
     mcp = "mcp"
+    dsh = "dsh"
 
 
 class Lang(str, Enum):
@@ -52,7 +53,8 @@ SeqOpt = Annotated[Optional[int], typer.Option("--seq", min=0, max=MAX_SEQ, show
                                                help="The host's event index of the memory_commit call; the fork sees "
                                                     "the transcript up to it.")]
 TranscriptOpt = Annotated[Optional[str], typer.Option("--transcript", metavar="FILE", help="The conversation: OpenAI or Anthropic "
-                                                       "chat JSON, JSONL, or a Claude Code session file.",
+                                                       "chat JSON, JSONL, a Claude Code session file, a DSH session "
+                                                       "log (session.jsonl.zstd) or a pi session log.",
                                                        show_default=False)]
 HostToolsOpt = Annotated[Optional[str], typer.Option("--host-tools", metavar="FILE", help="A JSON file of the host's read-only tools "
                                                       "(OpenAI function tools), sent first and unchanged so the "
@@ -76,7 +78,11 @@ def commit(ctx: typer.Context, type_: TypeOpt = None, note: NoteOpt = None, impo
            host_tools: HostToolsOpt = None,
            wait: Annotated[bool, typer.Option("--wait", help="Extract now, in this process, and say what was "
                                                              "written (default: in the background).")] = False,
-           extractor: ExtractorOpt = None, json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+           extractor: ExtractorOpt = None, json_: JsonOpt = False, vault: VaultOpt = None,
+           block: Annotated[Optional[str], typer.Option("--block", metavar="BLOCK", show_default=False,
+                                                        help="A compression block of the transcript (b12) to keep: "
+                                                             "the fork distils it and the entry cites its turns.")]
+           = None) -> int:
     """Record the main conversation's intent to remember something, and extract it in the background.
 
     Writes a durable pending request under .acpmem/pending/, starts the vault's background worker if none is
@@ -85,6 +91,9 @@ def commit(ctx: typer.Context, type_: TypeOpt = None, note: NoteOpt = None, impo
 
     Example: acp memory commit --type lesson --note "session.append must be re-entrant" --importance 7
     --session "$SESSION_ID" --seq 42 --transcript ~/.claude/projects/p/$SESSION_ID.jsonl
+
+    Example: acp memory commit --type decision --note "auth token design" --importance 8 --session s1 --seq 21
+    --transcript session.jsonl.zstd --block b2
     """
     return hot.call("commit", params(locals()), vault_of(ctx, None))
 
@@ -213,7 +222,8 @@ def _vault_defaults(ctx: typer.Context, vault: str | None):
 def tools(ctx: typer.Context,
           for_: Annotated[ForWhom, typer.Option("--for", help="main: memory_commit + memory_recall; fork: "
                                                               "memory_write.")] = ForWhom.main,
-          fmt: Annotated[ToolFormat, typer.Option("--format", "-f", help="openai | anthropic | mcp")]
+          fmt: Annotated[ToolFormat, typer.Option("--format", "-f", help="openai | anthropic | mcp | dsh (DSH "
+                                                                          "defineTool parameter maps)")]
           = ToolFormat.openai,
           lang: Annotated[Optional[Lang], typer.Option("--lang", help="en | zh (default: the vault's language).",
                                                        show_default=False)] = None,
