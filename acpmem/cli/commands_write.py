@@ -240,18 +240,27 @@ def tools(ctx: typer.Context,
     out_json(tool_definitions(for_.value, fmt.value, lang.value if lang else vlang, types))
 
 
+class Voice(str, Enum):
+    gentle = "gentle"
+    emergency = "emergency"
+    tier = "tier"
+
+
 @app.command()
 def nudge(ctx: typer.Context,
           lang: Annotated[Optional[Lang], typer.Option("--lang", help="en | zh (default: the vault's language).",
                                                        show_default=False)] = None,
+          voice: Annotated[Voice, typer.Option("--voice", help="The compression kernel's nudge it follows: gentle | "
+                                                               "emergency | tier.")] = Voice.gentle,
           vault: VaultOpt = None) -> None:
-    """The memory guidance a compression nudge appends: commit what lasts, then compress what is consumed.
+    """The memory guidance to append after a compression kernel's nudge text: (1) stable conclusions, or a
+    compression block worth keeping, go to memory_commit (with block); (2) consumed content is compressed as before.
 
-    Example: acp memory nudge --lang zh
+    Example: acp memory nudge --lang zh --voice tier
     """
     from acpmem.core.tools import nudge_text
 
-    out(nudge_text(lang.value if lang else _vault_defaults(ctx, vault)[1]))
+    out(nudge_text(lang.value if lang else _vault_defaults(ctx, vault)[1], voice.value))
 
 
 # --------------------------------------------------------------------------------------------- stats

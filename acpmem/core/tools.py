@@ -206,26 +206,46 @@ def _dsh_parameters(schema: dict) -> dict:
     return out
 
 
-def nudge_text(lang: str = "en") -> str:
-    """The memory part a compression nudge appends: commit what lasts, then compress what is consumed."""
+NUDGE_VOICES = ("gentle", "emergency", "tier")
+
+
+def nudge_text(lang: str = "en", voice: str = "gentle") -> str:
+    """The memory part of a compression nudge, in the compression kernel's voice, to append after the kernel's own
+    nudge text: (1) stable conclusions, or a compression block worth keeping, go to ``memory_commit`` (with ``block``
+    when it is one); (2) consumed content is compressed as before. ``voice`` follows the kernel's nudge: ``gentle``,
+    ``emergency`` (context full: compress first, commit only what cannot be lost) or ``tier`` (a tier-2/3
+    distillation: the blocks about to be condensed are the candidates)."""
     _check(lang, LANGS, "--lang")
+    _check(voice, NUDGE_VOICES, "--voice")
     if lang == "zh":
+        first = {
+            "gentle": "这段工作若得出了以后的会话也需要的稳定结论（决定及其理由、踩坑教训、用户偏好、持久事实），先调用 "
+                      "memory_commit。",
+            "emergency": "只有丢了代价很大的结论才先调用 memory_commit，一次即可。",
+            "tier": "下面将被提炼的块里，若有摘要本身值得跨会话保留的，先用 memory_commit 带上它的块 id。",
+        }[voice]
         return (
-            "压缩之前：\n"
-            "1. 这段工作若得出了值得跨会话保留的稳定结论（决定、踩坑教训、用户偏好、持久事实），先调用 memory_commit，"
-            "例如 memory_commit(type=\"lesson\", note=\"session.append 必须可重入：写入未完成时钩子可能再次触发\", "
-            "importance=7)。某个压缩块的摘要本身值得长期保留时，带上它的 id：memory_commit(..., block=\"b12\")。"
-            "仓库、git 历史或 AGENTS.md 里已有的不要记。\n"
-            "2. 然后照常用 compress 压缩已经用完的内容。"
+            "[长期记忆]\n"
+            "压缩让本次会话保持精简，但会话结束时压缩的内容也随之遗忘。压缩之前：\n"
+            f"1. 稳定结论 → memory_commit。{first}某个压缩块的摘要值得长期保留时，带上它的 id："
+            "memory_commit({ type: \"decision\", note: \"JWT 15 分钟 + Redis 刷新 30 天\", importance: 8, "
+            "block: \"b12\" })。仓库、git 历史或 AGENTS.md 里已有的不要记。\n"
+            "2. 已用完的内容 → 照常用 compress 压缩。"
         )
+    first = {
+        "gentle": "If this stretch settled something a future session needs (a decision and its reason, a lesson from "
+                  "a trap, a user preference, a durable fact), call memory_commit first.",
+        "emergency": "Only a conclusion you cannot afford to lose: one memory_commit call, then compress.",
+        "tier": "If a block about to be condensed holds a summary worth keeping across sessions, commit it first.",
+    }[voice]
     return (
+        "[LONG-TERM MEMORY]\n"
+        "Compression keeps this session lean, but what it folds away is forgotten when the session ends. "
         "Before you compress:\n"
-        "1. If this stretch of work reached a stable conclusion worth keeping across sessions (a decision, a lesson "
-        "from a trap, a user preference, a durable fact), call memory_commit first, e.g. "
-        "memory_commit(type=\"lesson\", note=\"session.append must be re-entrant: the post-tool hook can fire "
-        "mid-write\", importance=7). When a compression block's summary is itself worth keeping, pass its id: "
-        "memory_commit(..., block=\"b12\"). Skip what the repo, git history or AGENTS.md already say.\n"
-        "2. Then compress consumed content with compress, as before."
+        f"1. Stable conclusions → memory_commit. {first} When a compression block's summary is itself worth "
+        "keeping, name it: memory_commit({ type: \"decision\", note: \"JWT 15m + Redis refresh 30d\", "
+        "importance: 8, block: \"b12\" }). Skip what the repo, git history or AGENTS.md already say.\n"
+        "2. Consumed content → compress, as before."
     )
 
 
