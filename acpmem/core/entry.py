@@ -61,6 +61,10 @@ class Citation(Value):
     def __str__(self) -> str:
         return f"{self.session}#{self.seq}" + (f" ({self.block})" if self.block else "")
 
+    def __repr__(self) -> str:   # the block fields only when set: a plain citation reads as it always did
+        return "Citation(" + ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items()
+                                       if v is not None or k in ("session", "seq")) + ")"
+
 
 class Entry(Value):
     """One memory: a tier-3 distilled block. ``extra`` keeps keys a person added; ``raw`` the file as read."""

@@ -1,0 +1,445 @@
+"""The compression hosts' sessions: DSH zstd event logs and pi session logs with their kernel state, built here as
+real files; compression summaries inside ordinary transcripts; committing a block (the fork's request through the
+loopback server, the citation written and read back); ``show --source``; hostile logs refused cleanly."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from acpmem.core.blocks import parse_turns, summary_message, turns_text
+from acpmem.core.entryfile import parse_entry
+from acpmem.core.errors import EntryInvalid, TranscriptError, UsageError
+from acpmem.write import fork, requests, sources, worker
+from acpmem.write.submit import submit as real_submit
+from acpmem.write.transcripts import openai_messages, read_transcript
+from openai_server import reply
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples" / "dsh"))
+import make_session  # noqa: E402
+
+
+def zst(path: Path, lines: list, *, frames: int = 1, last_newline: bool = True) -> Path:
+    """Write events (dicts, or raw str/bytes lines) as zstd JSONL, split over ``frames`` frames like appends."""
+    raw = [(json.dumps(x) if isinstance(x, dict) else x) for x in lines]
+    data = [(r if isinstance(r, bytes) else r.encode()) + b"\n" for r in raw]
+    if not last_newline:
+        data[-1] = data[-1][:-1]
+    c = zstandard.ZstdCompressor()
+    step = max(1, len(data) // frames)
+    out = b"".join(c.compress(b"".join(data[i:i + step])) for i in range(0, len(data), step))
+    path.write_bytes(out)
+    return path
+
+
+class Log:
+    """A DSH event log under construction: seq is the position of every event."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = [{"type": "session", "version": 0, "id": "session-t1", "cwd": "/w"}]
+
+    def add(self, kind: str, data: dict, op="append") -> int:
+        ev = {"seq": len(self.events), "time": 1, "type": kind, "data": data}
+        if op is not None:
+            ev["surfaceOp"] = op
+        self.events.append(ev)
+        return ev["seq"]
+
+    def user(self, text: str) -> int:
+        return self.add("user/message", {"content": [{"type": "text", "text": text}], "source": {"kind": "user"}})
+
+    def assistant(self, text: str, *calls: tuple[str, str]) -> int:
+        content = [{"type": "text", "text": text}] + [{"type": "tool-call", "id": cid, "name": name,
+                                                       "arguments": {"q": cid}} for cid, name in calls]
+        return self.add("assistant/message", {"message": {"role": "assistant", "content": content}})
+
+    def result(self, call_id: str, text: str) -> int:
+        return self.add("tool/result", {"message": {"role": "tool", "content": [
+            {"type": "tool-result", "toolCallId": call_id, "content": [{"type": "text", "text": text}]}]}})
+
+    def compact(self, n: int, lo: int, hi: int, tier: int | None, shadowed: list[int], summary: str,
+                **extra) -> int:
+        cid = f"c0000000-0000-4000-8000-{n:012d}"
+        self.add("compaction/start", {"compactionId": cid}, None)
+        data = {"compactionId": cid, "summary": [{"type": "text", "text": summary}], "shadowedSeqs": shadowed,
+                "shadowedRange": {"start": lo, "end": hi}, "kernelBlockId": f"b{n}", "topic": f"topic {n}", **extra}
+        if tier is not None:
+            data["tier"] = tier
+        self.add("compaction/summary", data, None)
+        cp = self.add("user/message", {"content": [{"type": "text", "text": summary}],
+                                       "source": {"kind": "plugin", "plugin": "compact", "compactionId": cid}},
+                      {"op": "replace", "start": lo, "end": hi})
+        self.add("compaction/end", {"compactionId": cid}, None)
+        return cp
+
+
+def three_tiers() -> Log:
+    """Turns, then b1 (tier 1), b2 (tier 2 over b1's checkpoint and newer turns), b3 (tier 3 over b2), with an
+    assistant turn of two tool calls inside b1."""
+    g = Log()
+    g.user("Design the auth flow")                         # 1
+    a = g.assistant("reading", ("call_a", "read"), ("call_b", "grep"))   # 2: two tool calls
+    g.result("call_a", "login.ts body")                    # 3
+    g.result("call_b", "grep hits")                        # 4
+    g.assistant("JWT 15m, refresh in Redis")               # 5
+    cp1 = g.compact(1, a, 5, 1, [2, 3, 4, 5], "JWT access 15m; refresh in Redis 30d.",
+                    effectiveMessageIds=["2#call_a", "2#call_b", "3", "4", "5"])
+    t1 = g.user("now tests")                               # 10
+    g.assistant("tests green")                             # 11
+    cp2 = g.compact(2, cp1, 11, None, [cp1, t1, t1 + 1], "Auth done; tests green.")
+    t2 = g.user("lint")                                    # 16
+    g.assistant("lint fixed")                              # 17
+    g.compact(3, cp2, t2 + 1, None, [cp2, t2, t2 + 1], "Source: b2 (3K→0.3K tok, 10x). [auth]\nAuth shipped.")
+    g.user("remember it")
+    return g
+
+
+# ---------------------------------------------------------------------------------------------------------- DSH
+
+def test_dsh_log_reads_messages_surface_and_nested_blocks_to_tier_3(tmp_path):
+    g = three_tiers()
+    t = read_transcript(zst(tmp_path / "session.jsonl.zstd", g.events, frames=3))   # appended frames
+    assert t.container == "dsh" and t.format == "openai" and t.warnings == ()
+    b1, b2, b3 = t.blocks
+    assert (b1.id, b1.tier, b1.seqs, b1.active) == ("b1", 1, (2, 3, 4, 5), False)
+    assert b1.compaction_id == "c0000000-0000-4000-8000-000000000001" and b1.topic == "topic 1"
+    # tier from nesting when the event does not say; covered turns followed back through checkpoints
+    assert (b2.tier, b2.nested, b2.seqs, b2.active) == (2, ("b1",), (2, 3, 4, 5, 10, 11), False)
+    assert (b3.tier, b3.nested, b3.seqs, b3.active) == (3, ("b2",), (2, 3, 4, 5, 10, 11, 16, 17), True)
+    # the surface the model saw last: the first turn, the tier-3 checkpoint, the last user turn
+    msgs = openai_messages(t)
+    assert [m["content"] for m in msgs] == ["Design the auth flow", b3.summary, "remember it"]
+    # at seq 11, before the second compaction: b1's checkpoint in place of turns 2..5
+    early = openai_messages(t.upto(11))
+    assert [m["content"] for m in early] == ["Design the auth flow", b1.summary, "now tests", "tests green"]
+    # two tool calls in one turn: one assistant message with both calls, results answering them
+    before = openai_messages(t.upto(4))
+    assert [c["id"] for c in before[1]["tool_calls"]] == ["call_a", "call_b"]
+    assert [m.get("tool_call_id") for m in before[2:]] == ["call_a", "call_b"]
+    assert [m.seq for m in t.turns(b1.seqs)] == [2, 3, 4, 5]
+    assert t.last_seq == len(g.events) - 1
+
+
+def test_the_example_session_and_a_plain_jsonl_dsh_log_read_alike(tmp_path):
+    z = make_session.write(tmp_path / "s.jsonl.zstd")
+    p = make_session.write(tmp_path / "s.jsonl", compressed=False)
+    a, b = read_transcript(z), read_transcript(p)
+    assert a.blocks == b.blocks and openai_messages(a) == openai_messages(b)
+    assert [x.id for x in a.blocks] == ["b1", "b2"] and a.blocks[1].nested == ("b1",)
+    assert read_transcript(p, format="dsh").blocks == a.blocks
+
+
+def test_dsh_unknown_events_truncation_and_a_cut_last_line_are_warnings(tmp_path):
+    g = three_tiers()
+    events = [*g.events[:3], {"seq": 3, "type": "plugin/telemetry", "data": {}}, *[
+        {**e, "seq": e["seq"] + 1} for e in g.events[3:6]]]
+    t = read_transcript(zst(tmp_path / "u.zst", events))
+    assert any("'plugin/telemetry' ×1" in w for w in t.warnings)
+    assert [m.seq for m in t.events] == [1, 2, 4, 5, 6]
+    # a half-written last line
+    raw = [json.dumps(e) for e in g.events[:6]] + ['{"seq": 6, "type": "user/mess']
+    t = read_transcript(zst(tmp_path / "cut.zst", raw, last_newline=False))
+    assert any("cut off" in w for w in t.warnings) and t.events[-1].seq == 5
+    # a file cut in the middle of a frame: what is complete is read, with a warning
+    whole = zst(tmp_path / "whole.zst", g.events, frames=4).read_bytes()
+    (tmp_path / "trunc.zst").write_bytes(whole[:int(len(whole) * 0.8)])
+    t = read_transcript(tmp_path / "trunc.zst")
+    assert any("middle of a zstd frame" in w for w in t.warnings)
+    assert 0 < len(t.events) < len(read_transcript(tmp_path / "whole.zst").events)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("corrupt", "corrupt zstd data"),
+    ("huge", "line is over"),
+    ("not_utf8", "not UTF-8"),
+    ("deep", "nested too deeply"),
+    ("seq_back", "does not follow"),
+    ("not_object", "expected a JSON object"),
+    ("bad_json_mid", "not valid JSON"),
+])
+def test_hostile_dsh_logs_are_one_clean_error(tmp_path, case, message):
+    good = [json.dumps(e) for e in three_tiers().events[:5]]
+    path = tmp_path / "bad.zst"
+    if case == "corrupt":
+        data = bytearray(zst(path, good).read_bytes())
+        data[12:40] = b"\xff" * 28
+        path.write_bytes(bytes(data))
+    elif case == "huge":
+        zst(path, [*good, '{"seq": 5, "type": "user/message", "data": {"content": "' + "x" * (17 << 20) + '"}}'])
+    elif case == "not_utf8":
+        zst(path, [*good, b'{"seq": 5, "type": "user/message", "data": {"content": "\xff\xfe"}}'])
+    elif case == "deep":
+        zst(path, [*good, "[" * 200_000 + "]" * 200_000, *good[:1]])
+    elif case == "seq_back":
+        zst(path, [*good, json.dumps({"seq": 2, "type": "user/message", "data": {"content": "x"}})])
+    elif case == "not_object":
+        zst(path, [*good, "[1, 2]"])
+    else:
+        zst(path, [*good, "{not json", *good[:1]])
+    with pytest.raises(TranscriptError) as err:
+        read_transcript(path)
+    line = err.value.line()
+    assert message in line and "\n" not in line and str(path) in line and len(line) < 300
+
+
+# ---------------------------------------------------------------------------------------------------------- pi
+
+def pi_session(tmp_path: Path, state: dict | None, envelope: bool = True) -> Path:
+    rows = [{"type": "session", "version": 3, "id": "pi-s1", "cwd": "/w"},
+            {"type": "message", "id": "a1", "message": {"role": "user", "content": "Design auth"}},
+            {"type": "message", "id": "a2", "message": {"role": "assistant", "content": [
+                {"type": "text", "text": "reading"}, {"type": "toolCall", "id": "t1", "name": "read", "arguments": {}},
+                {"type": "toolCall", "id": "t2", "name": "grep", "arguments": {"p": 1}}]}},
+            {"type": "message", "id": "a3", "message": {"role": "toolResult", "toolCallId": "t1",
+                                                        "content": [{"type": "text", "text": "file"}]}},
+            {"type": "message", "id": "a4", "message": {"role": "toolResult", "toolCallId": "t2", "content": "hits"}},
+            {"type": "model_change", "id": "x"},
+            {"type": "message", "id": "a5", "message": {"role": "assistant", "content": [
+                {"type": "text", "text": "JWT 15m"}]}},
+            {"type": "message", "id": "a6", "message": {"role": "user", "content": "remember"}}]
+    log = tmp_path / "pi.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if state is not None:
+        doc = {"version": 1, "savedAt": 1, "id": "pi-s1", "payload": state} if envelope else state
+        (tmp_path / "pi.jsonl.acp.json").write_text(json.dumps(doc))
+    return log
+
+
+PI_STATE = {"blocks": [
+    {"blockId": "b1", "runId": "r1", "tier": 1, "topic": "reading", "summary": "Read login and grep.",
+     "effectiveMessageIds": ["a2#t1", "a2#t2", "m00003", "a4"], "directBlockIds": [], "active": False},
+    {"blockId": "b2", "runId": "r2", "tier": 2, "topic": "auth", "summary": "Auth: JWT 15m.",
+     "effectiveMessageIds": ["a2#t1", "a2#t2", "a3", "a4", "a5", "gone-id"], "directBlockIds": ["b1"],
+     "active": True}],
+    "messageRefs": {"byRaw": {"a3": "m00003"}, "byRef": {"m00003": "a3"}}, "nextBlockId": 3}
+
+
+@pytest.mark.parametrize("envelope", [True, False])
+def test_pi_log_with_kernel_state_beside_it(tmp_path, envelope):
+    t = read_transcript(pi_session(tmp_path, PI_STATE, envelope))
+    assert t.container == "pi"
+    b1, b2 = t.blocks
+    assert (b1.seqs, b1.active, b2.seqs, b2.nested, b2.tier) == ((2, 3, 4), False, (2, 3, 4, 6), ("b1",), 2)
+    msgs = openai_messages(t)
+    assert msgs[0] == {"role": "user", "content": "Design auth"}
+    assert msgs[1]["content"] == "[Compressed conversation section] — auth\nAuth: JWT 15m."
+    assert msgs[2] == {"role": "user", "content": "remember"} and len(msgs) == 3
+    (tmp_path / "bare").mkdir()
+    raw = read_transcript(pi_session(tmp_path / "bare", None))
+    assert raw.blocks == () and len(openai_messages(raw)) == 6
+    assert [c["id"] for c in openai_messages(raw)[1]["tool_calls"]] == ["t1", "t2"]
+
+
+def test_a_kernel_state_that_is_not_json_is_a_clean_error(tmp_path):
+    log = pi_session(tmp_path, None)
+    (tmp_path / "pi.jsonl.acp.json").write_text('{"blocks": [')
+    with pytest.raises(TranscriptError, match="kernel state is not valid JSON"):
+        read_transcript(log)
+
+
+# ------------------------------------------------------------------------------------- summaries in transcripts
+
+def test_kernel_summary_messages_and_claude_code_compactions_are_blocks(tmp_path):
+    chat = [{"role": "system", "content": "sys"},
+            {"role": "system", "id": "acp_summary_b4", "content": "[Compressed conversation section] — JWT design\n"
+                                                                   "Access 15m; refresh 30d."},
+            {"role": "user", "content": "[Compressed conversation section]\nTests green.\n\n"
+                                        "[b7 | 12 messages | topic: \"tests\"]"},
+            {"role": "user", "content": "go on"}]
+    t = read_transcript(json.dumps(chat))
+    assert [(b.id, b.topic, b.summary, b.at) for b in t.blocks] == [
+        ("b4", "JWT design", "Access 15m; refresh 30d.", 1), ("b7", "tests", "Tests green.", 2)]
+    assert openai_messages(t) == chat                         # recognised, never changed
+    assert summary_message("plain text") is None
+    cc = [{"type": "user", "uuid": "u1", "parentUuid": None, "message": {"role": "user", "content": "hi"}},
+          {"type": "assistant", "uuid": "u2", "parentUuid": "u1", "message": {"role": "assistant", "content": "yo"}},
+          {"type": "user", "uuid": "u3", "parentUuid": None, "isCompactSummary": True,
+           "message": {"role": "user", "content": "Summary: greeted."}},
+          {"type": "user", "uuid": "u4", "parentUuid": "u3", "message": {"role": "user", "content": "next"}}]
+    p = tmp_path / "cc.jsonl"
+    p.write_text("".join(json.dumps(x) + "\n" for x in cc))
+    (b,) = read_transcript(p).blocks
+    assert (b.id, b.summary, b.seqs, b.at) == ("b1", "Summary: greeted.", (0, 1), 2)
+
+
+def test_turns_text_round_trips_and_is_bounded():
+    assert turns_text([5, 2, 3, 4, 10, 12, 13]) == "2-5,10,12-13"
+    assert parse_turns("2-5,10,12-13") == (2, 3, 4, 5, 10, 12, 13)
+    assert turns_text(range(0, 5000, 2)) == "0-4998"            # too many runs: the span
+    for bad in ("", "1-", "5-2", "a", "1,,2", "0-99999999", ",".join(["1"] * 600)):
+        assert parse_turns(bad) is None, bad
+
+
+# ------------------------------------------------------------------------------------- committing a block
+
+def _request(v, transcript, seq, block="b2", note="auth token design"):
+    req = requests.make_request(types=v.settings.types, type="decision", note=note, importance=8, session="s-dsh",
+                                seq=seq, transcript=transcript, host_tools=None, lang=v.settings.language,
+                                created=v.now(), request_id=requests.new_request_id(v.rng), block=block)
+    v.ensure_state()
+    requests.save_request(v.state_dir, req, new=True)
+    return req
+
+
+def test_a_block_commit_sends_the_conversation_unchanged_and_names_the_block_last(example_vault, openai_server,
+                                                                                  tmp_path):
+    from test_fork import configure
+
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    t = read_transcript(log)
+    seq = t.last_seq
+    v = configure(example_vault, openai_server)
+    openai_server.enqueue(reply.writes(reply.write("- Access JWT 15m in memory; refresh 30d in Redis, httpOnly cookie.",
+                                                   title="Auth tokens: JWT 15m + Redis refresh 30d")))
+    req = _request(v, str(log), seq)
+    out = worker.process_now(v, [req.id])[0]
+    assert out.status == "written", out
+    (sent,) = openai_server.requests
+    msgs = sent.body["messages"]
+    seen = openai_messages(t.upto(seq))
+    assert msgs[:len(seen)] == seen                                   # exactly what the model saw, in order
+    assert msgs[len(seen)]["role"] == "tool" and msgs[len(seen)]["tool_call_id"] == "call_m"
+    assert len(msgs) == len(seen) + 2                                 # the instruction is the one message after
+    last = msgs[-1]
+    assert last["role"] == "user"
+    b2 = t.block("b2")
+    assert "compression block" in last["content"] and 'id="b2"' in last["content"] and 'tier="2"' in last["content"]
+    assert 'topic="Auth + tests"' in last["content"] and b2.summary in last["content"]
+    # the citation: the block, its tier, the host's id and the turns it covers — and it reads back strictly
+    e = next(x for x in v.load().entries if x.id == out.entries[0]["id"])
+    (c,) = e.citation
+    assert (c.session, c.seq, c.block, c.tier, c.compaction, c.turns) == (
+        "s-dsh", "2-15", "b2", 2, b2.compaction_id, "2-7,12-15")
+    text = (v.root / e.path).read_text()
+    assert "  block: b2\n  tier: 2\n" in text
+    again = parse_entry(text, e.path)
+    assert again.citation == e.citation
+
+
+def test_block_errors_come_at_commit_time_and_nothing_is_queued(example_vault, tmp_path):
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    v = example_vault
+    kw = dict(type="decision", note="n", importance=5, session="s1", seq=3)
+    with pytest.raises(TranscriptError, match=r"no compression block 'b9' \(it has b1, b2\)"):
+        real_submit(v, transcript=str(log), block="b9", **kw)
+    with pytest.raises(TranscriptError, match="has no compression blocks"):
+        real_submit(v, transcript=str(chat), block="b1", **kw)
+    with pytest.raises(UsageError, match="without a transcript"):
+        real_submit(v, block="b1", **kw)
+    with pytest.raises(EntryInvalid, match="block id like b12"):
+        real_submit(v, transcript=str(log), block="B 1", **kw)
+    assert requests.list_requests(v.state_dir) == ([], [])
+
+
+def test_old_and_new_citations_are_both_valid_and_bad_block_fields_are_refused():
+    base = "---\nid: a1\ntitle: t\ntype: fact\nimportance: 5\ncreated: 2026-11-29T14:03:11Z\ncitation:\n" \
+           "- session: s1\n  seq: 4\n{extra}---\nbody\n"
+    assert parse_entry(base.format(extra=""), "a1.md").citation[0].to_dict() == {"session": "s1", "seq": 4}
+    new = parse_entry(base.format(extra="  block: b3\n  tier: 3\n  compaction: 7f-1\n  turns: 2-5,9\n"), "a1.md")
+    assert new.citation[0].to_dict() == {"session": "s1", "seq": 4, "block": "b3", "tier": 3,
+                                         "compaction": "7f-1", "turns": "2-5,9"}
+    for extra, field in [("  block: x3\n", "block"), ("  tier: 4\n", "tier"), ("  turns: 5-2\n", "turns"),
+                         ("  compaction: 'a b'\n", "compaction")]:
+        with pytest.raises(EntryInvalid, match=field):
+            parse_entry(base.format(extra=extra), "a1.md")
+
+
+# ------------------------------------------------------------------------------------- show --source
+
+def test_show_source_for_a_dsh_block_a_plain_transcript_and_a_missing_source(example_vault, tmp_path, cli):
+    v = example_vault
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    req = _request(v, str(log), read_transcript(log).last_seq)
+    (out,) = worker.process_now(v, [req.id], extractor="offline")
+    assert out.status == "written"
+    assert sources.record_transcript(v, "s-dsh", log, "commit")      # as submit does
+    src = sources.entry_source(v, out.entries[0]["id"])
+    (s,) = src.sources
+    assert s.status == "ok" and s.block.id == "b2" and [t.seq for t in s.turns] == [2, 3, 4, 5, 6, 7, 12, 13, 14, 15]
+    text = sources.source_text(src)
+    assert '<<acpmem-data kind="block" id="b2" tier="2"' in text and 'kind="turn" seq="13" role="assistant"' in text
+    r = cli("memory", "--vault", str(v.root), "show", out.entries[0]["id"], "--source")
+    assert r.returncode == 0 and 'kind="turn" seq="2" role="assistant"' in r.stdout
+
+    # a plain transcript: the offline extractor cites the seqs it quoted; show --source prints exactly those
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "content": f"turn {i}: the pnpm lockfile question"} for i in range(8)]))
+    preq = requests.make_request(types=v.settings.types, type="fact", note="pnpm lockfile", importance=5,
+                                 session="s-plain", seq=7, transcript=str(chat), host_tools=None, lang="en",
+                                 created=v.now(), request_id=requests.new_request_id(v.rng))
+    requests.save_request(v.state_dir, preq, new=True)
+    (pout,) = worker.process_now(v, [preq.id], extractor="offline")
+    sources.record_transcript(v, "s-plain", chat, "commit")
+    r = cli("memory", "--vault", str(v.root), "show", pout.entries[0]["id"], "--source", "--json")
+    doc = json.loads(r.stdout)
+    cited = [c["seq"] for c in doc["sources"] and [s["citation"] for s in doc["sources"]]]
+    assert r.returncode == 0 and all(s["status"] == "ok" for s in doc["sources"]) and cited
+    assert [s["turns"][0]["seq"] for s in doc["sources"]] == cited
+    assert doc["sources"][0]["turns"][0]["text"].startswith(f"turn {cited[0]}:")
+    plain = next(e for e in v.load().entries if e.citation and e.citation[0].session not in ("s-plain", "s-dsh"))
+
+    # not recorded; then recorded but gone
+    r = cli("memory", "--vault", str(v.root), "show", plain.id, "--source")
+    assert r.returncode == 0 and "was not recorded on this machine" in r.stdout
+    gone = tmp_path / "gone.json"
+    gone.write_text("[]")
+    assert sources.record_transcript(v, plain.citation[0].session, gone, "commit")
+    gone.unlink()
+    r = cli("memory", "--vault", str(v.root), "show", plain.id, "--source")
+    assert r.returncode == 0 and f"The recorded transcript {gone} is gone" in r.stdout
+
+
+def test_show_source_says_which_turns_of_a_block_are_missing(example_vault, tmp_path):
+    v = example_vault
+    g = three_tiers()
+    path = zst(tmp_path / "cut.zst", g.events)
+    req = _request(v, str(path), 21, block="b3")
+    (out,) = worker.process_now(v, [req.id], extractor="offline")
+    assert out.status == "written"
+    # the log is replaced by one that lost turns 10-11 (the host rewrote it): the citation names them still
+    kept = [e for e in g.events if e.get("seq") not in (10, 11)]
+    zst(path, kept)
+    (s,) = sources.entry_source(v, out.entries[0]["id"], transcript=str(path)).sources
+    assert s.status == "ok" and s.missing == (10, 11) and [t.seq for t in s.turns] == [2, 3, 4, 5, 16, 17]
+    assert "Turns not in the transcript: 10-11" in sources.source_text(sources.entry_source(
+        v, out.entries[0]["id"], transcript=str(path)))
+
+
+def test_the_transcript_record_keeps_the_first_sighting(vault, tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text("[]")
+    b.write_text("[]")
+    vault.ensure_state()
+    assert sources.record_transcript(vault, "s9", a, "hook")
+    assert not sources.record_transcript(vault, "s9", b, "commit")     # first seen wins while it exists
+    assert sources.recorded_transcript(vault, "s9") == str(a)
+    a.unlink()
+    assert sources.record_transcript(vault, "s9", b, "commit")         # gone: the new one is recorded
+    assert sources.recorded_transcript(vault, "s9") == str(b)
+
+
+def test_mcp_source_resource_text(example_vault, tmp_path):
+    from acpmem.integrations.mcp_server import MemoryService
+
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    svc = MemoryService(example_vault.root, "s-dsh", str(log), clock=example_vault.clock)
+    svc.record()
+    req = _request(example_vault, str(log), 21)
+    (out,) = worker.process_now(example_vault, [req.id], extractor="offline")
+    text = svc.source(f"memory://entry/{out.entries[0]['id']}/source")
+    assert 'kind="block" id="b2"' in text and "from " + str(log) in text
+    assert svc.source("memory://entry/../source") is None
+
+
+def test_dry_run_body_of_a_block_request_matches_the_fork(example_vault, tmp_path):
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    req = _request(example_vault, str(log), 21, block="b1")
+    body = fork.build_body(example_vault, req, "m")
+    assert 'id="b1" tier="1" topic="JWT auth design"' in body["messages"][-1]["content"]
+    assert fork.request_citations(req, read_transcript(log))[0].turns == "2-7"
