@@ -443,3 +443,17 @@ def test_dry_run_body_of_a_block_request_matches_the_fork(example_vault, tmp_pat
     body = fork.build_body(example_vault, req, "m")
     assert 'id="b1" tier="1" topic="JWT auth design"' in body["messages"][-1]["content"]
     assert fork.request_citations(req, read_transcript(log))[0].turns == "2-7"
+
+
+def test_the_worked_example_runs_offline(tmp_path):
+    import subprocess
+
+    env = {k: v for k, v in __import__("os").environ.items() if k != "ACPMEM_VAULT"}
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "dsh" / "run_loop.py"), "--keep", str(tmp_path)],
+                       capture_output=True, text=True, timeout=240, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = r.stdout
+    assert 'b2 (tier 2, "Auth + tests")  turns 2-7,12-15  active  nested b1' in out
+    assert "citations: session-3aa366c3#2-15 (b2)" in out
+    assert '<<acpmem-data kind="block" id="b2" tier="2" topic="Auth + tests" turns="2-7,12-15"' in out
+    assert 'kind="turn" seq="15" role="assistant"' in out and "Traceback" not in r.stderr
