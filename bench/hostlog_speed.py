@@ -4,6 +4,8 @@ Generates a DSH-style zstd log of about ``--events`` events (the worked example'
 first compaction, so block b1 covers almost all of them), then, each in a fresh process so peak RSS is its own:
 
 * ``read``: ``read_transcript`` of the whole log (streamed; every message event kept, the surface replayed);
+* ``block check``: what ``commit --block`` does before it queues: the blocks only (lines that name no compaction
+  are skipped unparsed);
 * ``commit``: ``acp memory commit --block b2 --wait --extractor offline`` (reads the log to check the block, then
   the fork reads it again);
 * ``show --source``: the entry's cited turns read back from the log.
@@ -74,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
                  "print(len(t.events), len(t.messages), [(b.id, b.tier, len(b.seqs)) for b in t.blocks])")
     rows["read_transcript (whole log)"] = [measure(read_code) for _ in range(args.repeat)]
     print(f"  read: {rows['read_transcript (whole log)'][0][2].strip()}")
+    check_code = ("from acpmem.write.transcripts import read_transcript\n"
+                  f"print(read_transcript({str(log)!r}, turns=()).block('b2').label())")
+    rows["block check at commit (scan)"] = [measure(check_code) for _ in range(args.repeat)]
 
     vault = work / "vault"
     env = dict(os.environ, ACPMEM_NO_WATCH="1")

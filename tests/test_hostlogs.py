@@ -122,6 +122,11 @@ def test_dsh_log_reads_messages_surface_and_nested_blocks_to_tier_3(tmp_path):
     assert [m.get("tool_call_id") for m in before[2:]] == ["call_a", "call_b"]
     assert [m.seq for m in t.turns(b1.seqs)] == [2, 3, 4, 5]
     assert t.last_seq == len(g.events) - 1
+    # reading only some turns (a scan: lines that start with another seq are not parsed) finds the same blocks
+    for events in (g.events, [dict(reversed(list(e.items()))) for e in g.events]):   # seq first, then seq last
+        part = read_transcript(zst(tmp_path / "p.zst", events), turns={3, 10})
+        assert part.blocks == t.blocks and [m.seq for m in part.events] == [3, 10]
+        assert read_transcript(tmp_path / "p.zst", turns=()).block("b3") == b3
 
 
 def test_the_example_session_and_a_plain_jsonl_dsh_log_read_alike(tmp_path):

@@ -51,6 +51,7 @@ DSH_MESSAGES = ("user/message", "assistant/message", "tool/result")
 DSH_KNOWN = (*DSH_MESSAGES, "session", "compaction/start", "compaction/summary", "compaction/end")
 _MSG_ID = re.compile(r"([0-9]{1,19})(?:#.*)?\Z", re.S)
 _REF = re.compile(r"m([0-9]{1,9})\Z")
+_SEQ_PREFIX = re.compile(r'\{"seq":\s?([0-9]{1,18}),')
 
 
 class HostMessage(Value):
@@ -264,8 +265,12 @@ def _assistant(content: object, call_kind: str) -> dict:
 
 # ------------------------------------------------------------------------------------------------------ DSH
 
-def read_dsh(path: Path | None, source: str, text: str | None = None) -> HostLog:
-    """Read a DSH event log (zstd-compressed or plain JSONL) from ``path``, streamed, or from ``text``."""
+def read_dsh(path: Path | None, source: str, text: str | None = None, *, only=None) -> HostLog:
+    """Read a DSH event log (zstd-compressed or plain JSONL) from ``path``, streamed, or from ``text``.
+
+    ``only``: a set of seqs: keep only those message events (every block is still read, and no surface is
+    replayed). A line that starts with its seq (``{"seq":N,`` — how DSH writes them) and names no compaction is then
+    skipped unparsed: checking a block at commit time, or reading a few cited turns, costs a scan, not a parse."""
     warn = _Warnings(source)
     lines = iter_lines(path, source, warn) if text is None else _text_lines(text)
     events: list[HostMessage] = []
@@ -282,6 +287,12 @@ def read_dsh(path: Path | None, source: str, text: str | None = None) -> HostLog
         n = abs(n)
         if not line.strip():
             continue
+        if only is not None and "compact" not in line:
+            m = _SEQ_PREFIX.match(line)
+            if m and int(m[1]) not in only and int(m[1]) > prev:
+                prev = int(m[1])
+                count += 1
+                continue
         where = f"{source}:{n}"
         try:
             obj = _load_json(line, where)
@@ -316,18 +327,23 @@ def read_dsh(path: Path | None, source: str, text: str | None = None) -> HostLog
             warn.add(f"line {n}: {kind} event without a data object; skipped")
             continue
         if kind in DSH_MESSAGES:
+            src = data.get("source") if kind == "user/message" else None
+            is_cp = isinstance(src, dict) and (src.get("plugin") == "compact" or src.get("kind") == "compact-checkpoint")
+            if only is not None and seq not in only and not is_cp:
+                continue
             msg = _dsh_message(kind, data)
             if msg is None:
                 warn.add(f"line {n}: {kind} event without content; skipped")
                 continue
             cp = None
-            if kind == "user/message":
-                src = data.get("source")
-                if isinstance(src, dict) and (src.get("plugin") == "compact" or src.get("kind") == "compact-checkpoint"):
-                    cp = src.get("compactionId") if isinstance(src.get("compactionId"), str) else ""
-                    checkpoints[seq] = cp
+            if is_cp:
+                cp = src.get("compactionId") if isinstance(src.get("compactionId"), str) else ""
+                checkpoints[seq] = cp
+                if only is not None and seq not in only:
+                    continue
             events.append(HostMessage(seq, msg["role"], msg, cp))
-            ops.append(_surface_op(seq, obj.get("surfaceOp"), warn, n))
+            if only is None:
+                ops.append(_surface_op(seq, obj.get("surfaceOp"), warn, n))
         elif kind == "compaction/summary":
             summaries += 1
             if len(blocks) >= MAX_BLOCKS:
@@ -340,7 +356,8 @@ def read_dsh(path: Path | None, source: str, text: str | None = None) -> HostLog
                 blocks[b.id] = b
                 if b.compaction_id:
                     by_compaction[b.compaction_id] = b.id
-    return HostLog("dsh", tuple(events), tuple(ops), tuple(blocks.values()), session, warn.done())
+    return HostLog("dsh", tuple(events), tuple(ops) if only is None else None, tuple(blocks.values()), session,
+                   warn.done())
 
 
 def _dsh_message(kind: str, data: dict) -> dict | None:

@@ -86,7 +86,8 @@ class Turn(Value):
 class CitedSource(Value):
     """One citation read back. ``status``: ``ok``, ``not_recorded`` (no transcript known for the session), ``gone``
     (the recorded file no longer exists), ``unreadable`` (it exists but does not read: ``problem`` says why),
-    ``no_block`` (the transcript has no such block). ``missing`` are cited turns the transcript does not hold."""
+    ``no_block`` (the transcript has no such block). ``turns`` are the first ``MAX_TURNS_SHOWN`` cited turns,
+    ``missing`` those of them the transcript does not hold, ``more`` how many cited turns were left unread."""
 
     citation: object
     status: str
@@ -144,17 +145,21 @@ def _one(vault, c, override: str | None, cache: dict) -> CitedSource:
         return CitedSource(c, "not_recorded")
     if not Path(path).exists():
         return CitedSource(c, "gone", path)
-    t = cache.get(path)
-    if t is None:
-        try:
-            t = read_transcript(Path(path))
-        except TranscriptError as exc:
-            t = exc
-        cache[path] = t
+
+    def read(seqs):   # a DSH log is scanned for just these turns (and its blocks); other formats are read whole
+        key = (path, seqs)
+        if key not in cache:
+            try:
+                cache[key] = read_transcript(Path(path), turns=seqs)
+            except TranscriptError as exc:
+                cache[key] = exc
+        return cache[key]
+
+    seqs = cited_seqs(c)
+    t = read(frozenset(sorted(set(seqs))[:MAX_TURNS_SHOWN]))
     if isinstance(t, TranscriptError):
         return CitedSource(c, "unreadable", path, t.message)
     block = None
-    seqs = cited_seqs(c)
     if c.block:
         try:
             block = t.block(c.block)
@@ -162,11 +167,15 @@ def _one(vault, c, override: str | None, cache: dict) -> CitedSource:
             return CitedSource(c, "no_block", path, exc.message)
         if not c.turns and block.seqs:
             seqs = block.seqs
-    found = t.turns(seqs)
+    shown = tuple(sorted(set(seqs)))[:MAX_TURNS_SHOWN]   # the rest are counted, not read
+    t = read(frozenset(shown))          # the same read as above unless a block named the turns
+    if isinstance(t, TranscriptError):
+        return CitedSource(c, "unreadable", path, t.message)
+    found = t.turns(shown)
     have = {m.seq for m in found}
-    missing = tuple(s for s in seqs if s not in have)
-    turns = tuple(Turn(m.seq, m.role, _clip(t.text(m))) for m in found[:MAX_TURNS_SHOWN])
-    return CitedSource(c, "ok", path, None, block, turns, missing[:1000], max(0, len(found) - MAX_TURNS_SHOWN))
+    missing = tuple(s for s in shown if s not in have)
+    turns = tuple(Turn(m.seq, m.role, _clip(t.text(m))) for m in found)
+    return CitedSource(c, "ok", path, None, block, turns, missing, len(set(seqs)) - len(shown))
 
 
 def _clip(text: str) -> str:
@@ -207,7 +216,7 @@ def source_text(src: EntrySource, lang: str = "en") -> str:
         for t in s.turns:
             lines.append(frame("turn", t.text, attrs={"seq": str(t.seq), "role": t.role}))
         if s.more:
-            lines.append(f"  … and {s.more} more turns (see --json or the transcript)")
+            lines.append(f"  … and {s.more} more cited turns, not shown")
         if s.missing:
             lines.append(f"  Turns not in the transcript: {turns_text(s.missing)}")
         if not s.turns and not s.missing and s.block is None:

@@ -66,7 +66,7 @@ def check_block(transcript: str | os.PathLike | None, block: str) -> None:
                          "pass the session log that has the block (--transcript), or commit without --block")
     from acpmem.write.transcripts import read_transcript
 
-    read_transcript(Path(transcript).expanduser()).block(block)
+    read_transcript(Path(transcript).expanduser(), turns=()).block(block)   # blocks only: a scan of a DSH log
 
 
 def submit(vault, *, type: str, note: str, importance: int, session: str, seq: int,

@@ -98,11 +98,14 @@ class Transcript(Value):
         return _plain_text(message.content, message.raw)
 
 
-def read_transcript(path_or_text: str | Path, format: str = "auto") -> Transcript:
+def read_transcript(path_or_text: str | Path, format: str = "auto", *, turns=None) -> Transcript:
     """Read a transcript from a file path (``Path`` or an existing path string) or from the text itself.
 
-    ``format`` is ``auto`` (detect), ``openai``, ``anthropic``, ``jsonl`` (one message per line, dialect detected) or
-    ``claude-code``. Raises ``TranscriptError`` naming the file and line.
+    ``format`` is ``auto`` (detect), ``openai``, ``anthropic``, ``jsonl`` (one message per line, dialect detected),
+    ``claude-code``, ``dsh`` (a DSH event log, zstd-compressed or not) or ``pi`` (a pi session log; its kernel state
+    is read from ``<log>.acp.json`` beside it). ``turns``: a set of seqs — for a DSH log, read only those messages
+    (and every block; the result has no surface to replay): what checking a block or showing cited turns needs.
+    Raises ``TranscriptError`` naming the file and line.
     """
     if format not in FORMATS:
         raise TranscriptError(f"Unknown transcript format '{format}'", f"use one of: {', '.join(FORMATS)}")
@@ -110,7 +113,8 @@ def read_transcript(path_or_text: str | Path, format: str = "auto") -> Transcrip
     if dsh is not None:
         from acpmem.write.hostlogs import read_dsh
 
-        return _from_hostlog(read_dsh(dsh, str(dsh)), str(dsh), "dsh")
+        only = frozenset(turns) if turns is not None else None
+        return _from_hostlog(read_dsh(dsh, str(dsh), only=only), str(dsh), "dsh", partial=only is not None)
     text, source = _load(path_or_text)
     stripped = text.strip()
     if not stripped:
@@ -446,11 +450,13 @@ def _dsh_file(path_or_text: str | Path, format: str) -> Path | None:
     return path if is_zstd(head) else None
 
 
-def _from_hostlog(log, source: str, container: str) -> Transcript:
+def _from_hostlog(log, source: str, container: str, partial: bool = False) -> Transcript:
     events = tuple(Message(e.seq, e.role, e.message.get("content"), e.message) for e in log.events)
-    if not events:
+    if not events and not partial:
         raise TranscriptError(f"{source}: no messages in this session log", "pass the session's log file")
-    if log.ops is not None:
+    if partial:
+        msgs = events
+    elif log.ops is not None:
         msgs = _surface_messages(events, log.ops, None)
     else:
         msgs = _with_summaries(events, log.blocks)
