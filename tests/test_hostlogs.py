@@ -371,6 +371,9 @@ def test_show_source_for_a_dsh_block_a_plain_transcript_and_a_missing_source(exa
     assert '<<acpmem-data kind="block" id="b2" tier="2"' in text and 'kind="turn" seq="13" role="assistant"' in text
     r = cli("memory", "--vault", str(v.root), "show", out.entries[0]["id"], "--source")
     assert r.returncode == 0 and 'kind="turn" seq="2" role="assistant"' in r.stdout
+    r = cli("memory", "--vault", str(v.root), "doctor", "--json")
+    found = [f["what"] for f in json.loads(r.stdout)["findings"]]
+    assert any(w.endswith(" 0 invalid file(s)") for w in found), found     # block citations pass doctor
 
     # a plain transcript: the offline extractor cites the seqs it quoted; show --source prints exactly those
     chat = tmp_path / "chat.json"
@@ -440,6 +443,12 @@ def test_mcp_source_resource_text(example_vault, tmp_path):
     text = svc.source(f"memory://entry/{out.entries[0]['id']}/source")
     assert 'kind="block" id="b2"' in text and "from " + str(log) in text
     assert svc.source("memory://entry/../source") is None
+    # the MCP commit takes block like the CLI: an unknown one is the model's error, nothing is queued
+    (commit,) = [t for t in svc.tools() if t["name"] == "memory_commit"]
+    assert commit["inputSchema"]["properties"]["block"]["pattern"] == "^b[0-9]{1,9}$"
+    with pytest.raises(TranscriptError, match="no compression block 'b7'"):
+        svc.commit({"type": "decision", "note": "n", "importance": 5, "block": "b7"}, {"seq": 3})
+    assert requests.list_requests(example_vault.state_dir) == ([], [])
 
 
 def test_dry_run_body_of_a_block_request_matches_the_fork(example_vault, tmp_path):

@@ -82,7 +82,9 @@ class Transcript(Value):
             if b.id == block_id:
                 return b
         if not self.blocks:
-            raise TranscriptError(f"{self.source}: has no compression blocks, so there is no block {clip(block_id)}",
+            note = f" (and {self.warnings[0].split(': ', 1)[-1]})" if self.warnings else ""
+            raise TranscriptError(f"{self.source}: has no compression blocks, so there is no block "
+                                  f"{clip(block_id)}{note}",
                                   "commit without --block, or pass the host's session log that has its compactions")
         known = ", ".join(b.id for b in self.blocks[:12]) + (" …" if len(self.blocks) > 12 else "")
         raise TranscriptError(f"{self.source}: no compression block {clip(block_id)} (it has {known})",
@@ -430,7 +432,8 @@ def _active_branch(events: tuple[Message, ...], links: dict | None) -> tuple[Mes
 # ------------------------------------------------------------------------------------------- compression hosts
 
 def _dsh_file(path_or_text: str | Path, format: str) -> Path | None:
-    """The path of a DSH log to stream (a zstd file, or anything with ``format="dsh"``), else None."""
+    """The path of a DSH log to stream — a zstd file, a file whose first lines are DSH events, or anything with
+    ``format="dsh"`` — else None."""
     if format not in ("auto", "dsh"):
         return None
     if not (isinstance(path_or_text, Path) or (isinstance(path_or_text, str) and _looks_like_path(path_or_text))):
@@ -442,12 +445,25 @@ def _dsh_file(path_or_text: str | Path, format: str) -> Path | None:
         if format == "dsh":
             return path
         with open(path, "rb") as fh:
-            head = fh.read(4)
+            head = fh.read(1 << 16)
     except (OSError, ValueError):
         return None   # _load says what is wrong
-    from acpmem.write.hostlogs import is_zstd
+    from acpmem.write.hostlogs import is_zstd, looks_like_dsh
 
-    return path if is_zstd(head) else None
+    if is_zstd(head):
+        return path
+    rows = []
+    for line in head.split(b"\n")[:-1][:4]:
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(obj, dict):
+            return None
+        rows.append(obj)
+    if rows and all(looks_like_dsh(o) or o.get("type") == "session" for o in rows) and any(map(looks_like_dsh, rows)):
+        return path
+    return None
 
 
 def _from_hostlog(log, source: str, container: str, partial: bool = False) -> Transcript:
