@@ -471,3 +471,100 @@ def test_the_worked_example_runs_offline(tmp_path):
     assert "citations: session-3aa366c3#2-15 (b2)" in out
     assert '<<acpmem-data kind="block" id="b2" tier="2" topic="Auth + tests" turns="2-7,12-15"' in out
     assert 'kind="turn" seq="15" role="assistant"' in out and "Traceback" not in r.stderr
+
+
+def test_the_source_resource_over_a_real_mcp_session(example_vault, tmp_path):
+    from test_mcp import _server_params, _session_run
+
+    v = example_vault
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    req = _request(v, str(log), 21)
+    (out,) = worker.process_now(v, [req.id], extractor="offline")
+    ident = out.entries[0]["id"]
+    root = v.root
+    v.close()
+
+    async def body(s):
+        templates = (await s.list_resource_templates()).resource_templates
+        text = (await s.read_resource(f"memory://entry/{ident}/source")).contents[0].text
+        try:
+            await s.read_resource("memory://entry/zzzzzz/source")
+            missing = None
+        except Exception as exc:   # the client raises the server's error answer
+            missing = str(exc)
+        return [t.uri_template for t in templates], text, missing
+
+    errlog = tmp_path / "server.err"
+    # the server's --transcript is recorded for its session (s-dsh), so the entry's turns are found
+    uris, text, missing = _session_run(_server_params(root, "--session", "s-dsh", "--transcript", str(log)), body,
+                                       str(errlog))
+    assert uris == ["memory://entry/{id}/source"]
+    assert 'kind="block" id="b2" tier="2"' in text and 'kind="turn" seq="12" role="user"' in text
+    assert missing and "no entry with id 'zzzzzz'" in missing and "Traceback" not in errlog.read_text()
+
+
+# ------------------------------------------------------------------------------------- properties
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sets(st.integers(0, 2**40), max_size=600))
+def test_turns_text_is_exact_or_the_span(seqs):
+    text = turns_text(seqs)
+    if not seqs:
+        assert text == ""
+        return
+    back = parse_turns(text)
+    assert back is not None
+    if back != tuple(sorted(seqs)):   # too many runs for a citation: the span that holds them all
+        assert text == f"{min(seqs)}-{max(seqs)}"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(block=st.none() | st.integers(1, 10**9).map(lambda n: f"b{n}"), tier=st.none() | st.integers(1, 3),
+       compaction=st.none() | st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,40}", fullmatch=True),
+       seqs=st.sets(st.integers(0, 10**6), max_size=40))
+def test_block_citations_round_trip_through_the_entry_file(block, tier, compaction, seqs):
+    from acpmem.core.entry import Citation, Entry
+    from acpmem.core.entryfile import dump_entry
+
+    c = Citation("s-1", turns_span_or(seqs), block, tier, compaction, turns_text(seqs) or None)
+    e = Entry(id="a1", title="t", type="fact", importance=5, created="2026-11-29T14:03:11Z", body="- x\n",
+              citation=(c,))
+    back = parse_entry(dump_entry(e), "entries/a1.md")
+    assert back.citation == (c,) and back.citation[0].to_dict() == c.to_dict()
+
+
+def turns_span_or(seqs):
+    from acpmem.core.blocks import turns_span
+
+    return turns_span(seqs) if seqs else 7
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plan=st.lists(st.tuples(st.sampled_from(["user", "assistant", "compact"]), st.integers(0, 6)), min_size=1,
+                     max_size=25))
+def test_the_replayed_surface_is_what_each_compaction_left(tmp_path, plan):
+    """A generated session: messages and compactions of random stretches of the surface. At every seq, the
+    conversation the fork gets holds no turn a checkpoint replaced, every checkpoint in place, in surface order."""
+    g = Log()
+    surface: list[int] = []
+    checkpoints: set[int] = set()
+    n = 0
+    for kind, k in plan:
+        if kind != "compact" or len(surface) < 2:
+            surface.append(g.user(f"u{len(g.events)}") if kind != "assistant" else g.assistant("a"))
+            continue
+        i = min(k, len(surface) - 2)
+        lo, hi = surface[i], surface[i + 1]
+        n += 1
+        cp = g.compact(n, lo, hi, None, surface[i:i + 2], f"summary {n}")   # the run from node lo to node hi
+        surface[i:i + 2] = [cp]
+        checkpoints.add(cp)
+    path = zst(tmp_path / "h.zst", g.events)
+    t = read_transcript(path)
+    assert [m.seq for m in t.messages] == surface
+    assert all(b.tier in (1, 2, 3) for b in t.blocks) and len(t.blocks) == n
+    for b in t.blocks:   # covered turns are original turns: nested checkpoints were followed back to theirs
+        assert b.seqs and not set(b.seqs) & checkpoints and set(b.seqs) <= {m.seq for m in t.events}

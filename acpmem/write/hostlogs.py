@@ -6,8 +6,8 @@ content, like its other formats.
 
 **DSH** (``session.jsonl.zstd``): one JSON event per line, zstd-compressed, append-only. ``seq`` is the event's
 0-based position in the log. ``user/message``, ``assistant/message`` (one message; its tool calls as ``tool_calls``)
-and ``tool/result`` are messages; each carries a ``surfaceOp`` (``append``, or ``replace`` of a seq range by this
-event: how the host's compaction checkpoint takes the place of the turns it summarises), so the surface the model saw
+and ``tool/result`` are messages; each carries a ``surfaceOp`` (``append``, or ``replace`` of a run of surface nodes, named by the seqs of its
+first and last, by this event: how the host's compaction checkpoint takes the place of the turns it summarises), so the surface the model saw
 at any seq is replayed from the log. ``compaction/summary`` events become blocks. Read as a stream, a bounded chunk
 at a time; never loaded whole.
 
@@ -390,7 +390,7 @@ def _surface_op(seq: int, op: object, warn: _Warnings, n: int) -> tuple:
     if isinstance(op, dict) and op.get("op") == "replace":
         lo = op.get("startSeq", op.get("start"))
         hi = op.get("endSeq", op.get("end"))
-        if int_between(lo, 0, MAX_SEQ) and int_between(hi, 0, MAX_SEQ) and lo <= hi:
+        if int_between(lo, 0, MAX_SEQ) and int_between(hi, 0, MAX_SEQ):
             return (seq, lo, hi)
     warn.add(f"line {n}: surfaceOp {clip(op)} is not append or replace; read as append")
     return (seq, None, None)
@@ -473,7 +473,12 @@ def _dsh_block(data: dict, seq: int, number: int, blocks: dict, by_compaction: d
 
 
 def surface(ops, upto: int | None = None) -> list[int]:
-    """The seqs on the surface after replaying ``ops`` (those at or before ``upto``), in the order the model saw."""
+    """The seqs on the surface after replaying ``ops`` (those at or before ``upto``), in the order the model saw.
+
+    A replace names the first and the last surface node it takes (their seqs): the run between them, in surface
+    order, gives way to the new node — after an earlier compaction a checkpoint (a later seq) sits before older turns,
+    so the run is not a seq range. When the two ends are not both on the surface, the nodes whose seqs lie between
+    them are taken instead (read from the log as it is; a log that never says is read as appends)."""
     nodes: list[int] = []
     for seq, lo, hi in ops:
         if upto is not None and seq > upto:
@@ -481,11 +486,19 @@ def surface(ops, upto: int | None = None) -> list[int]:
         if lo is None:
             nodes.append(seq)
             continue
-        at = next((i for i, s in enumerate(nodes) if lo <= s <= hi), None)
+        try:
+            i, j = nodes.index(lo), nodes.index(hi)
+        except ValueError:
+            i = j = -1
+        if 0 <= i <= j:
+            nodes[i:j + 1] = [seq]
+            continue
+        a, b = min(lo, hi), max(lo, hi)
+        at = next((k for k, s in enumerate(nodes) if a <= s <= b), None)
         if at is None:
             nodes.append(seq)
             continue
-        nodes = [s for s in nodes[:at] if not lo <= s <= hi] + [seq] + [s for s in nodes[at:] if not lo <= s <= hi]
+        nodes = [s for s in nodes[:at] if not a <= s <= b] + [seq] + [s for s in nodes[at:] if not a <= s <= b]
     return nodes
 
 
