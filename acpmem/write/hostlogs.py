@@ -6,10 +6,10 @@ content, like its other formats.
 
 **DSH** (``session.jsonl.zstd``): one JSON event per line, zstd-compressed, append-only. ``seq`` is the event's
 0-based position in the log. ``user/message``, ``assistant/message`` (one message; its tool calls as ``tool_calls``)
-and ``tool/result`` are messages; each carries a ``surfaceOp`` (``append``, or ``replace`` of a run of surface nodes, named by the seqs of its
-first and last, by this event: how the host's compaction checkpoint takes the place of the turns it summarises), so the surface the model saw
-at any seq is replayed from the log. ``compaction/summary`` events become blocks. Read as a stream, a bounded chunk
-at a time; never loaded whole.
+and ``tool/result`` are messages; each carries a ``surfaceOp``: ``append``, or ``replace`` by this event of a run
+of surface nodes named by the seqs of its first and last (how the host's compaction checkpoint takes the place of the
+turns it summarises), so the surface the model saw at any seq is replayed from the log. ``compaction/summary``
+events become blocks. Read as a stream, a bounded chunk at a time; never loaded whole.
 
 **pi** (``<session>.jsonl``): one entry per line (``{"type": "message", "id", "message": {role, content}}``),
 ``seq`` = line number; the kernel state is the JSON file beside it (``<session>.jsonl.acp.json``, bare or in
