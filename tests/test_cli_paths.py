@@ -136,6 +136,7 @@ def commit_args(root):
                   _option("--session", st.sampled_from(["s1", "", "x" * 600])),
                   _option("--transcript", st.sampled_from([CHAT, "/nonexistent.json", ""])),
                   _option("--extractor", st.sampled_from(["offline", "auto", "llm", "OFFLINE"])),
+                  _option("--block", st.sampled_from(["b1", "", "B1", "b"])),
                   st.just(["--json"]), _with_vault(root)], max_size=9)
 
 

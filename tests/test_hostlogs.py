@@ -568,3 +568,26 @@ def test_the_replayed_surface_is_what_each_compaction_left(tmp_path, plan):
     assert all(b.tier in (1, 2, 3) for b in t.blocks) and len(t.blocks) == n
     for b in t.blocks:   # covered turns are original turns: nested checkpoints were followed back to theirs
         assert b.seqs and not set(b.seqs) & checkpoints and set(b.seqs) <= {m.seq for m in t.events}
+
+
+def test_concurrent_first_sightings_leave_one_valid_record(vault, tmp_path):
+    """Eight processes record different transcripts for one new session at once: one wins, the record is whole."""
+    import subprocess
+
+    vault.ensure_state()
+    paths = []
+    for i in range(8):
+        p = tmp_path / f"t{i}.json"
+        p.write_text("[]")
+        paths.append(p)
+    code = ("import sys; from acpmem.vault.reader import VaultReader; from acpmem.write.sources import "
+            "record_transcript; v = VaultReader(sys.argv[1]); print(record_transcript(v, 'race', sys.argv[2], 'x'))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(vault.root), str(p)], stdout=subprocess.PIPE,
+                              text=True) for p in paths]
+    said = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert said.count("True") == 1 and said.count("False") == 7, said
+    recorded = sources.recorded_transcript(vault, "race")
+    assert recorded == str(paths[said.index("True")])
+    doc = json.loads((vault.session_dir("race") / sources.RECORD).read_text())
+    assert doc == {"session": "race", "transcript": recorded, "origin": "x"}
