@@ -2,8 +2,8 @@
 the fork's instruction, and strict parsing of the arguments a model sends back.
 
 Three tools: ``memory_commit`` and ``memory_recall`` for the main conversation, ``memory_write`` for the fork
-only. ``tool_definitions`` renders them as OpenAI function tools, Anthropic tools, MCP tool schemas or DSH ``defineTool``
-parameter maps, in English or Chinese. Pure: text in, text out.
+only. ``tool_definitions`` renders them as OpenAI function tools, Anthropic tools, MCP tool schemas or DSH
+``defineTool`` parameter maps, in English or Chinese. Pure: text in, text out.
 """
 from __future__ import annotations
 

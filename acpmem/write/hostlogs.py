@@ -328,7 +328,8 @@ def read_dsh(path: Path | None, source: str, text: str | None = None, *, only=No
             continue
         if kind in DSH_MESSAGES:
             src = data.get("source") if kind == "user/message" else None
-            is_cp = isinstance(src, dict) and (src.get("plugin") == "compact" or src.get("kind") == "compact-checkpoint")
+            is_cp = isinstance(src, dict) and (src.get("plugin") == "compact"
+                                               or src.get("kind") == "compact-checkpoint")
             if only is not None and seq not in only and not is_cp:
                 continue
             msg = _dsh_message(kind, data)

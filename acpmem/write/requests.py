@@ -89,7 +89,8 @@ class Request(Value):
         for key in ("transcript", "host_tools", "next_attempt"):
             if d.get(key) is not None and not isinstance(d[key], str):
                 raise ValueError(f"{key} must be text")
-        if d.get("block") is not None and not (isinstance(d["block"], str) and re.fullmatch(r"b[0-9]{1,9}", d["block"])):
+        block = d.get("block")
+        if block is not None and not (isinstance(block, str) and re.fullmatch(r"b[0-9]{1,9}", block)):
             raise ValueError("block must be a block id like b12")
         if d.get("next_attempt") is not None:
             parse_iso(d["next_attempt"])   # the worker computes with it: "zzzz" would stop it for good
