@@ -591,3 +591,14 @@ def test_concurrent_first_sightings_leave_one_valid_record(vault, tmp_path):
     assert recorded == str(paths[said.index("True")])
     doc = json.loads((vault.session_dir("race") / sources.RECORD).read_text())
     assert doc == {"session": "race", "transcript": recorded, "origin": "x"}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_fork_instruction_names_the_block_before_the_rules(lang):
+    from acpmem.core.tools import fork_instruction
+
+    block = '<<acpmem-data kind="block" id="b2" tier="2" topic="t" nonce="ab">>\nsum\n<</acpmem-data nonce="ab">>'
+    text = fork_instruction("auth design", "decision", 8, None, lang, block)
+    assert text.index(block) < text.index("Rules:" if lang == "en" else "规则：")
+    assert text.endswith("(none)" if lang == "en" else "（无）")
+    assert block not in fork_instruction("auth design", "decision", 8, None, lang)
