@@ -602,3 +602,14 @@ def test_the_fork_instruction_names_the_block_before_the_rules(lang):
     assert text.index(block) < text.index("Rules:" if lang == "en" else "规则：")
     assert text.endswith("(none)" if lang == "en" else "（无）")
     assert block not in fork_instruction("auth design", "decision", 8, None, lang)
+
+
+def test_an_older_citation_of_a_kernel_block_ref_shows_that_block(vault, tmp_path):
+    from acpmem.core.entry import Citation, Entry
+
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    e = Entry(id="k1ref", title="JWT design from b1", type="decision", importance=6, created=vault.now(),
+              body="- JWT 15m\n", citation=(Citation("session-3aa366c3", "b1"),))
+    vault.write_entries([e.with_changes(path=vault.path_for(e.id, e.title))], subject="s", why="w")
+    (s,) = sources.entry_source(vault, "k1ref", transcript=str(log)).sources
+    assert s.status == "ok" and s.block.id == "b1" and [t.seq for t in s.turns] == [2, 3, 4, 5, 6, 7]

@@ -159,10 +159,13 @@ def _one(vault, c, override: str | None, cache: dict) -> CitedSource:
     t = read(frozenset(sorted(set(seqs))[:MAX_TURNS_SHOWN]))
     if isinstance(t, TranscriptError):
         return CitedSource(c, "unreadable", path, t.message)
+    from acpmem.core.blocks import valid_block_id
+
     block = None
-    if c.block:
+    block_id = c.block or (c.seq if valid_block_id(c.seq) else None)   # an older citation's seq "b3" is a block
+    if block_id:
         try:
-            block = t.block(c.block)
+            block = t.block(block_id)
         except TranscriptError as exc:
             return CitedSource(c, "no_block", path, exc.message)
         if not c.turns and block.seqs:
