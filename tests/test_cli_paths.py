@@ -141,9 +141,11 @@ def commit_args(root):
 
 
 def _prompt_needs_a_session(argv: list[str]) -> bool:
-    """A prompt listing without a session draws a fresh jitter on every call, by design: not comparable."""
+    """A prompt listing without a session — or with an empty one, which is none — draws a fresh jitter on every call,
+    by design: not comparable."""
     joined = " ".join(argv)
-    return "prompt" in joined and "--session" not in joined
+    at = max((i for i, a in enumerate(argv) if a == "--session"), default=None)   # the last one wins
+    return "prompt" in joined and (at is None or at + 1 >= len(argv) or argv[at + 1] == "")
 
 
 def _same(argv: list[str], prog: str = "acpmem", stdin: bytes = b"") -> None:

@@ -129,7 +129,7 @@ def test_nudge(cli, tmp_path):
     assert emergency.returncode == 0 and "cannot afford to lose" in emergency.stdout
 
 
-@pytest.mark.parametrize("command", ["commit", "extract", "tools", "nudge", "stats"])
+@pytest.mark.parametrize("command", ["commit", "extract", "tools", "nudge", "blocks", "stats"])
 def test_every_command_has_help_with_an_example(cli, command):
     r = cli("memory", command, "--help")
     assert r.returncode == 0 and "Example: acp memory " + command in " ".join(r.stdout.split())

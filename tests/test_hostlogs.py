@@ -467,7 +467,8 @@ def test_the_worked_example_runs_offline(tmp_path):
                        capture_output=True, text=True, timeout=240, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout
-    assert 'b2 (tier 2, "Auth + tests")  turns 2-7,12-15  active  nested b1' in out
+    assert 'b1 (tier 1, "JWT auth design")  turns 2-7  (consumed)' in out
+    assert 'b2 (tier 2, "Auth + tests")  turns 2-7,12-15  nested b1\n' in out
     assert "citations: session-3aa366c3#2-15 (b2)" in out
     assert '<<acpmem-data kind="block" id="b2" tier="2" topic="Auth + tests" turns="2-7,12-15"' in out
     assert 'kind="turn" seq="15" role="assistant"' in out and "Traceback" not in r.stderr
@@ -613,3 +614,17 @@ def test_an_older_citation_of_a_kernel_block_ref_shows_that_block(vault, tmp_pat
     vault.write_entries([e.with_changes(path=vault.path_for(e.id, e.title))], subject="s", why="w")
     (s,) = sources.entry_source(vault, "k1ref", transcript=str(log)).sources
     assert s.status == "ok" and s.block.id == "b1" and [t.seq for t in s.turns] == [2, 3, 4, 5, 6, 7]
+
+
+def test_the_blocks_command_lists_what_commit_can_name(tmp_path, cli):
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    r = cli("memory", "blocks", str(log), "--json", cwd=tmp_path)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and [(b["id"], b["tier"], b["turns"], b["active"]) for b in doc["blocks"]] == [
+        ("b1", 1, "2-7", False), ("b2", 2, "2-7,12-15", True)]
+    chat = tmp_path / "chat.json"
+    chat.write_text('[{"role": "user", "content": "hi"}]')
+    r = cli("memory", "blocks", str(chat), cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip().endswith("no compression blocks")
+    r = cli("memory", "blocks", str(tmp_path / "none.zst"), cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1

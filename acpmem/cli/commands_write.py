@@ -1,4 +1,4 @@
-"""The write-path commands of ``acp memory``: commit, extract, tools, nudge, stats.
+"""The write-path commands of ``acp memory``: commit, extract, tools, nudge, blocks, stats.
 
 Each command parses its arguments, makes one library call (``write.submit``, ``write.worker.process_now``,
 ``core.tools``, ``write.stats``) and renders the result.
@@ -261,6 +261,39 @@ def nudge(ctx: typer.Context,
     from acpmem.core.tools import nudge_text
 
     out(nudge_text(lang.value if lang else _vault_defaults(ctx, vault)[1], voice.value))
+
+
+# --------------------------------------------------------------------------------------------- blocks
+
+@app.command()
+def blocks(transcript: Annotated[str, typer.Argument(metavar="FILE", show_default=False,
+                                                     help="A DSH session log, a pi session log (its kernel state "
+                                                          "beside it), or any transcript acpmem reads.")],
+           json_: JsonOpt = False) -> None:
+    """The compression blocks a session holds: id, tier, topic, the turns each covers, and whether a later block
+    consumed it. What `commit --block` can name.
+
+    Example: acp memory blocks ~/.dsh/sessions/p/session-3aa366c3/session.jsonl.zstd
+    """
+    from acpmem.core.blocks import turns_text
+    from acpmem.write.transcripts import read_transcript
+
+    from pathlib import Path
+
+    t = read_transcript(Path(transcript), turns=())
+    for w in t.warnings:
+        warn(f"Warning: {w}")
+    if json_:
+        out_json({"transcript": t.source, "blocks": [b.to_json() for b in t.blocks]})
+        return
+    if not t.blocks:
+        out(f"{t.source}: no compression blocks")
+        return
+    for b in t.blocks:
+        extra = (f"  nested {', '.join(b.nested)}" if b.nested else "") + ("" if b.active else "  (consumed)")
+        out(f"{b.label()}  turns {turns_text(b.seqs) or 'not recorded'}{extra}")
+        first = b.summary.strip().splitlines()[0] if b.summary.strip() else ""
+        out(f"    {first[:110] + ('…' if len(first) > 110 else '')}")
 
 
 # --------------------------------------------------------------------------------------------- stats

@@ -1,7 +1,7 @@
 """The memory loop on a DSH session, offline: a compression block becomes a long-term memory that cites its turns.
 
 1. writes a small DSH-style session log with two compactions (``make_session.py``: b1 tier 1, b2 tier 2 over b1);
-2. creates a vault, lists the blocks the log holds, commits block b2 (``memory_commit`` with ``block``), the way a
+2. lists the blocks the log holds (``acp memory blocks``), creates a vault, commits block b2 (``memory_commit`` with ``block``), the way a
    harness does when the model calls it;
 3. extracts it with the offline extractor (no model, no network);
 4. shows the entry and follows its citation back to the turns (``show --source``).
@@ -52,15 +52,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from acpmem import read_transcript
 
-    t = read_transcript(log)
-    print("blocks in the log:")
-    for b in t.blocks:
-        print(f"  {b.label()}  turns {b.to_json()['turns']}  {'active' if b.active else 'consumed'}"
-              + (f"  nested {', '.join(b.nested)}" if b.nested else ""))
-
+    last = read_transcript(log).last_seq      # the seq of the model's memory_commit call: the log's last event
+    acp("blocks", str(log), cwd=work)
     acp("init", cwd=work)
     said = acp("commit", "--type", "decision", "--note", "auth token design: JWT + Redis refresh", "--importance",
-               "8", "--session", "session-3aa366c3", "--seq", str(t.last_seq), "--transcript", str(log),
+               "8", "--session", "session-3aa366c3", "--seq", str(last), "--transcript", str(log),
                "--block", "b2", "--extractor", "offline", "--wait", cwd=work)
     entry = re.search(r"wrote 1 entry \(#([A-Za-z0-9_-]+)\)", said)[1]
     acp("show", entry, cwd=work)
