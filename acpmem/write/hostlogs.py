@@ -289,7 +289,7 @@ def read_dsh(path: Path | None, source: str, text: str | None = None, *, only=No
             continue
         if only is not None and "compact" not in line:
             m = _SEQ_PREFIX.match(line)
-            if m and int(m[1]) not in only and int(m[1]) > prev:
+            if m and int(m[1]) not in only and prev < int(m[1]) <= MAX_SEQ and count < MAX_EVENTS:
                 prev = int(m[1])
                 count += 1
                 continue
