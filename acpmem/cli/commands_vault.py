@@ -86,15 +86,38 @@ def list_(ctx: typer.Context,
 # --------------------------------------------------------------------------------------------- show
 
 @app.command()
-def show(ctx: typer.Context, entry_id: IdArg, json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+def show(ctx: typer.Context, entry_id: IdArg, json_: JsonOpt = False, vault: VaultOpt = None,
+         source: Annotated[bool, typer.Option("--source", help="Print the turns the entry cites (and, for a "
+                                                               "compression block, its summary and covered turns) "
+                                                               "from the session's transcript, framed as data.")]
+         = False,
+         transcript: Annotated[Optional[str], typer.Option("--transcript", metavar="FILE", show_default=False,
+                                                           help="With --source: read the turns from this file "
+                                                                "instead of the transcript recorded for the "
+                                                                "session.")] = None) -> None:
     """One entry in full, with its citations and its layer (project or user). Marks it read.
 
+    With --source, the turns its citations name instead, read from the transcript recorded for the session (or
+    --transcript); it says so when the transcript was not recorded here or is gone.
+
     Example: acp memory show k3f
+
+    Example: acp memory show k3f --source
     """
     from acpmem.core import render
     from acpmem.vault.layers import show_layered
 
     v = open_vault(ctx, vault)
+    if source:
+        from acpmem.write.sources import entry_source, source_text
+
+        src = entry_source(v, entry_id, transcript=transcript)
+        out_json(src.to_json()) if json_ else out(source_text(src).rstrip("\n"))
+        return
+    if transcript:
+        from acpmem.core.errors import UsageError
+
+        raise UsageError("--transcript goes with --source", "add --source to read the cited turns")
     layer, e = show_layered(v, entry_id)
     emit_warnings(v)
     if json_:

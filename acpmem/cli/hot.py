@@ -118,7 +118,7 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
 
 def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, session: str | None,
                seq: int | None, transcript: str | None, host_tools: str | None, wait: bool,
-               extractor: str | None, json_: bool, vault: Path | None) -> int:
+               extractor: str | None, json_: bool, vault: Path | None, block: str | None = None) -> int:
     from acpmem.core.errors import UsageError
 
     missing = [f"--{k}" for k, v in (("type", type_), ("note", note), ("importance", importance),
@@ -134,7 +134,8 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
     v = Opened.open(vault)
     try:
         ack = submit(v, type=type_, note=note, importance=importance, session=session, seq=seq,
-                     transcript=_path(transcript), wait=wait, host_tools=_path(host_tools), extractor=extractor)
+                     transcript=_path(transcript), wait=wait, host_tools=_path(host_tools), extractor=extractor,
+                     block=block)
     finally:
         v.close()
     emit_warnings(v)

@@ -160,6 +160,37 @@ def load_host_tools(path: str | None) -> list[dict]:
     return tools
 
 
+def request_block(req: Request, transcript):
+    """The compression block a request names (``Block``), or None; ``TranscriptError`` when it cannot be found."""
+    if not req.block:
+        return None
+    if transcript is None:
+        raise TranscriptError(f"request {req.id} names block {req.block} but no transcript",
+                              "commit a block with the session log (--transcript) that has it")
+    return transcript.block(req.block)
+
+
+def block_text(block) -> str:
+    """The block as the fork's instruction shows it: framed as data, its id, tier and topic on the opening line."""
+    from acpmem.core.framing import frame
+
+    return frame("block", block.summary, attrs={"id": block.id, "tier": str(block.tier or "unknown"),
+                                                 "topic": block.topic or ""})
+
+
+def request_citations(req: Request, transcript) -> tuple[Citation, ...]:
+    """What an entry of this request cites: the commit's seq, or for a block the block (id, tier, the host's id,
+    the turns it covers; its seq the span of those turns, else the commit's seq)."""
+    from acpmem.core.blocks import turns_span, turns_text
+
+    b = request_block(req, transcript)
+    if b is None:
+        return (Citation(req.session, req.seq),)
+    span = turns_span(b.seqs)
+    return (Citation(req.session, span if span is not None else req.seq, b.id, b.tier, b.compaction_id,
+                     turns_text(b.seqs) or None),)
+
+
 def build_body(vault, req: Request, model: str | None, *, transcript=None,
                related: list[Entry] | None = None) -> dict:
     """The exact chat-completions body the fork sends (``extract --dry-run`` prints it)."""
@@ -167,12 +198,15 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
     from acpmem.write.transcripts import close_tool_calls, openai_messages
 
     t = conversation(req) if transcript is None else transcript
+    blk = request_block(req, t)
     messages = close_tool_calls(openai_messages(t), req.ack) if t is not None else []
     rel = related_entries(vault, req.note) if related is None else related
     lang = vault.settings.language
     layers = len(vault.layers()) > 1   # the fork is told the user vault exists, and chooses per entry
     messages.append({"role": "user", "content": fork_instruction(req.note, req.type, req.importance,
-                                                                 related_text(rel), lang, layers=layers)})
+                                                                 related_text(rel), lang,
+                                                                 block_text(blk) if blk is not None else None,
+                                                                 layers=layers)})
     tools = load_host_tools(req.host_tools) + tool_definitions("fork", "openai", lang, vault.settings.types,
                                                                layers=layers)
     body: dict = {"model": model} if model else {}
@@ -267,7 +301,8 @@ def _new_entry(vault, req: Request, draft: _Draft, taken: set[str], *, title: st
     return e.with_changes(path=target.path_for(ident, title))
 
 
-def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names: set[str]) -> _Draft:
+def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names: set[str], *,
+                     citations: tuple[Citation, ...] | None = None) -> _Draft:
     """Turn the model's tool calls into entries. A malformed ``memory_write`` (bad JSON, wrong fields, oversize) or a
     call to a tool we never offered rejects the whole answer (``ExtractionError`` reason ``malformed_call``: the request
     is retried); calls to the host's own tools are ignored (a one-shot fork cannot answer them)."""
@@ -306,8 +341,8 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
                 continue
             sup.append(target.id)
         entry = _new_entry(vault, req, draft, taken, title=title, body=content,
-                           citations=(Citation(req.session, req.seq),), extractor=extractor, supersedes=tuple(sup),
-                           layer=layer)
+                           citations=citations or (Citation(req.session, req.seq),), extractor=extractor,
+                           supersedes=tuple(sup), layer=layer)
         for old in sup:
             draft.updates[old] = known[old].with_changes(superseded_by=entry.id)
             draft.layer_of[old] = layer
@@ -414,6 +449,7 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
         label = config.extractor if config else "offline"
         say(req.id, "reading the transcript")
         t = conversation(req)
+        cites = request_citations(req, t)
         if kind == "offline":
             from acpmem.write.offline import extract_offline
 
@@ -430,7 +466,7 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
                 raise
             host_names = {tool["function"]["name"] for tool in body["tools"][:-1]}
             try:
-                draft = draft_from_calls(vault, req, result.tool_calls, label, host_names)
+                draft = draft_from_calls(vault, req, result.tool_calls, label, host_names, citations=cites)
             except ExtractionError as exc:
                 costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=0,
                                                  error=exc))
@@ -478,6 +514,11 @@ def _offline_draft(vault, req: Request, transcript, extract_offline) -> _Draft:
     layer = default_layer(req.type) if len(layers) > 1 else vault.layer
     if layer != vault.layer and req.type not in layers[-1].settings.types:
         layer = vault.layer   # the user vault does not know this type: the project vault keeps it
+    max_bytes = vault.settings.extraction.max_entry_bytes
+    blk = request_block(req, transcript)
+    if blk is not None:   # quote from the turns the block covers, after the block's own summary
+        transcript = transcript.with_changes(messages=transcript.turns(blk.seqs))
+        max_bytes = max(1024, max_bytes - len(blk.summary.encode("utf-8")) - 200)
     note = req.note
     if layer != LAYER_PROJECT:
         # before the extractor clips titles and quotes: a path cut in half would no longer be recognised
@@ -486,11 +527,21 @@ def _offline_draft(vault, req: Request, transcript, extract_offline) -> _Draft:
             transcript = transcript.with_changes(messages=tuple(
                 m.with_changes(content=_user_safe(vault, transcript.text(m), draft), raw={})
                 for m in transcript.messages))
-    text = extract_offline(transcript, note, max_bytes=vault.settings.extraction.max_entry_bytes,
-                           lang=vault.settings.language)
-    body = _redact(text.body, draft.redacted)
+        if blk is not None:
+            blk = blk.with_changes(summary=_user_safe(vault, blk.summary, draft),
+                                   topic=_user_safe(vault, blk.topic, draft) if blk.topic else blk.topic)
+    text = extract_offline(transcript, note, max_bytes=max_bytes, lang=vault.settings.language)
+    body = text.body
+    if blk is not None:
+        from acpmem.write.offline import block_lines
+
+        body = block_lines(blk, body, vault.settings.language, vault.settings.extraction.max_entry_bytes)
+    body = _redact(body, draft.redacted)
     title = _redact(text.title, draft.redacted)
-    cites = tuple(Citation(req.session, s) for s in text.seqs) or (Citation(req.session, req.seq),)
+    if blk is not None:
+        cites = request_citations(req, transcript)
+    else:
+        cites = tuple(Citation(req.session, s) for s in text.seqs) or (Citation(req.session, req.seq),)
     taken = {e.id for lv in layers for e in lv.load(with_reads=False, light=True).entries}
     draft.entries.append(_new_entry(vault, req, draft, taken, title=title, body=body, citations=cites,
                                     extractor="offline", layer=layer))
