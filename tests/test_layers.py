@@ -640,3 +640,33 @@ def test_a_type_the_user_vault_lacks_stays_in_the_project(proj, user_vault, open
     openai_server.enqueue(reply.writes(reply.call("memory_write", {"content": "- a lesson", "layer": "user"})))
     out = run(v, submit(v, type="lesson"))
     assert out.status == "written" and out.entries[0]["layer"] == "project"
+
+
+def test_a_block_committed_as_a_user_preference_lands_in_the_user_vault_and_its_source_shows(proj, user_vault,
+                                                                                             tmp_path, cli):
+    """Compression blocks and layers together: the offline fork routes a user-preference block to the user vault
+    with a u- id, cites the block, and `show --source` finds the u- id."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "dsh"))
+    import make_session
+    from acpmem.write import sources
+    from acpmem.write.transcripts import read_transcript
+
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    t = read_transcript(log)
+    blk = t.blocks[0]
+    req = requests.make_request(types=proj.settings.types, type="user-preference", note="how the person works",
+                                importance=6, session="s-dsh", seq=t.last_seq, transcript=str(log), host_tools=None,
+                                lang="en", created=proj.now(), request_id=requests.new_request_id(proj.rng),
+                                block=blk.id)
+    proj.ensure_state()
+    requests.save_request(proj.state_dir, req, new=True)
+    (out,) = worker.process_now(proj, [req.id], extractor="offline")
+    assert out.status == "written" and out.entries[0]["layer"] == "user"
+    new = out.entries[0]["id"]
+    assert new.startswith(USER_ID_PREFIX) and new in ids(Vault(user_vault.root))
+    _, entry = resolve_layer(Vault(proj.root), new)
+    assert entry.citation[0].block == blk.id
+    assert sources.record_transcript(proj, "s-dsh", log, "commit")
+    r = cli("memory", "--vault", str(proj.root), "show", new, "--source")
+    assert r.returncode == 0, r.stderr
+    assert f'kind="block" id="{blk.id}"' in r.stdout
