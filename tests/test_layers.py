@@ -670,3 +670,12 @@ def test_a_block_committed_as_a_user_preference_lands_in_the_user_vault_and_its_
     r = cli("memory", "--vault", str(proj.root), "show", new, "--source")
     assert r.returncode == 0, r.stderr
     assert f'kind="block" id="{blk.id}"' in r.stdout
+
+
+def test_tools_for_the_fork_show_the_layer_field_only_when_a_user_vault_is_read(proj, user_vault, cli, monkeypatch):
+    r = cli("memory", "--vault", str(proj.root), "tools", "--for", "fork")
+    props = json.loads(r.stdout)[0]["function"]["parameters"]["properties"]
+    assert r.returncode == 0 and props["layer"]["enum"] == ["project", "user"]
+    monkeypatch.setenv("ACPMEM_USER_VAULT", "none")
+    r = cli("memory", "--vault", str(proj.root), "tools", "--for", "fork")
+    assert r.returncode == 0 and "layer" not in json.loads(r.stdout)[0]["function"]["parameters"]["properties"]

@@ -203,7 +203,8 @@ def _run(v, ids: list[str], extractor: str | None, *, show_progress: bool):
 # --------------------------------------------------------------------------------------------- tools / nudge
 
 def _vault_defaults(ctx: typer.Context, vault: str | None):
-    """The vault's types and language when a vault is found; the defaults otherwise (these commands need none)."""
+    """The vault's types and language when a vault is found; the defaults otherwise (these commands need none).
+    A third value: whether a user vault is read beside it (the fork's memory_write then has a layer field)."""
     from acpmem.core.entry import DEFAULT_TYPES
     from acpmem.core.errors import VaultNotFound
     from acpmem.vault.reader import VaultReader
@@ -211,9 +212,9 @@ def _vault_defaults(ctx: typer.Context, vault: str | None):
     try:
         v = VaultReader.open(vault_of(ctx, vault))
     except VaultNotFound:
-        return DEFAULT_TYPES, "en"
+        return DEFAULT_TYPES, "en", False
     try:
-        return v.settings.types, v.settings.language
+        return v.settings.types, v.settings.language, len(v.layers()) > 1
     finally:
         v.close()
 
@@ -236,8 +237,8 @@ def tools(ctx: typer.Context,
     """
     from acpmem.core.tools import tool_definitions
 
-    types, vlang = _vault_defaults(ctx, vault)
-    out_json(tool_definitions(for_.value, fmt.value, lang.value if lang else vlang, types))
+    types, vlang, layers = _vault_defaults(ctx, vault)
+    out_json(tool_definitions(for_.value, fmt.value, lang.value if lang else vlang, types, layers=layers))
 
 
 class Voice(str, Enum):
