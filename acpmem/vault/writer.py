@@ -56,6 +56,10 @@ KIND_FORGET = "forget"
 KIND_SUPERSEDE = "supersede"
 KIND_READS = "reads"
 KIND_SYNC = "sync"
+KIND_PROPOSE = "proposal"        # the fork's entries under ``[write] policy = "review"``, in proposals/
+KIND_REVIEW = "human-review"     # a person's decision in ``review`` (accept, edit, reject)
+KIND_REMEMBER = "human-write"    # a person's entry, verbatim (``remember``)
+KIND_CONSOLIDATE = "consolidate"  # one merged entry superseding a cluster (``consolidate``)
 
 
 # --------------------------------------------------------------------------------------------- paths
@@ -117,7 +121,8 @@ class Vault(VaultReader):
     # ----------------------------------------------------------------- ids
     def new_id(self, taken: set[str] | None = None) -> str:
         taken = taken if taken is not None else {e.id for e in self.load(with_reads=False, light=True).entries}
-        existing = {p.name.split("-")[0].split(".")[0] for p in self.entries_dir.glob("*.md")}
+        existing = {p.name.split("-")[0].split(".")[0] for d in (self.entries_dir, self.root / layout.PROPOSALS_DIR)
+                    for p in d.glob("*.md")}
         for _ in range(1000):
             ident = random_id(self.rng, 6)
             if ident not in taken and ident not in existing and not any(
@@ -125,9 +130,10 @@ class Vault(VaultReader):
                 return ident
         raise AcpmemError("could not find a free entry id", "the vault is unusually full; report this")
 
-    def path_for(self, ident: str, title: str) -> str:
+    def path_for(self, ident: str, title: str, folder: str = layout.ENTRIES_DIR) -> str:
+        """Where a new entry goes: ``entries/`` (or ``proposals/`` for a proposal), named by id and title."""
         slug = slugify(title)
-        return f"{layout.ENTRIES_DIR}/{ident}-{slug}.md" if slug else f"{layout.ENTRIES_DIR}/{ident}.md"
+        return f"{folder}/{ident}-{slug}.md" if slug else f"{folder}/{ident}.md"
 
     # ----------------------------------------------------------------- the lock
     @contextlib.contextmanager
@@ -178,7 +184,8 @@ class Vault(VaultReader):
         marker written while git runs names a process that is gone, git's lock files and empty or temporary
         object files from that moment. A file counts as ours only if nobody holds it open: a person's git started
         since then (or an orphaned git child of ours still finishing) keeps its files open."""
-        for d in (self.root, self.entries_dir, self.root / layout.READS_DIR, self.state_dir):
+        for d in (self.root, self.entries_dir, self.root / layout.READS_DIR, self.root / layout.PROPOSALS_DIR,
+                  self.root / layout.REVIEWS_DIR, self.state_dir):
             for p in stale_temp_files(d):
                 p.unlink(missing_ok=True)
         marker = self.state_dir / layout.LOCKS_DIR / GIT_MARKER
@@ -252,7 +259,7 @@ class Vault(VaultReader):
         p = self.root / rel
         if p.is_symlink():
             return "a symlink (acpmem does not commit symlinks)"
-        if rel.startswith(layout.ENTRIES_DIR + "/") and rel.endswith(".md"):
+        if rel.startswith((layout.ENTRIES_DIR + "/", layout.PROPOSALS_DIR + "/")) and rel.endswith(".md"):
             try:
                 e = parse_entry_bytes(p.read_bytes(), rel, self.settings.types)
             except EntryInvalid as exc:

@@ -22,6 +22,7 @@ from acpmem.core.clock import utc_iso
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.entryfile import defuse_conflict_markers
 from acpmem.core.errors import AcpmemError, EntryInvalid, ExtractionError, TranscriptError, UsageError
+from acpmem.core.layout import PROPOSALS_DIR
 from acpmem.core.limits import one_line
 from acpmem.core.values import Value
 from acpmem.write import costs, requests
@@ -36,7 +37,9 @@ EXTRACTORS = ("auto", "llm", "offline")
 class Outcome(Value):
     """What happened to one request. ``status``: ``written`` (a commit), ``nothing`` (the model kept nothing),
     ``already`` (done before: found in history), ``retry`` (this attempt failed; pending with backoff), ``failed``
-    (attempts exhausted; kept), ``skipped`` (not due, or failed and not named), ``missing`` (no such request)."""
+    (attempts exhausted; kept), ``skipped`` (not due, or failed and not named), ``missing`` (no such request),
+    ``deferred`` (an extraction budget is spent: pending, not attempted, until it frees), ``proposed`` (written as
+    proposals under ``[write] policy = "review"``)."""
 
     request: str
     status: str
@@ -53,7 +56,7 @@ class Outcome(Value):
 
     @property
     def ok(self) -> bool:
-        return self.status in ("written", "nothing", "already")
+        return self.status in ("written", "proposed", "nothing", "already", "deferred")
 
     def to_json(self) -> dict:
         return {"request": self.request, "status": self.status, "extractor": self.extractor, "commit": self.commit,
@@ -64,10 +67,11 @@ class Outcome(Value):
 
     def summary(self) -> str:
         head = f"{self.request}: "
-        if self.status == "written":
+        if self.status in ("written", "proposed"):
             ids = ", ".join(f"#{e['id']}" for e in self.entries)
-            line = f"{head}wrote {len(self.entries)} {'entry' if len(self.entries) == 1 else 'entries'} ({ids}) " \
-                   f"in commit {self.commit[:12]}"
+            n = f"{len(self.entries)} {'entry' if len(self.entries) == 1 else 'entries'}"
+            line = f"{head}wrote {n} ({ids}) in commit {self.commit[:12]}" if self.status == "written" else \
+                f"{head}proposed {n} ({ids}) in commit {self.commit[:12]}; `acp memory review` accepts or rejects"
             if self.superseded:
                 line += f"; superseded {', '.join('#' + i for i in self.superseded)}"
         elif self.status == "nothing":
@@ -78,6 +82,8 @@ class Outcome(Value):
             msg = (self.error or {}).get("message", "")
             line = f"{head}{'failed for good' if self.status == 'failed' else 'failed, will retry'} " \
                    f"(attempt {self.attempts}): {msg}"
+        elif self.status == "deferred":
+            line = f"{head}deferred: {(self.error or {}).get('message', 'over the extraction budget')}"
         elif self.status == "skipped":
             line = f"{head}skipped ({(self.error or {}).get('message', 'not due')})"
         else:
@@ -282,7 +288,14 @@ def _malformed(message: str) -> ExtractionError:
 
 
 def commit_draft(vault, req: Request, draft: _Draft, model_label: str, extractor: str) -> str:
-    """Write the draft's entries (and the superseded ones) in one commit carrying the request's trailers."""
+    """Write the draft's entries (and the superseded ones) in one commit carrying the request's trailers. Under
+    ``[write] policy = "review"`` they are proposals (``acpmem.vault.review``): written under ``proposals/``, what
+    they supersede only named in them, nothing else touched until a person accepts them."""
+    from acpmem.vault.writer import KIND_FORK, KIND_PROPOSE
+
+    if vault.settings.write.policy == "review":
+        draft.entries = [e.with_changes(path=vault.path_for(e.id, e.title, PROPOSALS_DIR)) for e in draft.entries]
+        draft.updates = {}
     n = len(draft.entries)
     first = draft.entries[0].title
     subject = f"{n} {'entry' if n == 1 else 'entries'} from {req.id}: {first}"
@@ -292,9 +305,9 @@ def commit_draft(vault, req: Request, draft: _Draft, model_label: str, extractor
         why += "\nSupersedes: " + ", ".join(f"#{i}" for i in draft.updates)
     trailers = {"Acpmem-Request": req.id, "Acpmem-Session": req.session, "Acpmem-Seq": str(req.seq),
                 "Acpmem-Note": req.note, "Acpmem-Model": model_label, "Acpmem-Extractor": extractor}
-    from acpmem.vault.writer import KIND_FORK
-
-    return vault.write_entries(draft.entries, subject=subject, why=why, kind=KIND_FORK, trailers=trailers,
+    proposing = any(e.path.startswith(f"{PROPOSALS_DIR}/") for e in draft.entries) if draft.entries else False
+    return vault.write_entries(draft.entries, subject=("proposal: " if proposing else "") + subject, why=why,
+                               kind=KIND_PROPOSE if proposing else KIND_FORK, trailers=trailers,
                                updates=list(draft.updates.values()))
 
 
@@ -340,6 +353,9 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
             say(req.id, "offline extraction")
             draft = _offline_draft(vault, req, t, extract_offline)
         else:
+            deferred = _over_budget(vault, req, now)
+            if deferred is not None:
+                return deferred
             say(req.id, f"calling {config.model}")
             body = build_body(vault, req, config.model, transcript=t)
             try:
@@ -364,7 +380,8 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
             return _finish(vault, req, out)
         say(req.id, "committing")
         sha = commit_draft(vault, req, draft, config.model if config else "offline", label)
-        out = Outcome(req.id, "written", label, sha,
+        proposed = draft.entries[0].path.startswith(PROPOSALS_DIR + "/")
+        out = Outcome(req.id, "proposed" if proposed else "written", label, sha,
                       tuple({"id": e.id, "title": e.title, "path": e.path, "type": e.type} for e in draft.entries),
                       tuple(draft.updates), tuple(draft.unknown), tuple(dict.fromkeys(draft.redacted)),
                       tuple(draft.ignored), None, usage, req.attempts + 1)
@@ -382,6 +399,19 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
                                       base_seconds=cfg.retry_base_seconds, max_attempts=cfg.max_attempts)
         return Outcome(req.id, "failed" if new.status == "failed" else "retry", label, error={**error},
                        usage=_usage(result), attempts=new.attempts)
+
+
+def _over_budget(vault, req: Request, now: str) -> Outcome | None:
+    """When an extraction budget is spent: the request kept pending, not attempted, until it frees — the
+    ``deferred`` outcome; else None (``acpmem.write.budget``)."""
+    from acpmem.write import budget
+
+    st = budget.current(vault.state_dir, vault.clock(), vault.settings.extraction)
+    if st is None or not st.over:
+        return None
+    new = requests.defer(vault.state_dir, req, st.reason, st.frees_at)
+    return Outcome(req.id, "deferred", error={"message": f"{st.reason}; it waits until {st.frees_at}",
+                                              "reason": "budget"}, attempts=new.attempts)
 
 
 def _offline_draft(vault, req: Request, transcript, extract_offline) -> _Draft:
