@@ -234,3 +234,60 @@ def _edit(v, item) -> str | None:
 def _summary(counts: dict, left: int) -> str:
     parts = [f"{n} {k}{'ed' if k != 'skip' else 'ped'}" for k, n in counts.items() if n]
     return "Reviewed: " + (", ".join(parts) or "nothing") + (f"; {left} left for later." if left else ".")
+
+
+# --------------------------------------------------------------------------------------------- consolidate
+
+@app.command()
+def consolidate(ctx: typer.Context,
+                dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report the clusters; call no model, "
+                                                                        "write nothing.")] = False,
+                type_: Annotated[Optional[list[str]], typer.Option("--type", "-t", autocompletion=complete_types,
+                                                                   show_default=False,
+                                                                   help="Only entries of this type "
+                                                                        "(repeatable).")] = None,
+                json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+    """Find clusters of near-duplicate and contradicting entries and merge each into one entry.
+
+    The search index finds the clusters; the fork's model writes one merged entry per cluster, which supersedes
+    every entry of it and keeps all their citations. Under [write] policy = "review" the merged entries are
+    proposals (see `acp memory review`); under "auto" they are commits. With --dry-run, or without a model
+    endpoint, it only reports the clusters. Superseded entries stay readable: `acp memory list --all`, `show ID`.
+
+    Example: acp memory consolidate --dry-run
+    Example: acp memory consolidate --type decision
+    """
+    from acpmem.write.consolidate import consolidate as run
+
+    v = open_vault(ctx, vault)
+    try:
+        unknown = [t for t in type_ or () if t not in v.settings.types]
+        if unknown:
+            raise UsageError(f"unknown entry type '{unknown[0]}'", f"the types of this vault: "
+                                                                   f"{', '.join(v.settings.types)}")
+        res = run(v, dry_run=dry_run, types=type_ or None)
+        titles = {e.id: e.title for e in v.load(with_reads=False, light=True).entries}
+    finally:
+        v.close()
+    emit_warnings(v)
+    if json_:
+        out_json(res.to_json())
+    else:
+        head = f"{len(res.outcomes)} cluster(s) among {res.entries} live entries"
+        out(head + (f" (report only: {res.reason})." if res.reason else "."))
+        for o in res.outcomes:
+            c = o.cluster
+            out(f"\n{c.kind}: {c.why}")
+            for i in c.ids:
+                out(f"  #{i} {titles.get(i, '')}")
+            if o.status in ("written", "proposed"):
+                verb = "merged into" if o.status == "written" else "proposed as"
+                out(f"  → {verb} #{o.entry['id']} {o.entry['title']} (commit {(o.commit or '')[:12]})")
+            elif o.status != "reported":
+                out(f"  → {o.status}: {o.error}")
+    failed = [o for o in res.outcomes if o.status == "failed"]
+    if failed:
+        warn(f"Error: {len(failed)} cluster(s) not merged: {failed[0].error} — run it again, or "
+             "`acp memory consolidate --dry-run` to see the clusters")
+        return 1
+    return 0
