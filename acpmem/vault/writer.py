@@ -117,6 +117,7 @@ class Vault(VaultReader):
     machinery (ids, the repository lock, human edits, the journal and every commit)."""
 
     _lock_depth = 0
+    _inproc = None    # acpmem.vault.gitlib.InProcess once opened; False when this vault needs the git executable
 
     # ----------------------------------------------------------------- ids
     def new_id(self, taken: set[str] | None = None) -> str:
@@ -239,14 +240,44 @@ class Vault(VaultReader):
         finally:
             marker.unlink(missing_ok=True)
 
+    def in_process(self):
+        """The in-process git of the write path (``acpmem.vault.gitlib``), or None when this vault needs the ``git``
+        executable (no pygit2, a post-commit hook, signed commits, …). Opened once per Vault."""
+        if self._inproc is None:
+            from acpmem.vault import gitlib
+
+            self.setup_git()   # the identity it reads must exist first
+            try:
+                self._inproc = gitlib.InProcess(self.root)
+            except gitlib.Unusable:
+                self._inproc = False
+        return self._inproc or None
+
+    def close(self) -> None:
+        super().close()
+        if self._inproc:
+            self._inproc.repo.free()   # the packs and the index libgit2 keeps open
+        self._inproc = None
+
+    def _status(self) -> list[tuple[str, str]]:
+        """(code, path) of every uncommitted change (``git status --porcelain`` codes)."""
+        inproc = self.in_process()
+        if inproc is not None:
+            from acpmem.vault.gitlib import Unusable
+
+            try:
+                return inproc.status()
+            except Unusable:
+                pass
+        res = git(self.root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+        return [(item[:2], item[3:]) for item in filter(None, res.out.split("\0"))]
+
     # ----------------------------------------------------------------- human edits
     def human_edits(self) -> list[HumanEdit]:
         """Uncommitted changes to the vault that acpmem did not make, each validated."""
-        res = git(self.root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
         out: list[HumanEdit] = []
         journal = self._journal_paths()
-        for item in filter(None, res.out.split("\0")):
-            code, rel = item[:2], item[3:]
+        for code, rel in self._status():
             if rel in journal or rel.startswith(layout.STATE_DIRNAME + "/"):
                 continue
             status = "deleted" if "D" in code else "added" if code == "??" or "A" in code else "modified"
@@ -407,6 +438,18 @@ class Vault(VaultReader):
             if gone:
                 known = self._known_to_git(gone)
                 gone = [p for p in gone if p in known]
+            inproc = self.in_process() if on_disk or gone else None
+            if inproc is not None:
+                from acpmem.vault.gitlib import Unusable
+
+                try:
+                    sha = inproc.commit(on_disk, gone, message)
+                except Unusable:
+                    pass   # the git executable below finishes what was started (every step is idempotent)
+                else:
+                    if claimed:
+                        claimed.unlink(missing_ok=True)
+                    return sha
             if not on_disk and not gone:
                 res = None
             else:
