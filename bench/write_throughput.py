@@ -81,7 +81,7 @@ def throughput(procs: int, writes: int, tmp: Path) -> dict:
     init_vault(root).close()
     env = _env()
     ps = [subprocess.Popen([sys.executable, "-c", WRITER, str(root), f"p{p}", str(writes)], stdin=subprocess.PIPE,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)
           for p in range(procs)]
     time.sleep(1.0)   # every interpreter started and imported
     t0 = time.monotonic()
@@ -116,7 +116,7 @@ def children_per_write(writes: int, tmp: Path) -> dict:
     env = _env()
     env["PATH"] = f"{shim_dir}{os.pathsep}{env.get('PATH', '')}"
     p = subprocess.run([sys.executable, "-c", WRITER, str(root), "c", str(writes)], input="go\n", text=True,
-                       capture_output=True, env=env, timeout=600)
+                       capture_output=True, env=env, timeout=600, cwd=tmp)
     if p.returncode:
         raise SystemExit(p.stderr[-1000:])
     calls = log.read_text().splitlines() if log.exists() else []
@@ -234,7 +234,8 @@ def main() -> None:
         ap.error("--procs, --writes and --lib-commits must be at least 1")
     import acpmem
 
-    print(f"acpmem from {Path(acpmem.__file__).resolve().parent}")
+    print(f"acpmem from {Path(acpmem.__file__).resolve().parent}"
+          + (" (ACPMEM_GIT=exe: the git executable)" if os.environ.get("ACPMEM_GIT") == "exe" else ""))
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         r = throughput(args.procs, args.writes, tmp)
