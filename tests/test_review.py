@@ -132,6 +132,11 @@ def test_off_answers_that_writes_are_off_and_queues_nothing(vault):
     assert requests.list_requests(v.state_dir) == ([], [])
     with pytest.raises(Exception, match="not one of|Unknown type|type"):   # bad arguments are still refused
         submit_commit(v, type="nonsense", note="x", importance=5, session="s1", seq=1)
+    # a request queued before writes were turned off stays pending; the worker leaves it alone
+    req = submit(v)
+    log: list[str] = []
+    assert worker.run_worker(v, idle_wait=0, log=log.append) == 0
+    assert requests.load_request(v.state_dir, req.id) is not None and "writes are off" in log[0]
 
 
 def test_the_acknowledgement_names_the_policy(vault, openai_server):
@@ -356,3 +361,62 @@ def test_budget_state_frees_when_the_oldest_calls_leave_the_window(clock):
     assert not state(recs, now, ExtractionSettings(max_tokens_per_day=2000)).over
     assert not state(recs, now, ExtractionSettings()).over
     os.environ.pop("ACPMEM_NONE", None)
+
+
+# --------------------------------------------------------------------------------------------- generated inputs
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from fuzzing import SCALAR, TEXT, VALUE  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.one_of(TEXT, st.text(max_size=300)), title=st.one_of(st.none(), TEXT), importance=SCALAR,
+       typ=st.one_of(st.just("fact"), TEXT))
+def test_remember_takes_any_input_verbatim_or_refuses_it_cleanly(vault, text, title, importance, typ):
+    from acpmem.core.errors import AcpmemError
+    from acpmem.write.remember import remember
+
+    head = git_out(vault.root, "rev-parse", "HEAD")
+    try:
+        entry, sha = remember(vault, text, type=typ, importance=importance, title=title)
+    except AcpmemError as exc:
+        assert exc.message and "\n" not in exc.message
+        assert git_out(vault.root, "rev-parse", "HEAD") == head and git_out(vault.root, "status", "--porcelain") == ""
+        return
+    got = vault.resolve(entry.id)
+    assert got.body == text.strip("\n") + "\n" and got.type == typ and got.importance == importance
+    assert git_out(vault.root, "status", "--porcelain") == ""
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.one_of(TEXT, st.tuples(TEXT, st.sampled_from(["accept", "reject", "edit", "x"]), TEXT)
+                                .map("\t".join)), max_size=8))
+def test_a_hand_edited_review_file_never_breaks_the_queue(tmp_path_factory, lines):
+    from acpmem.vault.reader import VaultReader
+
+    root = tmp_path_factory.mktemp("rf")
+    (root / "entries").mkdir()
+    (root / "reviews").mkdir()
+    text = "\n".join(lines)
+    try:
+        (root / "reviews" / "x.tsv").write_text(text, "utf-8", errors="surrogateescape")
+    except UnicodeEncodeError:
+        return
+    v = VaultReader(root)
+    decided = rv.decided_anywhere(v)
+    assert all(isinstance(i, str) and i and "\t" not in i for i in decided)
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=st.lists(st.dictionaries(st.sampled_from(["at", "prompt_tokens", "completion_tokens", "x"]), VALUE),
+                        max_size=6), tok=st.integers(0, 10**6), req=st.integers(0, 100))
+def test_budgets_over_any_ledger_never_fail(records, tok, req):
+    from acpmem.core.settings import ExtractionSettings
+    from acpmem.write.budget import state
+
+    from conftest import PINNED
+
+    st_ = state(records, PINNED, ExtractionSettings(max_tokens_per_day=tok, max_requests_per_hour=req))
+    assert st_.over == bool(st_.reason) and (st_.frees_at is None) == (not st_.over)
+    assert st_.tokens_24h >= 0 and st_.calls_1h >= 0
