@@ -180,6 +180,11 @@ def test_auto_fork_writes_are_reviewed_and_a_rejection_is_a_revert_commit(vault,
     (d,) = rv.decide_ids(v, [item.id], "accept")
     assert git_out(v.root, "show", "--name-only", "--format=", d.commit).split() == [rv.marker_rel(v)]
     assert rv.queue(v) == []
+    # an entry already reviewed can still be undone by name; one a person wrote is not a fork write
+    (d,) = rv.decide_ids(v, [item.id], "reject", reason="on second thought")
+    assert item.id not in {e.id for e in v.load().entries}
+    with pytest.raises(Exception, match="not written by the fork"):
+        rv.decide_ids(v, ["old001"], "reject", reason="x")
 
 
 def test_review_over_two_clones_with_sync(tmp_path, clock, cli, openai_server):

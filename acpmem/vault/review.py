@@ -255,6 +255,9 @@ def find(vault, prefix: str, items: list[ReviewItem] | None = None) -> ReviewIte
     except EntryNotFound:
         raise EntryNotFound(f"nothing to review with id '{wanted}'",
                             "`acp memory review --json` lists the queue") from None
+    if not ({"request", "consolidate"} & set(e.source or {})):
+        raise UsageError(f"#{e.id} was not written by the fork, so there is no fork write to review",
+                         f"to remove it: acp memory forget {e.id} --reason '…'")
     return ReviewItem(e.id, "fork-write", e, e.path, None, None, (e.source or {}).get("request"), ())
 
 
