@@ -19,7 +19,7 @@ from acpmem.core.errors import UsageError
 
 @app.command()
 def remember(ctx: typer.Context,
-             text: Annotated[Optional[str], typer.Argument(metavar="[TEXT]", show_default=False,
+             text: Annotated[Optional[str], typer.Argument(metavar="TEXT", show_default=False,
                                                            help="The entry, verbatim; '-' or nothing reads stdin "
                                                                 "(or opens $EDITOR on a terminal).")] = None,
              type_: Annotated[str, typer.Option("--type", "-t", autocompletion=complete_types,
@@ -37,6 +37,7 @@ def remember(ctx: typer.Context,
     counts at once, whatever [write] policy says.
 
     Example: acp memory remember "Deploys go out on Tuesdays; Friday deploys need a second reviewer." --type decision --importance 7
+
     Example: git log -1 --format=%B | acp memory remember --type fact --importance 4 --title "Why we pinned pnpm"
     """
     from acpmem.write.remember import remember as write
@@ -85,10 +86,10 @@ def _from_editor() -> str:
 
 @app.command()
 def review(ctx: typer.Context,
-           action: Annotated[Optional[str], typer.Argument(metavar="[accept|reject]", show_default=False,
-                                                           help="Decide without prompts: accept or reject the "
+           action: Annotated[Optional[str], typer.Argument(metavar="ACTION", show_default=False,
+                                                           help="accept or reject: decide without prompts on the "
                                                                 "named ids.")] = None,
-           ids: Annotated[Optional[list[str]], typer.Argument(metavar="[ID]...", show_default=False,
+           ids: Annotated[Optional[list[str]], typer.Argument(metavar="ID", show_default=False,
                                                               help="Ids (or unique prefixes) from the queue.")] = None,
            reason: Annotated[Optional[str], typer.Option("--reason", "-r", show_default=False,
                                                          help="Why (required to reject; goes into the "
@@ -103,8 +104,11 @@ def review(ctx: typer.Context,
     rewriting history. --json prints the queue.
 
     Example: acp memory review
+
     Example: acp memory review --json
+
     Example: acp memory review accept k3f9q2 m2x8aa
+
     Example: acp memory review reject k3f9q2 --reason "wrong: the queue moved to Postgres"
     """
     from acpmem.vault import review as rv
@@ -255,6 +259,7 @@ def consolidate(ctx: typer.Context,
     endpoint, it only reports the clusters. Superseded entries stay readable: `acp memory list --all`, `show ID`.
 
     Example: acp memory consolidate --dry-run
+
     Example: acp memory consolidate --type decision
     """
     from acpmem.write.consolidate import consolidate as run

@@ -149,7 +149,7 @@ def _merge(vault, cluster: Cluster, config, mode: str) -> ClusterOutcome:
                 "Acpmem-Note": f"consolidate {cluster.kind}: {cluster.why}"}
     if mode == "propose":
         entry = entry.with_changes(path=vault.path_for(ident, title, PROPOSALS_DIR))
-        sha = vault.write_entries([entry], subject=f"proposal: merge {ids} into #{ident} {title}", why=why,
+        sha = vault.write_entries([entry], subject=f"merge {ids} into #{ident} {title}", why=why,
                                   kind=KIND_PROPOSE, trailers=trailers)
     else:
         entry = entry.with_changes(path=vault.path_for(ident, title))

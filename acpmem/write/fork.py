@@ -306,7 +306,7 @@ def commit_draft(vault, req: Request, draft: _Draft, model_label: str, extractor
     trailers = {"Acpmem-Request": req.id, "Acpmem-Session": req.session, "Acpmem-Seq": str(req.seq),
                 "Acpmem-Note": req.note, "Acpmem-Model": model_label, "Acpmem-Extractor": extractor}
     proposing = any(e.path.startswith(f"{PROPOSALS_DIR}/") for e in draft.entries) if draft.entries else False
-    return vault.write_entries(draft.entries, subject=("proposal: " if proposing else "") + subject, why=why,
+    return vault.write_entries(draft.entries, subject=subject, why=why,
                                kind=KIND_PROPOSE if proposing else KIND_FORK, trailers=trailers,
                                updates=list(draft.updates.values()))
 
