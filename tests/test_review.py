@@ -425,3 +425,24 @@ def test_budgets_over_any_ledger_never_fail(records, tok, req):
     st_ = state(records, PINNED, ExtractionSettings(max_tokens_per_day=tok, max_requests_per_hour=req))
     assert st_.over == bool(st_.reason) and (st_.frees_at is None) == (not st_.over)
     assert st_.tokens_24h >= 0 and st_.calls_1h >= 0
+
+
+def test_interactive_review_of_fork_writes_shows_the_superseded_diff_and_undoes_a_rejection(vault, openai_server,
+                                                                                              cli):
+    _add(vault, "old001", "session.append uses a boolean flag", "- A boolean flag guards session.append.")
+    v = configure(vault, openai_server)
+    openai_server.enqueue(reply.writes(reply.write("- Use the per-session lock.", title="Use the lock",
+                                                   supersedes=["old001"])))
+    out = _run(v, submit(v))
+    new = out.entries[0]["id"]
+    r = cli("memory", "--vault", str(v.root), "review", input="r\nthe flag stays in v1\n")
+    assert r.returncode == 0, r.stderr
+    assert f"[1/1] fork-write #{new}" in r.stdout and "Supersedes #old001 session.append uses a boolean flag:" \
+        in r.stdout
+    assert "-- A boolean flag guards session.append." in r.stdout and "+- Use the per-session lock." in r.stdout
+    assert "Reviewed: 1 rejected." in r.stdout
+    assert v.resolve("old001").superseded_by is None and new not in {e.id for e in v.load().entries}
+    assert git_out(v.root, "log", "-1", "--format=%(trailers:key=Acpmem-Reason,valueonly)").strip() == \
+        "the flag stays in v1"
+    r = cli("memory", "--vault", str(v.root), "review")
+    assert r.returncode == 0 and r.stdout.strip() == "Nothing to review."
