@@ -197,3 +197,22 @@ def test_differs(kind, a, b):
     from acpmem.search.similar import differs
 
     assert (differs(a, b) is not None) == (kind == "contradiction")
+
+
+def test_a_model_that_merges_nothing_fails_the_cluster_and_budgets_defer_the_rest(vault, openai_server, cli):
+    planted(vault, random.Random(5))
+    v = configure(vault, openai_server, max_requests_per_hour=1)
+    head = git_out(v.root, "rev-parse", "HEAD")
+    openai_server.enqueue(reply.text("I would rather not."))
+    res = consolidate(v)
+    assert res.outcomes[0].status == "failed" and "no merged entry" in res.outcomes[0].error
+    assert {o.status for o in res.outcomes[1:]} == {"deferred"} and "max_requests_per_hour" in res.outcomes[1].error
+    assert len(openai_server.requests) == 1 and git_out(v.root, "rev-parse", "HEAD") == head
+    (cost,) = [json.loads(x) for x in (v.state_dir / "costs.jsonl").read_text().splitlines()]
+    assert cost["request"] == "consolidate" and cost["entries"] == 0
+    v.close()
+    # through the command line (its own clock: the budget has freed): a failed merge is exit 1 with one error line
+    openai_server.enqueue(*[reply.text("no") for _ in res.outcomes])
+    r = cli("memory", "--vault", str(v.root), "consolidate")
+    assert r.returncode == 1 and r.stderr.startswith("Error: ") and len(r.stderr.strip().splitlines()) == 1
+    assert "failed: the model wrote no merged entry" in r.stdout
