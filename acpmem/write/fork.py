@@ -287,28 +287,31 @@ def _malformed(message: str) -> ExtractionError:
                            reason="malformed_call", attempts=1, retryable=True, status=None)
 
 
-def commit_draft(vault, req: Request, draft: _Draft, model_label: str, extractor: str) -> str:
-    """Write the draft's entries (and the superseded ones) in one commit carrying the request's trailers. Under
-    ``[write] policy = "review"`` they are proposals (``acpmem.vault.review``): written under ``proposals/``, what
-    they supersede only named in them, nothing else touched until a person accepts them."""
+def under_policy(target, entries: list[Entry], updates: list[Entry]) -> tuple[list[Entry], list[Entry], str]:
+    """What the fork's entries for the vault ``target`` become under its ``[write] policy``: under ``review``,
+    proposals (``acpmem.vault.review``) — written under ``proposals/``, what they supersede only named in them, no
+    other entry touched until a person accepts them — else entries. Returns (entries, updates, commit kind)."""
     from acpmem.vault.writer import KIND_FORK, KIND_PROPOSE
 
-    if vault.settings.write.policy == "review":
-        draft.entries = [e.with_changes(path=vault.path_for(e.id, e.title, PROPOSALS_DIR)) for e in draft.entries]
-        draft.updates = {}
-    n = len(draft.entries)
-    first = draft.entries[0].title
-    subject = f"{n} {'entry' if n == 1 else 'entries'} from {req.id}: {first}"
+    if target.settings.write.policy != "review" or not entries:
+        return entries, updates, KIND_FORK
+    return [e.with_changes(path=target.path_for(e.id, e.title, PROPOSALS_DIR)) for e in entries], [], KIND_PROPOSE
+
+
+def commit_draft(vault, req: Request, draft: _Draft, model_label: str, extractor: str) -> str:
+    """Write the draft's entries (and the superseded ones) in one commit carrying the request's trailers, as the
+    vault's write policy has them (``under_policy``)."""
+    entries, updates, kind = under_policy(vault, draft.entries, list(draft.updates.values()))
+    draft.entries, draft.updates = entries, {e.id: e for e in updates}
+    n = len(entries)
+    subject = f"{n} {'entry' if n == 1 else 'entries'} from {req.id}: {entries[0].title}"
     why = (f"Distilled by the fork ({extractor}) from session {req.session} up to seq {req.seq}.\n"
            f"Focus: {req.note}")
-    if draft.updates:
-        why += "\nSupersedes: " + ", ".join(f"#{i}" for i in draft.updates)
+    if updates:
+        why += "\nSupersedes: " + ", ".join(f"#{e.id}" for e in updates)
     trailers = {"Acpmem-Request": req.id, "Acpmem-Session": req.session, "Acpmem-Seq": str(req.seq),
                 "Acpmem-Note": req.note, "Acpmem-Model": model_label, "Acpmem-Extractor": extractor}
-    proposing = any(e.path.startswith(f"{PROPOSALS_DIR}/") for e in draft.entries) if draft.entries else False
-    return vault.write_entries(draft.entries, subject=subject, why=why,
-                               kind=KIND_PROPOSE if proposing else KIND_FORK, trailers=trailers,
-                               updates=list(draft.updates.values()))
+    return vault.write_entries(entries, subject=subject, why=why, kind=kind, trailers=trailers, updates=updates)
 
 
 # --------------------------------------------------------------------------------------------- processing
