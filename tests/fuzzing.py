@@ -799,7 +799,8 @@ def _plausible() -> dict:
     text = {"base_url": ['""', '"http://127.0.0.1:9"'], "model": ['""', '"m"'],
             "api_key_env": ['"OPENAI_API_KEY"', '""'],
             "extractor": ['"offline"', '"auto"'], "remote": ['"origin"', '"team"'],
-            "user_vault": ['""', '"none"', '"/nonexistent/acpmem-user-vault"']}
+            "user_vault": ['""', '"none"', '"/nonexistent/acpmem-user-vault"'],
+            "policy": ['"auto"', '"review"', '"off"']}
     out = {"vault": {"types": ['["fact", "lesson", "decision"]', '["decision", "lesson", "fact", "user-preference", '
                                '"reference"]'], "language": ['"en"', '"zh"']}}
     for name, section in Settings().to_json().items():
