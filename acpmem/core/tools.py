@@ -363,7 +363,9 @@ def parse_block_arg(block: object) -> str | None:
     """A ``block`` argument: None or empty for none, else a compression block id like ``b12``."""
     if block is None or block == "":
         return None
-    if not (isinstance(block, str) and re.fullmatch(r"b[0-9]{1,9}", block.strip())):
+    from acpmem.core.blocks import valid_block_id
+
+    if not (isinstance(block, str) and valid_block_id(block.strip())):
         raise EntryInvalid("memory_commit", "block", f"must be a compression block id like b12, got {clip(block)}",
                            "name a block the compression status lists, or leave block out")
     return block.strip()

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from acpmem.core import limits
+from acpmem.core.blocks import valid_block_id
 from acpmem.core.clock import parse_iso, utc_iso
 from acpmem.core.errors import AcpmemError, UsageError
 from acpmem.core.ids import random_id
@@ -114,7 +115,7 @@ class Request(Value):
             if d.get(key) is not None and not isinstance(d[key], str):
                 raise ValueError(f"{key} must be text")
         block = d.get("block")
-        if block is not None and not (isinstance(block, str) and re.fullmatch(r"b[0-9]{1,9}", block)):
+        if block is not None and not valid_block_id(block):
             raise ValueError("block must be a block id like b12")
         if d.get("deferred") is not None and not isinstance(d["deferred"], str):
             raise ValueError("deferred must be text")
