@@ -16,12 +16,15 @@ from helpers_proc import git_out
 from openai_server import reply
 from test_consolidate import DUPLICATES
 from test_fork import configure as set_toml
-from test_layers import configure, ids, proj, project, put, run, submit, user_vault  # noqa: F401 (fixtures)
+from test_layers import configure, ids, project, put, run, submit
+import test_layers
 
 from acpmem.core.errors import AmbiguousId, EntryNotFound, UsageError
 from acpmem.vault import review as rv
 from acpmem.vault.writer import Vault
 from acpmem.write.remember import remember
+
+proj, user_vault = test_layers.proj, test_layers.user_vault   # the fixtures of tests/test_layers.py
 
 
 def _kinds(root, n: int = 1) -> list[str]:
