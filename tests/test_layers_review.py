@@ -327,3 +327,26 @@ def test_stats_reports_policy_and_proposals_per_layer(user_reviews, cli):
     assert "  write policy: review; 1 proposal(s) waiting for review" in text
     assert "Write policy (project layer): auto; 0 proposal(s)" in text
 
+
+
+def test_the_readme_both_layers_example_runs_as_written(tmp_path):
+    import os
+    import re
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
+    part = readme[readme.index("**Both layers.**"):]
+    block = re.search(r"```sh\n(.*?)```", part, re.S).group(1)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", TMPDIR=str(tmp_path))
+    env.pop("ACPMEM_USER_VAULT", None)
+    r = subprocess.run(["bash", "-c", "set -euo pipefail\n" + block], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    assert "Error" not in r.stderr and "Warning" not in r.stderr
+    assert "[('user', 'proposal')]" in r.stdout
+    assert re.search(r"^Proposal awaiting review \(user layer\).*acp memory review accept u-\w+", r.stdout, re.M)
+    assert re.search(r"^Accepted proposal #u-\w+ in the user vault", r.stdout, re.M)
+    assert "info     user vault: 1 valid entries" in r.stdout
+    assert "  write policy: review; 0 proposal(s)" in r.stdout and "Write policy (project layer): auto" in r.stdout
+    assert not (Path(env["HOME"]) / ".acp-memory").exists()
