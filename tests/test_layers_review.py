@@ -350,3 +350,52 @@ def test_the_readme_both_layers_example_runs_as_written(tmp_path):
     assert "info     user vault: 1 valid entries" in r.stdout
     assert "  write policy: review; 0 proposal(s)" in r.stdout and "Write policy (project layer): auto" in r.stdout
     assert not (Path(env["HOME"]) / ".acp-memory").exists()
+
+
+def _propose(v: Vault, ident: str, title: str) -> None:
+    from test_layers import make_entry
+
+    e = make_entry(ident, title, f"- {title}.", typ="user-preference" if ident.startswith("u-") else "fact")
+    v.write_entries([e.with_changes(path=v.path_for(ident, title, "proposals"))], subject=f"propose #{ident}",
+                    why="test", kind="proposal")
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plan=st.lists(st.tuples(st.booleans(), st.sampled_from(["accept", "reject"])), min_size=1, max_size=5),
+       order=st.randoms(use_true_random=False))
+def test_any_mix_of_decisions_over_both_layers_lands_in_the_vault_of_each_item(tmp_path_factory, clock, plan, order,
+                                                                               monkeypatch):
+    from acpmem.vault.create import init_user_vault
+
+    base = tmp_path_factory.mktemp("mix")
+    monkeypatch.setenv("ACPMEM_USER_VAULT", str(base / "me"))
+    u = init_user_vault(clock=clock, rng=random.Random(1))
+    p = project(base, "proj", clock)
+    made = []
+    for n, (user, decision) in enumerate(plan):
+        ident = f"u-m{n:04d}" if user else f"m{n:04d}x"
+        _propose(u if user else p, ident, f"Proposal number {n}")
+        made.append((ident, "user" if user else "project", decision))
+    order.shuffle(made)
+    counts = {r: int(git_out(v.root, "rev-list", "--count", "HEAD")) for r, v in (("user", u), ("project", p))}
+    v = Vault(p.root, clock=clock)
+    for ident, layer, decision in made:
+        (d,) = rv.decide_ids(v, [ident], decision, reason="no" if decision == "reject" else None)
+        assert d.layer == layer and d.id == ident
+    want = {layer: sum(1 for _, lyr, _ in made if lyr == layer) for layer in ("user", "project")}
+    for layer, vault in (("user", u), ("project", p)):
+        assert int(git_out(vault.root, "rev-list", "--count", "HEAD")) == counts[layer] + want[layer]
+        live = ids(Vault(vault.root))
+        for ident, lyr, decision in made:
+            assert (ident in live) == (lyr == layer and decision == "accept")
+        assert not list((vault.root / "proposals").glob("*.md"))
+    assert rv.queue_layered(Vault(p.root)) == []
+
+
+def test_doctor_fix_repairs_the_user_vault_too(proj, user_vault, cli):
+    (user_vault.root / "acpmem.toml").write_text((user_vault.root / "acpmem.toml").read_text() + "\n# mine\n")
+    r = cli("memory", "--vault", str(proj.root), "doctor", "--fix", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    fixed = [f for f in json.loads(r.stdout)["findings"] if f["level"] == "fixed"]
+    assert any(f["layer"] == "user" and "committed 1 human edit" in f["what"] for f in fixed)
+    assert _kinds(user_vault.root) == ["human-edit"]
