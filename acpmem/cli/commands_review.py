@@ -109,10 +109,11 @@ def review(ctx: typer.Context,
     """Review what needs a person: proposals (under [write] policy = "review") and, under "auto", what the forks
     wrote since this clone last reviewed — in the project vault and in your user vault, each item with its layer.
 
-    Ids are found in either vault; each decision is committed in the vault that holds the item. Without an action, each item is shown — the entry, what it supersedes as a diff, its citation and the note of
-    the commit that asked for it — and you answer accept / edit / reject (with a reason) / skip / quit. Each
-    decision is one commit marked as a human review; a rejected fork write is undone by a commit, never by
-    rewriting history. --json prints the queue.
+    Without an action, each item is shown — its layer, the entry, what it supersedes as a diff, its citation and
+    the note of the commit that asked for it — and you answer accept / edit / reject (with a reason) / skip / quit.
+    Each decision is one commit marked as a human review, in the vault that holds the item (ids are found in
+    either vault); a rejected fork write is undone by a commit, never by rewriting history. --json prints the
+    queue of both vaults.
 
     Example: acp memory review
 
