@@ -399,3 +399,15 @@ def test_doctor_fix_repairs_the_user_vault_too(proj, user_vault, cli):
     fixed = [f for f in json.loads(r.stdout)["findings"] if f["level"] == "fixed"]
     assert any(f["layer"] == "user" and "committed 1 human edit" in f["what"] for f in fixed)
     assert _kinds(user_vault.root) == ["human-edit"]
+
+
+def test_remember_user_into_a_broken_user_vault_says_what_is_wrong(proj, user_vault, cli):
+    import shutil
+
+    shutil.rmtree(user_vault.root / ".git")
+    head = _head(proj.root)
+    r = cli("memory", "--vault", str(proj.root), "remember", "Short answers.", "-t", "user-preference", "-i", "5",
+            "--user")
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr.startswith(f"Error: the user vault {user_vault.root} is not a git repository; nothing was written")
+    assert _head(proj.root) == head and not list(user_vault.entries_dir.glob("u-*short-answers*"))
