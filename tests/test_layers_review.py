@@ -316,6 +316,10 @@ def test_doctor_with_a_user_vault_that_is_not_a_git_repository(proj, user_vault,
     findings = json.loads(r.stdout)["findings"]
     assert any(f["layer"] == "user" and f["level"] == "warning" and "not a git repository" in f["what"]
                for f in findings)
+    # review still works from the project, and says once why the user vault's items are missing
+    r = cli("memory", "--vault", str(proj.root), "review", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["policies"] == {"project": "auto"}
+    assert r.stderr.count("Warning: the user vault") == 1 and "not a git repository" in r.stderr
 
 
 def test_stats_reports_policy_and_proposals_per_layer(user_reviews, cli):

@@ -144,6 +144,7 @@ def review(ctx: typer.Context,
             return 0
         pairs = rv.queue_layered(v)
         if json_:
+            emit_warnings(v)   # e.g. a broken user vault: its items are not in this list
             out_json({"policy": v.settings.write.policy,
                       "policies": {lv.layer: lv.settings.write.policy for lv in v.layers()},
                       "items": [i.to_json() for _, i in pairs]})
