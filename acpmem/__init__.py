@@ -25,7 +25,7 @@ _EXPORTS = {
     "doctor": "acpmem.write.checkup",
     "rank": "acpmem.core.score", "score_entry": "acpmem.core.score",
     "recall": "acpmem.vault.retrieval", "surface": "acpmem.vault.retrieval",
-    "submit": "acpmem.write.submit",
+    "submit": "acpmem.write.submit", "remember": "acpmem.write.remember",
     "tool_definitions": "acpmem.core.tools", "nudge_text": "acpmem.core.tools",
     "read_transcript": "acpmem.write.transcripts",
     "Block": "acpmem.core.blocks", "entry_source": "acpmem.write.sources", "source_text": "acpmem.write.sources",

@@ -100,6 +100,19 @@ def open_user(ctx: typer.Context, vault: str | None):
     return open_user_vault(vault_of(ctx, vault))
 
 
+def open_for_user(ctx: typer.Context, vault: str | None):
+    """The vault a ``--user`` write starts from: the project vault here (its paths are kept out of the user vault),
+    else — no project vault here — the user vault alone."""
+    from acpmem.core.errors import VaultNotFound
+
+    try:
+        return open_vault(ctx, vault)
+    except VaultNotFound:
+        if vault_of(ctx, vault):
+            raise
+        return open_user(ctx, None)
+
+
 def as_path(value: str | None) -> Path | None:
     return Path(value) if value else None
 

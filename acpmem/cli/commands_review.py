@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault
+from acpmem.cli.app import JsonOpt, UserOpt, VaultOpt, app, complete_types, open_for_user, open_user, open_vault
 from acpmem.cli.output import emit_warnings, out, out_json, warn
 from acpmem.core.errors import UsageError
 
@@ -30,15 +30,24 @@ def remember(ctx: typer.Context,
              title: Annotated[Optional[str], typer.Option("--title", help="One line (default: the text's first "
                                                                           "line).", show_default=False)] = None,
              edit: Annotated[bool, typer.Option("--edit", help="Write the text in $EDITOR.")] = False,
+             user: Annotated[bool, typer.Option("--user", help="Write it to your user vault (~/.acp-memory, or "
+                                                               "$ACPMEM_USER_VAULT), read in every project.")]
+             = False,
              json_: JsonOpt = False, vault: VaultOpt = None) -> None:
     """Write an entry yourself, verbatim — no model in between — in one commit marked as a human write.
 
     The text is checked for secrets first; one is refused with an error and nothing is written. A person's entry
     counts at once, whatever [write] policy says.
 
+    With --user it goes to your user vault (its id starts with u-), read beside every project's vault: for your
+    preferences. Text holding a path of the project you are in is refused there, so one project's paths never
+    reach another. Without a project vault here, --user writes to the user vault alone.
+
     Example: acp memory remember "Deploys go out on Tuesdays; Friday deploys need a second reviewer." --type decision --importance 7
 
     Example: git log -1 --format=%B | acp memory remember --type fact --importance 4 --title "Why we pinned pnpm"
+
+    Example: acp memory remember "Answer with the short version first." --type user-preference --importance 8 --user
     """
     from acpmem.write.remember import remember as write
 
@@ -48,16 +57,18 @@ def remember(ctx: typer.Context,
         text = sys.stdin.read()
     elif text is None:
         text = _from_editor()
-    v = open_vault(ctx, vault)
+    v = open_for_user(ctx, vault) if user else open_vault(ctx, vault)
     try:
-        entry, sha = write(v, text, type=type_, importance=importance, title=title)
+        entry, sha = write(v, text, type=type_, importance=importance, title=title, user=user)
     finally:
         v.close()
     emit_warnings(v)
+    layer = "user" if user else v.layer
     if json_:
-        out_json({"id": entry.id, "title": entry.title, "path": entry.path, "commit": sha})
+        out_json({"id": entry.id, "title": entry.title, "path": entry.path, "commit": sha, "layer": layer})
     else:
-        out(f"Remembered #{entry.id} {entry.title} ({entry.path}, commit {sha[:12]}).")
+        where = " in the user vault" if layer == "user" else ""
+        out(f"Remembered #{entry.id} {entry.title}{where} ({entry.path}, commit {sha[:12]}).")
 
 
 def _from_editor() -> str:
@@ -96,12 +107,13 @@ def review(ctx: typer.Context,
                                                               "commit).")] = None,
            json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """Review what needs a person: proposals (under [write] policy = "review") and, under "auto", what the forks
-    wrote since this clone last reviewed.
+    wrote since this clone last reviewed — in the project vault and in your user vault, each item with its layer.
 
-    Without an action, each item is shown — the entry, what it supersedes as a diff, its citation and the note of
-    the commit that asked for it — and you answer accept / edit / reject (with a reason) / skip / quit. Each
-    decision is one commit marked as a human review; a rejected fork write is undone by a commit, never by
-    rewriting history. --json prints the queue.
+    Without an action, each item is shown — its layer, the entry, what it supersedes as a diff, its citation and
+    the note of the commit that asked for it — and you answer accept / edit / reject (with a reason) / skip / quit.
+    Each decision is one commit marked as a human review, in the vault that holds the item (ids are found in
+    either vault); a rejected fork write is undone by a commit, never by rewriting history. --json prints the
+    queue of both vaults.
 
     Example: acp memory review
 
@@ -125,21 +137,26 @@ def review(ctx: typer.Context,
             if json_:
                 out_json({"decisions": [d.to_json() for d in done]})
             else:
+                two = len(v.layers()) > 1
                 for d in done:
-                    out(f"{d.decision.capitalize()}ed {d.kind} #{d.id} (commit {(d.commit or '')[:12]}).")
+                    where = f" in the {d.layer} vault" if two else ""
+                    out(f"{d.decision.capitalize()}ed {d.kind} #{d.id}{where} (commit {(d.commit or '')[:12]}).")
             return 0
-        items = rv.queue(v)
+        pairs = rv.queue_layered(v)
         if json_:
-            out_json({"policy": v.settings.write.policy, "items": [i.to_json() for i in items]})
+            emit_warnings(v)   # e.g. a broken user vault: its items are not in this list
+            out_json({"policy": v.settings.write.policy,
+                      "policies": {lv.layer: lv.settings.write.policy for lv in v.layers()},
+                      "items": [i.to_json() for _, i in pairs]})
             return 0
-        return _interactive(v, items)
+        return _interactive(v, pairs)
     finally:
         v.close()
 
 
 def _show(item, n: int, total: int) -> None:
     e = item.entry
-    out(f"\n[{n}/{total}] {item.kind} #{item.id}  {e.type}, importance {e.importance}"
+    out(f"\n[{n}/{total}] {item.kind} #{item.id} ({item.layer} layer)  {e.type}, importance {e.importance}"
         + (f"  (commit {item.commit[:12]})" if item.commit else ""))
     out(f"  {e.title}")
     for line in e.body.rstrip("\n").splitlines():
@@ -164,31 +181,32 @@ def _ask(prompt: str) -> str | None:
     return None if not line else line.strip()
 
 
-def _interactive(v, items) -> int:
+def _interactive(v, pairs) -> int:
     from acpmem.core.errors import AcpmemError
     from acpmem.vault import review as rv
+    from acpmem.vault.layers import project_path_forms
 
     emit_warnings(v)
-    if not items:
+    if not pairs:
         out("Nothing to review.")
         return 0
-    head = v.head()
-    forks = {i.id for i in items if i.kind == "fork-write"}
-    skipped = False
+    heads = {lv.layer: lv.head() for lv in {id(lv): lv for lv, _ in pairs}.values()}
+    forks = {(i.layer, i.id) for _, i in pairs if i.kind == "fork-write"}
+    skipped: set[str] = set()   # the layers where something was skipped: their marker stays where it is
     counts = {"accept": 0, "edit": 0, "reject": 0, "skip": 0}
-    for n, item in enumerate(items, 1):
-        _show(item, n, len(items))
+    for n, (lv, item) in enumerate(pairs, 1):
+        _show(item, n, len(pairs))
         while True:
             answer = _ask("[a]ccept  [e]dit  [r]eject  [s]kip  [q]uit > ")
             if answer is None or answer.lower() in ("q", "quit"):
-                out(_summary(counts, len(items) - n + 1))
+                out(_summary(counts, len(pairs) - n + 1))
                 return 0
             choice = {"a": "accept", "e": "edit", "r": "reject", "s": "skip"}.get(answer.lower()[:1])
             if choice is None:
                 out("Answer a, e, r, s or q.")
                 continue
             if choice == "skip":
-                skipped = True
+                skipped.add(item.layer)
                 counts["skip"] += 1
                 break
             reason, text = None, None
@@ -198,20 +216,22 @@ def _interactive(v, items) -> int:
                     out("A rejection needs a reason (or answer s to skip).")
                     continue
             if choice == "edit":
-                text = _edit(v, item)
+                text = _edit(lv, item)
                 if text is None:
                     continue
-            forks.discard(item.id)
-            through = head if not forks and not skipped else None
+            forks.discard((item.layer, item.id))
+            left = item.layer in skipped or any(layer == item.layer for layer, _ in forks)
             try:
-                d = rv.decide(v, item, choice, reason=reason, text=text, through=through)
+                d = rv.decide(lv, item, choice, reason=reason, text=text,
+                              through=None if left else heads[item.layer],
+                              forbid_paths=project_path_forms(v) if lv is not v else ())
             except AcpmemError as exc:
                 warn(exc.line())
                 continue
             counts[choice] += 1
             out(f"  {choice}ed (commit {(d.commit or '')[:12]})")
             if choice == "edit":
-                rv.editor_draft(v, item).unlink(missing_ok=True)
+                rv.editor_draft(lv, item).unlink(missing_ok=True)
             break
     out(_summary(counts, 0))
     return 0
@@ -250,7 +270,7 @@ def consolidate(ctx: typer.Context,
                                                                    show_default=False,
                                                                    help="Only entries of this type "
                                                                         "(repeatable).")] = None,
-                json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+                user: UserOpt = False, json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """Find clusters of near-duplicate and contradicting entries and merge each into one entry.
 
     The search index finds the clusters; the fork's model writes one merged entry per cluster, which supersedes
@@ -258,13 +278,18 @@ def consolidate(ctx: typer.Context,
     proposals (see `acp memory review`); under "auto" they are commits. With --dry-run, or without a model
     endpoint, it only reports the clusters. Superseded entries stay readable: `acp memory list --all`, `show ID`.
 
+    One layer at a time: the project vault, or with --user your user vault (under its own policy). A cluster never
+    mixes the layers, so a project entry is never merged into your user vault, nor the other way round.
+
     Example: acp memory consolidate --dry-run
+
+    Example: acp memory consolidate --user --dry-run
 
     Example: acp memory consolidate --type decision
     """
     from acpmem.write.consolidate import consolidate as run
 
-    v = open_vault(ctx, vault)
+    v = open_user(ctx, vault) if user else open_vault(ctx, vault)
     try:
         unknown = [t for t in type_ or () if t not in v.settings.types]
         if unknown:

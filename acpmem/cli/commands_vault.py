@@ -97,6 +97,8 @@ def show(ctx: typer.Context, entry_id: IdArg, json_: JsonOpt = False, vault: Vau
                                                                 "session.")] = None) -> None:
     """One entry in full, with its citations and its layer (project or user). Marks it read.
 
+    The id of a proposal waiting for review (either layer) shows the proposal, says so, and how to accept it.
+
     With --source, the turns its citations name instead, read from the transcript recorded for the session (or
     --transcript); it says so when the transcript was not recorded here or is gone.
 
@@ -105,7 +107,7 @@ def show(ctx: typer.Context, entry_id: IdArg, json_: JsonOpt = False, vault: Vau
     Example: acp memory show k3f --source
     """
     from acpmem.core import render
-    from acpmem.vault.layers import show_layered
+    from acpmem.vault.review import show_or_proposal
 
     v = open_vault(ctx, vault)
     if source:
@@ -118,12 +120,16 @@ def show(ctx: typer.Context, entry_id: IdArg, json_: JsonOpt = False, vault: Vau
         from acpmem.core.errors import UsageError
 
         raise UsageError("--transcript goes with --source", "add --source to read the cited turns")
-    layer, e = show_layered(v, entry_id)
+    layer, e, proposal = show_or_proposal(v, entry_id)
     emit_warnings(v)
+    accept = f"acp memory review accept {e.id}"
     if json_:
-        out_json(render.entry_json(e, {"layer": layer}))
-    else:
-        out(render.show_text(e, v.clock(), layer if len(v.layers()) > 1 else None))
+        out_json(render.entry_json(e, {"layer": layer, **({"proposal": True, "accept": accept} if proposal else {})}))
+        return
+    if proposal:
+        out(f"Proposal awaiting review ({layer} layer): not in the memory until accepted — `{accept}`, or "
+            f"`acp memory review reject {e.id} --reason …`.")
+    out(render.show_text(e, v.clock(), layer if len(v.layers()) > 1 else None))
 
 
 # --------------------------------------------------------------------------------------------- score

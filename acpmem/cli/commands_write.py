@@ -330,6 +330,8 @@ def stats(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) ->
         for t, n in ue["by_type"].items():
             if n:
                 out(f"  {t:<18}{n:>6}")
+        ur = u["review"]
+        out(f"  write policy: {ur['policy']}; {ur['proposals']} proposal(s) waiting for review")
     d = s["disk"]
     out(f"Disk: entries {_size(d['entries_bytes'])}, git {_size(d['git_bytes'])}, "
         f"local state {_size(d['state_bytes'])}, index {_size(d['index_bytes'])}")
@@ -355,7 +357,8 @@ def stats(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) ->
         out(f"Budget: {b['tokens_24h']} tokens in 24 h (max {b['max_tokens_per_day'] or 'none'}), {b['calls_1h']} "
             f"calls in the last hour (max {b['max_requests_per_hour'] or 'none'}); {state}")
     rv = s["review"]
-    out(f"Write policy: {rv['policy']}; {rv['proposals']} proposal(s) waiting for review")
+    out(f"Write policy{' (project layer)' if s.get('user') else ''}: {rv['policy']}; {rv['proposals']} proposal(s) "
+        "waiting for review")
     c = s["costs"]
     out(f"Extraction: {c['calls']} model calls ({c['failed']} failed), {c['prompt_tokens']} prompt tokens "
         f"({c['cache_hit_rate']:.0%} cached), {c['completion_tokens']} completion tokens, {c['latency_s']:.1f} s")

@@ -17,9 +17,10 @@ class Finding(Value):
     level: str      # error | warning | info | fixed
     what: str
     fix: str | None = None
+    layer: str = "project"   # the vault it is about: project, or user (``acpmem.write.checkup``)
 
     def to_json(self) -> dict:
-        return {"level": self.level, "what": self.what, "fix": self.fix}
+        return {"level": self.level, "what": self.what, "fix": self.fix, "layer": self.layer}
 
 
 class Report(Value):

@@ -105,6 +105,10 @@ def vault_for_layer(vault: VaultReader, layer: str) -> VaultReader:
         if lv.layer == layer:
             return lv
     if layer == LAYER_USER:
+        for w in vault.warnings:   # a user vault that is there but broken: say why, not "create one"
+            if w.startswith("the user vault ") and " — " in w:
+                what, _, hint = w.partition(" — ")
+                raise UsageError(what.split(": only this project")[0] + "; nothing was written", hint)
         raise UsageError("there is no user vault to write to",
                          "create it with `acp memory init --user` (or set ACPMEM_USER_VAULT to a vault)")
     return vault

@@ -57,10 +57,11 @@ class ReviewItem(Value):
     note: str | None = None
     request: str | None = None
     supersedes: tuple[dict, ...] = ()
+    layer: str = layout.LAYER_PROJECT
 
     def to_json(self) -> dict:
         e = self.entry
-        return {"id": self.id, "kind": self.kind, "path": self.path, "title": e.title, "type": e.type,
+        return {"id": self.id, "kind": self.kind, "layer": self.layer, "path": self.path, "title": e.title, "type": e.type,
                 "importance": e.importance, "created": e.created, "body": e.body,
                 "citation": [c.to_dict() for c in e.citation], "source": e.source, "commit": self.commit,
                 "note": self.note, "request": self.request, "supersedes": list(self.supersedes)}
@@ -72,10 +73,11 @@ class Decision(Value):
     commit: str | None
     kind: str
     path: str
+    layer: str = layout.LAYER_PROJECT
 
     def to_json(self) -> dict:
         return {"id": self.id, "decision": self.decision, "commit": self.commit, "kind": self.kind,
-                "path": self.path}
+                "layer": self.layer, "path": self.path}
 
 
 # --------------------------------------------------------------------------------------------- the marker files
@@ -217,7 +219,8 @@ def queue(vault, *, include_fork_writes: bool | None = None) -> list[ReviewItem]
         for e in props:
             commit, _, note, request = added.get(e.path, (None, "", "", ""))
             items.append(ReviewItem(e.id, "proposal", e, e.path, commit, note or None,
-                                    request or (e.source or {}).get("request"), _supersedes(e, known)))
+                                    request or (e.source or {}).get("request"), _supersedes(e, known),
+                                    vault.layer))
     if include_fork_writes is None:
         include_fork_writes = vault.settings.write.policy == "auto"
     if include_fork_writes:
@@ -232,7 +235,7 @@ def queue(vault, *, include_fork_writes: bool | None = None) -> list[ReviewItem]
             if e is None or e.superseded or e.id in decided or kind not in REVIEWED_KINDS:
                 continue
             items.append(ReviewItem(e.id, "fork-write", e, path, commit, note or None, request or None,
-                                    _supersedes(e, known)))
+                                    _supersedes(e, known), vault.layer))
     return items
 
 
@@ -258,13 +261,14 @@ def find(vault, prefix: str, items: list[ReviewItem] | None = None) -> ReviewIte
     if not ({"request", "consolidate"} & set(e.source or {})):
         raise UsageError(f"#{e.id} was not written by the fork, so there is no fork write to review",
                          f"to remove it: acp memory forget {e.id} --reason '…'")
-    return ReviewItem(e.id, "fork-write", e, e.path, None, None, (e.source or {}).get("request"), ())
+    return ReviewItem(e.id, "fork-write", e, e.path, None, None, (e.source or {}).get("request"), (), vault.layer)
 
 
 # --------------------------------------------------------------------------------------------- decisions
 
-def _check_text(vault, item: ReviewItem, text: str) -> Entry:
-    """A person's edited text: a valid entry of this vault, the same id, no secret."""
+def _check_text(vault, item: ReviewItem, text: str, forbid: tuple[str, ...] = ()) -> Entry:
+    """A person's edited text: a valid entry of this vault, the same id, no secret (and, for the user vault, none
+    of the project paths ``forbid``)."""
     new = parse_entry_bytes(text.encode("utf-8", "surrogatepass"), item.path, vault.settings.types)
     if new.id != item.id:
         raise EntryInvalid(item.path, "id", f"must stay '{item.id}' (ids are stable; citations refer to them)")
@@ -274,6 +278,12 @@ def _check_text(vault, item: ReviewItem, text: str) -> Entry:
     if kind:
         raise SecretRefused(f"the edited text contains what looks like a secret ({kind})",
                             "remove it; secrets never enter the vault")
+    if forbid:
+        from acpmem.core.projectpaths import redact_project_paths
+
+        if redact_project_paths(text, forbid)[1]:
+            raise EntryInvalid(item.path, None, "holds a path of this project, and the user vault is read in "
+                               "every project", "remove the path")
     return new
 
 
@@ -293,16 +303,18 @@ def _mark(v: Vault, rel: str, ident: str, sup_by: str | None, expect: str | None
 
 
 def decide(vault: Vault, item: ReviewItem, decision: str, *, reason: str | None = None, text: str | None = None,
-           through: str | None = None) -> Decision:
+           through: str | None = None, forbid_paths: tuple[str, ...] = ()) -> Decision:
     """Record one decision on ``item`` in one commit (kind ``human-review``). ``text``: the person's version (the
-    ``edit`` decision). ``through``: the commit this clone's marker moves to (every fork write up to it decided)."""
+    ``edit`` decision). ``through``: the commit this clone's marker moves to (every fork write up to it decided).
+    ``forbid_paths``: for an item of the user vault, the project's paths the edited text must not hold
+    (``acpmem.vault.layers.project_path_forms``)."""
     if decision not in DECISIONS:
         raise UsageError(f"unknown decision {decision!r}", "accept, edit or reject")
     reason = one_line(reason or "")
     if decision == "reject" and not reason:
         raise UsageError("a rejection needs a reason", "e.g. --reason 'wrong: we moved to Postgres'")
     vault.require_writable()
-    new = _check_text(vault, item, text) if text is not None else None
+    new = _check_text(vault, item, text, forbid_paths) if text is not None else None
     if decision == "edit" and new is None:
         raise UsageError("an edit needs the new text", "edit it in $EDITOR from `acp memory review`")
     entry = new or item.entry
@@ -366,7 +378,7 @@ def decide(vault: Vault, item: ReviewItem, decision: str, *, reason: str | None 
         why += f"\nAsked for: {item.note}"
     sha = vault.apply(writes, deletes, subject=subject, why=why, kind=KIND_REVIEW, trailers=trailers,
                       check=under_lock)
-    return Decision(item.id, decision, sha, item.kind, target)
+    return Decision(item.id, decision, sha, item.kind, target, vault.layer)
 
 
 def _path_of(v: Vault, ident: str) -> str | None:
@@ -376,25 +388,84 @@ def _path_of(v: Vault, ident: str) -> str | None:
     return None
 
 
+def queue_layered(vault) -> list[tuple[Vault, ReviewItem]]:
+    """The queue of every layer read here (``VaultReader.layers``: the project vault, then the user vault), each
+    item with the vault that holds it. Each layer's own ``[write] policy`` decides whether its fork writes are in."""
+    return [(lv, item) for lv in vault.layers() for item in queue(lv)]
+
+
+def find_layered(vault, prefix: str, pairs: list[tuple[Vault, ReviewItem]] | None = None) -> tuple[Vault, ReviewItem]:
+    """``find`` across the layers: the queued item (proposal or fork write, in either vault) with this id or unique
+    id prefix, and the vault that holds it; else, for ``reject``, an entry the fork wrote earlier in either layer
+    (``acpmem.vault.layers.resolve_layer``). An ambiguous prefix names the candidates with their layers."""
+    from acpmem.core.errors import AmbiguousId
+    from acpmem.vault.layers import resolve_layer
+
+    wanted = (prefix or "").strip().lstrip("#")
+    if not wanted:
+        raise UsageError("no id given", "pass an id from `acp memory review --json`")
+    pairs = queue_layered(vault) if pairs is None else pairs
+    hits = [p for p in pairs if p[1].id == wanted] or [p for p in pairs if p[1].id.startswith(wanted)]
+    if len(hits) > 1:
+        raise AmbiguousId(wanted, sorted(f"{i.id} ({i.layer})" for _, i in hits))
+    if hits:
+        return hits[0]
+    try:
+        lv, e = resolve_layer(vault, wanted)
+    except EntryNotFound:
+        raise EntryNotFound(f"nothing to review with id '{wanted}'",
+                            "`acp memory review --json` lists the queue") from None
+    return lv, find(lv, e.id, [])
+
+
 def decide_ids(vault: Vault, ids: list[str], decision: str, *, reason: str | None = None) -> list[Decision]:
-    """``review accept ID…`` / ``review reject ID… --reason``: one commit per id, in order; the marker moves on with
-    the last decision that leaves no fork write of the queue undecided."""
+    """``review accept ID…`` / ``review reject ID… --reason``: each id found in either layer (``find_layered``),
+    one commit per id in the vault that holds it, in order; each vault's marker moves on with the last decision
+    that leaves no fork write of that vault's queue undecided."""
     if not ids:
         raise UsageError(f"name what to {decision}", f"e.g. `acp memory review {decision} k3f9q2`; "
                                                      "`acp memory review --json` lists the queue")
     if decision == "reject" and not one_line(reason or ""):
         raise UsageError("a rejection needs a reason", "add --reason '…'")
-    items = queue(vault)
-    head = vault.head() if (vault.root / ".git").exists() else None
-    chosen = [find(vault, i, items) for i in ids]
-    if len({c.id for c in chosen}) != len(chosen):
+    pairs = queue_layered(vault)
+    heads = {lv.layer: lv.head() if (lv.root / ".git").exists() else None for lv in vault.layers()}
+    chosen = [find_layered(vault, i, pairs) for i in ids]
+    if len({(c.layer, c.id) for _, c in chosen}) != len(chosen):
         raise UsageError("the same id is named twice", "name each once")
-    pending = {i.id for i in items if i.kind == "fork-write"}
+    pending = {(i.layer, i.id) for _, i in pairs if i.kind == "fork-write"}
     out = []
-    for item in chosen:
-        pending.discard(item.id)
-        out.append(decide(vault, item, decision, reason=reason, through=head if not pending else None))
+    for lv, item in chosen:
+        pending.discard((item.layer, item.id))
+        left = any(layer == item.layer for layer, _ in pending)
+        out.append(decide(lv, item, decision, reason=reason, through=None if left else heads.get(item.layer)))
     return out
+
+
+def show_or_proposal(vault, prefix: str) -> tuple[str, Entry, bool]:
+    """``show`` of an entry (``acpmem.vault.layers.show_layered``) — or, when no entry has this id, of a proposal
+    awaiting review in either layer: (layer, entry, whether it is a proposal). A proposal is not marked read: it is
+    not in the memory yet."""
+    from acpmem.vault.layers import show_layered
+
+    try:
+        layer, e = show_layered(vault, prefix)
+        return layer, e, False
+    except EntryNotFound:
+        hit = find_proposal(vault, prefix)
+        if hit is None:
+            raise
+        return hit[0], hit[1], True
+
+
+def find_proposal(vault, prefix: str) -> tuple[str, Entry] | None:
+    """The proposal (in either layer) with this id or unique id prefix, and its layer; None when there is none
+    (``show`` of a proposal says it awaits review instead of "no entry")."""
+    wanted = (prefix or "").strip().lstrip("#")
+    if not wanted:
+        return None
+    found = [(lv.layer, e) for lv in vault.layers() for e in proposals(lv)[0]]
+    hits = [p for p in found if p[1].id == wanted] or [p for p in found if p[1].id.startswith(wanted)]
+    return hits[0] if len(hits) == 1 else None
 
 
 def editor_draft(vault, item: ReviewItem) -> Path:

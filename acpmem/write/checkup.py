@@ -4,14 +4,36 @@ request files that do not parse.
 """
 from __future__ import annotations
 
-from acpmem.vault.health import Report
+from acpmem.core.errors import AcpmemError
+from acpmem.vault.health import Finding, Report
 from acpmem.vault.health import doctor as vault_doctor
 from acpmem.write import requests, worker
 
 
 def doctor(vault, *, fix: bool = False) -> Report:
-    """Check (and with ``fix`` repair what is safe in) the vault, its git state, the index and the pending work."""
-    return vault_doctor(vault, fix=fix, more=(check_requests,))
+    """Check (and with ``fix`` repair what is safe in) the vault, its git state, the index and the pending work —
+    and the same in the user vault read beside it. The user vault's findings carry ``layer = "user"`` and are never
+    errors of the project: an error there is reported as a warning (the project vault works without it)."""
+    user = vault.user if vault.layer == "project" else None
+    theirs = set(user.warnings) if user is not None else set()
+    rep = vault_doctor(vault, fix=fix, more=(check_requests,))
+    found = [f.with_changes(layer="user" if f.what.startswith("the user vault ") else vault.layer)
+             for f in rep.findings if not (f.level == "warning" and f.what in theirs)]   # said below, as its own
+    if user is not None:
+        found += user_findings(user, fix=fix)
+    return Report(tuple(found))
+
+
+def user_findings(user, *, fix: bool = False) -> list[Finding]:
+    """The user vault's doctor findings, labelled ``user``, its errors demoted to warnings (``error`` → ``warning``
+    with "user vault:" in front, so the text says what it is about)."""
+    try:
+        rep = vault_doctor(user, fix=fix, more=(check_requests,))
+        found = list(rep.findings)
+    except AcpmemError as exc:   # e.g. --fix in a user vault whose repository is broken
+        found = [Finding("error", exc.message, exc.hint)]
+    return [f.with_changes(level="warning" if f.level == "error" else f.level, what=f"user vault: {f.what}",
+                           layer="user") for f in found]
 
 
 def check_requests(vault, add) -> None:

@@ -2,7 +2,10 @@
 ``human-write``. The text is checked for secrets and refused (never redacted: the person is there to fix it); it
 counts at once under every write policy, since a person wrote it (``docs/design.md``, "Write policy and review").
 
-Takes the vault object, never discovers one, so it works on any vault layer.
+Takes the vault object, never discovers one, so it works on any vault layer. With ``user=True`` it writes to the
+user vault read beside the project vault (a ``u-`` id, one commit there); text that holds a path of this project is
+refused there, as a secret is — the person is there to fix it, and a silent ``<project path>`` in their own words
+would surprise them (``docs/design.md``, "Layers and review together").
 """
 from __future__ import annotations
 
@@ -11,10 +14,22 @@ from acpmem.core.errors import SecretRefused, UsageError
 from acpmem.core.limits import breaks_line, clip, int_between
 
 
-def remember(vault, text: str, *, type: str, importance: int, title: str | None = None) -> tuple[Entry, str]:
+def remember(vault, text: str, *, type: str, importance: int, title: str | None = None,
+             user: bool = False) -> tuple[Entry, str]:
     """Write ``text`` as a new entry of ``type`` and ``importance`` (title: ``title`` or the text's first line).
-    Returns the entry and the commit. Raises ``UsageError`` for bad arguments and ``SecretRefused`` when the text
-    holds what looks like a secret; nothing is written then."""
+    ``user``: in the user vault read beside ``vault`` (``vault`` itself when it is the user vault). Returns the
+    entry and the commit. Raises ``UsageError`` for bad arguments, for a missing user vault and for a user-vault
+    text holding a path of this project, and ``SecretRefused`` when the text holds what looks like a secret;
+    nothing is written then."""
+    forbid: tuple[str, ...] = ()
+    if user:
+        from acpmem.core.layout import LAYER_USER
+        from acpmem.vault.layers import project_path_forms, vault_for_layer
+
+        target = vault_for_layer(vault, LAYER_USER)
+        if target is not vault:
+            forbid = project_path_forms(vault)
+        vault = target
     vault.require_writable()
     settings = vault.settings
     if type not in settings.types:
@@ -44,6 +59,13 @@ def remember(vault, text: str, *, type: str, importance: int, title: str | None 
         kinds = ", ".join(dict.fromkeys(f.kind for f in found))
         raise SecretRefused(f"the text contains what looks like a secret ({kinds}); nothing was written",
                             "remove it and run the command again; secrets never enter the vault")
+    if forbid:
+        from acpmem.core.projectpaths import redact_project_paths
+
+        if redact_project_paths(title + "\n" + body, forbid)[1]:
+            raise UsageError("the text holds a path of this project, and the user vault is read in every project; "
+                             "nothing was written", "remove the path, or drop --user to remember it in this "
+                                                    "project's vault")
     from acpmem.vault.writer import KIND_REMEMBER
 
     ident = vault.new_id()

@@ -31,12 +31,15 @@ def _entry_counts(vault) -> dict:
 
 
 def user_layer_stats(vault) -> dict | None:
-    """The user vault read beside ``vault``: where it is, its entries and its size on disk; None without one."""
+    """The user vault read beside ``vault``: where it is, its entries, its size on disk, its own write policy and
+    the proposals waiting in it; None without one. No budget: extraction (and its budget) is the project's — the
+    fork runs from the project's state, whichever vault its entries go to."""
     user = vault.user
     if user is None:
         return None
     return {"vault": str(user.root), "entries": _entry_counts(user),
-            "disk": {"entries_bytes": _tree_bytes(user.entries_dir), "git_bytes": _tree_bytes(user.root / ".git")}}
+            "disk": {"entries_bytes": _tree_bytes(user.entries_dir), "git_bytes": _tree_bytes(user.root / ".git")},
+            "review": _review(user)}
 
 
 def stats(vault) -> dict:
