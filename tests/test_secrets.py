@@ -172,3 +172,15 @@ def test_a_secret_anywhere_in_prose_never_survives_redaction(before: str, secret
     assert secret not in redacted
     assert findings and all(secret not in f.preview for f in findings)
     assert redact(redacted, deep=False)[0] == redacted
+
+
+def test_a_redaction_marker_followed_by_a_value_is_not_an_assignment() -> None:
+    """Found by the property above: "[REDACTED:github-token] :001234567:" read as `token: 001234567`, so a second
+    redaction changed the text again."""
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    once, findings = redact(f"{token} :001234567:", deep=False)
+    assert once == "[REDACTED:github-token] :001234567:" and [f.kind for f in findings] == ["github-token"]
+    assert redact(once, deep=False)[0] == once
+    # a real assignment after a marker is still found
+    twice, found = redact(f"{once} token: 9f8e7d6c5b4a39281706", deep=False)
+    assert "9f8e7d6c5b4a39281706" not in twice and [f.kind for f in found] == ["credential"]

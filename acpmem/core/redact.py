@@ -203,8 +203,14 @@ def _regex_findings(text: str) -> list[tuple[int, SecretMatch]]:
         lower = text.lower()
         if not any(n in lower for n in _NAME_NEEDLES):
             return out
+    # Our own markers name a kind ("[REDACTED:github-token]") that reads like a secret name; one followed by
+    # ": value" must not be taken for an assignment, or redacting twice would not give the same text.
+    markers = [(r.start(), r.end()) for r in REDACTED_RE.finditer(text)] if "[REDACTED:" in text else []
     pos = 0
     while (m := _ASSIGN.search(text, pos)) is not None:
+        if any(a <= m.start("name") < b for a, b in markers):
+            pos = m.end("name")
+            continue
         group = "qv" if m.group("qv") is not None else "v"
         value, name = m.group(group), m.group("name")
         tail = _KEY_TAIL.search(text, max(0, m.start() - 40), m.start()).group()
