@@ -306,7 +306,8 @@ def test_fast_frontmatter_reads_exactly_what_yaml_reads():
         assert _typed(fast) == _by_yaml(t), t
 
     check()
-    assert seen["fast"] > 250 and seen["declined"] > 250   # both sides of the line were exercised
+    # both sides of the line were exercised (hypothesis may stop short of 2000 examples: the bound leaves room)
+    assert seen["fast"] > 100 and seen["declined"] > 100
 
 
 def test_fast_frontmatter_takes_what_acpmem_writes():
