@@ -1,7 +1,7 @@
 """Recall at scale: index build from scratch, warm whole-process recall, one changed file, peak RSS.
 
 Usage: python bench/recall_scale.py [--sizes 10000,100000] [--dir /tmp/acpmem-scale] [--runs 7] [--keep]
-                                   [--reuse-index]
+                                   [--reuse-index] [--shapes varied,one-turn,many-sessions]
 
 For each size N it writes a vault of N varied entries (English words drawn from the CC-CEDICT gloss list with a
 Zipf-like frequency, code identifiers, numbers, about one entry in ten in Chinese, a few superseded) directly as
@@ -12,6 +12,8 @@ files plus one git commit, then measures, each as a whole ``acp memory recall`` 
   vault's watcher (``acpmem.watch``, started by the first recall) answering what changed; and the same for three
   of them with ``ACPMEM_NO_WATCH=1``, where every entry file is checked by ``stat``;
 * changed: one entry file rewritten by hand, then a recall (the extra over warm is the incremental update);
+* shapes: ``--shapes`` adds vaults whose citations are pathological for neighbour spreading: every entry citing one
+  turn, or every entry citing 400 sessions;
 * RSS: the peak resident set of the recall processes (``/usr/bin/time -f %M``), and the watcher's (VmHWM).
 
 A vault already generated for a size is reused (``--keep`` keeps them; the default deletes them at the end).
@@ -89,7 +91,21 @@ def _ident(rng: random.Random) -> str:
     return "src/" + "/".join(parts) + ".py"
 
 
-def make_entry_text(i: int, rng: random.Random, en: Zipf, zh: Zipf, ident: str, superseded_by: str | None) -> str:
+SHAPES = ("varied", "one-turn", "many-sessions")
+
+
+def citation_lines(rng: random.Random, shape: str) -> list[str]:
+    """varied: one random session and turn; one-turn: every entry cites the same turn (notes imported by hand);
+    many-sessions: every entry cites 400 sessions (a summary of many conversations)."""
+    if shape == "one-turn":
+        return ["- session: \"0000beef\"", "  seq: 1"]
+    if shape == "many-sessions":
+        return [x for k in range(400) for x in (f"- session: \"s{k:04d}\"", f"  seq: {rng.randint(1, 50)}")]
+    return [f"- session: \"{rng.getrandbits(32):08x}\"", f"  seq: {rng.randint(1, 2000)}"]
+
+
+def make_entry_text(i: int, rng: random.Random, en: Zipf, zh: Zipf, ident: str, superseded_by: str | None,
+                    shape: str = "varied") -> str:
     chinese = rng.random() < 0.1
     if chinese:
         title = "".join(zh.take(rng.randint(3, 6))) + ("，" + "".join(zh.take(3)) if rng.random() < 0.5 else "")
@@ -111,16 +127,15 @@ def make_entry_text(i: int, rng: random.Random, en: Zipf, zh: Zipf, ident: str, 
             lines.append("- " + _cap(" ".join(sent)) + ".")
     day = rng.randint(0, 700)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_700_000_000 + day * 86400 + rng.randint(0, 86399)))
-    session = f"{rng.getrandbits(32):08x}"
     meta = [f"id: {ident}", f"title: {json.dumps(title, ensure_ascii=False)}", f"type: {rng.choice(TYPES)}",
             f"importance: {rng.randint(1, 10)}", f"created: {created}", "last_read: null",
-            "citation:", f"- session: \"{session}\"", f"  seq: {rng.randint(1, 2000)}", "tier: 3"]
+            "citation:", *citation_lines(rng, shape), "tier: 3"]
     if superseded_by:
         meta.append(f"superseded_by: {superseded_by}")
     return "---\n" + "\n".join(meta) + "\n---\n" + "\n".join(lines) + "\n"
 
 
-def generate(root: Path, n: int, seed: int = 7) -> None:
+def generate(root: Path, n: int, seed: int = 7, shape: str = "varied") -> None:
     """A vault of n entries at root (init through the library, files written directly, one commit)."""
     from acpmem.vault.writer import git
     from acpmem.vault.create import init_vault
@@ -140,7 +155,8 @@ def generate(root: Path, n: int, seed: int = 7) -> None:
     entries = root / "entries"
     for i, ident in enumerate(ids):
         sup = ids[rng.randrange(n)] if rng.random() < 0.03 else None
-        (entries / f"{ident}.md").write_text(make_entry_text(i, rng, en, zh, ident, sup if sup != ident else None),
+        (entries / f"{ident}.md").write_text(make_entry_text(i, rng, en, zh, ident, sup if sup != ident else None,
+                                                                 shape),
                                              "utf-8")
     git(root, "add", "-A", "entries")
     git(root, "commit", "-q", "--no-verify", "-m", f"bench: {n} generated entries")
@@ -181,11 +197,11 @@ def run_recall(root: Path, query: str, env: dict | None = None) -> tuple[float, 
     return dt, len(json.loads(p.stdout)["hits"]), rss / 1024
 
 
-def bench_size(base: Path, n: int, runs: int, reuse_index: bool = False) -> dict:
-    root = base / f"v{n}"
+def bench_size(base: Path, n: int, runs: int, reuse_index: bool = False, shape: str = "varied") -> dict:
+    root = base / (f"v{n}" if shape == "varied" else f"v{n}-{shape}")
     if not (root / "entries").is_dir():
         t0 = time.perf_counter()
-        generate(root, n)
+        generate(root, n, shape=shape)
         print(f"  generated {n} entries in {time.perf_counter() - t0:.1f} s", flush=True)
     rng = random.Random(n)
     queries = queries_for(root, rng)
@@ -258,6 +274,8 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/acpmem-scale")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--shapes", default="varied", help="citation shapes, comma-separated: varied (one random turn "
+                    "each), one-turn (every entry cites the same turn), many-sessions (every entry cites 400 sessions)")
     ap.add_argument("--reuse-index", action="store_true", help="keep an existing index (build time then means "
                     "only what changed since)")
     args = ap.parse_args()
@@ -277,9 +295,11 @@ def main() -> None:
     floor = statistics.median(start() for _ in range(max(5, args.runs))) * 1000
     print(f"python -c pass: {floor:.0f} ms (whole process, median): the per-turn targets are ratios to it")
     try:
-        for n in (int(s) for s in args.sizes.split(",")):
-            print(f"\n{n} entries", flush=True)
-            r = bench_size(base, n, args.runs, args.reuse_index)
+        for n, shape in ((int(s), sh) for s in args.sizes.split(",") for sh in args.shapes.split(",")):
+            if shape not in SHAPES:
+                raise SystemExit(f"unknown shape {shape!r}; one of {', '.join(SHAPES)}")
+            print(f"\n{n} entries, citations: {shape}", flush=True)
+            r = bench_size(base, n, args.runs, args.reuse_index, shape)
             what = "first recall process, index reused" if args.reuse_index else "from scratch (first recall process)"
             print(f"  index build {what}: {r['build_s']:.2f} s")
             print(f"  recall, warm index, whole process, median:       {r['warm_ms']:.0f} ms "

@@ -18,7 +18,7 @@ import functools
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime
 from types import MappingProxyType
 
@@ -82,13 +82,21 @@ class PostingSource:
     def postings(self, term: str, keys: Iterable[int] | None = None) -> Iterable[tuple[int, tuple[int, ...]]]: ...
     def doc_len(self, key: int) -> tuple[int, ...]: ...
     def doc(self, key: int) -> SearchDoc: ...
-    def neighbours(self, key: int, radius: int) -> Iterable[tuple[int, int]]: ...  # (doc key, distance)
+    # (doc key, distance) of the documents citing turns within ``radius`` of ``key``'s, read as ``bounded_neighbours``
+    # says; adds what it read to ``neighbour_work``
+    def neighbours(self, key: int, radius: int) -> Iterable[tuple[int, int]]: ...
+    neighbour_work: int
 
 
 # ───────────────────────────── 3. scoring ─────────────────────────────
 
 W_EXACT, W_ALIAS, W_DICT, W_PREFIX, W_CLIPPED, W_TYPO1, W_TYPO2 = 1.0, 0.7, 0.6, 0.55, 0.35, 0.6, 0.45
 SPREAD, SPREAD_RADIUS, SPREAD_TOP = 0.15, 2, 50
+# Spreading reads, per candidate, at most SPREAD_CITES of its citations and SPREAD_ROWS cited turns in all (nearest
+# first), so its cost stays candidates × a small bound when thousands of entries cite one turn or one entry cites
+# hundreds of sessions; ``PostingSource.neighbour_work`` counts what was read.
+SPREAD_CITES, SPREAD_ROWS = 8, 64
+SPREAD_SPAN = 10_000     # a range citation is seen from a turn at most this far past its start
 DATE_BOOST = 1.0
 TAG_BOOST = 0.5
 POOL = 300
@@ -350,6 +358,30 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
     words = [g.word for g in groups]
     return [Hit(src.doc(k).id, round(final[k], 6), make_preview(src.doc(k), words, preview_length),
                 {"terms": why.get(k, {}), **extra.get(k, {})}) for k in order]
+
+
+def bounded_neighbours(key: int, cites: Iterable[tuple[str, int, int]], radius: int,
+                       scan: Callable[[str, int, int, int], Iterable[tuple[int | None, int, int]]]) -> tuple[dict[int, int], int]:
+    """The neighbours of document ``key`` as every ``PostingSource`` reads them, within a fixed budget.
+
+    ``cites`` are the document's (session, lo, hi); the first ``SPREAD_CITES`` distinct ones in sorted order are
+    used. ``scan(session, low, high, n)`` yields at most ``n`` (key, lo, hi) of that session with ``low <= lo <=
+    high`` in descending (lo, hi, key) order — nearest to the cited turn first — with key None for a row the
+    source's restriction leaves out (it still counts as read). ``SPREAD_ROWS`` rows are read in
+    all. Returns ({neighbour: distance}, rows and scans read)."""
+    best: dict[int, int] = {}
+    left, work = SPREAD_ROWS, 0
+    for session, r0, r1 in sorted(set(cites))[:SPREAD_CITES]:
+        if left <= 0:
+            break
+        work += 1
+        for other, lo, hi in scan(session, max(0, r0 - radius - SPREAD_SPAN), min(r1 + radius, MAX_SEQ), left):
+            left -= 1
+            work += 1
+            dist = max(0, lo - r1, r0 - hi)
+            if other is not None and other != key and dist <= radius and dist < best.get(other, radius + 1):
+                best[other] = dist
+    return best, work
 
 
 def seq_range(seq: int | str) -> tuple[int, int] | None:
