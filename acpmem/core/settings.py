@@ -66,6 +66,21 @@ class ExtractionSettings(Section):
     max_attempts: int = 5             # then it is failed for good (kept, retried only when asked)
 
 
+class EmbeddingsSettings(Section):
+    """The optional vector channel of recall: off while ``model`` is empty. ``base_url`` and the key fall back to
+    ``OPENAI_BASE_URL`` and the variable named by ``api_key_env``, as for extraction."""
+    base_url: str = ""
+    model: str = ""                   # empty: no vector channel (recall is lexical only)
+    api_key_env: str = "OPENAI_API_KEY"
+    dimensions: int = 0               # 0: whatever the model returns (asked for when set)
+    timeout_seconds: float = 0.5      # the query's embedding at recall time; then lexical alone
+    batch_timeout_seconds: float = 30.0   # one batch of entries in the background
+    batch_size: int = 64
+    languages: str = "en"             # what the model understands (comma-separated: "en", "en,zh"); queries in
+                                      # other scripts stay lexical
+    weight: float = 0.5               # the vector channel's share in the fused score
+
+
 class GitSettings(Section):
     lock_timeout_seconds: float = 60.0
     foreign_lock_wait_seconds: float = 10.0
@@ -81,6 +96,7 @@ class Settings(Value):
     recall: RecallSettings = RecallSettings()
     extraction: ExtractionSettings = ExtractionSettings()
     git: GitSettings = GitSettings()
+    embeddings: EmbeddingsSettings = EmbeddingsSettings()
 
     def to_json(self) -> dict:
         d = self.__dict__
@@ -107,6 +123,11 @@ _RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("extraction", "max_entry_bytes"): (256, 900_000, False),
     ("extraction", "retry_base_seconds"): (0, 86_400, True),
     ("extraction", "max_attempts"): (1, 100, False),
+    ("embeddings", "dimensions"): (0, 8192, False),
+    ("embeddings", "timeout_seconds"): (0, 60, True),
+    ("embeddings", "batch_timeout_seconds"): (0, 3600, True),
+    ("embeddings", "batch_size"): (1, 2048, False),
+    ("embeddings", "weight"): (0, 10, False),
     ("git", "lock_timeout_seconds"): (0, 86_400, False),
     ("git", "foreign_lock_wait_seconds"): (0, 86_400, False),
 }
@@ -117,7 +138,8 @@ _MAX_TYPES = 100
 _MAX_TYPE_CHARS = 64
 
 _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceSettings,
-             "recall": RecallSettings, "extraction": ExtractionSettings, "git": GitSettings}
+             "recall": RecallSettings, "extraction": ExtractionSettings, "git": GitSettings,
+             "embeddings": EmbeddingsSettings}
 
 
 def _coerce(cls, section: str, data: dict, path: str):
@@ -199,6 +221,10 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
                             f"sections: vault, {', '.join(_SECTIONS)}")
     kwargs = {name: _coerce(cls, name, data.get(name, {}), path) for name, cls in _SECTIONS.items()}
     s = Settings(types=tuple(types), language=language, **kwargs)
+    langs = [x.strip() for x in s.embeddings.languages.split(",")]
+    if not all(x in ("en", "zh") for x in langs):
+        raise SettingsError(f"{path}: embeddings.languages must name languages among en, zh, got "
+                            f"{clip(s.embeddings.languages)}", 'e.g. languages = "en" or languages = "en,zh"')
     if s.extraction.extractor not in ("auto", "llm", "offline"):
         raise SettingsError(f"{path}: extraction.extractor must be auto, llm or offline",
                             "extractor = \"auto\", \"llm\" or \"offline\"")
@@ -206,5 +232,5 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
 
 
 def settings_from_json(d: dict) -> Settings:
-    kwargs = {name: cls(**d[name]) for name, cls in _SECTIONS.items()}
+    kwargs = {name: cls(**d[name]) for name, cls in _SECTIONS.items() if name in d}
     return Settings(types=tuple(d["types"]), language=d["language"], **kwargs)

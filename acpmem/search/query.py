@@ -11,12 +11,12 @@ import json
 import math
 import re
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from acpmem.search import cedict
 from acpmem.search.analysis import CJK_CHARS, FIELDS, SearchDoc
 from acpmem.search.ranking import (B, FIELD_WEIGHTS, K1, SPREAD_CITES, CorpusStats, Hit, QueryGroup, bounded_neighbours,
-                                   make_preview, plan_query, rank, typo_neighbours)
+                                   make_preview, plan_query, rank, typo_neighbours, vector_share)
 
 _NF = len(FIELDS)
 PRUNE_FROM_POSTINGS = 20_000   # below this many postings a query is scored whole (pruning costs a second query)
@@ -290,12 +290,18 @@ class IndexSource:
         return [(k if ok else None, lo, hi) for k, lo, hi, ok in rows]
 
 def search(con: sqlite3.Connection, query: str, limit: int = 5, *, types: Iterable[str] | None = None,
-           include_superseded: bool = False, preview_length: int = 200) -> list[Hit]:
+           include_superseded: bool = False, preview_length: int = 200, similar: Mapping[int, float] | None = None,
+           share: float = 0.0) -> list[Hit]:
     """Rank the indexed documents for ``query`` with the default engine (``ranking.rank``); ``Hit.id`` is the
-    entry file's path. Previews are made from the full text of the hits only, as ``rank`` makes them."""
+    entry file's path. Previews are made from the full text of the hits only, as ``rank`` makes them.
+
+    ``similar`` (index key → cosine similarity, from ``acpmem.search.vectors.nearest``) fuses the vector channel
+    in at ``share``, reduced to nothing for the queries lexical search answers by construction
+    (``ranking.vector_share``)."""
     src = IndexSource(con, types=types, include_superseded=include_superseded)
     groups = plan_query(query, src.vocabulary)
-    hits = rank(src, query, limit=limit, preview_length=preview_length, groups=groups)
+    share = vector_share(query, groups, share) if similar else 0.0
+    hits = rank(src, query, limit=limit, preview_length=preview_length, groups=groups, similar=similar, share=share)
     if not hits:
         return hits
     words = [g.word for g in groups]

@@ -305,9 +305,39 @@ def _diversify(src: PostingSource, final: dict[int, float], limit: int) -> list[
     return chosen
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z0-9]+(?:[_./:#-][A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Za-z]+[0-9][A-Za-z0-9]*")
+
+
+def vector_share(query: str, groups: Sequence[QueryGroup], weight: float) -> float:
+    """The vector channel's share for this query: none for queries lexical search answers by construction — an
+    identifier (``retry_upload``, ``src/app.py``, ``retryUpload``, ``v2``) or a misspelt word (a query word found
+    only through its typo neighbours, which an embedding of the misspelling does not know)."""
+    if not weight or _IDENTIFIER.search(query):
+        return 0.0
+    for g in groups:
+        if not any(t.via in ("exact", "alias") for t in g.terms) and any(t.via == "typo" for t in g.terms):
+            return 0.0
+    return weight
+
+
+def fuse(scores: Mapping[int, float], similar: Mapping[int, float], share: float) -> dict[int, float]:
+    """Score-level fusion: the term scores plus ``share`` × the best term score × each document's similarity
+    rescaled over the vector candidates (the best 1, the last 0), so the vector channel reorders what the words
+    leave close and brings in what they missed, and a query no word matched ranks by meaning alone."""
+    top = max(scores.values(), default=0.0) or 1.0
+    hi, lo = max(similar.values()), min(similar.values())
+    span = (hi - lo) or 1.0
+    out = dict(scores)
+    for k, c in similar.items():
+        out[k] = out.get(k, 0.0) + top * share * (c - lo) / span
+    return out
+
+
 def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, dates: bool = True,
-         preview_length: int = 200, groups: Sequence[QueryGroup] | None = None) -> list[Hit]:
-    """Rank the documents of ``src`` for ``query``: term scores, then spreading and the tag and date boosts.
+         preview_length: int = 200, groups: Sequence[QueryGroup] | None = None,
+         similar: Mapping[int, float] | None = None, share: float = 0.0) -> list[Hit]:
+    """Rank the documents of ``src`` for ``query``: term scores (fused with the vector channel's ``similar``
+    documents — key → cosine similarity — at ``share``, when given), then spreading and the tag and date boosts.
 
     Only the best ``POOL`` documents by term score (and those they spread to) are re-scored, so the cost of
     this step does not grow with the index."""
@@ -317,11 +347,22 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
     pick = getattr(src, "candidates", None)
     pool = pick(groups, max(POOL, limit)) if pick is not None else None
     scores, why = score_query(groups, src, pool)
+    fused = bool(similar) and share > 0
+    if fused:
+        outside = [k for k in similar if k not in scores]
+        if pool is not None and outside:      # a similar document below the pool keeps its own term score
+            more, more_why = score_query(groups, src, outside)
+            scores.update(more)
+            why.update(more_why)
+        scores = fuse(scores, similar, share)
     if not scores:
         return []
     by_score = sorted(scores, key=lambda k: (-scores[k], k))
     final = {k: scores[k] for k in by_score[:max(POOL, limit)]}
     extra: dict[int, dict] = defaultdict(dict)
+    if fused:
+        for k, c in similar.items():
+            extra[k]["vector"] = round(c, 4)
     if spread and SPREAD:
         gains: dict[int, float] = defaultdict(float)
         for key in by_score[:SPREAD_TOP]:
