@@ -211,3 +211,33 @@ def test_an_answer_that_is_not_embeddings_is_refused_in_one_line(data, n):
 def test_bad_embedding_settings_are_refused(bad):
     with pytest.raises(SettingsError):
         settings_from_mapping({"embeddings": bad})
+
+
+def test_doctor_and_stats_report_the_channel(vault, cli):
+    write(vault)
+    with embeddings_server(synonyms=SYNONYMS) as srv:
+        reader = configure(vault, srv)
+        doctor = cli("memory", "--vault", str(vault.root), "doctor")
+        assert "the embeddings endpoint (model hash-64 at " in doctor.stdout and "answers" in doctor.stdout
+        assert "6 of 6 entries have no vector of hash-64 yet" in doctor.stdout
+        embedding.run_pass(reader)
+        stats = json.loads(cli("memory", "--vault", str(vault.root), "stats", "--json").stdout)
+        emb = stats["embeddings"]
+        assert (emb["model"], emb["present"], emb["missing"]) == ("hash-64", 6, 0)
+        assert emb["costs"]["calls"] == 1 and emb["costs"]["texts"] == 6 and emb["costs"]["prompt_tokens"] > 0
+        assert stats["costs"]["calls"] == 0                     # extraction's totals are its own
+        text = cli("memory", "--vault", str(vault.root), "stats").stdout
+        assert "Embeddings: model hash-64" in text and "6 entries with vectors, 0 missing" in text
+        url = srv.base_url
+    doctor = cli("memory", "--vault", str(vault.root), "doctor")   # the server is gone
+    assert f"the embeddings endpoint (model hash-64 at {url}) does not answer" in doctor.stdout
+    assert "all 6 entries have a vector of hash-64" in doctor.stdout
+    plain = VaultReader(vault.root)
+    assert "embeddings" not in json.loads(cli("memory", "--vault", str(configure_off(plain)), "stats",
+                                              "--json").stdout)
+
+
+def configure_off(reader) -> str:
+    path = reader.root / "acpmem.toml"
+    path.write_text(path.read_text("utf-8").replace('model = "hash-64"', 'model = ""'), "utf-8")
+    return str(reader.root)

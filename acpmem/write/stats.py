@@ -46,6 +46,7 @@ def stats(vault) -> dict:
     reqs, broken = requests.list_requests(state)
     done = requests.read_done(state)
     scheduled = sorted(r.next_attempt for r in reqs if r.status == "pending" and r.next_attempt)
+    ledger = costs.read(state)
     return {
         "entries": {"live": len(loaded.live()), "superseded": len(loaded.entries) - len(loaded.live()),
                     "invalid": len(loaded.problems), "by_type": by_type},
@@ -60,5 +61,15 @@ def stats(vault) -> dict:
                      "items": [{"id": r.id, "status": r.status, "attempts": r.attempts, "created": r.created,
                                 "next_attempt": r.next_attempt, "note": r.note,
                                 "last_error": (r.last_error or {}).get("message")} for r in reqs]},
-        "costs": costs.summarize(costs.read(state)),
+        "costs": costs.summarize(ledger),
+        **_embeddings(vault, ledger),
     }
+
+
+def _embeddings(vault, ledger: list[dict]) -> dict:
+    """The embedding channel, when on: model, endpoint, vectors present and missing, what embedding has cost."""
+    if not vault.settings.embeddings.model:
+        return {}
+    from acpmem.vault.embedding import channel_status
+
+    return {"embeddings": {**channel_status(vault, probe=False), "costs": costs.summarize_embeddings(ledger)}}
