@@ -320,16 +320,22 @@ def vector_share(query: str, groups: Sequence[QueryGroup], weight: float) -> flo
     return weight
 
 
+FUSE_FLOOR_RANK = 99     # the vector candidate whose similarity counts as nothing (rank from 0)
+FUSE_POWER = 1.0
+
+
 def fuse(scores: Mapping[int, float], similar: Mapping[int, float], share: float) -> dict[int, float]:
     """Score-level fusion: the term scores plus ``share`` × the best term score × each document's similarity
-    rescaled over the vector candidates (the best 1, the last 0), so the vector channel reorders what the words
-    leave close and brings in what they missed, and a query no word matched ranks by meaning alone."""
+    rescaled over the vector candidates (the best 1, the ``FUSE_FLOOR_RANK``-th 0), so the vector channel reorders
+    what the words leave close and brings in what they missed, and a query no word matched ranks by meaning alone."""
     top = max(scores.values(), default=0.0) or 1.0
-    hi, lo = max(similar.values()), min(similar.values())
+    ranked = sorted(similar.values(), reverse=True)
+    hi, lo = ranked[0], ranked[min(len(ranked) - 1, FUSE_FLOOR_RANK)]
     span = (hi - lo) or 1.0
     out = dict(scores)
     for k, c in similar.items():
-        out[k] = out.get(k, 0.0) + top * share * (c - lo) / span
+        if c > lo:
+            out[k] = out.get(k, 0.0) + top * share * ((c - lo) / span) ** FUSE_POWER
     return out
 
 

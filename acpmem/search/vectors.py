@@ -166,7 +166,7 @@ def status(index: sqlite3.Connection, state_dir: Path, model: str, *, types: Ite
 
 def nearest(index: sqlite3.Connection, state_dir: Path, model: str, query: Sequence[float], *,
             types: Iterable[str] | None = None, include_superseded: bool = False,
-            top: int = VECTOR_TOP) -> tuple[dict[int, float], VectorStatus]:
+            top: int | None = None) -> tuple[dict[int, float], VectorStatus]:
     """The ``top`` live entries (index keys) most similar to ``query`` (cosine), among those with a current vector
     of ``model``; and how many had none. Exact search: every current vector is compared."""
     import numpy as np
@@ -187,7 +187,7 @@ def nearest(index: sqlite3.Connection, state_dir: Path, model: str, query: Seque
     keys = np.fromiter((k for k, _ in rows), dtype=np.int64, count=len(rows))
     mat = np.frombuffer(b"".join(v for _, v in rows), dtype=np.float32).reshape(len(rows), len(query))
     sims = mat @ q
-    k = min(top, len(rows))
+    k = min(top or VECTOR_TOP, len(rows))
     best = np.argpartition(-sims, k - 1)[:k]
     return {int(keys[i]): float(sims[i]) for i in best}, status_
 
