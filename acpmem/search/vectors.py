@@ -26,7 +26,9 @@ from acpmem.core.values import Value
 
 VECTORS_DB = "vectors.sqlite"
 VECTOR_TOP = 100          # documents the vector channel proposes per query
+TEXT_VERSION = "1"        # what ``embed_text`` makes of an entry: a change re-hashes every entry (and re-embeds)
 _SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS vec (model TEXT NOT NULL, hash TEXT NOT NULL, dim INTEGER NOT NULL, v BLOB NOT NULL, "
     "PRIMARY KEY (model, hash)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS at (path TEXT PRIMARY KEY, sig TEXT NOT NULL, hash TEXT NOT NULL) WITHOUT ROWID",
@@ -55,6 +57,10 @@ def connect(state_dir: Path) -> sqlite3.Connection:
             con.execute("PRAGMA journal_mode=WAL")
             for stmt in _SCHEMA:
                 con.execute(stmt)
+            row = con.execute("SELECT value FROM meta WHERE key = 'text'").fetchone()
+            if row is None or row[0] != TEXT_VERSION:
+                con.execute("DELETE FROM at")
+                con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('text', ?)", (TEXT_VERSION,))
             return con
         except sqlite3.DatabaseError:
             if attempt:
