@@ -320,8 +320,9 @@ def vector_share(query: str, groups: Sequence[QueryGroup], weight: float) -> flo
     return weight
 
 
+# Measured on LoCoMo and the kernel corpus with all-MiniLM-L6-v2 (docs/design.md): the floor at rank 19, 49 or 99,
+# squared similarities and a lower lexical unit all land within ±0.005 R@5 of each other.
 FUSE_FLOOR_RANK = 99     # the vector candidate whose similarity counts as nothing (rank from 0)
-FUSE_POWER = 1.0
 
 
 def fuse(scores: Mapping[int, float], similar: Mapping[int, float], share: float) -> dict[int, float]:
@@ -335,7 +336,7 @@ def fuse(scores: Mapping[int, float], similar: Mapping[int, float], share: float
     out = dict(scores)
     for k, c in similar.items():
         if c > lo:
-            out[k] = out.get(k, 0.0) + top * share * ((c - lo) / span) ** FUSE_POWER
+            out[k] = out.get(k, 0.0) + top * share * (c - lo) / span
     return out
 
 

@@ -29,8 +29,9 @@ VECTOR_TOP = 100          # documents the vector channel proposes per query
 TEXT_VERSION = "1"        # what ``embed_text`` makes of an entry: a change re-hashes every entry (and re-embeds)
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # a rowid table: WITHOUT ROWID stores a 1.5 KB row on overflow pages (3x the file, measured in docs/design.md)
     "CREATE TABLE IF NOT EXISTS vec (model TEXT NOT NULL, hash TEXT NOT NULL, dim INTEGER NOT NULL, v BLOB NOT NULL, "
-    "PRIMARY KEY (model, hash)) WITHOUT ROWID",
+    "UNIQUE (model, hash))",
     "CREATE TABLE IF NOT EXISTS at (path TEXT PRIMARY KEY, sig TEXT NOT NULL, hash TEXT NOT NULL) WITHOUT ROWID",
 )
 
