@@ -241,3 +241,45 @@ def configure_off(reader) -> str:
     path = reader.root / "acpmem.toml"
     path.write_text(path.read_text("utf-8").replace('model = "hash-64"', 'model = ""'), "utf-8")
     return str(reader.root)
+
+
+def test_the_watcher_answers_vector_search_as_the_recall_process_would(vault):
+    """A large vault's watcher keeps the vectors in memory and answers ``near``: the same matches and counts as the
+    recall process computes itself, kept current across an edit and a new embedding pass."""
+    from acpmem.search import catalog, watch
+
+    entries = write(vault)
+    path = vault.root / "acpmem.toml"
+    path.write_text(path.read_text("utf-8").replace("watch_min_entries = 5000", "watch_min_entries = 1"), "utf-8")
+    with embeddings_server(synonyms=SYNONYMS) as srv:
+        reader = configure(vault, srv)
+        embedding.run_pass(reader)
+        con, _ = watch.open_fresh(reader.state_dir, reader.root, reader.settings)   # starts the watcher
+        deadline = time.monotonic() + 30
+        while not watch.sync(reader.state_dir, reader.state_dir / catalog.DB_NAME) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        from embeddings_server import vector
+        q = vector("keep agent runs alive across redeploys", 64, SYNONYMS)
+        try:
+            for step in ("first", "again", "after an edit", "after the pass"):
+                got = watch.near(reader.state_dir, con, "hash-64", q, list(reader.settings.types), False, 3)
+                m = vectors.load_matrix(con, reader.state_dir, "hash-64", 64, types=reader.settings.types)
+                assert got is not None, step
+                assert got[0] == pytest.approx(m.top(q, 3)) and got[1].present == m.n, step
+                if step == "again":
+                    p = vault.root / entries[0].path
+                    p.write_text(p.read_text("utf-8").replace("SQLite first", "SQLite first, then git"), "utf-8")
+                    watch.fresh(con, reader.root, reader.state_dir, reader.settings)
+                elif step == "after an edit":
+                    assert got[1].missing == 1
+                    embedding.run_pass(reader)
+            assert got[1].missing == 0
+            found, report = hits(reader, "keep agent runs alive across redeploys")
+            assert found[0] == "Session persistence across deploys" and report["vectors"]["missing"] == 0
+        finally:
+            con.close()
+            import os
+            import signal
+            pid = watch.running_pid(reader.state_dir)
+            if pid:
+                os.kill(pid, signal.SIGTERM)

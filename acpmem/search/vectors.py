@@ -171,33 +171,63 @@ def status(index: sqlite3.Connection, state_dir: Path, model: str, *, types: Ite
     return VectorStatus(model, present, total - present)
 
 
+def _current(index: sqlite3.Connection, state_dir: Path, model: str, dim: int, types, include_superseded: bool):
+    """(live entries counted, [(key, vector blob)] of those with a current vector of ``model`` and ``dim``)."""
+    where, params = _where(types, include_superseded)
+    total = index.execute(f"SELECT count(*) FROM idx_lens d WHERE 1{where}", params).fetchone()[0]
+    if not _attached(index, state_dir):
+        return total, []
+    rows = index.execute(
+        "SELECT d.key, v.v FROM idx_lens d JOIN idx_docs x ON x.key = d.key JOIN vx.at a ON a.path = x.path "
+        f"AND a.sig = x.sig JOIN vx.vec v ON v.model = ? AND v.hash = a.hash AND v.dim = ? WHERE 1{where}",
+        (model, dim, *params)).fetchall()
+    return total, rows
+
+
+class Matrix:
+    """The current vectors of one model as one float32 matrix, for exact search (numpy is imported here)."""
+
+    def __init__(self, total: int, rows: list) -> None:
+        import numpy as np
+
+        self.np = np
+        self.total, self.n = total, len(rows)
+        self.keys = np.fromiter((k for k, _ in rows), dtype=np.int64, count=len(rows))
+        dim = len(rows[0][1]) // 4 if rows else 0
+        self.mat = np.frombuffer(b"".join(v for _, v in rows), dtype=np.float32).reshape(len(rows), dim)
+
+    def top(self, query: Sequence[float], k: int) -> dict[int, float]:
+        if not self.n:
+            return {}
+        np = self.np
+        q = np.asarray(query, dtype=np.float32)
+        q /= float(np.linalg.norm(q)) or 1.0
+        sims = self.mat @ q
+        k = min(k, self.n)
+        best = np.argpartition(-sims, k - 1)[:k]
+        return {int(self.keys[i]): float(sims[i]) for i in best}
+
+
+def load_matrix(index: sqlite3.Connection, state_dir: Path, model: str, dim: int, *, types=None,
+                include_superseded: bool = False) -> Matrix:
+    return Matrix(*_current(index, state_dir, model, dim, types, include_superseded))
+
+
 def nearest(index: sqlite3.Connection, state_dir: Path, model: str, query: Sequence[float], *,
             types: Iterable[str] | None = None, include_superseded: bool = False,
             top: int | None = None) -> tuple[dict[int, float], VectorStatus]:
     """The ``top`` live entries (index keys) most similar to ``query`` (cosine), among those with a current vector
-    of ``model``; and how many had none. Exact search: every current vector is compared."""
-    import numpy as np
+    of ``model``; and how many had none. Exact search: every current vector is compared — by the vault's watcher
+    when one runs (it keeps the matrix in memory: ``acpmem.search.watch``), else here."""
+    from acpmem.search import watch
 
-    where, params = _where(types, include_superseded)
-    total = index.execute(f"SELECT count(*) FROM idx_lens d WHERE 1{where}", params).fetchone()[0]
-    if not _attached(index, state_dir):
-        return {}, VectorStatus(model, 0, total)
-    rows = index.execute(
-        "SELECT d.key, v.v FROM idx_lens d JOIN idx_docs x ON x.key = d.key JOIN vx.at a ON a.path = x.path "
-        f"AND a.sig = x.sig JOIN vx.vec v ON v.model = ? AND v.hash = a.hash AND v.dim = ? WHERE 1{where}",
-        (model, len(query), *params)).fetchall()
-    status_ = VectorStatus(model, len(rows), total - len(rows))
-    if not rows:
-        return {}, status_
-    q = np.asarray(query, dtype=np.float32)
-    q /= float(np.linalg.norm(q)) or 1.0
-    keys = np.fromiter((k for k, _ in rows), dtype=np.int64, count=len(rows))
-    mat = np.frombuffer(b"".join(v for _, v in rows), dtype=np.float32).reshape(len(rows), len(query))
-    sims = mat @ q
-    k = min(top or VECTOR_TOP, len(rows))
-    best = np.argpartition(-sims, k - 1)[:k]
-    return {int(keys[i]): float(sims[i]) for i in best}, status_
+    types = None if types is None else list(types)
+    got = watch.near(state_dir, index, model, query, types, include_superseded, top or VECTOR_TOP)
+    if got is not None:
+        return got
+    m = load_matrix(index, state_dir, model, len(query), types=types, include_superseded=include_superseded)
+    return m.top(query, top or VECTOR_TOP), VectorStatus(model, m.n, m.total - m.n)
 
 
-__all__ = ["VectorStatus", "connect", "embed_text", "text_hash", "sync", "missing_texts", "store", "prune", "status",
+__all__ = ["VectorStatus", "Matrix", "load_matrix", "connect", "embed_text", "text_hash", "sync", "missing_texts", "store", "prune", "status",
            "nearest", "db_path", "VECTORS_DB", "VECTOR_TOP"]

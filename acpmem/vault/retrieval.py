@@ -200,9 +200,13 @@ def _vector_side(vault: VaultReader, con: sqlite3.Connection, qv, allowed, inclu
 
     model = qv.endpoint.model
     if qv.vector is not None:
-        similar, status = vectors.nearest(con, vault.state_dir, model, qv.vector, types=allowed,
-                                          include_superseded=include_superseded)
-    else:
+        try:
+            similar, status = vectors.nearest(con, vault.state_dir, model, qv.vector, types=allowed,
+                                              include_superseded=include_superseded)
+        except ImportError:     # numpy is what compares vectors
+            qv = qv.with_changes(vector=None, share=0.0, warning="the embedding channel needs numpy (pip install "
+                                 "'acpmem[embeddings]'); recall used lexical search alone")
+    if qv.vector is None:
         similar, status = {}, vectors.status(con, vault.state_dir, model, types=allowed,
                                              include_superseded=include_superseded)
     if report is not None:
