@@ -217,14 +217,8 @@ def nearest(index: sqlite3.Connection, state_dir: Path, model: str, query: Seque
             types: Iterable[str] | None = None, include_superseded: bool = False,
             top: int | None = None) -> tuple[dict[int, float], VectorStatus]:
     """The ``top`` live entries (index keys) most similar to ``query`` (cosine), among those with a current vector
-    of ``model``; and how many had none. Exact search: every current vector is compared — by the vault's watcher
-    when one runs (it keeps the matrix in memory: ``acpmem.search.watch``), else here."""
-    from acpmem.search import watch
-
-    types = None if types is None else list(types)
-    got = watch.near(state_dir, index, model, query, types, include_superseded, top or VECTOR_TOP)
-    if got is not None:
-        return got
+    of ``model``; and how many had none. Exact search: every current vector is compared (``watch.near`` asks the
+    vault's watcher for the same answer from a matrix it keeps in memory)."""
     m = load_matrix(index, state_dir, model, len(query), types=types, include_superseded=include_superseded)
     return m.top(query, top or VECTOR_TOP), VectorStatus(model, m.n, m.total - m.n)
 

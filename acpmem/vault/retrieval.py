@@ -200,9 +200,11 @@ def _vector_side(vault: VaultReader, con: sqlite3.Connection, qv, allowed, inclu
 
     model = qv.endpoint.model
     if qv.vector is not None:
-        try:
-            similar, status = vectors.nearest(con, vault.state_dir, model, qv.vector, types=allowed,
-                                              include_superseded=include_superseded)
+        try:    # the watcher keeps the vectors in memory; without one, this process reads and compares them
+            got = watch.near(vault.state_dir, con, model, qv.vector, list(allowed), include_superseded,
+                             vectors.VECTOR_TOP)
+            similar, status = got or vectors.nearest(con, vault.state_dir, model, qv.vector, types=allowed,
+                                                     include_superseded=include_superseded)
         except ImportError:     # numpy is what compares vectors
             qv = qv.with_changes(vector=None, share=0.0, warning="the embedding channel needs numpy (pip install "
                                  "'acpmem[embeddings]'); recall used lexical search alone")
