@@ -709,7 +709,8 @@ def _plausible() -> dict:
              float: ["0.0", "0.001", "0.5", "1.0", "30.0", "3600.0", "36500.0"]}
     text = {"base_url": ['""', '"http://127.0.0.1:9"'], "model": ['""', '"m"'],
             "api_key_env": ['"OPENAI_API_KEY"', '""'],
-            "extractor": ['"offline"', '"auto"'], "remote": ['"origin"', '"team"']}
+            "extractor": ['"offline"', '"auto"'], "remote": ['"origin"', '"team"'],
+            "languages": ['"en"', '"en,zh"']}
     out = {"vault": {"types": ['["fact", "lesson", "decision"]', '["decision", "lesson", "fact", "user-preference", '
                                '"reference"]'], "language": ['"en"', '"zh"']}}
     for name, section in Settings().to_json().items():
