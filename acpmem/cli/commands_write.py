@@ -291,7 +291,7 @@ def stats(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) ->
         m = s["embeddings"]
         ec = m["costs"]
         out(f"Embeddings: model {m['model']} at {m['base_url']}: {m['present']} entries with vectors, "
-            f"{m['missing']} missing; {ec['calls']} calls ({ec['failed']} failed), {ec['texts']} texts, "
+            f"{m['missing']} missing; {ec['calls']} call(s) ({ec['failed']} failed), {ec['texts']} texts, "
             f"{ec['prompt_tokens']} tokens, {ec['latency_s']:.1f} s")
 
 
