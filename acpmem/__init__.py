@@ -28,6 +28,8 @@ _EXPORTS = {
     "submit": "acpmem.write.submit",
     "tool_definitions": "acpmem.core.tools", "nudge_text": "acpmem.core.tools",
     "read_transcript": "acpmem.write.transcripts",
+    "Block": "acpmem.core.blocks", "entry_source": "acpmem.write.sources", "source_text": "acpmem.write.sources",
+    "record_transcript": "acpmem.write.sources",
     "AcpmemError": "acpmem.core.errors",
 }
 

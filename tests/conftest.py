@@ -23,14 +23,15 @@ openai_server = pytest.fixture(openai_server_fixture)
 
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path_factory, monkeypatch):
-    """Every test gets its own HOME and git identity, and no ambient vault or model settings."""
+    """Every test gets its own HOME (so the default user vault, ~/.acp-memory, is a fresh folder that does not
+    exist — the real one is never read or written) and git identity, and no ambient vault or model settings."""
     home = tmp_path_factory.mktemp("home")
     cfg = home / ".gitconfig"
     cfg.write_text("[user]\n\tname = Test User\n\temail = test@example.invalid\n[init]\n\tdefaultBranch = main\n")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(cfg))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for var in ("ACPMEM_VAULT", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "ACPMEM_SESSION", "EDITOR",
+    for var in ("ACPMEM_VAULT", "ACPMEM_USER_VAULT", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "ACPMEM_SESSION", "EDITOR",
                 "VISUAL"):
         monkeypatch.delenv(var, raising=False)
     yield

@@ -623,7 +623,84 @@ def _dump(value) -> str:
         return '{"role": "user", "content": "x", "seq": ' + "9" * 5000 + "}"
 
 
+def _dsh_event():
+    """A DSH log event: the kinds acpmem reads (messages, compaction summaries and checkpoints), unknown ones, and
+    hostile fields in each."""
+    text_blocks = st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": field(st.just("sqlite queue"))}),
+                           max_size=2)
+    op = field(st.one_of(st.just("append"), st.fixed_dictionaries(
+        {"op": st.just("replace"), "start": field(st.integers(0, 8)), "end": field(st.integers(0, 8))})))
+    data = st.one_of(
+        st.fixed_dictionaries({"content": field(text_blocks)},
+                              optional={"source": field(st.fixed_dictionaries(
+                                  {"plugin": st.just("compact"), "compactionId": field(st.just("c-1"))}))}),
+        st.fixed_dictionaries({"message": field(st.fixed_dictionaries({"content": field(st.lists(st.one_of(
+            st.fixed_dictionaries({"type": st.just("tool-call"), "id": field(st.just("k1")),
+                                   "name": field(st.just("read")), "arguments": VALUE}),
+            st.fixed_dictionaries({"type": st.just("tool-result"), "toolCallId": field(st.just("k1")),
+                                   "content": field(text_blocks)})), max_size=3))}))}),
+        st.fixed_dictionaries({"summary": field(text_blocks)},
+                              optional={"compactionId": field(st.just("c-1")), "kernelBlockId": field(st.sampled_from(
+                                  ["b1", "b2", "b999999999", "x"])), "tier": field(st.integers(0, 4)),
+                                  "topic": VALUE, "shadowedSeqs": field(st.lists(st.one_of(
+                                      st.integers(0, 9), st.lists(st.integers(0, 9), min_size=2, max_size=2)),
+                                      max_size=4)),
+                                  "shadowedRange": VALUE, "parentBlockIds": field(st.lists(st.just("b1"), max_size=2)),
+                                  "effectiveMessageIds": field(st.lists(st.sampled_from(["1", "2#k1", "x", "9" * 30]),
+                                                                        max_size=3))}),
+        VALUE)
+    return st.fixed_dictionaries({"type": field(st.sampled_from(["user/message", "assistant/message", "tool/result",
+                                                                 "compaction/summary", "compaction/end",
+                                                                 "plugin/other", "session"])),
+                                  "data": data},
+                                 optional={"surfaceOp": op, "seq": field(st.integers(0, 12))})
+
+
+def _pi_state():
+    block = st.fixed_dictionaries({"blockId": field(st.sampled_from(["b1", "b2", "b3"])),
+                                   "summary": field(st.just("sqlite queue summary"))},
+                                  optional={"tier": field(st.integers(0, 4)), "topic": VALUE, "active": VALUE,
+                                            "effectiveMessageIds": field(st.lists(st.sampled_from(
+                                                ["a1", "a2#t", "m00001", "zz"]), max_size=3)),
+                                            "directBlockIds": VALUE})
+    state = st.fixed_dictionaries({"blocks": field(st.lists(block, max_size=3))},
+                                  optional={"messageRefs": field(st.just({"byRef": {"m00001": "a1"}}))})
+    return st.one_of(state, state.map(lambda p: {"version": 1, "savedAt": 1, "id": "s", "payload": p}), VALUE)
+
+
+def _compressed(text: str) -> bytes:
+    import zstandard
+
+    return zstandard.ZstdCompressor().compress(text.encode("utf-8", "surrogatepass"))
+
+
 def transcript_text():
+    """A transcript file's content: text, bytes (a zstd-compressed log, maybe cut short), or ``(log, kernel state)``
+    for a pi session."""
+    dsh = st.one_of(st.lists(_dsh_event(), max_size=6),   # with and without seqs (then seq = position)
+                    st.lists(_dsh_event().map(lambda e: {k: v for k, v in e.items() if k != "seq"}), min_size=1,
+                             max_size=8)).map(lambda es: "\n".join(_dump(e) for e in es))
+    pi_row = st.fixed_dictionaries({"type": field(st.sampled_from(["message", "custom_message", "model_change"]))},
+                                   optional={"id": field(st.sampled_from(["a1", "a2"])), "message": field(_message()),
+                                             "content": VALUE})
+    pi = st.lists(pi_row, max_size=4).map(
+        lambda rs: "\n".join(_dump(r) for r in [{"type": "session", "id": "p"}, {"type": "message", "id": "a0",
+                                                                                  "message": {"role": "user",
+                                                                                              "content": "hi"}},
+                                                *rs]))
+    return st.one_of(
+        dsh, dsh.map(_compressed),
+        st.tuples(dsh, st.integers(0, 200)).map(lambda t: _compressed(t[0])[:max(4, len(_compressed(t[0])) - t[1])]),
+        st.tuples(pi, _pi_state()),
+        st.sampled_from([
+            '[{"role": "system", "id": "acp_summary_b3", "content": "[Compressed conversation section] — t\\nsqlite"}]',
+            '[{"role": "user", "content": "[Compressed conversation section]\\nx\\n\\n[b12 | 3 messages | topic: \\"q\\"]"}]',
+            '{"type": "user", "isCompactSummary": true, "uuid": "u1", "message": {"role": "user", "content": "s"}}',
+            b"\x28\xb5\x2f\xfd" + b"\x00" * 40]),
+        _transcript_text_plain())
+
+
+def _transcript_text_plain():
     messages = st.lists(_message(), max_size=4)
     cc_event = st.fixed_dictionaries({"type": field(st.sampled_from(["user", "assistant", "summary", "system"]))},
                                      optional={"message": field(_message()), "uuid": field(st.sampled_from(["u1", "u2",
@@ -649,26 +726,37 @@ def fuzz_transcripts(ctx: Ctx, n: int) -> int:
     from acpmem.write.offline import extract_offline
     from acpmem.write.transcripts import close_tool_calls, openai_messages, read_transcript
 
+    from acpmem.core.blocks import valid_block_id
+
     path = ctx.folder / "t.json"
+    state = ctx.folder / "t.json.acp.json"
     count = [0]
 
     @hyp_settings(n)
     @given(transcript_text())
     def run(text):
         count[0] += 1
-        path.write_bytes(text.encode("utf-8", "surrogatepass"))
+        state.unlink(missing_ok=True)
+        if isinstance(text, tuple):   # a pi log and the kernel state beside it
+            text, kernel = text
+            state.write_text(_dump(kernel))
+        path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
         try:
             t = read_transcript(path)
         except TranscriptError:
             ctx.note("TranscriptError")
             return
-        ctx.note(f"read ({t.format})")
+        ctx.note(f"read ({t.format}/{t.container}{', blocks' if t.blocks else ''})")
         for m in t.messages:
             assert limits.int_between(m.seq, 0, MAX), m.seq
             assert isinstance(t.text(m), str)
+        for b in t.blocks:
+            assert valid_block_id(b.id) and b.tier in (None, 1, 2, 3) and isinstance(b.summary, str), b
+            assert all(limits.int_between(s, 0, MAX) for s in b.seqs) and list(b.seqs) == sorted(set(b.seqs)), b
+            assert t.block(b.id).id == b.id
         close_tool_calls(openai_messages(t), "ack")
         if t.messages:
-            prefix = t.upto(t.messages[-1].seq)
+            prefix = t.upto(max(m.seq for m in t.messages))
             out = extract_offline(prefix, "sqlite queue")
             assert all(limits.int_between(s, 0, MAX) for s in out.seqs), out.seqs
             assert limits.is_utf8(out.title + out.body), "the offline entry cannot be written as UTF-8"
@@ -685,7 +773,10 @@ _TOML_KEYS = {"vault": ["types", "language"], "score": ["importance_weight", "re
               "surface": ["enabled", "top_n", "entry_cap_bytes", "session_budget_bytes"], "recall": ["limit"],
               "extraction": ["base_url", "model", "api_key_env", "timeout_seconds", "max_retries", "extractor",
                              "max_entry_bytes"],
-              "git": ["lock_timeout_seconds", "foreign_lock_wait_seconds", "remote"], "nope": ["x"]}
+              "git": ["lock_timeout_seconds", "foreign_lock_wait_seconds", "remote"],
+              "layers": ["user_vault", "user_share"],
+              # no model nor base_url: a generated endpoint must never be called (tests reach no network)
+              "embeddings": ["dimensions", "timeout_seconds", "batch_size", "languages", "weight"], "nope": ["x"]}
 
 
 def _toml_value():
@@ -710,6 +801,7 @@ def _plausible() -> dict:
     text = {"base_url": ['""', '"http://127.0.0.1:9"'], "model": ['""', '"m"'],
             "api_key_env": ['"OPENAI_API_KEY"', '""'],
             "extractor": ['"offline"', '"auto"'], "remote": ['"origin"', '"team"'],
+            "user_vault": ['""', '"none"', '"/nonexistent/acpmem-user-vault"'],
             "languages": ['"en"', '"en,zh"']}
     out = {"vault": {"types": ['["fact", "lesson", "decision"]', '["decision", "lesson", "fact", "user-preference", '
                                '"reference"]'], "language": ['"en"', '"zh"']}}
@@ -749,7 +841,7 @@ def toml_text():
 
 
 def _settings_problem(s) -> str | None:
-    for name in ("score", "index", "surface", "recall", "extraction", "git"):
+    for name in ("score", "index", "surface", "recall", "extraction", "git", "layers"):
         for k, val in s.__dict__[name].to_json().items():
             if isinstance(val, float) and not math.isfinite(val):
                 return f"{name}.{k} = {val}"

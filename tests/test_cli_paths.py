@@ -136,13 +136,16 @@ def commit_args(root):
                   _option("--session", st.sampled_from(["s1", "", "x" * 600])),
                   _option("--transcript", st.sampled_from([CHAT, "/nonexistent.json", ""])),
                   _option("--extractor", st.sampled_from(["offline", "auto", "llm", "OFFLINE"])),
+                  _option("--block", st.sampled_from(["b1", "", "B1", "b"])),
                   st.just(["--json"]), _with_vault(root)], max_size=9)
 
 
 def _prompt_needs_a_session(argv: list[str]) -> bool:
-    """A prompt listing without a session draws a fresh jitter on every call, by design: not comparable."""
+    """A prompt listing without a session — or with an empty one, which is none — draws a fresh jitter on every call,
+    by design: not comparable."""
     joined = " ".join(argv)
-    return "prompt" in joined and "--session" not in joined
+    at = max((i for i, a in enumerate(argv) if a == "--session"), default=None)   # the last one wins
+    return "prompt" in joined and (at is None or at + 1 >= len(argv) or argv[at + 1] == "")
 
 
 def _same(argv: list[str], prog: str = "acpmem", stdin: bytes = b"") -> None:

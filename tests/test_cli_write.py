@@ -121,12 +121,15 @@ def test_tools_json(vault, cli, fmt, key):
 
 def test_nudge(cli, tmp_path):
     en = cli("memory", "nudge", cwd=tmp_path)       # no vault needed
-    assert en.returncode == 0 and en.stdout.startswith("Before you compress:") and "memory_commit(" in en.stdout
+    assert en.returncode == 0 and en.stdout.startswith("[LONG-TERM MEMORY]") and "memory_commit(" in en.stdout
+    assert 'block: "b12"' in en.stdout
     zh = cli("memory", "nudge", "--lang", "zh", cwd=tmp_path)
-    assert zh.stdout.startswith("压缩之前")
+    assert zh.stdout.startswith("[长期记忆]")
+    emergency = cli("memory", "nudge", "--voice", "emergency", cwd=tmp_path)
+    assert emergency.returncode == 0 and "cannot afford to lose" in emergency.stdout
 
 
-@pytest.mark.parametrize("command", ["commit", "extract", "tools", "nudge", "stats"])
+@pytest.mark.parametrize("command", ["commit", "extract", "tools", "nudge", "blocks", "stats"])
 def test_every_command_has_help_with_an_example(cli, command):
     r = cli("memory", command, "--help")
     assert r.returncode == 0 and "Example: acp memory " + command in " ".join(r.stdout.split())

@@ -72,21 +72,25 @@ def test_type_descriptions_gloss_known_types_only():
 def test_bad_options_are_usage_errors():
     with pytest.raises(UsageError, match="Unknown for 'both'"):
         tool_definitions("both")
-    with pytest.raises(UsageError, match="--format openai | anthropic | mcp"):
+    with pytest.raises(UsageError, match="--format openai | anthropic | mcp | dsh"):
         tool_definitions("main", "gemini")
     with pytest.raises(UsageError, match="Unknown lang 'fr'"):
         nudge_text("fr")
+    with pytest.raises(UsageError, match="Unknown voice 'loud'"):
+        nudge_text("en", "loud")
     with pytest.raises(UsageError):
         tool_definitions("main", types=())
 
 
+@pytest.mark.parametrize("voice", ["gentle", "emergency", "tier"])
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_nudge_has_two_parts_and_an_example_call(lang):
-    text = nudge_text(lang)
-    first, second = text.split("\n2. ")
-    assert "\n1. " in first and "memory_commit(type=" in first and "memory_commit" not in second
+def test_nudge_has_two_parts_and_an_example_call(lang, voice):
+    text = nudge_text(lang, voice)
+    head, first, second = text.split("\n1. ")[0], *text.split("\n1. ")[1].split("\n2. ")
+    assert head.startswith(("[LONG-TERM MEMORY]", "[长期记忆]"))    # a section of its own, like the kernel's
+    assert "memory_commit({ type:" in first and 'block: "b12"' in first and "memory_commit" not in second
     assert "compress" in second
-    assert len(text) < 600
+    assert len(text) < 700
 
 
 def test_fork_instruction_carries_focus_rules_and_related_entries():

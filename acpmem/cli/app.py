@@ -32,13 +32,15 @@ app.add_typer(hook_app, name="hook")
 
 
 def complete_ids(ctx: typer.Context, incomplete: str) -> list[str]:
-    """Shell completion of entry ids, from the vault's catalog (never fails: a completion prints nothing)."""
+    """Shell completion of entry ids, from the catalogs of the project and user vaults (never fails: a completion
+    prints nothing)."""
     try:
         from acpmem.vault.reader import VaultReader
 
         v = VaultReader.open(vault_of(ctx, ctx.params.get("vault")))
         try:
-            return sorted(e.id for e in v.load(with_reads=False, light=True).entries if e.id.startswith(incomplete))
+            return sorted(e.id for lv in v.layers() for e in lv.load(with_reads=False, light=True).entries
+                          if e.id.startswith(incomplete))
         finally:
             v.close()
     except Exception:  # noqa: BLE001 - no vault, a broken one: nothing to offer
@@ -62,6 +64,8 @@ VaultOpt = Annotated[Optional[str], typer.Option("--vault", metavar="PATH", show
                                                  help="The vault folder (default: $ACPMEM_VAULT, else the nearest "
                                                       ".acp-memory/ above the current folder).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output (stable, documented).")]
+UserOpt = Annotated[bool, typer.Option("--user", help="The user vault (~/.acp-memory, or $ACPMEM_USER_VAULT): "
+                                                     "your memory across projects.")]
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="An entry id or any unique prefix of it.",
                                       autocompletion=complete_ids)]
 
@@ -87,6 +91,13 @@ def open_vault(ctx: typer.Context, vault: str | None):
     from acpmem.vault.writer import Vault
 
     return Vault.open(vault_of(ctx, vault))
+
+
+def open_user(ctx: typer.Context, vault: str | None):
+    """The user vault for a ``--user`` command: the one the project vault here reads, else the default one."""
+    from acpmem.vault.layers import open_user_vault
+
+    return open_user_vault(vault_of(ctx, vault))
 
 
 def as_path(value: str | None) -> Path | None:

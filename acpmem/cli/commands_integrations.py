@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from acpmem.cli import hot
-from acpmem.cli.app import JsonOpt, VaultOpt, app, hook_app, open_vault, params, vault_of
+from acpmem.cli.app import JsonOpt, UserOpt, VaultOpt, app, hook_app, open_user, open_vault, params, vault_of
 from acpmem.cli.output import emit_warnings, is_tty, out, out_json, warn
 
 
@@ -72,19 +72,21 @@ def sync(ctx: typer.Context,
          remote: Annotated[Optional[str], typer.Option("--remote", "-r", show_default=False,
                                                        help="The git remote (default: acpmem.toml [git] remote, "
                                                             "\"origin\").")] = None,
-         json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+         user: UserOpt = False, json_: JsonOpt = False, vault: VaultOpt = None) -> None:
     """Exchange the vault with a git remote: commit what is pending, fetch, merge, regenerate MEMORY.md, push.
+    --user syncs your user vault instead (between your machines).
 
     Reads and different entries written on two clones merge without conflicts. When both sides changed the same
     entry, the merge stays in progress with both versions in the file (nothing is lost or pushed); edit it, then
     run `acp memory sync` again to finish. No remote yet: `git -C VAULT remote add origin URL`.
 
     Example: acp memory sync --remote origin
+    Example: acp memory sync --user
     """
     from acpmem.core.errors import SyncConflict
     from acpmem.vault.sync import sync as run_sync
 
-    v = open_vault(ctx, vault)
+    v = open_user(ctx, vault) if user else open_vault(ctx, vault)
     try:
         if is_tty() and not json_:
             from rich.console import Console

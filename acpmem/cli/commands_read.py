@@ -7,7 +7,7 @@ import typer
 
 from acpmem.cli import hot
 from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault, params, vault_of
-from acpmem.cli.output import out, out_json
+from acpmem.cli.output import emit_warnings, out, out_json
 from acpmem.core.limits import MAX_INT, MIN_INT
 
 
@@ -49,6 +49,7 @@ def surface(ctx: typer.Context,
 
     v = open_vault(ctx, vault)
     result = do_surface(v, session, at=parse_at(at) if at else None, seed=seed)
+    emit_warnings(v)
     if json_:
         out_json(result.to_json())
     else:

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from acpmem.cli import hot
-from acpmem.cli.app import IdArg, JsonOpt, VaultOpt, app, as_path, complete_ids, open_vault, params, vault_of
+from acpmem.cli.app import (IdArg, JsonOpt, UserOpt, VaultOpt, app, as_path, complete_ids, open_user, open_vault,
+                            params, vault_of)
 from acpmem.cli.output import emit_warnings, out, out_json, warn
 from acpmem.core.errors import error_line
 from acpmem.core.limits import MAX_BUDGET_TOKENS, MAX_INT, MAX_TOP_N, MIN_INT
@@ -21,16 +22,28 @@ def init(path: Annotated[Optional[str], typer.Argument(metavar="[PATH]", show_de
                                                        help="Where to create the vault (default: ./.acp-memory).")]
          = None,
          example: Annotated[bool, typer.Option("--example", help="Seed ten realistic example entries.")] = False,
+         user: Annotated[bool, typer.Option("--user", help="Create your user vault instead (default "
+                                                           "~/.acp-memory, or $ACPMEM_USER_VAULT): memory that "
+                                                           "follows you across projects.")] = False,
          json_: JsonOpt = False) -> None:
     """Create a vault: its own git repository with a first commit, from the vault template.
 
     Inside a git workspace the vault is added to the workspace's .git/info/exclude, never committed into it.
+    With --user, the user vault: read beside every project's vault; your preferences go there.
 
     Example: acp memory init --example && acp memory list
+    Example: acp memory init --user
     """
-    from acpmem.vault.create import init_vault
+    from acpmem.vault.create import init_user_vault, init_vault
 
-    v = init_vault(path or None, example=example)
+    if user:
+        if path:
+            from acpmem.core.errors import UsageError
+
+            raise UsageError("init --user takes no PATH", "set ACPMEM_USER_VAULT=PATH to put the user vault there")
+        v = init_user_vault(example=example)
+    else:
+        v = init_vault(path or None, example=example)
     n = len(v.load().entries)
     if json_:
         out_json({"vault": str(v.root), "entries": n})
@@ -73,20 +86,44 @@ def list_(ctx: typer.Context,
 # --------------------------------------------------------------------------------------------- show
 
 @app.command()
-def show(ctx: typer.Context, entry_id: IdArg, json_: JsonOpt = False, vault: VaultOpt = None) -> None:
-    """One entry in full, with its citations. Marks it read.
+def show(ctx: typer.Context, entry_id: IdArg, json_: JsonOpt = False, vault: VaultOpt = None,
+         source: Annotated[bool, typer.Option("--source", help="Print the turns the entry cites (and, for a "
+                                                               "compression block, its summary and covered turns) "
+                                                               "from the session's transcript, framed as data.")]
+         = False,
+         transcript: Annotated[Optional[str], typer.Option("--transcript", metavar="FILE", show_default=False,
+                                                           help="With --source: read the turns from this file "
+                                                                "instead of the transcript recorded for the "
+                                                                "session.")] = None) -> None:
+    """One entry in full, with its citations and its layer (project or user). Marks it read.
+
+    With --source, the turns its citations name instead, read from the transcript recorded for the session (or
+    --transcript); it says so when the transcript was not recorded here or is gone.
 
     Example: acp memory show k3f
+
+    Example: acp memory show k3f --source
     """
     from acpmem.core import render
-    from acpmem.vault import reader
+    from acpmem.vault.layers import show_layered
 
     v = open_vault(ctx, vault)
-    e = reader.show(v, entry_id)
+    if source:
+        from acpmem.write.sources import entry_source, source_text
+
+        src = entry_source(v, entry_id, transcript=transcript)
+        out_json(src.to_json()) if json_ else out(source_text(src).rstrip("\n"))
+        return
+    if transcript:
+        from acpmem.core.errors import UsageError
+
+        raise UsageError("--transcript goes with --source", "add --source to read the cited turns")
+    layer, e = show_layered(v, entry_id)
+    emit_warnings(v)
     if json_:
-        out_json(render.entry_json(e))
+        out_json(render.entry_json(e, {"layer": layer}))
     else:
-        out(render.show_text(e, v.clock()))
+        out(render.show_text(e, v.clock(), layer if len(v.layers()) > 1 else None))
 
 
 # --------------------------------------------------------------------------------------------- score
@@ -109,23 +146,29 @@ def score(ctx: typer.Context,
     Example: acp memory score --explain --seed 7 --at 2026-12-01T00:00:00Z
     """
     from acpmem.vault import reader
+    from acpmem.vault.layers import scores_layered
 
     v = open_vault(ctx, vault)
     when = reader.parse_at(at) if at else None
-    rows = reader.scores(v, at=when, seed=seed, session=session, top_n=top)
+    layered = scores_layered(v, at=when, seed=seed, session=session, top_n=top)
+    emit_warnings(v)
     if json_:
-        out_json({"at": (when or v.clock()).isoformat(), "rows": [r.to_json() for r in rows]})
+        out_json({"at": (when or v.clock()).isoformat(),
+                  "rows": [{**r.to_json(), "layer": layer} for layer, r in layered]})
         return
+    two = len(v.layers()) > 1
+    lay = (lambda layer: f"{layer:<8}") if two else (lambda layer: "")
     if explain:
-        out(f"{'':2}{'id':<10}{'importance':>11}{'days':>9}{'anti-rec':>10}{'jitter':>9}{'total':>9}  title")
-        for r in rows:
+        out(f"{'':2}{'layer   ' if two else ''}{'id':<10}{'importance':>11}{'days':>9}{'anti-rec':>10}{'jitter':>9}"
+            f"{'total':>9}  title")
+        for layer, r in layered:
             mark = "* " if r.selected else "  "
-            out(f"{mark}{r.entry.id:<10}{r.importance:>11.2f}{r.days_since_read:>9.2f}{r.anti_recency:>10.4f}"
-                f"{r.jitter:>9.4f}{r.total:>9.4f}  {r.entry.title[:60]}")
+            out(f"{mark}{lay(layer)}{r.entry.id:<10}{r.importance:>11.2f}{r.days_since_read:>9.2f}"
+                f"{r.anti_recency:>10.4f}{r.jitter:>9.4f}{r.total:>9.4f}  {r.entry.title[:60]}")
     else:
-        for r in rows:
-            out(f"{'*' if r.selected else ' '} {r.total:7.3f}  #{r.entry.id}  {r.entry.title[:70]}")
-    out(f"(* = selected: top {sum(r.selected for r in rows)})")
+        for layer, r in layered:
+            out(f"{'*' if r.selected else ' '} {r.total:7.3f}  {lay(layer)}#{r.entry.id}  {r.entry.title[:70]}")
+    out(f"(* = selected: top {sum(r.selected for _, r in layered)})")
 
 
 # --------------------------------------------------------------------------------------------- edit / forget / log
@@ -137,19 +180,22 @@ def edit(ctx: typer.Context, entry_id: IdArg,
                                                                "opening $EDITOR.")] = None,
          message: Annotated[Optional[str], typer.Option("--message", "-m", help="Why (goes into the commit).")]
          = None,
-         vault: VaultOpt = None) -> None:
+         user: UserOpt = False, vault: VaultOpt = None) -> None:
     """Correct an entry by hand: opens $VISUAL / $EDITOR, validates, commits the correction as a human edit.
 
-    An invalid edit is refused with the reason; your text is kept and the editor can be re-opened.
+    An invalid edit is refused with the reason; your text is kept and the editor can be re-opened. The entry is
+    found by id in the project vault or the user vault; --user looks in the user vault only. In the user vault
+    this project's paths are redacted from the text and secrets are refused.
 
     Example: EDITOR=nano acp memory edit k3f -m "the limit is 20/s now"
+    Example: acp memory edit u-k3f --user --from fixed.md
     """
-    from acpmem.vault.edit import edit_entry
+    from acpmem.vault.layers import edit_layered
 
     v = open_vault(ctx, vault)
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
-    result = edit_entry(v, entry_id, from_file=as_path(from_file), message=message,
-                        confirm=(lambda q: typer.confirm(q, default=True)) if interactive else None)
+    result = edit_layered(v, entry_id, user=user, from_file=as_path(from_file), message=message,
+                          confirm=(lambda q: typer.confirm(q, default=True)) if interactive else None)
     emit_warnings(v)
     out(result)
 
@@ -162,13 +208,15 @@ def forget(ctx: typer.Context, entry_id: IdArg,
 
     Example: acp memory forget k3f --reason "the queue moved to Postgres"
     """
+    from acpmem.vault.layers import forget_layered
+
     v = open_vault(ctx, vault)
-    entry, sha = v.forget(entry_id, reason)
+    lv, entry, sha = forget_layered(v, entry_id, reason)
     emit_warnings(v)
     if json_:
-        out_json({"forgotten": entry.id, "commit": sha})
+        out_json({"forgotten": entry.id, "commit": sha, "layer": lv.layer})
     else:
-        out(f"Forgot #{entry.id} {entry.title} (commit {sha[:12]}). Restore: git -C {v.root} checkout "
+        out(f"Forgot #{entry.id} {entry.title} (commit {sha[:12]}). Restore: git -C {lv.root} checkout "
             f"{sha[:12]}~1 -- {entry.path}")
 
 
@@ -179,16 +227,16 @@ def log(ctx: typer.Context,
                                                                "vault.")] = None,
         limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=100_000, help="At most this many changes.")]
         = 50,
-        json_: JsonOpt = False, vault: VaultOpt = None) -> None:
-    """The history of one entry or of the vault, with the kind of each change
-    (fork-write, human-edit, edit, forget, supersede, …).
+        user: UserOpt = False, json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+    """The history of one entry (in the project vault or the user vault, found by id) or of the vault (--user:
+    the user vault's), with the kind of each change (fork-write, human-edit, edit, forget, supersede, …).
 
     Example: acp memory log k3f
     """
-    from acpmem.vault.history import log as history
+    from acpmem.vault.layers import log_layered
 
-    v = open_vault(ctx, vault)
-    items = history(v, entry_id, limit=limit)
+    v = open_user(ctx, vault) if user and not entry_id else open_vault(ctx, vault)
+    items = log_layered(v, entry_id, limit=limit, user=user)
     if json_:
         out_json({"entry": entry_id, "changes": [i.to_json() for i in items]})
         return

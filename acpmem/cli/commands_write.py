@@ -1,4 +1,4 @@
-"""The write-path commands of ``acp memory``: commit, extract, tools, nudge, stats.
+"""The write-path commands of ``acp memory``: commit, extract, tools, nudge, blocks, stats.
 
 Each command parses its arguments, makes one library call (``write.submit``, ``write.worker.process_now``,
 ``core.tools``, ``write.stats``) and renders the result.
@@ -32,6 +32,7 @@ class ToolFormat(str, Enum):
     openai = "openai"
     anthropic = "anthropic"
     mcp = "mcp"
+    dsh = "dsh"
 
 
 class Lang(str, Enum):
@@ -52,7 +53,8 @@ SeqOpt = Annotated[Optional[int], typer.Option("--seq", min=0, max=MAX_SEQ, show
                                                help="The host's event index of the memory_commit call; the fork sees "
                                                     "the transcript up to it.")]
 TranscriptOpt = Annotated[Optional[str], typer.Option("--transcript", metavar="FILE", help="The conversation: OpenAI or Anthropic "
-                                                       "chat JSON, JSONL, or a Claude Code session file.",
+                                                       "chat JSON, JSONL, a Claude Code session file, a DSH session "
+                                                       "log (session.jsonl.zstd) or a pi session log.",
                                                        show_default=False)]
 HostToolsOpt = Annotated[Optional[str], typer.Option("--host-tools", metavar="FILE", help="A JSON file of the host's read-only tools "
                                                       "(OpenAI function tools), sent first and unchanged so the "
@@ -76,7 +78,11 @@ def commit(ctx: typer.Context, type_: TypeOpt = None, note: NoteOpt = None, impo
            host_tools: HostToolsOpt = None,
            wait: Annotated[bool, typer.Option("--wait", help="Extract now, in this process, and say what was "
                                                              "written (default: in the background).")] = False,
-           extractor: ExtractorOpt = None, json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+           extractor: ExtractorOpt = None, json_: JsonOpt = False, vault: VaultOpt = None,
+           block: Annotated[Optional[str], typer.Option("--block", metavar="BLOCK", show_default=False,
+                                                        help="A compression block of the transcript (b12) to keep: "
+                                                             "the fork distils it and the entry cites its turns.")]
+           = None) -> int:
     """Record the main conversation's intent to remember something, and extract it in the background.
 
     Writes a durable pending request under .acpmem/pending/, starts the vault's background worker if none is
@@ -85,6 +91,9 @@ def commit(ctx: typer.Context, type_: TypeOpt = None, note: NoteOpt = None, impo
 
     Example: acp memory commit --type lesson --note "session.append must be re-entrant" --importance 7
     --session "$SESSION_ID" --seq 42 --transcript ~/.claude/projects/p/$SESSION_ID.jsonl
+
+    Example: acp memory commit --type decision --note "auth token design" --importance 8 --session s1 --seq 21
+    --transcript session.jsonl.zstd --block b2
     """
     return hot.call("commit", params(locals()), vault_of(ctx, None))
 
@@ -194,7 +203,8 @@ def _run(v, ids: list[str], extractor: str | None, *, show_progress: bool):
 # --------------------------------------------------------------------------------------------- tools / nudge
 
 def _vault_defaults(ctx: typer.Context, vault: str | None):
-    """The vault's types and language when a vault is found; the defaults otherwise (these commands need none)."""
+    """The vault's types and language when a vault is found; the defaults otherwise (these commands need none).
+    A third value: whether a user vault is read beside it (the fork's memory_write then has a layer field)."""
     from acpmem.core.entry import DEFAULT_TYPES
     from acpmem.core.errors import VaultNotFound
     from acpmem.vault.reader import VaultReader
@@ -202,9 +212,9 @@ def _vault_defaults(ctx: typer.Context, vault: str | None):
     try:
         v = VaultReader.open(vault_of(ctx, vault))
     except VaultNotFound:
-        return DEFAULT_TYPES, "en"
+        return DEFAULT_TYPES, "en", False
     try:
-        return v.settings.types, v.settings.language
+        return v.settings.types, v.settings.language, len(v.layers()) > 1
     finally:
         v.close()
 
@@ -213,7 +223,8 @@ def _vault_defaults(ctx: typer.Context, vault: str | None):
 def tools(ctx: typer.Context,
           for_: Annotated[ForWhom, typer.Option("--for", help="main: memory_commit + memory_recall; fork: "
                                                               "memory_write.")] = ForWhom.main,
-          fmt: Annotated[ToolFormat, typer.Option("--format", "-f", help="openai | anthropic | mcp")]
+          fmt: Annotated[ToolFormat, typer.Option("--format", "-f", help="openai | anthropic | mcp | dsh (DSH "
+                                                                          "defineTool parameter maps)")]
           = ToolFormat.openai,
           lang: Annotated[Optional[Lang], typer.Option("--lang", help="en | zh (default: the vault's language).",
                                                        show_default=False)] = None,
@@ -226,22 +237,64 @@ def tools(ctx: typer.Context,
     """
     from acpmem.core.tools import tool_definitions
 
-    types, vlang = _vault_defaults(ctx, vault)
-    out_json(tool_definitions(for_.value, fmt.value, lang.value if lang else vlang, types))
+    types, vlang, layers = _vault_defaults(ctx, vault)
+    out_json(tool_definitions(for_.value, fmt.value, lang.value if lang else vlang, types, layers=layers))
+
+
+class Voice(str, Enum):
+    gentle = "gentle"
+    emergency = "emergency"
+    tier = "tier"
 
 
 @app.command()
 def nudge(ctx: typer.Context,
           lang: Annotated[Optional[Lang], typer.Option("--lang", help="en | zh (default: the vault's language).",
                                                        show_default=False)] = None,
+          voice: Annotated[Voice, typer.Option("--voice", help="The compression kernel's nudge it follows: gentle | "
+                                                               "emergency | tier.")] = Voice.gentle,
           vault: VaultOpt = None) -> None:
-    """The memory guidance a compression nudge appends: commit what lasts, then compress what is consumed.
+    """The memory guidance to append after a compression kernel's nudge text: (1) stable conclusions, or a
+    compression block worth keeping, go to memory_commit (with block); (2) consumed content is compressed as before.
 
-    Example: acp memory nudge --lang zh
+    Example: acp memory nudge --lang zh --voice tier
     """
     from acpmem.core.tools import nudge_text
 
-    out(nudge_text(lang.value if lang else _vault_defaults(ctx, vault)[1]))
+    out(nudge_text(lang.value if lang else _vault_defaults(ctx, vault)[1], voice.value))
+
+
+# --------------------------------------------------------------------------------------------- blocks
+
+@app.command()
+def blocks(transcript: Annotated[str, typer.Argument(metavar="FILE", show_default=False,
+                                                     help="A DSH session log, a pi session log (its kernel state "
+                                                          "beside it), or any transcript acpmem reads.")],
+           json_: JsonOpt = False) -> None:
+    """The compression blocks a session holds: id, tier, topic, the turns each covers, and whether a later block
+    consumed it. What `commit --block` can name.
+
+    Example: acp memory blocks ~/.dsh/sessions/p/session-3aa366c3/session.jsonl.zstd
+    """
+    from acpmem.core.blocks import turns_text
+    from acpmem.write.transcripts import read_transcript
+
+    from pathlib import Path
+
+    t = read_transcript(Path(transcript), turns=())
+    for w in t.warnings:
+        warn(f"Warning: {w}")
+    if json_:
+        out_json({"transcript": t.source, "blocks": [b.to_json() for b in t.blocks]})
+        return
+    if not t.blocks:
+        out(f"{t.source}: no compression blocks")
+        return
+    for b in t.blocks:
+        extra = (f"  nested {', '.join(b.nested)}" if b.nested else "") + ("" if b.active else "  (consumed)")
+        out(f"{b.label()}  turns {turns_text(b.seqs) or 'not recorded'}{extra}")
+        first = b.summary.strip().splitlines()[0] if b.summary.strip() else ""
+        out(f"    {first[:110] + ('…' if len(first) > 110 else '')}")
 
 
 # --------------------------------------------------------------------------------------------- stats
@@ -260,13 +313,23 @@ def stats(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) ->
         s = collect(v)
     finally:
         v.close()
+    emit_warnings(v)
     if json_:
         out_json(s)
         return
     e = s["entries"]
-    out(f"Entries: {e['live']} live, {e['superseded']} superseded, {e['invalid']} invalid")
+    out(f"Entries: {e['live']} live, {e['superseded']} superseded, {e['invalid']} invalid"
+        + (" (project layer)" if s.get("user") else ""))
     for t, n in e["by_type"].items():
         out(f"  {t:<18}{n:>6}")
+    if s.get("user"):
+        u = s["user"]
+        ue = u["entries"]
+        out(f"User layer ({u['vault']}): {ue['live']} live, {ue['superseded']} superseded, {ue['invalid']} invalid; "
+            f"entries {_size(u['disk']['entries_bytes'])}, git {_size(u['disk']['git_bytes'])}")
+        for t, n in ue["by_type"].items():
+            if n:
+                out(f"  {t:<18}{n:>6}")
     d = s["disk"]
     out(f"Disk: entries {_size(d['entries_bytes'])}, git {_size(d['git_bytes'])}, "
         f"local state {_size(d['state_bytes'])}, index {_size(d['index_bytes'])}")

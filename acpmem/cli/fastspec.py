@@ -39,6 +39,7 @@ COMMANDS = {
     {'name': 'extractor', 'kind': 'option', 'opts': ['--extractor'], 'off': [], 'flag': False, 'multiple': False, 'type': 'choice', 'choices': ['auto', 'llm', 'offline'], 'min': None, 'max': None, 'required': False, 'default': None},
     {'name': 'json_', 'kind': 'option', 'opts': ['--json'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
     {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+    {'name': 'block', 'kind': 'option', 'opts': ['--block'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
 ]},
 'hook claude-code': {"params": [
     {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},

@@ -21,41 +21,48 @@ def list_output(vault, fmt: str, *, include_all: bool = False, session: str | No
                 refresh: bool = False, budget: int | None = None) -> str:
     """The text of ``list`` in a non-terminal format: prompt, json, markdown or plain lines."""
     from acpmem.core import render
-    from acpmem.vault.reader import list_entries
 
     if fmt == "prompt":
         from acpmem.vault.resident import resident_index
 
         return resident_index(vault, session=session, refresh=refresh, budget_tokens=budget)
-    entries, problems = list_entries(vault, include_superseded=include_all, light=fmt != "json")
-    entries = sorted(entries, key=lambda e: (e.created, e.id), reverse=True)
-    for p in problems:
-        sys.stderr.write(f"Warning: skipped {p.path}: {p.reason} (see `acp memory doctor`)\n")
+    from acpmem.vault.layers import list_layered
+
+    items, problems = list_layered(vault, include_superseded=include_all, light=fmt != "json")
+    items = sorted(items, key=lambda i: (i.entry.created, i.entry.id), reverse=True)
+    two = len(vault.layers()) > 1   # then every text line names its layer too (JSON always does)
+    for layer, p in problems:
+        where = f"{layer} vault: " if two else ""
+        sys.stderr.write(f"Warning: skipped {where}{p.path}: {p.reason} (see `acp memory doctor`)\n")
     if fmt == "json":
-        return json.dumps({"entries": [render.entry_json(e) for e in entries],
-                           "problems": [p.to_json() for p in problems]}, ensure_ascii=False, indent=2) + "\n"
+        return json.dumps({"entries": [render.entry_json(i.entry, {"layer": i.layer}) for i in items],
+                           "problems": [{**p.to_json(), "layer": layer} for layer, p in problems]},
+                          ensure_ascii=False, indent=2) + "\n"
     if fmt == "markdown":
-        return render.markdown_list(entries)
-    return "\n".join(render.line(e) for e in entries) + ("\n" if entries else "(no entries)\n")
+        return render.markdown_list([i.entry for i in items], [i.layer for i in items] if two else None)
+    return "\n".join(render.line(i.entry, i.layer if two else None) for i in items) + ("\n" if items else
+                                                                                     "(no entries)\n")
 
 
 def _rich_table(v, include_all: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from acpmem.vault.reader import list_entries
+    from acpmem.vault.layers import list_layered
 
-    entries, problems = list_entries(v, include_superseded=include_all)
+    items, problems = list_layered(v, include_superseded=include_all)
+    two = len(v.layers()) > 1
     t = Table(show_header=True, header_style="bold")
-    for col in ("id", "type", "title", "imp", "created", "last read"):
+    for col in (("layer",) if two else ()) + ("id", "type", "title", "imp", "created", "last read"):
         t.add_column(col, overflow="fold" if col == "title" else None)
-    for e in sorted(entries, key=lambda e: (e.created, e.id), reverse=True):
-        t.add_row(e.id, e.type, e.title + (" [superseded]" if e.superseded else ""), str(e.importance),
-                  e.created[:10], (e.last_read or "never")[:10])
+    for i in sorted(items, key=lambda i: (i.entry.created, i.entry.id), reverse=True):
+        e = i.entry
+        t.add_row(*((i.layer,) if two else ()), e.id, e.type, e.title + (" [superseded]" if e.superseded else ""),
+                  str(e.importance), e.created[:10], (e.last_read or "never")[:10])
     c = Console()
     c.print(t)
-    for p in problems:
-        c.print(f"[yellow]skipped {p.path}: {p.reason}[/yellow]")
+    for layer, p in problems:
+        c.print(f"[yellow]skipped {f'{layer} vault: ' if two else ''}{p.path}: {p.reason}[/yellow]")
 
 
 def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget: int | None, json_: bool,
@@ -91,14 +98,15 @@ def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget
 
 def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: bool, session: str | None,
                json_: bool, vault: Path | None) -> int:
+    from acpmem.vault.layers import recall_layered
     from acpmem.vault.reader import VaultReader
-    from acpmem.vault.retrieval import recall, recall_text
+    from acpmem.vault.retrieval import recall_text
 
     v = VaultReader.open(vault)
     try:
         report: dict = {}
-        hits = recall(v, query, limit=limit if limit is not None else v.settings.recall.limit,
-                      types=type_ or None, include_superseded=all_, session=session, report=report)
+        hits = recall_layered(v, query, limit=limit if limit is not None else v.settings.recall.limit,
+                               types=type_ or None, include_superseded=all_, session=session, report=report)
         if json_:
             out(json.dumps({"query": query, "hits": [h.to_json() for h in hits], **report}, ensure_ascii=False,
                            indent=2))
@@ -112,7 +120,7 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
 
 def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, session: str | None,
                seq: int | None, transcript: str | None, host_tools: str | None, wait: bool,
-               extractor: str | None, json_: bool, vault: Path | None) -> int:
+               extractor: str | None, json_: bool, vault: Path | None, block: str | None = None) -> int:
     from acpmem.core.errors import UsageError
 
     missing = [f"--{k}" for k, v in (("type", type_), ("note", note), ("importance", importance),
@@ -128,7 +136,8 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
     v = Opened.open(vault)
     try:
         ack = submit(v, type=type_, note=note, importance=importance, session=session, seq=seq,
-                     transcript=_path(transcript), wait=wait, host_tools=_path(host_tools), extractor=extractor)
+                     transcript=_path(transcript), wait=wait, host_tools=_path(host_tools), extractor=extractor,
+                     block=block)
     finally:
         v.close()
     emit_warnings(v)

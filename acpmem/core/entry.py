@@ -22,21 +22,48 @@ ISO_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0
 
 
 class Citation(Value):
-    """Where an entry came from: a host session and a seq (an int, a range "1270-1290", or a kernel ref m12 / b3)."""
+    """Where an entry came from: a host session and a seq (an int, a range "1270-1290", or a kernel ref m12 / b3).
+
+    A citation of a compression block adds ``block`` (``b12``), its ``tier``, the host's stable id ``compaction``
+    (DSH's ``compactionId``) and the ``turns`` it covers (``"2-5,10"``, ``acpmem.core.blocks.turns_text``); all
+    optional, so a plain ``{session, seq}`` stays a valid citation."""
 
     session: str
     seq: int | str
+    block: str | None = None
+    tier: int | None = None
+    compaction: str | None = None
+    turns: str | None = None
 
-    def __init__(self, session: str, seq: int | str) -> None:
+    def __init__(self, session: str, seq: int | str, block: str | None = None, tier: int | None = None,
+                 compaction: str | None = None, turns: str | None = None) -> None:
         d = self.__dict__
         d["session"] = session
         d["seq"] = seq
+        d["block"] = block
+        d["tier"] = tier
+        d["compaction"] = compaction
+        d["turns"] = turns
 
     def to_dict(self) -> dict:
-        return {"session": self.session, "seq": self.seq}
+        out = {"session": self.session, "seq": self.seq}
+        for key in ("block", "tier", "compaction", "turns"):
+            value = self.__dict__[key]
+            if value is not None:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, c: dict) -> "Citation":
+        """From ``to_dict`` output (trusted: the derived index)."""
+        return cls(c["session"], c["seq"], c.get("block"), c.get("tier"), c.get("compaction"), c.get("turns"))
 
     def __str__(self) -> str:
-        return f"{self.session}#{self.seq}"
+        return f"{self.session}#{self.seq}" + (f" ({self.block})" if self.block else "")
+
+    def __repr__(self) -> str:   # the block fields only when set: a plain citation reads as it always did
+        return "Citation(" + ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items()
+                                       if v is not None or k in ("session", "seq")) + ")"
 
 
 class Entry(Value):
@@ -120,7 +147,7 @@ class Entry(Value):
         return cls(
             id=known["id"], title=known["title"], type=known["type"], importance=known["importance"],
             created=known["created"], body=d.get("body", ""), last_read=known.get("last_read"),
-            citation=tuple(Citation(c["session"], c["seq"]) for c in known.get("citation") or ()),
+            citation=tuple(Citation.from_dict(c) for c in known.get("citation") or ()),
             tier=known.get("tier", 3), source=known.get("source"), supersedes=tuple(known.get("supersedes") or ()),
             superseded_by=known.get("superseded_by"), extra=extra, path=d.get("path"),
         )
@@ -172,8 +199,29 @@ def _citations(value: object, path: str) -> tuple[Citation, ...]:
         if not valid_seq(seq):
             raise EntryInvalid(path, "citation", f"item {i + 1}: seq must be an integer 0..{MAX_SEQ}, a range like "
                                                  f"1270-1290 or a kernel ref like m12 / b3, got {clip(seq)}")
-        out.append(Citation(session, seq))
+        out.append(Citation(session, seq, *_block_fields(c, path, i)))
     return tuple(out)
+
+
+def _block_fields(c: dict, path: str, i: int) -> tuple:
+    """A block citation's extra fields, checked: ``block`` b<N>, ``tier`` 1..3, ``compaction`` an id, ``turns``
+    a list of seqs and ranges ("2-5,10")."""
+    from acpmem.core.blocks import COMPACTION_RE, parse_turns, valid_block_id
+
+    block, tier, compaction, turns = c.get("block"), c.get("tier"), c.get("compaction"), c.get("turns")
+    if block is not None and not valid_block_id(block):
+        raise EntryInvalid(path, "citation", f"item {i + 1}: block must be a block id like b12, got {clip(block)}")
+    if tier is not None and (isinstance(tier, bool) or not isinstance(tier, int) or not 1 <= tier <= 3):
+        raise EntryInvalid(path, "citation", f"item {i + 1}: tier must be 1, 2 or 3, got {clip(tier)}")
+    if compaction is not None and not (isinstance(compaction, str) and COMPACTION_RE.match(compaction)):
+        raise EntryInvalid(path, "citation", f"item {i + 1}: compaction must be the host's id (letters, digits, "
+                                             f"'-', '.', ':', '_'), got {clip(compaction)}")
+    if isinstance(turns, int) and not isinstance(turns, bool):
+        turns = str(turns)
+    if turns is not None and parse_turns(turns) is None:
+        raise EntryInvalid(path, "citation", f"item {i + 1}: turns must be seqs and ranges like 2-5,10, got "
+                                             f"{clip(turns)}")
+    return block, tier, compaction, turns
 
 
 def validate_id(value: str, path: str = "") -> str:

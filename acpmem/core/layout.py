@@ -24,6 +24,11 @@ MEMORY_FILE = "MEMORY.md"
 ENTRIES_DIR = "entries"
 READS_DIR = "reads"
 ENV_VAULT = "ACPMEM_VAULT"
+ENV_USER_VAULT = "ACPMEM_USER_VAULT"   # the user vault: a path, or "none"
+USER_VAULT_DEFAULT = "~/" + VAULT_DIRNAME
+USER_ID_PREFIX = "u-"                  # every id acpmem gives a user-layer entry starts with it
+LAYER_PROJECT = "project"
+LAYER_USER = "user"
 
 # under STATE_DIRNAME
 DB_NAME = "index.sqlite"

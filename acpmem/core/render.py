@@ -33,10 +33,11 @@ def ago(iso: str | None, at: datetime) -> str:
     return f"read {int(days / 30)}mo ago"
 
 
-def line(e: Entry) -> str:
-    """``#id [type] title (importance N, created, last_read)`` — the one-line form ``list`` prints."""
+def line(e: Entry, layer: str | None = None) -> str:
+    """``#id [type] title (importance N, created, last_read)`` — the one-line form ``list`` prints; with ``layer``
+    (when a user vault is read beside the project's) the layer leads the line, padded to one width."""
     flag = " [superseded]" if e.superseded else ""
-    return (f"#{e.id} [{e.type}] {e.title} (importance {e.importance}, created {e.created[:10]}, "
+    return (f"{layer:<7} " if layer else "") + (f"#{e.id} [{e.type}] {e.title} (importance {e.importance}, created {e.created[:10]}, "
             f"last_read {e.last_read[:10] if e.last_read else 'never'}){flag}")
 
 
@@ -52,11 +53,14 @@ def entry_json(e: Entry, extra: dict | None = None) -> dict:
     return d
 
 
-def markdown_list(entries: list[Entry]) -> str:
-    out = ["| id | type | title | importance | created | last read |", "|---|---|---|---|---|---|"]
-    for e in entries:
+def markdown_list(entries: list[Entry], layers: list[str] | None = None) -> str:
+    """A markdown table of the entries; with ``layers`` (one per entry) a first column says each one's layer."""
+    lead, rule = ("| layer ", "|---") if layers is not None else ("", "")
+    out = [f"{lead}| id | type | title | importance | created | last read |", f"{rule}|---|---|---|---|---|---|"]
+    for i, e in enumerate(entries):
         title = e.title.replace("|", "\\|")
-        out.append(f"| `{e.id}` | {e.type} | {title} | {e.importance} | {e.created[:10]} | "
+        out.append((f"| {layers[i]} " if layers is not None else "") +
+                   f"| `{e.id}` | {e.type} | {title} | {e.importance} | {e.created[:10]} | "
                    f"{e.last_read[:10] if e.last_read else 'never'} |")
     return "\n".join(out) + "\n"
 
@@ -94,6 +98,87 @@ def prompt_index(ranked: Iterable[Scored], at: datetime, settings: Settings, *, 
     return out + "\n"
 
 
+class _Part:
+    """One layer's share of a layered resident index, filled line by line."""
+
+    def __init__(self, layer: str, ranked: Iterable[Scored], total: int, budget: int) -> None:
+        self.layer, self.ranked, self.total, self.budget = layer, iter(ranked), total, budget
+        self.lines: list[str] = []
+        self.used = 0
+        self.exhausted = False
+        self._pending: str | None = None
+
+    def fill(self, at: datetime, room: int) -> int:
+        """Take lines while they fit in ``room`` more tokens; returns the tokens used. An entry that does not fit is
+        kept for a later call with more room."""
+        spent = 0
+        pending = self._pending
+        while True:
+            if pending is None:
+                s = next(self.ranked, None)
+                if s is None:
+                    self.exhausted = True
+                    break
+                e = s.entry
+                pending = f"- [{e.type}] {clean_inline(e.title)} (#{e.id}, importance {e.importance}, " \
+                          f"{ago(e.last_read, at)})"
+            cost = estimate_tokens(pending) + 1
+            if spent + cost > room:
+                break
+            self.lines.append(pending)
+            spent += cost
+            pending = None
+        self._pending = pending
+        self.used += spent
+        return spent
+
+
+_LAYER_NAMES = {"en": {"project": "this project", "user": "you, in every project"},
+                "zh": {"project": "本项目", "user": "你本人，适用于所有项目"}}
+
+
+def layered_prompt_index(layers: list[tuple[str, Iterable[Scored], int, float]], at: datetime,
+                         settings: Settings, *, budget_tokens: int | None = None) -> str:
+    """The resident index of several layers (the project vault, the user vault), each given as (layer, its entries
+    ranked — taken lazily —, how many it has, its share of the token budget): one shared notice, then one framed
+    part per layer with the layer in its frame, each cut to its share and saying what it cut. A share one part does
+    not need (it runs out of entries) goes to the others, so a small user vault leaves the project its room."""
+    budget = settings.index.budget_tokens if budget_tokens is None else budget_tokens
+    zh = settings.language == "zh"
+    n = sum(total for _, _, total, _ in layers)
+    if zh:
+        head = (f"# 长期记忆（共 {n} 条，来自以前的会话，按层分组、按优先级排序）\n{DATA_NOTICE_ZH}\n"
+                "需要全文时调用 memory_recall（用 id 或关键词），或运行 `acp memory show ID`。")
+    else:
+        head = (f"# Long-term memory ({n} entries from earlier sessions, by layer, most relevant first)\n"
+                f"{DATA_NOTICE_EN}\n"
+                "To read one in full, call memory_recall with its id or words from it, or run `acp memory show ID`.")
+    overhead = 60   # a part's heading, frame lines and cut note
+    room = max(0, budget - estimate_tokens(head))
+    parts = [_Part(layer, ranked, total, int(room * share)) for layer, ranked, total, share in layers]
+    parts[0].budget += room - sum(p.budget for p in parts)   # rounding: the first (project) part keeps the rest
+    for p in parts:
+        p.fill(at, max(0, p.budget - overhead))
+    spare = sum(max(0, p.budget - overhead - p.used) for p in parts if p.exhausted)
+    for p in parts:   # hand what finished parts left over to the parts that still have entries
+        if spare > 0 and not p.exhausted:
+            spare -= p.fill(at, spare)
+    names = _LAYER_NAMES["zh" if zh else "en"]
+    blocks = [head]
+    for p in parts:
+        shown = len(p.lines)
+        body = "\n".join(p.lines) if p.lines else ("(no entries yet)" if p.total == 0 else "(none fit the budget)")
+        title = names.get(p.layer, p.layer)
+        blocks.append((f"## {p.layer} 层（{title}）" if zh else f"## {p.layer} layer ({title})") + "\n" +
+                      frame("index", body, attrs={"layer": p.layer, "entries": str(shown), "of": str(p.total)}))
+        left = p.total - shown
+        if left > 0:
+            blocks.append(f"（{p.layer} 层另有 {left} 条因篇幅未列出，可用 memory_recall 搜索。）" if zh else
+                          f"({left} more {p.layer} {'entry' if left == 1 else 'entries'} not shown to fit the "
+                          f"budget; memory_recall searches all of them.)")
+    return "\n".join(blocks) + "\n"
+
+
 def memory_md(entries: list[Entry], settings: Settings) -> str:
     """MEMORY.md: the generated human view of the index. Deterministic (no reads, no jitter), so two clones that
     write the same entries generate the same file."""
@@ -116,7 +201,7 @@ def memory_md(entries: list[Entry], settings: Settings) -> str:
     return "\n".join(out)
 
 
-def show_text(e: Entry, at: datetime) -> str:
+def show_text(e: Entry, at: datetime, layer: str | None = None) -> str:
     cites = ", ".join(str(c) for c in e.citation) or "none"
     src = e.source or {}
     lines = [f"#{e.id} [{e.type}] {e.title}",
@@ -128,7 +213,7 @@ def show_text(e: Entry, at: datetime) -> str:
         lines.append(f"supersedes: {', '.join(e.supersedes)}")
     if e.superseded_by:
         lines.append(f"superseded by: {e.superseded_by}")
-    lines.append(f"file: {e.path}")
+    lines.append(f"file: {e.path}" + (f" ({layer} vault)" if layer else ""))
     lines.append("")
     lines.append(e.body.strip("\n"))
     return "\n".join(lines) + "\n"

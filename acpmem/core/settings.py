@@ -87,6 +87,12 @@ class GitSettings(Section):
     remote: str = "origin"
 
 
+class LayersSettings(Section):
+    """The user vault beside this project vault (``acpmem.vault.layers``)."""
+    user_vault: str = ""          # "" the default (~/.acp-memory), "none" off, else a path; $ACPMEM_USER_VAULT wins
+    user_share: float = 0.3       # the user layer's share of the resident index's token budget
+
+
 class Settings(Value):
     types: tuple[str, ...] = DEFAULT_TYPES
     language: str = "en"
@@ -96,6 +102,7 @@ class Settings(Value):
     recall: RecallSettings = RecallSettings()
     extraction: ExtractionSettings = ExtractionSettings()
     git: GitSettings = GitSettings()
+    layers: LayersSettings = LayersSettings()
     embeddings: EmbeddingsSettings = EmbeddingsSettings()
 
     def to_json(self) -> dict:
@@ -130,6 +137,7 @@ _RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("embeddings", "weight"): (0, 10, False),
     ("git", "lock_timeout_seconds"): (0, 86_400, False),
     ("git", "foreign_lock_wait_seconds"): (0, 86_400, False),
+    ("layers", "user_share"): (0, 1, False),
 }
 _HINT = "see the comments in the template acpmem.toml"
 _ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
@@ -139,6 +147,7 @@ _MAX_TYPE_CHARS = 64
 
 _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceSettings,
              "recall": RecallSettings, "extraction": ExtractionSettings, "git": GitSettings,
+             "layers": LayersSettings,
              "embeddings": EmbeddingsSettings}
 
 
@@ -189,6 +198,9 @@ def _check_value(section: str, key: str, v: object, path: str) -> None:
         if key == "api_key_env" and v and not re.fullmatch(_ENV_NAME, v):
             raise SettingsError(f"{path}: '{name}' must be the name of an environment variable, got {clip(v)}",
                                 "e.g. api_key_env = \"OPENAI_API_KEY\"")
+        if key == "user_vault" and v.strip() != v:
+            raise SettingsError(f"{path}: '{name}' must be a path, \"none\" or empty, without spaces around it",
+                                "e.g. user_vault = \"~/.acp-memory\"")
         if key == "remote" and (not v.strip() or v.startswith("-") or " " in v):
             raise SettingsError(f"{path}: '{name}' must be the name of a git remote, got {clip(v)}",
                                 "e.g. remote = \"origin\"")

@@ -1,8 +1,9 @@
 """The MCP server (``acp memory serve``): the main conversation's memory tools over stdio.
 
 Exposes exactly ``memory_commit`` and ``memory_recall`` — with the names, descriptions and schemas of
-``acpmem.core.tools.tool_definitions(for_="main", format="mcp")`` in the vault's language — and the resident index as the
-resource ``memory://index``. Never ``memory_write``: only the fork writes. Built on the ``mcp``
+``acpmem.core.tools.tool_definitions(for_="main", format="mcp")`` in the vault's language — the resident index as the
+resource ``memory://index``, and an entry's cited turns as the resource template ``memory://entry/{id}/source`` (what
+``acp memory show ID --source`` prints). Never ``memory_write``: only the fork writes. Built on the ``mcp``
 package's low-level ``Server`` so the tool schemas and descriptions are sent exactly as acpmem defines them; ``mcp``
 is imported only when the server starts.
 
@@ -18,6 +19,12 @@ Session and seq of a ``memory_commit`` (the citation of what it produces):
   SessionStart hook recorded for the session (``claude_code.record_session``), else none (the fork then has only the note);
 * seq: the last message's seq of the transcript when there is one, else a counter of this server's commits (1, 2, …).
 
+Both layers are read: the project vault the server was started on and the user vault beside it
+(``acpmem.vault.layers``); the index names each part's layer, every recalled entry its own.
+
+The transcript a commit names is recorded for its session (``acpmem.write.sources.record_transcript``), as is the
+server's own ``--transcript`` when it starts, so ``show --source`` finds the turns later.
+
 The same session freezes the ``memory://index`` text (``acpmem.vault.resident``) and is passed to recall. Every call
 opens the vault afresh (cheap), so edits, syncs and settings changes made while the server runs are seen.
 """
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +42,8 @@ from acpmem.core.clock import now_utc
 from acpmem.core.errors import AcpmemError, error_line
 
 INDEX_URI = "memory://index"
+SOURCE_TEMPLATE = "memory://entry/{id}/source"
+_SOURCE_URI = re.compile(r"memory://entry/([A-Za-z0-9][A-Za-z0-9_-]{0,63})/source\Z")
 META_PREFIX = "acpmem/"            # the host's own values ride in a request's _meta: acpmem/session, /seq, /transcript
 HOST_ARGS = ("session", "seq", "transcript")
 RESOURCE_NOT_FOUND = -32002       # the MCP error code for an unknown resource
@@ -109,8 +119,36 @@ class MemoryService:
             if seq is None:
                 seq = self._next_seq(transcript)
             ack = submit(v, type=parsed.type, note=parsed.note, importance=parsed.importance, session=str(session),
-                         seq=seq, transcript=transcript)
+                         seq=seq, transcript=transcript, block=parsed.block)
             return ack.text
+        finally:
+            v.close()
+
+    def record(self) -> None:
+        """Record the server's own transcript for its session (when it starts)."""
+        if not self.transcript:
+            return
+        from acpmem.write.sources import record_transcript
+
+        v = self.open()
+        try:
+            v.ensure_state()
+            record_transcript(v, self.session, self.transcript, "serve")
+        except (AcpmemError, OSError):
+            pass   # a convenience for show --source; the server works without it
+        finally:
+            v.close()
+
+    def source(self, uri: str) -> str | None:
+        """The text of ``memory://entry/{id}/source``, or None when ``uri`` is not one."""
+        m = _SOURCE_URI.match(uri)
+        if m is None:
+            return None
+        from acpmem.write.sources import entry_source, source_text
+
+        v = self.open()
+        try:
+            return source_text(entry_source(v, m[1]))
         finally:
             v.close()
 
@@ -126,12 +164,13 @@ class MemoryService:
 
     def recall(self, args: dict[str, Any]) -> str:
         from acpmem.core.tools import parse_recall_args
-        from acpmem.vault.retrieval import recall, recall_text
+        from acpmem.vault.layers import recall_layered
+        from acpmem.vault.retrieval import recall_text
 
         parsed = parse_recall_args(args)
         v = self.open()
         try:
-            hits = recall(v, parsed.query, limit=parsed.limit, session=self.session)
+            hits = recall_layered(v, parsed.query, limit=parsed.limit, session=self.session)
             return recall_text(v, hits)
         finally:
             v.close()
@@ -182,15 +221,33 @@ def serve(vault_path: Path, *, session: str | None = None, transcript: str | Non
             description="The resident index of long-term memories (frozen for this server's session): one line "
                         "per entry, most relevant first. Read entries in full with memory_recall.")])
 
-    async def read_resource(ctx, params) -> types.ReadResourceResult:
-        if str(params.uri) != INDEX_URI:   # an answer, not a traceback in the server's log
-            raise MCPError(RESOURCE_NOT_FOUND, f"unknown resource {params.uri}; this server has {INDEX_URI}")
-        return types.ReadResourceResult(contents=[types.TextResourceContents(uri=INDEX_URI, mime_type="text/plain",
-                                                                             text=svc.index())])
+    async def list_templates(ctx, params) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
+            uri_template=SOURCE_TEMPLATE, name="memory-entry-source", title="The turns a memory cites",
+            mime_type="text/plain",
+            description="The conversation turns an entry cites (and, for a compression block, its summary and the "
+                        "turns it covers), read from the session's recorded transcript, framed as data.")])
 
+    async def read_resource(ctx, params) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        if uri == INDEX_URI:
+            text = svc.index()
+        else:
+            try:
+                text = svc.source(uri)
+            except AcpmemError as exc:
+                raise MCPError(RESOURCE_NOT_FOUND, exc.line()) from None
+            if text is None:   # an answer, not a traceback in the server's log
+                raise MCPError(RESOURCE_NOT_FOUND, f"unknown resource {params.uri}; this server has {INDEX_URI} "
+                                                   f"and {SOURCE_TEMPLATE}")
+        return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type="text/plain",
+                                                                             text=text)])
+
+    svc.record()
     server = Server("acpmem", version=__version__, title="acpmem long-term memory",
                     on_list_tools=list_tools, on_call_tool=call_tool,
-                    on_list_resources=list_resources, on_read_resource=read_resource)
+                    on_list_resources=list_resources, on_list_resource_templates=list_templates,
+                    on_read_resource=read_resource)
 
     async def main() -> None:
         async with stdio_server() as (read_stream, write_stream):

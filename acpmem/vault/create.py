@@ -41,6 +41,20 @@ def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, 
         raise
 
 
+def init_user_vault(*, example: bool = False, clock: Callable[[], datetime] = now_utc, rng=None) -> "Vault":
+    """Create the user vault where ``$ACPMEM_USER_VAULT`` says, else at ``~/.acp-memory``: a vault like any other
+    (its own git repository, syncable), read beside every project's vault."""
+    from acpmem.vault.discovery import user_vault_location
+
+    path, _ = user_vault_location(None)
+    if path is None:
+        raise UsageError("ACPMEM_USER_VAULT is none: the user vault is turned off",
+                         "unset it (for ~/.acp-memory) or set it to the folder to create the user vault in")
+    v = init_vault(path, example=example, clock=clock, rng=rng)
+    v.layer = layout.LAYER_USER
+    return v
+
+
 def _new_root(base: Path, *, named: bool) -> Path:
     """Where the new vault goes, or ``VaultExists`` saying why not there."""
     # PATH names the vault itself when it is new, empty or called .acp-memory; an existing folder with other

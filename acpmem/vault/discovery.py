@@ -12,7 +12,8 @@ from pathlib import Path
 
 from acpmem.core.errors import UsageError, VaultNotFound
 from acpmem.core.fasthash import sha256
-from acpmem.core.layout import ENTRIES_DIR, ENV_VAULT, SESSIONS_DIR, SETTINGS_FILE, STATE_DIRNAME, VAULT_DIRNAME
+from acpmem.core.layout import (ENTRIES_DIR, ENV_USER_VAULT, ENV_VAULT, SESSIONS_DIR, SETTINGS_FILE, STATE_DIRNAME,
+                                USER_VAULT_DEFAULT, VAULT_DIRNAME)
 from acpmem.core.limits import clip, session_problem
 
 
@@ -53,17 +54,68 @@ def discover(explicit: str | os.PathLike | None = None, *, cwd: Path | None = No
                                     f"create one with `acp memory init {value}`")
             return p.resolve()
     here = (cwd or Path.cwd()).resolve()
+    # The user vault is never a project vault found by walking up (~/.acp-memory is above every project under
+    # home): a project without a vault of its own must not write its decisions into the vault every project reads.
+    user, _ = user_vault_location(None, env)
+    user = _resolved(user) if user is not None else None
     for d in (here, *here.parents):
         cand = d / VAULT_DIRNAME
-        if _is_dir(cand / ENTRIES_DIR):
+        if _is_dir(cand / ENTRIES_DIR) and (user is None or _resolved(cand) != user):
             return cand
         if _is_dir(d / ENTRIES_DIR) and _is_file(d / SETTINGS_FILE) and (
                 _exists(d / ".git") or _is_dir(d / STATE_DIRNAME)):
             # we are inside a vault that has another name (e.g. a team vault cloned as team-memory/), or one that
             # lost its .git (reads work; a write says what to do)
             return d
+    if user is not None and any(_resolved(d / VAULT_DIRNAME) == user for d in (here, *here.parents)):
+        raise VaultNotFound(f"no project vault found here or in any parent folder ({user} is your user vault, "
+                            "read beside a project's vault, not instead of it)",
+                            "run `acp memory init` to create this project's .acp-memory/ here, or pass "
+                            f"--vault {user} to work on the user vault itself")
     raise VaultNotFound("no vault found here or in any parent folder",
                         "run `acp memory init` to create .acp-memory/ here, or pass --vault PATH")
+
+
+def _resolved(p: Path) -> Path:
+    try:
+        return p.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return p
+
+
+def user_vault_location(configured: str | None, env: dict | None = None) -> tuple[Path | None, bool]:
+    """Where the user vault is, and whether that place was named explicitly: ``$ACPMEM_USER_VAULT`` > ``[layers]
+    user_vault`` (``configured``) > ``~/.acp-memory``. ``none`` (either way) turns it off: ``(None, True)``.
+
+    Explicit matters for the warnings (``acpmem.vault.layers``): a default user vault that was never created is
+    silent, a named one that is missing or broken is said."""
+    env = os.environ if env is None else env
+    for value in (env.get(ENV_USER_VAULT), configured):
+        if value is None or value == "":
+            continue
+        if value.strip().lower() == "none":
+            return None, True
+        return Path(value).expanduser(), True
+    return Path(USER_VAULT_DEFAULT).expanduser(), False
+
+
+def user_vault_problem(path: Path) -> str | None:
+    """Why ``path`` cannot serve as the user vault (missing, unreadable, not a vault, not a git repository), or
+    None. Only stats: it runs on every turn."""
+    if not _exists(path):
+        return "does not exist"
+    if not _is_dir(path):
+        return "is not a folder"
+    if not os.access(path, os.R_OK | os.X_OK):
+        return "cannot be read (permission denied)"
+    entries = path / ENTRIES_DIR
+    if not _is_dir(entries):
+        return "is not an acpmem vault (no entries/ folder)"
+    if not os.access(entries, os.R_OK | os.X_OK):
+        return "cannot be read (permission denied)"
+    if not _exists(path / ".git"):
+        return "is not a git repository"
+    return None
 
 
 def session_folder(state_dir: Path, session: str) -> Path:

@@ -57,8 +57,9 @@ def _target(v: Vault, prefix: str) -> _Target:
     return _Target(entry.path, v.entry_path(entry).read_bytes().decode("utf-8"), entry.id, entry.title)
 
 
-def _validate(v: Vault, target: _Target, text: str) -> str:
-    """The id of the edited text, when it is a valid entry that may replace the target."""
+def _validate(v: Vault, target: _Target, text: str, forbid: tuple[str, ...] = ()) -> str:
+    """The id of the edited text, when it is a valid entry that may replace the target (and, in the user vault,
+    holds none of the project paths ``forbid``)."""
     new = parse_entry_bytes(text.encode("utf-8"), target.path, v.settings.types)
     if target.entry_id is not None and new.id != target.entry_id:
         raise EntryInvalid(target.path, "id", f"must stay '{target.entry_id}' (ids are stable; citations refer to "
@@ -72,6 +73,12 @@ def _validate(v: Vault, target: _Target, text: str) -> str:
     if kind:
         raise SecretRefused(f"the edit contains what looks like a secret ({kind})",
                             "remove it; secrets never enter the vault")
+    if forbid:
+        from acpmem.core.projectpaths import redact_project_paths
+
+        if redact_project_paths(text, forbid)[1]:
+            raise EntryInvalid(target.path, None, "holds a path of this project, and the user vault is read in "
+                               "every project", "remove the path (or write the entry in the project vault)")
     return new.id
 
 
@@ -90,10 +97,11 @@ def _refuse(v: Vault, target: _Target, draft: Path, text: str, exc: EntryInvalid
 
 
 def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message: str | None = None,
-               confirm: Callable[[str], bool] | None = None) -> str:
+               confirm: Callable[[str], bool] | None = None, forbid_paths: tuple[str, ...] = ()) -> str:
     """Edit one entry — by id or unique prefix, or an entry file that does not parse, by its path or file name;
     ``confirm(question)`` (a terminal prompt, from the CLI) decides whether to re-open the editor after an invalid
-    edit — without it the draft is kept and the edit refused."""
+    edit — without it the draft is kept and the edit refused. ``forbid_paths``: spellings of the project's folders
+    the text may not hold (editing the user vault from a project, ``acpmem.vault.layers.project_path_forms``)."""
     v.require_writable()
     target = _target(v, prefix)
     original = target.original
@@ -117,7 +125,7 @@ def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message:
                                   f"your draft is kept in {draft}")
             text = draft.read_text("utf-8")
             try:
-                _validate(v, target, text)
+                _validate(v, target, text, forbid_paths)
                 break
             except (EntryInvalid, SecretRefused) as exc:
                 if confirm is None or not confirm(f"Invalid: {exc}\nRe-open the editor?"):
@@ -126,7 +134,7 @@ def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message:
         draft.unlink(missing_ok=True)
         return f"No changes to {'#' + target.entry_id if target.entry_id else target.path}."
     try:
-        entry_id = _validate(v, target, text)
+        entry_id = _validate(v, target, text, forbid_paths)
     except (EntryInvalid, SecretRefused) as exc:
         if from_file is not None and Path(from_file).resolve() != draft.resolve():
             atomic_write(draft, text)

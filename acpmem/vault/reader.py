@@ -15,14 +15,19 @@ from pathlib import Path
 from acpmem.core import layout
 from acpmem.core.clock import now_utc, parse_iso, utc_iso
 from acpmem.core.entry import Entry
-from acpmem.core.errors import AmbiguousId, EntryNotFound, UsageError, VaultReadOnly
+from acpmem.core.errors import AcpmemError, AmbiguousId, EntryNotFound, UsageError, VaultReadOnly
 from acpmem.core.limits import MAX_INT, MAX_TOP_N, MIN_INT, clip, int_between, session_problem
 from acpmem.core.settings import Settings
 from acpmem.core.values import Value
 from acpmem.vault.config import load_settings
-from acpmem.vault.discovery import discover, session_folder, state_location
+from acpmem.vault.discovery import discover, session_folder, state_location, user_vault_location, user_vault_problem
 
 READ_ONLY_NOTICE = "read-only.noticed"   # in the state folder of a read-only vault: the warning was given
+_UNSET = object()
+_USER_HINTS = {
+    "does not exist": "create it with `acp memory init --user`, or set ACPMEM_USER_VAULT=none",
+    "is not a git repository": "restore its .git (or `git init` it and commit), or set ACPMEM_USER_VAULT=none",
+}
 TYPE_CHECKING = False  # typing costs ~5 ms at start-up; annotations only
 if TYPE_CHECKING:
     from acpmem.core.score import Scored
@@ -44,8 +49,11 @@ class Loaded(Value):
 class VaultReader:
     """A vault opened for reading. Cheap to construct; settings and the catalog connection are opened on first use."""
 
-    def __init__(self, root: Path, *, clock: Callable[[], datetime] = now_utc, rng=None) -> None:
+    def __init__(self, root: Path, *, clock: Callable[[], datetime] = now_utc, rng=None,
+                 layer: str = layout.LAYER_PROJECT) -> None:
         self.root = Path(root)
+        self.layer = layer
+        self._user = _UNSET
         self.entries_dir = self.root / layout.ENTRIES_DIR
         self.state_dir, self.read_only = state_location(self.root)
         self.clock = clock
@@ -69,6 +77,51 @@ class VaultReader:
 
             self._rng = random.Random()
         return self._rng
+
+    # ----------------------------------------------------------------- layers
+    @property
+    def user(self) -> "VaultReader | None":
+        """The user vault read beside this project vault (same class, same clock and rng), or None: turned off,
+        never created, or broken — then the project vault works alone and ``warnings`` holds one line saying why
+        (nothing for a default ``~/.acp-memory`` that was never created). Opened on first use, once."""
+        if self._user is _UNSET:
+            self._user = None
+            if self.layer == layout.LAYER_PROJECT:
+                self._user = self._open_user()
+        return self._user
+
+    def layers(self) -> list["VaultReader"]:
+        """This vault, then the user vault when there is one: what a session reads."""
+        user = self.user
+        return [self] if user is None else [self, user]
+
+    def _open_user(self) -> "VaultReader | None":
+        path, explicit = user_vault_location(self.settings.layers.user_vault)
+        if path is None:
+            return None
+        try:
+            same = os.path.realpath(path) == os.path.realpath(self.root)
+        except (OSError, ValueError):
+            same = False
+        if same:   # this vault is the user vault (opened with --vault ~/.acp-memory): one layer, the user's
+            self.layer = layout.LAYER_USER
+            return None
+        why = user_vault_problem(path)
+        if why is not None:
+            if explicit or why != "does not exist":
+                hint = _USER_HINTS.get(why, "fix it, or set ACPMEM_USER_VAULT=none")
+                self.warnings.append(f"the user vault {path} {why}: only this project's vault is read — {hint}")
+            return None
+        user = type(self)(path, clock=self.clock, rng=self._rng, layer=layout.LAYER_USER)
+        try:
+            user.settings
+        except (AcpmemError, OSError) as exc:   # its acpmem.toml is broken, its state cannot be made
+            what = exc.message if isinstance(exc, AcpmemError) else (exc.strerror or str(exc))
+            self.warnings.append(f"the user vault {path} cannot be read ({what}): only this project's vault is "
+                                 "read — fix it, or set ACPMEM_USER_VAULT=none")
+            return None
+        self.warnings.extend(user.warnings)
+        return user
 
     # ----------------------------------------------------------------- state
     def require_writable(self) -> None:
@@ -111,6 +164,8 @@ class VaultReader:
         return db.with_rebuild(self.db_path, lambda: work(self.db()), self.close)
 
     def close(self) -> None:
+        if self._user is not _UNSET and self._user is not None:
+            self._user.close()
         if self._con is not None:
             self._con.close()
             self._con = None

@@ -31,10 +31,23 @@ def resident_index(vault: VaultReader, *, session: str | None = None, refresh: b
     from acpmem.core.score import rank_iter
 
     at = at or vault.clock()
-    entries, _ = list_entries(vault, light=True)
-    # Scored lazily: the text stops at its token budget, long before the last entry of a large vault.
-    ranked = rank_iter(entries, at, jitter_salt(vault, seed, session), vault.settings.score, top_n=len(entries))
-    text = prompt_index(ranked, at, vault.settings, budget_tokens=budget_tokens, total_entries=len(entries))
+    salt = jitter_salt(vault, seed, session)
+    layers = vault.layers()
+    if len(layers) == 1:
+        entries, _ = list_entries(vault, light=True)
+        # Scored lazily: the text stops at its token budget, long before the last entry of a large vault.
+        ranked = rank_iter(entries, at, salt, vault.settings.score, top_n=len(entries))
+        text = prompt_index(ranked, at, vault.settings, budget_tokens=budget_tokens, total_entries=len(entries))
+    else:
+        from acpmem.core.render import layered_prompt_index
+
+        share = vault.settings.layers.user_share
+        parts = []
+        for lv in layers:
+            entries, _ = list_entries(lv, light=True)
+            parts.append((lv.layer, rank_iter(entries, at, salt, lv.settings.score, top_n=len(entries)), len(entries),
+                          share if lv is not vault else 1 - share))
+        text = layered_prompt_index(parts, at, vault.settings, budget_tokens=budget_tokens)
     if snap_path is not None:
         from acpmem.infra.files import atomic_write
 

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.errors import UsageError
 from acpmem.core.ids import ID_RE
+from acpmem.core.layout import LAYER_PROJECT
 from acpmem.core.limits import MAX_INT, MAX_RECALL_LIMIT, clip, int_between, is_utf8
 from acpmem.core.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
 from acpmem.core.values import Value
@@ -48,12 +49,13 @@ class RecallHit(Value):
     preview: str
     citations: tuple[Citation, ...]
     explain: Mapping = _NO_EXPLAIN       # why it scored (left out of comparison)
+    layer: str = LAYER_PROJECT           # the vault it came from: project or user (``acpmem.vault.layers``)
     _hidden = ("explain",)
 
     def to_json(self) -> dict:
         from acpmem.core.render import entry_json
 
-        return entry_json(self.entry, {"score": self.score, "preview": self.preview})
+        return entry_json(self.entry, {"score": self.score, "preview": self.preview, "layer": self.layer})
 
 
 class SurfacedEntry(Value):
@@ -61,6 +63,7 @@ class SurfacedEntry(Value):
     score: float       # the selection score (importance + anti-recency + jitter)
     text: str          # title and body, capped at the per-entry cap (with a note when cut)
     truncated: bool
+    layer: str = LAYER_PROJECT
 
     @property
     def size(self) -> int:
@@ -70,7 +73,7 @@ class SurfacedEntry(Value):
         from acpmem.core.render import entry_json
 
         return entry_json(self.entry, {"score": round(self.score, 6), "text": self.text,
-                                       "truncated": self.truncated, "bytes": self.size})
+                                       "truncated": self.truncated, "bytes": self.size, "layer": self.layer})
 
 
 class SurfaceResult(Value):
@@ -171,16 +174,23 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
     if not found:
         return []
     ids = [e.id for e, _ in found]
+    layer = vault.layer
     if not mark_read:
-        return [RecallHit(e, h.score, h.preview, e.citation, h.explain) for e, h in found]
+        return [RecallHit(e, h.score, h.preview, e.citation, h.explain, layer) for e, h in found]
     vault.mark_read(ids)
     now = vault.now()
     if sdir is not None:
-        with _session_lock(sdir):
-            ledger = read_ledger(sdir)
-            ledger["recalled"] = sorted(set(ledger["recalled"]) | set(ids))
-            atomic_write(sdir / LEDGER, json.dumps(ledger, ensure_ascii=False, indent=1))
-    return [RecallHit(e.with_changes(last_read=now), h.score, h.preview, e.citation, h.explain) for e, h in found]
+        note_recalled(sdir, ids)
+    return [RecallHit(e.with_changes(last_read=now), h.score, h.preview, e.citation, h.explain, layer)
+            for e, h in found]
+
+
+def note_recalled(sdir: Path, ids: Iterable[str]) -> None:
+    """Note recalled entries in a session's ledger (its folder ``sdir``), so ``surface`` does not repeat them."""
+    with _session_lock(sdir):
+        ledger = read_ledger(sdir)
+        ledger["recalled"] = sorted(set(ledger["recalled"]) | set(ids))
+        atomic_write(sdir / LEDGER, json.dumps(ledger, ensure_ascii=False, indent=1))
 
 
 def _query_vector(vault: VaultReader, query: str):
@@ -282,26 +292,33 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
                                  f"the session's surfacing budget is spent ({used} of {budget} bytes)")
         seen = set(ledger["surfaced"]) | set(ledger["recalled"])
 
-        lr = readlog.last_reads(vault.root, vault.state_dir)
+        layers = vault.layers()
+        # (layer vault, path, light entry) of every live entry not yet in this session, from every layer
+        light: list[tuple[VaultReader, str, Entry]] = []
+        for lv in layers:
+            lr = readlog.last_reads(lv.root, lv.state_dir)
 
-        def top(con: sqlite3.Connection) -> list[tuple[float, Entry]]:
-            light: dict[str, tuple[str, Entry]] = {}
-            for path, ident, typ, imp, created, last_read in sorted(
-                    light_rows(con, types=vault.settings.types)):
-                if ident in seen or ident in light:
-                    continue  # already in this session; or a second file with the id (the first path wins)
-                e = Entry(id=ident, title="", type=typ, importance=imp, created=created, body="", last_read=last_read)
-                light[ident] = (path, _effective_last_read(e, lr))
-            ranked = rank([e for _, e in light.values()], at, jitter_salt(vault, seed, session), vault.settings.score,
-                          top_n=cfg.top_n)
-            out = []
-            for s in ranked[: cfg.top_n]:
-                entry = _entry_at(con, light[s.entry.id][0])
-                if entry is not None:
-                    out.append((s.total, _effective_last_read(entry, lr)))
-            return out
+            def rows(con: sqlite3.Connection, lv=lv, lr=lr) -> list:
+                got: dict[str, tuple] = {}
+                for path, ident, typ, imp, created, last_read in sorted(light_rows(con, types=lv.settings.types)):
+                    if ident in seen or ident in got:
+                        continue  # already in this session; or a second file with the id (the first path wins)
+                    e = Entry(id=ident, title="", type=typ, importance=imp, created=created, body="",
+                              last_read=last_read)
+                    got[ident] = (lv, path, _effective_last_read(e, lr))
+                return list(got.values())
 
-        chosen = _with_index(vault, top)
+            light += _with_index(lv, rows)
+        where = {id(e): (lv, path) for lv, path, e in light}
+        ranked = rank([e for _, _, e in light], at, jitter_salt(vault, seed, session), vault.settings.score,
+                      top_n=cfg.top_n)
+        chosen: list[tuple[float, Entry, VaultReader]] = []
+        for sc in ranked[: cfg.top_n]:
+            lv, path = where[id(sc.entry)]
+            entry = _with_index(lv, lambda con, path=path: _entry_at(con, path))
+            if entry is not None:
+                chosen.append((sc.total, _effective_last_read(entry, readlog.last_reads(lv.root, lv.state_dir)),
+                               lv))
         if not chosen:
             return SurfaceResult(session, (), used, budget, "every live entry was already surfaced or recalled "
                                  "in this session" if seen else "the vault has no live entries")
@@ -309,9 +326,9 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
         reason = None
         deferred = 0
         chars = len(_notice(vault)) + DEFERRED_NOTE_CHARS
-        for n, (total, entry) in enumerate(chosen):
+        for n, (total, entry, lv) in enumerate(chosen):
             text, cut = cap_text(f"{entry.title}\n\n{entry.body}".rstrip("\n"), cfg.entry_cap_bytes, entry.id)
-            item = SurfacedEntry(entry, total, text, cut)
+            item = SurfacedEntry(entry, total, text, cut, lv.layer)
             if max_chars is not None:
                 room = max_chars - chars - 2 - (len(_framed(item)) - len(item.text))
                 if len(item.text) > room:
@@ -319,7 +336,7 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
                         deferred = len(chosen) - n
                         break
                     text, _ = cap_text(item.text, room, entry.id)   # the one entry, cut to fit (bytes >= chars)
-                    item = SurfacedEntry(entry, total, text, True)
+                    item = SurfacedEntry(entry, total, text, True, lv.layer)
             if used + item.size > budget:
                 reason = f"the session's surfacing budget would be exceeded ({used} of {budget} bytes used)"
                 break
@@ -330,16 +347,18 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
             ledger["surfaced"] = ledger["surfaced"] + [p.entry.id for p in picked]
             ledger["used_bytes"] = used
             atomic_write(sdir / LEDGER, json.dumps(ledger, ensure_ascii=False, indent=1))
-    if picked:
-        vault.mark_read([p.entry.id for p in picked])
+    for lv in layers:
+        ids = [p.entry.id for p in picked if p.layer == lv.layer]
+        if ids:
+            lv.mark_read(ids)
     return SurfaceResult(session, tuple(picked), used, budget, reason, deferred)
 
 
 # --------------------------------------------------------------------------------------------- prompt text
 
-def _attrs(entry: Entry) -> dict[str, str]:
+def _attrs(entry: Entry, layer: str = LAYER_PROJECT) -> dict[str, str]:
     src = entry.source or {}
-    return {"id": entry.id, "type": entry.type,
+    return {"id": entry.id, "layer": layer, "type": entry.type,
             "citation": ", ".join(str(c) for c in entry.citation),
             "source": " ".join(f"{k}={v}" for k, v in src.items()) if isinstance(src, dict) else str(src)}
 
@@ -352,7 +371,7 @@ def recall_text(vault: VaultReader, hits: list[RecallHit]) -> str:
     """The data notice, then each hit's title and body framed as data (what a model reads)."""
     if not hits:
         return "未找到相关记忆。" if vault.settings.language == "zh" else "No memory matches that query."
-    blocks = [frame("recall", f"{h.entry.title}\n\n{h.entry.body}", attrs=_attrs(h.entry)) for h in hits]
+    blocks = [frame("recall", f"{h.entry.title}\n\n{h.entry.body}", attrs=_attrs(h.entry, h.layer)) for h in hits]
     return "\n\n".join([_notice(vault), *blocks])
 
 
@@ -368,7 +387,7 @@ def surface_text(vault: VaultReader, result: SurfaceResult) -> str:
 
 
 def _framed(s: SurfacedEntry) -> str:
-    return frame("surface", s.text, attrs=_attrs(s.entry))
+    return frame("surface", s.text, attrs=_attrs(s.entry, s.layer))
 
 
 __all__ = ["recall", "surface", "RecallHit", "SurfaceResult", "SurfacedEntry", "recall_text", "surface_text",

@@ -116,10 +116,15 @@ class Vault(VaultReader):
 
     # ----------------------------------------------------------------- ids
     def new_id(self, taken: set[str] | None = None) -> str:
+        """A fresh id: 6 random characters, after ``u-`` in the user vault (ids stay unique across the layers,
+        ``acpmem.vault.layers``); none of ``taken`` (default: this vault's ids) nor a prefix of one."""
         taken = taken if taken is not None else {e.id for e in self.load(with_reads=False, light=True).entries}
-        existing = {p.name.split("-")[0].split(".")[0] for p in self.entries_dir.glob("*.md")}
+        self.user   # noqa: B018 - opening the user vault tells whether this vault is the user vault itself
+        pre = layout.USER_ID_PREFIX if self.layer == layout.LAYER_USER else ""
+        existing = {pre + p.name[len(pre):].split("-")[0].split(".")[0] for p in self.entries_dir.glob("*.md")
+                    if p.name.startswith(pre)}
         for _ in range(1000):
-            ident = random_id(self.rng, 6)
+            ident = pre + random_id(self.rng, 6)
             if ident not in taken and ident not in existing and not any(
                     t.startswith(ident) or ident.startswith(t) for t in taken):
                 return ident

@@ -22,6 +22,7 @@ from acpmem.core.clock import utc_iso
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.entryfile import defuse_conflict_markers
 from acpmem.core.errors import AcpmemError, EntryInvalid, ExtractionError, TranscriptError, UsageError
+from acpmem.core.layout import LAYER_PROJECT, LAYER_USER
 from acpmem.core.limits import one_line
 from acpmem.core.values import Value
 from acpmem.write import costs, requests
@@ -109,14 +110,18 @@ def conversation(req: Request):
 
 
 def related_entries(vault, note: str, limit: int = RELATED_LIMIT, exclude: tuple[str, ...] = ()) -> list[Entry]:
-    """The live entries most related to the note, best first: recall over the derived index (so it scales with the
-    vault), without marking them read — the fork reading them is not a person or a model using them."""
-    from acpmem.vault.retrieval import recall
+    """The live entries most related to the note, best first, from this project's vault and the user vault (never
+    another project's): recall over the derived indexes (so it scales with the vault), without marking them read —
+    the fork reading them is not a person or a model using them. A user-layer entry carries ``layer: user`` in its
+    ``extra`` so ``related_text`` can say so."""
+    from acpmem.vault.layers import recall_layered
 
     if not note.strip():
         return []
-    hits = recall(vault, note, limit=limit + len(exclude), mark_read=False)
-    return [h.entry for h in hits if h.entry.id not in exclude][:limit]
+    hits = recall_layered(vault, note, limit=limit + len(exclude), mark_read=False)
+    return [h.entry if h.layer == LAYER_PROJECT else h.entry.with_changes(extra={**(h.entry.extra or {}),
+                                                                                 "layer": h.layer})
+            for h in hits if h.entry.id not in exclude][:limit]
 
 
 def related_text(entries: list[Entry]) -> str:
@@ -127,7 +132,11 @@ def related_text(entries: list[Entry]) -> str:
         body = e.body.strip()
         if len(body) > RELATED_BODY_CHARS:
             body = body[:RELATED_BODY_CHARS].rstrip() + " …"
-        parts.append(frame("related", body, attrs={"id": e.id, "type": e.type, "title": e.title}))
+        attrs = {"id": e.id, "type": e.type, "title": e.title}
+        layer = (e.extra or {}).get("layer")
+        if layer:
+            attrs["layer"] = str(layer)
+        parts.append(frame("related", body, attrs=attrs))
     return "\n\n".join(parts)
 
 
@@ -151,6 +160,37 @@ def load_host_tools(path: str | None) -> list[dict]:
     return tools
 
 
+def request_block(req: Request, transcript):
+    """The compression block a request names (``Block``), or None; ``TranscriptError`` when it cannot be found."""
+    if not req.block:
+        return None
+    if transcript is None:
+        raise TranscriptError(f"request {req.id} names block {req.block} but no transcript",
+                              "commit a block with the session log (--transcript) that has it")
+    return transcript.block(req.block)
+
+
+def block_text(block) -> str:
+    """The block as the fork's instruction shows it: framed as data, its id, tier and topic on the opening line."""
+    from acpmem.core.framing import frame
+
+    return frame("block", block.summary, attrs={"id": block.id, "tier": str(block.tier or "unknown"),
+                                                 "topic": block.topic or ""})
+
+
+def request_citations(req: Request, transcript) -> tuple[Citation, ...]:
+    """What an entry of this request cites: the commit's seq, or for a block the block (id, tier, the host's id,
+    the turns it covers; its seq the span of those turns, else the commit's seq)."""
+    from acpmem.core.blocks import turns_span, turns_text
+
+    b = request_block(req, transcript)
+    if b is None:
+        return (Citation(req.session, req.seq),)
+    span = turns_span(b.seqs)
+    return (Citation(req.session, span if span is not None else req.seq, b.id, b.tier, b.compaction_id,
+                     turns_text(b.seqs) or None),)
+
+
 def build_body(vault, req: Request, model: str | None, *, transcript=None,
                related: list[Entry] | None = None) -> dict:
     """The exact chat-completions body the fork sends (``extract --dry-run`` prints it)."""
@@ -158,12 +198,17 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
     from acpmem.write.transcripts import close_tool_calls, openai_messages
 
     t = conversation(req) if transcript is None else transcript
+    blk = request_block(req, t)
     messages = close_tool_calls(openai_messages(t), req.ack) if t is not None else []
     rel = related_entries(vault, req.note) if related is None else related
     lang = vault.settings.language
+    layers = len(vault.layers()) > 1   # the fork is told the user vault exists, and chooses per entry
     messages.append({"role": "user", "content": fork_instruction(req.note, req.type, req.importance,
-                                                                 related_text(rel), lang)})
-    tools = load_host_tools(req.host_tools) + tool_definitions("fork", "openai", lang, vault.settings.types)
+                                                                 related_text(rel), lang,
+                                                                 block_text(blk) if blk is not None else None,
+                                                                 layers=layers)})
+    tools = load_host_tools(req.host_tools) + tool_definitions("fork", "openai", lang, vault.settings.types,
+                                                               layers=layers)
     body: dict = {"model": model} if model else {}
     body.update(messages=messages, tools=tools, tool_choice="auto")
     return body
@@ -190,7 +235,8 @@ def choose_extractor(vault, override: str | None = None, env=None):
 # --------------------------------------------------------------------------------------------- applying results
 
 class _Draft:
-    """What one request's answer becomes, gathered call by call: new entries, superseded ones, and notes."""
+    """What one request's answer becomes, gathered call by call: new entries, superseded ones, and notes; each new
+    or updated entry's layer in ``layer_of`` (project when absent)."""
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []
@@ -198,6 +244,13 @@ class _Draft:
         self.unknown: list[str] = []
         self.redacted: list[str] = []
         self.ignored: list[str] = []
+        self.layer_of: dict[str, str] = {}
+
+    def part(self, layer: str) -> tuple[list[Entry], list[Entry]]:
+        """The new entries and the updated ones of one layer."""
+        def mine(e: Entry) -> bool:
+            return self.layer_of.get(e.id, LAYER_PROJECT) == layer
+        return [e for e in self.entries if mine(e)], [e for e in self.updates.values() if mine(e)]
 
 
 def derive_title(content: str) -> str:
@@ -221,26 +274,44 @@ def _redact(text: str, found: list[str]) -> str:
     return clean
 
 
+def _user_safe(vault, text: str, draft: _Draft) -> str:
+    """User-layer text without this project's paths (``acpmem.core.projectpaths``); secrets are redacted for
+    every layer before this."""
+    from acpmem.core.projectpaths import redact_project_paths
+    from acpmem.vault.layers import project_path_forms
+
+    clean, n = redact_project_paths(text, project_path_forms(vault))
+    if n:
+        draft.redacted.append("project-path")
+    return clean
+
+
 def _new_entry(vault, req: Request, draft: _Draft, taken: set[str], *, title: str, body: str,
-               citations: tuple[Citation, ...], extractor: str, supersedes: tuple[str, ...] = ()) -> Entry:
-    ident = vault.new_id(taken)
+               citations: tuple[Citation, ...], extractor: str, supersedes: tuple[str, ...] = (),
+               layer: str = LAYER_PROJECT) -> Entry:
+    target = vault.user if layer == LAYER_USER and vault.layer != LAYER_USER else vault
+    if layer != LAYER_PROJECT:
+        title, body = _user_safe(vault, title, draft), _user_safe(vault, body, draft)
+    ident = target.new_id(taken)
     taken.add(ident)
     body = defuse_conflict_markers(body.strip("\n") + "\n")  # a quoted conflict, never an unresolved one
     e = Entry(id=ident, title=title, type=req.type, importance=req.importance, created=vault.now(), body=body,
               citation=citations, source={"request": req.id, "extractor": extractor}, supersedes=supersedes)
-    return e.with_changes(path=vault.path_for(ident, title))
+    draft.layer_of[ident] = layer
+    return e.with_changes(path=target.path_for(ident, title))
 
 
-def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names: set[str]) -> _Draft:
+def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names: set[str], *,
+                     citations: tuple[Citation, ...] | None = None) -> _Draft:
     """Turn the model's tool calls into entries. A malformed ``memory_write`` (bad JSON, wrong fields, oversize) or a
     call to a tool we never offered rejects the whole answer (``ExtractionError`` reason ``malformed_call``: the request
     is retried); calls to the host's own tools are ignored (a one-shot fork cannot answer them)."""
-    from acpmem.core.tools import parse_write_args
+    from acpmem.core.tools import default_layer, parse_write_args
 
     draft = _Draft()
-    loaded = vault.load(with_reads=False)
-    known = {e.id: e for e in loaded.entries}
-    taken = set(known)
+    layers = {lv.layer: lv for lv in vault.layers()}
+    known_in = {name: {e.id: e for e in lv.load(with_reads=False).entries} for name, lv in layers.items()}
+    taken = {i for known in known_in.values() for i in known}   # ids stay unique across the layers
     max_bytes = vault.settings.extraction.max_entry_bytes
     for i, call in enumerate(calls):
         if call.name in host_tool_names:
@@ -251,22 +322,30 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
         if call.arguments is None:
             raise _malformed(f"memory_write call {i + 1}: {call.error}")
         try:
-            args = parse_write_args(call.arguments, max_bytes)
+            args = parse_write_args(call.arguments, max_bytes, layers=len(layers) > 1)
         except EntryInvalid as exc:
             raise _malformed(f"memory_write call {i + 1}: {exc.message}") from None
+        layer = args.layer or default_layer(req.type)
+        if layer not in layers or req.type not in layers[layer].settings.types:
+            layer = vault.layer   # one layer only (the schema then has no layer field), or a type it lacks
+        known = known_in[layer]
         content = _redact(args.content, draft.redacted)
+        if layer != LAYER_PROJECT:   # before a title is derived (and clipped) from it
+            content = _user_safe(vault, content, draft)
         title = _redact(args.title, draft.redacted) if args.title else derive_title(content)
         sup = []
-        for old in args.supersedes:
+        for old in args.supersedes:   # within the entry's own layer: a layer never marks the other's entries
             target = known.get(old) or _unique_prefix(known, old)
             if target is None or target.superseded or target.id in draft.updates:
                 draft.unknown.append(old)
                 continue
             sup.append(target.id)
         entry = _new_entry(vault, req, draft, taken, title=title, body=content,
-                           citations=(Citation(req.session, req.seq),), extractor=extractor, supersedes=tuple(sup))
+                           citations=citations or (Citation(req.session, req.seq),), extractor=extractor,
+                           supersedes=tuple(sup), layer=layer)
         for old in sup:
             draft.updates[old] = known[old].with_changes(superseded_by=entry.id)
+            draft.layer_of[old] = layer
         draft.entries.append(entry)
     return draft
 
@@ -281,21 +360,47 @@ def _malformed(message: str) -> ExtractionError:
                            reason="malformed_call", attempts=1, retryable=True, status=None)
 
 
-def commit_draft(vault, req: Request, draft: _Draft, model_label: str, extractor: str) -> str:
-    """Write the draft's entries (and the superseded ones) in one commit carrying the request's trailers."""
-    n = len(draft.entries)
-    first = draft.entries[0].title
-    subject = f"{n} {'entry' if n == 1 else 'entries'} from {req.id}: {first}"
-    why = (f"Distilled by the fork ({extractor}) from session {req.session} up to seq {req.seq}.\n"
-           f"Focus: {req.note}")
-    if draft.updates:
-        why += "\nSupersedes: " + ", ".join(f"#{i}" for i in draft.updates)
-    trailers = {"Acpmem-Request": req.id, "Acpmem-Session": req.session, "Acpmem-Seq": str(req.seq),
-                "Acpmem-Note": req.note, "Acpmem-Model": model_label, "Acpmem-Extractor": extractor}
+def commit_draft(vault, req: Request, draft: _Draft, model_label: str, extractor: str) -> str | None:
+    """Write the draft's entries (and the superseded ones) in one commit per layer carrying the request's trailers:
+    the user vault's first, then the project vault's, which marks the request done (``process_request``). Returns
+    the project commit (the user one when every entry went to the user vault)."""
     from acpmem.vault.writer import KIND_FORK
 
-    return vault.write_entries(draft.entries, subject=subject, why=why, kind=KIND_FORK, trailers=trailers,
-                               updates=list(draft.updates.values()))
+    user_entries, user_updates = draft.part(LAYER_USER)
+    entries, updates = draft.part(LAYER_PROJECT)
+    if vault.layer == LAYER_USER:   # the vault opened is the user vault itself: one layer, one commit
+        entries, updates, user_entries, user_updates = user_entries + entries, user_updates + updates, [], []
+    trailers = {"Acpmem-Request": req.id, "Acpmem-Session": req.session, "Acpmem-Seq": str(req.seq),
+                "Acpmem-Note": req.note, "Acpmem-Model": model_label, "Acpmem-Extractor": extractor}
+    sha = None
+    if user_entries or user_updates:
+        note = _user_safe(vault, req.note, draft)   # the user vault's history is read in every project too
+        sha = vault.user.write_entries(
+            user_entries, subject=_subject(req, user_entries or user_updates),
+            why=_why(req, extractor, note, user_updates), kind=KIND_FORK,
+            trailers={**trailers, "Acpmem-Note": note, USER_PART_TRAILER: "yes" if entries or updates else "no"},
+            updates=user_updates)
+    if entries or updates:
+        sha = vault.write_entries(entries, subject=_subject(req, entries or updates),
+                                  why=_why(req, extractor, req.note, updates), kind=KIND_FORK, trailers=trailers,
+                                  updates=updates)
+    return sha
+
+
+USER_PART_TRAILER = "Acpmem-Project-Part"   # in a user-vault commit: whether a project commit follows it
+
+
+def _subject(req: Request, entries: list[Entry]) -> str:
+    n = len(entries)
+    return f"{n} {'entry' if n == 1 else 'entries'} from {req.id}: {entries[0].title}"
+
+
+def _why(req: Request, extractor: str, note: str, updates: list[Entry]) -> str:
+    why = (f"Distilled by the fork ({extractor}) from session {req.session} up to seq {req.seq}.\n"
+           f"Focus: {note}")
+    if updates:
+        why += "\nSupersedes: " + ", ".join(f"#{e.id}" for e in updates)
+    return why
 
 
 # --------------------------------------------------------------------------------------------- processing
@@ -321,6 +426,16 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
     sha = commit_for_request(vault, requests.check_request_id(req.id))
     if sha:
         return _finish(vault, req, Outcome(req.id, "already", commit=sha, attempts=req.attempts))
+    user_done = False
+    if not sha and vault.user is not None:   # the user part is committed first: done, or half done?
+        user_sha = commit_for_request(vault.user, req.id)
+        if user_sha:
+            from acpmem.vault.gitrun import git
+
+            body = git(vault.user.root, "log", "-1", "--format=%B", user_sha, check=False).out
+            if f"{USER_PART_TRAILER}: yes" not in body:
+                return _finish(vault, req, Outcome(req.id, "already", commit=user_sha, attempts=req.attempts))
+            user_done = True   # killed between the two commits: this run writes the project part only
 
     result = None
     kind, config = "offline", None
@@ -334,6 +449,7 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
         label = config.extractor if config else "offline"
         say(req.id, "reading the transcript")
         t = conversation(req)
+        cites = request_citations(req, t)
         if kind == "offline":
             from acpmem.write.offline import extract_offline
 
@@ -350,7 +466,7 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
                 raise
             host_names = {tool["function"]["name"] for tool in body["tools"][:-1]}
             try:
-                draft = draft_from_calls(vault, req, result.tool_calls, label, host_names)
+                draft = draft_from_calls(vault, req, result.tool_calls, label, host_names, citations=cites)
             except ExtractionError as exc:
                 costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=0,
                                                  error=exc))
@@ -358,6 +474,11 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
             costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
                                              entries=len(draft.entries)))
         usage = _usage(result)
+        if user_done:
+            drop = {e.id for e in draft.entries + list(draft.updates.values())
+                    if draft.layer_of.get(e.id) == LAYER_USER}
+            draft.entries = [e for e in draft.entries if e.id not in drop]
+            draft.updates = {k: e for k, e in draft.updates.items() if k not in drop}
         if not draft.entries:
             out = Outcome(req.id, "nothing", label, None, (), (), tuple(draft.unknown), tuple(draft.redacted),
                           tuple(draft.ignored), None, usage, req.attempts + 1)
@@ -365,7 +486,8 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
         say(req.id, "committing")
         sha = commit_draft(vault, req, draft, config.model if config else "offline", label)
         out = Outcome(req.id, "written", label, sha,
-                      tuple({"id": e.id, "title": e.title, "path": e.path, "type": e.type} for e in draft.entries),
+                      tuple({"id": e.id, "title": e.title, "path": e.path, "type": e.type,
+                             "layer": draft.layer_of.get(e.id, LAYER_PROJECT)} for e in draft.entries),
                       tuple(draft.updates), tuple(draft.unknown), tuple(dict.fromkeys(draft.redacted)),
                       tuple(draft.ignored), None, usage, req.attempts + 1)
         return _finish(vault, req, out)
@@ -385,15 +507,44 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
 
 
 def _offline_draft(vault, req: Request, transcript, extract_offline) -> _Draft:
+    from acpmem.core.tools import default_layer
+
     draft = _Draft()
-    text = extract_offline(transcript, req.note, max_bytes=vault.settings.extraction.max_entry_bytes,
-                           lang=vault.settings.language)
-    body = _redact(text.body, draft.redacted)
+    layers = vault.layers()
+    layer = default_layer(req.type) if len(layers) > 1 else vault.layer
+    if layer != vault.layer and req.type not in layers[-1].settings.types:
+        layer = vault.layer   # the user vault does not know this type: the project vault keeps it
+    max_bytes = vault.settings.extraction.max_entry_bytes
+    blk = request_block(req, transcript)
+    if blk is not None:   # quote from the turns the block covers, after the block's own summary
+        transcript = transcript.with_changes(messages=transcript.turns(blk.seqs))
+        max_bytes = max(1024, max_bytes - len(blk.summary.encode("utf-8")) - 200)
+    note = req.note
+    if layer != LAYER_PROJECT:
+        # before the extractor clips titles and quotes: a path cut in half would no longer be recognised
+        note = _user_safe(vault, note, draft)
+        if transcript is not None:
+            transcript = transcript.with_changes(messages=tuple(
+                m.with_changes(content=_user_safe(vault, transcript.text(m), draft), raw={})
+                for m in transcript.messages))
+        if blk is not None:
+            blk = blk.with_changes(summary=_user_safe(vault, blk.summary, draft),
+                                   topic=_user_safe(vault, blk.topic, draft) if blk.topic else blk.topic)
+    text = extract_offline(transcript, note, max_bytes=max_bytes, lang=vault.settings.language)
+    body = text.body
+    if blk is not None:
+        from acpmem.write.offline import block_lines
+
+        body = block_lines(blk, body, vault.settings.language, vault.settings.extraction.max_entry_bytes)
+    body = _redact(body, draft.redacted)
     title = _redact(text.title, draft.redacted)
-    cites = tuple(Citation(req.session, s) for s in text.seqs) or (Citation(req.session, req.seq),)
-    taken = {e.id for e in vault.load(with_reads=False, light=True).entries}
+    if blk is not None:
+        cites = request_citations(req, transcript)
+    else:
+        cites = tuple(Citation(req.session, s) for s in text.seqs) or (Citation(req.session, req.seq),)
+    taken = {e.id for lv in layers for e in lv.load(with_reads=False, light=True).entries}
     draft.entries.append(_new_entry(vault, req, draft, taken, title=title, body=body, citations=cites,
-                                    extractor="offline"))
+                                    extractor="offline", layer=layer))
     return draft
 
 

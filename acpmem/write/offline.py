@@ -75,6 +75,15 @@ def extract_offline(transcript, note: str, *, max_bytes: int = 8192, lang: str =
     return OfflineText(title, _fit("\n".join([*head, *lines]), max_bytes), tuple(used))
 
 
+def block_lines(block, body: str, lang: str = "en", max_bytes: int = 8192) -> str:
+    """An offline extract of a compression block: the block's summary (what the compression engine distilled),
+    then the quoted turns ``body``."""
+    head = (f"压缩块 {block.id}（第 {block.tier or '?'} 层" + (f"，{block.topic}" if block.topic else "") + "）的摘要："
+            if lang == "zh" else f"Compression block {block.label()}, its summary:")
+    summary = "\n".join(f"> {line}" if line.strip() else ">" for line in block.summary.strip().splitlines())
+    return _fit(f"{head}\n{summary}\n\n{body}", max_bytes)
+
+
 def _fit(text: str, max_bytes: int) -> str:
     data = text.encode("utf-8")
     if len(data) <= max_bytes:

@@ -57,6 +57,7 @@ class Request(Value):
     next_attempt: str | None = None
     errors: tuple[dict, ...] = ()
     redacted: tuple[str, ...] = ()
+    block: str | None = None   # a compression block the commit named (b12): the fork's focus and the citation
 
     @property
     def last_error(self) -> dict | None:
@@ -67,7 +68,8 @@ class Request(Value):
                 "importance": self.importance, "session": self.session, "seq": self.seq, "ack": self.ack,
                 "transcript": self.transcript, "host_tools": self.host_tools, "lang": self.lang,
                 "status": self.status, "attempts": self.attempts, "next_attempt": self.next_attempt,
-                "errors": list(self.errors), "redacted": list(self.redacted)}
+                "errors": list(self.errors), "redacted": list(self.redacted),
+                **({"block": self.block} if self.block else {})}
 
     @classmethod
     def from_json(cls, d: dict) -> "Request":
@@ -87,6 +89,9 @@ class Request(Value):
         for key in ("transcript", "host_tools", "next_attempt"):
             if d.get(key) is not None and not isinstance(d[key], str):
                 raise ValueError(f"{key} must be text")
+        block = d.get("block")
+        if block is not None and not (isinstance(block, str) and re.fullmatch(r"b[0-9]{1,9}", block)):
+            raise ValueError("block must be a block id like b12")
         if d.get("next_attempt") is not None:
             parse_iso(d["next_attempt"])   # the worker computes with it: "zzzz" would stop it for good
         if d.get("status", "pending") not in ("pending", "failed", None) \
@@ -98,7 +103,7 @@ class Request(Value):
                    transcript=d.get("transcript"), host_tools=d.get("host_tools"), lang=d.get("lang") or "en",
                    status=d.get("status") or "pending", attempts=attempts,
                    next_attempt=d.get("next_attempt"), errors=tuple(d.get("errors") or ()),
-                   redacted=tuple(d.get("redacted") or ()))
+                   redacted=tuple(d.get("redacted") or ()), block=d.get("block"))
 
     def due(self, now: str) -> bool:
         return self.status == "pending" and (self.next_attempt is None or self.next_attempt <= now)
@@ -244,12 +249,13 @@ def check_host_args(host: dict) -> dict:
 
 def make_request(*, types: tuple[str, ...], type: str, note: str, importance: int | str, session: str,
                  seq: int | str, transcript: str | os.PathLike | None, host_tools: str | os.PathLike | None,
-                 lang: str, created: str, request_id: str, cwd: Path | None = None, inline: bool = False) -> Request:
+                 lang: str, created: str, request_id: str, cwd: Path | None = None, inline: bool = False,
+                 block: str | None = None) -> Request:
     """Validate a commit's arguments (the model's and the host's) and build the request. The note is redacted here,
     before it reaches any file; the secret kinds found are kept in ``redacted``."""
     from acpmem.core.tools import parse_commit_args
 
-    args = parse_commit_args({"type": type, "note": note, "importance": importance}, types)
+    args = parse_commit_args({"type": type, "note": note, "importance": importance, "block": block}, types)
     why = limits.session_problem(session)
     if why:
         raise UsageError(f"a session id {why}, got {limits.clip(session)}",
@@ -276,4 +282,4 @@ def make_request(*, types: tuple[str, ...], type: str, note: str, importance: in
 
     return Request(id=request_id, created=created, type=args.type, note=note_clean, importance=args.importance,
                    session=session.strip(), seq=seq, ack=ack_text(request_id, lang, inline=inline), transcript=absolute(transcript),
-                   host_tools=absolute(host_tools), lang=lang, redacted=tuple(f.kind for f in found))
+                   host_tools=absolute(host_tools), lang=lang, redacted=tuple(f.kind for f in found), block=args.block)

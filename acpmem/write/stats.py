@@ -21,12 +21,28 @@ def _tree_bytes(path: Path) -> int:
     return total
 
 
-def stats(vault) -> dict:
-    """``acp memory stats``: entries by type, sizes on disk, index size, session budgets used, requests, costs."""
+def _entry_counts(vault) -> dict:
     loaded = vault.load(with_reads=False, light=True)
     by_type: dict[str, int] = {t: 0 for t in vault.settings.types}
     for e in loaded.live():
         by_type[e.type] = by_type.get(e.type, 0) + 1
+    return {"live": len(loaded.live()), "superseded": len(loaded.entries) - len(loaded.live()),
+            "invalid": len(loaded.problems), "by_type": by_type}
+
+
+def user_layer_stats(vault) -> dict | None:
+    """The user vault read beside ``vault``: where it is, its entries and its size on disk; None without one."""
+    user = vault.user
+    if user is None:
+        return None
+    return {"vault": str(user.root), "entries": _entry_counts(user),
+            "disk": {"entries_bytes": _tree_bytes(user.entries_dir), "git_bytes": _tree_bytes(user.root / ".git")}}
+
+
+def stats(vault) -> dict:
+    """``acp memory stats``: entries by type, sizes on disk, index size, session budgets used, requests, costs; and
+    the user layer's entries (``user``, None when no user vault is read)."""
+    counts = _entry_counts(vault)
     state = vault.state_dir
     index_bytes = sum(p.stat().st_size for p in state.glob("*.sqlite*") if p.is_file()) if state.exists() else 0
     sessions_dir = state / SESSIONS_DIR
@@ -48,8 +64,8 @@ def stats(vault) -> dict:
     scheduled = sorted(r.next_attempt for r in reqs if r.status == "pending" and r.next_attempt)
     ledger = costs.read(state)
     return {
-        "entries": {"live": len(loaded.live()), "superseded": len(loaded.entries) - len(loaded.live()),
-                    "invalid": len(loaded.problems), "by_type": by_type},
+        "layer": vault.layer,
+        "entries": counts,
         "disk": {"entries_bytes": _tree_bytes(vault.entries_dir), "git_bytes": _tree_bytes(vault.root / ".git"),
                  "state_bytes": _tree_bytes(state), "index_bytes": index_bytes},
         "sessions": {"count": n_sessions, "bytes": s_bytes, "budgets": budgets},
@@ -62,6 +78,7 @@ def stats(vault) -> dict:
                                 "next_attempt": r.next_attempt, "note": r.note,
                                 "last_error": (r.last_error or {}).get("message")} for r in reqs]},
         "costs": costs.summarize(ledger),
+        "user": user_layer_stats(vault) if vault.layer != "user" else None,
         **_embeddings(vault, ledger),
     }
 

@@ -56,15 +56,32 @@ def check_readable(path: str | os.PathLike | None, what: str, hint: str) -> None
         raise TranscriptError(f"{p}: cannot read the {what} (permission denied)", "check the file's permissions")
 
 
+def check_block(transcript: str | os.PathLike | None, block: str) -> None:
+    """A block named at commit time must be in the transcript now (``TranscriptError`` naming those there are)."""
+    from acpmem.core.tools import parse_block_arg
+
+    block = parse_block_arg(block)
+    if transcript is None or transcript == "":
+        raise UsageError(f"block {block} is named without a transcript",
+                         "pass the session log that has the block (--transcript), or commit without --block")
+    from acpmem.write.transcripts import read_transcript
+
+    read_transcript(Path(transcript).expanduser(), turns=()).block(block)   # blocks only: a scan of a DSH log
+
+
 def submit(vault, *, type: str, note: str, importance: int, session: str, seq: int,
            transcript: str | os.PathLike | None = None, wait: bool = False,
-           host_tools: str | os.PathLike | None = None, extractor: str | None = None) -> Ack:
+           host_tools: str | os.PathLike | None = None, extractor: str | None = None,
+           block: str | None = None) -> Ack:
     """Record a ``memory_commit`` durably and have it extracted: in a detached background worker (the default; returns
     at once) or inline with ``wait``. ``vault`` is a ``VaultReader`` (a ``Vault`` with ``wait``). Never takes memory content: only the intent (type, note,
-    importance) and where the conversation is (session, seq, transcript). Raises ``EntryInvalid``/``UsageError`` for
-    bad arguments, before anything is written."""
+    importance) and where the conversation is (session, seq, transcript). ``block`` names a compression block of the
+    transcript (``b12``) as the focus: it must be there now. Raises ``EntryInvalid``/``UsageError``/``TranscriptError``
+    for bad arguments, before anything is written."""
     vault.require_writable()
     check_readable(transcript, "transcript", "pass the conversation file the host writes for this session")
+    if block not in (None, ""):
+        check_block(transcript, block)
     check_readable(host_tools, "tool definition file", "pass the host's tools as a JSON file")
     settings = vault.settings
     vault.ensure_state()
@@ -78,7 +95,7 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
         req = requests.make_request(types=settings.types, type=type, note=note, importance=importance,
                                     session=session, seq=seq, transcript=transcript, host_tools=host_tools,
                                     lang=settings.language, created=utc_iso(vault.clock()), request_id=rid,
-                                    inline=wait)
+                                    inline=wait, block=block)
         try:
             path = requests.save_request(vault.state_dir, req, new=True)
             break
@@ -86,6 +103,10 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
             continue
     else:  # pragma: no cover - 20 collisions of 40 random bits
         raise AcpmemError("could not pick a free request id", "retry")
+    if req.transcript:
+        from acpmem.write.sources import record_transcript
+
+        record_transcript(vault, req.session, req.transcript, "commit")
     if wait:
         from acpmem.write.worker import process_now
 

@@ -19,7 +19,7 @@ from acpmem.core.errors import TranscriptError
 from acpmem.core.limits import MAX_SEQ, clip, int_between
 from acpmem.core.values import Value
 
-FORMATS = ("auto", "openai", "anthropic", "jsonl", "claude-code")
+FORMATS = ("auto", "openai", "anthropic", "jsonl", "claude-code", "dsh", "pi")
 MAX_BYTES = 256 * 1024 * 1024
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 # Keys the host adds for its own bookkeeping; the model never saw them, so they are not sent.
@@ -40,8 +40,11 @@ class Message(Value):
 class Transcript(Value):
     """A conversation in the order the model saw it.
 
-    ``format`` is the message dialect: ``openai``, ``anthropic`` or ``claude-code``; ``container`` is ``json`` or ``jsonl``;
-    ``system`` is the Anthropic top-level system prompt (OpenAI keeps it as a message).
+    ``format`` is the message dialect: ``openai``, ``anthropic`` or ``claude-code``; ``container`` is ``json``,
+    ``jsonl``, ``dsh`` (a DSH event log) or ``pi`` (a pi session log: both read as OpenAI messages);
+    ``system`` is the Anthropic top-level system prompt (OpenAI keeps it as a message). ``blocks``: the compression
+    blocks found (``acpmem.core.blocks.Block``); ``events``: for Claude Code, DSH and pi every message event, shadowed
+    ones too (``turns`` reads from them); ``ops``: DSH's surface changes, replayed by ``upto``.
     """
 
     messages: tuple[Message, ...]
@@ -52,33 +55,68 @@ class Transcript(Value):
     # Claude Code only: every message event in file order, so upto() can follow the branch that was live at that seq.
     events: tuple[Message, ...] = ()
     links: dict | None = None  # uuid -> parentUuid over all events
-    _hidden = ("events", "links")   # left out of comparison and repr
+    blocks: tuple = ()
+    ops: tuple | None = None
+    warnings: tuple[str, ...] = ()
+    _hidden = ("events", "links", "ops", "warnings")   # left out of comparison and repr
 
     def upto(self, seq: int) -> "Transcript":
-        """The prefix the fork sees: every message up to and including ``seq``."""
+        """The prefix the fork sees: every message up to and including ``seq`` — for a DSH log, the surface the model
+        saw at ``seq`` (compaction checkpoints in place of the turns they replaced)."""
         if self.format == "claude-code" and self.events:
             msgs = _active_branch(tuple(m for m in self.events if m.seq <= seq), self.links)
+        elif self.ops is not None:
+            msgs = _surface_messages(self.events, self.ops, seq)
         else:
             msgs = tuple(m for m in self.messages if m.seq <= seq)
-        return Transcript(msgs, self.format, self.container, self.system, self.source, self.events, self.links)
+        return self.with_changes(messages=msgs)
 
     @property
     def last_seq(self) -> int | None:
-        return self.messages[-1].seq if self.messages else None
+        pool = self.events or self.messages
+        return max(m.seq for m in pool) if pool else None
+
+    def block(self, block_id: str):
+        """The compression block ``block_id``; ``TranscriptError`` when there is none (naming those there are)."""
+        for b in self.blocks:
+            if b.id == block_id:
+                return b
+        if not self.blocks:
+            note = f" (and {self.warnings[0].split(': ', 1)[-1]})" if self.warnings else ""
+            raise TranscriptError(f"{self.source}: has no compression blocks, so there is no block "
+                                  f"{clip(block_id)}{note}",
+                                  "commit without --block, or pass the host's session log that has its compactions")
+        known = ", ".join(b.id for b in self.blocks[:12]) + (" …" if len(self.blocks) > 12 else "")
+        raise TranscriptError(f"{self.source}: no compression block {clip(block_id)} (it has {known})",
+                              "name one of its blocks")
+
+    def turns(self, seqs) -> tuple[Message, ...]:
+        """The messages with these seqs, shadowed ones included, in seq order."""
+        want = set(seqs)
+        return tuple(m for m in (self.events or self.messages) if m.seq in want)
 
     def text(self, message: Message) -> str:
         """The readable text of one message (text blocks, tool calls and results flattened), for search and display."""
         return _plain_text(message.content, message.raw)
 
 
-def read_transcript(path_or_text: str | Path, format: str = "auto") -> Transcript:
+def read_transcript(path_or_text: str | Path, format: str = "auto", *, turns=None) -> Transcript:
     """Read a transcript from a file path (``Path`` or an existing path string) or from the text itself.
 
-    ``format`` is ``auto`` (detect), ``openai``, ``anthropic``, ``jsonl`` (one message per line, dialect detected) or
-    ``claude-code``. Raises ``TranscriptError`` naming the file and line.
+    ``format`` is ``auto`` (detect), ``openai``, ``anthropic``, ``jsonl`` (one message per line, dialect detected),
+    ``claude-code``, ``dsh`` (a DSH event log, zstd-compressed or not) or ``pi`` (a pi session log; its kernel state
+    is read from ``<log>.acp.json`` beside it). ``turns``: a set of seqs — for a DSH log, read only those messages
+    (and every block; the result has no surface to replay): what checking a block or showing cited turns needs.
+    Raises ``TranscriptError`` naming the file and line.
     """
     if format not in FORMATS:
         raise TranscriptError(f"Unknown transcript format '{format}'", f"use one of: {', '.join(FORMATS)}")
+    dsh = _dsh_file(path_or_text, format)
+    if dsh is not None:
+        from acpmem.write.hostlogs import read_dsh
+
+        only = frozenset(turns) if turns is not None else None
+        return _from_hostlog(read_dsh(dsh, str(dsh), only=only), str(dsh), "dsh", partial=only is not None)
     text, source = _load(path_or_text)
     stripped = text.strip()
     if not stripped:
@@ -100,6 +138,10 @@ def read_transcript(path_or_text: str | Path, format: str = "auto") -> Transcrip
     if format in ("openai", "anthropic"):
         raise TranscriptError(f"{source}: expected a JSON list of messages or an object with \"messages\"",
                               "pass --format jsonl or claude-code for line-per-record files")
+    if format == "dsh":
+        from acpmem.write.hostlogs import read_dsh
+
+        return _from_hostlog(read_dsh(None, source, text), source, "dsh")
     return _from_jsonl(text, format, source)
 
 
@@ -235,7 +277,7 @@ def _from_chat_doc(doc: list | dict, format: str, source: str) -> Transcript:
         raise TranscriptError(f"{source}: \"system\" must be text or a list of text blocks", "fix the transcript")
     messages = tuple(Message(_seq(r, i, f"{source}: message {i}"), r["role"], r.get("content"), r) for i, r in records)
     _check_seqs(messages, source)
-    return Transcript(messages, dialect, "json", system, source)
+    return Transcript(messages, dialect, "json", system, source, blocks=_summary_blocks(messages, dialect))
 
 
 def _check_message(item: object, where: str) -> None:
@@ -308,6 +350,17 @@ def _from_jsonl(text: str, format: str, source: str) -> Transcript:
         rows.append((n, obj))
     if not rows:
         raise TranscriptError(f"{source}: transcript has no records", "pass the file the host wrote for this session")
+    from acpmem.write.hostlogs import looks_like_dsh, looks_like_pi
+
+    if format == "pi" or (format == "auto" and looks_like_pi([o for _, o in rows[:50]])):
+        from acpmem.write.hostlogs import read_pi
+
+        path = Path(source) if source != "<text>" else None
+        return _from_hostlog(read_pi(rows, path, source), source, "pi")
+    if format == "auto" and all(looks_like_dsh(o) or o.get("type") == "session" for _, o in rows[:20]):
+        from acpmem.write.hostlogs import read_dsh
+
+        return _from_hostlog(read_dsh(None, source, text), source, "dsh")
     is_cc = any("role" not in o and isinstance(o.get("type"), str) and ("message" in o or "uuid" in o or
                                                                          o.get("type") == "summary") for _, o in rows)
     if format == "claude-code" or (format == "auto" and is_cc):
@@ -320,7 +373,8 @@ def _from_jsonl(text: str, format: str, source: str) -> Transcript:
     messages = tuple(Message(_seq(o, i, f"{source}:{n + 1}"), o["role"], o.get("content"), o)
                      for i, (n, o) in enumerate(rows))
     _check_seqs(messages, source)
-    return Transcript(messages, _dialect([o for _, o in rows], None), "jsonl", None, source)
+    dialect = _dialect([o for _, o in rows], None)
+    return Transcript(messages, dialect, "jsonl", None, source, blocks=_summary_blocks(messages, dialect))
 
 
 def _from_claude_code(rows: list[tuple[int, dict]], source: str) -> Transcript:
@@ -351,7 +405,8 @@ def _from_claude_code(rows: list[tuple[int, dict]], source: str) -> Transcript:
         raise TranscriptError(f"{source}: no user or assistant events in this Claude Code session",
                               "pass the session's .jsonl file")
     events_t = tuple(events)
-    return Transcript(_active_branch(events_t, links), "claude-code", "jsonl", None, source, events_t, links)
+    return Transcript(_active_branch(events_t, links), "claude-code", "jsonl", None, source, events_t, links,
+                      blocks=_summary_blocks(events_t, "claude-code"))
 
 
 def _active_branch(events: tuple[Message, ...], links: dict | None) -> tuple[Message, ...]:
@@ -372,6 +427,118 @@ def _active_branch(events: tuple[Message, ...], links: dict | None) -> tuple[Mes
         node = links[node]
     chain.reverse()
     return tuple(chain)
+
+
+# ------------------------------------------------------------------------------------------- compression hosts
+
+def _dsh_file(path_or_text: str | Path, format: str) -> Path | None:
+    """The path of a DSH log to stream — a zstd file, a file whose first lines are DSH events, or anything with
+    ``format="dsh"`` — else None."""
+    if format not in ("auto", "dsh"):
+        return None
+    if not (isinstance(path_or_text, Path) or (isinstance(path_or_text, str) and _looks_like_path(path_or_text))):
+        return None
+    path = Path(path_or_text)
+    try:
+        if not path.is_file():
+            return None
+        if format == "dsh":
+            return path
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except (OSError, ValueError):
+        return None   # _load says what is wrong
+    from acpmem.write.hostlogs import is_zstd, looks_like_dsh
+
+    if is_zstd(head):
+        return path
+    rows = []
+    for line in head.split(b"\n")[:-1][:4]:
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(obj, dict):
+            return None
+        rows.append(obj)
+    if rows and all(looks_like_dsh(o) or o.get("type") == "session" for o in rows) and any(map(looks_like_dsh, rows)):
+        return path
+    return None
+
+
+def _from_hostlog(log, source: str, container: str, partial: bool = False) -> Transcript:
+    events = tuple(Message(e.seq, e.role, e.message.get("content"), e.message) for e in log.events)
+    if not events and not partial:
+        raise TranscriptError(f"{source}: no messages in this session log", "pass the session's log file")
+    if partial:
+        msgs = events
+    elif log.ops is not None:
+        msgs = _surface_messages(events, log.ops, None)
+    else:
+        msgs = _with_summaries(events, log.blocks)
+    return Transcript(msgs, "openai", container, None, source, events, None, log.blocks, log.ops, log.warnings)
+
+
+def _surface_messages(events: tuple[Message, ...], ops: tuple, upto: int | None) -> tuple[Message, ...]:
+    from acpmem.write.hostlogs import surface
+
+    by_seq = {m.seq: m for m in events}
+    return tuple(by_seq[s] for s in surface(ops, upto) if s in by_seq)
+
+
+def _with_summaries(events: tuple[Message, ...], blocks) -> tuple[Message, ...]:
+    """pi: the log with each active block's summary (as the kernel renders it, as a user message: pi's way) in place
+    of the messages it covers."""
+    from acpmem.core.blocks import SUMMARY_HEAD
+
+    hidden: dict[int, object] = {}
+    for b in blocks:
+        if b.active:
+            for s in b.seqs:
+                hidden.setdefault(s, b)
+    if not hidden:
+        return events
+    out, placed = [], set()
+    for m in events:
+        b = hidden.get(m.seq)
+        if b is None:
+            out.append(m)
+        elif b.id not in placed:
+            placed.add(b.id)
+            text = f"{SUMMARY_HEAD} — {b.topic}\n{b.summary}" if b.topic else f"{SUMMARY_HEAD}\n{b.summary}"
+            out.append(Message(m.seq, "user", text, {"role": "user", "content": text}))
+    return tuple(out)
+
+
+def _summary_blocks(messages: tuple[Message, ...], dialect: str) -> tuple:
+    """Compression summaries inside a transcript: kernel-rendered summary messages (id ``acp_summary_bN``, text
+    ``[Compressed conversation section] …``) and Claude Code's compaction summaries (``isCompactSummary``). The
+    turns a Claude Code summary covers are the events since the previous one; a kernel summary's are unknown (the
+    transcript holds the summary, not the turns)."""
+    from acpmem.core.blocks import Block, summary_message
+
+    out: dict[str, Block] = {}
+    prev = -1
+    for m in messages:
+        raw = m.raw
+        if dialect == "claude-code":
+            if raw.get("isCompactSummary") is True:
+                ident = f"b{len(out) + 1}"
+                seqs = tuple(e.seq for e in messages if prev < e.seq < m.seq)
+                out[ident] = Block(ident, _plain_text(m.content, raw), None, None, seqs, (), None, m.seq)
+                prev = m.seq
+            continue
+        if not (isinstance(raw.get("id"), str) and raw["id"].startswith("acp_summary_")) and not (
+                isinstance(m.content, str) and m.content.startswith("[Compressed")):
+            continue
+        found = summary_message(_plain_text(m.content, raw), raw.get("id"))
+        if found is None:
+            continue
+        ident, topic, summary = found
+        ident = ident or f"b{len(out) + 1}"
+        if ident not in out:
+            out[ident] = Block(ident, summary, None, topic, (), (), None, m.seq)
+    return tuple(out.values())
 
 
 # ------------------------------------------------------------------------------------------------------- conversion

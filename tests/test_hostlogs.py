@@ -1,0 +1,630 @@
+"""The compression hosts' sessions: DSH zstd event logs and pi session logs with their kernel state, built here as
+real files; compression summaries inside ordinary transcripts; committing a block (the fork's request through the
+loopback server, the citation written and read back); ``show --source``; hostile logs refused cleanly."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from acpmem.core.blocks import parse_turns, summary_message, turns_text
+from acpmem.core.entryfile import parse_entry
+from acpmem.core.errors import EntryInvalid, TranscriptError, UsageError
+from acpmem.write import fork, requests, sources, worker
+from acpmem.write.submit import submit as real_submit
+from acpmem.write.transcripts import openai_messages, read_transcript
+from openai_server import reply
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples" / "dsh"))
+import make_session  # noqa: E402
+
+
+def zst(path: Path, lines: list, *, frames: int = 1, last_newline: bool = True) -> Path:
+    """Write events (dicts, or raw str/bytes lines) as zstd JSONL, split over ``frames`` frames like appends."""
+    raw = [(json.dumps(x) if isinstance(x, dict) else x) for x in lines]
+    data = [(r if isinstance(r, bytes) else r.encode()) + b"\n" for r in raw]
+    if not last_newline:
+        data[-1] = data[-1][:-1]
+    c = zstandard.ZstdCompressor()
+    step = max(1, len(data) // frames)
+    out = b"".join(c.compress(b"".join(data[i:i + step])) for i in range(0, len(data), step))
+    path.write_bytes(out)
+    return path
+
+
+class Log:
+    """A DSH event log under construction: seq is the position of every event."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = [{"type": "session", "version": 0, "id": "session-t1", "cwd": "/w"}]
+
+    def add(self, kind: str, data: dict, op="append") -> int:
+        ev = {"seq": len(self.events), "time": 1, "type": kind, "data": data}
+        if op is not None:
+            ev["surfaceOp"] = op
+        self.events.append(ev)
+        return ev["seq"]
+
+    def user(self, text: str) -> int:
+        return self.add("user/message", {"content": [{"type": "text", "text": text}], "source": {"kind": "user"}})
+
+    def assistant(self, text: str, *calls: tuple[str, str]) -> int:
+        content = [{"type": "text", "text": text}] + [{"type": "tool-call", "id": cid, "name": name,
+                                                       "arguments": {"q": cid}} for cid, name in calls]
+        return self.add("assistant/message", {"message": {"role": "assistant", "content": content}})
+
+    def result(self, call_id: str, text: str) -> int:
+        return self.add("tool/result", {"message": {"role": "tool", "content": [
+            {"type": "tool-result", "toolCallId": call_id, "content": [{"type": "text", "text": text}]}]}})
+
+    def compact(self, n: int, lo: int, hi: int, tier: int | None, shadowed: list[int], summary: str,
+                **extra) -> int:
+        cid = f"c0000000-0000-4000-8000-{n:012d}"
+        self.add("compaction/start", {"compactionId": cid}, None)
+        data = {"compactionId": cid, "summary": [{"type": "text", "text": summary}], "shadowedSeqs": shadowed,
+                "shadowedRange": {"start": lo, "end": hi}, "kernelBlockId": f"b{n}", "topic": f"topic {n}", **extra}
+        if tier is not None:
+            data["tier"] = tier
+        self.add("compaction/summary", data, None)
+        cp = self.add("user/message", {"content": [{"type": "text", "text": summary}],
+                                       "source": {"kind": "plugin", "plugin": "compact", "compactionId": cid}},
+                      {"op": "replace", "start": lo, "end": hi})
+        self.add("compaction/end", {"compactionId": cid}, None)
+        return cp
+
+
+def three_tiers() -> Log:
+    """Turns, then b1 (tier 1), b2 (tier 2 over b1's checkpoint and newer turns), b3 (tier 3 over b2), with an
+    assistant turn of two tool calls inside b1."""
+    g = Log()
+    g.user("Design the auth flow")                         # 1
+    a = g.assistant("reading", ("call_a", "read"), ("call_b", "grep"))   # 2: two tool calls
+    g.result("call_a", "login.ts body")                    # 3
+    g.result("call_b", "grep hits")                        # 4
+    g.assistant("JWT 15m, refresh in Redis")               # 5
+    cp1 = g.compact(1, a, 5, 1, [2, 3, 4, 5], "JWT access 15m; refresh in Redis 30d.",
+                    effectiveMessageIds=["2#call_a", "2#call_b", "3", "4", "5"])
+    t1 = g.user("now tests")                               # 10
+    g.assistant("tests green")                             # 11
+    cp2 = g.compact(2, cp1, 11, None, [cp1, t1, t1 + 1], "Auth done; tests green.")
+    t2 = g.user("lint")                                    # 16
+    g.assistant("lint fixed")                              # 17
+    g.compact(3, cp2, t2 + 1, None, [cp2, t2, t2 + 1], "Source: b2 (3K→0.3K tok, 10x). [auth]\nAuth shipped.")
+    g.user("remember it")
+    return g
+
+
+# ---------------------------------------------------------------------------------------------------------- DSH
+
+def test_dsh_log_reads_messages_surface_and_nested_blocks_to_tier_3(tmp_path):
+    g = three_tiers()
+    t = read_transcript(zst(tmp_path / "session.jsonl.zstd", g.events, frames=3))   # appended frames
+    assert t.container == "dsh" and t.format == "openai" and t.warnings == ()
+    b1, b2, b3 = t.blocks
+    assert (b1.id, b1.tier, b1.seqs, b1.active) == ("b1", 1, (2, 3, 4, 5), False)
+    assert b1.compaction_id == "c0000000-0000-4000-8000-000000000001" and b1.topic == "topic 1"
+    # tier from nesting when the event does not say; covered turns followed back through checkpoints
+    assert (b2.tier, b2.nested, b2.seqs, b2.active) == (2, ("b1",), (2, 3, 4, 5, 10, 11), False)
+    assert (b3.tier, b3.nested, b3.seqs, b3.active) == (3, ("b2",), (2, 3, 4, 5, 10, 11, 16, 17), True)
+    # the surface the model saw last: the first turn, the tier-3 checkpoint, the last user turn
+    msgs = openai_messages(t)
+    assert [m["content"] for m in msgs] == ["Design the auth flow", b3.summary, "remember it"]
+    # at seq 11, before the second compaction: b1's checkpoint in place of turns 2..5
+    early = openai_messages(t.upto(11))
+    assert [m["content"] for m in early] == ["Design the auth flow", b1.summary, "now tests", "tests green"]
+    # two tool calls in one turn: one assistant message with both calls, results answering them
+    before = openai_messages(t.upto(4))
+    assert [c["id"] for c in before[1]["tool_calls"]] == ["call_a", "call_b"]
+    assert [m.get("tool_call_id") for m in before[2:]] == ["call_a", "call_b"]
+    assert [m.seq for m in t.turns(b1.seqs)] == [2, 3, 4, 5]
+    assert t.last_seq == len(g.events) - 1
+    # reading only some turns (a scan: lines that start with another seq are not parsed) finds the same blocks
+    for events in (g.events, [dict(reversed(list(e.items()))) for e in g.events]):   # seq first, then seq last
+        part = read_transcript(zst(tmp_path / "p.zst", events), turns={3, 10})
+        assert part.blocks == t.blocks and [m.seq for m in part.events] == [3, 10]
+        assert read_transcript(tmp_path / "p.zst", turns=()).block("b3") == b3
+
+
+def test_the_example_session_and_a_plain_jsonl_dsh_log_read_alike(tmp_path):
+    z = make_session.write(tmp_path / "s.jsonl.zstd")
+    p = make_session.write(tmp_path / "s.jsonl", compressed=False)
+    a, b = read_transcript(z), read_transcript(p)
+    assert a.blocks == b.blocks and openai_messages(a) == openai_messages(b)
+    assert [x.id for x in a.blocks] == ["b1", "b2"] and a.blocks[1].nested == ("b1",)
+    assert read_transcript(p, format="dsh").blocks == a.blocks
+
+
+def test_dsh_unknown_events_truncation_and_a_cut_last_line_are_warnings(tmp_path):
+    g = three_tiers()
+    events = [*g.events[:3], {"seq": 3, "type": "plugin/telemetry", "data": {}}, *[
+        {**e, "seq": e["seq"] + 1} for e in g.events[3:6]]]
+    t = read_transcript(zst(tmp_path / "u.zst", events))
+    assert any("'plugin/telemetry' ×1" in w for w in t.warnings)
+    assert [m.seq for m in t.events] == [1, 2, 4, 5, 6]
+    # a half-written last line
+    raw = [json.dumps(e) for e in g.events[:6]] + ['{"seq": 6, "type": "user/mess']
+    t = read_transcript(zst(tmp_path / "cut.zst", raw, last_newline=False))
+    assert any("cut off" in w for w in t.warnings) and t.events[-1].seq == 5
+    # a file cut in the middle of a frame: what is complete is read, with a warning
+    whole = zst(tmp_path / "whole.zst", g.events, frames=4).read_bytes()
+    (tmp_path / "trunc.zst").write_bytes(whole[:int(len(whole) * 0.8)])
+    t = read_transcript(tmp_path / "trunc.zst")
+    assert any("middle of a zstd frame" in w for w in t.warnings)
+    assert 0 < len(t.events) < len(read_transcript(tmp_path / "whole.zst").events)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("corrupt", "corrupt zstd data"),
+    ("huge", "line is over"),
+    ("not_utf8", "not UTF-8"),
+    ("deep", "nested too deeply"),
+    ("seq_back", "does not follow"),
+    ("not_object", "expected a JSON object"),
+    ("bad_json_mid", "not valid JSON"),
+])
+def test_hostile_dsh_logs_are_one_clean_error(tmp_path, case, message):
+    good = [json.dumps(e) for e in three_tiers().events[:5]]
+    path = tmp_path / "bad.zst"
+    if case == "corrupt":
+        data = bytearray(zst(path, good).read_bytes())
+        data[12:40] = b"\xff" * 28
+        path.write_bytes(bytes(data))
+    elif case == "huge":
+        zst(path, [*good, '{"seq": 5, "type": "user/message", "data": {"content": "' + "x" * (17 << 20) + '"}}'])
+    elif case == "not_utf8":
+        zst(path, [*good, b'{"seq": 5, "type": "user/message", "data": {"content": "\xff\xfe"}}'])
+    elif case == "deep":
+        zst(path, [*good, "[" * 200_000 + "]" * 200_000, *good[:1]])
+    elif case == "seq_back":
+        zst(path, [*good, json.dumps({"seq": 2, "type": "user/message", "data": {"content": "x"}})])
+    elif case == "not_object":
+        zst(path, [*good, "[1, 2]"])
+    else:
+        zst(path, [*good, "{not json", *good[:1]])
+    with pytest.raises(TranscriptError) as err:
+        read_transcript(path)
+    line = err.value.line()
+    assert message in line and "\n" not in line and str(path) in line and len(line) < 300
+
+
+# ---------------------------------------------------------------------------------------------------------- pi
+
+def pi_session(tmp_path: Path, state: dict | None, envelope: bool = True) -> Path:
+    rows = [{"type": "session", "version": 3, "id": "pi-s1", "cwd": "/w"},
+            {"type": "message", "id": "a1", "message": {"role": "user", "content": "Design auth"}},
+            {"type": "message", "id": "a2", "message": {"role": "assistant", "content": [
+                {"type": "text", "text": "reading"}, {"type": "toolCall", "id": "t1", "name": "read", "arguments": {}},
+                {"type": "toolCall", "id": "t2", "name": "grep", "arguments": {"p": 1}}]}},
+            {"type": "message", "id": "a3", "message": {"role": "toolResult", "toolCallId": "t1",
+                                                        "content": [{"type": "text", "text": "file"}]}},
+            {"type": "message", "id": "a4", "message": {"role": "toolResult", "toolCallId": "t2", "content": "hits"}},
+            {"type": "model_change", "id": "x"},
+            {"type": "message", "id": "a5", "message": {"role": "assistant", "content": [
+                {"type": "text", "text": "JWT 15m"}]}},
+            {"type": "message", "id": "a6", "message": {"role": "user", "content": "remember"}}]
+    log = tmp_path / "pi.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if state is not None:
+        doc = {"version": 1, "savedAt": 1, "id": "pi-s1", "payload": state} if envelope else state
+        (tmp_path / "pi.jsonl.acp.json").write_text(json.dumps(doc))
+    return log
+
+
+PI_STATE = {"blocks": [
+    {"blockId": "b1", "runId": "r1", "tier": 1, "topic": "reading", "summary": "Read login and grep.",
+     "effectiveMessageIds": ["a2#t1", "a2#t2", "m00003", "a4"], "directBlockIds": [], "active": False},
+    {"blockId": "b2", "runId": "r2", "tier": 2, "topic": "auth", "summary": "Auth: JWT 15m.",
+     "effectiveMessageIds": ["a2#t1", "a2#t2", "a3", "a4", "a5", "gone-id"], "directBlockIds": ["b1"],
+     "active": True}],
+    "messageRefs": {"byRaw": {"a3": "m00003"}, "byRef": {"m00003": "a3"}}, "nextBlockId": 3}
+
+
+@pytest.mark.parametrize("envelope", [True, False])
+def test_pi_log_with_kernel_state_beside_it(tmp_path, envelope):
+    t = read_transcript(pi_session(tmp_path, PI_STATE, envelope))
+    assert t.container == "pi"
+    b1, b2 = t.blocks
+    assert (b1.seqs, b1.active, b2.seqs, b2.nested, b2.tier) == ((2, 3, 4), False, (2, 3, 4, 6), ("b1",), 2)
+    msgs = openai_messages(t)
+    assert msgs[0] == {"role": "user", "content": "Design auth"}
+    assert msgs[1]["content"] == "[Compressed conversation section] — auth\nAuth: JWT 15m."
+    assert msgs[2] == {"role": "user", "content": "remember"} and len(msgs) == 3
+    (tmp_path / "bare").mkdir()
+    raw = read_transcript(pi_session(tmp_path / "bare", None))
+    assert raw.blocks == () and len(openai_messages(raw)) == 6
+    assert [c["id"] for c in openai_messages(raw)[1]["tool_calls"]] == ["t1", "t2"]
+
+
+def test_a_kernel_state_that_is_not_json_is_a_clean_error(tmp_path):
+    log = pi_session(tmp_path, None)
+    (tmp_path / "pi.jsonl.acp.json").write_text('{"blocks": [')
+    with pytest.raises(TranscriptError, match="kernel state is not valid JSON"):
+        read_transcript(log)
+
+
+# ------------------------------------------------------------------------------------- summaries in transcripts
+
+def test_kernel_summary_messages_and_claude_code_compactions_are_blocks(tmp_path):
+    chat = [{"role": "system", "content": "sys"},
+            {"role": "system", "id": "acp_summary_b4", "content": "[Compressed conversation section] — JWT design\n"
+                                                                   "Access 15m; refresh 30d."},
+            {"role": "user", "content": "[Compressed conversation section]\nTests green.\n\n"
+                                        "[b7 | 12 messages | topic: \"tests\"]"},
+            {"role": "user", "content": "go on"}]
+    t = read_transcript(json.dumps(chat))
+    assert [(b.id, b.topic, b.summary, b.at) for b in t.blocks] == [
+        ("b4", "JWT design", "Access 15m; refresh 30d.", 1), ("b7", "tests", "Tests green.", 2)]
+    assert openai_messages(t) == chat                         # recognised, never changed
+    assert summary_message("plain text") is None
+    cc = [{"type": "user", "uuid": "u1", "parentUuid": None, "message": {"role": "user", "content": "hi"}},
+          {"type": "assistant", "uuid": "u2", "parentUuid": "u1", "message": {"role": "assistant", "content": "yo"}},
+          {"type": "user", "uuid": "u3", "parentUuid": None, "isCompactSummary": True,
+           "message": {"role": "user", "content": "Summary: greeted."}},
+          {"type": "user", "uuid": "u4", "parentUuid": "u3", "message": {"role": "user", "content": "next"}}]
+    p = tmp_path / "cc.jsonl"
+    p.write_text("".join(json.dumps(x) + "\n" for x in cc))
+    (b,) = read_transcript(p).blocks
+    assert (b.id, b.summary, b.seqs, b.at) == ("b1", "Summary: greeted.", (0, 1), 2)
+
+
+def test_turns_text_round_trips_and_is_bounded():
+    assert turns_text([5, 2, 3, 4, 10, 12, 13]) == "2-5,10,12-13"
+    assert parse_turns("2-5,10,12-13") == (2, 3, 4, 5, 10, 12, 13)
+    assert turns_text(range(0, 5000, 2)) == "0-4998"            # too many runs: the span
+    for bad in ("", "1-", "5-2", "a", "1,,2", "0-99999999", ",".join(["1"] * 600)):
+        assert parse_turns(bad) is None, bad
+
+
+# ------------------------------------------------------------------------------------- committing a block
+
+def _request(v, transcript, seq, block="b2", note="auth token design"):
+    req = requests.make_request(types=v.settings.types, type="decision", note=note, importance=8, session="s-dsh",
+                                seq=seq, transcript=transcript, host_tools=None, lang=v.settings.language,
+                                created=v.now(), request_id=requests.new_request_id(v.rng), block=block)
+    v.ensure_state()
+    requests.save_request(v.state_dir, req, new=True)
+    return req
+
+
+def test_a_block_commit_sends_the_conversation_unchanged_and_names_the_block_last(example_vault, openai_server,
+                                                                                  tmp_path):
+    from test_fork import configure
+
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    t = read_transcript(log)
+    seq = t.last_seq
+    v = configure(example_vault, openai_server)
+    openai_server.enqueue(reply.writes(reply.write("- Access JWT 15m in memory; refresh 30d in Redis, httpOnly cookie.",
+                                                   title="Auth tokens: JWT 15m + Redis refresh 30d")))
+    req = _request(v, str(log), seq)
+    out = worker.process_now(v, [req.id])[0]
+    assert out.status == "written", out
+    (sent,) = openai_server.requests
+    msgs = sent.body["messages"]
+    seen = openai_messages(t.upto(seq))
+    assert msgs[:len(seen)] == seen                                   # exactly what the model saw, in order
+    assert msgs[len(seen)]["role"] == "tool" and msgs[len(seen)]["tool_call_id"] == "call_m"
+    assert len(msgs) == len(seen) + 2                                 # the instruction is the one message after
+    last = msgs[-1]
+    assert last["role"] == "user"
+    b2 = t.block("b2")
+    assert "compression block" in last["content"] and 'id="b2"' in last["content"] and 'tier="2"' in last["content"]
+    assert 'topic="Auth + tests"' in last["content"] and b2.summary in last["content"]
+    # the citation: the block, its tier, the host's id and the turns it covers — and it reads back strictly
+    e = next(x for x in v.load().entries if x.id == out.entries[0]["id"])
+    (c,) = e.citation
+    assert (c.session, c.seq, c.block, c.tier, c.compaction, c.turns) == (
+        "s-dsh", "2-15", "b2", 2, b2.compaction_id, "2-7,12-15")
+    text = (v.root / e.path).read_text()
+    assert "  block: b2\n  tier: 2\n" in text
+    again = parse_entry(text, e.path)
+    assert again.citation == e.citation
+
+
+def test_block_errors_come_at_commit_time_and_nothing_is_queued(example_vault, tmp_path):
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    v = example_vault
+    kw = dict(type="decision", note="n", importance=5, session="s1", seq=3)
+    with pytest.raises(TranscriptError, match=r"no compression block 'b9' \(it has b1, b2\)"):
+        real_submit(v, transcript=str(log), block="b9", **kw)
+    with pytest.raises(TranscriptError, match="has no compression blocks"):
+        real_submit(v, transcript=str(chat), block="b1", **kw)
+    with pytest.raises(UsageError, match="without a transcript"):
+        real_submit(v, block="b1", **kw)
+    with pytest.raises(EntryInvalid, match="block id like b12"):
+        real_submit(v, transcript=str(log), block="B 1", **kw)
+    assert requests.list_requests(v.state_dir) == ([], [])
+
+
+def test_old_and_new_citations_are_both_valid_and_bad_block_fields_are_refused():
+    base = "---\nid: a1\ntitle: t\ntype: fact\nimportance: 5\ncreated: 2026-11-29T14:03:11Z\ncitation:\n" \
+           "- session: s1\n  seq: 4\n{extra}---\nbody\n"
+    assert parse_entry(base.format(extra=""), "a1.md").citation[0].to_dict() == {"session": "s1", "seq": 4}
+    new = parse_entry(base.format(extra="  block: b3\n  tier: 3\n  compaction: 7f-1\n  turns: 2-5,9\n"), "a1.md")
+    assert new.citation[0].to_dict() == {"session": "s1", "seq": 4, "block": "b3", "tier": 3,
+                                         "compaction": "7f-1", "turns": "2-5,9"}
+    for extra, field in [("  block: x3\n", "block"), ("  tier: 4\n", "tier"), ("  turns: 5-2\n", "turns"),
+                         ("  compaction: 'a b'\n", "compaction")]:
+        with pytest.raises(EntryInvalid, match=field):
+            parse_entry(base.format(extra=extra), "a1.md")
+
+
+# ------------------------------------------------------------------------------------- show --source
+
+def test_show_source_for_a_dsh_block_a_plain_transcript_and_a_missing_source(example_vault, tmp_path, cli):
+    v = example_vault
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    req = _request(v, str(log), read_transcript(log).last_seq)
+    (out,) = worker.process_now(v, [req.id], extractor="offline")
+    assert out.status == "written"
+    assert sources.record_transcript(v, "s-dsh", log, "commit")      # as submit does
+    src = sources.entry_source(v, out.entries[0]["id"])
+    (s,) = src.sources
+    assert s.status == "ok" and s.block.id == "b2" and [t.seq for t in s.turns] == [2, 3, 4, 5, 6, 7, 12, 13, 14, 15]
+    text = sources.source_text(src)
+    assert '<<acpmem-data kind="block" id="b2" tier="2"' in text and 'kind="turn" seq="13" role="assistant"' in text
+    r = cli("memory", "--vault", str(v.root), "show", out.entries[0]["id"], "--source")
+    assert r.returncode == 0 and 'kind="turn" seq="2" role="assistant"' in r.stdout
+    r = cli("memory", "--vault", str(v.root), "doctor", "--json")
+    found = [f["what"] for f in json.loads(r.stdout)["findings"]]
+    assert any(w.endswith(" 0 invalid file(s)") for w in found), found     # block citations pass doctor
+
+    # a plain transcript: the offline extractor cites the seqs it quoted; show --source prints exactly those
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "content": f"turn {i}: the pnpm lockfile question"} for i in range(8)]))
+    preq = requests.make_request(types=v.settings.types, type="fact", note="pnpm lockfile", importance=5,
+                                 session="s-plain", seq=7, transcript=str(chat), host_tools=None, lang="en",
+                                 created=v.now(), request_id=requests.new_request_id(v.rng))
+    requests.save_request(v.state_dir, preq, new=True)
+    (pout,) = worker.process_now(v, [preq.id], extractor="offline")
+    sources.record_transcript(v, "s-plain", chat, "commit")
+    r = cli("memory", "--vault", str(v.root), "show", pout.entries[0]["id"], "--source", "--json")
+    doc = json.loads(r.stdout)
+    cited = [c["seq"] for c in doc["sources"] and [s["citation"] for s in doc["sources"]]]
+    assert r.returncode == 0 and all(s["status"] == "ok" for s in doc["sources"]) and cited
+    assert [s["turns"][0]["seq"] for s in doc["sources"]] == cited
+    assert doc["sources"][0]["turns"][0]["text"].startswith(f"turn {cited[0]}:")
+    plain = next(e for e in v.load().entries if e.citation and e.citation[0].session not in ("s-plain", "s-dsh"))
+
+    # not recorded; then recorded but gone
+    r = cli("memory", "--vault", str(v.root), "show", plain.id, "--source")
+    assert r.returncode == 0 and "was not recorded on this machine" in r.stdout
+    gone = tmp_path / "gone.json"
+    gone.write_text("[]")
+    assert sources.record_transcript(v, plain.citation[0].session, gone, "commit")
+    gone.unlink()
+    r = cli("memory", "--vault", str(v.root), "show", plain.id, "--source")
+    assert r.returncode == 0 and f"The recorded transcript {gone} is gone" in r.stdout
+
+
+def test_show_source_says_which_turns_of_a_block_are_missing(example_vault, tmp_path):
+    v = example_vault
+    g = three_tiers()
+    path = zst(tmp_path / "cut.zst", g.events)
+    req = _request(v, str(path), 21, block="b3")
+    (out,) = worker.process_now(v, [req.id], extractor="offline")
+    assert out.status == "written"
+    # the log is replaced by one that lost turns 10-11 (the host rewrote it): the citation names them still
+    kept = [e for e in g.events if e.get("seq") not in (10, 11)]
+    zst(path, kept)
+    (s,) = sources.entry_source(v, out.entries[0]["id"], transcript=str(path)).sources
+    assert s.status == "ok" and s.missing == (10, 11) and [t.seq for t in s.turns] == [2, 3, 4, 5, 16, 17]
+    assert "Turns not in the transcript: 10-11" in sources.source_text(sources.entry_source(
+        v, out.entries[0]["id"], transcript=str(path)))
+
+
+def test_the_transcript_record_keeps_the_first_sighting(vault, tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text("[]")
+    b.write_text("[]")
+    vault.ensure_state()
+    assert sources.record_transcript(vault, "s9", a, "hook")
+    assert not sources.record_transcript(vault, "s9", b, "commit")     # first seen wins while it exists
+    assert sources.recorded_transcript(vault, "s9") == str(a)
+    a.unlink()
+    assert sources.record_transcript(vault, "s9", b, "commit")         # gone: the new one is recorded
+    assert sources.recorded_transcript(vault, "s9") == str(b)
+
+
+def test_mcp_source_resource_text(example_vault, tmp_path):
+    from acpmem.integrations.mcp_server import MemoryService
+
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    svc = MemoryService(example_vault.root, "s-dsh", str(log), clock=example_vault.clock)
+    svc.record()
+    req = _request(example_vault, str(log), 21)
+    (out,) = worker.process_now(example_vault, [req.id], extractor="offline")
+    text = svc.source(f"memory://entry/{out.entries[0]['id']}/source")
+    assert 'kind="block" id="b2"' in text and "from " + str(log) in text
+    assert svc.source("memory://entry/../source") is None
+    # the MCP commit takes block like the CLI: an unknown one is the model's error, nothing is queued
+    (commit,) = [t for t in svc.tools() if t["name"] == "memory_commit"]
+    assert commit["inputSchema"]["properties"]["block"]["pattern"] == "^b[0-9]{1,9}$"
+    with pytest.raises(TranscriptError, match="no compression block 'b7'"):
+        svc.commit({"type": "decision", "note": "n", "importance": 5, "block": "b7"}, {"seq": 3})
+    assert requests.list_requests(example_vault.state_dir) == ([], [])
+
+
+def test_dry_run_body_of_a_block_request_matches_the_fork(example_vault, tmp_path):
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    req = _request(example_vault, str(log), 21, block="b1")
+    body = fork.build_body(example_vault, req, "m")
+    assert 'id="b1" tier="1" topic="JWT auth design"' in body["messages"][-1]["content"]
+    assert fork.request_citations(req, read_transcript(log))[0].turns == "2-7"
+
+
+def test_the_worked_example_runs_offline(tmp_path):
+    import subprocess
+
+    env = {k: v for k, v in __import__("os").environ.items() if k != "ACPMEM_VAULT"}
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "dsh" / "run_loop.py"), "--keep", str(tmp_path)],
+                       capture_output=True, text=True, timeout=240, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = r.stdout
+    assert 'b1 (tier 1, "JWT auth design")  turns 2-7  (consumed)' in out
+    assert 'b2 (tier 2, "Auth + tests")  turns 2-7,12-15  nested b1\n' in out
+    assert "citations: session-3aa366c3#2-15 (b2)" in out
+    assert '<<acpmem-data kind="block" id="b2" tier="2" topic="Auth + tests" turns="2-7,12-15"' in out
+    assert 'kind="turn" seq="15" role="assistant"' in out and "Traceback" not in r.stderr
+
+
+def test_the_source_resource_over_a_real_mcp_session(example_vault, tmp_path):
+    from test_mcp import _server_params, _session_run
+
+    v = example_vault
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    req = _request(v, str(log), 21)
+    (out,) = worker.process_now(v, [req.id], extractor="offline")
+    ident = out.entries[0]["id"]
+    root = v.root
+    v.close()
+
+    async def body(s):
+        templates = (await s.list_resource_templates()).resource_templates
+        text = (await s.read_resource(f"memory://entry/{ident}/source")).contents[0].text
+        try:
+            await s.read_resource("memory://entry/zzzzzz/source")
+            missing = None
+        except Exception as exc:   # the client raises the server's error answer
+            missing = str(exc)
+        return [t.uri_template for t in templates], text, missing
+
+    errlog = tmp_path / "server.err"
+    # the server's --transcript is recorded for its session (s-dsh), so the entry's turns are found
+    uris, text, missing = _session_run(_server_params(root, "--session", "s-dsh", "--transcript", str(log)), body,
+                                       str(errlog))
+    assert uris == ["memory://entry/{id}/source"]
+    assert 'kind="block" id="b2" tier="2"' in text and 'kind="turn" seq="12" role="user"' in text
+    assert missing and "no entry with id 'zzzzzz'" in missing and "Traceback" not in errlog.read_text()
+
+
+# ------------------------------------------------------------------------------------- properties
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sets(st.integers(0, 2**40), max_size=600))
+def test_turns_text_is_exact_or_the_span(seqs):
+    text = turns_text(seqs)
+    if not seqs:
+        assert text == ""
+        return
+    back = parse_turns(text)
+    assert back is not None
+    if back != tuple(sorted(seqs)):   # too many runs for a citation: the span that holds them all
+        assert text == f"{min(seqs)}-{max(seqs)}"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(block=st.none() | st.integers(1, 10**9).map(lambda n: f"b{n}"), tier=st.none() | st.integers(1, 3),
+       compaction=st.none() | st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,40}", fullmatch=True),
+       seqs=st.sets(st.integers(0, 10**6), max_size=40))
+def test_block_citations_round_trip_through_the_entry_file(block, tier, compaction, seqs):
+    from acpmem.core.entry import Citation, Entry
+    from acpmem.core.entryfile import dump_entry
+
+    c = Citation("s-1", turns_span_or(seqs), block, tier, compaction, turns_text(seqs) or None)
+    e = Entry(id="a1", title="t", type="fact", importance=5, created="2026-11-29T14:03:11Z", body="- x\n",
+              citation=(c,))
+    back = parse_entry(dump_entry(e), "entries/a1.md")
+    assert back.citation == (c,) and back.citation[0].to_dict() == c.to_dict()
+
+
+def turns_span_or(seqs):
+    from acpmem.core.blocks import turns_span
+
+    return turns_span(seqs) if seqs else 7
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plan=st.lists(st.tuples(st.sampled_from(["user", "assistant", "compact"]), st.integers(0, 6)), min_size=1,
+                     max_size=25))
+def test_the_replayed_surface_is_what_each_compaction_left(tmp_path, plan):
+    """A generated session: messages and compactions of random stretches of the surface. At every seq, the
+    conversation the fork gets holds no turn a checkpoint replaced, every checkpoint in place, in surface order."""
+    g = Log()
+    surface: list[int] = []
+    checkpoints: set[int] = set()
+    n = 0
+    for kind, k in plan:
+        if kind != "compact" or len(surface) < 2:
+            surface.append(g.user(f"u{len(g.events)}") if kind != "assistant" else g.assistant("a"))
+            continue
+        i = min(k, len(surface) - 2)
+        lo, hi = surface[i], surface[i + 1]
+        n += 1
+        cp = g.compact(n, lo, hi, None, surface[i:i + 2], f"summary {n}")   # the run from node lo to node hi
+        surface[i:i + 2] = [cp]
+        checkpoints.add(cp)
+    path = zst(tmp_path / "h.zst", g.events)
+    t = read_transcript(path)
+    assert [m.seq for m in t.messages] == surface
+    assert all(b.tier in (1, 2, 3) for b in t.blocks) and len(t.blocks) == n
+    for b in t.blocks:   # covered turns are original turns: nested checkpoints were followed back to theirs
+        assert b.seqs and not set(b.seqs) & checkpoints and set(b.seqs) <= {m.seq for m in t.events}
+
+
+def test_concurrent_first_sightings_leave_one_valid_record(vault, tmp_path):
+    """Eight processes record different transcripts for one new session at once: one wins, the record is whole."""
+    import subprocess
+
+    vault.ensure_state()
+    paths = []
+    for i in range(8):
+        p = tmp_path / f"t{i}.json"
+        p.write_text("[]")
+        paths.append(p)
+    code = ("import sys; from acpmem.vault.reader import VaultReader; from acpmem.write.sources import "
+            "record_transcript; v = VaultReader(sys.argv[1]); print(record_transcript(v, 'race', sys.argv[2], 'x'))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(vault.root), str(p)], stdout=subprocess.PIPE,
+                              text=True) for p in paths]
+    said = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert said.count("True") == 1 and said.count("False") == 7, said
+    recorded = sources.recorded_transcript(vault, "race")
+    assert recorded == str(paths[said.index("True")])
+    doc = json.loads((vault.session_dir("race") / sources.RECORD).read_text())
+    assert doc == {"session": "race", "transcript": recorded, "origin": "x"}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_fork_instruction_names_the_block_before_the_rules(lang):
+    from acpmem.core.tools import fork_instruction
+
+    block = '<<acpmem-data kind="block" id="b2" tier="2" topic="t" nonce="ab">>\nsum\n<</acpmem-data nonce="ab">>'
+    text = fork_instruction("auth design", "decision", 8, None, lang, block)
+    assert text.index(block) < text.index("Rules:" if lang == "en" else "规则：")
+    assert text.endswith("(none)" if lang == "en" else "（无）")
+    assert block not in fork_instruction("auth design", "decision", 8, None, lang)
+
+
+def test_an_older_citation_of_a_kernel_block_ref_shows_that_block(vault, tmp_path):
+    from acpmem.core.entry import Citation, Entry
+
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    e = Entry(id="k1ref", title="JWT design from b1", type="decision", importance=6, created=vault.now(),
+              body="- JWT 15m\n", citation=(Citation("session-3aa366c3", "b1"),))
+    vault.write_entries([e.with_changes(path=vault.path_for(e.id, e.title))], subject="s", why="w")
+    (s,) = sources.entry_source(vault, "k1ref", transcript=str(log)).sources
+    assert s.status == "ok" and s.block.id == "b1" and [t.seq for t in s.turns] == [2, 3, 4, 5, 6, 7]
+
+
+def test_the_blocks_command_lists_what_commit_can_name(tmp_path, cli):
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    r = cli("memory", "blocks", str(log), "--json", cwd=tmp_path)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and [(b["id"], b["tier"], b["turns"], b["active"]) for b in doc["blocks"]] == [
+        ("b1", 1, "2-7", False), ("b2", 2, "2-7,12-15", True)]
+    chat = tmp_path / "chat.json"
+    chat.write_text('[{"role": "user", "content": "hi"}]')
+    r = cli("memory", "blocks", str(chat), cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip().endswith("no compression blocks")
+    r = cli("memory", "blocks", str(tmp_path / "none.zst"), cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1
