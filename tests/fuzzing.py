@@ -802,6 +802,7 @@ def _plausible() -> dict:
             "api_key_env": ['"OPENAI_API_KEY"', '""'],
             "extractor": ['"offline"', '"auto"'], "remote": ['"origin"', '"team"'],
             "user_vault": ['""', '"none"', '"/nonexistent/acpmem-user-vault"'],
+            "policy": ['"auto"', '"review"', '"off"'],
             "languages": ['"en"', '"en,zh"']}
     out = {"vault": {"types": ['["fact", "lesson", "decision"]', '["decision", "lesson", "fact", "user-preference", '
                                '"reference"]'], "language": ['"en"', '"zh"']}}

@@ -3,8 +3,9 @@ command line (one process per command), with the invariants that must hold after
 
 Used by ``tests/test_team_model.py`` (a bounded run in CI) and ``bench/team_model.py`` (a longer run). The rules are
 what people and agents do to a shared vault: fork writes, human edits (valid, invalid, with conflict markers),
-``edit``, ``forget``, supersede, ``sync`` from either side, conflicts and their resolution, ``doctor --fix``, and a
-write killed with SIGKILL at a random moment.
+``edit``, ``forget``, supersede, ``sync`` from either side, conflicts and their resolution, ``doctor --fix``, a
+write killed with SIGKILL at a random moment, switching the write policy (``auto`` / ``review``), ``remember`` and
+``review`` decisions.
 """
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ class TeamVault(RuleBasedStateMachine):
         super().__init__()
         self.n = 0
         self.acked: dict[str, set[str]] = {c: set() for c in CLONES}   # markers each clone acknowledged
+        self.remembered: dict[str, set[str]] = {c: set() for c in CLONES}   # markers `remember` acknowledged
         self.merging: set[str] = set()
 
     # ------------------------------------------------------------------------------------------- set-up
@@ -194,6 +196,37 @@ class TeamVault(RuleBasedStateMachine):
             pass
         p.wait()
 
+    @rule(c=clone, policy=st.sampled_from(["auto", "review"]))
+    def set_policy(self, c: str, policy: str) -> None:
+        """A person switches the write policy by hand (committed as a human edit with the next write)."""
+        toml = self.roots[c] / "acpmem.toml"
+        text = toml.read_text("utf-8", errors="replace")
+        toml.write_text(re.sub(r'(?m)^policy = "[a-z]+"', f'policy = "{policy}"', text))
+
+    @rule(c=clone)
+    def remember(self, c: str) -> None:
+        m = self.marker()
+        r = self.cmd(c, "remember", f"Remembered {m} by hand.", "--type", "fact", "--importance", "4")
+        if r.code == 0:
+            self.remembered[c].add(m)
+
+    @rule(c=clone, pick=st.integers(0, 50), decision=st.sampled_from(["accept", "reject"]))
+    def review(self, c: str, pick: int, decision: str) -> None:
+        r = self.cmd(c, "review", "--json")
+        if r.code != 0:
+            return
+        items = json.loads(r.out)["items"]
+        if not items:
+            return
+        item = items[pick % len(items)]
+        args = ["review", decision, item["id"]] + (["--reason", "model test"] if decision == "reject" else [])
+        r = self.cmd(c, *args)
+        if r.code == 0:
+            after = json.loads(self.cmd(c, "review", "--json").out)["items"]
+            assert item["id"] not in {i["id"] for i in after}, (c, item["id"], decision)
+            listed = {e[0] for e in self.listed(c)}
+            assert (item["id"] in listed) == (decision == "accept"), (c, item, decision)
+
     @rule(c=clone)
     def read(self, c: str) -> None:
         for args in (("list", "--json"), ("recall", "queue worker"), ("list", "--format", "prompt")):
@@ -217,14 +250,52 @@ class TeamVault(RuleBasedStateMachine):
             root = self.roots[c]
             if not markers:
                 continue
-            history = git(root, "log", "-p", "--format=", "HEAD", "--", "entries/")
+            history = git(root, "log", "-p", "--format=", "HEAD", "--", "entries/", "proposals/")
             pending = " ".join(p.read_text("utf-8", errors="replace")
                                for p in (root / ".acpmem" / "pending").glob("r-*.json"))
             for m in markers:
                 committed = f"+title: note {m}" in history or f"+title: 'note {m}" in history
                 assert committed != (m in pending), (c, m, committed, m in pending)
-                in_head = git(root, "grep", "-l", "-F", "-e", f"title: note {m}", "HEAD", "--", "entries/")
+                in_head = git(root, "grep", "-l", "-F", "-e", f"title: note {m}", "HEAD", "--", "entries/",
+                              "proposals/")
                 assert len(in_head.splitlines()) <= 1, (c, m, in_head)
+
+    @invariant()
+    def remembered_text_is_committed_verbatim(self) -> None:
+        if not hasattr(self, "roots"):
+            return
+        for c, markers in self.remembered.items():
+            if not markers:
+                continue
+            history = git(self.roots[c], "log", "-p", "--format=", "HEAD", "--", "entries/")
+            for m in markers:
+                assert f"+Remembered {m} by hand." in history, (c, m)
+
+    @invariant()
+    def proposals_are_never_read_and_decisions_parse(self) -> None:
+        """No reader sees a proposal: the catalog holds entries/ only and a listing never names a proposal's id;
+        every clone's review file is lines of three fields."""
+        if not hasattr(self, "roots"):
+            return
+        for c, root in self.roots.items():
+            proposed = {p.name.split("-")[0].split(".")[0] for p in (root / "proposals").glob("*.md")}
+            if proposed and c not in self.merging:
+                listed = {e[0] for e in self.listed(c)}
+                assert not proposed & listed, (c, proposed & listed)
+            db = root / ".acpmem" / "index.sqlite"
+            if db.exists():
+                con = sqlite3.connect(str(db))
+                try:
+                    paths = [r[0] for r in con.execute("SELECT path FROM files")]
+                except sqlite3.Error:
+                    paths = []
+                finally:
+                    con.close()
+                assert not [p for p in paths if not p.startswith("entries/")], (c, paths)
+            for f in (root / "reviews").glob("*.tsv"):
+                for line in f.read_text("utf-8", errors="replace").splitlines():
+                    if line and not MARKER.match(line) and not line.startswith(("=======",)):
+                        assert len(line.split("\t")) == 3, (c, f.name, line)
 
     @invariant()
     def nothing_invalid_is_committed_pushed_or_indexed(self) -> None:

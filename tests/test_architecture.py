@@ -18,9 +18,9 @@ LAYERS = {"core": 0, "infra": 1, "search": 2, "vault": 3, "write": 4, "integrati
 IO = {"os", "io", "subprocess", "sqlite3", "shutil", "socket", "fcntl", "tempfile", "glob", "urllib", "http",
       "select", "signal", "ctypes", "random", "time"}
 HEAVY = {"openai", "mcp", "mcp_types", "anyio", "rjieba", "jieba", "detect_secrets", "httpx", "rich", "typer",
-         "click", "yaml", "rapidfuzz", "pydantic", "numpy", "zstandard", "snowballstemmer", "Stemmer"}
+         "click", "yaml", "rapidfuzz", "pydantic", "numpy", "zstandard", "snowballstemmer", "Stemmer", "pygit2"}
 TYPER_MODULES = {"acpmem.cli.app", "acpmem.cli.commands_vault", "acpmem.cli.commands_read",
-                 "acpmem.cli.commands_write", "acpmem.cli.commands_integrations"}
+                 "acpmem.cli.commands_write", "acpmem.cli.commands_review", "acpmem.cli.commands_integrations"}
 
 
 def _mods():

@@ -283,3 +283,20 @@ def test_the_watcher_answers_vector_search_as_the_recall_process_would(vault):
             pid = watch.running_pid(reader.state_dir)
             if pid:
                 os.kill(pid, signal.SIGTERM)
+
+
+def test_embedding_calls_count_neither_in_extraction_costs_nor_in_its_budgets():
+    from datetime import datetime, timezone
+
+    from acpmem.core.settings import ExtractionSettings
+    from acpmem.write import budget, costs
+
+    ledger = [{"at": "2026-11-29T11:00:00Z", "kind": "embeddings", "model": "e", "ok": True, "texts": 64,
+               "prompt_tokens": 5000, "latency_s": 0.2},
+              {"at": "2026-11-29T11:30:00Z", "model": "m", "ok": True, "prompt_tokens": 100, "completion_tokens": 20}]
+    now = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+    st = budget.state(ledger, now, ExtractionSettings(max_tokens_per_day=1000, max_requests_per_hour=1))
+    assert st.tokens_24h == 120 and st.calls_1h == 1
+    assert costs.summarize(ledger)["prompt_tokens"] == 100
+    emb = costs.summarize_embeddings(ledger)
+    assert (emb["calls"], emb["texts"], emb["prompt_tokens"]) == (1, 64, 5000)

@@ -142,9 +142,27 @@ esac
 exec "$ACPMEM_TEST_GIT" "$@"
 """
 
+# The in-process write path (pygit2) killed the same way, at the library's boundary: before the commit is created (the
+# index already holds the paths) or right after it (the journal and the request still there).
+KILLING_PYGIT2 = r"""
+import os
+import pygit2
+_real = pygit2.Repository.create_commit
+def _killing(self, *a, **k):
+    if os.environ["ACPMEM_TEST_KILL"] == "before-commit":
+        os.kill(os.getpid(), 9)
+    out = _real(self, *a, **k)
+    if os.environ["ACPMEM_TEST_KILL"] == "after-commit":
+        os.kill(os.getpid(), 9)
+    return out
+pygit2.Repository.create_commit = _killing
+"""
+
 OPERATION = r"""
-import sys
+import os, sys
 sys.path.insert(0, sys.argv[3])
+if len(sys.argv) > 4:
+    exec(sys.argv[4])
 from pathlib import Path
 from helpers_proc import make_entry, PINNED
 from acpmem.vault.writer import Vault, KIND_EDIT
@@ -172,9 +190,10 @@ def _expected(op: str, root: Path, before: set[str]) -> set[str]:
             "delete": before - {base}, "rename": (before - {base}) | {"entries/base01-renamed.md"}}[op]
 
 
+@pytest.mark.parametrize("way", ["exe", "in-process"])
 @pytest.mark.parametrize("moment", ["before-commit", "before-commit-staged", "after-commit"])
 @pytest.mark.parametrize("op", ["add", "modify", "delete", "rename"])
-def test_a_change_killed_around_its_commit_is_finished_exactly_once(op, moment, team, tmp_path, cli):
+def test_a_change_killed_around_its_commit_is_finished_exactly_once(op, moment, way, team, tmp_path, cli):
     a, _ = team
     root = a.root
     a.close()
@@ -186,7 +205,10 @@ def test_a_change_killed_around_its_commit_is_finished_exactly_once(op, moment, 
     (shim / "git").chmod(0o755)
     env = dict(os.environ, PATH=f"{shim}{os.pathsep}{os.environ['PATH']}", ACPMEM_TEST_GIT=REAL_GIT,
                ACPMEM_TEST_KILL=moment.replace("-staged", ""))
-    p = subprocess.run([sys.executable, "-c", OPERATION, str(root), op, str(Path(__file__).parent)],
+    if way == "exe":
+        env["ACPMEM_GIT"] = "exe"
+    p = subprocess.run([sys.executable, "-c", OPERATION, str(root), op, str(Path(__file__).parent),
+                        *([KILLING_PYGIT2] if way == "in-process" else [])],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == -9 and "not killed" not in p.stdout, p.stderr
     assert (root / ".acpmem" / "journal.json").exists()
@@ -221,7 +243,7 @@ def test_a_forget_killed_before_its_commit_is_finished_by_the_next_write(team, t
     (shim / "git").write_text(KILLING_GIT)
     (shim / "git").chmod(0o755)
     env = dict(os.environ, PATH=f"{shim}{os.pathsep}{os.environ['PATH']}", ACPMEM_TEST_GIT=REAL_GIT,
-               ACPMEM_TEST_KILL="before-commit")
+               ACPMEM_TEST_KILL="before-commit", ACPMEM_GIT="exe")
     r = cli("memory", "--vault", str(root), "forget", "base01", "--reason", "gone", env=env)
     assert r.returncode == -9, r.stderr
     git_out(root, "add", "-A", "--", "entries")

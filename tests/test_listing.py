@@ -26,7 +26,8 @@ def test_prompt_listing_loads_no_write_machinery_typer_or_dataclasses(example_va
     loaded = set(report["modules"])
     assert "acpmem.search.catalog" in loaded  # the probe did take the read path
     # the write side (git, lock, journal), typer, and dataclasses+inspect (~35 ms with the classes they generate)
-    assert not loaded & {"acpmem.vault.writer", "acpmem.vault.gitrun", "typer", "dataclasses", "inspect", "typing",
+    assert not loaded & {"acpmem.vault.writer", "acpmem.vault.gitrun", "acpmem.vault.gitlib", "pygit2", "typer",
+                         "dataclasses", "inspect", "typing",
                          "yaml", "hashlib"}
 
 

@@ -342,11 +342,20 @@ def stats(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) ->
     for item in r["items"]:
         err = f" — {item['last_error']}" if item.get("last_error") else ""
         nxt = f", next try {item['next_attempt']}" if item["status"] == "pending" and item.get("next_attempt") else ""
+        err += f" — deferred: {item['deferred']}" if item.get("deferred") else ""
         out(f"  {item['id']} {item['status']:<8} attempts {item['attempts']}{nxt}  {item['note'][:50]}{err}")
     if r["next_retry"]:
         who = f"process {r['retry_waiter']} waits for it" if r["retry_waiter"] else \
             "no process waits for it: the next commit's worker, or `acp memory extract --pending`, runs it"
         out(f"  next scheduled retry {r['next_retry']} ({who})")
+    b = s.get("budget")
+    if b:
+        state = f"over budget: {b['reason']}; {b['deferred_requests']} request(s) deferred until {b['frees_at']}" \
+            if b["over"] else "within budget"
+        out(f"Budget: {b['tokens_24h']} tokens in 24 h (max {b['max_tokens_per_day'] or 'none'}), {b['calls_1h']} "
+            f"calls in the last hour (max {b['max_requests_per_hour'] or 'none'}); {state}")
+    rv = s["review"]
+    out(f"Write policy: {rv['policy']}; {rv['proposals']} proposal(s) waiting for review")
     c = s["costs"]
     out(f"Extraction: {c['calls']} model calls ({c['failed']} failed), {c['prompt_tokens']} prompt tokens "
         f"({c['cache_hit_rate']:.0%} cached), {c['completion_tokens']} completion tokens, {c['latency_s']:.1f} s")

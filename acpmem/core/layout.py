@@ -6,6 +6,8 @@
   MEMORY.md             MEMORY_FILE, generated
   entries/              ENTRIES_DIR: one markdown file per entry
   reads/                READS_DIR: last-read times, one file per clone
+  proposals/            PROPOSALS_DIR: entries waiting for a person (``[write] policy = "review"``)
+  reviews/              REVIEWS_DIR: each clone's review decisions and marker, one file per clone
   .acpmem/              STATE_DIRNAME: derived local state, never committed
     index.sqlite        DB_NAME: the catalog and the search index
     locks/ pending/ sessions/
@@ -23,6 +25,8 @@ SETTINGS_FILE = "acpmem.toml"
 MEMORY_FILE = "MEMORY.md"
 ENTRIES_DIR = "entries"
 READS_DIR = "reads"
+PROPOSALS_DIR = "proposals"
+REVIEWS_DIR = "reviews"
 ENV_VAULT = "ACPMEM_VAULT"
 ENV_USER_VAULT = "ACPMEM_USER_VAULT"   # the user vault: a path, or "none"
 USER_VAULT_DEFAULT = "~/" + VAULT_DIRNAME

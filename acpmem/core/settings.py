@@ -64,6 +64,12 @@ class ExtractionSettings(Section):
     max_entry_bytes: int = 8192
     retry_base_seconds: float = 15.0  # a failed request's first retry; doubling after that
     max_attempts: int = 5             # then it is failed for good (kept, retried only when asked)
+    max_tokens_per_day: int = 0       # prompt + completion tokens of model calls in any 24 hours; 0 = no limit
+    max_requests_per_hour: int = 0    # model calls in any hour; 0 = no limit
+
+
+class WriteSettings(Section):
+    policy: str = "auto"              # auto | review | off (``acpmem.vault.review``)
 
 
 class EmbeddingsSettings(Section):
@@ -103,6 +109,7 @@ class Settings(Value):
     extraction: ExtractionSettings = ExtractionSettings()
     git: GitSettings = GitSettings()
     layers: LayersSettings = LayersSettings()
+    write: WriteSettings = WriteSettings()
     embeddings: EmbeddingsSettings = EmbeddingsSettings()
 
     def to_json(self) -> dict:
@@ -130,6 +137,8 @@ _RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("extraction", "max_entry_bytes"): (256, 900_000, False),
     ("extraction", "retry_base_seconds"): (0, 86_400, True),
     ("extraction", "max_attempts"): (1, 100, False),
+    ("extraction", "max_tokens_per_day"): (0, 1_000_000_000_000, False),
+    ("extraction", "max_requests_per_hour"): (0, 1_000_000, False),
     ("embeddings", "dimensions"): (0, 8192, False),
     ("embeddings", "timeout_seconds"): (0, 60, True),
     ("embeddings", "batch_timeout_seconds"): (0, 3600, True),
@@ -147,8 +156,9 @@ _MAX_TYPE_CHARS = 64
 
 _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceSettings,
              "recall": RecallSettings, "extraction": ExtractionSettings, "git": GitSettings,
-             "layers": LayersSettings,
+             "layers": LayersSettings, "write": WriteSettings,
              "embeddings": EmbeddingsSettings}
+POLICIES = ("auto", "review", "off")
 
 
 def _coerce(cls, section: str, data: dict, path: str):
@@ -240,9 +250,13 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
     if s.extraction.extractor not in ("auto", "llm", "offline"):
         raise SettingsError(f"{path}: extraction.extractor must be auto, llm or offline",
                             "extractor = \"auto\", \"llm\" or \"offline\"")
+    if s.write.policy not in POLICIES:
+        raise SettingsError(f"{path}: write.policy must be auto, review or off, got {clip(s.write.policy)}",
+                            "policy = \"auto\" (writes count at once), \"review\" (a person accepts them) or "
+                            "\"off\"")
     return s
 
 
 def settings_from_json(d: dict) -> Settings:
-    kwargs = {name: cls(**d[name]) for name, cls in _SECTIONS.items() if name in d}
+    kwargs = {name: cls(**d.get(name, {})) for name, cls in _SECTIONS.items()}
     return Settings(types=tuple(d["types"]), language=d["language"], **kwargs)

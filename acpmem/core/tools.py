@@ -363,7 +363,9 @@ def parse_block_arg(block: object) -> str | None:
     """A ``block`` argument: None or empty for none, else a compression block id like ``b12``."""
     if block is None or block == "":
         return None
-    if not (isinstance(block, str) and re.fullmatch(r"b[0-9]{1,9}", block.strip())):
+    from acpmem.core.blocks import valid_block_id
+
+    if not (isinstance(block, str) and valid_block_id(block.strip())):
         raise EntryInvalid("memory_commit", "block", f"must be a compression block id like b12, got {clip(block)}",
                            "name a block the compression status lists, or leave block out")
     return block.strip()
@@ -441,3 +443,28 @@ def _text(args: Mapping[str, Any], name: str, tool: str, limit: int, *, single_l
 def _check(value: str, allowed: tuple[str, ...], option: str) -> None:
     if value not in allowed:
         raise UsageError(f"Unknown {option.lstrip('-')} '{value}'", f"use {option} {' | '.join(allowed)}")
+
+
+def consolidate_instruction(kind: str, entries_text: str, lang: str = "en") -> str:
+    """The one message of a ``consolidate`` call: merge the framed entries of one cluster (``kind``: duplicate or
+    contradiction) into a single ``memory_write``."""
+    _check(lang, LANGS, "--lang")
+    if lang == "zh":
+        conflict = "它们互相矛盾：以最新的（created 最晚）为准，并写明之前的说法已改变。" if kind == "contradiction" \
+            else "它们说的是同一件事。"
+        return "\n".join([
+            "把下面这些记忆条目合并成一条。" + conflict,
+            "调用一次 memory_write：保留每一个事实和理由，不要增加条目里没有的内容；标题一行；"
+            "supersedes 填入下面所有条目的 id。不要写入任何密钥。",
+            "",
+            entries_text,
+        ])
+    conflict = ("They contradict each other: keep what the newest (latest created) says, and say that the earlier "
+                "statement changed.") if kind == "contradiction" else "They say the same thing."
+    return "\n".join([
+        "Merge the memory entries below into one. " + conflict,
+        "Call memory_write once: keep every fact and reason, add nothing the entries do not say, a one-line title, "
+        "and supersedes = the ids of all the entries below. Never write a secret.",
+        "",
+        entries_text,
+    ])

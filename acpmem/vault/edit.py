@@ -20,9 +20,13 @@ from acpmem.search.catalog import secret_kind
 from acpmem.vault.writer import KIND_EDIT, Vault
 
 
-def _editor() -> list[str]:
+def editor_command() -> list[str]:
+    """The person's editor: $VISUAL, else $EDITOR, else vi (split like a shell would)."""
     cmd = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     return shlex.split(cmd)
+
+
+_editor = editor_command
 
 
 class _Target:

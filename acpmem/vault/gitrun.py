@@ -1,6 +1,6 @@
 """Git through the ``git`` executable: every call a short-lived child that is always waited for, so a long-running
 host never accumulates git processes or file descriptors (``docs/design.md`` gives the measurements behind this
-choice over GitPython).
+choice over GitPython). A write's own status and commit run in-process where they can (``acpmem.vault.gitlib``).
 
 A failing git command becomes one line (``failure``): git's own error lines, or, for the faults a person can fix
 and git words obscurely, what is wrong and the next step — git not on PATH, a vault folder without ``.git``, a

@@ -104,6 +104,11 @@ def _with_index(vault: VaultReader, work: Callable[[sqlite3.Connection], object]
     return vault.with_db(fresh_then_work)
 
 
+def with_index(vault: VaultReader, work: Callable[[sqlite3.Connection], object]):
+    """``work(connection)`` on the vault's search index, brought in step with the files first (``consolidate``)."""
+    return _with_index(vault, work)
+
+
 def _entry_at(con: sqlite3.Connection, path: str) -> Entry | None:
     """The entry of a valid file, unless another file with the same id comes first (the catalog's rule)."""
     row = con.execute("SELECT f.data, (SELECT min(g.path) FROM files g WHERE g.entry_id = f.entry_id AND g.ok = 1) "

@@ -56,6 +56,10 @@ KIND_FORGET = "forget"
 KIND_SUPERSEDE = "supersede"
 KIND_READS = "reads"
 KIND_SYNC = "sync"
+KIND_PROPOSE = "proposal"        # the fork's entries under ``[write] policy = "review"``, in proposals/
+KIND_REVIEW = "human-review"     # a person's decision in ``review`` (accept, edit, reject)
+KIND_REMEMBER = "human-write"    # a person's entry, verbatim (``remember``)
+KIND_CONSOLIDATE = "consolidate"  # one merged entry superseding a cluster (``consolidate``)
 
 
 # --------------------------------------------------------------------------------------------- paths
@@ -113,6 +117,7 @@ class Vault(VaultReader):
     machinery (ids, the repository lock, human edits, the journal and every commit)."""
 
     _lock_depth = 0
+    _inproc = None    # acpmem.vault.gitlib.InProcess once opened; False when this vault needs the git executable
 
     # ----------------------------------------------------------------- ids
     def new_id(self, taken: set[str] | None = None) -> str:
@@ -121,7 +126,8 @@ class Vault(VaultReader):
         taken = taken if taken is not None else {e.id for e in self.load(with_reads=False, light=True).entries}
         self.user   # noqa: B018 - opening the user vault tells whether this vault is the user vault itself
         pre = layout.USER_ID_PREFIX if self.layer == layout.LAYER_USER else ""
-        existing = {pre + p.name[len(pre):].split("-")[0].split(".")[0] for p in self.entries_dir.glob("*.md")
+        existing = {pre + p.name[len(pre):].split("-")[0].split(".")[0]
+                    for d in (self.entries_dir, self.root / layout.PROPOSALS_DIR) for p in d.glob("*.md")
                     if p.name.startswith(pre)}
         for _ in range(1000):
             ident = pre + random_id(self.rng, 6)
@@ -130,9 +136,10 @@ class Vault(VaultReader):
                 return ident
         raise AcpmemError("could not find a free entry id", "the vault is unusually full; report this")
 
-    def path_for(self, ident: str, title: str) -> str:
+    def path_for(self, ident: str, title: str, folder: str = layout.ENTRIES_DIR) -> str:
+        """Where a new entry goes: ``entries/`` (or ``proposals/`` for a proposal), named by id and title."""
         slug = slugify(title)
-        return f"{layout.ENTRIES_DIR}/{ident}-{slug}.md" if slug else f"{layout.ENTRIES_DIR}/{ident}.md"
+        return f"{folder}/{ident}-{slug}.md" if slug else f"{folder}/{ident}.md"
 
     # ----------------------------------------------------------------- the lock
     @contextlib.contextmanager
@@ -183,7 +190,8 @@ class Vault(VaultReader):
         marker written while git runs names a process that is gone, git's lock files and empty or temporary
         object files from that moment. A file counts as ours only if nobody holds it open: a person's git started
         since then (or an orphaned git child of ours still finishing) keeps its files open."""
-        for d in (self.root, self.entries_dir, self.root / layout.READS_DIR, self.state_dir):
+        for d in (self.root, self.entries_dir, self.root / layout.READS_DIR, self.root / layout.PROPOSALS_DIR,
+                  self.root / layout.REVIEWS_DIR, self.state_dir):
             for p in stale_temp_files(d):
                 p.unlink(missing_ok=True)
         marker = self.state_dir / layout.LOCKS_DIR / GIT_MARKER
@@ -237,14 +245,44 @@ class Vault(VaultReader):
         finally:
             marker.unlink(missing_ok=True)
 
+    def in_process(self):
+        """The in-process git of the write path (``acpmem.vault.gitlib``), or None when this vault needs the ``git``
+        executable (no pygit2, a post-commit hook, signed commits, …). Opened once per Vault."""
+        if self._inproc is None:
+            from acpmem.vault import gitlib
+
+            self.setup_git()   # the identity it reads must exist first
+            try:
+                self._inproc = gitlib.InProcess(self.root)
+            except gitlib.Unusable:
+                self._inproc = False
+        return self._inproc or None
+
+    def close(self) -> None:
+        super().close()
+        if self._inproc:
+            self._inproc.repo.free()   # the packs and the index libgit2 keeps open
+        self._inproc = None
+
+    def _status(self) -> list[tuple[str, str]]:
+        """(code, path) of every uncommitted change (``git status --porcelain`` codes)."""
+        inproc = self.in_process()
+        if inproc is not None:
+            from acpmem.vault.gitlib import Unusable
+
+            try:
+                return inproc.status()
+            except Unusable:
+                pass
+        res = git(self.root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+        return [(item[:2], item[3:]) for item in filter(None, res.out.split("\0"))]
+
     # ----------------------------------------------------------------- human edits
     def human_edits(self) -> list[HumanEdit]:
         """Uncommitted changes to the vault that acpmem did not make, each validated."""
-        res = git(self.root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
         out: list[HumanEdit] = []
         journal = self._journal_paths()
-        for item in filter(None, res.out.split("\0")):
-            code, rel = item[:2], item[3:]
+        for code, rel in self._status():
             if rel in journal or rel.startswith(layout.STATE_DIRNAME + "/"):
                 continue
             status = "deleted" if "D" in code else "added" if code == "??" or "A" in code else "modified"
@@ -257,7 +295,7 @@ class Vault(VaultReader):
         p = self.root / rel
         if p.is_symlink():
             return "a symlink (acpmem does not commit symlinks)"
-        if rel.startswith(layout.ENTRIES_DIR + "/") and rel.endswith(".md"):
+        if rel.startswith((layout.ENTRIES_DIR + "/", layout.PROPOSALS_DIR + "/")) and rel.endswith(".md"):
             try:
                 e = parse_entry_bytes(p.read_bytes(), rel, self.settings.types)
             except EntryInvalid as exc:
@@ -405,6 +443,18 @@ class Vault(VaultReader):
             if gone:
                 known = self._known_to_git(gone)
                 gone = [p for p in gone if p in known]
+            inproc = self.in_process() if on_disk or gone else None
+            if inproc is not None:
+                from acpmem.vault.gitlib import Unusable
+
+                try:
+                    sha = inproc.commit(on_disk, gone, message)
+                except Unusable:
+                    pass   # the git executable below finishes what was started (every step is idempotent)
+                else:
+                    if claimed:
+                        claimed.unlink(missing_ok=True)
+                    return sha
             if not on_disk and not gone:
                 res = None
             else:

@@ -34,6 +34,22 @@ def check_requests(vault, add) -> None:
             who = f" (process {waiter} waits for it)" if waiter else ""
             add("warning", f"request {r.id} failed {r.attempts} time(s) ({last}); {when}{who}",
                 f"`acp memory extract {r.id}` tries it now")
-    waiting = [r for r in reqs if r.status == "pending" and not r.attempts]
+    deferred = [r for r in reqs if r.status == "pending" and r.deferred]
+    if deferred:
+        from acpmem.write import budget
+
+        st = budget.current(vault.state_dir, vault.clock(), vault.settings.extraction)
+        why = st.reason if st is not None and st.over else deferred[0].deferred
+        add("warning", f"{len(deferred)} request(s) deferred: over the extraction budget ({why}); they are "
+            f"extracted from {min(r.next_attempt or '' for r in deferred)} on",
+            "wait, or raise [extraction] max_tokens_per_day / max_requests_per_hour in acpmem.toml")
+    from acpmem.vault.review import proposals
+
+    good, bad = proposals(vault)
+    for rel, why in bad:
+        add("error", f"{rel} is not a valid proposal: {why}", f"fix it by hand, or `git -C {vault.root} rm {rel}`")
+    if good:
+        add("info", f"{len(good)} proposal(s) wait for review", "`acp memory review`")
+    waiting = [r for r in reqs if r.status == "pending" and not r.attempts and not r.deferred]
     if waiting:
         add("info", f"{len(waiting)} request(s) waiting for extraction")

@@ -22,7 +22,7 @@ from acpmem.core.clock import utc_iso
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.entryfile import defuse_conflict_markers
 from acpmem.core.errors import AcpmemError, EntryInvalid, ExtractionError, TranscriptError, UsageError
-from acpmem.core.layout import LAYER_PROJECT, LAYER_USER
+from acpmem.core.layout import LAYER_PROJECT, LAYER_USER, PROPOSALS_DIR
 from acpmem.core.limits import one_line
 from acpmem.core.values import Value
 from acpmem.write import costs, requests
@@ -37,7 +37,9 @@ EXTRACTORS = ("auto", "llm", "offline")
 class Outcome(Value):
     """What happened to one request. ``status``: ``written`` (a commit), ``nothing`` (the model kept nothing),
     ``already`` (done before: found in history), ``retry`` (this attempt failed; pending with backoff), ``failed``
-    (attempts exhausted; kept), ``skipped`` (not due, or failed and not named), ``missing`` (no such request)."""
+    (attempts exhausted; kept), ``skipped`` (not due, or failed and not named), ``missing`` (no such request),
+    ``deferred`` (an extraction budget is spent: pending, not attempted, until it frees), ``proposed`` (written as
+    proposals under ``[write] policy = "review"``)."""
 
     request: str
     status: str
@@ -54,7 +56,7 @@ class Outcome(Value):
 
     @property
     def ok(self) -> bool:
-        return self.status in ("written", "nothing", "already")
+        return self.status in ("written", "proposed", "nothing", "already", "deferred")
 
     def to_json(self) -> dict:
         return {"request": self.request, "status": self.status, "extractor": self.extractor, "commit": self.commit,
@@ -65,10 +67,11 @@ class Outcome(Value):
 
     def summary(self) -> str:
         head = f"{self.request}: "
-        if self.status == "written":
+        if self.status in ("written", "proposed"):
             ids = ", ".join(f"#{e['id']}" for e in self.entries)
-            line = f"{head}wrote {len(self.entries)} {'entry' if len(self.entries) == 1 else 'entries'} ({ids}) " \
-                   f"in commit {self.commit[:12]}"
+            n = f"{len(self.entries)} {'entry' if len(self.entries) == 1 else 'entries'}"
+            line = f"{head}wrote {n} ({ids}) in commit {self.commit[:12]}" if self.status == "written" else \
+                f"{head}proposed {n} ({ids}) in commit {self.commit[:12]}; `acp memory review` accepts or rejects"
             if self.superseded:
                 line += f"; superseded {', '.join('#' + i for i in self.superseded)}"
         elif self.status == "nothing":
@@ -79,6 +82,8 @@ class Outcome(Value):
             msg = (self.error or {}).get("message", "")
             line = f"{head}{'failed for good' if self.status == 'failed' else 'failed, will retry'} " \
                    f"(attempt {self.attempts}): {msg}"
+        elif self.status == "deferred":
+            line = f"{head}deferred: {(self.error or {}).get('message', 'over the extraction budget')}"
         elif self.status == "skipped":
             line = f"{head}skipped ({(self.error or {}).get('message', 'not due')})"
         else:
@@ -360,16 +365,32 @@ def _malformed(message: str) -> ExtractionError:
                            reason="malformed_call", attempts=1, retryable=True, status=None)
 
 
-def commit_draft(vault, req: Request, draft: _Draft, model_label: str, extractor: str) -> str | None:
-    """Write the draft's entries (and the superseded ones) in one commit per layer carrying the request's trailers:
-    the user vault's first, then the project vault's, which marks the request done (``process_request``). Returns
-    the project commit (the user one when every entry went to the user vault)."""
-    from acpmem.vault.writer import KIND_FORK
+def under_policy(target, entries: list[Entry], updates: list[Entry]) -> tuple[list[Entry], list[Entry], str]:
+    """What the fork's entries for the vault ``target`` become under its ``[write] policy``: under ``review``,
+    proposals (``acpmem.vault.review``) — written under ``proposals/``, what they supersede only named in them, no
+    other entry touched until a person accepts them — else entries. Returns (entries, updates, commit kind)."""
+    from acpmem.vault.writer import KIND_FORK, KIND_PROPOSE
 
+    if target.settings.write.policy != "review" or not entries:
+        return entries, updates, KIND_FORK
+    return [e.with_changes(path=target.path_for(e.id, e.title, PROPOSALS_DIR)) for e in entries], [], KIND_PROPOSE
+
+
+def commit_draft(vault, req: Request, draft: _Draft, model_label: str, extractor: str) -> str | None:
+    """Write the draft's entries (and the superseded ones) in one commit per layer carrying the request's trailers,
+    each as its own vault's write policy has them (``under_policy``): the user vault's first, then the project
+    vault's, which marks the request done (``process_request``). Returns the project commit (the user one when every
+    entry went to the user vault)."""
     user_entries, user_updates = draft.part(LAYER_USER)
     entries, updates = draft.part(LAYER_PROJECT)
     if vault.layer == LAYER_USER:   # the vault opened is the user vault itself: one layer, one commit
         entries, updates, user_entries, user_updates = user_entries + entries, user_updates + updates, [], []
+    user_kind = None
+    if user_entries or user_updates:
+        user_entries, user_updates, user_kind = under_policy(vault.user, user_entries, user_updates)
+    entries, updates, kind = under_policy(vault, entries, updates)
+    draft.entries = user_entries + entries
+    draft.updates = {e.id: e for e in user_updates + updates}
     trailers = {"Acpmem-Request": req.id, "Acpmem-Session": req.session, "Acpmem-Seq": str(req.seq),
                 "Acpmem-Note": req.note, "Acpmem-Model": model_label, "Acpmem-Extractor": extractor}
     sha = None
@@ -377,12 +398,12 @@ def commit_draft(vault, req: Request, draft: _Draft, model_label: str, extractor
         note = _user_safe(vault, req.note, draft)   # the user vault's history is read in every project too
         sha = vault.user.write_entries(
             user_entries, subject=_subject(req, user_entries or user_updates),
-            why=_why(req, extractor, note, user_updates), kind=KIND_FORK,
+            why=_why(req, extractor, note, user_updates), kind=user_kind,
             trailers={**trailers, "Acpmem-Note": note, USER_PART_TRAILER: "yes" if entries or updates else "no"},
             updates=user_updates)
     if entries or updates:
         sha = vault.write_entries(entries, subject=_subject(req, entries or updates),
-                                  why=_why(req, extractor, req.note, updates), kind=KIND_FORK, trailers=trailers,
+                                  why=_why(req, extractor, req.note, updates), kind=kind, trailers=trailers,
                                   updates=updates)
     return sha
 
@@ -456,6 +477,9 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
             say(req.id, "offline extraction")
             draft = _offline_draft(vault, req, t, extract_offline)
         else:
+            deferred = _over_budget(vault, req, now)
+            if deferred is not None:
+                return deferred
             say(req.id, f"calling {config.model}")
             body = build_body(vault, req, config.model, transcript=t)
             try:
@@ -485,7 +509,8 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
             return _finish(vault, req, out)
         say(req.id, "committing")
         sha = commit_draft(vault, req, draft, config.model if config else "offline", label)
-        out = Outcome(req.id, "written", label, sha,
+        proposed = all(e.path.startswith(PROPOSALS_DIR + "/") for e in draft.entries) and bool(draft.entries)
+        out = Outcome(req.id, "proposed" if proposed else "written", label, sha,
                       tuple({"id": e.id, "title": e.title, "path": e.path, "type": e.type,
                              "layer": draft.layer_of.get(e.id, LAYER_PROJECT)} for e in draft.entries),
                       tuple(draft.updates), tuple(draft.unknown), tuple(dict.fromkeys(draft.redacted)),
@@ -504,6 +529,19 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
                                       base_seconds=cfg.retry_base_seconds, max_attempts=cfg.max_attempts)
         return Outcome(req.id, "failed" if new.status == "failed" else "retry", label, error={**error},
                        usage=_usage(result), attempts=new.attempts)
+
+
+def _over_budget(vault, req: Request, now: str) -> Outcome | None:
+    """When an extraction budget is spent: the request kept pending, not attempted, until it frees — the
+    ``deferred`` outcome; else None (``acpmem.write.budget``)."""
+    from acpmem.write import budget
+
+    st = budget.current(vault.state_dir, vault.clock(), vault.settings.extraction)
+    if st is None or not st.over:
+        return None
+    new = requests.defer(vault.state_dir, req, st.reason, st.frees_at)
+    return Outcome(req.id, "deferred", error={"message": f"{st.reason}; it waits until {st.frees_at}",
+                                              "reason": "budget"}, attempts=new.attempts)
 
 
 def _offline_draft(vault, req: Request, transcript, extract_offline) -> _Draft:

@@ -33,7 +33,8 @@ DEFAULT_MAX_RETRIES = 3
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 20.0
 MAX_RETRY_AFTER = 60.0           # a server that asks for a longer wait is not waited for: the request stays pending
-_NOT_OURS = frozenset({"extractor", "max_entry_bytes", "retry_base_seconds", "max_attempts"})   # read elsewhere
+_NOT_OURS = frozenset({"extractor", "max_entry_bytes", "retry_base_seconds", "max_attempts", "max_tokens_per_day",
+                       "max_requests_per_hour"})   # read elsewhere
 
 
 class ModelConfig(Value):

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from acpmem.core import limits
+from acpmem.core.blocks import valid_block_id
 from acpmem.core.clock import parse_iso, utc_iso
 from acpmem.core.errors import AcpmemError, UsageError
 from acpmem.core.ids import random_id
@@ -29,12 +30,35 @@ MAX_SEQ = limits.MAX_SEQ   # a seq is stored as an SQLite INTEGER
 _REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
-def ack_text(request_id: str, lang: str = "en", *, inline: bool = False) -> str:
+def ack_text(request_id: str, lang: str = "en", *, inline: bool = False, policy: str = "auto",
+             deferred: str | None = None) -> str:
     """The acknowledgement the main model gets; the fork closes the open ``memory_commit`` call with these exact bytes.
-    ``inline``: the extraction runs now, in the caller's process (``commit --wait``), not in the background."""
+    ``inline``: the extraction runs now, in the caller's process (``commit --wait``), not in the background.
+    ``policy`` (``[write] policy``) says what the result becomes, so the model does not promise what will not happen:
+    under ``review`` a proposal a person accepts first. ``deferred``: the extraction budget is spent (why), so the
+    request waits until it frees."""
     if lang == "zh":
-        return f"已记录（{request_id}）：{'现在' if inline else '将在后台'}提炼并写入长期记忆。"
+        when = "现在" if inline else "将在后台"
+        if deferred:
+            when = "因提炼预算已用完而推迟，预算恢复后"
+        what = "提炼成待人工审核的提议（审核通过后才会使用）" if policy == "review" else "提炼并写入长期记忆"
+        return f"已记录（{request_id}）：{when}{what}。"
+    when = "now" if inline else "in the background"
+    if deferred:
+        when = f"once the extraction budget frees ({deferred}); it is deferred until then"
+    if policy == "review":
+        return f"Noted ({request_id}): it will be distilled {when} into a proposal that a person reviews; " \
+               "it is not used until accepted."
+    if deferred:
+        return f"Noted ({request_id}): it will be distilled and written {when}."
     return f"Noted ({request_id}): it {'is distilled and written now' if inline else 'will be distilled and written in the background'}."
+
+
+def off_text(lang: str = "en") -> str:
+    """What ``memory_commit`` answers when ``[write] policy = "off"``: nothing is recorded."""
+    if lang == "zh":
+        return "此记忆库已关闭记忆写入（write.policy = off）：未记录任何内容。"
+    return "Memory writes are off in this vault (write.policy = off): nothing was recorded."
 
 
 class Request(Value):
@@ -58,6 +82,7 @@ class Request(Value):
     errors: tuple[dict, ...] = ()
     redacted: tuple[str, ...] = ()
     block: str | None = None   # a compression block the commit named (b12): the fork's focus and the citation
+    deferred: str | None = None    # why it waits beyond its schedule (an extraction budget), or None
 
     @property
     def last_error(self) -> dict | None:
@@ -68,7 +93,7 @@ class Request(Value):
                 "importance": self.importance, "session": self.session, "seq": self.seq, "ack": self.ack,
                 "transcript": self.transcript, "host_tools": self.host_tools, "lang": self.lang,
                 "status": self.status, "attempts": self.attempts, "next_attempt": self.next_attempt,
-                "errors": list(self.errors), "redacted": list(self.redacted),
+                "errors": list(self.errors), "redacted": list(self.redacted), "deferred": self.deferred,
                 **({"block": self.block} if self.block else {})}
 
     @classmethod
@@ -90,8 +115,10 @@ class Request(Value):
             if d.get(key) is not None and not isinstance(d[key], str):
                 raise ValueError(f"{key} must be text")
         block = d.get("block")
-        if block is not None and not (isinstance(block, str) and re.fullmatch(r"b[0-9]{1,9}", block)):
+        if block is not None and not valid_block_id(block):
             raise ValueError("block must be a block id like b12")
+        if d.get("deferred") is not None and not isinstance(d["deferred"], str):
+            raise ValueError("deferred must be text")
         if d.get("next_attempt") is not None:
             parse_iso(d["next_attempt"])   # the worker computes with it: "zzzz" would stop it for good
         if d.get("status", "pending") not in ("pending", "failed", None) \
@@ -103,7 +130,7 @@ class Request(Value):
                    transcript=d.get("transcript"), host_tools=d.get("host_tools"), lang=d.get("lang") or "en",
                    status=d.get("status") or "pending", attempts=attempts,
                    next_attempt=d.get("next_attempt"), errors=tuple(d.get("errors") or ()),
-                   redacted=tuple(d.get("redacted") or ()), block=d.get("block"))
+                   redacted=tuple(d.get("redacted") or ()), block=d.get("block"), deferred=d.get("deferred"))
 
     def due(self, now: str) -> bool:
         return self.status == "pending" and (self.next_attempt is None or self.next_attempt <= now)
@@ -194,7 +221,15 @@ def record_failure(state_dir: Path, req: Request, error: dict, now: datetime, rn
     else:
         delay = min(BACKOFF_CAP_S, base_seconds * 2 ** (attempts - 1)) * (0.75 + 0.5 * rng.random())
         status, nxt = "pending", utc_iso(now + timedelta(seconds=delay))
-    new = req.with_changes(attempts=attempts, errors=errors, status=status, next_attempt=nxt)
+    new = req.with_changes(attempts=attempts, errors=errors, status=status, next_attempt=nxt, deferred=None)
+    save_request(state_dir, new)
+    return new
+
+
+def defer(state_dir: Path, req: Request, reason: str, until: str) -> Request:
+    """Keep a request pending, not attempted, until ``until`` (ISO), saying why (an extraction budget is spent). Not
+    a failed attempt: its attempts and backoff are unchanged."""
+    new = req.with_changes(deferred=reason, next_attempt=until)
     save_request(state_dir, new)
     return new
 
@@ -250,7 +285,7 @@ def check_host_args(host: dict) -> dict:
 def make_request(*, types: tuple[str, ...], type: str, note: str, importance: int | str, session: str,
                  seq: int | str, transcript: str | os.PathLike | None, host_tools: str | os.PathLike | None,
                  lang: str, created: str, request_id: str, cwd: Path | None = None, inline: bool = False,
-                 block: str | None = None) -> Request:
+                 block: str | None = None, policy: str = "auto", deferred: str | None = None) -> Request:
     """Validate a commit's arguments (the model's and the host's) and build the request. The note is redacted here,
     before it reaches any file; the secret kinds found are kept in ``redacted``."""
     from acpmem.core.tools import parse_commit_args
@@ -281,5 +316,7 @@ def make_request(*, types: tuple[str, ...], type: str, note: str, importance: in
         return str(q if q.is_absolute() else (cwd or Path.cwd()) / q)
 
     return Request(id=request_id, created=created, type=args.type, note=note_clean, importance=args.importance,
-                   session=session.strip(), seq=seq, ack=ack_text(request_id, lang, inline=inline), transcript=absolute(transcript),
-                   host_tools=absolute(host_tools), lang=lang, redacted=tuple(f.kind for f in found), block=args.block)
+                   session=session.strip(), seq=seq,
+                   ack=ack_text(request_id, lang, inline=inline, policy=policy, deferred=deferred),
+                   transcript=absolute(transcript), host_tools=absolute(host_tools), lang=lang,
+                   redacted=tuple(f.kind for f in found), block=args.block)

@@ -75,12 +75,33 @@ def stats(vault) -> dict:
                      "next_retry": scheduled[0] if scheduled else None,
                      "retry_waiter": retry_waiter(state),
                      "items": [{"id": r.id, "status": r.status, "attempts": r.attempts, "created": r.created,
-                                "next_attempt": r.next_attempt, "note": r.note,
+                                "next_attempt": r.next_attempt, "note": r.note, "deferred": r.deferred,
                                 "last_error": (r.last_error or {}).get("message")} for r in reqs]},
         "costs": costs.summarize(ledger),
         "user": user_layer_stats(vault) if vault.layer != "user" else None,
+        "budget": _budget(vault, reqs),
+        "review": _review(vault),
         **_embeddings(vault, ledger),
     }
+
+
+def _budget(vault, reqs) -> dict | None:
+    """The extraction budgets now (``acpmem.write.budget``), and how many requests wait for them; None when none
+    is set."""
+    from acpmem.write import budget
+
+    st = budget.current(vault.state_dir, vault.clock(), vault.settings.extraction)
+    if st is None:
+        return None
+    return {**st.to_json(), "deferred_requests": sum(1 for r in reqs if r.status == "pending" and r.deferred)}
+
+
+def _review(vault) -> dict:
+    """The write policy and how many proposals wait for a person."""
+    from acpmem.vault.review import proposals
+
+    good, bad = proposals(vault)
+    return {"policy": vault.settings.write.policy, "proposals": len(good), "invalid_proposals": len(bad)}
 
 
 def _embeddings(vault, ledger: list[dict]) -> dict:

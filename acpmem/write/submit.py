@@ -19,17 +19,21 @@ from acpmem.write import requests
 class Ack(Value):
     """What ``submit`` returns: the request id, the acknowledgement text for the model, the request file, how the
     extraction runs (``started`` a new worker, ``running`` one was already at work, ``deferred`` none could be
-    started — the request waits for the next worker or ``extract --pending`` —, ``inline`` with ``wait``), and
-    with ``wait`` the outcome (``acpmem.write.fork.Outcome``)."""
+    started — the request waits for the next worker or ``extract --pending`` —, ``inline`` with ``wait``, ``off``
+    when ``[write] policy = "off"``: no request, empty ``request_id`` and ``path``), the write policy, and with
+    ``wait`` the outcome (``acpmem.write.fork.Outcome``)."""
 
     request_id: str
     text: str
     path: str
     worker: str
     outcome: Any = None
+    policy: str = "auto"
+    deferred: str | None = None
 
     def to_json(self) -> dict:
-        d = {"request": self.request_id, "text": self.text, "path": self.path, "worker": self.worker}
+        d = {"request": self.request_id, "text": self.text, "path": self.path, "worker": self.worker,
+             "policy": self.policy, "deferred": self.deferred}
         if self.outcome is not None:
             d["outcome"] = self.outcome.to_json()
         return d
@@ -79,23 +83,38 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
     transcript (``b12``) as the focus: it must be there now. Raises ``EntryInvalid``/``UsageError``/``TranscriptError``
     for bad arguments, before anything is written."""
     vault.require_writable()
+    settings = vault.settings
+    policy = settings.write.policy
+    if policy == "off":   # checked first: nothing is validated, recorded or started
+        from acpmem.core.tools import parse_commit_args
+
+        parse_commit_args({"type": type, "note": note, "importance": importance}, settings.types)
+        return Ack("", requests.off_text(settings.language), "", "off", None, policy)
     check_readable(transcript, "transcript", "pass the conversation file the host writes for this session")
     if block not in (None, ""):
         check_block(transcript, block)
     check_readable(host_tools, "tool definition file", "pass the host's tools as a JSON file")
-    settings = vault.settings
     vault.ensure_state()
+    over = None
     if (extractor or settings.extraction.extractor) != "offline":
         from acpmem.write.llm import resolve_model_config, with_served_model
 
         # an endpoint without a model: find the one it serves now, or say what to set — not later, in the background
-        with_served_model(resolve_model_config(settings.extraction), vault.state_dir)
+        config = with_served_model(resolve_model_config(settings.extraction), vault.state_dir)
+        from acpmem.write import budget
+
+        if config.configured and budget.limited(settings.extraction):
+            over = budget.current(vault.state_dir, vault.clock(), settings.extraction)
+            over = over if over is not None and over.over else None
     for _ in range(20):
         rid = requests.new_request_id(vault.rng)
         req = requests.make_request(types=settings.types, type=type, note=note, importance=importance,
                                     session=session, seq=seq, transcript=transcript, host_tools=host_tools,
                                     lang=settings.language, created=utc_iso(vault.clock()), request_id=rid,
-                                    inline=wait, block=block)
+                                    inline=wait, block=block, policy=policy,
+                                    deferred=over.frees_at if over else None)
+        if over is not None:   # waits, not attempted, until the budget frees (``acpmem.write.budget``)
+            req = req.with_changes(deferred=over.reason, next_attempt=over.frees_at)
         try:
             path = requests.save_request(vault.state_dir, req, new=True)
             break
@@ -111,7 +130,7 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
         from acpmem.write.worker import process_now
 
         outcomes = process_now(vault, [req.id], extractor=extractor)
-        return Ack(req.id, req.ack, str(path), "inline", outcomes[0] if outcomes else None)
+        return Ack(req.id, req.ack, str(path), "inline", outcomes[0] if outcomes else None, policy, req.deferred)
     try:
         from acpmem.write.worker import start_worker
 
@@ -120,4 +139,4 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
         # The request is durable: the next commit's worker or `acp memory extract --pending` takes it.
         vault.warnings.append(f"could not start the background worker ({exc}); the request stays pending")
         state = "deferred"
-    return Ack(req.id, req.ack, str(path), state)
+    return Ack(req.id, req.ack, str(path), state, None, policy, req.deferred)

@@ -135,6 +135,10 @@ def run_worker(vault, lock_fd: int | None = None, *, idle_wait: float = WORKER_I
     fd = lock_fd if lock_fd is not None else try_worker_lock(vault.state_dir)
     if fd is None:
         return 0
+    if vault.settings.write.policy == "off":   # requests queued before stay pending until writes are on again
+        os.close(fd)
+        log("writes are off (write.policy = off): pending requests stay pending")
+        return 0
     done = 0
     requests.prune_temp_files(vault.state_dir)
     try:

@@ -1,0 +1,298 @@
+"""The commands a person uses to control what the memory holds: ``remember``, ``review`` and ``consolidate``.
+
+Each parses its arguments, makes library calls (``write.remember``, ``vault.review``, ``write.consolidate``) and
+renders the result; ``review`` without an action is a loop over the queue that asks for one decision per item.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault
+from acpmem.cli.output import emit_warnings, out, out_json, warn
+from acpmem.core.errors import UsageError
+
+
+# --------------------------------------------------------------------------------------------- remember
+
+@app.command()
+def remember(ctx: typer.Context,
+             text: Annotated[Optional[str], typer.Argument(metavar="TEXT", show_default=False,
+                                                           help="The entry, verbatim; '-' or nothing reads stdin "
+                                                                "(or opens $EDITOR on a terminal).")] = None,
+             type_: Annotated[str, typer.Option("--type", "-t", autocompletion=complete_types,
+                                                help="One of the vault's types (decision, lesson, fact, "
+                                                     "user-preference, reference by default).")] = ...,
+             importance: Annotated[int, typer.Option("--importance", "-i", min=1, max=10,
+                                                     help="1-10: how much a future session loses without it.")] = ...,
+             title: Annotated[Optional[str], typer.Option("--title", help="One line (default: the text's first "
+                                                                          "line).", show_default=False)] = None,
+             edit: Annotated[bool, typer.Option("--edit", help="Write the text in $EDITOR.")] = False,
+             json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+    """Write an entry yourself, verbatim — no model in between — in one commit marked as a human write.
+
+    The text is checked for secrets first; one is refused with an error and nothing is written. A person's entry
+    counts at once, whatever [write] policy says.
+
+    Example: acp memory remember "Deploys go out on Tuesdays; Friday deploys need a second reviewer." --type decision --importance 7
+
+    Example: git log -1 --format=%B | acp memory remember --type fact --importance 4 --title "Why we pinned pnpm"
+    """
+    from acpmem.write.remember import remember as write
+
+    if text is not None and edit:
+        raise UsageError("give TEXT or --edit, not both", "drop one")
+    if text == "-" or (text is None and not edit and not sys.stdin.isatty()):
+        text = sys.stdin.read()
+    elif text is None:
+        text = _from_editor()
+    v = open_vault(ctx, vault)
+    try:
+        entry, sha = write(v, text, type=type_, importance=importance, title=title)
+    finally:
+        v.close()
+    emit_warnings(v)
+    if json_:
+        out_json({"id": entry.id, "title": entry.title, "path": entry.path, "commit": sha})
+    else:
+        out(f"Remembered #{entry.id} {entry.title} ({entry.path}, commit {sha[:12]}).")
+
+
+def _from_editor() -> str:
+    import os
+    import subprocess
+    import tempfile
+
+    from acpmem.vault.edit import editor_command
+
+    fd, path = tempfile.mkstemp(prefix="acpmem-remember-", suffix=".md")
+    os.close(fd)
+    try:
+        try:
+            rc = subprocess.call([*editor_command(), path])
+        except FileNotFoundError:
+            raise UsageError(f"editor {editor_command()[0]!r} not found", "set $EDITOR, e.g. EDITOR=nano") from None
+        if rc != 0:
+            raise UsageError(f"the editor exited with status {rc}; nothing was written", "run the command again")
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    finally:
+        os.unlink(path)
+
+
+# --------------------------------------------------------------------------------------------- review
+
+@app.command()
+def review(ctx: typer.Context,
+           action: Annotated[Optional[str], typer.Argument(metavar="ACTION", show_default=False,
+                                                           help="accept or reject: decide without prompts on the "
+                                                                "named ids.")] = None,
+           ids: Annotated[Optional[list[str]], typer.Argument(metavar="ID", show_default=False,
+                                                              help="Ids (or unique prefixes) from the queue.")] = None,
+           reason: Annotated[Optional[str], typer.Option("--reason", "-r", show_default=False,
+                                                         help="Why (required to reject; goes into the "
+                                                              "commit).")] = None,
+           json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+    """Review what needs a person: proposals (under [write] policy = "review") and, under "auto", what the forks
+    wrote since this clone last reviewed.
+
+    Without an action, each item is shown — the entry, what it supersedes as a diff, its citation and the note of
+    the commit that asked for it — and you answer accept / edit / reject (with a reason) / skip / quit. Each
+    decision is one commit marked as a human review; a rejected fork write is undone by a commit, never by
+    rewriting history. --json prints the queue.
+
+    Example: acp memory review
+
+    Example: acp memory review --json
+
+    Example: acp memory review accept k3f9q2 m2x8aa
+
+    Example: acp memory review reject k3f9q2 --reason "wrong: the queue moved to Postgres"
+    """
+    from acpmem.vault import review as rv
+
+    if action is not None and action not in ("accept", "reject"):
+        raise UsageError(f"unknown action {action!r}", "use `review accept ID…` or `review reject ID… --reason …`")
+    if action is None and ids:
+        raise UsageError("ids go after accept or reject", "e.g. `acp memory review accept k3f9q2`")
+    v = open_vault(ctx, vault)
+    try:
+        if action is not None:
+            done = rv.decide_ids(v, list(ids or []), action, reason=reason)
+            emit_warnings(v)
+            if json_:
+                out_json({"decisions": [d.to_json() for d in done]})
+            else:
+                for d in done:
+                    out(f"{d.decision.capitalize()}ed {d.kind} #{d.id} (commit {(d.commit or '')[:12]}).")
+            return 0
+        items = rv.queue(v)
+        if json_:
+            out_json({"policy": v.settings.write.policy, "items": [i.to_json() for i in items]})
+            return 0
+        return _interactive(v, items)
+    finally:
+        v.close()
+
+
+def _show(item, n: int, total: int) -> None:
+    e = item.entry
+    out(f"\n[{n}/{total}] {item.kind} #{item.id}  {e.type}, importance {e.importance}"
+        + (f"  (commit {item.commit[:12]})" if item.commit else ""))
+    out(f"  {e.title}")
+    for line in e.body.rstrip("\n").splitlines():
+        out(f"    {line}")
+    if e.citation:
+        out("  Citation: " + ", ".join(str(c) for c in e.citation))
+    if item.note:
+        out(f"  Asked for: {item.note}")
+    for s in item.supersedes:
+        if s.get("missing"):
+            out(f"  Supersedes #{s['id']} (no longer in the vault)")
+            continue
+        out(f"  Supersedes #{s['id']} {s['title']}:")
+        for line in s["diff"].rstrip("\n").splitlines():
+            out(f"    {line}")
+
+
+def _ask(prompt: str) -> str | None:
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    line = sys.stdin.readline()
+    return None if not line else line.strip()
+
+
+def _interactive(v, items) -> int:
+    from acpmem.core.errors import AcpmemError
+    from acpmem.vault import review as rv
+
+    emit_warnings(v)
+    if not items:
+        out("Nothing to review.")
+        return 0
+    head = v.head()
+    forks = {i.id for i in items if i.kind == "fork-write"}
+    skipped = False
+    counts = {"accept": 0, "edit": 0, "reject": 0, "skip": 0}
+    for n, item in enumerate(items, 1):
+        _show(item, n, len(items))
+        while True:
+            answer = _ask("[a]ccept  [e]dit  [r]eject  [s]kip  [q]uit > ")
+            if answer is None or answer.lower() in ("q", "quit"):
+                out(_summary(counts, len(items) - n + 1))
+                return 0
+            choice = {"a": "accept", "e": "edit", "r": "reject", "s": "skip"}.get(answer.lower()[:1])
+            if choice is None:
+                out("Answer a, e, r, s or q.")
+                continue
+            if choice == "skip":
+                skipped = True
+                counts["skip"] += 1
+                break
+            reason, text = None, None
+            if choice == "reject":
+                reason = _ask("Reason: ")
+                if not reason:
+                    out("A rejection needs a reason (or answer s to skip).")
+                    continue
+            if choice == "edit":
+                text = _edit(v, item)
+                if text is None:
+                    continue
+            forks.discard(item.id)
+            through = head if not forks and not skipped else None
+            try:
+                d = rv.decide(v, item, choice, reason=reason, text=text, through=through)
+            except AcpmemError as exc:
+                warn(exc.line())
+                continue
+            counts[choice] += 1
+            out(f"  {choice}ed (commit {(d.commit or '')[:12]})")
+            if choice == "edit":
+                rv.editor_draft(v, item).unlink(missing_ok=True)
+            break
+    out(_summary(counts, 0))
+    return 0
+
+
+def _edit(v, item) -> str | None:
+    import subprocess
+
+    from acpmem.vault import review as rv
+    from acpmem.vault.edit import editor_command
+
+    draft = rv.editor_draft(v, item)
+    try:
+        rc = subprocess.call([*editor_command(), str(draft)])
+    except FileNotFoundError:
+        warn(f"Error: editor {editor_command()[0]!r} not found — set $EDITOR, e.g. EDITOR=nano")
+        return None
+    if rc != 0:
+        warn(f"Error: the editor exited with status {rc} — your draft is kept in {draft}")
+        return None
+    return draft.read_text("utf-8")
+
+
+def _summary(counts: dict, left: int) -> str:
+    parts = [f"{n} {k}{'ed' if k != 'skip' else 'ped'}" for k, n in counts.items() if n]
+    return "Reviewed: " + (", ".join(parts) or "nothing") + (f"; {left} left for later." if left else ".")
+
+
+# --------------------------------------------------------------------------------------------- consolidate
+
+@app.command()
+def consolidate(ctx: typer.Context,
+                dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report the clusters; call no model, "
+                                                                        "write nothing.")] = False,
+                type_: Annotated[Optional[list[str]], typer.Option("--type", "-t", autocompletion=complete_types,
+                                                                   show_default=False,
+                                                                   help="Only entries of this type "
+                                                                        "(repeatable).")] = None,
+                json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+    """Find clusters of near-duplicate and contradicting entries and merge each into one entry.
+
+    The search index finds the clusters; the fork's model writes one merged entry per cluster, which supersedes
+    every entry of it and keeps all their citations. Under [write] policy = "review" the merged entries are
+    proposals (see `acp memory review`); under "auto" they are commits. With --dry-run, or without a model
+    endpoint, it only reports the clusters. Superseded entries stay readable: `acp memory list --all`, `show ID`.
+
+    Example: acp memory consolidate --dry-run
+
+    Example: acp memory consolidate --type decision
+    """
+    from acpmem.write.consolidate import consolidate as run
+
+    v = open_vault(ctx, vault)
+    try:
+        unknown = [t for t in type_ or () if t not in v.settings.types]
+        if unknown:
+            raise UsageError(f"unknown entry type '{unknown[0]}'", f"the types of this vault: "
+                                                                   f"{', '.join(v.settings.types)}")
+        res = run(v, dry_run=dry_run, types=type_ or None)
+        titles = {e.id: e.title for e in v.load(with_reads=False, light=True).entries}
+    finally:
+        v.close()
+    emit_warnings(v)
+    if json_:
+        out_json(res.to_json())
+    else:
+        head = f"{len(res.outcomes)} cluster(s) among {res.entries} live entries"
+        out(head + (f" (report only: {res.reason})." if res.reason else "."))
+        for o in res.outcomes:
+            c = o.cluster
+            out(f"\n{c.kind}: {c.why}")
+            for i in c.ids:
+                out(f"  #{i} {titles.get(i, '')}")
+            if o.status in ("written", "proposed"):
+                verb = "merged into" if o.status == "written" else "proposed as"
+                out(f"  → {verb} #{o.entry['id']} {o.entry['title']} (commit {(o.commit or '')[:12]})")
+            elif o.status != "reported":
+                out(f"  → {o.status}: {o.error}")
+    failed = [o for o in res.outcomes if o.status == "failed"]
+    if failed:
+        warn(f"Error: {len(failed)} cluster(s) not merged: {failed[0].error} — run it again, or "
+             "`acp memory consolidate --dry-run` to see the clusters")
+        return 1
+    return 0

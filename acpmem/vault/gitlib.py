@@ -1,0 +1,144 @@
+"""The write path's git steps in-process, through libgit2 (pygit2): the status of the work tree and the commit of
+exactly the given paths — what ``git status`` and ``git add`` + ``git commit --only -- PATHS`` do, without starting a
+process per step (``docs/design.md``, "Measured choices", has the figures behind this).
+
+Used only by ``acpmem.vault.writer`` for a write's own commit, and only when it gives the same result as the ``git``
+executable; otherwise the writer runs ``git`` as before:
+
+* pygit2 is missing, or ``ACPMEM_GIT=exe`` asks for the executable;
+* the repository has a ``post-commit`` hook (``git commit --no-verify`` runs it; libgit2 runs no hook) or
+  ``commit.gpgsign`` set (libgit2 does not sign);
+* git knows no identity (``git var``: the executable path then supplies one and retries, as always);
+* libgit2 cannot read the repository (a split index, an extension it lacks) or fails on the way: the commit steps
+  are idempotent, so the executable finishes what was started.
+
+The identity is git's own: ``git var -l`` and ``git var GIT_AUTHOR_IDENT`` once per open vault (two processes, not
+per write), so
+``GIT_AUTHOR_*``/``GIT_COMMITTER_*``, ``GIT_CONFIG_*`` and every config scope count exactly as for ``git commit``.
+Never imported on the read path.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from acpmem.vault.gitrun import git
+
+
+class Unusable(Exception):
+    """This repository (or this moment) needs the ``git`` executable."""
+
+
+def _ident(value: str):
+    """``Name <email> 1700000000 +0100`` (``git var``) → (name, email)."""
+    name, _, rest = value.partition(" <")
+    email = rest.partition(">")[0]
+    if not name.strip() or not email.strip():
+        raise Unusable("no identity")
+    return name.strip(), email.strip()
+
+
+class InProcess:
+    """One vault's repository opened through libgit2. Raises ``Unusable`` when the executable must be used."""
+
+    def __init__(self, root: Path) -> None:
+        if os.environ.get("ACPMEM_GIT", "").lower() == "exe":
+            raise Unusable("ACPMEM_GIT=exe")
+        try:
+            import pygit2
+        except ImportError:
+            raise Unusable("pygit2 is not installed") from None
+        self.pygit2 = pygit2
+        self.root = Path(root)
+        res = git(self.root, "var", "-l", check=False)
+        if res.code != 0:
+            raise Unusable("git var failed")
+        values: dict[str, str] = {}
+        for line in res.out.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                values[key.strip().lower()] = value   # the most specific scope comes last
+        if values.get("commit.gpgsign", "false").lower() in ("true", "yes", "on", "1"):
+            raise Unusable("commits are signed")
+        hooks = Path(values["core.hookspath"]) if values.get("core.hookspath") else self.root / ".git" / "hooks"
+        if not hooks.is_absolute():
+            hooks = self.root / hooks
+        if os.access(hooks / "post-commit", os.X_OK):
+            raise Unusable("a post-commit hook")
+        # `git var -l` shows a made-up identity where `git commit` would refuse (user.useConfigOnly, no domain):
+        # the strict form says whether git would commit
+        if "git_author_ident" not in values or "git_committer_ident" not in values \
+                or git(self.root, "var", "GIT_AUTHOR_IDENT", check=False).code != 0:
+            raise Unusable("no identity")
+        self.author = _ident(values["git_author_ident"])
+        self.committer = _ident(values["git_committer_ident"])
+        try:
+            self.repo = pygit2.Repository(str(self.root))
+        except pygit2.GitError as exc:
+            raise Unusable(str(exc)) from None
+
+    # ----------------------------------------------------------------- status
+    def status(self) -> list[tuple[str, str]]:
+        """(porcelain-like code, path) of every change: ``??`` untracked, ``A`` added, ``D`` deleted, ``M`` else —
+        as ``git status --porcelain --untracked-files=all --no-renames`` reports them."""
+        fs = self.pygit2.enums.FileStatus
+        out = []
+        try:
+            found = self.repo.status(untracked_files="all", ignored=False)
+        except self.pygit2.GitError as exc:
+            raise Unusable(str(exc)) from None
+        for path, flags in found.items():
+            if flags & (fs.INDEX_DELETED | fs.WT_DELETED):
+                code = "D"
+            elif flags & fs.INDEX_NEW:
+                code = "A"
+            elif flags & fs.WT_NEW:
+                code = "??"
+            else:
+                code = "M"
+            out.append((code, path))
+        return out
+
+    # ----------------------------------------------------------------- commit
+    def commit(self, on_disk: list[str], gone: list[str], message: str) -> str | None:
+        """Stage ``on_disk`` (their content now, through the repository's filters) and remove ``gone`` in the index,
+        then commit HEAD's tree with exactly those paths changed — other staged changes stay staged, uncommitted, as
+        with ``git commit --only``. Returns the new commit, or None when the tree is HEAD's (nothing to commit).
+
+        The index is written first and the commit made from it: killed in between, the journal's replay finds the
+        paths staged and commits them (the same order ``git commit`` keeps)."""
+        pygit2 = self.pygit2
+        repo = self.repo
+        try:
+            index = repo.index
+            index.read(False)
+            for p in on_disk:
+                index.add(p)
+            for p in gone:
+                if p in index:
+                    index.remove(p)
+            index.write()
+            if repo.head_is_unborn:
+                parents, base = [], None
+            else:
+                head = repo.head.peel(pygit2.Commit)
+                parents, base = [head.id], head.tree
+            work = pygit2.Index()
+            if base is not None:
+                work.read_tree(base)
+            for p in on_disk:
+                entry = index[p]
+                work.add(pygit2.IndexEntry(p, entry.id, entry.mode))
+            for p in gone:
+                if p in work:
+                    work.remove(p)
+            tree = work.write_tree(repo)
+            if base is not None and tree == base.id:
+                return None
+            author = pygit2.Signature(*self.author)
+            committer = pygit2.Signature(*self.committer)
+            oid = repo.create_commit("HEAD", author, committer, message, tree, parents)
+            return str(oid)
+        except (pygit2.GitError, KeyError, OSError) as exc:
+            raise Unusable(str(exc)) from None
+

@@ -1,0 +1,408 @@
+"""The review queue (``acp memory review``): what needs a person, and each decision as one commit.
+
+What is in the queue:
+
+* **proposals** — the fork's entries under ``[write] policy = "review"``: ordinary entry files, but under
+  ``proposals/`` instead of ``entries/``. They are committed (so ``sync`` carries them to the team) and no reader
+  looks there: the catalog, the search index, the resident list, surfacing and recall read ``entries/`` only. What a
+  proposal supersedes is only named in it; the old entries are untouched until it is accepted.
+* under ``policy = "auto"``, **fork writes** this clone has not reviewed yet: entries added by ``fork-write`` and
+  ``consolidate`` commits after this clone's review marker, not decided by any clone.
+
+Each clone keeps its decisions and its marker in its own committed file ``reviews/<clone-id>.tsv`` (the clone id of
+``acpmem.vault.readlog``): one line ``<entry-id>\\t<decision>\\t<time>`` per decision, and ``@through\\t<commit>\\t<time>``,
+the commit up to which every fork write was decided. Each clone writes only its own file, so two clones that review
+and sync never conflict. ``docs/design.md`` ("Write policy and review") has the reasons.
+
+Decisions — each one commit of kind ``human-review`` (``Acpmem-Decision`` says which), never a history rewrite:
+
+* accept a proposal: its file moves to ``entries/`` and the entries it supersedes are marked, in one commit;
+* edit: the same with the person's text (validated, secrets refused);
+* reject a proposal: its file is deleted, with the reason;
+* accept a fork write: only the marker line; edit: the new text; reject: the entry is deleted and the entries it
+  superseded are restored — a commit that undoes the fork's, with the reason.
+
+Functions take the vault object, never discover one, so the same calls work on any vault layer.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from acpmem.core import layout
+from acpmem.core.entry import Entry
+from acpmem.core.entryfile import dump_entry, parse_entry_bytes
+from acpmem.core.errors import AcpmemError, EntryInvalid, EntryNotFound, SecretRefused, UsageError
+from acpmem.core.limits import one_line
+from acpmem.core.values import Value
+from acpmem.infra.files import read_exact
+from acpmem.vault import readlog
+from acpmem.vault.gitrun import git
+from acpmem.vault.writer import KIND_CONSOLIDATE, KIND_FORK, KIND_REVIEW, Vault
+
+DECISIONS = ("accept", "edit", "reject")
+THROUGH = "@through"
+REVIEWED_KINDS = (KIND_FORK, KIND_CONSOLIDATE)
+
+
+class ReviewItem(Value):
+    """One thing to review: a ``proposal`` or a ``fork-write``; the entry, the commit that wrote it and the note of
+    the commit that asked for it; what it supersedes (id, title and a diff of the old text to the new)."""
+
+    id: str
+    kind: str
+    entry: Entry
+    path: str
+    commit: str | None = None
+    note: str | None = None
+    request: str | None = None
+    supersedes: tuple[dict, ...] = ()
+
+    def to_json(self) -> dict:
+        e = self.entry
+        return {"id": self.id, "kind": self.kind, "path": self.path, "title": e.title, "type": e.type,
+                "importance": e.importance, "created": e.created, "body": e.body,
+                "citation": [c.to_dict() for c in e.citation], "source": e.source, "commit": self.commit,
+                "note": self.note, "request": self.request, "supersedes": list(self.supersedes)}
+
+
+class Decision(Value):
+    id: str
+    decision: str
+    commit: str | None
+    kind: str
+    path: str
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "decision": self.decision, "commit": self.commit, "kind": self.kind,
+                "path": self.path}
+
+
+# --------------------------------------------------------------------------------------------- the marker files
+
+def marker_rel(vault) -> str:
+    """This clone's review file, relative to the vault."""
+    return f"{layout.REVIEWS_DIR}/{readlog.clone_id(vault.state_dir)}.tsv"
+
+
+def _parse_marker(text: str) -> tuple[str | None, dict[str, str]]:
+    through, decided = None, {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) != 3:
+            continue
+        key, value = parts[0].strip(), parts[1].strip()
+        if key == THROUGH:
+            if len(value) == 40 and all(c in "0123456789abcdef" for c in value):
+                through = value
+        elif key and value in DECISIONS:
+            decided[key] = value
+    return through, decided
+
+
+def read_marker(vault) -> tuple[str | None, dict[str, str]]:
+    """This clone's marker commit (or None) and its decisions (id -> decision)."""
+    try:
+        return _parse_marker((vault.root / marker_rel(vault)).read_text("utf-8", errors="replace"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None, {}
+
+
+def decided_anywhere(vault) -> set[str]:
+    """Ids any clone has decided (every ``reviews/*.tsv``)."""
+    out: set[str] = set()
+    try:
+        names = os.listdir(vault.root / layout.REVIEWS_DIR)
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for name in names:
+        if name.endswith(".tsv"):
+            try:
+                out |= set(_parse_marker((vault.root / layout.REVIEWS_DIR / name).read_text("utf-8", "replace"))[1])
+            except OSError:
+                continue
+    return out
+
+
+def _marker_text(current: str | None, ident: str, decision: str, at: str, through: str | None) -> str:
+    old_through, decided = _parse_marker(current or "")
+    lines = {}
+    for line in (current or "").splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[0] != THROUGH and parts[1] in DECISIONS:
+            lines[parts[0]] = line
+    lines[ident] = f"{ident}\t{decision}\t{at}"
+    head = through or old_through
+    out = [f"{THROUGH}\t{head}\t{at}"] if head else []
+    return "\n".join(out + [lines[k] for k in sorted(lines)]) + "\n"
+
+
+# --------------------------------------------------------------------------------------------- the queue
+
+def _added(vault, rng: str | None, folder: str) -> dict[str, tuple[str, str, str, str]]:
+    """path -> (commit, kind, note, request) of the commit that added each file under ``folder`` (newest wins), in
+    ``rng`` (a revision range) or all history."""
+    fmt = ("--format=%x1e%H%x1f%(trailers:key=Acpmem-Kind,valueonly,separator=%x2c)%x1f"
+           "%(trailers:key=Acpmem-Note,valueonly,separator=%x20)%x1f"
+           "%(trailers:key=Acpmem-Request,valueonly,separator=%x2c)")
+    args = ["log", "--diff-filter=A", "--name-only", "--no-renames", fmt]
+    if rng:
+        args.append(rng)
+    res = git(vault.root, *args, "--", f"{folder}/", check=False)
+    if res.code != 0:
+        return {}
+    out: dict[str, tuple[str, str, str, str]] = {}
+    for rec in res.out.split("\x1e")[1:]:
+        head, _, files = rec.partition("\n")
+        parts = head.split("\x1f")
+        if len(parts) < 4:
+            continue
+        for f in files.split("\n"):
+            f = f.strip()
+            if f and f not in out:
+                out[f] = (parts[0], parts[1].strip(), one_line(parts[2]), parts[3].strip())
+    return out
+
+
+def _supersedes(entry: Entry, known: dict[str, Entry]) -> tuple[dict, ...]:
+    import difflib
+
+    out = []
+    for sid in entry.supersedes:
+        old = known.get(sid)
+        if old is None:
+            out.append({"id": sid, "title": None, "diff": "", "missing": True})
+            continue
+        diff = "".join(difflib.unified_diff(
+            (f"# {old.title}\n" + old.body).splitlines(keepends=True),
+            (f"# {entry.title}\n" + entry.body).splitlines(keepends=True),
+            fromfile=f"#{old.id}", tofile=f"#{entry.id}"))
+        out.append({"id": sid, "title": old.title, "diff": diff, "missing": False})
+    return tuple(out)
+
+
+def proposals(vault) -> tuple[list[Entry], list[tuple[str, str]]]:
+    """The proposals (valid ones, oldest file name first) and the files under ``proposals/`` that do not parse
+    (path, reason)."""
+    folder = vault.root / layout.PROPOSALS_DIR
+    good, bad = [], []
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".md") and not n.startswith("."))
+    except (FileNotFoundError, NotADirectoryError):
+        return [], []
+    for name in names:
+        rel = f"{layout.PROPOSALS_DIR}/{name}"
+        p = folder / name
+        if p.is_symlink():
+            bad.append((rel, "a symlink"))
+            continue
+        try:
+            good.append(parse_entry_bytes(p.read_bytes(), rel, vault.settings.types).with_changes(path=rel))
+        except EntryInvalid as exc:
+            bad.append((rel, exc.message))
+        except OSError as exc:
+            bad.append((rel, f"cannot be read ({exc.strerror})"))
+    return good, bad
+
+
+def queue(vault, *, include_fork_writes: bool | None = None) -> list[ReviewItem]:
+    """Everything that needs a person: every proposal, then (under ``policy = "auto"``, or when
+    ``include_fork_writes``) the fork writes since this clone's marker that no clone has decided."""
+    loaded = vault.load(with_reads=False)
+    known = {e.id: e for e in loaded.entries}
+    items: list[ReviewItem] = []
+    props, _ = proposals(vault)
+    if props:
+        added = _added(vault, None, layout.PROPOSALS_DIR)
+        for e in props:
+            commit, _, note, request = added.get(e.path, (None, "", "", ""))
+            items.append(ReviewItem(e.id, "proposal", e, e.path, commit, note or None,
+                                    request or (e.source or {}).get("request"), _supersedes(e, known)))
+    if include_fork_writes is None:
+        include_fork_writes = vault.settings.write.policy == "auto"
+    if include_fork_writes:
+        through, _ = read_marker(vault)
+        if through is not None and git(vault.root, "cat-file", "-e", f"{through}^{{commit}}", check=False).code:
+            through = None   # a marker from a history this clone does not have: look at everything
+        decided = decided_anywhere(vault)
+        by_path = {e.path: e for e in loaded.entries}
+        added = _added(vault, f"{through}..HEAD" if through else None, layout.ENTRIES_DIR)
+        for path, (commit, kind, note, request) in sorted(added.items(), key=lambda kv: kv[0]):
+            e = by_path.get(path)
+            if e is None or e.superseded or e.id in decided or kind not in REVIEWED_KINDS:
+                continue
+            items.append(ReviewItem(e.id, "fork-write", e, path, commit, note or None, request or None,
+                                    _supersedes(e, known)))
+    return items
+
+
+def find(vault, prefix: str, items: list[ReviewItem] | None = None) -> ReviewItem:
+    """The queued item with this id or unique id prefix — or, for ``reject`` of an entry the fork wrote earlier,
+    that entry (a ``fork-write`` item), even if it is no longer in the queue."""
+    wanted = (prefix or "").strip().lstrip("#")
+    if not wanted:
+        raise UsageError("no id given", "pass an id from `acp memory review --json`")
+    items = queue(vault) if items is None else items
+    hits = [i for i in items if i.id == wanted] or [i for i in items if i.id.startswith(wanted)]
+    if len(hits) > 1:
+        from acpmem.core.errors import AmbiguousId
+
+        raise AmbiguousId(wanted, sorted(i.id for i in hits))
+    if hits:
+        return hits[0]
+    try:
+        e = vault.resolve(wanted)
+    except EntryNotFound:
+        raise EntryNotFound(f"nothing to review with id '{wanted}'",
+                            "`acp memory review --json` lists the queue") from None
+    if not ({"request", "consolidate"} & set(e.source or {})):
+        raise UsageError(f"#{e.id} was not written by the fork, so there is no fork write to review",
+                         f"to remove it: acp memory forget {e.id} --reason '…'")
+    return ReviewItem(e.id, "fork-write", e, e.path, None, None, (e.source or {}).get("request"), ())
+
+
+# --------------------------------------------------------------------------------------------- decisions
+
+def _check_text(vault, item: ReviewItem, text: str) -> Entry:
+    """A person's edited text: a valid entry of this vault, the same id, no secret."""
+    new = parse_entry_bytes(text.encode("utf-8", "surrogatepass"), item.path, vault.settings.types)
+    if new.id != item.id:
+        raise EntryInvalid(item.path, "id", f"must stay '{item.id}' (ids are stable; citations refer to them)")
+    from acpmem.search.catalog import secret_kind
+
+    kind = secret_kind(new)
+    if kind:
+        raise SecretRefused(f"the edited text contains what looks like a secret ({kind})",
+                            "remove it; secrets never enter the vault")
+    return new
+
+
+def _mark(v: Vault, rel: str, ident: str, sup_by: str | None, expect: str | None) -> str | None:
+    """The text of entry file ``rel`` with ``superseded_by`` set to ``sup_by`` — only if it is now ``expect``; None
+    when the file is gone or marked otherwise (then it is left alone)."""
+    cur = read_exact(v.root / rel)
+    if cur is None:
+        return None
+    try:
+        e = parse_entry_bytes(cur.encode("utf-8"), rel, v.settings.types)
+    except EntryInvalid:
+        return None
+    if e.superseded_by != expect:
+        return None
+    return dump_entry(e.with_changes(superseded_by=sup_by, raw=cur, path=rel))
+
+
+def decide(vault: Vault, item: ReviewItem, decision: str, *, reason: str | None = None, text: str | None = None,
+           through: str | None = None) -> Decision:
+    """Record one decision on ``item`` in one commit (kind ``human-review``). ``text``: the person's version (the
+    ``edit`` decision). ``through``: the commit this clone's marker moves to (every fork write up to it decided)."""
+    if decision not in DECISIONS:
+        raise UsageError(f"unknown decision {decision!r}", "accept, edit or reject")
+    reason = one_line(reason or "")
+    if decision == "reject" and not reason:
+        raise UsageError("a rejection needs a reason", "e.g. --reason 'wrong: we moved to Postgres'")
+    vault.require_writable()
+    new = _check_text(vault, item, text) if text is not None else None
+    if decision == "edit" and new is None:
+        raise UsageError("an edit needs the new text", "edit it in $EDITOR from `acp memory review`")
+    entry = new or item.entry
+    mrel = marker_rel(vault)
+    writes: dict[str, str] = {}
+    deletes: list[str] = []
+    proposal = item.kind == "proposal"
+    target = item.path
+    if proposal and decision != "reject":
+        target = vault.path_for(entry.id, entry.title)
+    trailers = {"Acpmem-Entry": item.id, "Acpmem-Decision": decision}
+    if reason:
+        trailers["Acpmem-Reason"] = reason
+    if item.commit:
+        trailers["Acpmem-Reviewed-Commit"] = item.commit
+    base = read_exact(vault.root / item.path)
+    if base is None:
+        raise EntryNotFound(f"{item.path} is gone (decided elsewhere, or synced away)",
+                            "`acp memory review --json` lists what is left")
+
+    def under_lock(v: Vault) -> None:
+        if read_exact(v.root / item.path) != base:
+            raise AcpmemError(f"{item.path} changed while it was being reviewed", "run review again")
+        writes[mrel] = _marker_text(read_exact(v.root / mrel), item.id, decision, v.now(), through)
+        if decision == "reject":
+            deletes.append(item.path)
+            if not proposal:   # undo what the fork's commit did to the entries it superseded
+                for sid in item.entry.supersedes:
+                    old = _path_of(v, sid)
+                    restored = _mark(v, old, sid, None, item.id) if old else None
+                    if restored is not None:
+                        writes[old] = restored
+            return
+        if proposal:
+            if (v.root / target).exists():
+                raise AcpmemError(f"{target} already exists", "rename the proposal's title, or reject it")
+            live = []
+            for sid in entry.supersedes:
+                old = _path_of(v, sid)
+                marked = _mark(v, old, sid, entry.id, None) if old else None
+                if marked is not None:
+                    writes[old] = marked
+                    live.append(sid)
+            body = text if new is not None else base
+            if tuple(live) != entry.supersedes:   # what it superseded is gone or superseded meanwhile
+                body = dump_entry(parse_entry_bytes(body.encode("utf-8"), item.path, v.settings.types)
+                                  .with_changes(supersedes=tuple(live)))
+            writes[target] = body
+            deletes.append(item.path)
+        elif new is not None:
+            writes[item.path] = text
+
+    what = {"accept": "accept", "edit": "accept edited", "reject": "reject"}[decision]
+    subject = f"{what} {'proposal' if proposal else 'fork write'} #{item.id} {entry.title}"
+    why = {"accept": "Reviewed by a person and accepted.",
+           "edit": "Reviewed by a person, corrected and accepted.",
+           "reject": f"Reviewed by a person and rejected: {reason}" + (
+               "" if proposal else "\nThis commit undoes the fork's write (the entries it superseded are live "
+                                   "again); history is kept.")}[decision]
+    if item.note:
+        why += f"\nAsked for: {item.note}"
+    sha = vault.apply(writes, deletes, subject=subject, why=why, kind=KIND_REVIEW, trailers=trailers,
+                      check=under_lock)
+    return Decision(item.id, decision, sha, item.kind, target)
+
+
+def _path_of(v: Vault, ident: str) -> str | None:
+    for e in v.load(with_reads=False, light=True).entries:
+        if e.id == ident:
+            return e.path
+    return None
+
+
+def decide_ids(vault: Vault, ids: list[str], decision: str, *, reason: str | None = None) -> list[Decision]:
+    """``review accept ID…`` / ``review reject ID… --reason``: one commit per id, in order; the marker moves on with
+    the last decision that leaves no fork write of the queue undecided."""
+    if not ids:
+        raise UsageError(f"name what to {decision}", f"e.g. `acp memory review {decision} k3f9q2`; "
+                                                     "`acp memory review --json` lists the queue")
+    if decision == "reject" and not one_line(reason or ""):
+        raise UsageError("a rejection needs a reason", "add --reason '…'")
+    items = queue(vault)
+    head = vault.head() if (vault.root / ".git").exists() else None
+    chosen = [find(vault, i, items) for i in ids]
+    if len({c.id for c in chosen}) != len(chosen):
+        raise UsageError("the same id is named twice", "name each once")
+    pending = {i.id for i in items if i.kind == "fork-write"}
+    out = []
+    for item in chosen:
+        pending.discard(item.id)
+        out.append(decide(vault, item, decision, reason=reason, through=head if not pending else None))
+    return out
+
+
+def editor_draft(vault, item: ReviewItem) -> Path:
+    """Where an edit of ``item`` is drafted (``.acpmem/review/<id>.md``), filled with its text if new."""
+    from acpmem.infra.files import atomic_write
+
+    draft = vault.state_dir / "review" / f"{item.id}.md"
+    draft.parent.mkdir(parents=True, exist_ok=True)
+    if not draft.exists():
+        atomic_write(draft, read_exact(vault.root / item.path) or "")
+    return draft

@@ -1,0 +1,56 @@
+"""``acp memory remember``: a person writes an entry verbatim — no model in between — in one commit of kind
+``human-write``. The text is checked for secrets and refused (never redacted: the person is there to fix it); it
+counts at once under every write policy, since a person wrote it (``docs/design.md``, "Write policy and review").
+
+Takes the vault object, never discovers one, so it works on any vault layer.
+"""
+from __future__ import annotations
+
+from acpmem.core.entry import MAX_TITLE_CHARS, Entry
+from acpmem.core.errors import SecretRefused, UsageError
+from acpmem.core.limits import breaks_line, clip, int_between
+
+
+def remember(vault, text: str, *, type: str, importance: int, title: str | None = None) -> tuple[Entry, str]:
+    """Write ``text`` as a new entry of ``type`` and ``importance`` (title: ``title`` or the text's first line).
+    Returns the entry and the commit. Raises ``UsageError`` for bad arguments and ``SecretRefused`` when the text
+    holds what looks like a secret; nothing is written then."""
+    vault.require_writable()
+    settings = vault.settings
+    if type not in settings.types:
+        raise UsageError(f"unknown type {clip(type)}", f"use one of: {', '.join(settings.types)}")
+    if not int_between(importance, 1, 10):
+        raise UsageError(f"importance must be an integer 1..10, got {clip(importance)}", "e.g. --importance 6")
+    if not isinstance(text, str) or not text.strip():
+        raise UsageError("nothing to remember: the text is empty", "pass TEXT, pipe it on stdin, or use --edit")
+    body = text.strip("\n") + "\n"
+    limit = settings.extraction.max_entry_bytes
+    if len(body.encode("utf-8", "surrogatepass")) > limit:
+        raise UsageError(f"the text is {len(body.encode('utf-8', 'surrogatepass')):,} bytes; entries hold at most "
+                         f"{limit:,} (extraction.max_entry_bytes)", "shorten it, or split it into several entries")
+    if title is not None:
+        title = title.strip()
+        if not title or breaks_line(title) or len(title) > MAX_TITLE_CHARS:
+            raise UsageError(f"a title is one line of 1..{MAX_TITLE_CHARS} characters, got {clip(title)}",
+                             "e.g. --title 'We deploy on Tuesdays'")
+    else:
+        from acpmem.write.fork import derive_title
+
+        title = derive_title(body)
+    from acpmem.core.redact import find_secrets
+
+    found = find_secrets(title + "\n" + body, deep=True)
+    if found:
+        kinds = ", ".join(dict.fromkeys(f.kind for f in found))
+        raise SecretRefused(f"the text contains what looks like a secret ({kinds}); nothing was written",
+                            "remove it and run the command again; secrets never enter the vault")
+    from acpmem.vault.writer import KIND_REMEMBER
+
+    ident = vault.new_id()
+    entry = Entry(id=ident, title=title, type=type, importance=importance, created=vault.now(), body=body,
+                  source={"by": "human", "command": "remember"})
+    entry = entry.with_changes(path=vault.path_for(ident, title))
+    sha = vault.write_entries([entry], subject=f"remember #{ident} {title}",
+                              why="Written by a person with `acp memory remember`, verbatim.", kind=KIND_REMEMBER,
+                              trailers={"Acpmem-Author": "human"})
+    return entry, sha

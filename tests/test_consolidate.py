@@ -1,0 +1,218 @@
+"""``consolidate``: clusters of near-duplicates and contradictions from the search index, measured on a planted vault
+(precision and recall of the pairs), and the merge through the real fork on the loopback OpenAI server."""
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+
+from helpers_proc import git_out
+from openai_server import reply
+from test_fork import configure
+
+from acpmem.core.entry import Citation, Entry
+from acpmem.vault import review as rv
+from acpmem.vault.writer import Vault
+from acpmem.write.consolidate import consolidate, find_clusters
+
+# Distinct facts: none of these may be clustered with another.
+BACKGROUND = [
+    ("The CI runs on GitHub Actions", "- Workflows live in .github/workflows; the main job is build.yml."),
+    ("Releases are tagged from main", "- A release is a signed tag vX.Y.Z on main, made by scripts/release.sh."),
+    ("Logs go to journald", "- The service writes structured logs to journald; query them with journalctl -u api."),
+    ("The frontend uses React with Vite", "- Components are in web/src/components; Vite serves the dev build."),
+    ("Feature flags come from LaunchDarkly", "- Flags are read once per request through flags.ts."),
+    ("Database migrations use Alembic", "- Run alembic upgrade head before the integration tests."),
+    ("Python code is formatted with ruff format", "- The pre-commit hook runs ruff format and ruff check."),
+    ("Secrets are stored in Vault by HashiCorp", "- Services read them at start through the vault agent sidecar."),
+    ("The staging cluster is in eu-west-1", "- Staging runs on EKS in eu-west-1 with three nodes."),
+    ("Customer emails are sent through Postmark", "- Templates are edited in the Postmark dashboard, not in code."),
+    ("Images are resized by a Lambda", "- Uploads land in S3 and a Lambda writes thumbnails to the cdn bucket."),
+    ("The search page uses Elasticsearch", "- The products index is rebuilt nightly by the reindex cron job."),
+    ("Payments go through Stripe", "- Webhooks are verified with the signing secret from the environment."),
+    ("Mobile apps are built with Flutter", "- The iOS build needs Xcode; Android builds in the CI."),
+    ("On-call rotates weekly on Mondays", "- PagerDuty hands over at 10:00 local time."),
+    ("Metrics are scraped by Prometheus", "- Dashboards live in Grafana under the team folder."),
+    ("The API is versioned in the URL path", "- New endpoints go under /v2; /v1 is frozen."),
+    ("Translations are managed in Crowdin", "- The sync job opens a pull request with new strings."),
+    ("Integration tests need Docker", "- docker compose up starts Postgres, Redis and the mock mail server."),
+    ("Code review needs one approval", "- Changes to auth need a second reviewer from the security team."),
+    ("The monorepo uses pnpm workspaces", "- Each package has its own package.json under packages/."),
+    ("Error tracking uses Sentry", "- The DSN is set per environment; releases are uploaded with source maps."),
+    ("Background jobs run on Celery", "- Workers consume from RabbitMQ; the beat scheduler runs separately."),
+    ("Documentation is built with MkDocs", "- docs/ is published to GitHub Pages on every push to main."),
+]
+# Near-duplicates: the same fact written more than once.
+DUPLICATES = [
+    [("Session append must hold the per-session lock",
+      "- session.append must hold the per-session lock in state.ts because the post-tool hook fires mid-write."),
+     ("session.append must hold the per-session lock",
+      "- Guard session.append with the per-session lock in state.ts: the post-tool hook fires mid-write.")],
+    [("Use uv to install Python dependencies",
+      "- Install the Python dependencies with uv sync; pip is not used in this repository."),
+     ("Python dependencies are installed with uv",
+      "- Use uv sync to install the Python dependencies; this repository does not use pip."),
+     ("Install Python dependencies with uv sync",
+      "- In this repository the Python dependencies are installed with uv sync, pip is not used.")],
+    [("The worker drains the queue once per vault",
+      "- One background worker per vault drains the pending queue and exits when it is empty."),
+     ("One worker per vault drains the pending queue",
+      "- A single background worker per vault drains the pending queue, then exits when empty.")],
+    [("Timestamps are stored in UTC",
+      "- Store every timestamp in UTC as ISO 8601 text; convert to local time only in the UI."),
+     ("Store timestamps in UTC ISO 8601",
+      "- Every timestamp is stored in UTC as ISO 8601 text and converted to local time only in the UI.")],
+    [("Cache keys include the tenant id",
+      "- Every Redis cache key starts with the tenant id so tenants never read each other's entries."),
+     ("Redis cache keys start with the tenant id",
+      "- Prefix every Redis cache key with the tenant id, so one tenant never reads another tenant's entries.")],
+]
+# Contradictions: the same subject, a different number or a negation.
+CONTRADICTIONS = [
+    [("The API gateway listens on port 8080", "- The API gateway listens on port 8080 behind the load balancer."),
+     ("The API gateway listens on port 9090", "- The API gateway listens on port 9090 behind the load balancer.")],
+    [("Node 18 is the supported runtime", "- The services run on Node 18; the Dockerfile pins node:18-slim."),
+     ("Node 20 is the supported runtime", "- The services run on Node 20; the Dockerfile pins node:20-slim.")],
+    [("Deploys happen on Fridays", "- Production deploys happen on Fridays after the weekly release review."),
+     ("Never deploy on Fridays", "- Production deploys never happen on Fridays; the weekly release review is Thursday.")],
+    [("Sessions expire after 30 minutes", "- User sessions expire after 30 minutes of inactivity; the refresh token "
+                                          "lasts 7 days."),
+     ("Sessions expire after 60 minutes", "- User sessions expire after 60 minutes of inactivity; the refresh token "
+                                          "lasts 7 days.")],
+]
+
+
+def planted(v: Vault, rng: random.Random) -> tuple[list[str], list[list[str]]]:
+    """Write the planted vault in one commit; the true clusters (ids) of duplicates and of contradictions."""
+    groups = [[x] for x in BACKGROUND] + DUPLICATES + CONTRADICTIONS
+    entries, truth, taken = [], [], set()
+    for n, group in enumerate(groups):
+        ids = []
+        for m, (title, body) in enumerate(group):
+            ident = v.new_id(taken)
+            taken.add(ident)
+            e = Entry(id=ident, title=title, type=rng.choice(["fact", "decision", "lesson"]), importance=5,
+                      created=f"2026-11-{10 + m:02d}T12:00:00Z", body=body + "\n",
+                      citation=(Citation(f"s-{n}", 10 * m + 1),))
+            entries.append(e.with_changes(path=v.path_for(ident, title)))
+            ids.append(ident)
+        if len(group) > 1:
+            truth.append(ids)
+    v.write_entries(entries, subject="planted", why="test")
+    return [e.id for e in entries], truth
+
+
+def _pairs(groups) -> set[frozenset]:
+    return {frozenset(p) for g in groups for p in itertools.combinations(g, 2)}
+
+
+def test_clusters_on_a_planted_vault_have_high_precision_and_recall(vault):
+    _, truth = planted(vault, random.Random(1))
+    found = find_clusters(vault)
+    got, want = _pairs([c.ids for c in found]), _pairs(truth)
+    precision = len(got & want) / len(got)
+    recall = len(got & want) / len(want)
+    assert precision >= 0.9 and recall >= 0.9, (precision, recall, [c.to_json() for c in found])
+    # the kind is right for every planted cluster found
+    kinds = {frozenset(c.ids): c.kind for c in found}
+    for group in truth[:len(DUPLICATES)]:
+        assert kinds.get(frozenset(group), "duplicate") == "duplicate"
+    for group in truth[len(DUPLICATES):]:
+        assert kinds.get(frozenset(group)) == "contradiction"
+
+
+def test_dry_run_and_no_endpoint_only_report(vault, cli):
+    planted(vault, random.Random(2))
+    head = git_out(vault.root, "rev-parse", "HEAD")
+    res = consolidate(vault)                            # no endpoint configured
+    assert res.mode == "report" and "no model endpoint" in res.reason and len(res.outcomes) >= 8
+    r = cli("memory", "--vault", str(vault.root), "consolidate", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["mode"] == "report" and doc["reason"] == "--dry-run" and doc["entries"] == len(BACKGROUND) + sum(map(len, DUPLICATES + CONTRADICTIONS))
+    assert {c["status"] for c in doc["clusters"]} == {"reported"}
+    assert git_out(vault.root, "rev-parse", "HEAD") == head
+
+
+def _merge_reply(srv, n: int) -> None:
+    for i in range(n):
+        srv.enqueue(reply.writes(reply.write(f"- Merged fact {i}.", title=f"Merged fact {i}")))
+
+
+def test_auto_merges_each_cluster_in_one_commit_keeping_every_citation(vault, openai_server, cli):
+    _, truth = planted(vault, random.Random(3))
+    v = configure(vault, openai_server)
+    n = len(find_clusters(v))
+    _merge_reply(openai_server, n)
+    res = consolidate(v)
+    assert res.mode == "commit" and [o.status for o in res.outcomes] == ["written"] * n
+    loaded = {e.id: e for e in v.load().entries}
+    for o in res.outcomes:
+        merged = loaded[o.entry["id"]]
+        members = [loaded[i] for i in o.cluster.ids]
+        assert merged.supersedes == o.cluster.ids
+        assert all(m.superseded_by == merged.id for m in members)
+        assert set(merged.citation) == {c for m in members for c in m.citation}
+        assert merged.importance == max(m.importance for m in members)
+        msg = git_out(v.root, "log", "-1", "--format=%B", o.commit)
+        assert "Acpmem-Kind: consolidate" in msg and f"Acpmem-Consolidate: {' '.join(o.cluster.ids)}" in msg
+    # superseded entries stay readable: list --all and show
+    old = res.outcomes[0].cluster.ids[0]
+    r = cli("memory", "--vault", str(v.root), "list", "--all", "--json")
+    assert old in {e["id"] for e in json.loads(r.stdout)["entries"]}
+    r = cli("memory", "--vault", str(v.root), "show", old)
+    assert r.returncode == 0 and loaded[old].body.strip() in r.stdout
+    assert old not in {e.id for e in v.load().live()}
+    # the model's answers are framed entries of one cluster each
+    first = openai_server.requests[0].body["messages"][0]["content"]
+    assert first.startswith("Merge the memory entries below into one.")
+    assert all(f'id="{i}"' in first for i in res.outcomes[0].cluster.ids)
+    assert consolidate(v).outcomes == ()                 # nothing left to merge
+    v.close()
+
+
+def test_review_policy_turns_merges_into_proposals(vault, openai_server):
+    planted(vault, random.Random(4))
+    v = configure(vault, openai_server, policy="review")
+    n = len(find_clusters(v))
+    _merge_reply(openai_server, n)
+    res = consolidate(v)
+    assert res.mode == "propose" and {o.status for o in res.outcomes} == {"proposed"}
+    queue = rv.queue(v)
+    assert len(queue) == n and all(i.kind == "proposal" for i in queue)
+    assert all(e.superseded_by is None for e in v.load().entries)       # nothing superseded until accepted
+    item = queue[0]
+    d = rv.decide(v, item, "accept")
+    assert all(v.resolve(i).superseded_by == item.id for i in item.entry.supersedes)
+    assert d.path.startswith("entries/")
+    v.close()
+
+
+@pytest.mark.parametrize("kind,a,b", [("contradiction", "listens on port 8080", "listens on port 9090"),
+                                      ("contradiction", "deploys happen on fridays", "deploys never happen on fridays"),
+                                      (None, "uses uv sync", "uses uv sync here")])
+def test_differs(kind, a, b):
+    from acpmem.search.similar import differs
+
+    assert (differs(a, b) is not None) == (kind == "contradiction")
+
+
+def test_a_model_that_merges_nothing_fails_the_cluster_and_budgets_defer_the_rest(vault, openai_server, cli):
+    planted(vault, random.Random(5))
+    v = configure(vault, openai_server, max_requests_per_hour=1)
+    head = git_out(v.root, "rev-parse", "HEAD")
+    openai_server.enqueue(reply.text("I would rather not."))
+    res = consolidate(v)
+    assert res.outcomes[0].status == "failed" and "no merged entry" in res.outcomes[0].error
+    assert {o.status for o in res.outcomes[1:]} == {"deferred"} and "max_requests_per_hour" in res.outcomes[1].error
+    assert len(openai_server.requests) == 1 and git_out(v.root, "rev-parse", "HEAD") == head
+    (cost,) = [json.loads(x) for x in (v.state_dir / "costs.jsonl").read_text().splitlines()]
+    assert cost["request"] == "consolidate" and cost["entries"] == 0
+    v.close()
+    # through the command line (its own clock: the budget has freed): a failed merge is exit 1 with one error line
+    openai_server.enqueue(*[reply.text("no") for _ in res.outcomes])
+    r = cli("memory", "--vault", str(v.root), "consolidate")
+    assert r.returncode == 1 and r.stderr.startswith("Error: ") and len(r.stderr.strip().splitlines()) == 1
+    assert "failed: the model wrote no merged entry" in r.stdout

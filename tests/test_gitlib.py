@@ -1,0 +1,111 @@
+"""The in-process commit of the write path (``acpmem.vault.gitlib``, libgit2) gives what ``git commit --only`` gives,
+and hands over to the ``git`` executable where it would not: post-commit hooks, ``ACPMEM_GIT=exe``, no identity."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+from helpers_proc import git_out, make_entry, status_porcelain
+
+from acpmem.vault.writer import Vault
+
+
+def _add(v: Vault, ident: str, body: str = "- a line.") -> str:
+    e = make_entry(ident, f"Entry {ident}", body)
+    return v.write_entries([e.with_changes(path=v.path_for(ident, e.title))], subject=f"add #{ident}", why="test")
+
+
+def _git_calls(tmp_path, monkeypatch) -> list[str]:
+    """A ``git`` on PATH that logs its subcommand and runs the real one; returns the log (filled as it runs)."""
+    import shutil
+
+    log = tmp_path / "calls.log"
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(f'#!/bin/sh\necho "$3" >> "{log}"\nexec "{shutil.which("git")}" "$@"\n')
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+def test_a_write_runs_no_git_process_and_matches_the_executable(vault, tmp_path, monkeypatch):
+    _add(vault, "warm01")                               # the vault is opened for writing (git var, once)
+    log = _git_calls(tmp_path, monkeypatch)
+    for i in range(5):
+        _add(vault, f"new{i:03d}")
+    assert not log.exists() or log.read_text().split() == []
+    assert vault.in_process() is not None
+    msg = git_out(vault.root, "log", "-1", "--format=%an <%ae>|%cn <%ce>|%B")
+    assert msg.startswith("Test User <test@example.invalid>|Test User <test@example.invalid>|acpmem: fork-write: add")
+    assert "Acpmem-Kind: fork-write" in msg and "Acpmem-Entry: new004" in msg
+    assert git_out(vault.root, "rev-list", "--count", "HEAD").strip() == "7"
+    assert status_porcelain(vault.root) == ""
+    assert subprocess.run(["git", "-C", str(vault.root), "fsck", "--strict"], capture_output=True).returncode == 0
+
+
+def test_crlf_is_stored_as_lf_by_the_vaults_attributes_and_the_tree_stays_clean(vault):
+    p = vault.root / "entries" / "crlf01-by-hand.md"
+    p.write_bytes(b"---\r\nid: crlf01\r\ntitle: By hand\r\ntype: fact\r\nimportance: 5\r\n"
+                  b"created: 2026-11-29T12:00:00Z\r\n---\r\n- written on Windows.\r\n")
+    _add(vault, "after1")                                # commits the human edit first, in-process
+    blob = subprocess.run(["git", "-C", str(vault.root), "show", "HEAD~1:entries/crlf01-by-hand.md"],
+                          capture_output=True).stdout
+    assert b"\r\n" not in blob and blob.startswith(b"---\nid: crlf01\n")
+    assert git_out(vault.root, "log", "-1", "--format=%(trailers:key=Acpmem-Kind,valueonly)", "HEAD~1").strip() \
+        == "human-edit"
+    assert status_porcelain(vault.root) == ""
+
+
+def test_what_a_person_staged_but_acpmem_cannot_commit_stays_staged_and_out_of_the_commit(vault):
+    _add(vault, "first1")
+    bad = vault.root / "entries" / "zzz-broken.md"
+    bad.write_text("no frontmatter\n")
+    git_out(vault.root, "add", "--", "entries/zzz-broken.md")
+    sha = _add(vault, "second")
+    changed = git_out(vault.root, "show", "--name-only", "--format=", sha).split()
+    assert "entries/zzz-broken.md" not in changed and any(p.startswith("entries/second") for p in changed)
+    assert git_out(vault.root, "diff", "--cached", "--name-only").split() == ["entries/zzz-broken.md"]
+    assert any("not committed: entries/zzz-broken.md" in w for w in vault.warnings)
+
+
+def test_a_post_commit_hook_or_acpmem_git_exe_uses_the_executable(vault, tmp_path, monkeypatch):
+    hook = vault.root / ".git" / "hooks" / "post-commit"
+    ran = tmp_path / "hook-ran"
+    hook.write_text(f"#!/bin/sh\necho ran >> {ran}\n")
+    hook.chmod(0o755)
+    v = Vault(vault.root, clock=vault.clock)
+    _add(v, "hooked")
+    assert v.in_process() is None and ran.read_text() == "ran\n"     # the hook ran, as with git commit
+    v.close()
+    hook.unlink()
+    monkeypatch.setenv("ACPMEM_GIT", "exe")
+    v = Vault(vault.root, clock=vault.clock)
+    log = _git_calls(tmp_path, monkeypatch)
+    _add(v, "viaexe")
+    assert v.in_process() is None and {"add", "commit"} <= set(log.read_text().split())
+    v.close()
+
+
+def test_both_ways_write_the_same_trees(tmp_path, clock, monkeypatch):
+    """The same writes, a human edit and a deletion among them, through the executable and through libgit2: the
+    same tree after every commit."""
+    import random
+
+    from acpmem.vault.create import init_vault
+
+    trees = {}
+    for way in ("exe", "in-process"):
+        if way == "exe":
+            monkeypatch.setenv("ACPMEM_GIT", "exe")
+        else:
+            monkeypatch.delenv("ACPMEM_GIT")
+        v = init_vault(tmp_path / way, clock=clock, rng=random.Random(1))
+        _add(v, "same01")
+        (v.root / "notes.txt").write_text("a person's note\n")
+        v.forget("same01", "gone")
+        _add(v, "same02")
+        assert (v.in_process() is None) == (way == "exe")
+        trees[way] = git_out(v.root, "log", "--format=%T %s").splitlines()
+        assert status_porcelain(v.root) == ""
+        v.close()
+    assert trees["exe"] == trees["in-process"] and len(trees["exe"]) == 5
