@@ -229,8 +229,8 @@ def bench_fused(root: Path, queries: list[str], runs: int, url: str, model: str)
     vault.close()
     endpoint_s = []
     for q in queries:
-        for _ in range(runs):
-            endpoint_s.append(embedclient.embed(ep, [q + " "], 10).latency_s)   # not the server's cached vector
+        for i in range(runs):     # texts the server has not seen (bench/embed_server.py caches vectors by text)
+            endpoint_s.append(embedclient.embed(ep, [f"{q} {i} {time.time()}"], 10).latency_s)
     run_recall(root, queries[0])
     per_query = {}
     for q in queries:
