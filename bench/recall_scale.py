@@ -1,7 +1,7 @@
 """Recall at scale: index build from scratch, warm whole-process recall, one changed file, peak RSS.
 
 Usage: python bench/recall_scale.py [--sizes 10000,100000] [--dir /tmp/acpmem-scale] [--runs 7] [--keep]
-                                   [--reuse-index]
+                                   [--reuse-index] [--shapes varied,one-turn,many-sessions] [--embed minilm]
 
 For each size N it writes a vault of N varied entries (English words drawn from the CC-CEDICT gloss list with a
 Zipf-like frequency, code identifiers, numbers, about one entry in ten in Chinese, a few superseded) directly as
@@ -12,6 +12,10 @@ files plus one git commit, then measures, each as a whole ``acp memory recall`` 
   vault's watcher (``acpmem.watch``, started by the first recall) answering what changed; and the same for three
   of them with ``ACPMEM_NO_WATCH=1``, where every entry file is checked by ``stat``;
 * changed: one entry file rewritten by hand, then a recall (the extra over warm is the incremental update);
+* shapes: ``--shapes`` adds vaults whose citations are pathological for neighbour spreading: every entry citing one
+  turn, or every entry citing 400 sessions;
+* fused: with ``--embed``, the entries are embedded (``acpmem.vault.embedding.run_pass``) and the warm recalls are
+  measured again with the embedding channel on, beside the endpoint's own time for one query;
 * RSS: the peak resident set of the recall processes (``/usr/bin/time -f %M``), and the watcher's (VmHWM).
 
 A vault already generated for a size is reused (``--keep`` keeps them; the default deletes them at the end).
@@ -89,7 +93,21 @@ def _ident(rng: random.Random) -> str:
     return "src/" + "/".join(parts) + ".py"
 
 
-def make_entry_text(i: int, rng: random.Random, en: Zipf, zh: Zipf, ident: str, superseded_by: str | None) -> str:
+SHAPES = ("varied", "one-turn", "many-sessions")
+
+
+def citation_lines(rng: random.Random, shape: str) -> list[str]:
+    """varied: one random session and turn; one-turn: every entry cites the same turn (notes imported by hand);
+    many-sessions: every entry cites 400 sessions (a summary of many conversations)."""
+    if shape == "one-turn":
+        return ["- session: \"0000beef\"", "  seq: 1"]
+    if shape == "many-sessions":
+        return [x for k in range(400) for x in (f"- session: \"s{k:04d}\"", f"  seq: {rng.randint(1, 50)}")]
+    return [f"- session: \"{rng.getrandbits(32):08x}\"", f"  seq: {rng.randint(1, 2000)}"]
+
+
+def make_entry_text(i: int, rng: random.Random, en: Zipf, zh: Zipf, ident: str, superseded_by: str | None,
+                    shape: str = "varied") -> str:
     chinese = rng.random() < 0.1
     if chinese:
         title = "".join(zh.take(rng.randint(3, 6))) + ("，" + "".join(zh.take(3)) if rng.random() < 0.5 else "")
@@ -111,16 +129,15 @@ def make_entry_text(i: int, rng: random.Random, en: Zipf, zh: Zipf, ident: str, 
             lines.append("- " + _cap(" ".join(sent)) + ".")
     day = rng.randint(0, 700)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_700_000_000 + day * 86400 + rng.randint(0, 86399)))
-    session = f"{rng.getrandbits(32):08x}"
     meta = [f"id: {ident}", f"title: {json.dumps(title, ensure_ascii=False)}", f"type: {rng.choice(TYPES)}",
             f"importance: {rng.randint(1, 10)}", f"created: {created}", "last_read: null",
-            "citation:", f"- session: \"{session}\"", f"  seq: {rng.randint(1, 2000)}", "tier: 3"]
+            "citation:", *citation_lines(rng, shape), "tier: 3"]
     if superseded_by:
         meta.append(f"superseded_by: {superseded_by}")
     return "---\n" + "\n".join(meta) + "\n---\n" + "\n".join(lines) + "\n"
 
 
-def generate(root: Path, n: int, seed: int = 7) -> None:
+def generate(root: Path, n: int, seed: int = 7, shape: str = "varied") -> None:
     """A vault of n entries at root (init through the library, files written directly, one commit)."""
     from acpmem.vault.writer import git
     from acpmem.vault.create import init_vault
@@ -140,7 +157,8 @@ def generate(root: Path, n: int, seed: int = 7) -> None:
     entries = root / "entries"
     for i, ident in enumerate(ids):
         sup = ids[rng.randrange(n)] if rng.random() < 0.03 else None
-        (entries / f"{ident}.md").write_text(make_entry_text(i, rng, en, zh, ident, sup if sup != ident else None),
+        (entries / f"{ident}.md").write_text(make_entry_text(i, rng, en, zh, ident, sup if sup != ident else None,
+                                                                 shape),
                                              "utf-8")
     git(root, "add", "-A", "entries")
     git(root, "commit", "-q", "--no-verify", "-m", f"bench: {n} generated entries")
@@ -181,11 +199,54 @@ def run_recall(root: Path, query: str, env: dict | None = None) -> tuple[float, 
     return dt, len(json.loads(p.stdout)["hits"]), rss / 1024
 
 
-def bench_size(base: Path, n: int, runs: int, reuse_index: bool = False) -> dict:
-    root = base / f"v{n}"
+def set_embeddings(root: Path, url: str, model: str) -> None:
+    """Point (or, with model "", stop pointing) the vault's [embeddings] at an endpoint."""
+    import re
+
+    path = root / "acpmem.toml"
+    text = path.read_text("utf-8")
+    head, sep, tail = text.partition("[embeddings]")
+    body, nxt, rest = tail.partition("\n[")
+    body = re.sub(r'(?m)^(# )?base_url = .*$', f'base_url = {json.dumps(url)}', body)
+    body = re.sub(r'(?m)^(# )?model = .*$', f'model = {json.dumps(model)}', body)
+    body = re.sub(r'(?m)^(# )?batch_size = .*$', 'batch_size = 256', body)
+    body = re.sub(r'(?m)^(# )?batch_timeout_seconds = .*$', 'batch_timeout_seconds = 600.0', body)
+    path.write_text(head + sep + body + nxt + rest, "utf-8")
+
+
+def bench_fused(root: Path, queries: list[str], runs: int, url: str, model: str) -> dict:
+    """Warm recall with the embedding channel on (vectors made first by the background pass, in this process)."""
+    from acpmem.infra import embedclient
+    from acpmem.vault import embedding
+    from acpmem.vault.reader import VaultReader
+
+    set_embeddings(root, url, model)
+    t0 = time.perf_counter()
+    vault = VaultReader(root)
+    done = embedding.run_pass(vault)
+    print(f"  embedded {done['embedded']} entries in {time.perf_counter() - t0:.1f} s", flush=True)
+    ep = embedding.endpoint(vault.settings)
+    vault.close()
+    endpoint_s = []
+    for q in queries:
+        for i in range(runs):     # texts the server has not seen (bench/embed_server.py caches vectors by text)
+            endpoint_s.append(embedclient.embed(ep, [f"{q} {i} {time.time()}"], 10).latency_s)
+    run_recall(root, queries[0])
+    per_query = {}
+    for q in queries:
+        times = [run_recall(root, q)[0] for _ in range(runs)]
+        per_query[q] = statistics.median(times)
+    set_embeddings(root, "", "")
+    return {"per_query": per_query, "median_ms": statistics.median(per_query.values()) * 1000,
+            "endpoint_ms": statistics.median(endpoint_s) * 1000}
+
+
+def bench_size(base: Path, n: int, runs: int, reuse_index: bool = False, shape: str = "varied",
+               embed: tuple[str, str] | None = None) -> dict:
+    root = base / (f"v{n}" if shape == "varied" else f"v{n}-{shape}")
     if not (root / "entries").is_dir():
         t0 = time.perf_counter()
-        generate(root, n)
+        generate(root, n, shape=shape)
         print(f"  generated {n} entries in {time.perf_counter() - t0:.1f} s", flush=True)
     rng = random.Random(n)
     queries = queries_for(root, rng)
@@ -217,6 +278,7 @@ def bench_size(base: Path, n: int, runs: int, reuse_index: bool = False) -> dict
         per_query[q] = (statistics.median(times), k)
         warm.extend(times)
     warm_ms = statistics.median(warm) * 1000
+    fused = bench_fused(root, queries, runs, *embed) if embed else None
     # one entry changed by hand (same path, new content), then a recall
     changed = []
     files = sorted((root / "entries").iterdir())
@@ -237,7 +299,7 @@ def bench_size(base: Path, n: int, runs: int, reuse_index: bool = False) -> dict
     return {"n": n, "build_s": build_s, "warm_ms": warm_ms, "per_query": per_query,
             "changed_ms": statistics.median(changed) * 1000, "rss_mb": rss_mb,
             "scan_ms": statistics.median(scanned) * 1000, "watcher_mb": watcher_mb,
-            "db_mb": db.stat().st_size / 1e6 if db.exists() else 0.0}
+            "db_mb": db.stat().st_size / 1e6 if db.exists() else 0.0, "fused": fused}
 
 
 def stop_watcher(root: Path) -> None:
@@ -258,6 +320,12 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/acpmem-scale")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--embed", default=None, help="minilm (all-MiniLM-L6-v2 served here, see bench/embed_server.py) "
+                    "or the base URL of an OpenAI-compatible endpoint: also measure warm recall with the embedding "
+                    "channel on")
+    ap.add_argument("--model", default="all-MiniLM-L6-v2", help="the embedding model's name at --embed URL")
+    ap.add_argument("--shapes", default="varied", help="citation shapes, comma-separated: varied (one random turn "
+                    "each), one-turn (every entry cites the same turn), many-sessions (every entry cites 400 sessions)")
     ap.add_argument("--reuse-index", action="store_true", help="keep an existing index (build time then means "
                     "only what changed since)")
     args = ap.parse_args()
@@ -277,9 +345,20 @@ def main() -> None:
     floor = statistics.median(start() for _ in range(max(5, args.runs))) * 1000
     print(f"python -c pass: {floor:.0f} ms (whole process, median): the per-turn targets are ratios to it")
     try:
-        for n in (int(s) for s in args.sizes.split(",")):
-            print(f"\n{n} entries", flush=True)
-            r = bench_size(base, n, args.runs, args.reuse_index)
+        for n, shape in ((int(s), sh) for s in args.sizes.split(",") for sh in args.shapes.split(",")):
+            if shape not in SHAPES:
+                raise SystemExit(f"unknown shape {shape!r}; one of {', '.join(SHAPES)}")
+            print(f"\n{n} entries, citations: {shape}", flush=True)
+            embed = None
+            if args.embed == "minilm":
+                sys.path.insert(0, str(Path(__file__).resolve().parent))
+                from embed_server import serve
+
+                server = serve()
+                embed = (server.__enter__(), args.model)
+            elif args.embed:
+                embed = (args.embed, args.model)
+            r = bench_size(base, n, args.runs, args.reuse_index, shape, embed)
             what = "first recall process, index reused" if args.reuse_index else "from scratch (first recall process)"
             print(f"  index build {what}: {r['build_s']:.2f} s")
             print(f"  recall, warm index, whole process, median:       {r['warm_ms']:.0f} ms "
@@ -292,6 +371,11 @@ def main() -> None:
             print(f"  peak RSS of a recall process (build included):   {r['rss_mb']:.0f} MB")
             print(f"  peak RSS of the watcher process:                 {r['watcher_mb']:.0f} MB")
             print(f"  index.sqlite size:                               {r['db_mb']:.0f} MB")
+            if r["fused"]:
+                f = r["fused"]
+                print(f"  recall, embedding channel on, warm, median:      {f['median_ms']:.0f} ms (the endpoint's own "
+                      f"time for a query: {f['endpoint_ms']:.0f} ms; slowest query "
+                      f"{max(f['per_query'].values()) * 1000:.0f} ms)")
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)

@@ -5,6 +5,11 @@ Usage: python bench/search_kernel.py [CORPUS_JSON] [GOLDEN_JSON]
 
 Rows: parity mode (hybrid, bm25, fuzzy) with the kernel's own tokens from the golden file and with our
 tokenizer (jieba instead of ICU), then the default engine (MemoryIndex). Misses are listed per row.
+
+With ``--embed minilm`` (all-MiniLM-L6-v2 served on loopback by ``bench/embed_server.py``) or ``--embed URL --model
+NAME``, also the vector channel alone and the default engine fused with it at each ``--weights`` share, as recall
+does it (``ranking.vector_share`` gates identifiers and typos; queries in a script outside ``--languages`` stay
+lexical).
 """
 from __future__ import annotations
 
@@ -40,6 +45,10 @@ def main() -> None:
                         help=f"the kernel search corpus JSON (default {DEFAULT_CORPUS})")
     parser.add_argument("golden", nargs="?", type=Path,
                         help="the kernel's own results (default: kernel-search-golden.json next to the corpus)")
+    parser.add_argument("--embed", default=None, help="minilm, or the base URL of an OpenAI-compatible endpoint")
+    parser.add_argument("--model", default="all-MiniLM-L6-v2")
+    parser.add_argument("--weights", default="0.5")
+    parser.add_argument("--languages", default="en", help="the model's languages, as [embeddings] languages")
     args = parser.parse_args()
     corpus_path = args.corpus
     golden_path = args.golden or corpus_path.with_name("kernel-search-golden.json")
@@ -64,6 +73,8 @@ def main() -> None:
     ranked = [[h.id for h in index.search(q["q"], limit=10)] for q in queries]
     t2 = time.perf_counter()
     rows.append(("default engine (MemoryIndex)", ranked))
+    if args.embed:
+        rows += embedded_rows(args, corpus, index, queries)
     print(f"{'engine':36} {'MRR':>6} {'R@1':>6} {'R@3':>6}")
     details = []
     for name, ranked in rows:
@@ -77,6 +88,45 @@ def main() -> None:
             print(f"\nmisses, {name}:")
             for m in misses:
                 print(f"  {m}")
+
+
+def embedded_rows(args, corpus: dict, index: MemoryIndex, queries: list[dict]) -> list:
+    import contextlib
+    import sys
+
+    from acpmem.infra import embedclient
+    from acpmem.search.analysis import has_cjk
+    from acpmem.search.ranking import plan_query, rank, vector_share
+    from acpmem.search.vectors import embed_text
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    with contextlib.ExitStack() as stack:
+        if args.embed == "minilm":
+            from embed_server import serve
+
+            url = stack.enter_context(serve())
+        else:
+            url = args.embed
+        ep = embedclient.Endpoint(base_url=url, model=args.model, api_key=None)
+        docs = embedclient.embed(ep, [embed_text({"title": d["topic"], "body": d["summary"]})
+                                      for d in corpus["docs"]], 600).vectors
+        qvecs = embedclient.embed(ep, [q["q"] for q in queries], 600).vectors
+
+    def cos(a, b) -> float:
+        return sum(x * y for x, y in zip(a, b)) / ((sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5 or 1.0)
+
+    languages = set(args.languages.split(","))
+    sims = [{k: cos(qv, dv) for k, dv in enumerate(docs)} for qv in qvecs]
+    out = [("vectors only", [[corpus["docs"][k]["id"] for k in sorted(s, key=lambda k: -s[k])][:10] for s in sims])]
+    for w in (float(x) for x in args.weights.split(",")):
+        ranked = []
+        for q, s in zip(queries, sims):
+            usable = not has_cjk(q["q"]) or "zh" in languages
+            groups = plan_query(q["q"], index.vocabulary)
+            share = vector_share(q["q"], groups, w) if usable else 0.0
+            ranked.append([h.id for h in rank(index, q["q"], limit=10, groups=groups, similar=s, share=share)])
+        out.append((f"default engine fused {w:g}", ranked))
+    return out
 
 
 if __name__ == "__main__":

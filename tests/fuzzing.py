@@ -774,7 +774,9 @@ _TOML_KEYS = {"vault": ["types", "language"], "score": ["importance_weight", "re
               "extraction": ["base_url", "model", "api_key_env", "timeout_seconds", "max_retries", "extractor",
                              "max_entry_bytes"],
               "git": ["lock_timeout_seconds", "foreign_lock_wait_seconds", "remote"],
-              "layers": ["user_vault", "user_share"], "nope": ["x"]}
+              "layers": ["user_vault", "user_share"],
+              # no model nor base_url: a generated endpoint must never be called (tests reach no network)
+              "embeddings": ["dimensions", "timeout_seconds", "batch_size", "languages", "weight"], "nope": ["x"]}
 
 
 def _toml_value():
@@ -800,7 +802,8 @@ def _plausible() -> dict:
             "api_key_env": ['"OPENAI_API_KEY"', '""'],
             "extractor": ['"offline"', '"auto"'], "remote": ['"origin"', '"team"'],
             "user_vault": ['""', '"none"', '"/nonexistent/acpmem-user-vault"'],
-            "policy": ['"auto"', '"review"', '"off"']}
+            "policy": ['"auto"', '"review"', '"off"'],
+            "languages": ['"en"', '"en,zh"']}
     out = {"vault": {"types": ['["fact", "lesson", "decision"]', '["decision", "lesson", "fact", "user-preference", '
                                '"reference"]'], "language": ['"en"', '"zh"']}}
     for name, section in Settings().to_json().items():

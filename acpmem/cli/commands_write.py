@@ -362,6 +362,12 @@ def stats(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) ->
     c = s["costs"]
     out(f"Extraction: {c['calls']} model calls ({c['failed']} failed), {c['prompt_tokens']} prompt tokens "
         f"({c['cache_hit_rate']:.0%} cached), {c['completion_tokens']} completion tokens, {c['latency_s']:.1f} s")
+    if "embeddings" in s:
+        m = s["embeddings"]
+        ec = m["costs"]
+        out(f"Embeddings: model {m['model']} at {m['base_url']}: {m['present']} entries with vectors, "
+            f"{m['missing']} missing; {ec['calls']} call(s) ({ec['failed']} failed), {ec['texts']} texts, "
+            f"{ec['prompt_tokens']} tokens, {ec['latency_s']:.1f} s")
 
 
 def _size(n: int) -> str:

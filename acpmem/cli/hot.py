@@ -104,10 +104,12 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
 
     v = VaultReader.open(vault)
     try:
+        report: dict = {}
         hits = recall_layered(v, query, limit=limit if limit is not None else v.settings.recall.limit,
-                      types=type_ or None, include_superseded=all_, session=session)
+                               types=type_ or None, include_superseded=all_, session=session, report=report)
         if json_:
-            out(json.dumps({"query": query, "hits": [h.to_json() for h in hits]}, ensure_ascii=False, indent=2))
+            out(json.dumps({"query": query, "hits": [h.to_json() for h in hits], **report}, ensure_ascii=False,
+                           indent=2))
         else:
             out(recall_text(v, hits))
     finally:

@@ -72,6 +72,21 @@ class WriteSettings(Section):
     policy: str = "auto"              # auto | review | off (``acpmem.vault.review``)
 
 
+class EmbeddingsSettings(Section):
+    """The optional vector channel of recall: off while ``model`` is empty. ``base_url`` and the key fall back to
+    ``OPENAI_BASE_URL`` and the variable named by ``api_key_env``, as for extraction."""
+    base_url: str = ""
+    model: str = ""                   # empty: no vector channel (recall is lexical only)
+    api_key_env: str = "OPENAI_API_KEY"
+    dimensions: int = 0               # 0: whatever the model returns (asked for when set)
+    timeout_seconds: float = 0.5      # the query's embedding at recall time; then lexical alone
+    batch_timeout_seconds: float = 30.0   # one batch of entries in the background
+    batch_size: int = 64
+    languages: str = "en"             # what the model understands (comma-separated: "en", "en,zh"); queries in
+                                      # other scripts stay lexical
+    weight: float = 0.5               # the vector channel's share in the fused score
+
+
 class GitSettings(Section):
     lock_timeout_seconds: float = 60.0
     foreign_lock_wait_seconds: float = 10.0
@@ -95,6 +110,7 @@ class Settings(Value):
     git: GitSettings = GitSettings()
     layers: LayersSettings = LayersSettings()
     write: WriteSettings = WriteSettings()
+    embeddings: EmbeddingsSettings = EmbeddingsSettings()
 
     def to_json(self) -> dict:
         d = self.__dict__
@@ -123,6 +139,11 @@ _RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("extraction", "max_attempts"): (1, 100, False),
     ("extraction", "max_tokens_per_day"): (0, 1_000_000_000_000, False),
     ("extraction", "max_requests_per_hour"): (0, 1_000_000, False),
+    ("embeddings", "dimensions"): (0, 8192, False),
+    ("embeddings", "timeout_seconds"): (0, 60, True),
+    ("embeddings", "batch_timeout_seconds"): (0, 3600, True),
+    ("embeddings", "batch_size"): (1, 2048, False),
+    ("embeddings", "weight"): (0, 10, False),
     ("git", "lock_timeout_seconds"): (0, 86_400, False),
     ("git", "foreign_lock_wait_seconds"): (0, 86_400, False),
     ("layers", "user_share"): (0, 1, False),
@@ -135,7 +156,8 @@ _MAX_TYPE_CHARS = 64
 
 _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceSettings,
              "recall": RecallSettings, "extraction": ExtractionSettings, "git": GitSettings,
-             "layers": LayersSettings, "write": WriteSettings}
+             "layers": LayersSettings, "write": WriteSettings,
+             "embeddings": EmbeddingsSettings}
 POLICIES = ("auto", "review", "off")
 
 
@@ -221,6 +243,10 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
                             f"sections: vault, {', '.join(_SECTIONS)}")
     kwargs = {name: _coerce(cls, name, data.get(name, {}), path) for name, cls in _SECTIONS.items()}
     s = Settings(types=tuple(types), language=language, **kwargs)
+    langs = [x.strip() for x in s.embeddings.languages.split(",")]
+    if not all(x in ("en", "zh") for x in langs):
+        raise SettingsError(f"{path}: embeddings.languages must name languages among en, zh, got "
+                            f"{clip(s.embeddings.languages)}", 'e.g. languages = "en" or languages = "en,zh"')
     if s.extraction.extractor not in ("auto", "llm", "offline"):
         raise SettingsError(f"{path}: extraction.extractor must be auto, llm or offline",
                             "extractor = \"auto\", \"llm\" or \"offline\"")

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from acpmem.search import cedict
 from acpmem.search.analysis import FIELDS, SearchDoc, doc_fields, has_cjk
-from acpmem.search.ranking import CorpusStats, Hit, rank, seq_range, typo_neighbours
+from acpmem.search.ranking import CorpusStats, Hit, bounded_neighbours, rank, seq_range, typo_neighbours
 
 
 class Vocabulary:
@@ -85,6 +85,7 @@ class MemoryIndex:
                     self._by_session[str(session)].append((r[0], r[1], key))
         for v in self._by_session.values():
             v.sort()
+        self.neighbour_work = 0
 
     def __len__(self) -> int:
         return len(self._docs)
@@ -106,20 +107,19 @@ class MemoryIndex:
         return self._docs[key]
 
     def neighbours(self, key: int, radius: int) -> Iterable[tuple[int, int]]:
-        best: dict[int, int] = {}
-        for session, seq in self._docs[key].citations:
-            r = seq_range(seq)
-            if not r:
-                continue
-            cited = self._by_session.get(str(session), [])
-            i = bisect.bisect_left(cited, (r[0] - radius - 10_000,))
-            for lo, hi, other in cited[i:]:
-                if lo > r[1] + radius:
-                    break
-                dist = max(0, lo - r[1], r[0] - hi)
-                if other != key and dist <= radius and dist < best.get(other, radius + 1):
-                    best[other] = dist
+        cites = [(str(session), *r) for session, seq in self._docs[key].citations if (r := seq_range(seq))]
+        best, work = bounded_neighbours(key, cites, radius, self._scan)
+        self.neighbour_work += work
         return best.items()
+
+    def _scan(self, session: str, low: int, high: int, n: int) -> Iterable[tuple[int, int, int]]:
+        cited = self._by_session.get(session, [])
+        j = bisect.bisect_left(cited, (high + 1,)) - 1
+        while j >= 0 and n > 0 and cited[j][0] >= low:
+            lo, hi, other = cited[j]
+            yield other, lo, hi
+            j -= 1
+            n -= 1
 
     def search(self, query: str, limit: int = 5, spread: bool = True, dates: bool = True,
                preview_length: int = 200) -> list[Hit]:

@@ -11,13 +11,12 @@ import json
 import math
 import re
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from acpmem.core.limits import MAX_INT
 from acpmem.search import cedict
 from acpmem.search.analysis import CJK_CHARS, FIELDS, SearchDoc
-from acpmem.search.ranking import (B, FIELD_WEIGHTS, K1, CorpusStats, Hit, QueryGroup, make_preview, plan_query,
-                                   rank, typo_neighbours)
+from acpmem.search.ranking import (B, FIELD_WEIGHTS, K1, SPREAD_CITES, CorpusStats, Hit, QueryGroup, bounded_neighbours,
+                                   make_preview, plan_query, rank, typo_neighbours, vector_share)
 
 _NF = len(FIELDS)
 PRUNE_FROM_POSTINGS = 20_000   # below this many postings a query is scored whole (pruning costs a second query)
@@ -129,6 +128,7 @@ class IndexSource:
         self._params = params
         self._lens: dict[int, tuple[int, ...]] = {}
         self._docs: dict[int, SearchDoc] = {}
+        self.neighbour_work = 0
 
     def df(self, term: str) -> int:
         found = self.vocabulary.lookup(term)
@@ -275,25 +275,33 @@ class IndexSource:
         return row[0] if row else None
 
     def neighbours(self, key: int, radius: int) -> list[tuple[int, int]]:
-        best: dict[int, int] = {}
-        for session, r0, r1 in self._con.execute("SELECT session, lo, hi FROM idx_cites WHERE key=?", (key,)).fetchall():
-            for other, lo, hi in self._con.execute(
-                    "SELECT c.key, c.lo, c.hi FROM idx_cites c JOIN idx_lens d ON d.key = c.key "
-                    f"WHERE c.session = ? AND c.lo BETWEEN ? AND ? AND c.hi >= ?{self._where}",
-                    (session, r0 - radius - 10_000, min(r1 + radius, MAX_INT), r0 - radius, *self._params)):
-                dist = max(0, lo - r1, r0 - hi)
-                if other != key and dist <= radius and dist < best.get(other, radius + 1):
-                    best[other] = dist
+        cites = self._con.execute("SELECT DISTINCT session, lo, hi FROM idx_cites WHERE key=? ORDER BY session, lo, hi "
+                                  "LIMIT ?", (key, SPREAD_CITES)).fetchall()
+        best, work = bounded_neighbours(key, cites, radius, self._scan)
+        self.neighbour_work += work
         return list(best.items())
 
+    def _scan(self, session: str, low: int, high: int, n: int) -> list[tuple[int | None, int, int]]:
+        # the nearest n rows by the (session, lo, hi, key) index, then the restriction (read rows count as read)
+        rows = self._con.execute(
+            "SELECT c.key, c.lo, c.hi, EXISTS (SELECT 1 FROM idx_lens d WHERE d.key = c.key"
+            f"{self._where}) FROM (SELECT key, lo, hi FROM idx_cites WHERE session = ? AND lo BETWEEN ? AND ? "
+            "ORDER BY lo DESC, hi DESC, key DESC LIMIT ?) c", (*self._params, session, low, high, n)).fetchall()
+        return [(k if ok else None, lo, hi) for k, lo, hi, ok in rows]
 
 def search(con: sqlite3.Connection, query: str, limit: int = 5, *, types: Iterable[str] | None = None,
-           include_superseded: bool = False, preview_length: int = 200) -> list[Hit]:
+           include_superseded: bool = False, preview_length: int = 200, similar: Mapping[int, float] | None = None,
+           share: float = 0.0) -> list[Hit]:
     """Rank the indexed documents for ``query`` with the default engine (``ranking.rank``); ``Hit.id`` is the
-    entry file's path. Previews are made from the full text of the hits only, as ``rank`` makes them."""
+    entry file's path. Previews are made from the full text of the hits only, as ``rank`` makes them.
+
+    ``similar`` (index key → cosine similarity, from ``acpmem.search.vectors.nearest``) fuses the vector channel
+    in at ``share``, reduced to nothing for the queries lexical search answers by construction
+    (``ranking.vector_share``)."""
     src = IndexSource(con, types=types, include_superseded=include_superseded)
     groups = plan_query(query, src.vocabulary)
-    hits = rank(src, query, limit=limit, preview_length=preview_length, groups=groups)
+    share = vector_share(query, groups, share) if similar else 0.0
+    hits = rank(src, query, limit=limit, preview_length=preview_length, groups=groups, similar=similar, share=share)
     if not hits:
         return hits
     words = [g.word for g in groups]

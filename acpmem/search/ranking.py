@@ -18,7 +18,7 @@ import functools
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime
 from types import MappingProxyType
 
@@ -82,13 +82,21 @@ class PostingSource:
     def postings(self, term: str, keys: Iterable[int] | None = None) -> Iterable[tuple[int, tuple[int, ...]]]: ...
     def doc_len(self, key: int) -> tuple[int, ...]: ...
     def doc(self, key: int) -> SearchDoc: ...
-    def neighbours(self, key: int, radius: int) -> Iterable[tuple[int, int]]: ...  # (doc key, distance)
+    # (doc key, distance) of the documents citing turns within ``radius`` of ``key``'s, read as ``bounded_neighbours``
+    # says; adds what it read to ``neighbour_work``
+    def neighbours(self, key: int, radius: int) -> Iterable[tuple[int, int]]: ...
+    neighbour_work: int
 
 
 # ───────────────────────────── 3. scoring ─────────────────────────────
 
 W_EXACT, W_ALIAS, W_DICT, W_PREFIX, W_CLIPPED, W_TYPO1, W_TYPO2 = 1.0, 0.7, 0.6, 0.55, 0.35, 0.6, 0.45
 SPREAD, SPREAD_RADIUS, SPREAD_TOP = 0.15, 2, 50
+# Spreading reads, per candidate, at most SPREAD_CITES of its citations and SPREAD_ROWS cited turns in all (nearest
+# first), so its cost stays candidates × a small bound when thousands of entries cite one turn or one entry cites
+# hundreds of sessions; ``PostingSource.neighbour_work`` counts what was read.
+SPREAD_CITES, SPREAD_ROWS = 8, 64
+SPREAD_SPAN = 10_000     # a range citation is seen from a turn at most this far past its start
 DATE_BOOST = 1.0
 TAG_BOOST = 0.5
 POOL = 300
@@ -297,9 +305,46 @@ def _diversify(src: PostingSource, final: dict[int, float], limit: int) -> list[
     return chosen
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z0-9]+(?:[_./:#-][A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Za-z]+[0-9][A-Za-z0-9]*")
+
+
+def vector_share(query: str, groups: Sequence[QueryGroup], weight: float) -> float:
+    """The vector channel's share for this query: none for queries lexical search answers by construction — an
+    identifier (``retry_upload``, ``src/app.py``, ``retryUpload``, ``v2``) or a misspelt word (a query word found
+    only through its typo neighbours, which an embedding of the misspelling does not know)."""
+    if not weight or _IDENTIFIER.search(query):
+        return 0.0
+    for g in groups:
+        if not any(t.via in ("exact", "alias") for t in g.terms) and any(t.via == "typo" for t in g.terms):
+            return 0.0
+    return weight
+
+
+# Measured on LoCoMo and the kernel corpus with all-MiniLM-L6-v2 (docs/design.md): the floor at rank 19, 49 or 99,
+# squared similarities and a lower lexical unit all land within ±0.005 R@5 of each other.
+FUSE_FLOOR_RANK = 99     # the vector candidate whose similarity counts as nothing (rank from 0)
+
+
+def fuse(scores: Mapping[int, float], similar: Mapping[int, float], share: float) -> dict[int, float]:
+    """Score-level fusion: the term scores plus ``share`` × the best term score × each document's similarity
+    rescaled over the vector candidates (the best 1, the ``FUSE_FLOOR_RANK``-th 0), so the vector channel reorders
+    what the words leave close and brings in what they missed, and a query no word matched ranks by meaning alone."""
+    top = max(scores.values(), default=0.0) or 1.0
+    ranked = sorted(similar.values(), reverse=True)
+    hi, lo = ranked[0], ranked[min(len(ranked) - 1, FUSE_FLOOR_RANK)]
+    span = (hi - lo) or 1.0
+    out = dict(scores)
+    for k, c in similar.items():
+        if c > lo:
+            out[k] = out.get(k, 0.0) + top * share * (c - lo) / span
+    return out
+
+
 def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, dates: bool = True,
-         preview_length: int = 200, groups: Sequence[QueryGroup] | None = None) -> list[Hit]:
-    """Rank the documents of ``src`` for ``query``: term scores, then spreading and the tag and date boosts.
+         preview_length: int = 200, groups: Sequence[QueryGroup] | None = None,
+         similar: Mapping[int, float] | None = None, share: float = 0.0) -> list[Hit]:
+    """Rank the documents of ``src`` for ``query``: term scores (fused with the vector channel's ``similar``
+    documents — key → cosine similarity — at ``share``, when given), then spreading and the tag and date boosts.
 
     Only the best ``POOL`` documents by term score (and those they spread to) are re-scored, so the cost of
     this step does not grow with the index."""
@@ -309,11 +354,22 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
     pick = getattr(src, "candidates", None)
     pool = pick(groups, max(POOL, limit)) if pick is not None else None
     scores, why = score_query(groups, src, pool)
+    fused = bool(similar) and share > 0
+    if fused:
+        outside = [k for k in similar if k not in scores]
+        if pool is not None and outside:      # a similar document below the pool keeps its own term score
+            more, more_why = score_query(groups, src, outside)
+            scores.update(more)
+            why.update(more_why)
+        scores = fuse(scores, similar, share)
     if not scores:
         return []
     by_score = sorted(scores, key=lambda k: (-scores[k], k))
     final = {k: scores[k] for k in by_score[:max(POOL, limit)]}
     extra: dict[int, dict] = defaultdict(dict)
+    if fused:
+        for k, c in similar.items():
+            extra[k]["vector"] = round(c, 4)
     if spread and SPREAD:
         gains: dict[int, float] = defaultdict(float)
         for key in by_score[:SPREAD_TOP]:
@@ -350,6 +406,30 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
     words = [g.word for g in groups]
     return [Hit(src.doc(k).id, round(final[k], 6), make_preview(src.doc(k), words, preview_length),
                 {"terms": why.get(k, {}), **extra.get(k, {})}) for k in order]
+
+
+def bounded_neighbours(key: int, cites: Iterable[tuple[str, int, int]], radius: int,
+                       scan: Callable[[str, int, int, int], Iterable[tuple[int | None, int, int]]]) -> tuple[dict[int, int], int]:
+    """The neighbours of document ``key`` as every ``PostingSource`` reads them, within a fixed budget.
+
+    ``cites`` are the document's (session, lo, hi); the first ``SPREAD_CITES`` distinct ones in sorted order are
+    used. ``scan(session, low, high, n)`` yields at most ``n`` (key, lo, hi) of that session with ``low <= lo <=
+    high`` in descending (lo, hi, key) order — nearest to the cited turn first — with key None for a row the
+    source's restriction leaves out (it still counts as read). ``SPREAD_ROWS`` rows are read in
+    all. Returns ({neighbour: distance}, rows and scans read)."""
+    best: dict[int, int] = {}
+    left, work = SPREAD_ROWS, 0
+    for session, r0, r1 in sorted(set(cites))[:SPREAD_CITES]:
+        if left <= 0:
+            break
+        work += 1
+        for other, lo, hi in scan(session, max(0, r0 - radius - SPREAD_SPAN), min(r1 + radius, MAX_SEQ), left):
+            left -= 1
+            work += 1
+            dist = max(0, lo - r1, r0 - hi)
+            if other is not None and other != key and dist <= radius and dist < best.get(other, radius + 1):
+                best[other] = dist
+    return best, work
 
 
 def seq_range(seq: int | str) -> tuple[int, int] | None:

@@ -29,7 +29,7 @@ from acpmem.core.values import Value
 from acpmem.search.analysis import FIELDS, SearchDoc, doc_fields, stemmer
 from acpmem.search.ranking import seq_range
 
-INDEX_VERSION = "5"
+INDEX_VERSION = "6"
 VERSION_KEY = "search_index_version"
 TABLES = ("idx_docs", "idx_lens", "idx_tids", "idx_terms", "idx_post", "idx_cites", "idx_stats", "idx_dirty")
 TRIGGERS = ("idx_files_ins", "idx_files_upd", "idx_files_del")
@@ -54,7 +54,7 @@ _SCHEMA = (
         f1 INTEGER NOT NULL, f2 INTEGER NOT NULL, f3 INTEGER NOT NULL, PRIMARY KEY (tid, key)) WITHOUT ROWID""",
     "CREATE TABLE IF NOT EXISTS idx_cites (session TEXT NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL, "
     "key INTEGER NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS idx_cites_session ON idx_cites(session, lo)",
+    "CREATE INDEX IF NOT EXISTS idx_cites_session ON idx_cites(session, lo, hi, key)",
     "CREATE INDEX IF NOT EXISTS idx_cites_key ON idx_cites(key)",
     # Corpus totals; ``gen`` counts committed updates (a process may keep its term cache while it is the writer).
     """CREATE TABLE IF NOT EXISTS idx_stats (id INTEGER PRIMARY KEY CHECK (id = 1), n INTEGER NOT NULL,

@@ -46,6 +46,7 @@ RETRY_AFTER_S = 600.0
 MAX_LOG_BYTES = 256 * 1024
 DEBOUNCE_S = 0.2         # changes are applied this long after they stop coming, so a recall finds them done
 SYNC_TIMEOUT_S = 30.0     # a watcher applying a large checkout may take a while; then the reader scans itself
+MAX_REQUEST = 4 * 1024 * 1024   # a ``near`` request carries a query vector
 
 # inotify(7)
 IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
@@ -111,6 +112,64 @@ def sync(state_dir: Path, db_path: Path, timeout: float = SYNC_TIMEOUT_S) -> boo
         s.close()
         if dir_fd is not None:
             os.close(dir_fd)
+
+
+def _ask(state_dir: Path, request: bytes, timeout: float) -> bytes:
+    """One request to the vault's watcher and its one-line answer (empty when there is no answer)."""
+    import _socket
+
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    dir_fd = None
+    try:
+        s.settimeout(timeout)
+        if len(str(Path(state_dir) / SOCK).encode()) >= _MAX_ADDR:
+            dir_fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY)
+        s.connect(_sock_path(state_dir, dir_fd))
+        s.sendall(request)
+        reply = b""
+        while not reply.endswith(b"\n") and len(reply) < MAX_REQUEST:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        return reply
+    except OSError:
+        return b""
+    finally:
+        s.close()
+        if dir_fd is not None:
+            os.close(dir_fd)
+
+
+def near(state_dir: Path, index: sqlite3.Connection, model: str, query, types, include_superseded: bool,
+         top: int):
+    """The embedding channel's exact search, answered by the vault's watcher, which keeps the current vectors of a
+    model in memory (a recall process would import numpy and read every vector for each query): the same answer
+    as ``acpmem.search.vectors.nearest`` computes itself, or None when no watcher answers."""
+    if not os.path.exists(Path(state_dir) / SOCK):
+        return None
+    import base64
+    import json
+    from array import array
+
+    from acpmem.search.vectors import VectorStatus
+
+    try:
+        ident = identity(Path(state_dir) / catalog.DB_NAME)
+    except OSError:
+        return None
+    params = {"model": model, "types": types, "sup": include_superseded, "top": top,
+              "q": base64.b64encode(array("f", query).tobytes()).decode()}
+    reply = _ask(state_dir, f"near {ident} {base64.b64encode(json.dumps(params).encode()).decode()}\n".encode(),
+                 SYNC_TIMEOUT_S)
+    if not reply.startswith(b"ok "):
+        return None
+    try:
+        got = json.loads(reply[3:])
+        return ({int(k): float(v) for k, v in got["top"]},
+                VectorStatus(model, int(got["present"]), int(got["missing"])))
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def fresh(con: sqlite3.Connection, root: Path, state_dir: Path, settings: Settings | None = None):
@@ -239,6 +298,8 @@ class Watcher:
         self._watch_entries()
         self.con = catalog.connect(self.db_path)
         self.ident = identity(self.db_path)
+        self.generation = 0        # applies so far (its own commits do not change the connection's data_version)
+        self.matrices: dict = {}   # (model, dim, types, superseded) → (stamp, vectors.Matrix)
 
     def _watch_entries(self) -> None:
         try:
@@ -280,10 +341,15 @@ class Watcher:
         elif self.pending:
             paths, self.pending = self.pending, set()
             catalog.refresh_paths(self.con, self.root, paths)
-        store.update(self.con)
+        done = store.update(self.con)
+        if done.indexed or done.dropped or done.rebuilt:
+            self.generation += 1
 
     def answer(self, request: bytes) -> bytes:
         parts = request.decode("utf-8", "replace").split()
+        if len(parts) == 3 and parts[0] == "near":
+            answer = self.answer(f"sync {parts[1]}".encode())
+            return self.near(parts[2]) if answer == b"ok\n" else answer
         if len(parts) != 2 or parts[0] != "sync":
             return b"no request\n"
         try:
@@ -298,6 +364,46 @@ class Watcher:
             return b"no gone\n"
         self.apply()
         return b"ok\n"
+
+    def near(self, payload: str) -> bytes:
+        """The top vector matches of a query (``near``), from a matrix kept while neither the index nor the vectors
+        change."""
+        import base64
+        import json
+        from array import array
+
+        from acpmem.search import vectors
+
+        try:
+            p = json.loads(base64.b64decode(payload, validate=True))
+            query = array("f", base64.b64decode(p["q"], validate=True)).tolist()
+            types = None if p["types"] is None else tuple(str(t) for t in p["types"])
+            model, sup, top = str(p["model"]), bool(p["sup"]), int(p["top"])
+        except (ValueError, KeyError, TypeError):
+            return b"no request\n"
+        if not query or not 0 < top <= 10_000:
+            return b"no request\n"
+        try:
+            attached = any(r[1] == "vx" for r in self.con.execute("PRAGMA database_list"))
+            stamp = (self.generation, self.con.execute("PRAGMA data_version").fetchone()[0],
+                     self.con.execute("PRAGMA vx.data_version").fetchone()[0] if attached else None)
+            key = (model, len(query), types, sup)
+            cached = self.matrices.get(key)
+            if cached is None or cached[0] != stamp or not attached:
+                m = vectors.load_matrix(self.con, self.state_dir, model, len(query), types=types,
+                                        include_superseded=sup)
+                attached = any(r[1] == "vx" for r in self.con.execute("PRAGMA database_list"))
+                stamp = stamp[:2] + ((self.con.execute("PRAGMA vx.data_version").fetchone()[0]
+                                      if attached else None),)
+                self.matrices = {key: (stamp, m)}      # one model and filter kept: the memory of one matrix
+            else:
+                m = cached[1]
+            found = m.top(query, top)
+        except (ImportError, sqlite3.Error) as exc:
+            _log(f"near: {exc}")
+            return b"no vectors\n"
+        return b"ok " + json.dumps({"present": m.n, "missing": m.total - m.n,
+                                    "top": [[k, v] for k, v in found.items()]}).encode() + b"\n"
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -352,7 +458,12 @@ def serve(root: Path, idle_seconds: float) -> str:
                     with conn:
                         conn.settimeout(5.0)
                         try:
-                            req = conn.recv(512)
+                            req = conn.recv(65536)
+                            while req and not req.endswith(b"\n") and len(req) < MAX_REQUEST:
+                                more = conn.recv(65536)
+                                if not more:
+                                    break
+                                req += more
                             conn.sendall(w.answer(req))
                         except OSError:
                             pass

@@ -160,6 +160,7 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
         add("error", p, "resolve it with git in the vault folder, then run `acp memory doctor` again")
     _check_entries(vault, add, to_resolve)
     _check_watcher(vault, add)
+    _check_embeddings(vault, add)
     for check in more:   # the layers above add theirs (pending extraction requests: acpmem.write.checkup)
         check(vault, add)
     return Report(tuple(found))
@@ -184,6 +185,26 @@ def _rebuild_index(root: Path) -> str:
     if git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).code == 0:
         git(root, "read-tree", "HEAD")
     return f"rebuilt the corrupt git index from the last commit (the old one is kept as {aside})"
+
+
+def _check_embeddings(vault: Vault, add) -> None:
+    """The embedding channel, when on: the endpoint answers (one short probe), and how many entries lack vectors."""
+    if not vault.settings.embeddings.model:
+        return
+    from acpmem.vault.embedding import channel_status
+
+    st = channel_status(vault)
+    where = f"model {st['model']} at {st['base_url']}"
+    if not st["reachable"]:
+        add("warning", f"the embeddings endpoint ({where}) does not answer: {st['error']}; recall is lexical "
+                       "meanwhile", "check [embeddings] base_url, model and the key in the variable api_key_env names")
+    else:
+        add("info", f"the embeddings endpoint ({where}) answers")
+    if st["missing"]:
+        add("info", f"{st['missing']} of {st['present'] + st['missing']} entries have no vector of {st['model']} yet "
+                    "(the background pass makes them; the next recall starts it)")
+    else:
+        add("info", f"all {st['present']} entries have a vector of {st['model']}")
 
 
 def _check_watcher(vault: Vault, add) -> None:

@@ -138,12 +138,17 @@ def _check_types(vault: VaultReader, types: Iterable[str] | None) -> tuple[str, 
 
 def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] | None = None,
            include_superseded: bool = False, session: str | None = None, *,
-           mark_read: bool = True) -> list[RecallHit]:
+           mark_read: bool = True, report: dict | None = None) -> list[RecallHit]:
     """Search the vault and return up to ``limit`` hits with their full entries; marks them read.
 
     ``types`` restricts the entry types; superseded entries only with ``include_superseded``. With ``session``,
     the returned entries are also noted in that session's ledger, so ``surface`` does not repeat them.
-    ``mark_read=False`` is for acpmem's own lookups (the fork's related entries): no person or model read them."""
+    ``mark_read=False`` is for acpmem's own lookups (the fork's related entries): no person or model read them.
+
+    With the embedding channel on (``[embeddings] model``), the query's vector joins the ranking and ``report``
+    (when given) receives ``vectors`` (model, present, missing, used) and, when the query could not be embedded,
+    one ``warning``; recall then ranks lexically. Missing entry vectors start the background pass
+    (``acpmem.vault.embedding``); recall never waits for them. With the channel off ``report`` stays empty."""
     query = "" if query is None else query
     if not isinstance(query, str) or not is_utf8(query) or "\x00" in query:
         raise UsageError(f"a query must be text, got {clip(query)}", 'pass words to look for, e.g. "sqlite wal"')
@@ -154,11 +159,17 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
         raise UsageError(f"--limit must be an integer 1..{MAX_RECALL_LIMIT}, got {clip(limit)}", "e.g. --limit 5")
     allowed = _check_types(vault, types)
     sdir = vault.session_dir(session) if session else None
+    qv = _query_vector(vault, query)
+    similar: dict[int, float] = {}
 
     def work(con: sqlite3.Connection) -> list[tuple]:
+        nonlocal similar
+        if qv is not None:
+            similar = _vector_side(vault, con, qv, allowed, include_superseded, report)
         want = limit
         while True:
-            hits = search_index(con, query, want, types=allowed, include_superseded=include_superseded)
+            hits = search_index(con, query, want, types=allowed, include_superseded=include_superseded,
+                                similar=similar, share=qv.share if qv is not None else 0.0)
             found = [(e, h) for e, h in ((_entry_at(con, h.id), h) for h in hits) if e is not None]
             if len(found) >= limit or len(hits) < want:
                 return found[:limit]
@@ -185,6 +196,48 @@ def note_recalled(sdir: Path, ids: Iterable[str]) -> None:
         ledger = read_ledger(sdir)
         ledger["recalled"] = sorted(set(ledger["recalled"]) | set(ids))
         atomic_write(sdir / LEDGER, json.dumps(ledger, ensure_ascii=False, indent=1))
+
+
+def _query_vector(vault: VaultReader, query: str):
+    if not vault.settings.embeddings.model:       # the channel is off: nothing of it is imported
+        return None
+    from acpmem.vault import embedding
+
+    return embedding.query_vector(vault.settings, query)
+
+
+def _vector_side(vault: VaultReader, con: sqlite3.Connection, qv, allowed, include_superseded: bool,
+                 report: dict | None) -> dict[int, float]:
+    """The vector channel's candidates for one recall (empty when the query has no vector), reported in
+    ``report``; starts the background pass when entries lack vectors."""
+    from acpmem.search import vectors
+    from acpmem.vault import embedding
+
+    model = qv.endpoint.model
+    if qv.vector is not None:
+        try:    # the watcher keeps the vectors in memory; without one, this process reads and compares them
+            got = watch.near(vault.state_dir, con, model, qv.vector, list(allowed), include_superseded,
+                             vectors.VECTOR_TOP)
+            similar, status = got or vectors.nearest(con, vault.state_dir, model, qv.vector, types=allowed,
+                                                     include_superseded=include_superseded)
+        except ImportError:     # numpy is what compares vectors
+            qv = qv.with_changes(vector=None, share=0.0, warning="the embedding channel needs numpy (pip install "
+                                 "'acpmem[embeddings]'); recall used lexical search alone")
+    if qv.vector is None:
+        similar, status = {}, vectors.status(con, vault.state_dir, model, types=allowed,
+                                             include_superseded=include_superseded)
+    if report is not None:
+        report["vectors"] = {**status.to_json(), "used": bool(similar and qv.share)}
+        if qv.skipped:
+            report["vectors"]["skipped"] = qv.skipped
+        if qv.warning:
+            report["warning"] = qv.warning
+    if status.missing:
+        try:
+            embedding.start_background(vault.root, vault.state_dir)
+        except OSError as exc:
+            vault.warnings.append(f"could not start the embedding pass ({exc}); missing vectors stay missing")
+    return similar
 
 
 # --------------------------------------------------------------------------------------------- surfacing

@@ -57,6 +57,8 @@ def _calls(records, now: datetime, window: timedelta) -> list[tuple[datetime, in
     since = now - window
     out = []
     for rec in records:
+        if rec.get("kind") == "embeddings":      # the embedding channel's calls are not extraction's
+            continue
         try:
             at = parse_iso(str(rec.get("at", "")))
         except ValueError:

@@ -58,6 +58,8 @@ def summarize(records: list[Mapping[str, Any]], since: str | None = None) -> dic
     for rec in records:
         if since is not None and str(rec.get("at", "")) < since:
             continue
+        if rec.get("kind") == "embeddings":     # the embedding channel's calls: ``summarize_embeddings``
+            continue
         for bucket in (total, by_model.setdefault(str(rec.get("model") or "?"), empty())):
             bucket["calls"] += 1
             bucket["failed"] += 0 if rec.get("ok", True) else 1
@@ -69,6 +71,29 @@ def summarize(records: list[Mapping[str, Any]], since: str | None = None) -> dic
         bucket["latency_s"] = round(bucket["latency_s"], 3)
         bucket["cache_hit_rate"] = round(bucket["cached_tokens"] / bucket["prompt_tokens"], 4) \
             if bucket["prompt_tokens"] else 0.0
+    total["by_model"] = by_model
+    return total
+
+
+def summarize_embeddings(records: list[Mapping[str, Any]]) -> dict:
+    """Totals over the embedding channel's ledger lines (``kind: "embeddings"``, written by its background pass):
+    calls, failures, texts embedded, prompt tokens, latency, and the same per model."""
+    def empty() -> dict:
+        return {"calls": 0, "failed": 0, "texts": 0, "prompt_tokens": 0, "latency_s": 0.0}
+
+    total, by_model = empty(), {}
+    for rec in records:
+        if rec.get("kind") != "embeddings":
+            continue
+        for bucket in (total, by_model.setdefault(str(rec.get("model") or "?"), empty())):
+            bucket["calls"] += 1
+            bucket["failed"] += 0 if rec.get("ok", True) else 1
+            bucket["texts"] += _int(rec.get("texts")) if rec.get("ok", True) else 0
+            bucket["prompt_tokens"] += _int(rec.get("prompt_tokens"))
+            lat = rec.get("latency_s")
+            bucket["latency_s"] += float(lat) if is_number(lat) and 0 <= lat <= 86_400 else 0.0
+    for bucket in (total, *by_model.values()):
+        bucket["latency_s"] = round(bucket["latency_s"], 3)
     total["by_model"] = by_model
     return total
 

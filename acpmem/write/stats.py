@@ -65,6 +65,7 @@ def stats(vault) -> dict:
     reqs, broken = requests.list_requests(state)
     done = requests.read_done(state)
     scheduled = sorted(r.next_attempt for r in reqs if r.status == "pending" and r.next_attempt)
+    ledger = costs.read(state)
     return {
         "layer": vault.layer,
         "entries": counts,
@@ -79,10 +80,11 @@ def stats(vault) -> dict:
                      "items": [{"id": r.id, "status": r.status, "attempts": r.attempts, "created": r.created,
                                 "next_attempt": r.next_attempt, "note": r.note, "deferred": r.deferred,
                                 "last_error": (r.last_error or {}).get("message")} for r in reqs]},
-        "costs": costs.summarize(costs.read(state)),
+        "costs": costs.summarize(ledger),
         "user": user_layer_stats(vault) if vault.layer != "user" else None,
         "budget": _budget(vault, reqs),
         "review": _review(vault),
+        **_embeddings(vault, ledger),
     }
 
 
@@ -103,3 +105,12 @@ def _review(vault) -> dict:
 
     good, bad = proposals(vault)
     return {"policy": vault.settings.write.policy, "proposals": len(good), "invalid_proposals": len(bad)}
+
+
+def _embeddings(vault, ledger: list[dict]) -> dict:
+    """The embedding channel, when on: model, endpoint, vectors present and missing, what embedding has cost."""
+    if not vault.settings.embeddings.model:
+        return {}
+    from acpmem.vault.embedding import channel_status
+
+    return {"embeddings": {**channel_status(vault, probe=False), "costs": costs.summarize_embeddings(ledger)}}

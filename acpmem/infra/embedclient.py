@@ -1,0 +1,126 @@
+"""A client for OpenAI-compatible ``POST /v1/embeddings`` endpoints (OpenAI, Ollama, vLLM, LM Studio, gateways).
+
+Plain ``http.client``: a recall embeds its query within a budget of about half a second, and importing the ``openai``
+package alone costs more than that on a cold start (``urllib.request`` costs 31 ms to import, ``http.client`` 14). The answer is checked strictly: as many vectors as texts, in
+order, finite numbers, all of one length (the configured ``dimensions`` when set).
+
+Where the endpoint is: ``[embeddings] base_url``, else ``OPENAI_BASE_URL``, else OpenAI's; the key is the variable
+named by ``[embeddings] api_key_env`` (default ``OPENAI_API_KEY``) — the same fallbacks as extraction. The channel
+is on only when ``[embeddings] model`` names a model.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+
+from acpmem.core.values import Value
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
+
+
+class EmbeddingFailed(Exception):
+    """The endpoint could not be reached in time, refused, or answered something that is not embeddings."""
+
+
+class Endpoint(Value):
+    base_url: str
+    model: str
+    api_key: str | None
+    dimensions: int = 0
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + "/embeddings"
+
+    def describe(self) -> dict:
+        return {"base_url": self.base_url, "model": self.model, "dimensions": self.dimensions or None,
+                "api_key": "set" if self.api_key else "not set"}
+
+
+class Embedded(Value):
+    vectors: tuple[tuple[float, ...], ...]
+    tokens: int
+    latency_s: float
+
+
+def resolve(section: Mapping, env: Mapping[str, str] | None = None) -> Endpoint | None:
+    """The endpoint of an ``[embeddings]`` section, or None when no model is configured (the channel is off)."""
+    model = str(section.get("model") or "").strip()
+    if not model:
+        return None
+    e = os.environ if env is None else env
+    base = (str(section.get("base_url") or "").strip() or e.get("OPENAI_BASE_URL", "").strip() or DEFAULT_BASE_URL)
+    key = e.get(str(section.get("api_key_env") or "OPENAI_API_KEY")) or None
+    return Endpoint(base_url=base.rstrip("/"), model=model, api_key=key, dimensions=int(section.get("dimensions") or 0))
+
+
+def embed(endpoint: Endpoint, texts: Sequence[str], timeout: float) -> Embedded:
+    """The vectors of ``texts`` (one request). Raises ``EmbeddingFailed`` with a one-line reason."""
+    body: dict = {"model": endpoint.model, "input": list(texts), "encoding_format": "float"}
+    if endpoint.dimensions:
+        body["dimensions"] = endpoint.dimensions
+    headers = {"Content-Type": "application/json"}
+    if endpoint.api_key:
+        headers["Authorization"] = f"Bearer {endpoint.api_key}"
+    import http.client
+    from urllib.parse import urlsplit
+
+    u = urlsplit(endpoint.url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise EmbeddingFailed(f"the embeddings endpoint is not an http(s) URL: {endpoint.base_url[:200]}")
+    conn_type = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    t0 = time.monotonic()
+    try:
+        conn = conn_type(u.hostname, u.port, timeout=timeout)
+        try:
+            conn.request("POST", u.path + (f"?{u.query}" if u.query else ""),
+                         json.dumps(body, ensure_ascii=False).encode("utf-8"), headers)
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise EmbeddingFailed(f"the embeddings endpoint answered HTTP {resp.status}")
+            raw = resp.read(MAX_ANSWER_BYTES + 1)
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        what = "timed out" if isinstance(exc, TimeoutError) or "timed out" in str(exc) else str(exc) or type(exc).__name__
+        raise EmbeddingFailed(f"the embeddings endpoint could not be reached ({what[:200]})") from None
+    latency = time.monotonic() - t0
+    if len(raw) > MAX_ANSWER_BYTES:
+        raise EmbeddingFailed("the embeddings endpoint answered more than 256 MB")
+    return parse(raw, len(texts), endpoint.dimensions, latency)
+
+
+def parse(raw: bytes, n: int, dimensions: int, latency: float = 0.0) -> Embedded:
+    """Check an ``/embeddings`` answer for ``n`` texts strictly."""
+    try:
+        data = json.loads(raw)
+        items = data["data"]
+        if not isinstance(items, list) or len(items) != n:
+            raise ValueError(f"{len(items) if isinstance(items, list) else 'no'} vectors for {n} texts")
+        order = sorted(range(n), key=lambda i: items[i].get("index", i) if isinstance(items[i], dict) else i)
+        vectors = []
+        for i in order:
+            vec = items[i]["embedding"]
+            if not isinstance(vec, list) or not vec or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in vec):
+                raise ValueError("an embedding is not a list of finite numbers")
+            vectors.append(tuple(float(x) for x in vec))
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise EmbeddingFailed(f"the embeddings endpoint answered something else than embeddings ({str(exc)[:120]})") \
+            from None
+    dims = {len(v) for v in vectors}
+    if len(dims) > 1 or (dimensions and dims != {dimensions}):
+        got = ", ".join(str(d) for d in sorted(dims))
+        raise EmbeddingFailed(f"the embeddings endpoint returned vectors of {got} dimensions"
+                              + (f", not the {dimensions} configured" if dimensions else ""))
+    usage = data.get("usage") if isinstance(data, dict) else None
+    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    tokens = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens < 2**53 else 0
+    return Embedded(vectors=tuple(vectors), tokens=tokens, latency_s=latency)
+
+
+__all__ = ["Endpoint", "Embedded", "EmbeddingFailed", "resolve", "embed", "parse"]

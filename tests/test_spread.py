@@ -1,0 +1,77 @@
+"""Citation-neighbour spreading costs candidates × a small bound, whatever the citations look like: thousands of
+entries citing one turn, one entry citing hundreds of sessions. Work is counted (rows and scans read), not timed;
+the SQLite source and the in-memory reference still agree."""
+from __future__ import annotations
+
+import random
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from acpmem.search import query as index_query
+from acpmem.search import watch
+from acpmem.search.analysis import SearchDoc
+from acpmem.search.memory import MemoryIndex
+from acpmem.search.ranking import SPREAD_CITES, SPREAD_RADIUS, SPREAD_ROWS, SPREAD_TOP
+
+BOUND = SPREAD_TOP * (SPREAD_CITES + SPREAD_ROWS)     # the most one recall may read for spreading
+
+
+def write_files(vault, n: int, cites, words=("cache", "queue", "retry", "upload", "token")) -> None:
+    rng = random.Random(n)
+    for i in range(n):
+        lines = "".join(f"- session: {s}\n  seq: {q}\n" for s, q in cites(i))
+        body = " ".join(rng.choice(words) for _ in range(8))
+        (vault.root / "entries" / f"e{i:05d}.md").write_text(
+            f"---\nid: e{i:05d}\ntitle: note {i} {rng.choice(words)}\ntype: fact\nimportance: 5\n"
+            f"created: 2026-10-01T10:00:00Z\ncitation:\n{lines}---\n{body}\n", "utf-8")
+
+
+def test_everything_citing_one_turn_reads_a_bounded_number_of_rows(vault):
+    write_files(vault, 2000, lambda i: [("s1", 7)])
+    con, _ = watch.open_fresh(vault.state_dir, vault.root)
+    src = index_query.IndexSource(con)
+    from acpmem.search.ranking import rank
+
+    hits = rank(src, "cache queue", limit=10)
+    assert len(hits) == 10
+    # every entry is a neighbour of every other; before the bound this read 50 × 2000 rows
+    assert 0 < src.neighbour_work <= BOUND
+    assert sum("spread" in h.explain for h in hits) > 0         # spreading still happens
+
+
+def test_an_entry_citing_hundreds_of_sessions_reads_a_bounded_number_of_rows(vault):
+    write_files(vault, 300, lambda i: [(f"s{k}", 10 + i % 3) for k in range(400)])
+    con, _ = watch.open_fresh(vault.state_dir, vault.root)
+    src = index_query.IndexSource(con)
+    from acpmem.search.ranking import rank
+
+    assert rank(src, "retry", limit=5)
+    assert 0 < src.neighbour_work <= BOUND
+
+
+_cites = st.lists(st.tuples(st.sampled_from(["a", "b"]), st.one_of(
+    st.integers(0, 12), st.tuples(st.integers(0, 12), st.integers(0, 4)).map(lambda t: f"{t[0]}-{t[0] + t[1]}"))),
+    max_size=12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_cites, min_size=1, max_size=120))
+def test_neighbours_agree_between_sqlite_and_memory_and_stay_bounded(vault, shapes):
+    """Generated citation shapes (crowded turns, ranges, many citations per entry): the SQLite source finds the
+    same neighbours at the same distances as the in-memory reference, within the per-candidate bound."""
+    for p in (vault.root / "entries").glob("e*.md"):
+        p.unlink()
+    write_files(vault, len(shapes), lambda i: shapes[i])
+    con, _ = watch.open_fresh(vault.state_dir, vault.root)
+    src = index_query.IndexSource(con, include_superseded=True)
+    docs = []
+    for i, cites in enumerate(shapes):
+        docs.append(SearchDoc(id=f"entries/e{i:05d}.md", title="", citations=tuple(cites)))
+    mem = MemoryIndex(docs)
+    for i in range(len(shapes)):
+        key = src.key_of(f"entries/e{i:05d}.md")
+        before_s, before_m = src.neighbour_work, mem.neighbour_work
+        got = sorted((src.doc(k).id, d) for k, d in src.neighbours(key, SPREAD_RADIUS))
+        want = sorted((docs[k].id, d) for k, d in mem.neighbours(i, SPREAD_RADIUS))
+        assert got == want
+        assert src.neighbour_work - before_s == mem.neighbour_work - before_m <= SPREAD_CITES + SPREAD_ROWS
