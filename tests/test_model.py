@@ -324,7 +324,7 @@ def test_fast_frontmatter_takes_what_acpmem_writes():
 
 def test_dumping_a_whole_frontmatter_equals_dumping_each_key():
     """``dump_yaml`` renders runs of keys in one call; the text must be what rendering key by key gives."""
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import example, given, settings, strategies as st
 
     from acpmem.core import frontmatter
 
@@ -337,6 +337,8 @@ def test_dumping_a_whole_frontmatter_equals_dumping_each_key():
 
     @settings(max_examples=400, deadline=None, database=None)
     @given(st.dictionaries(keys, value, max_size=6))
+    # found once: a citation with a line break in its session is a block scalar inside a run of keys
+    @example({"citation": [{"session": "3", "seq": None}, {"seq": None, "session": "\n"}], "id": None})
     def check(meta):
         assert frontmatter.dump_yaml(meta) == "".join(frontmatter.render_key(k, v, "\n") for k, v in meta.items())
 

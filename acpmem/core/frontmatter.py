@@ -252,7 +252,7 @@ def dump_yaml(mapping: dict) -> str:
     parts: list[str] = []
     run: dict = {}
     for k, v in mapping.items():
-        if isinstance(v, (dict, list)) and v and k != "citation" or isinstance(v, str) and "\n" in v:
+        if isinstance(v, (dict, list)) and v and k != "citation" or _multiline(v):
             # flow collections, and block scalars (alone, a kept final newline ends the document with "...")
             if run:
                 parts.append(_dump_block(yaml, Dumper, run))
@@ -263,6 +263,17 @@ def dump_yaml(mapping: dict) -> str:
     if run:
         parts.append(_dump_block(yaml, Dumper, run))
     return "".join(parts)
+
+
+def _multiline(value: object) -> bool:
+    """A text with a line break anywhere in the value (a citation's session included): rendered as a block scalar."""
+    if isinstance(value, str):
+        return "\n" in value
+    if isinstance(value, dict):
+        return any(_multiline(k) or _multiline(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_multiline(v) for v in value)
+    return False
 
 
 def _dump_block(yaml, Dumper, mapping: dict) -> str:
