@@ -279,3 +279,18 @@ if __name__ == "__main__":
         reader(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
         raise SystemExit(f"unknown command {sys.argv[1]!r}")
+
+
+def run_readme_sh(marker: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run the first ```sh block after ``marker`` in the README as written (bash, pipefail), with this Python's
+    console scripts first on PATH, temporary files under ``cwd`` and no $ACPMEM_USER_VAULT (the conftest's HOME is
+    a temporary one)."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
+    part = readme[readme.index(marker):]
+    block = re.search(r"```sh\n(.*?)```", part, re.S).group(1)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", TMPDIR=str(cwd))
+    env.pop("ACPMEM_USER_VAULT", None)
+    return subprocess.run(["bash", "-c", "set -euo pipefail\n" + block], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=120)

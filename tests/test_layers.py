@@ -5,6 +5,7 @@ HOME): the real ~/.acp-memory is never touched."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from helpers_proc import git_out, make_entry
+from helpers_proc import git_out, make_entry, run_readme_sh
 from openai_server import reply
 from acpmem.core.layout import USER_ID_PREFIX
 from acpmem.vault.create import init_user_vault, init_vault
@@ -584,22 +585,14 @@ def test_python_api_reads_both_layers(proj):
 
 
 def test_the_readme_two_layers_example_runs_as_written(tmp_path):
-    import os
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
-    part = readme[readme.index("## Two layers"):]
-    block = re.search(r"```sh\n(.*?)```", part, re.S).group(1)
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", TMPDIR=str(tmp_path))
-    env.pop("ACPMEM_USER_VAULT", None)
-    r = subprocess.run(["bash", "-c", "set -euo pipefail\n" + block], capture_output=True, text=True, env=env,
-                       cwd=tmp_path, timeout=120)
+    r = run_readme_sh("## Two layers", tmp_path)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     assert "Error" not in r.stderr and "Warning" not in r.stderr
     assert "['project', 'user']" in r.stdout and "[redacted: project-path]" in r.stdout
     assert re.search(r'layer="user" entries="1" of="1"', r.stdout) and "User layer (" in r.stdout
     assert re.search(r"^user +#u-\w+ \[user-preference\] .*<project path>", r.stdout, re.M)
     assert str(tmp_path) + "/proj" not in r.stdout.split("User layer")[0].split("wrote 1 entry")[1]
-    assert not (Path(env["HOME"]) / ".acp-memory").exists()
+    assert not (Path(os.environ["HOME"]) / ".acp-memory").exists()
 
 
 def test_the_claude_code_hook_gives_both_layers(proj, cli, tmp_path):

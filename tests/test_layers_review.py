@@ -5,14 +5,17 @@ $ACPMEM_USER_VAULT; the real ~/.acp-memory is never touched."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 import string
 import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from helpers_proc import git_out
+from helpers_proc import git_out, run_readme_sh
 from openai_server import reply
 from test_consolidate import DUPLICATES
 from test_fork import configure as set_toml
@@ -334,18 +337,7 @@ def test_stats_reports_policy_and_proposals_per_layer(user_reviews, cli):
 
 
 def test_the_readme_both_layers_example_runs_as_written(tmp_path):
-    import os
-    import re
-    import sys
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
-    part = readme[readme.index("**Both layers.**"):]
-    block = re.search(r"```sh\n(.*?)```", part, re.S).group(1)
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", TMPDIR=str(tmp_path))
-    env.pop("ACPMEM_USER_VAULT", None)
-    r = subprocess.run(["bash", "-c", "set -euo pipefail\n" + block], capture_output=True, text=True, env=env,
-                       cwd=tmp_path, timeout=120)
+    r = run_readme_sh("**Both layers.**", tmp_path)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     assert "Error" not in r.stderr and "Warning" not in r.stderr
     assert "[('user', 'proposal')]" in r.stdout
@@ -353,7 +345,7 @@ def test_the_readme_both_layers_example_runs_as_written(tmp_path):
     assert re.search(r"^Accepted proposal #u-\w+ in the user vault", r.stdout, re.M)
     assert "info     user vault: 1 valid entries" in r.stdout
     assert "  write policy: review; 0 proposal(s)" in r.stdout and "Write policy (project layer): auto" in r.stdout
-    assert not (Path(env["HOME"]) / ".acp-memory").exists()
+    assert not (Path(os.environ["HOME"]) / ".acp-memory").exists()
 
 
 def _propose(v: Vault, ident: str, title: str) -> None:

@@ -26,6 +26,19 @@ PROBE_COST = 0.35              # a primary-key probe, relative to one posting of
 _CJK_RANGES = [(a, b) for a, b in re.findall(r"(.)-(.)", CJK_CHARS)]
 
 
+def doc_filter(types: Iterable[str] | None, include_superseded: bool) -> tuple[str, list]:
+    """The SQL conditions (each `` AND …``, on the documents table ``d``) and their parameters that keep a search to
+    these types and, unless asked, to entries not superseded."""
+    where, params = [], []
+    if not include_superseded:
+        where.append("d.sup = 0")
+    if types is not None:
+        types = list(types)
+        where.append(f"d.type IN ({','.join('?' * len(types))})")
+        params += types
+    return "".join(f" AND {w}" for w in where), params
+
+
 class IndexVocabulary:
     """``memory.Vocabulary`` answered from ``idx_terms``: membership and prefixes by index lookups; the typo
     channel loads the alphabetic terms once, on first use."""
@@ -117,14 +130,7 @@ class IndexSource:
         n = row[0]
         self.stats = CorpusStats(n, tuple(s / (n or 1) for s in row[1:]))
         self.vocabulary = IndexVocabulary(con)
-        where, params = [], []
-        if not include_superseded:
-            where.append("d.sup = 0")
-        if types is not None:
-            types = list(types)
-            where.append(f"d.type IN ({','.join('?' * len(types))})")
-            params += types
-        self._where = "".join(f" AND {w}" for w in where)
+        self._where, params = doc_filter(types, include_superseded)
         self._params = params
         self._lens: dict[int, tuple[int, ...]] = {}
         self._docs: dict[int, SearchDoc] = {}

@@ -146,21 +146,12 @@ def _attached(index: sqlite3.Connection, state_dir: Path) -> bool:
     return True
 
 
-def _where(types: Iterable[str] | None, include_superseded: bool) -> tuple[str, list]:
-    where, params = [], []
-    if not include_superseded:
-        where.append("d.sup = 0")
-    if types is not None:
-        types = list(types)
-        where.append(f"d.type IN ({','.join('?' * len(types))})")
-        params += types
-    return "".join(f" AND {w}" for w in where), params
-
-
 def status(index: sqlite3.Connection, state_dir: Path, model: str, *, types: Iterable[str] | None = None,
            include_superseded: bool = False) -> VectorStatus:
     """How many live entries (of ``types``) have a current vector of ``model``, and how many have none."""
-    where, params = _where(types, include_superseded)
+    from acpmem.search.query import doc_filter
+
+    where, params = doc_filter(types, include_superseded)
     total = index.execute(f"SELECT count(*) FROM idx_lens d WHERE 1{where}", params).fetchone()[0]
     if not _attached(index, state_dir):
         return VectorStatus(model, 0, total)
@@ -173,7 +164,9 @@ def status(index: sqlite3.Connection, state_dir: Path, model: str, *, types: Ite
 
 def _current(index: sqlite3.Connection, state_dir: Path, model: str, dim: int, types, include_superseded: bool):
     """(live entries counted, [(key, vector blob)] of those with a current vector of ``model`` and ``dim``)."""
-    where, params = _where(types, include_superseded)
+    from acpmem.search.query import doc_filter
+
+    where, params = doc_filter(types, include_superseded)
     total = index.execute(f"SELECT count(*) FROM idx_lens d WHERE 1{where}", params).fetchone()[0]
     if not _attached(index, state_dir):
         return total, []

@@ -89,34 +89,12 @@ def sync(state_dir: Path, db_path: Path, timeout: float = SYNC_TIMEOUT_S) -> boo
         ident = identity(db_path)
     except OSError:
         return False
-    import _socket   # the C module: socket.py's enum wrappers cost a few ms a recall does not need
-
-    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    dir_fd = None
-    try:
-        s.settimeout(timeout)
-        if len(str(Path(state_dir) / SOCK).encode()) >= _MAX_ADDR:
-            dir_fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY)
-        s.connect(_sock_path(state_dir, dir_fd))
-        s.sendall(f"sync {ident}\n".encode())
-        reply = b""
-        while not reply.endswith(b"\n"):
-            chunk = s.recv(256)
-            if not chunk:
-                break
-            reply += chunk
-        return reply == b"ok\n"
-    except OSError:   # no socket, refused (a watcher that died), timeout
-        return False
-    finally:
-        s.close()
-        if dir_fd is not None:
-            os.close(dir_fd)
+    return _ask(state_dir, f"sync {ident}\n".encode(), timeout) == b"ok\n"
 
 
 def _ask(state_dir: Path, request: bytes, timeout: float) -> bytes:
     """One request to the vault's watcher and its one-line answer (empty when there is no answer)."""
-    import _socket
+    import _socket   # the C module: socket.py's enum wrappers cost a few ms a recall does not need
 
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     dir_fd = None

@@ -73,6 +73,13 @@ def _validate(v: Vault, target: _Target, text: str, forbid: tuple[str, ...] = ()
         if clash:
             raise EntryInvalid(target.path, "id", f"'{new.id}' is already the id of {clash[0].path}",
                                "give this entry an id of its own")
+    refuse_unsafe(new, text, target.path, forbid)
+    return new.id
+
+
+def refuse_unsafe(new, text: str, path: str, forbid: tuple[str, ...] = ()) -> None:
+    """A person's text for an entry (an edit, a reviewed proposal): no secret and, for the user vault, none of the
+    project paths ``forbid`` — else ``SecretRefused`` / ``EntryInvalid``."""
     kind = secret_kind(new)
     if kind:
         raise SecretRefused(f"the edit contains what looks like a secret ({kind})",
@@ -81,9 +88,8 @@ def _validate(v: Vault, target: _Target, text: str, forbid: tuple[str, ...] = ()
         from acpmem.core.projectpaths import redact_project_paths
 
         if redact_project_paths(text, forbid)[1]:
-            raise EntryInvalid(target.path, None, "holds a path of this project, and the user vault is read in "
+            raise EntryInvalid(path, None, "holds a path of this project, and the user vault is read in "
                                "every project", "remove the path (or write the entry in the project vault)")
-    return new.id
 
 
 def _refuse(v: Vault, target: _Target, draft: Path, text: str, exc: EntryInvalid | SecretRefused) -> AcpmemError:

@@ -32,7 +32,7 @@ from pathlib import Path
 from acpmem.core import layout
 from acpmem.core.entry import Entry
 from acpmem.core.entryfile import dump_entry, parse_entry_bytes
-from acpmem.core.errors import AcpmemError, EntryInvalid, EntryNotFound, SecretRefused, UsageError
+from acpmem.core.errors import AcpmemError, EntryInvalid, EntryNotFound, UsageError
 from acpmem.core.limits import one_line
 from acpmem.core.values import Value
 from acpmem.infra.files import read_exact
@@ -272,18 +272,9 @@ def _check_text(vault, item: ReviewItem, text: str, forbid: tuple[str, ...] = ()
     new = parse_entry_bytes(text.encode("utf-8", "surrogatepass"), item.path, vault.settings.types)
     if new.id != item.id:
         raise EntryInvalid(item.path, "id", f"must stay '{item.id}' (ids are stable; citations refer to them)")
-    from acpmem.search.catalog import secret_kind
+    from acpmem.vault.edit import refuse_unsafe
 
-    kind = secret_kind(new)
-    if kind:
-        raise SecretRefused(f"the edited text contains what looks like a secret ({kind})",
-                            "remove it; secrets never enter the vault")
-    if forbid:
-        from acpmem.core.projectpaths import redact_project_paths
-
-        if redact_project_paths(text, forbid)[1]:
-            raise EntryInvalid(item.path, None, "holds a path of this project, and the user vault is read in "
-                               "every project", "remove the path")
+    refuse_unsafe(new, text, item.path, forbid)
     return new
 
 
