@@ -212,15 +212,22 @@ def forget(ctx: typer.Context, entry_id: IdArg,
            json_: JsonOpt = False, vault: VaultOpt = None) -> None:
     """Remove an entry in a commit that says why. It stays recoverable from git history.
 
+    The id of a proposal waiting for review (either layer) rejects the proposal with the reason, exactly as
+    `acp memory review reject ID --reason …` does: a proposal is not in the memory yet.
+
     Example: acp memory forget k3f --reason "the queue moved to Postgres"
     """
-    from acpmem.vault.layers import forget_layered
+    from acpmem.vault.review import forget_or_reject
 
     v = open_vault(ctx, vault)
-    lv, entry, sha = forget_layered(v, entry_id, reason)
+    lv, entry, sha, proposal = forget_or_reject(v, entry_id, reason)
     emit_warnings(v)
     if json_:
-        out_json({"forgotten": entry.id, "commit": sha, "layer": lv.layer})
+        out_json({"forgotten": entry.id, "commit": sha, "layer": lv.layer,
+                  **({"proposal": True, "decision": "reject"} if proposal else {})})
+    elif proposal:
+        out(f"Rejected proposal #{entry.id} {entry.title} ({lv.layer} layer, commit {sha[:12]}): it was waiting for "
+            f"review, not in the memory — the same as `acp memory review reject {entry.id} --reason …`.")
     else:
         out(f"Forgot #{entry.id} {entry.title} (commit {sha[:12]}). Restore: git -C {lv.root} checkout "
             f"{sha[:12]}~1 -- {entry.path}")
@@ -236,6 +243,9 @@ def log(ctx: typer.Context,
         user: UserOpt = False, json_: JsonOpt = False, vault: VaultOpt = None) -> None:
     """The history of one entry (in the project vault or the user vault, found by id) or of the vault (--user:
     the user vault's), with the kind of each change (fork-write, human-edit, edit, forget, supersede, …).
+
+    The id of a proposal (waiting for review, accepted or rejected) shows its history too: the proposal commit,
+    then the review decision.
 
     Example: acp memory log k3f
     """

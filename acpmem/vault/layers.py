@@ -226,14 +226,20 @@ def edit_target(vault: VaultReader, prefix: str, *, user: bool = False) -> Vault
 
 
 def history_vault(vault: VaultReader, prefix: str, *, user: bool = False) -> VaultReader:
-    """The vault whose history ``log ID`` reads: the layer holding the entry; an id found in no layer (a forgotten
-    entry, found in history) — the user vault for a ``u-`` id or ``--user``, else the project vault."""
+    """The vault whose history ``log ID`` reads: the layer holding the entry, else the layer holding a proposal
+    with this id; an id found in no layer (a forgotten entry or a rejected proposal, found in history) — the user vault for a ``u-`` id or ``--user``, else the project vault."""
     if user:
         return vault_for_layer(vault, LAYER_USER) if vault.layer != LAYER_USER else vault
     try:
         return resolve_layer(vault, prefix)[0]
     except EntryNotFound:
+        from acpmem.vault.history import proposal_paths
+
         want = (prefix or "").strip().lstrip("#")
+        layers = sorted(vault.layers(), key=lambda lv: (lv.layer != LAYER_USER) == want.startswith(USER_ID_PREFIX))
+        for lv in layers:   # a proposal waiting for review: its history is in the vault that holds it
+            if proposal_paths(lv, want):
+                return lv
         if want.startswith(USER_ID_PREFIX) and vault.user is not None:
             return vault.user
         return vault
