@@ -628,3 +628,36 @@ def test_the_blocks_command_lists_what_commit_can_name(tmp_path, cli):
     assert r.returncode == 0 and r.stdout.strip().endswith("no compression blocks")
     r = cli("memory", "blocks", str(tmp_path / "none.zst"), cwd=tmp_path)
     assert r.returncode == 1 and r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1
+
+
+def test_extract_note_takes_block_with_the_commit_time_check(example_vault, tmp_path, cli):
+    """``extract --note`` queues a request and runs it, so ``--block`` is checked as ``commit --block`` checks it:
+    an unknown block or a transcript without blocks is one line, and nothing is queued."""
+    from acpmem.write import extract as ex
+
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    v = example_vault
+    base = ["memory", "--vault", str(v.root), "extract", "--note", "auth token design", "--type", "decision",
+            "--importance", "8", "--session", "s-dsh", "--seq", "999", "--extractor", "offline"]
+    for transcript, block, message in ((log, "b9", "no compression block 'b9' (it has b1, b2)"),
+                                       (chat, "b1", "has no compression blocks"),
+                                       (None, "b1", "without a transcript")):
+        r = cli(*base, *(["--transcript", str(transcript)] if transcript else []), "--block", block)
+        assert r.returncode != 0 and message in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("Error: ")
+        assert requests.list_requests(v.state_dir) == ([], [])
+    r = cli("memory", "--vault", str(v.root), "extract", "--pending", "--block", "b2")
+    assert r.returncode != 0 and "--block" in r.stderr and "go with --note" in r.stderr
+    # the Python API: the same check before anything is saved
+    with pytest.raises(TranscriptError, match="no compression block"):
+        ex.new_request(v, type="decision", note="n", importance=5, session="s1", seq=3, transcript=str(log),
+                       host_tools=None, block="b7")
+    assert requests.list_requests(v.state_dir) == ([], [])
+    # a known block: the entry cites it
+    r = cli(*base, "--transcript", str(log), "--block", "b2", "--json")
+    assert r.returncode == 0, r.stderr
+    (ident,) = [e["id"] for o in json.loads(r.stdout)["outcomes"] for e in o["entries"]]
+    (c,) = next(e for e in v.load().entries if e.id == ident).citation
+    assert (c.block, c.tier) == ("b2", 2)
