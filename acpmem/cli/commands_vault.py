@@ -49,6 +49,10 @@ def init(path: Annotated[Optional[str], typer.Argument(metavar="[PATH]", show_de
         out_json({"vault": str(v.root), "entries": n})
         return
     out(f"Created the vault at {v.root} ({n} entries).")
+    if user:   # `list` here would fail outside a project: the user vault is read beside a project's vault
+        out("Next: in a project, `acp memory init` creates its vault and `acp memory list` there shows both layers; "
+            "`acp memory remember TEXT --type user-preference --importance 7 --user` writes here from anywhere.")
+        return
     out("Next: `acp memory list` to see the index, `acp memory --help` for everything else.")
 
 

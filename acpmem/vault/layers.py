@@ -182,7 +182,7 @@ def scores_layered(vault: VaultReader, *, at: datetime | None = None, seed: int 
 
 
 def open_user_vault(explicit=None, *, cwd=None, cls=None):
-    """The user vault to work on by itself (``init --user`` aside: ``sync --user``, ``log --user``, ``stats
+    """The user vault to work on by itself (``init --user`` aside: ``sync --user``, ``log --user``, ``consolidate
     --user``): the one the project vault here reads (its ``[layers] user_vault`` counts), else — no project vault
     here — ``$ACPMEM_USER_VAULT`` or ``~/.acp-memory``. An error saying why when there is none."""
     from acpmem.core.errors import VaultNotFound
