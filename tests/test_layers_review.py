@@ -463,6 +463,11 @@ def test_forget_of_a_proposal_rejects_it_with_the_reason_like_review_reject(user
     assert not [i for _, i in rv.queue_layered(v) if i.kind == "proposal"]
     r = cli("memory", "--vault", str(v.root), "forget", u.id, "--reason", "again")     # now gone: no entry
     assert r.returncode != 0 and "no entry" in r.stderr
+    r = cli("memory", "--vault", str(v.root), "show", u.id)          # the error names what does find it ...
+    assert r.returncode != 0 and "`acp memory log ID` shows the history of a forgotten entry or a rejected proposal" \
+        in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = cli("memory", "--vault", str(v.root), "log", u.id, "--json")  # ... and it does
+    assert [c["kind"] for c in json.loads(r.stdout)["changes"]] == ["human-review", "proposal"]
 
 
 def test_forget_of_a_project_proposal_as_json(proj, user_vault, openai_server, cli):

@@ -22,7 +22,7 @@ from acpmem.core.entry import Entry
 from acpmem.core.errors import AmbiguousId, EntryNotFound, UsageError
 from acpmem.core.layout import LAYER_PROJECT, LAYER_USER, USER_ID_PREFIX
 from acpmem.core.values import Value
-from acpmem.vault.reader import VaultReader, jitter_salt, list_entries
+from acpmem.vault.reader import NOT_FOUND_HINT, VaultReader, jitter_salt, list_entries
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def resolve_layer(vault: VaultReader, prefix: str, layer: str | None = None) -> 
     if several or len(found) > 1:
         raise AmbiguousId(want, [f"{e.id} ({lv.layer})" for lv, e in found] + several)
     if not found:
-        raise missing or EntryNotFound(f"no entry with id '{want}'", "see `acp memory list --all` for the ids")
+        raise missing or EntryNotFound(f"no entry with id '{want}'", NOT_FOUND_HINT)
     return found[0]
 
 
