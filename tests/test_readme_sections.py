@@ -110,3 +110,37 @@ def test_sync_user_without_a_remote_says_to_run_sync_user_again(tmp_path):
     _run("acp memory init", proj, env)
     r = _run("acp memory sync", proj, env)
     assert r.returncode != 0 and "(then `acp memory sync`)" in r.stderr
+
+
+def test_every_example_in_command_help_starts_its_own_line(tmp_path):
+    """Two `Example:` lines in one paragraph of a docstring are rewrapped into one line by the help formatter
+    ("Example: acp memory extract --pending Example: acp memory …"): every example must start a line of the help
+    a person reads."""
+    import typer
+
+    import acpmem.cli.commands_integrations  # noqa: F401  (registers the commands)
+    import acpmem.cli.commands_read  # noqa: F401
+    import acpmem.cli.commands_review  # noqa: F401
+    import acpmem.cli.commands_vault  # noqa: F401
+    import acpmem.cli.commands_write  # noqa: F401
+    from acpmem.cli.app import app
+
+    group = typer.main.get_command(app)
+    seen = 0
+
+    def walk(cmd, path: list[str]) -> None:
+        nonlocal seen
+        if hasattr(cmd, "commands"):   # a group (typer's own classes, not necessarily click's)
+            for name, sub in cmd.commands.items():
+                walk(sub, [*path, name])
+            return
+        with cmd.context_class(cmd, info_name=" ".join(path), terminal_width=100) as ctx:
+            text = cmd.get_help(ctx)
+        for line in text.splitlines():
+            if "Example:" in line:
+                seen += 1
+                assert line.strip().startswith("Example:") and line.count("Example:") == 1, (path, line)
+
+    assert hasattr(group, "commands")
+    walk(group, ["acp", "memory"])
+    assert seen > 20

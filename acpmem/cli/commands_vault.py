@@ -32,6 +32,7 @@ def init(path: Annotated[Optional[str], typer.Argument(metavar="[PATH]", show_de
     With --user, the user vault: read beside every project's vault; your preferences go there.
 
     Example: acp memory init --example && acp memory list
+
     Example: acp memory init --user
     """
     from acpmem.vault.create import init_user_vault, init_vault
@@ -198,6 +199,7 @@ def edit(ctx: typer.Context, entry_id: IdArg,
     this project's paths are redacted from the text and secrets are refused.
 
     Example: EDITOR=nano acp memory edit k3f -m "the limit is 20/s now"
+
     Example: acp memory edit u-k3f --user --from fixed.md
     """
     from acpmem.vault.layers import edit_layered

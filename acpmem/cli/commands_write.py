@@ -127,6 +127,7 @@ def extract(ctx: typer.Context,
     queued, as `commit --block` does.
 
     Example: acp memory extract --pending
+
     Example: acp memory extract --transcript chat.json --note "we pin pnpm 9" --type decision --importance 6
     --session s1 --seq 12 --dry-run
 
