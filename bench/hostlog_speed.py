@@ -6,6 +6,8 @@ first compaction, so block b1 covers almost all of them), then, each in a fresh 
 * ``read``: ``read_transcript`` of the whole log (streamed; every message event kept, the surface replayed);
 * ``block check``: what ``commit --block`` does before it queues: the blocks only (lines that name no compaction
   are skipped unparsed);
+* ``last seq``: the seq the MCP server cites when the host passes none — before, by reading the whole log; now by
+  the bounded scan (``acpmem.write.transcripts.last_seq``: no message built);
 * ``commit``: ``acp memory commit --block b2 --wait --extractor offline`` (reads the log to check the block, then
   the fork reads it again);
 * ``show --source``: the entry's cited turns read back from the log.
@@ -79,6 +81,17 @@ def main(argv: list[str] | None = None) -> int:
     check_code = ("from acpmem.write.transcripts import read_transcript\n"
                   f"print(read_transcript({str(log)!r}, turns=()).block('b2').label())")
     rows["block check at commit (scan)"] = [measure(check_code) for _ in range(args.repeat)]
+
+    last_read = ("from acpmem.write.transcripts import read_transcript\n"
+                 f"print(read_transcript({str(log)!r}).last_seq)")
+    last_scan = ("from acpmem.write.transcripts import last_seq\n"
+                 f"print(last_seq({str(log)!r}))")
+    rows["last seq: read whole log (before)"] = [measure(last_read) for _ in range(args.repeat)]
+    rows["last seq: scan (MCP server now)"] = [measure(last_scan) for _ in range(args.repeat)]
+    a, b = (rows[k][0][2].strip() for k in ("last seq: read whole log (before)", "last seq: scan (MCP server now)"))
+    if a != b:
+        raise SystemExit(f"the scan found seq {b}, the reader {a}")
+    print(f"  last seq: {b}")
 
     vault = work / "vault"
     env = dict(os.environ, ACPMEM_NO_WATCH="1")

@@ -628,3 +628,141 @@ def test_the_blocks_command_lists_what_commit_can_name(tmp_path, cli):
     assert r.returncode == 0 and r.stdout.strip().endswith("no compression blocks")
     r = cli("memory", "blocks", str(tmp_path / "none.zst"), cwd=tmp_path)
     assert r.returncode == 1 and r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1
+
+
+def test_extract_note_takes_block_with_the_commit_time_check(example_vault, tmp_path, cli):
+    """``extract --note`` queues a request and runs it, so ``--block`` is checked as ``commit --block`` checks it:
+    an unknown block or a transcript without blocks is one line, and nothing is queued."""
+    from acpmem.write import extract as ex
+
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    v = example_vault
+    base = ["memory", "--vault", str(v.root), "extract", "--note", "auth token design", "--type", "decision",
+            "--importance", "8", "--session", "s-dsh", "--seq", "999", "--extractor", "offline"]
+    for transcript, block, message in ((log, "b9", "no compression block 'b9' (it has b1, b2)"),
+                                       (chat, "b1", "has no compression blocks"),
+                                       (None, "b1", "without a transcript")):
+        r = cli(*base, *(["--transcript", str(transcript)] if transcript else []), "--block", block)
+        assert r.returncode != 0 and message in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("Error: ")
+        assert requests.list_requests(v.state_dir) == ([], [])
+    r = cli("memory", "--vault", str(v.root), "extract", "--pending", "--block", "b2")
+    assert r.returncode != 0 and "--block" in r.stderr and "go with --note" in r.stderr
+    # the Python API: the same check before anything is saved
+    with pytest.raises(TranscriptError, match="no compression block"):
+        ex.new_request(v, type="decision", note="n", importance=5, session="s1", seq=3, transcript=str(log),
+                       host_tools=None, block="b7")
+    assert requests.list_requests(v.state_dir) == ([], [])
+    # a known block: the entry cites it
+    r = cli(*base, "--transcript", str(log), "--block", "b2", "--json")
+    assert r.returncode == 0, r.stderr
+    (ident,) = [e["id"] for o in json.loads(r.stdout)["outcomes"] for e in o["entries"]]
+    (c,) = next(e for e in v.load().entries if e.id == ident).citation
+    assert (c.block, c.tier) == ("b2", 2)
+
+
+# ------------------------------------------------------------------------------------- the last seq, scanned
+
+def _event_lines(plan, compact_json: bool) -> tuple[list[str], Log]:
+    g = Log()
+    surface: list[int] = []
+    n = 0
+    for kind, k in plan:
+        if kind == "compact" and len(surface) >= 2:
+            i = min(k, len(surface) - 2)
+            n += 1
+            surface[i:i + 2] = [g.compact(n, surface[i], surface[i + 1], None, surface[i:i + 2], f"s{n}")]
+        elif kind == "assistant":
+            surface.append(g.assistant("a", *[(f"c{len(g.events)}_{j}", "grep") for j in range(k % 3)]))
+        elif kind == "result":
+            surface.append(g.result(f"c{k}", "r"))
+        elif kind == "other":
+            g.add("plugin/telemetry", {"k": k}, None)
+        else:
+            surface.append(g.user(f"u{len(g.events)}"))
+    sep = (",", ":") if compact_json else (", ", ": ")
+    lines = []
+    for e in g.events:
+        if e.get("seq", 0) % 5 == 4:   # some events with their keys in another order: read by parsing the line
+            e = {"type": e["type"], **{k: v for k, v in e.items() if k != "type"}}
+        lines.append(json.dumps(e, separators=sep))
+    return lines, g
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plan=st.lists(st.tuples(st.sampled_from(["user", "assistant", "result", "compact", "other"]),
+                               st.integers(0, 6)), max_size=30),
+       compact_json=st.booleans(), cut=st.sampled_from([None, "half", "whole"]), frames=st.integers(1, 3))
+def test_the_scanned_last_seq_is_the_read_transcripts(tmp_path, plan, compact_json, cut, frames):
+    """A generated DSH log (any mix of events, key order, JSON spacing, frames, a last line cut or whole without its
+    newline): the bounded scan the MCP server uses finds the same last message seq as reading the whole log."""
+    from acpmem.write.transcripts import last_seq
+
+    lines, g = _event_lines(plan, compact_json)
+    if cut == "half":
+        lines.append(json.dumps({"seq": len(g.events), "type": "user/message", "data": {"content": "x"}})[:30])
+    path = zst(tmp_path / "l.zst", lines, frames=frames, last_newline=cut is None)
+    try:
+        expected = read_transcript(path).last_seq
+    except TranscriptError as exc:     # a log without messages: the same error
+        with pytest.raises(TranscriptError) as err:
+            last_seq(path)
+        assert err.value.line() == exc.line() and "no messages" in exc.line()
+        return
+    assert last_seq(path) == expected
+
+
+def test_the_scanned_last_seq_of_a_plain_transcript_and_of_a_log_without_messages(tmp_path):
+    from acpmem.write.transcripts import last_seq
+
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]))
+    assert last_seq(chat) == read_transcript(chat).last_seq == 1
+    only = zst(tmp_path / "o.zst", [Log().events[0], {"seq": 1, "type": "plugin/x", "data": {}}])
+    with pytest.raises(TranscriptError, match="no messages in this session log"):
+        last_seq(only)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("huge", "line is over"), ("not_utf8", "not UTF-8"), ("deep", "nested too deeply"),
+    ("seq_back", "does not follow"), ("not_object", "expected a JSON object"), ("bad_json_mid", "not valid JSON"),
+    ("corrupt", "corrupt zstd data")])
+def test_the_last_seq_scan_refuses_hostile_logs_like_the_reader(tmp_path, case, message):
+    from acpmem.write.transcripts import last_seq
+
+    good = [json.dumps(e) for e in three_tiers().events[:5]]
+    path = tmp_path / "bad.zst"
+    bad = {"huge": '{"seq": 5, "type": "user/message", "data": {"content": "' + "x" * (17 << 20) + '"}}',
+           "not_utf8": b'{"seq": 5, "type": "user/message", "data": {"content": "\xff\xfe"}}',
+           "deep": "[" * 200_000 + "]" * 200_000,
+           "seq_back": json.dumps({"seq": 2, "type": "user/message", "data": {"content": "x"}}),
+           "not_object": "[1, 2]", "bad_json_mid": "{not json", "corrupt": None}[case]
+    if bad is None:
+        data = bytearray(zst(path, good).read_bytes())
+        data[12:40] = b"\xff" * 28
+        path.write_bytes(bytes(data))
+    else:
+        zst(path, [*good, bad, good[0]])
+    with pytest.raises(TranscriptError) as err:
+        last_seq(path)
+    line = err.value.line()
+    assert message in line and "\n" not in line and str(path) in line
+
+
+def test_the_mcp_server_cites_the_last_seq_of_a_dsh_log_when_the_host_passes_none(example_vault, tmp_path):
+    from helpers_proc import wait_until
+    from test_mcp import _server_params, _session_run
+
+    log = make_session.write(tmp_path / "s.jsonl.zstd")
+    last = read_transcript(log).last_seq
+
+    async def body(s):
+        return await s.call_tool("memory_commit", {"type": "decision", "note": "auth token design", "importance": 8},
+                                 meta={"acpmem/session": "s-dsh", "acpmem/transcript": str(log)})
+
+    r = _session_run(_server_params(example_vault.root), body)
+    assert r.is_error is False, r.content[0].text
+    done = wait_until(lambda: requests.read_done(example_vault.state_dir))
+    assert done[-1]["session"] == "s-dsh" and done[-1]["seq"] == last and done[-1]["status"] == "written"

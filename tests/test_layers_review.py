@@ -407,3 +407,68 @@ def test_remember_user_into_a_broken_user_vault_says_what_is_wrong(proj, user_va
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1
     assert r.stderr.startswith(f"Error: the user vault {user_vault.root} is not a git repository; nothing was written")
     assert _head(proj.root) == head and not list(user_vault.entries_dir.glob("u-*short-answers*"))
+
+
+# --------------------------------------------------------------------------------------------- log / forget of a proposal
+
+def test_log_of_a_proposal_shows_its_history_in_either_layer_before_and_after_the_decision(user_reviews, user_vault,
+                                                                                           cli):
+    v = user_reviews
+    (u,) = [i for _, i in rv.queue_layered(v) if i.kind == "proposal"]
+    r = cli("memory", "--vault", str(v.root), "log", u.id, "--json")
+    assert r.returncode == 0, r.stderr
+    changes = json.loads(r.stdout)["changes"]
+    assert [c["kind"] for c in changes] == ["proposal"] and changes[0]["paths"] == [u.path]
+    r = cli("memory", "--vault", str(v.root), "log", u.id[:5])          # a prefix, text
+    assert r.returncode == 0 and "proposal" in r.stdout and "no entry" not in r.stderr
+    # rejected: its file is gone, its history stays readable by id
+    assert cli("memory", "--vault", str(v.root), "review", "reject", u.id, "--reason", "not a habit").returncode == 0
+    kinds = [c["kind"] for c in json.loads(cli("memory", "--vault", str(v.root), "log", u.id, "--json").stdout)
+             ["changes"]]
+    assert kinds == ["human-review", "proposal"]
+    r = cli("memory", "--vault", str(v.root), "log", "zzzz99")
+    assert r.returncode != 0 and "no entry" in r.stderr
+
+
+def test_log_of_an_accepted_proposal_follows_it_back_to_the_proposal(user_reviews, user_vault, cli):
+    v = user_reviews
+    (u,) = [i for _, i in rv.queue_layered(v) if i.kind == "proposal"]
+    assert cli("memory", "--vault", str(v.root), "review", "accept", u.id).returncode == 0
+    kinds = [c["kind"] for c in json.loads(cli("memory", "--vault", str(v.root), "log", u.id, "--json").stdout)
+             ["changes"]]
+    assert kinds == ["human-review", "proposal"]
+
+
+def test_forget_of_a_proposal_rejects_it_with_the_reason_like_review_reject(user_reviews, user_vault, cli):
+    v = user_reviews
+    (u,) = [i for _, i in rv.queue_layered(v) if i.kind == "proposal"]
+    r = cli("memory", "--vault", str(v.root), "forget", u.id, "--reason", "")
+    assert r.returncode != 0 and "reason" in r.stderr and (user_vault.root / u.path).exists()
+    r = cli("memory", "--vault", str(v.root), "forget", u.id[:5], "--reason", "not a habit of mine")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"Rejected proposal #{u.id}") and "(user layer" in r.stdout
+    assert f"acp memory review reject {u.id}" in r.stdout
+    assert not (user_vault.root / u.path).exists()
+    body = git_out(user_vault.root, "log", "-1", "--format=%B")
+    assert "Acpmem-Decision: reject" in body and "Acpmem-Reason: not a habit of mine" in body
+    assert _kinds(user_vault.root) == ["human-review"]
+    assert not [i for _, i in rv.queue_layered(v) if i.kind == "proposal"]
+    r = cli("memory", "--vault", str(v.root), "forget", u.id, "--reason", "again")     # now gone: no entry
+    assert r.returncode != 0 and "no entry" in r.stderr
+    r = cli("memory", "--vault", str(v.root), "show", u.id)          # the error names what does find it ...
+    assert r.returncode != 0 and "`acp memory log ID` shows the history of a forgotten entry or a rejected proposal" \
+        in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = cli("memory", "--vault", str(v.root), "log", u.id, "--json")  # ... and it does
+    assert [c["kind"] for c in json.loads(r.stdout)["changes"]] == ["human-review", "proposal"]
+
+
+def test_forget_of_a_project_proposal_as_json(proj, user_vault, openai_server, cli):
+    set_toml(proj, policy="review").close()
+    v = configure(proj, openai_server)
+    _fork_both(v, openai_server)
+    (p,) = [i for _, i in rv.queue_layered(v) if i.kind == "proposal" and i.layer == "project"]
+    data = json.loads(cli("memory", "--vault", str(v.root), "forget", p.id, "--reason", "wrong", "--json").stdout)
+    assert data == {"forgotten": p.id, "commit": data["commit"], "layer": "project", "proposal": True,
+                    "decision": "reject"}
+    assert _head(v.root).startswith(data["commit"][:12]) and not (v.root / p.path).exists()
+    v.close()

@@ -81,6 +81,7 @@ def sync(ctx: typer.Context,
     run `acp memory sync` again to finish. No remote yet: `git -C VAULT remote add origin URL`.
 
     Example: acp memory sync --remote origin
+
     Example: acp memory sync --user
     """
     from acpmem.core.errors import SyncConflict

@@ -32,6 +32,7 @@ def init(path: Annotated[Optional[str], typer.Argument(metavar="[PATH]", show_de
     With --user, the user vault: read beside every project's vault; your preferences go there.
 
     Example: acp memory init --example && acp memory list
+
     Example: acp memory init --user
     """
     from acpmem.vault.create import init_user_vault, init_vault
@@ -49,6 +50,10 @@ def init(path: Annotated[Optional[str], typer.Argument(metavar="[PATH]", show_de
         out_json({"vault": str(v.root), "entries": n})
         return
     out(f"Created the vault at {v.root} ({n} entries).")
+    if user:   # `list` here would fail outside a project: the user vault is read beside a project's vault
+        out("Next: in a project, `acp memory init` creates its vault and `acp memory list` there shows both layers; "
+            "`acp memory remember TEXT --type user-preference --importance 7 --user` writes here from anywhere.")
+        return
     out("Next: `acp memory list` to see the index, `acp memory --help` for everything else.")
 
 
@@ -194,6 +199,7 @@ def edit(ctx: typer.Context, entry_id: IdArg,
     this project's paths are redacted from the text and secrets are refused.
 
     Example: EDITOR=nano acp memory edit k3f -m "the limit is 20/s now"
+
     Example: acp memory edit u-k3f --user --from fixed.md
     """
     from acpmem.vault.layers import edit_layered
@@ -212,15 +218,22 @@ def forget(ctx: typer.Context, entry_id: IdArg,
            json_: JsonOpt = False, vault: VaultOpt = None) -> None:
     """Remove an entry in a commit that says why. It stays recoverable from git history.
 
+    The id of a proposal waiting for review (either layer) rejects the proposal with the reason, exactly as
+    `acp memory review reject ID --reason …` does: a proposal is not in the memory yet.
+
     Example: acp memory forget k3f --reason "the queue moved to Postgres"
     """
-    from acpmem.vault.layers import forget_layered
+    from acpmem.vault.review import forget_or_reject
 
     v = open_vault(ctx, vault)
-    lv, entry, sha = forget_layered(v, entry_id, reason)
+    lv, entry, sha, proposal = forget_or_reject(v, entry_id, reason)
     emit_warnings(v)
     if json_:
-        out_json({"forgotten": entry.id, "commit": sha, "layer": lv.layer})
+        out_json({"forgotten": entry.id, "commit": sha, "layer": lv.layer,
+                  **({"proposal": True, "decision": "reject"} if proposal else {})})
+    elif proposal:
+        out(f"Rejected proposal #{entry.id} {entry.title} ({lv.layer} layer, commit {sha[:12]}): it was waiting for "
+            f"review, not in the memory — the same as `acp memory review reject {entry.id} --reason …`.")
     else:
         out(f"Forgot #{entry.id} {entry.title} (commit {sha[:12]}). Restore: git -C {lv.root} checkout "
             f"{sha[:12]}~1 -- {entry.path}")
@@ -236,6 +249,9 @@ def log(ctx: typer.Context,
         user: UserOpt = False, json_: JsonOpt = False, vault: VaultOpt = None) -> None:
     """The history of one entry (in the project vault or the user vault, found by id) or of the vault (--user:
     the user vault's), with the kind of each change (fork-write, human-edit, edit, forget, supersede, …).
+
+    The id of a proposal (waiting for review, accepted or rejected) shows its history too: the proposal commit,
+    then the review decision.
 
     Example: acp memory log k3f
     """

@@ -59,6 +59,9 @@ TranscriptOpt = Annotated[Optional[str], typer.Option("--transcript", metavar="F
 HostToolsOpt = Annotated[Optional[str], typer.Option("--host-tools", metavar="FILE", help="A JSON file of the host's read-only tools "
                                                       "(OpenAI function tools), sent first and unchanged so the "
                                                       "provider's prompt cache hits.", show_default=False)]
+BlockOpt = Annotated[Optional[str], typer.Option("--block", metavar="BLOCK", show_default=False,
+                                                help="A compression block of the transcript (b12) to keep: the fork "
+                                                     "distils it and the entry cites its turns.")]
 ExtractorOpt = Annotated[Optional[Extractor], typer.Option("--extractor", help="auto (a model when one is configured, "
                                                            "else offline) | llm | offline. Default: [extraction] "
                                                            "extractor.", show_default=False)]
@@ -79,10 +82,7 @@ def commit(ctx: typer.Context, type_: TypeOpt = None, note: NoteOpt = None, impo
            wait: Annotated[bool, typer.Option("--wait", help="Extract now, in this process, and say what was "
                                                              "written (default: in the background).")] = False,
            extractor: ExtractorOpt = None, json_: JsonOpt = False, vault: VaultOpt = None,
-           block: Annotated[Optional[str], typer.Option("--block", metavar="BLOCK", show_default=False,
-                                                        help="A compression block of the transcript (b12) to keep: "
-                                                             "the fork distils it and the entry cites its turns.")]
-           = None) -> int:
+           block: BlockOpt = None) -> int:
     """Record the main conversation's intent to remember something, and extract it in the background.
 
     Writes a durable pending request under .acpmem/pending/, starts the vault's background worker if none is
@@ -115,16 +115,24 @@ def extract(ctx: typer.Context,
             host_tools: HostToolsOpt = None,
             dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact request body (JSON) that would "
                                                                     "be sent; call no model, write nothing.")] = False,
-            extractor: ExtractorOpt = None, json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+            extractor: ExtractorOpt = None, json_: JsonOpt = False, vault: VaultOpt = None,
+            block: BlockOpt = None) -> int:
     """Run the fork now: named pending requests, all of them (--pending), those that failed for good (--failed), or
     a new one from --note and a transcript.
 
     Shows progress, the entries written, the commit, tokens and cache hits. A request that fails stays pending
     with the error recorded (exit 1).
 
+    With --note, --block names a compression block of the transcript as the focus, checked before anything is
+    queued, as `commit --block` does.
+
     Example: acp memory extract --pending
+
     Example: acp memory extract --transcript chat.json --note "we pin pnpm 9" --type decision --importance 6
     --session s1 --seq 12 --dry-run
+
+    Example: acp memory extract --transcript session.jsonl.zstd --block b2 --note "auth token design" --type decision
+    --importance 8 --session s1 --seq 21
     """
     from acpmem.write import extract as ex
 
@@ -135,8 +143,8 @@ def extract(ctx: typer.Context,
         if requests or pending or failed:
             raise UsageError("give request ids, --pending / --failed, or --note with a transcript, not several",
                              "run extract once per kind")
-    elif transcript is not None or type_ or importance is not None or session or seq is not None:
-        raise UsageError("--transcript, --type, --importance, --session and --seq go with --note",
+    elif transcript is not None or type_ or importance is not None or session or seq is not None or block:
+        raise UsageError("--transcript, --block, --type, --importance, --session and --seq go with --note",
                          "add --note, or name pending requests")
     elif not requests and not pending and not failed:
         raise UsageError("nothing to extract", "name request ids, pass --pending or --failed, or pass --note and "
@@ -145,7 +153,7 @@ def extract(ctx: typer.Context,
     try:
         if note is not None:
             req = ex.new_request(v, type=type_, note=note, importance=importance, session=session, seq=seq,
-                                 transcript=transcript, host_tools=host_tools, save=not dry_run)
+                                 transcript=transcript, host_tools=host_tools, save=not dry_run, block=block)
             ids, reqs = [req.id], [req]
         else:
             ids, reqs, broken = ex.select(v, requests, pending=pending, failed=failed)

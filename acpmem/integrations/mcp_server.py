@@ -154,9 +154,9 @@ class MemoryService:
 
     def _next_seq(self, transcript: str | None) -> int:
         if transcript:
-            from acpmem.write.transcripts import read_transcript
+            from acpmem.write.transcripts import last_seq
 
-            last = read_transcript(Path(transcript)).last_seq
+            last = last_seq(Path(transcript))   # a DSH log is scanned, not read whole
             if last is not None:
                 return last
         self._seq += 1

@@ -4,7 +4,9 @@ the ``Acpmem-Kind`` trailer; and the exactly-once check of the fork (the commit 
 from __future__ import annotations
 
 from acpmem.core.errors import EntryNotFound, GitStateError
-from acpmem.core.layout import ENTRIES_DIR
+import os
+
+from acpmem.core.layout import ENTRIES_DIR, PROPOSALS_DIR
 from acpmem.core.values import Value
 from acpmem.vault.gitrun import git
 from acpmem.vault.reader import VaultReader
@@ -49,16 +51,43 @@ def log(vault: VaultReader, prefix: str | None = None, limit: int = 50) -> list[
 
 
 def path_in_history(vault: VaultReader, prefix: str) -> str:
-    """The path of an entry by id prefix — including forgotten entries, found in history."""
+    """The path of an entry by id prefix — including forgotten entries, found in history, and proposals (waiting
+    under ``proposals/``, or rejected and found in history): ``log`` of a proposal's id shows its history."""
     try:
         return vault.resolve(prefix).path
     except EntryNotFound:
+        want = (prefix or "").strip().lstrip("#")
+        if not want or "/" in want or any(c in want for c in "*?[]\\"):
+            raise
+        live = proposal_paths(vault, want)
+        if len(live) == 1:
+            return live[0]
+        if live:
+            raise
         res = git(vault.root, "log", "--all", "--format=", "--name-only", "--diff-filter=D", "--",
-                  f"{ENTRIES_DIR}/{prefix}*", check=False)
+                  f"{ENTRIES_DIR}/{want}*", f"{PROPOSALS_DIR}/{want}*", check=False)
         hits = sorted({p for p in res.out.splitlines() if p.strip()})
-        if len(hits) == 1:
-            return hits[0]
+        # an accepted proposal later forgotten left both files: the entry's history follows it back to the proposal
+        for folder in (ENTRIES_DIR, PROPOSALS_DIR):
+            mine = [h for h in hits if h.startswith(folder + "/")]
+            if len(mine) == 1:
+                return mine[0]
+            if mine:
+                break
         raise
+
+
+def proposal_paths(vault: VaultReader, prefix: str) -> list[str]:
+    """The files of the proposals waiting in this vault whose id is ``prefix`` (exactly, else starting with it)."""
+    want = (prefix or "").strip().lstrip("#")
+    try:
+        names = sorted(n for n in os.listdir(vault.root / PROPOSALS_DIR) if n.endswith(".md"))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    if not want:
+        return []
+    exact = [n for n in names if n[:-3] == want or n.startswith(want + "-")]
+    return [f"{PROPOSALS_DIR}/{n}" for n in (exact or [n for n in names if n.startswith(want)])]
 
 
 def commit_for_request(vault: VaultReader, request_id: str) -> str | None:

@@ -22,7 +22,7 @@ from acpmem.core.entry import Entry
 from acpmem.core.errors import AmbiguousId, EntryNotFound, UsageError
 from acpmem.core.layout import LAYER_PROJECT, LAYER_USER, USER_ID_PREFIX
 from acpmem.core.values import Value
-from acpmem.vault.reader import VaultReader, jitter_salt, list_entries
+from acpmem.vault.reader import NOT_FOUND_HINT, VaultReader, jitter_salt, list_entries
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def resolve_layer(vault: VaultReader, prefix: str, layer: str | None = None) -> 
     if several or len(found) > 1:
         raise AmbiguousId(want, [f"{e.id} ({lv.layer})" for lv, e in found] + several)
     if not found:
-        raise missing or EntryNotFound(f"no entry with id '{want}'", "see `acp memory list --all` for the ids")
+        raise missing or EntryNotFound(f"no entry with id '{want}'", NOT_FOUND_HINT)
     return found[0]
 
 
@@ -182,7 +182,7 @@ def scores_layered(vault: VaultReader, *, at: datetime | None = None, seed: int 
 
 
 def open_user_vault(explicit=None, *, cwd=None, cls=None):
-    """The user vault to work on by itself (``init --user`` aside: ``sync --user``, ``log --user``, ``stats
+    """The user vault to work on by itself (``init --user`` aside: ``sync --user``, ``log --user``, ``consolidate
     --user``): the one the project vault here reads (its ``[layers] user_vault`` counts), else — no project vault
     here — ``$ACPMEM_USER_VAULT`` or ``~/.acp-memory``. An error saying why when there is none."""
     from acpmem.core.errors import VaultNotFound
@@ -226,14 +226,20 @@ def edit_target(vault: VaultReader, prefix: str, *, user: bool = False) -> Vault
 
 
 def history_vault(vault: VaultReader, prefix: str, *, user: bool = False) -> VaultReader:
-    """The vault whose history ``log ID`` reads: the layer holding the entry; an id found in no layer (a forgotten
-    entry, found in history) — the user vault for a ``u-`` id or ``--user``, else the project vault."""
+    """The vault whose history ``log ID`` reads: the layer holding the entry, else the layer holding a proposal
+    with this id; an id found in no layer (a forgotten entry or a rejected proposal, found in history) — the user vault for a ``u-`` id or ``--user``, else the project vault."""
     if user:
         return vault_for_layer(vault, LAYER_USER) if vault.layer != LAYER_USER else vault
     try:
         return resolve_layer(vault, prefix)[0]
     except EntryNotFound:
+        from acpmem.vault.history import proposal_paths
+
         want = (prefix or "").strip().lstrip("#")
+        layers = sorted(vault.layers(), key=lambda lv: (lv.layer != LAYER_USER) == want.startswith(USER_ID_PREFIX))
+        for lv in layers:   # a proposal waiting for review: its history is in the vault that holds it
+            if proposal_paths(lv, want):
+                return lv
         if want.startswith(USER_ID_PREFIX) and vault.user is not None:
             return vault.user
         return vault

@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from acpmem.search.catalog import Changes, Problem
 
 
+NOT_FOUND_HINT = ("see `acp memory list --all` for the ids; `acp memory log ID` shows the history of a forgotten "
+                  "entry or a rejected proposal")
+
+
 class Loaded(Value):
     """What ``VaultReader.load`` returns: the valid entries, the files that do not parse, and what changed on disk
     since the catalog last looked."""
@@ -207,7 +211,7 @@ class VaultReader:
             if len(broken) == 1:
                 raise EntryNotFound(f"{broken[0].path} does not parse: {broken[0].reason}",
                                     f"fix it with `acp memory edit {broken[0].path}`")
-            raise EntryNotFound(f"no entry with id '{prefix}'", "see `acp memory list --all` for the ids")
+            raise EntryNotFound(f"no entry with id '{prefix}'", NOT_FOUND_HINT)
         if len(matches) > 1:
             raise AmbiguousId(prefix, [e.id for e in matches])
         return matches[0]

@@ -448,6 +448,28 @@ def show_or_proposal(vault, prefix: str) -> tuple[str, Entry, bool]:
         return hit[0], hit[1], True
 
 
+def forget_or_reject(vault, prefix: str, reason: str) -> tuple[Vault, Entry, str, bool]:
+    """``forget`` of an entry (``acpmem.vault.layers.forget_layered``) — or, when no entry has this id, of a proposal
+    awaiting review in either layer: a proposal is not in the memory, so there is nothing to forget; it is rejected
+    with the reason (``decide_ids``, exactly as ``review reject ID --reason``). (the vault that held it, the entry,
+    the commit, whether it was a proposal)."""
+    from acpmem.vault.layers import forget_layered
+
+    try:
+        lv, entry, sha = forget_layered(vault, prefix, reason)
+        return lv, entry, sha, False
+    except EntryNotFound:
+        hit = find_proposal(vault, prefix)
+        if hit is None:
+            raise
+    if not one_line(reason or ""):
+        raise UsageError("forget needs --reason", "say why, e.g. --reason 'wrong: we moved to Postgres'")
+    layer, entry = hit
+    (d,) = decide_ids(vault, [entry.id], "reject", reason=reason)
+    lv = next(v for v in vault.layers() if v.layer == layer)
+    return lv, entry, d.commit or "", True
+
+
 def find_proposal(vault, prefix: str) -> tuple[str, Entry] | None:
     """The proposal (in either layer) with this id or unique id prefix, and its layer; None when there is none
     (``show`` of a proposal says it awaits review instead of "no entry")."""

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from acpmem.core.entryfile import has_conflict_markers, parse_entry_bytes
 from acpmem.core.errors import EntryInvalid, GitStateError, SyncConflict
-from acpmem.core.layout import ENTRIES_DIR
+from acpmem.core.layout import ENTRIES_DIR, LAYER_USER
 from acpmem.core.values import Value
 from acpmem.vault.gitrun import error_text, git
 from acpmem.vault.writer import KIND_READS, KIND_SYNC, Vault
@@ -111,19 +111,24 @@ def sync(vault: Vault, remote: str | None = None, *,
             if not _rejected(res.out + res.err) or attempt == MAX_PUSH_ATTEMPTS - 1:
                 raise GitStateError(f"git push to {remote} failed: {error_text(res)}",
                                     f"check access to the remote (`git -C {root} push {remote}`), then run "
-                                    "`acp memory sync` again")
+                                    f"{again(vault)} again")
             progress(f"{remote} moved meanwhile; fetching again")
         raise AssertionError("unreachable")
 
 
 # --------------------------------------------------------------------------------------------- steps
 
+def again(vault) -> str:
+    """The command that runs this sync again: ``acp memory sync``, with ``--user`` for the user vault."""
+    return "`acp memory sync --user`" if vault.layer == LAYER_USER else "`acp memory sync`"
+
+
 def _git(vault: Vault, *args: str):
     res = git(vault.root, *args, check=False)
     if res.code != 0:
         raise GitStateError(f"git {args[0]} failed: {error_text(res)}",
                             f"check the remote and the network (`git -C {vault.root} {args[0]}`), then run "
-                            "`acp memory sync` again")
+                            f"{again(vault)} again")
     return res
 
 
@@ -136,7 +141,7 @@ def _check_remote(vault: Vault, remote: str) -> None:
         raise GitStateError(f"the vault has no git remote named '{remote}' (it has: {', '.join(names)})",
                             f"pass --remote {names[0]}, or add it: git -C {root} remote add {remote} URL")
     raise GitStateError("the vault has no git remote to sync with",
-                        f"add one: git -C {root} remote add {remote} URL  (then `acp memory sync`)")
+                        f"add one: git -C {root} remote add {remote} URL  (then {again(vault)})")
 
 
 def _branch(vault: Vault) -> str:
@@ -179,7 +184,7 @@ def _merge(vault: Vault, upstream: str) -> tuple[str, str | None]:
     if not conflicted or not (root / ".git" / "MERGE_HEAD").exists():
         raise GitStateError(f"git merge {upstream} failed: {error_text(res)}",
                             f"run `acp memory doctor` to see what is uncommitted in {root}, fix or remove it, then "
-                            "`acp memory sync` again")
+                            f"{again(vault)} again")
     raise _conflict(vault, upstream, conflicted)
 
 
@@ -214,7 +219,7 @@ def _conflict(vault: Vault, upstream: str, unmerged: dict[str, str]) -> SyncConf
         todo.append(f"for each, keep it with `git -C {root} add FILE` or drop it with `git -C {root} rm FILE`")
     return SyncConflict(
         "; ".join(what) + ". The merge is left in progress and nothing was pushed",
-        " and ".join(todo) + ", then run `acp memory sync` again to finish the merge and push (or back out with: "
+        " and ".join(todo) + f", then run {again(vault)} again to finish the merge and push (or back out with: "
         f"git -C {root} merge --abort)",
         paths=list(unmerged), upstream=upstream, vault=str(root))
 
@@ -238,7 +243,7 @@ def _finish_merge(vault: Vault, upstream: str) -> str:
                 parse_entry_bytes(p.read_bytes(), rel, vault.settings.types)
             except EntryInvalid as exc:
                 raise SyncConflict(f"the resolved file is not a valid entry: {exc.message}",
-                                   "fix it, then run `acp memory sync` again", paths=[rel]) from None
+                                   f"fix it, then run {again(vault)} again", paths=[rel]) from None
     for rel in pending:
         git(root, "add", "--", rel)
     message = (f"acpmem: {KIND_SYNC}: merge {upstream} (conflicts resolved by hand)\n\n"
@@ -302,7 +307,7 @@ def _refuse_markers(vault: Vault, upstream: str | None) -> None:
         raise GitStateError(
             f"{', '.join(found[:6])}{' and more' if len(found) > 6 else ''} as committed in this clone hold conflict "
             "markers ('<<<<<<<' … '>>>>>>>' lines); nothing was pushed",
-            "edit each file to keep what is right and delete the marker lines, then run `acp memory sync` again (it "
+            f"edit each file to keep what is right and delete the marker lines, then run {again(vault)} again (it "
             "commits the corrected files first)")
 
 

@@ -11,15 +11,22 @@ from acpmem.write.requests import Request
 
 
 def new_request(vault, *, type: str, note: str, importance: int, session: str, seq: int, transcript, host_tools,
-                save: bool = True) -> Request:
-    """A request made on the spot (not from ``memory_commit``), saved as pending unless ``save`` is false."""
+                save: bool = True, block: str | None = None) -> Request:
+    """A request made on the spot (not from ``memory_commit``), saved as pending unless ``save`` is false.
+    ``block`` names a compression block of the transcript (``b12``) as the focus, checked as ``commit --block`` checks
+    it (``acpmem.write.submit.check_block``): an unknown block, or a transcript without blocks, is an error before
+    anything is saved."""
     if save:
         vault.require_writable()
+    if block not in (None, ""):
+        from acpmem.write.submit import check_block
+
+        check_block(transcript, block)
     vault.ensure_state()
     req = requests.make_request(types=vault.settings.types, type=type, note=note, importance=importance,
                                 session=session, seq=seq, transcript=transcript, host_tools=host_tools,
                                 lang=vault.settings.language, created=utc_iso(vault.clock()),
-                                request_id=requests.new_request_id(vault.rng))
+                                request_id=requests.new_request_id(vault.rng), block=block or None)
     if save:
         requests.save_request(vault.state_dir, req, new=True)
     return req

@@ -52,6 +52,7 @@ DSH_KNOWN = (*DSH_MESSAGES, "session", "compaction/start", "compaction/summary",
 _MSG_ID = re.compile(r"([0-9]{1,19})(?:#.*)?\Z", re.S)
 _REF = re.compile(r"m([0-9]{1,9})\Z")
 _SEQ_PREFIX = re.compile(r'\{"seq":\s?([0-9]{1,18}),')
+_SEQ_TYPE = re.compile(r'\{"seq":\s?([0-9]{1,18}),\s?(?:"time":\s?[0-9]{1,18},\s?)?"type":\s?"([a-z/]{1,40})"')
 
 
 class HostMessage(Value):
@@ -359,6 +360,52 @@ def read_dsh(path: Path | None, source: str, text: str | None = None, *, only=No
                     by_compaction[b.compaction_id] = b.id
     return HostLog("dsh", tuple(events), tuple(ops) if only is None else None, tuple(blocks.values()), session,
                    warn.done())
+
+
+def last_message_seq(path: Path, source: str) -> int | None:
+    """The seq of the last message event (user, assistant, tool result) of a DSH log, or None when it has none:
+    what the MCP server cites when the host passes no ``acpmem/seq``.
+
+    A bounded scan, streamed like ``read_dsh`` and with its limits (line and log size, event count, seqs that must
+    increase), but no message is built: a line that starts with its seq, time and type (``{"seq":N,"time":T,
+    "type":"…"`` — how DSH writes them) is not parsed; other lines are, for their seq and type only. A cut last line
+    does not count. A message event the reader skips as malformed counts here: the conversation up to its seq is
+    the same as up to the message before it."""
+    warn = _Warnings(source)
+    prev = -1
+    count = 0
+    found = None
+    for n, line in iter_lines(path, source, warn):
+        cut = n < 0
+        n = abs(n)
+        if not line.strip():
+            continue
+        m = _SEQ_TYPE.match(line)
+        if m is not None and not cut:
+            seq, kind = int(m[1]), m[2]
+        else:
+            where = f"{source}:{n}"
+            try:
+                obj = _load_json(line, where)
+            except json.JSONDecodeError as exc:
+                if cut:
+                    break
+                raise TranscriptError(f"{where}: not valid JSON ({exc.msg})",
+                                      "pass the host's unmodified session log") from None
+            if not isinstance(obj, dict):
+                raise TranscriptError(f"{where}: expected a JSON object, got {type(obj).__name__}",
+                                      "each line of a DSH log is one event")
+            seq, kind = obj.get("seq", prev + 1), obj.get("type")
+        count += 1
+        if count > MAX_EVENTS:
+            raise TranscriptError(f"{source}: session log has over {MAX_EVENTS} events", "pass a smaller log")
+        if not int_between(seq, 0, MAX_SEQ) or seq <= prev:
+            raise TranscriptError(f"{source}:{n}: seq {clip(seq)} does not follow seq {prev}",
+                                  "seqs of a DSH log increase from 0; pass the host's unmodified log")
+        prev = seq
+        if kind in DSH_MESSAGES:
+            found = seq
+    return found
 
 
 def _dsh_message(kind: str, data: dict) -> dict | None:

@@ -145,6 +145,21 @@ def read_transcript(path_or_text: str | Path, format: str = "auto", *, turns=Non
     return _from_jsonl(text, format, source)
 
 
+def last_seq(path: str | Path) -> int | None:
+    """The seq of the last message of the transcript at ``path``: ``read_transcript(path).last_seq``, with the same
+    errors. A DSH log is scanned, not read (``acpmem.write.hostlogs.last_message_seq``: no message is built, memory
+    stays flat however long the log); other formats are read."""
+    dsh = _dsh_file(path, "auto")
+    if dsh is not None:
+        from acpmem.write.hostlogs import last_message_seq
+
+        last = last_message_seq(dsh, str(dsh))
+        if last is None:
+            raise TranscriptError(f"{dsh}: no messages in this session log", "pass the session's log file")
+        return last
+    return read_transcript(path).last_seq
+
+
 def openai_messages(transcript: Transcript) -> list[dict]:
     """The conversation as OpenAI chat messages.
 
