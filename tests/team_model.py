@@ -356,4 +356,23 @@ class TeamVault(RuleBasedStateMachine):
             for suffix in ("", "-wal", "-shm"):
                 (state / f"index.sqlite{suffix}").unlink(missing_ok=True)
             after = run(root, "list", "--json")
-            assert after.code == before.code and json.loads(after.out) == json.loads(before.out), c
+            assert after.code == before.code, (c, before.err, after.err)
+            assert json.loads(after.out) == json.loads(before.out), (c, _json_diff(json.loads(before.out),
+                                                                                   json.loads(after.out)))
+
+
+def _json_diff(before, after) -> str:
+    """What differs between two `list --json` outputs: the records only one side has, then the fields that differ."""
+    def records(doc):
+        rows = doc.get("entries", doc) if isinstance(doc, dict) else doc
+        return {r.get("id"): r for r in rows} if isinstance(rows, list) else {"*": rows}
+    b, a = records(before), records(after)
+    out = [f"only in the live index: {sorted(set(b) - set(a))}", f"only after a rebuild: {sorted(set(a) - set(b))}"]
+    for k in sorted(set(a) & set(b)):
+        if a[k] != b[k]:
+            out.append(f"{k}: " + ", ".join(f"{f}: {b[k].get(f)!r} -> {a[k].get(f)!r}"
+                                            for f in sorted(set(a[k]) | set(b[k])) if a[k].get(f) != b[k].get(f)))
+    if isinstance(before, dict):
+        out += [f"{f}: {before.get(f)!r} -> {after.get(f)!r}" for f in sorted(set(before) | set(after))
+                if f != "entries" and before.get(f) != after.get(f)]
+    return "\n".join(out)[:3000]

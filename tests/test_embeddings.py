@@ -104,6 +104,21 @@ def test_paraphrase_found_through_vectors_that_the_background_pass_made(vault):
         assert [c["kind"] for c in costs] == ["embeddings"] and costs[0]["texts"] == len(TOPICS)
 
 
+def test_a_vectors_file_without_its_tables_yet_means_no_vectors(vault):
+    """The background pass creates the file, then its tables: a recall between the two (seen once as "no such
+    table: vx.at") counts every entry missing and ranks lexically."""
+    write(vault)
+    with embeddings_server(synonyms=SYNONYMS) as srv:
+        reader = configure(vault, srv)
+        vault.state_dir.mkdir(parents=True, exist_ok=True)
+        import sqlite3
+
+        sqlite3.connect(vectors.db_path(vault.state_dir)).close()     # an empty database: no tables
+        found, report = hits(reader, "retry uploads backoff")
+        assert found[0] == "Retry uploads with exponential backoff"
+        assert report["vectors"]["present"] == 0 and report["vectors"]["missing"] == len(TOPICS)
+
+
 def test_vectors_follow_writes_hand_edits_deletions_and_a_model_change(vault):
     entries = write(vault)
     with embeddings_server(synonyms=SYNONYMS) as srv:

@@ -56,8 +56,10 @@ def connect(state_dir: Path) -> sqlite3.Connection:
         try:
             con = sqlite3.connect(path, timeout=30, isolation_level=None)
             con.execute("PRAGMA journal_mode=WAL")
+            con.execute("BEGIN IMMEDIATE")   # the tables appear together: a reader never sees a half-made file
             for stmt in _SCHEMA:
                 con.execute(stmt)
+            con.execute("COMMIT")
             row = con.execute("SELECT value FROM meta WHERE key = 'text'").fetchone()
             if row is None or row[0] != TEXT_VERSION:
                 con.execute("DELETE FROM at")
@@ -143,6 +145,11 @@ def _attached(index: sqlite3.Connection, state_dir: Path) -> bool:
     if not db_path(state_dir).exists():
         return False
     index.execute("ATTACH DATABASE ? AS vx", (str(db_path(state_dir)),))
+    # a file the background pass has only just created may not have its tables yet: then there are no vectors
+    made = index.execute("SELECT count(*) FROM vx.sqlite_master WHERE type = 'table' AND name IN ('at', 'vec')")
+    if made.fetchone()[0] < 2:
+        index.execute("DETACH DATABASE vx")
+        return False
     return True
 
 
