@@ -25,6 +25,10 @@ Both layers are read: the project vault the server was started on and the user v
 The transcript a commit names is recorded for its session (``acpmem.write.sources.record_transcript``), as is the
 server's own ``--transcript`` when it starts, so ``show --source`` finds the turns later.
 
+With the embedding channel on, a ``memory_recall`` result's ``_meta`` carries ``acpmem/vectors`` (model, present,
+missing, used) and, when the query fell back to lexical search, ``acpmem/warning`` (also written to the server's
+stderr); the model's text then ends with one line saying so (``MemoryService.answer``).
+
 The same session freezes the ``memory://index`` text (``acpmem.vault.resident``) and is passed to recall. Every call
 opens the vault afresh (cheap), so edits, syncs and settings changes made while the server runs are seen.
 """
