@@ -162,6 +162,7 @@ def test_a_failing_endpoint_falls_back_to_lexical_with_one_warning(vault, failur
         reader = configure(vault, srv, dimensions=64, batch_timeout_seconds=1.0)
         embedding.run_pass(reader)
         lexical = cli("memory", "--vault", str(vault.root), "recall", "--json", "retry uploads backoff")
+        assert "Warning" not in lexical.stderr
         if failure == "slow":
             srv.delay = 1.5
         elif failure == "error":
@@ -175,6 +176,12 @@ def test_a_failing_endpoint_falls_back_to_lexical_with_one_warning(vault, failur
         assert want in data["warning"] and "lexical search alone" in data["warning"]
         assert data["vectors"]["used"] is False and data["vectors"]["missing"] == 0
         assert [h["id"] for h in data["hits"]][0] == [h["id"] for h in before["hits"]][0]
+        assert "Warning" not in got.stderr                       # --json carries it in the document only
+        text = cli("memory", "--vault", str(vault.root), "recall", "retry uploads backoff")
+        assert text.returncode == 0 and "Retry uploads with exponential backoff" in text.stdout
+        warned = [line for line in text.stderr.splitlines() if line.startswith("Warning: ")]
+        assert len(warned) == 1 and want in warned[0] and "lexical search alone" in warned[0], text.stderr
+        assert "Warning" not in text.stdout and "lexical search alone" not in text.stdout
         # the background pass meets the same failure: it stops, records it, and keeps nothing wrong
         write(vault, [("One more note", "about nothing much")])
         result = embedding.run_pass(reader)

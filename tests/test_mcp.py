@@ -191,3 +191,48 @@ def test_serve_help_and_no_vault(cli, tmp_path):
     assert h.returncode == 0 and "memory://index" in h.stdout and "claude mcp add" in h.stdout
     r = cli("memory", "serve", cwd=tmp_path, input="")
     assert r.returncode == 1 and "acp memory init" in r.stderr
+
+
+def test_recall_tells_the_client_what_the_embedding_channel_did_and_the_model_one_line_on_fallback(vault, tmp_path):
+    """With [embeddings] on, a recall result's _meta carries the vectors' counts; when the endpoint fails, the
+    warning too (and in the server's stderr), and the text the model reads gains exactly one closing line."""
+    from embeddings_server import embeddings_server
+    from test_embeddings import SYNONYMS, TOPICS, configure, write
+    from acpmem.vault import embedding
+    from acpmem.vault.retrieval import lexical_fallback_note
+
+    write(vault)
+    query = {"query": "retry uploads backoff"}
+    errlog = tmp_path / "serve.err"
+    with embeddings_server(synonyms=SYNONYMS) as srv:
+        reader = configure(vault, srv, dimensions=64, batch_timeout_seconds=1.0)
+        embedding.run_pass(reader)
+
+        async def body(s):
+            ok = await s.call_tool("memory_recall", query)
+            srv.status = 500
+            failed = await s.call_tool("memory_recall", query)
+            return ok, failed
+
+        ok, failed = _session_run(_server_params(vault.root, "--session", "s-vec"), body, str(errlog))
+    assert not ok.is_error and not failed.is_error
+    meta_ok, meta_bad = ok.meta or {}, failed.meta or {}
+    said = meta_ok["acpmem/vectors"]
+    assert (said["model"], said["present"], said["missing"], said["used"]) == ("hash-64", len(TOPICS), 0, True)
+    assert "acpmem/warning" not in meta_ok
+    assert "HTTP 500" in meta_bad["acpmem/warning"] and "lexical search alone" in meta_bad["acpmem/warning"]
+    assert meta_bad["acpmem/vectors"]["used"] is False
+    text_ok, text_bad = ok.content[0].text, failed.content[0].text
+    note = lexical_fallback_note(reader)
+    assert note not in text_ok and text_bad.endswith("\n\n" + note)
+    assert text_bad.count("\n") > 3 and "HTTP 500" not in text_bad          # the endpoint's error stays out
+    assert "Retry uploads with exponential backoff" in text_bad             # lexical still finds it
+    assert errlog.read_text().count("Warning: ") == 1 and "HTTP 500" in errlog.read_text()
+
+
+def test_recall_result_has_no_meta_with_the_channel_off(example_vault):
+    async def body(s):
+        return await s.call_tool("memory_recall", {"query": "rate limit search API Retry-After"})
+
+    r = _session_run(_server_params(example_vault.root, "--session", "s-off"), body)
+    assert not r.is_error and not r.meta and "Meaning-based" not in r.content[0].text

@@ -75,3 +75,24 @@ def test_neighbours_agree_between_sqlite_and_memory_and_stay_bounded(vault, shap
         want = sorted((docs[k].id, d) for k, d in mem.neighbours(i, SPREAD_RADIUS))
         assert got == want
         assert src.neighbour_work - before_s == mem.neighbour_work - before_m <= SPREAD_CITES + SPREAD_ROWS
+
+
+def test_fused_ranking_spreads_with_its_own_share_and_lexical_ranking_keeps_its_own(vault):
+    """The neighbour of a matching entry gains SPREAD × its score lexically and SPREAD_FUSED × it when the vector
+    channel is fused in (here with one vector candidate, which adds nothing to any score: only the share differs)."""
+    from acpmem.search.ranking import SPREAD, SPREAD_FUSED, rank
+
+    for i, (words, seq) in enumerate([("cache eviction policy", 10), ("unrelated words here", 11),
+                                      ("other things entirely", 90)]):
+        (vault.root / "entries" / f"e{i}.md").write_text(
+            f"---\nid: e{i}\ntitle: note {i}\ntype: fact\nimportance: 5\ncreated: 2026-10-01T10:00:00Z\n"
+            f"citation:\n- session: s1\n  seq: {seq}\n---\n{words}\n", "utf-8")
+    con, _ = watch.open_fresh(vault.state_dir, vault.root)
+    src = index_query.IndexSource(con)
+    lexical = {h.id: h for h in rank(src, "cache", limit=3)}
+    a = src.key_of(next(i for i in lexical if "e0" in i))
+    fused = {h.id: h for h in rank(src, "cache", limit=3, similar={a: 0.5}, share=0.5)}
+    b = next(i for i in lexical if "e1" in i)
+    assert not any("e2" in i for i in lexical)                         # too far to be a neighbour
+    assert lexical[b].explain["spread"] > 0
+    assert abs(fused[b].explain["spread"] / lexical[b].explain["spread"] - SPREAD_FUSED / SPREAD) < 1e-3

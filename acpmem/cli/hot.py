@@ -115,6 +115,8 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
     finally:
         v.close()
     emit_warnings(v)
+    if not json_ and report.get("warning"):   # --json carries it in the document
+        warn(f"Warning: {report['warning']}")
     return 0
 
 

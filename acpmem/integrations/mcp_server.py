@@ -25,6 +25,10 @@ Both layers are read: the project vault the server was started on and the user v
 The transcript a commit names is recorded for its session (``acpmem.write.sources.record_transcript``), as is the
 server's own ``--transcript`` when it starts, so ``show --source`` finds the turns later.
 
+With the embedding channel on, a ``memory_recall`` result's ``_meta`` carries ``acpmem/vectors`` (model, present,
+missing, used) and, when the query fell back to lexical search, ``acpmem/warning`` (also written to the server's
+stderr); the model's text then ends with one line saying so (``MemoryService.answer``).
+
 The same session freezes the ``memory://index`` text (``acpmem.vault.resident``) and is passed to recall. Every call
 opens the vault afresh (cheap), so edits, syncs and settings changes made while the server runs are seen.
 """
@@ -33,6 +37,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -93,11 +98,18 @@ class MemoryService:
     def call(self, name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None) -> str:
         """Run one tool call; returns the text for the model. ``AcpmemError`` for anything the caller got wrong.
         ``meta``: the request's ``_meta`` (the host's session, seq and transcript, under ``acpmem/``)."""
+        return self.answer(name, arguments, meta)[0]
+
+    def answer(self, name: str, arguments: dict[str, Any] | None,
+               meta: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """``call``, with the result's ``_meta`` for the client: for ``memory_recall`` with the embedding channel
+        on, ``acpmem/vectors`` (model, present, missing, used) and, when the query fell back to lexical search,
+        ``acpmem/warning``. Empty otherwise."""
         args = dict(arguments or {})
         if name == "memory_commit":
-            return self.commit(args, host_values(meta))
+            return self.commit(args, host_values(meta)), {}
         if name == "memory_recall":
-            return self.recall(args)
+            return self.recall_answer(args)
         raise AcpmemError(f"unknown tool '{name}'", "this server offers memory_commit and memory_recall")
 
     def commit(self, args: dict[str, Any], host: dict[str, Any] | None = None) -> str:
@@ -163,15 +175,25 @@ class MemoryService:
         return self._seq
 
     def recall(self, args: dict[str, Any]) -> str:
+        return self.recall_answer(args)[0]
+
+    def recall_answer(self, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The recall text for the model, and what the embedding channel said for the client (``answer``). When
+        the query fell back to lexical search, the text ends with one line saying so (``lexical_fallback_note``);
+        the details (the endpoint's error) go only to the client, never to the model."""
         from acpmem.core.tools import parse_recall_args
         from acpmem.vault.layers import recall_layered
-        from acpmem.vault.retrieval import recall_text
+        from acpmem.vault.retrieval import lexical_fallback_note, recall_text
 
         parsed = parse_recall_args(args)
         v = self.open()
         try:
-            hits = recall_layered(v, parsed.query, limit=parsed.limit, session=self.session)
-            return recall_text(v, hits)
+            report: dict[str, Any] = {}
+            hits = recall_layered(v, parsed.query, limit=parsed.limit, session=self.session, report=report)
+            text = recall_text(v, hits)
+            if report.get("warning"):
+                text += "\n\n" + lexical_fallback_note(v)
+            return text, {META_PREFIX + k: report[k] for k in ("vectors", "warning") if k in report}
         finally:
             v.close()
 
@@ -197,8 +219,8 @@ def serve(vault_path: Path, *, session: str | None = None, transcript: str | Non
                or new_session_id(clock, rng or random.Random()))
     svc = MemoryService(Path(vault_path), session, transcript, clock)
 
-    def text(s: str, error: bool = False) -> types.CallToolResult:
-        return types.CallToolResult(content=[types.TextContent(text=s)], is_error=error)
+    def text(s: str, error: bool = False, meta: dict[str, Any] | None = None) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(text=s)], is_error=error, meta=meta or None)
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in svc.tools()])
@@ -206,7 +228,11 @@ def serve(vault_path: Path, *, session: str | None = None, transcript: str | Non
     async def call_tool(ctx, params) -> types.CallToolResult:
         # Errors the model can fix go back as tool results (is_error), so it sees them and retries.
         try:
-            return text(svc.call(params.name, params.arguments, dict(params.meta or {})))
+            said, meta = svc.answer(params.name, params.arguments, dict(params.meta or {}))
+            if meta.get(META_PREFIX + "warning"):   # the client's log (the server's stderr) sees it too
+                sys.stderr.write(f"Warning: {meta[META_PREFIX + 'warning']}\n")
+                sys.stderr.flush()
+            return text(said, meta=meta)
         except AcpmemError as exc:
             return text(exc.line(), error=True)
         except Exception as exc:  # a bug: one line for the model and the host, no traceback in the client's log

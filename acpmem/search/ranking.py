@@ -92,6 +92,10 @@ class PostingSource:
 
 W_EXACT, W_ALIAS, W_DICT, W_PREFIX, W_CLIPPED, W_TYPO1, W_TYPO2 = 1.0, 0.7, 0.6, 0.55, 0.35, 0.6, 0.45
 SPREAD, SPREAD_RADIUS, SPREAD_TOP = 0.15, 2, 50
+# With the vector channel fused in, spreading gets a larger share: the fused top holds more of the right moment and
+# less of what shares a word by chance (LoCoMo R@5 with all-MiniLM-L6-v2: 0.602 at 0.15, 0.608 at 0.25, 0.605 at
+# 0.4; docs/design.md). Lexical-only ranking keeps SPREAD.
+SPREAD_FUSED = 0.25
 # Spreading reads, per candidate, at most SPREAD_CITES of its citations and SPREAD_ROWS cited turns in all (nearest
 # first), so its cost stays candidates × a small bound when thousands of entries cite one turn or one entry cites
 # hundreds of sessions; ``PostingSource.neighbour_work`` counts what was read.
@@ -370,11 +374,12 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
     if fused:
         for k, c in similar.items():
             extra[k]["vector"] = round(c, 4)
-    if spread and SPREAD:
+    spread_share = SPREAD_FUSED if fused else SPREAD
+    if spread and spread_share:
         gains: dict[int, float] = defaultdict(float)
         for key in by_score[:SPREAD_TOP]:
             for other, dist in src.neighbours(key, SPREAD_RADIUS):
-                gains[other] += SPREAD * scores[key] / (1 + dist)
+                gains[other] += spread_share * scores[key] / (1 + dist)
         outside = [k for k in gains if k not in scores]
         if pool is not None and outside:     # a neighbour below the pool keeps its own term score
             more, more_why = score_query(groups, src, outside)

@@ -380,6 +380,15 @@ def recall_text(vault: VaultReader, hits: list[RecallHit]) -> str:
     return "\n\n".join([_notice(vault), *blocks])
 
 
+def lexical_fallback_note(vault: VaultReader) -> str:
+    """The one line a model reads after ``recall_text`` when the embedding channel is on but this query could not
+    use it (the endpoint failed): the entries were ranked by their words alone, so a paraphrase may have missed."""
+    if vault.settings.language == "zh":
+        return "（本次检索未能使用语义向量，结果仅按字词匹配排序；换用记忆里可能出现的原词可再试。）"
+    return ("(Meaning-based search was unavailable for this query: entries were ranked by their words alone; "
+            "retry with words the memory would use.)")
+
+
 def surface_text(vault: VaultReader, result: SurfaceResult) -> str:
     """The data notice and the framed entries; when nothing is surfaced, one line saying why."""
     if not result.entries:
@@ -396,4 +405,4 @@ def _framed(s: SurfacedEntry) -> str:
 
 
 __all__ = ["recall", "surface", "RecallHit", "SurfaceResult", "SurfacedEntry", "recall_text", "surface_text",
-           "cap_text"]
+           "cap_text", "lexical_fallback_note"]
