@@ -99,8 +99,8 @@ def main() -> None:
     import numpy as np
 
     from embed_server import serve
-    from recall_locomo import SEQ_BASE, build_vault, configure
-    from search_locomo import questions, score_item
+    from recall_locomo import build_vault, configure, record
+    from search_locomo import questions
 
     from acpmem.infra import embedclient
     from acpmem.search import query as index_query, ranking, vectors, watch
@@ -170,11 +170,7 @@ def main() -> None:
                     return out
 
                 for name, qa, evidence, paths in vault.with_db(rank_all):
-                    cited = [{(str(c.seq // SEQ_BASE), c.seq % SEQ_BASE) for c in cites.get(p, ())
-                              if isinstance(c.seq, int)} & evidence for p in paths]
-                    row = score_item(cited, evidence)
-                    per[name][str(qa["category"])].append(row)
-                    per[name]["all"].append(row)
+                    record(per[name], qa, evidence, paths, cites)
                 vault.close()
                 print(f"  conversation {i}: {len(qs)} questions", flush=True)
     finally:

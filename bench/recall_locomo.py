@@ -40,6 +40,16 @@ from acpmem.vault.create import init_vault  #noqa: E402
 SEQ_BASE = 1000
 
 
+def record(per: dict, qa: dict, evidence: set, paths: list, cites: dict) -> None:
+    """Score one question's ranked entries (their cited dialogue turns against the evidence) into ``per`` by
+    category and overall."""
+    cited = [{(str(c.seq // SEQ_BASE), c.seq % SEQ_BASE) for c in cites.get(p, ()) if isinstance(c.seq, int)}
+             & evidence for p in paths]
+    row = score_item(cited, evidence)
+    per[str(qa["category"])].append(row)
+    per["all"].append(row)
+
+
 def build_vault(root: Path, conv: dict) -> Vault:
     if (root / "entries").is_dir():
         return Vault(root)
@@ -117,11 +127,7 @@ def evaluate_embedded(data: list[dict], base: Path, url: str, model: str, weight
 
         for qa, evidence, ranked in vault.with_db(rank_all):
             for m, paths in ranked.items():
-                cited = [{(str(c.seq // SEQ_BASE), c.seq % SEQ_BASE) for c in cites.get(p, ())
-                          if isinstance(c.seq, int)} & evidence for p in paths]
-                row = score_item(cited, evidence)
-                per[m][str(qa["category"])].append(row)
-                per[m]["all"].append(row)
+                record(per[m], qa, evidence, paths, cites)
         vault.close()
         print(f"  conversation {i}: {len(qs)} questions", flush=True)
     return {"per": per, "embed_s": embed_s}
