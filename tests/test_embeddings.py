@@ -155,6 +155,34 @@ def test_vectors_follow_writes_hand_edits_deletions_and_a_model_change(vault):
         vcon.close()
 
 
+def test_prefixes_go_before_the_texts_and_a_new_document_prefix_re_embeds(vault):
+    """Asymmetric models (e5: "query: " / "passage: "; nomic-embed: "search_query: " / ...) get their prefixes:
+    entries are embedded with the document prefix, the query with the query prefix; vectors made with another
+    document prefix are other vectors (re-embedded, then pruned), a new query prefix re-embeds nothing."""
+    write(vault)
+    with embeddings_server(synonyms=SYNONYMS) as srv:
+        reader = configure(vault, srv, query_prefix="query: ", document_prefix="passage: ")
+        assert embedding.run_pass(reader)["embedded"] == len(TOPICS)
+        sent = [t for body in srv.requests for t in body["input"]]
+        assert len(sent) == len(TOPICS) and all(t.startswith("passage: ") for t in sent)
+        found, report = hits(reader, "keep agent runs alive across redeploys")
+        assert srv.requests[-1]["input"] == ["query: keep agent runs alive across redeploys"]
+        assert found[0] == "Session persistence across deploys"
+        assert report["vectors"] == {"model": "hash-64", "present": len(TOPICS), "missing": 0, "used": True}
+        assert embedding.channel_status(reader, probe=False)["model"] == "hash-64"
+        reader = configure(vault, srv, query_prefix="search_query: ", document_prefix="passage: ")
+        assert embedding.run_pass(reader)["embedded"] == 0
+        reader = configure(vault, srv, query_prefix="search_query: ", document_prefix="search_document: ")
+        st = embedding.channel_status(reader, probe=False)
+        assert (st["present"], st["missing"]) == (0, len(TOPICS))
+        assert embedding.run_pass(reader) == {"embedded": len(TOPICS), "missing": 0, "pruned": len(TOPICS),
+                                              "error": None}
+        assert all(t.startswith("search_document: ") for t in srv.requests[-1]["input"])
+        reader = configure(vault, srv)          # no prefixes: the plain texts again
+        assert embedding.run_pass(reader)["embedded"] == len(TOPICS)
+        assert not any(t.startswith(("search_document: ", "passage: ")) for t in srv.requests[-1]["input"])
+
+
 @pytest.mark.parametrize("failure", ["slow", "error", "wrong_dimensions"])
 def test_a_failing_endpoint_falls_back_to_lexical_with_one_warning(vault, failure, cli):
     write(vault)
@@ -229,7 +257,8 @@ def test_an_answer_that_is_not_embeddings_is_refused_in_one_line(data, n):
 
 @pytest.mark.parametrize("bad", [{"model": "m", "timeout_seconds": 0}, {"model": "m", "dimensions": -1},
                                  {"model": "m", "languages": "fr"}, {"model": "m", "batch_size": 0},
-                                 {"model": "m", "api_key_env": "not a name"}, {"weight": -1}])
+                                 {"model": "m", "api_key_env": "not a name"}, {"weight": -1},
+                                 {"model": "m", "query_prefix": "query:\t"}, {"model": "m", "document_prefix": 3}])
 def test_bad_embedding_settings_are_refused(bad):
     with pytest.raises(SettingsError):
         settings_from_mapping({"embeddings": bad})

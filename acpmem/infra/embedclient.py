@@ -31,6 +31,14 @@ class Endpoint(Value):
     model: str
     api_key: str | None
     dimensions: int = 0
+    query_prefix: str = ""
+    document_prefix: str = ""
+
+    @property
+    def vector_key(self) -> str:
+        """What entry vectors are stored under: the model, and the prefix its documents were embedded with (a
+        changed prefix makes other vectors, as a changed model does)."""
+        return f"{self.model}\t{self.document_prefix}" if self.document_prefix else self.model
 
     @property
     def url(self) -> str:
@@ -55,7 +63,9 @@ def resolve(section: Mapping, env: Mapping[str, str] | None = None) -> Endpoint 
     e = os.environ if env is None else env
     base = (str(section.get("base_url") or "").strip() or e.get("OPENAI_BASE_URL", "").strip() or DEFAULT_BASE_URL)
     key = e.get(str(section.get("api_key_env") or "OPENAI_API_KEY")) or None
-    return Endpoint(base_url=base.rstrip("/"), model=model, api_key=key, dimensions=int(section.get("dimensions") or 0))
+    return Endpoint(base_url=base.rstrip("/"), model=model, api_key=key, dimensions=int(section.get("dimensions") or 0),
+                    query_prefix=str(section.get("query_prefix") or ""),
+                    document_prefix=str(section.get("document_prefix") or ""))
 
 
 def embed(endpoint: Endpoint, texts: Sequence[str], timeout: float) -> Embedded:

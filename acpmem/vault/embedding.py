@@ -57,7 +57,7 @@ def query_vector(settings, query: str, env: Mapping[str, str] | None = None) -> 
         return QueryVector(ep, None, 0.0, skipped="the query is Chinese and the model is set for "
                            + ", ".join(sorted(languages)))
     try:
-        got = embedclient.embed(ep, [query], cfg.timeout_seconds)
+        got = embedclient.embed(ep, [ep.query_prefix + query], cfg.timeout_seconds)
     except embedclient.EmbeddingFailed as exc:
         return QueryVector(ep, None, 0.0, warning=f"{exc}; recall used lexical search alone")
     return QueryVector(ep, got.vectors[0], cfg.weight)
@@ -116,23 +116,23 @@ def run_pass(vault, env: Mapping[str, str] | None = None, log: Callable[[str], N
         def todo(con):
             watch.fresh(con, vault.root, vault.state_dir, vault.settings)
             vectors.sync(con, vcon)
-            return vectors.missing_texts(con, vcon, ep.model)
+            return vectors.missing_texts(con, vcon, ep.vector_key)
 
         texts = vault.with_db(todo)
         done, error = 0, None
         for i in range(0, len(texts), cfg.batch_size):
             batch = texts[i:i + cfg.batch_size]
             try:
-                got = embedclient.embed(ep, [t for _, t in batch], cfg.batch_timeout_seconds)
+                got = embedclient.embed(ep, [ep.document_prefix + t for _, t in batch], cfg.batch_timeout_seconds)
             except embedclient.EmbeddingFailed as exc:
                 error = str(exc)
                 _ledger(vault.state_dir, ep.model, len(batch), None, error)
                 break
-            vectors.store(vcon, ep.model, [(h, v) for (h, _), v in zip(batch, got.vectors)])
+            vectors.store(vcon, ep.vector_key, [(h, v) for (h, _), v in zip(batch, got.vectors)])
             _ledger(vault.state_dir, ep.model, len(batch), got, None)
             done += len(batch)
             log(f"embedded {done} of {len(texts)}")
-        pruned = vectors.prune(vcon, ep.model) if error is None else 0
+        pruned = vectors.prune(vcon, ep.vector_key) if error is None else 0
         return {"embedded": done, "missing": len(texts) - done, "pruned": pruned, "error": error}
     finally:
         vcon.close()
@@ -166,9 +166,9 @@ def channel_status(vault, env: Mapping[str, str] | None = None, *, probe: bool =
 
     def count(con):     # an edited entry's vector is of its old text (another signature): it counts as missing
         watch.fresh(con, vault.root, vault.state_dir, vault.settings)
-        return vectors.status(con, vault.state_dir, ep.model, types=vault.settings.types)
+        return vectors.status(con, vault.state_dir, ep.vector_key, types=vault.settings.types)
 
-    out.update(vault.with_db(count).to_json())
+    out.update({**vault.with_db(count).to_json(), "model": ep.model})
     if probe:
         try:
             embedclient.embed(ep, ["ping"], max(vault.settings.embeddings.timeout_seconds, 2.0))

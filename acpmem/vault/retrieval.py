@@ -213,7 +213,7 @@ def _vector_side(vault: VaultReader, con: sqlite3.Connection, qv, allowed, inclu
     from acpmem.search import vectors
     from acpmem.vault import embedding
 
-    model = qv.endpoint.model
+    model = qv.endpoint.vector_key
     if qv.vector is not None:
         try:    # the watcher keeps the vectors in memory; without one, this process reads and compares them
             got = watch.near(vault.state_dir, con, model, qv.vector, list(allowed), include_superseded,
@@ -227,7 +227,7 @@ def _vector_side(vault: VaultReader, con: sqlite3.Connection, qv, allowed, inclu
         similar, status = {}, vectors.status(con, vault.state_dir, model, types=allowed,
                                              include_superseded=include_superseded)
     if report is not None:
-        report["vectors"] = {**status.to_json(), "used": bool(similar and qv.share)}
+        report["vectors"] = {**status.to_json(), "model": qv.endpoint.model, "used": bool(similar and qv.share)}
         if qv.skipped:
             report["vectors"]["skipped"] = qv.skipped
         if qv.warning:
