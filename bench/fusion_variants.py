@@ -83,7 +83,29 @@ def variants(ranking) -> dict:
         "default + lexical margin weight": ({}, lexical_margin, None),
         "default + duplicate 0.4": ({"DUPLICATE": 0.4}, None, None),
         "default + tag boost 1.0": ({"TAG_BOOST": 1.0}, None, None),
+        "default + vector MMR l0.1": ({}, None, ("mmr", 0.1)),
+        "default + vector MMR l0.2": ({}, None, ("mmr", 0.2)),
+        "default + vector MMR l0.4": ({}, None, ("mmr", 0.4)),
     }
+
+
+def mmr(hits, lam: float, row, mat, np, depth: int = 20) -> list[str]:
+    """Maximal marginal relevance over the top ``depth`` hits: each next pick maximises its score minus ``lam`` x
+    the best score x its greatest cosine similarity to what was picked already."""
+    head, tail = list(hits[:depth]), hits[depth:]
+    top = head[0].score if head else 1.0
+    picked: list = []
+    while head:
+        def value(h):
+            r = row(h)
+            if r is None or not picked:
+                return h.score
+            sims = [float(mat[r] @ mat[row(p)]) for p in picked if row(p) is not None]
+            return h.score - lam * top * max(sims, default=0.0)
+        best = max(head, key=value)
+        head.remove(best)
+        picked.append(best)
+    return [h.id for h in picked + list(tail)]
 
 
 def main() -> None:
@@ -158,7 +180,7 @@ def main() -> None:
                             for j, (qa, evidence) in enumerate(qs):
                                 q = qa["question"]
                                 qv = qvecs[change if isinstance(change, str) else "q"][j]
-                                if isinstance(change, tuple):     # pseudo-relevance feedback in vector space
+                                if isinstance(change, tuple) and change[0] == "prf":   # pseudo-relevance feedback
                                     _, k, beta = change
                                     top = [key_of[h.id] for h in index_query.search(con, q, k)]
                                     rows = [row_of[x] for x in top if x in row_of]
@@ -167,7 +189,10 @@ def main() -> None:
                                     qv = (v + beta * m.mat[rows].mean(0)) if rows else v
                                 similar = m.top(qv, vectors.VECTOR_TOP)
                                 hits = index_query.search(con, q, 50, similar=similar, share=args.share)
-                                out.append((name, qa, evidence, [h.id for h in hits]))
+                                ids = [h.id for h in hits]
+                                if isinstance(change, tuple) and change[0] == "mmr":   # diversity by meaning
+                                    ids = mmr(hits, change[1], lambda h: row_of.get(key_of.get(h.id)), m.mat, np)
+                                out.append((name, qa, evidence, ids))
                         finally:
                             ranking.fuse = orig_fuse
                             for k, v in saved.items():

