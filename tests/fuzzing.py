@@ -803,7 +803,8 @@ def _plausible() -> dict:
             "extractor": ['"offline"', '"auto"'], "remote": ['"origin"', '"team"'],
             "user_vault": ['""', '"none"', '"/nonexistent/acpmem-user-vault"'],
             "policy": ['"auto"', '"review"', '"off"'],
-            "languages": ['"en"', '"en,zh"']}
+            "languages": ['"en"', '"en,zh"'], "query_prefix": ['""', '"query: "'],
+            "document_prefix": ['""', '"passage: "', '"search_document: "']}
     out = {"vault": {"types": ['["fact", "lesson", "decision"]', '["decision", "lesson", "fact", "user-preference", '
                                '"reference"]'], "language": ['"en"', '"zh"']}}
     for name, section in Settings().to_json().items():
