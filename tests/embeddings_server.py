@@ -9,6 +9,7 @@ coordinates chosen by its SHA-256. Texts sharing concepts are similar; others ar
         srv.delay = 2.0          # answer late (a timeout)
         srv.status = 500         # answer an error
         srv.dim_override = 8     # answer vectors of the wrong length
+        srv.dim = 32             # another model behind the same name (a request's "dimensions" is honoured)
 
 It records every request body (``srv.requests``) and the number of texts embedded (``srv.texts``).
 """
@@ -62,7 +63,7 @@ class EmbeddingsServer:
         texts = body.get("input")
         texts = [texts] if isinstance(texts, str) else texts
         self.texts += len(texts)
-        dim = self.dim_override or self.dim
+        dim = self.dim_override or int(body.get("dimensions") or 0) or self.dim   # as OpenAI's text-embedding-3
         data = [{"object": "embedding", "index": i, "embedding": vector(t, dim, self.synonyms)}
                 for i, t in enumerate(texts)]
         tokens = sum(len(t.split()) for t in texts)

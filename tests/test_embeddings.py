@@ -351,3 +351,50 @@ def test_embedding_calls_count_neither_in_extraction_costs_nor_in_its_budgets():
     assert costs.summarize(ledger)["prompt_tokens"] == 100
     emb = costs.summarize_embeddings(ledger)
     assert (emb["calls"], emb["texts"], emb["prompt_tokens"]) == (1, 64, 5000)
+
+
+def test_a_new_dimensions_setting_re_embeds(vault):
+    """``dimensions`` (OpenAI's text-embedding-3 models honour it, as the test server does) changes the vectors'
+    length: vectors of the old setting are other vectors, re-embedded by the next pass, not kept as present."""
+    write(vault)
+    with embeddings_server(synonyms=SYNONYMS) as srv:
+        reader = configure(vault, srv)
+        assert embedding.run_pass(reader)["embedded"] == len(TOPICS)
+        reader = configure(vault, srv, dimensions=16)
+        st = embedding.channel_status(reader, probe=False)
+        assert (st["present"], st["missing"]) == (0, len(TOPICS))
+        assert embedding.run_pass(reader) == {"embedded": len(TOPICS), "missing": 0, "pruned": len(TOPICS),
+                                              "error": None}
+        assert srv.requests[-1]["dimensions"] == 16
+        found, report = hits(reader, "keep agent runs alive across redeploys")
+        assert report["vectors"]["missing"] == 0 and report["vectors"]["used"] is True
+        assert found[0] == "Session persistence across deploys"
+
+
+def test_another_model_behind_the_same_name_is_re_embedded(vault):
+    """The endpoint starts serving vectors of another length under the same model name (an Ollama tag pointed at
+    another model). A pass that embeds anything sees the new length and embeds every entry again; when nothing is
+    left to embed, the next recall sees the query's length differ, ranks lexically, and starts a pass told the new
+    length, which re-embeds."""
+    write(vault)
+    with embeddings_server(synonyms=SYNONYMS) as srv:
+        reader = configure(vault, srv)
+        embedding.run_pass(reader)
+        srv.dim = 32
+        write(vault, [("Grafana dashboards live in git", "Provisioned from the repo.")])
+        got = embedding.run_pass(reader)
+        assert got["error"] is None and got["embedded"] == len(TOPICS) + 1
+        vcon = vectors.connect(vault.state_dir)
+        assert {d for (d,) in vcon.execute("SELECT DISTINCT dim FROM vec")} == {32}
+        # nothing new to embed: the recall notices the length, then the pass it starts re-embeds
+        srv.dim = 48
+        found, report = hits(reader, "keep agent runs alive across redeploys")
+        assert report["vectors"]["present"] == 0 and report["vectors"]["used"] is False
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and \
+                {d for (d,) in vcon.execute("SELECT DISTINCT dim FROM vec")} != {48}:
+            time.sleep(0.1)
+        vcon.close()
+        found, report = hits(reader, "keep agent runs alive across redeploys")
+        assert report["vectors"] == {"model": "hash-64", "present": len(TOPICS) + 1, "missing": 0, "used": True}
+        assert found[0] == "Session persistence across deploys"

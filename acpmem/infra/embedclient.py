@@ -36,9 +36,14 @@ class Endpoint(Value):
 
     @property
     def vector_key(self) -> str:
-        """What entry vectors are stored under: the model, and the prefix its documents were embedded with (a
-        changed prefix makes other vectors, as a changed model does)."""
-        return f"{self.model}\t{self.document_prefix}" if self.document_prefix else self.model
+        """What entry vectors are stored under: the model, the prefix its documents were embedded with and the
+        dimensions asked for — a change of either makes other vectors, as a changed model does."""
+        parts = [self.model]
+        if self.document_prefix or self.dimensions:
+            parts.append(self.document_prefix)
+        if self.dimensions:
+            parts.append(str(self.dimensions))
+        return "\t".join(parts)
 
     @property
     def url(self) -> str:

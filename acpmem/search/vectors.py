@@ -133,6 +133,12 @@ def store(vcon: sqlite3.Connection, model: str, items: Sequence[tuple[str, Seque
     vcon.executemany("INSERT OR REPLACE INTO vec(model, hash, dim, v) VALUES (?,?,?,?)", rows)
 
 
+def drop_other_dims(vcon: sqlite3.Connection, model: str, dim: int) -> int:
+    """Drop the vectors of ``model`` whose length is not ``dim`` (the endpoint now answers ``dim``: the others are
+    of another model served under the same name, and no query can be compared with them); returns how many."""
+    return vcon.execute("DELETE FROM vec WHERE model = ? AND dim != ?", (model, dim)).rowcount
+
+
 def prune(vcon: sqlite3.Connection, model: str) -> int:
     """Drop vectors of other models and of texts no entry has any more; returns how many."""
     cur = vcon.execute("DELETE FROM vec WHERE model != ? OR hash NOT IN (SELECT hash FROM at)", (model,))
@@ -154,8 +160,9 @@ def _attached(index: sqlite3.Connection, state_dir: Path) -> bool:
 
 
 def status(index: sqlite3.Connection, state_dir: Path, model: str, *, types: Iterable[str] | None = None,
-           include_superseded: bool = False) -> VectorStatus:
-    """How many live entries (of ``types``) have a current vector of ``model``, and how many have none."""
+           include_superseded: bool = False, dim: int = 0) -> VectorStatus:
+    """How many live entries (of ``types``) have a current vector of ``model`` (of length ``dim`` when given: the
+    endpoint's now), and how many have none."""
     from acpmem.search.query import doc_filter
 
     where, params = doc_filter(types, include_superseded)
@@ -164,8 +171,8 @@ def status(index: sqlite3.Connection, state_dir: Path, model: str, *, types: Ite
         return VectorStatus(model, 0, total)
     present = index.execute(
         "SELECT count(*) FROM idx_lens d JOIN idx_docs x ON x.key = d.key JOIN vx.at a ON a.path = x.path "
-        f"AND a.sig = x.sig WHERE EXISTS (SELECT 1 FROM vx.vec v WHERE v.model = ? AND v.hash = a.hash){where}",
-        (model, *params)).fetchone()[0]
+        f"AND a.sig = x.sig WHERE EXISTS (SELECT 1 FROM vx.vec v WHERE v.model = ? AND v.hash = a.hash"
+        f"{' AND v.dim = ?' if dim else ''}){where}", (model, *([dim] if dim else []), *params)).fetchone()[0]
     return VectorStatus(model, present, total - present)
 
 
@@ -223,5 +230,6 @@ def nearest(index: sqlite3.Connection, state_dir: Path, model: str, query: Seque
     return m.top(query, top or VECTOR_TOP), VectorStatus(model, m.n, m.total - m.n)
 
 
-__all__ = ["VectorStatus", "Matrix", "load_matrix", "connect", "embed_text", "text_hash", "sync", "missing_texts", "store", "prune", "status",
+__all__ = ["VectorStatus", "Matrix", "load_matrix", "connect", "embed_text", "text_hash", "sync", "missing_texts", "store", "drop_other_dims",
+           "prune", "status",
            "nearest", "db_path", "VECTORS_DB", "VECTOR_TOP"]

@@ -67,8 +67,9 @@ def lock_path(state_dir: Path) -> Path:
     return Path(state_dir) / LOCKS_DIR / EMBED_LOCK
 
 
-def start_background(root: Path, state_dir: Path) -> bool:
-    """Start the detached embedding pass unless one runs. True when this call started it."""
+def start_background(root: Path, state_dir: Path, dim: int = 0) -> bool:
+    """Start the detached embedding pass unless one runs. True when this call started it. ``dim``: the length of
+    the endpoint's vectors now, when a recall found entry vectors of another length (see ``run_pass``)."""
     from acpmem.infra.detach import reap, spawn
 
     reap()
@@ -76,12 +77,12 @@ def start_background(root: Path, state_dir: Path) -> bool:
     fd = locks.try_lock(lock_path(state_dir))
     if fd is None:
         return False
-    spawn(fd, f"from acpmem.vault.embedding import embed_main; embed_main({str(root)!r}, {{fd}})",
+    spawn(fd, f"from acpmem.vault.embedding import embed_main; embed_main({str(root)!r}, {{fd}}, {int(dim)})",
           Path(state_dir) / EMBED_LOG, MAX_LOG_BYTES)
     return True
 
 
-def embed_main(root: str, lock_fd: int) -> None:
+def embed_main(root: str, lock_fd: int, dim: int = 0) -> None:
     """The detached pass (``start_background``): embed what is missing, then exit."""
     from acpmem.vault.reader import VaultReader
 
@@ -89,7 +90,7 @@ def embed_main(root: str, lock_fd: int) -> None:
         os.chdir(root)
     vault = VaultReader(Path(root))
     try:
-        result = run_pass(vault, log=_log)
+        result = run_pass(vault, log=_log, dim=dim)
         _log(f"embedded {result['embedded']} text(s), {result['missing']} still missing"
              + (f": {result['error']}" if result.get("error") else ""))
     finally:
@@ -102,25 +103,33 @@ def _log(msg: str) -> None:
     sys.stderr.flush()
 
 
-def run_pass(vault, env: Mapping[str, str] | None = None, log: Callable[[str], None] = lambda m: None) -> dict:
+def run_pass(vault, env: Mapping[str, str] | None = None, log: Callable[[str], None] = lambda m: None,
+             dim: int = 0) -> dict:
     """Embed every current entry text that has no vector of the configured model, in batches; prune the rest.
-    The caller holds the embed lock (or knows nobody else embeds). Returns counts and the error that stopped it."""
+    The caller holds the embed lock (or knows nobody else embeds). Returns counts and the error that stopped it.
+
+    Vectors of another length than the endpoint's answers now (``dim`` when a recall saw it, else the first
+    batch's) are dropped and their texts embedded again: the endpoint serves another model under the same name
+    (an Ollama tag pointed elsewhere), and no query could be compared with them. Once per pass: an endpoint whose
+    length changes again within one pass stops it with an error."""
     from acpmem.search import vectors
 
     ep = endpoint(vault.settings, env)
     if ep is None:
         return {"embedded": 0, "missing": 0, "pruned": 0, "error": None}
     cfg = vault.settings.embeddings
+    key = ep.vector_key
     vcon = vectors.connect(vault.state_dir)
     try:
         def todo(con):
             watch.fresh(con, vault.root, vault.state_dir, vault.settings)
             vectors.sync(con, vcon)
-            return vectors.missing_texts(con, vcon, ep.vector_key)
+            return vectors.missing_texts(con, vcon, key)
 
+        dropped = vectors.drop_other_dims(vcon, key, dim) if dim else 0
         texts = vault.with_db(todo)
-        done, error = 0, None
-        for i in range(0, len(texts), cfg.batch_size):
+        done, error, i = 0, None, 0
+        while i < len(texts):
             batch = texts[i:i + cfg.batch_size]
             try:
                 got = embedclient.embed(ep, [ep.document_prefix + t for _, t in batch], cfg.batch_timeout_seconds)
@@ -128,12 +137,25 @@ def run_pass(vault, env: Mapping[str, str] | None = None, log: Callable[[str], N
                 error = str(exc)
                 _ledger(vault.state_dir, ep.model, len(batch), None, error)
                 break
-            vectors.store(vcon, ep.vector_key, [(h, v) for (h, _), v in zip(batch, got.vectors)])
             _ledger(vault.state_dir, ep.model, len(batch), got, None)
+            length = len(got.vectors[0]) if got.vectors else 0
+            gone = vectors.drop_other_dims(vcon, key, length)
+            if gone and dropped:
+                error = (f"the embeddings endpoint answers vectors of changing length ({length} now) for "
+                         f"{ep.model}; check what it serves under that name")
+                break
+            vectors.store(vcon, key, [(h, v) for (h, _), v in zip(batch, got.vectors)])
             done += len(batch)
+            if gone:        # the texts of the dropped vectors are missing now: start over (once)
+                dropped = gone
+                log(f"dropped {gone} vector(s) of another length than the endpoint's {length}")
+                texts, i = vault.with_db(todo), 0
+                continue
+            i += cfg.batch_size
             log(f"embedded {done} of {len(texts)}")
-        pruned = vectors.prune(vcon, ep.vector_key) if error is None else 0
-        return {"embedded": done, "missing": len(texts) - done, "pruned": pruned, "error": error}
+        missing = len(vault.with_db(todo)) if error else 0
+        pruned = vectors.prune(vcon, key) if error is None else 0
+        return {"embedded": done, "missing": missing, "pruned": pruned, "error": error}
     finally:
         vcon.close()
 
@@ -156,26 +178,29 @@ def utc_iso_now() -> str:
 
 def channel_status(vault, env: Mapping[str, str] | None = None, *, probe: bool = True) -> dict | None:
     """For ``doctor`` and ``stats``: the model, the endpoint, whether it answers (one short probe), and how many
-    live entries have vectors. None when the channel is off."""
+    live entries have vectors — of the length the endpoint answers now, when the probe says it. None when the
+    channel is off."""
     from acpmem.search import vectors
 
     ep = endpoint(vault.settings, env)
     if ep is None:
         return None
     out: dict = {"model": ep.model, "base_url": ep.base_url}
-
-    def count(con):     # an edited entry's vector is of its old text (another signature): it counts as missing
-        watch.fresh(con, vault.root, vault.state_dir, vault.settings)
-        return vectors.status(con, vault.state_dir, ep.vector_key, types=vault.settings.types)
-
-    out.update({**vault.with_db(count).to_json(), "model": ep.model})
+    length = 0
     if probe:
         try:
-            embedclient.embed(ep, ["ping"], max(vault.settings.embeddings.timeout_seconds, 2.0))
+            got = embedclient.embed(ep, [ep.query_prefix + "ping"], max(vault.settings.embeddings.timeout_seconds, 2.0))
             out["reachable"] = True
+            length = len(got.vectors[0]) if got.vectors else 0
         except embedclient.EmbeddingFailed as exc:
             out["reachable"] = False
             out["error"] = str(exc)
+
+    def count(con):     # an edited entry's vector is of its old text (another signature): it counts as missing
+        watch.fresh(con, vault.root, vault.state_dir, vault.settings)
+        return vectors.status(con, vault.state_dir, ep.vector_key, types=vault.settings.types, dim=length)
+
+    out = {**out, **vault.with_db(count).to_json(), "model": ep.model}
     return out
 
 

@@ -234,7 +234,7 @@ def _vector_side(vault: VaultReader, con: sqlite3.Connection, qv, allowed, inclu
             report["warning"] = qv.warning
     if status.missing:
         try:
-            embedding.start_background(vault.root, vault.state_dir)
+            embedding.start_background(vault.root, vault.state_dir, len(qv.vector) if qv.vector else 0)
         except OSError as exc:
             vault.warnings.append(f"could not start the embedding pass ({exc}); missing vectors stay missing")
     return similar
