@@ -27,6 +27,8 @@ ACP = Path(sys.executable).parent / "acp"
 CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
 MARKER = re.compile(r"^(<{7}|>{7})( |$)", re.M)
 CLONES = ("a", "b")
+ID_LINE = re.compile(r"(?m)^id: .*\n?")
+TITLE_LINE = re.compile(r"(?m)^title: (.*)$")
 
 
 class Ran:
@@ -177,7 +179,13 @@ class TeamVault(RuleBasedStateMachine):
         return f"marker{self.n:04d}z"
 
     def entries(self, clone: str) -> list[Path]:
-        return sorted((self.roots[clone] / "entries").glob("*.md"))
+        """The entry files in an order that replays: ids (and so file names) are random in every run, so a ``pick``
+        indexes them by their text without the id line (the title first), the name only breaking ties."""
+        def key(p: Path) -> tuple[str, str, str]:
+            text = ID_LINE.sub("", p.read_text("utf-8", errors="replace"))
+            title = TITLE_LINE.search(text)
+            return (title.group(1) if title else "", text, p.name)
+        return sorted((self.roots[clone] / "entries").glob("*.md"), key=key)
 
     def cmd(self, clone: str, *args: str) -> Ran:
         r = run(self.roots[clone], *args)
@@ -290,7 +298,7 @@ class TeamVault(RuleBasedStateMachine):
         r = self.cmd(c, "review", "--json")
         if r.code != 0:
             return
-        items = json.loads(r.out)["items"]
+        items = sorted(json.loads(r.out)["items"], key=lambda i: (str(i.get("title")), str(i.get("body")), i["id"]))
         if not items:
             return
         item = items[pick % len(items)]
@@ -312,7 +320,9 @@ class TeamVault(RuleBasedStateMachine):
         r = run(self.roots[c], "list", "--json")
         if r.code != 0:
             return []
-        return [(e["id"], e["path"]) for e in json.loads(r.out)["entries"]]
+        # by title, not by id or path (random in every run): a ``pick`` replays
+        return [(e["id"], e["path"]) for e in sorted(json.loads(r.out)["entries"],
+                                                     key=lambda e: (e["title"], e["body"], e["path"]))]
 
     # ------------------------------------------------------------------------------------------- invariants
     @invariant()

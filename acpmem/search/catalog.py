@@ -6,6 +6,13 @@ afford on every turn, so parsed entries (and parse problems) are cached per file
 old size and mtime (``touch -r``), a ``git checkout`` or an atomic rename is still noticed without reading any
 file. ``refresh`` reports what changed so the search index can update incrementally. The cache is never
 committed; if it is corrupt or from another schema it is deleted and rebuilt.
+
+A signature only tells changes apart when the timestamps do. Where they are coarse (a scheduler tick on Linux before
+6.13, a second on ext3 or HFS+, two on FAT) a file rewritten with the same size within the granule it was read in —
+in place, or by a rename or an unlink and create that reuses the freed inode number, as ``git checkout`` does — keeps
+all four values. So a row read while its file's ctime was less than ``RACY_NS`` old is "racily clean" (git's term for
+the same problem): it is kept in ``meta`` with its signature and read again, and compared, at every refresh until the
+ctime is that old; after that any change gives a later ctime.
 """
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ import json
 import os
 import sqlite3
 import stat
+import time
 from pathlib import Path
 
 from acpmem.core import layout
@@ -25,6 +33,7 @@ from acpmem.infra import db
 
 SCHEMA_VERSION = 6  # raised when the entry parser refuses what it took before (5: conflict markers, 6: number ranges)
 DB_NAME = layout.DB_NAME
+RACY_NS = 3_000_000_000   # the coarsest timestamps (FAT: 2 s) and some clock step; rows this recent are read again
 
 
 class Problem(Value):
@@ -107,28 +116,30 @@ def refresh(con: sqlite3.Connection, root: Path) -> Changes:
     """Bring the cache in step with the files; returns what changed.
 
     The digest of the whole scan is kept beside the rows it produced (same transaction): when the files are as
-    they were, one lookup answers and the cached signatures are not read at all."""
+    they were and no row is racily clean, one lookup answers and the cached signatures are not read at all."""
+    t0 = time.time_ns()   # before any stat: a file changed after t0 - RACY_NS may change again unseen
     current = scan(root / layout.ENTRIES_DIR)
     digest = _digest(current)
-    row = con.execute("SELECT value FROM meta WHERE key='scan'").fetchone()
-    if row is not None and row[0] == digest:
+    meta = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('scan', 'racy')").fetchall())
+    racy = _racy_map(meta.get("racy"))
+    same = meta.get("scan") == digest
+    if same and not racy:
         return Changes()
-    cached = dict(con.execute("SELECT path, sig FROM files").fetchall())
-    added, modified, todo = [], [], []
-    for path, sig in current.items():
-        old = cached.get(path)
-        if old is None:
-            added.append(path)
-            todo.append((path, sig))
-        elif old != sig:
-            modified.append(path)
-            todo.append((path, sig))
-    changes = Changes(tuple(added), tuple(modified), tuple(p for p in cached if p not in current))
-    if not changes:
-        con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('scan', ?)", (digest,))
-        return changes
-    _apply(con, root, todo, changes.removed, digest)
-    return changes
+    added, modified, todo, removed = [], [], [], []
+    if not same:   # (the same digest: every signature is as cached, only the racily clean rows need a look)
+        cached = dict(con.execute("SELECT path, sig FROM files").fetchall())
+        for path, sig in current.items():
+            old = cached.get(path)
+            if old is None:
+                added.append(path)
+                todo.append((path, sig))
+            elif old != sig:
+                modified.append(path)
+                todo.append((path, sig))
+        removed = [p for p in cached if p not in current]
+    again = [(p, s) for p, s in racy.items() if current.get(p) == s]
+    _store(con, root, t0, modified, todo, again, removed, racy, digest if not same else None, current)
+    return Changes(tuple(added), tuple(modified), tuple(removed))
 
 
 def _sig_of(root: Path, rel: str) -> str | None:
@@ -147,38 +158,93 @@ def _sig_of(root: Path, rel: str) -> str | None:
 def refresh_paths(con: sqlite3.Connection, root: Path, paths) -> Changes:
     """Bring the rows of the given paths (``entries/NAME.md``) in step with their files, without looking at any
     other file: for a caller that knows what changed (the watcher, ``acpmem.search.watch``)."""
+    t0 = time.time_ns()
     paths = sorted(set(paths))
     cached = dict(con.execute("SELECT path, sig FROM files WHERE path IN (SELECT value FROM json_each(?))",
                               (json.dumps(paths, ensure_ascii=False),)).fetchall())
-    added, modified, removed, todo = [], [], [], []
+    row = con.execute("SELECT value FROM meta WHERE key='racy'").fetchone()
+    racy = _racy_map(row[0] if row else None)
+    added, modified, removed, todo, again = [], [], [], [], []
+    now: dict[str, str | None] = {}
     for path in paths:
         sig, old = _sig_of(root, path), cached.get(path)
+        now[path] = sig
         if sig is None:
             if old is not None:
                 removed.append(path)
         elif old != sig:
             (added if old is None else modified).append(path)
             todo.append((path, sig))
-    changes = Changes(tuple(added), tuple(modified), tuple(removed))
-    if changes:
-        _apply(con, root, todo, removed, None)
-    return changes
+        elif racy.get(path) == sig:
+            again.append((path, sig))
+    _store(con, root, t0, modified, todo, again, removed, racy, None, now, partial=True)
+    return Changes(tuple(added), tuple(modified), tuple(removed))
 
 
-def _apply(con: sqlite3.Connection, root: Path, todo: list[tuple[str, str]], removed,
-           digest: str | None) -> None:
-    """Parse ``todo`` (path, signature) and write them and the removals in one transaction, with the digest of the
-    full scan that found them (None: a partial refresh, which makes the next full scan compare signatures)."""
+def _racy_map(value: str | None) -> dict[str, str]:
+    """The racily clean rows kept in ``meta`` (path -> the signature they were read with); a bad value is none."""
+    try:
+        got = json.loads(value) if value else {}
+    except ValueError:
+        return {}
+    return {p: s for p, s in got.items() if isinstance(p, str) and isinstance(s, str)} if isinstance(got, dict) else {}
+
+
+def _is_racy(sig: str, t0: int) -> bool:
+    """Whether a file with this signature, read after ``t0``, may still change without changing its signature: its
+    ctime (which every change sets to the present, a new file too; unlike the mtime it cannot be set back or ahead)
+    is within ``RACY_NS`` of ``t0``."""
+    try:
+        return int(sig.rsplit(":", 2)[1]) >= t0 - RACY_NS
+    except (ValueError, IndexError):
+        return True
+
+
+def _store(con: sqlite3.Connection, root: Path, t0: int, modified: list, todo: list, again: list, removed: list,
+           racy: dict[str, str], digest: str | None, current: dict, *, partial: bool = False) -> None:
+    """Parse ``todo`` (path, signature) and read the racily clean rows ``again`` once more (one whose parse differs
+    from the cached row is added to ``modified``); then write, in one transaction, the rows, the removals, the racy
+    rows (``current``: the signatures found now, of every file or of the ``partial`` refresh's paths) and the digest:
+    ``digest`` when a full scan found a new one, none after a ``partial`` refresh that changed rows, so that the next
+    full scan compares signatures. Nothing is written when nothing differs from what is stored."""
     rows = [(path, sig) + _parse_row(root, path, sig) for path, sig in todo]
+    if again:
+        stored = {r[0]: tuple(r[1:]) for r in con.execute(
+            "SELECT path, entry_id, ok, data, title, type, importance, created, last_read, superseded_by FROM files "
+            "WHERE path IN (SELECT value FROM json_each(?))", (json.dumps([p for p, _ in again]),))}
+        for path, sig in again:
+            parsed = _parse_row(root, path, sig)
+            if stored.get(path) != parsed:
+                modified.append(path)
+                rows.append((path, sig) + parsed)
+    looked = set(todo) | set(again)
+    mine = {path: sig for path, sig in looked if _is_racy(sig, t0)}
+
+    def still(known: dict[str, str]) -> dict[str, str]:
+        """The racy rows after this refresh: those it read again or found changed or gone are replaced by ``mine``;
+        those it did not look at (a partial refresh's other paths, rows another process wrote since) stay."""
+        kept = {p: s for p, s in known.items()
+                if (partial and p not in current) or (current.get(p) == s and (p, s) not in looked)}
+        return kept | mine
+
+    if not rows and not removed and digest is None and still(racy) == racy:
+        return
     con.execute("BEGIN IMMEDIATE")
     try:
         con.executemany("DELETE FROM files WHERE path=?", [(p,) for p in removed])
         con.executemany("INSERT OR REPLACE INTO files(path, sig, entry_id, ok, data, title, type, importance, created,"
                         " last_read, superseded_by) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
-        if digest is None:
-            con.execute("DELETE FROM meta WHERE key='scan'")
-        else:
+        if digest is not None:
             con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('scan', ?)", (digest,))
+        elif partial and (rows or removed):
+            con.execute("DELETE FROM meta WHERE key='scan'")
+        row = con.execute("SELECT value FROM meta WHERE key='racy'").fetchone()   # as it is now, in the transaction
+        new_racy = still(_racy_map(row[0] if row else None))
+        if new_racy:
+            con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('racy', ?)",
+                        (json.dumps(new_racy, ensure_ascii=False, sort_keys=True),))
+        else:
+            con.execute("DELETE FROM meta WHERE key='racy'")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
