@@ -60,6 +60,8 @@ def main() -> None:
             found = "no invariant broken"
         except AssertionError as exc:
             found = f"FOUND: {str(exc).splitlines()[0][:300]}"
+        except Exception as exc:   # e.g. hypothesis's Flaky: a failure that did not replay
+            found = f"FOUND ({type(exc).__name__}): {str(exc).splitlines()[0][:300] if str(exc) else ''}"
         print(f"team model: {args.examples} examples of up to {args.steps} steps, {steps['n']} commands and "
               f"{kills['n']} writes with a kill point ({kills['killed']} killed), {time.monotonic() - t0:.0f} s: {found}")
 
