@@ -11,8 +11,10 @@ A signature only tells changes apart when the timestamps do. Where they are coar
 6.13, a second on ext3 or HFS+, two on FAT) a file rewritten with the same size within the granule it was read in —
 in place, or by a rename or an unlink and create that reuses the freed inode number, as ``git checkout`` does — keeps
 all four values. So a row read while its file's ctime was less than ``RACY_NS`` old is "racily clean" (git's term for
-the same problem): it is kept in ``meta`` with its signature and read again, and compared, at every refresh until the
-ctime is that old; after that any change gives a later ctime.
+the same problem): it is kept in ``meta`` with its signature and a hash of the bytes read, and read again at every
+refresh until the ctime is that old (after that any change gives a later ctime); other bytes are parsed, and a row
+that differs is stored with its signature plus ``~`` and a hash of the row, so that what keys on the signature (the
+search index, the vectors) sees a new version while the file's stat still matches the part before the ``~``.
 """
 from __future__ import annotations
 
@@ -108,7 +110,8 @@ def scan(entries_dir: Path) -> dict[str, str]:
     return out
 
 
-def _digest(current: dict[str, str]) -> str:
+def scan_digest(current: dict[str, str]) -> str:
+    """What the cache records of a whole ``scan``: when the next scan gives the same, nothing changed."""
     return sha256("\n".join(sorted(f"{p}\t{s}" for p, s in current.items())).encode("utf-8")).hexdigest()
 
 
@@ -119,7 +122,7 @@ def refresh(con: sqlite3.Connection, root: Path) -> Changes:
     they were and no row is racily clean, one lookup answers and the cached signatures are not read at all."""
     t0 = time.time_ns()   # before any stat: a file changed after t0 - RACY_NS may change again unseen
     current = scan(root / layout.ENTRIES_DIR)
-    digest = _digest(current)
+    digest = scan_digest(current)
     meta = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('scan', 'racy')").fetchall())
     racy = _racy_map(meta.get("racy"))
     same = meta.get("scan") == digest
@@ -133,11 +136,11 @@ def refresh(con: sqlite3.Connection, root: Path) -> Changes:
             if old is None:
                 added.append(path)
                 todo.append((path, sig))
-            elif old != sig:
+            elif old != sig and old.partition("~")[0] != sig:
                 modified.append(path)
                 todo.append((path, sig))
         removed = [p for p in cached if p not in current]
-    again = [(p, s) for p, s in racy.items() if current.get(p) == s]
+    again = [(p, s) for p, (s, _) in racy.items() if current.get(p) == s]
     _store(con, root, t0, modified, todo, again, removed, racy, digest if not same else None, current)
     return Changes(tuple(added), tuple(modified), tuple(removed))
 
@@ -172,22 +175,26 @@ def refresh_paths(con: sqlite3.Connection, root: Path, paths) -> Changes:
         if sig is None:
             if old is not None:
                 removed.append(path)
-        elif old != sig:
+        elif old != sig and (old is None or old.partition("~")[0] != sig):
             (added if old is None else modified).append(path)
             todo.append((path, sig))
-        elif racy.get(path) == sig:
+        elif path in racy and racy[path][0] == sig:
             again.append((path, sig))
     _store(con, root, t0, modified, todo, again, removed, racy, None, now, partial=True)
     return Changes(tuple(added), tuple(modified), tuple(removed))
 
 
-def _racy_map(value: str | None) -> dict[str, str]:
-    """The racily clean rows kept in ``meta`` (path -> the signature they were read with); a bad value is none."""
+def _racy_map(value: str | None) -> dict[str, tuple[str, str]]:
+    """The racily clean rows kept in ``meta``: path -> (the signature they were read with, ``_fingerprint`` of the
+    bytes); a value that is not that is none."""
     try:
         got = json.loads(value) if value else {}
     except ValueError:
         return {}
-    return {p: s for p, s in got.items() if isinstance(p, str) and isinstance(s, str)} if isinstance(got, dict) else {}
+    if not isinstance(got, dict):
+        return {}
+    return {p: (v[0], v[1]) for p, v in got.items()
+            if isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v)}
 
 
 def _is_racy(sig: str, t0: int) -> bool:
@@ -201,30 +208,42 @@ def _is_racy(sig: str, t0: int) -> bool:
 
 
 def _store(con: sqlite3.Connection, root: Path, t0: int, modified: list, todo: list, again: list, removed: list,
-           racy: dict[str, str], digest: str | None, current: dict, *, partial: bool = False) -> None:
-    """Parse ``todo`` (path, signature) and read the racily clean rows ``again`` once more (one whose parse differs
-    from the cached row is added to ``modified``); then write, in one transaction, the rows, the removals, the racy
+           racy: dict[str, tuple[str, str]], digest: str | None, current: dict, *, partial: bool = False) -> None:
+    """Parse ``todo`` (path, signature) and read the racily clean rows ``again`` once more (bytes that differ from
+    those read before are parsed; a row that then differs from the cached one is added to ``modified``); then write, in one transaction, the rows, the removals, the racy
     rows (``current``: the signatures found now, of every file or of the ``partial`` refresh's paths) and the digest:
     ``digest`` when a full scan found a new one, none after a ``partial`` refresh that changed rows, so that the next
     full scan compares signatures. Nothing is written when nothing differs from what is stored."""
-    rows = [(path, sig) + _parse_row(root, path, sig) for path, sig in todo]
+    rows, mine = [], {}
+    for path, sig in todo:
+        data = _read(root, path, sig)
+        rows.append((path, sig) + _parse_row(path, data))
+        if _is_racy(sig, t0):
+            mine[path] = (sig, _fingerprint(data))
     if again:
         stored = {r[0]: tuple(r[1:]) for r in con.execute(
             "SELECT path, entry_id, ok, data, title, type, importance, created, last_read, superseded_by FROM files "
             "WHERE path IN (SELECT value FROM json_each(?))", (json.dumps([p for p, _ in again]),))}
         for path, sig in again:
-            parsed = _parse_row(root, path, sig)
-            if stored.get(path) != parsed:
-                modified.append(path)
-                rows.append((path, sig) + parsed)
+            data = _read(root, path, sig)
+            seen = _fingerprint(data)
+            if not seen or seen != racy[path][1]:   # other bytes than were read (or none): parse and compare
+                parsed = _parse_row(path, data)
+                if stored.get(path) != parsed:
+                    modified.append(path)
+                    # the same stat, another text: the row's signature is told apart for those that keep it
+                    # (the search index, the vectors), and still matches the file's (``_base``)
+                    version = sha256(repr(parsed).encode("utf-8", "surrogatepass")).hexdigest()[:12]
+                    rows.append((path, f"{sig}~{version}") + parsed)
+            if _is_racy(sig, t0):
+                mine[path] = (sig, seen)
     looked = set(todo) | set(again)
-    mine = {path: sig for path, sig in looked if _is_racy(sig, t0)}
 
-    def still(known: dict[str, str]) -> dict[str, str]:
+    def still(known: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
         """The racy rows after this refresh: those it read again or found changed or gone are replaced by ``mine``;
         those it did not look at (a partial refresh's other paths, rows another process wrote since) stay."""
-        kept = {p: s for p, s in known.items()
-                if (partial and p not in current) or (current.get(p) == s and (p, s) not in looked)}
+        kept = {p: v for p, v in known.items()
+                if (partial and p not in current) or (current.get(p) == v[0] and (p, v[0]) not in looked)}
         return kept | mine
 
     if not rows and not removed and digest is None and still(racy) == racy:
@@ -242,7 +261,8 @@ def _store(con: sqlite3.Connection, root: Path, t0: int, modified: list, todo: l
         new_racy = still(_racy_map(row[0] if row else None))
         if new_racy:
             con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('racy', ?)",
-                        (json.dumps(new_racy, ensure_ascii=False, sort_keys=True),))
+                        (json.dumps({p: list(v) for p, v in new_racy.items()}, ensure_ascii=False,
+                                    sort_keys=True),))
         else:
             con.execute("DELETE FROM meta WHERE key='racy'")
         con.execute("COMMIT")
@@ -258,18 +278,31 @@ def _problem_row(reason: str, field: str | None = None) -> tuple:
     return (None, 0, json.dumps({"reason": reason, "field": field})) + _NO_META
 
 
-def _parse_row(root: Path, rel: str, sig: str) -> tuple:
-    """(entry_id, ok, data, title, type, importance, created, last_read, superseded_by) for one file."""
+def _read(root: Path, rel: str, sig: str) -> bytes | tuple:
+    """The file's bytes (up to one more than the parser takes), or the problem row when it cannot be read."""
     if sig.startswith("symlink:"):
         return _problem_row("entry files may not be symlinks (it could lead out of the vault)")
     try:
         with open(root / rel, "rb") as fh:
-            data = fh.read(2_000_001)
+            return fh.read(2_000_001)
+    except OSError as exc:
+        return _problem_row(f"cannot be read: {exc.strerror}")
+
+
+def _fingerprint(data: bytes | tuple) -> str:
+    """What a racily clean row is compared by: a hash of the bytes read ("" when none could be)."""
+    return sha256(data).hexdigest() if isinstance(data, bytes) else ""
+
+
+def _parse_row(rel: str, data: bytes | tuple) -> tuple:
+    """(entry_id, ok, data, title, type, importance, created, last_read, superseded_by) for one file, from the bytes
+    ``_read`` gave."""
+    if not isinstance(data, bytes):
+        return data
+    try:
         entry = parse_entry_bytes(data, rel, None)  # the type is checked against the settings at read time
     except EntryInvalid as exc:
         return _problem_row(exc.reason, exc.field)
-    except OSError as exc:
-        return _problem_row(f"cannot be read: {exc.strerror}")
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # validation should have said why; whatever got past it is this file's problem, never the listing's
         return _problem_row(f"cannot be parsed ({type(exc).__name__}: {str(exc)[:200]})")
