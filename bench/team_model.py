@@ -63,7 +63,8 @@ def main() -> None:
         except Exception as exc:   # e.g. hypothesis's Flaky: a failure that did not replay
             found = f"FOUND ({type(exc).__name__}): {str(exc).splitlines()[0][:300] if str(exc) else ''}"
         print(f"team model: {args.examples} examples of up to {args.steps} steps, {steps['n']} commands and "
-              f"{kills['n']} writes with a kill point ({kills['killed']} killed), {time.monotonic() - t0:.0f} s: {found}")
+              f"{kills['n']} writes with a kill point ({kills['killed']} killed), {time.monotonic() - t0:.0f} s: "
+              f"{found}")
 
 
 if __name__ == "__main__":

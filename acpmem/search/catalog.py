@@ -210,10 +210,11 @@ def _is_racy(sig: str, t0: int) -> bool:
 def _store(con: sqlite3.Connection, root: Path, t0: int, modified: list, todo: list, again: list, removed: list,
            racy: dict[str, tuple[str, str]], digest: str | None, current: dict, *, partial: bool = False) -> None:
     """Parse ``todo`` (path, signature) and read the racily clean rows ``again`` once more (bytes that differ from
-    those read before are parsed; a row that then differs from the cached one is added to ``modified``); then write, in one transaction, the rows, the removals, the racy
-    rows (``current``: the signatures found now, of every file or of the ``partial`` refresh's paths) and the digest:
-    ``digest`` when a full scan found a new one, none after a ``partial`` refresh that changed rows, so that the next
-    full scan compares signatures. Nothing is written when nothing differs from what is stored."""
+    those read before are parsed; a row that then differs from the cached one is added to ``modified``); then write,
+    in one transaction, the rows, the removals, the racy rows (``current``: the signatures found now, of every file
+    or of the ``partial`` refresh's paths) and the digest: ``digest`` when a full scan found a new one, none after a
+    ``partial`` refresh that changed rows, so that the next full scan compares signatures. Nothing is written when
+    nothing differs from what is stored."""
     rows, mine = [], {}
     for path, sig in todo:
         data = _read(root, path, sig)
@@ -231,8 +232,8 @@ def _store(con: sqlite3.Connection, root: Path, t0: int, modified: list, todo: l
                 parsed = _parse_row(path, data)
                 if stored.get(path) != parsed:
                     modified.append(path)
-                    # the same stat, another text: the row's signature is told apart for those that keep it
-                    # (the search index, the vectors), and still matches the file's (``_base``)
+                    # the same stat, another text: a signature of its own for what keys on it (the search index,
+                    # the vectors), whose part before the "~" still matches the file's
                     version = sha256(repr(parsed).encode("utf-8", "surrogatepass")).hexdigest()[:12]
                     rows.append((path, f"{sig}~{version}") + parsed)
             if _is_racy(sig, t0):
