@@ -37,6 +37,16 @@ def main() -> None:
         return original(self, clone, *a)
 
     team_model.TeamVault.cmd = counting
+    kills = {"n": 0, "killed": 0}
+    original_kill = team_model.run_killed
+
+    def counting_kill(*a):
+        code = original_kill(*a)
+        kills["n"] += 1
+        kills["killed"] += code == -9
+        return code
+
+    team_model.run_killed = counting_kill
     with tempfile.TemporaryDirectory(prefix="acpmem-team-") as tmp:
         team_model.TeamVault.base = Path(tmp)
         machine = team_model.TeamVault
@@ -50,8 +60,11 @@ def main() -> None:
             found = "no invariant broken"
         except AssertionError as exc:
             found = f"FOUND: {str(exc).splitlines()[0][:300]}"
-        print(f"team model: {args.examples} examples of up to {args.steps} steps, {steps['n']} commands, "
-              f"{time.monotonic() - t0:.0f} s: {found}")
+        except Exception as exc:   # e.g. hypothesis's Flaky: a failure that did not replay
+            found = f"FOUND ({type(exc).__name__}): {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        print(f"team model: {args.examples} examples of up to {args.steps} steps, {steps['n']} commands and "
+              f"{kills['n']} writes with a kill point ({kills['killed']} killed), {time.monotonic() - t0:.0f} s: "
+              f"{found}")
 
 
 if __name__ == "__main__":

@@ -4,11 +4,12 @@ command line (one process per command), with the invariants that must hold after
 Used by ``tests/test_team_model.py`` (a bounded run in CI) and ``bench/team_model.py`` (a longer run). The rules are
 what people and agents do to a shared vault: fork writes, human edits (valid, invalid, with conflict markers),
 ``edit``, ``forget``, supersede, ``sync`` from either side, conflicts and their resolution, ``doctor --fix``, a
-write killed with SIGKILL at a random moment, switching the write policy (``auto`` / ``review``), ``remember`` and
+write killed with SIGKILL at one of its steps, switching the write policy (``auto`` / ``review``), ``remember`` and
 ``review`` decisions.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -26,6 +27,8 @@ ACP = Path(sys.executable).parent / "acp"
 CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
 MARKER = re.compile(r"^(<{7}|>{7})( |$)", re.M)
 CLONES = ("a", "b")
+ID_LINE = re.compile(r"(?m)^id: .*\n?")
+TITLE_LINE = re.compile(r"(?m)^title: (.*)$")
 
 
 class Ran:
@@ -33,16 +36,99 @@ class Ran:
         self.args, self.code, self.out, self.err = args, p.returncode, p.stdout, p.stderr
 
 
-def run(root: Path, *args: str, env: dict | None = None, timeout: float = 120) -> Ran:
+def _env(root: Path, env: dict | None = None) -> dict:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("ACPMEM_", "OPENAI_"))}
     full.update(env or {}, ACPMEM_NO_WATCH="1")
     if root.name == "b":   # clone B belongs to a teammate whose git knows no identity (a fresh machine)
         full.update(GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
         for k in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL"):
             full.pop(k, None)
-    p = subprocess.run([str(ACP), "memory", "--vault", str(root), *args], capture_output=True, text=True, env=full,
-                       timeout=timeout)
+    return full
+
+
+def run(root: Path, *args: str, env: dict | None = None, timeout: float = 120) -> Ran:
+    """One command, then ``settle``: a step of the model is the command and what it started in the background."""
+    p = subprocess.run([str(ACP), "memory", "--vault", str(root), *args], capture_output=True, text=True,
+                       env=_env(root, env), timeout=timeout)
+    settle(root)
     return Ran(args, p)
+
+
+# The command line run with an audit hook that kills the process (SIGKILL, by itself) just before its ``n``-th step
+# that changes something: a file opened for writing inside the team's folder, a rename, link, removal, mkdir or
+# truncation, a database opened, a process started (git, a detached helper). The same state gives the same steps, so
+# a kill point drawn by hypothesis replays exactly, where a delay in seconds lands wherever the machine's load puts it.
+KILL_AT = r"""
+import os, sys
+_left = [int(sys.argv.pop(1))]
+_inside = sys.argv.pop(1)
+_W = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_STEPS = {"os.rename", "os.link", "os.symlink", "os.remove", "os.rmdir", "os.mkdir", "os.truncate",
+          "sqlite3.connect", "subprocess.Popen", "os.posix_spawn"}
+def _hook(event, args):
+    if event == "open":
+        path, mode, flags = args
+        if not isinstance(path, (str, bytes)) or not os.fsdecode(path).startswith(_inside):
+            return
+        if not (any(c in mode for c in "wax+") if mode else flags & _W):
+            return
+    elif event not in _STEPS:
+        return
+    _left[0] -= 1
+    if _left[0] < 0:
+        os.kill(os.getpid(), 9)
+sys.addaudithook(_hook)
+from acpmem.cli.main import acp_main
+acp_main()
+"""
+
+
+def run_killed(root: Path, inside: Path, point: int, *args: str) -> int:
+    """``acp memory --vault ROOT ARGS`` killed just before its ``point``-th change (``KILL_AT``); its exit status
+    (-9 when killed, else what the command returned)."""
+    p = subprocess.run([sys.executable, "-c", KILL_AT, str(point), str(inside), "memory", "--vault", str(root), *args],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(root), timeout=120)
+    settle(root)
+    return p.returncode
+
+
+# What a vault runs detached (``acpmem.infra.detach``): the extraction worker, the embedding pass, the index watcher.
+HELPERS = ("worker_main(", "embed_main(", "acpmem.search.watch import main")
+
+
+def helpers(root: Path) -> list[int]:
+    """The pids of the detached helper processes of the vault at ``root`` (Linux /proc)."""
+    needle = repr(str(root)).encode()
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+            state = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in cmd and state != "Z" and any(h.encode() in cmd for h in HELPERS):
+            out.append(int(d))
+    return out
+
+
+def settle(root: Path, timeout: float = 120.0) -> None:
+    """Wait until the helpers a command left running in the background (a ``commit --wait`` hands the requests a
+    killed write left pending to a detached worker) are done: the invariants compare states, not moments of a race.
+    A worker asleep until a scheduled retry (minutes) holds the retry lock and not the worker lock; it is stopped,
+    as a reboot would: its request stays pending for the next worker."""
+    from acpmem.infra import locks
+
+    state = root / ".acpmem" / "locks"
+    deadline = time.monotonic() + timeout
+    while pids := helpers(root):
+        waiter = locks.holder(state / "worker-retry.flock")
+        if waiter in pids and locks.holder(state / "worker.flock") is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(waiter, signal.SIGKILL)
+        assert time.monotonic() < deadline, (root, "helpers still running", pids)
+        time.sleep(0.02)
 
 
 def git(root: Path, *args: str, check: bool = False) -> str:
@@ -93,7 +179,13 @@ class TeamVault(RuleBasedStateMachine):
         return f"marker{self.n:04d}z"
 
     def entries(self, clone: str) -> list[Path]:
-        return sorted((self.roots[clone] / "entries").glob("*.md"))
+        """The entry files in an order that replays: ids (and so file names) are random in every run, so a ``pick``
+        indexes them by their text without the id line (the title first), the name only breaking ties."""
+        def key(p: Path) -> tuple[str, str, str]:
+            text = ID_LINE.sub("", p.read_text("utf-8", errors="replace"))
+            title = TITLE_LINE.search(text)
+            return (title.group(1) if title else "", text, p.name)
+        return sorted((self.roots[clone] / "entries").glob("*.md"), key=key)
 
     def cmd(self, clone: str, *args: str) -> Ran:
         r = run(self.roots[clone], *args)
@@ -180,21 +272,12 @@ class TeamVault(RuleBasedStateMachine):
     def doctor_fix(self, c: str) -> None:
         self.cmd(c, "doctor", "--fix")
 
-    @rule(c=clone, delay=st.floats(0.0, 0.6))
-    def killed_write(self, c: str, delay: float) -> None:
-        """A write killed with SIGKILL at a random moment: never acknowledged, and it must not wedge the vault."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ACPMEM_", "OPENAI_"))}
-        env["ACPMEM_NO_WATCH"] = "1"
-        p = subprocess.Popen([str(ACP), "memory", "--vault", str(self.roots[c]), "commit", "--type", "fact",
-                              "--note", f"killed {self.marker()}", "--importance", "3", "--session", "s", "--seq", "6",
-                              "--transcript", str(CHAT), "--wait"], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, env=env, start_new_session=True)
-        time.sleep(delay)
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
+    @rule(c=clone, point=st.integers(0, 64))
+    def killed_write(self, c: str, point: int) -> None:
+        """A write killed with SIGKILL at one of its steps (``KILL_AT``): never acknowledged, and it must not wedge
+        the vault. Past its last step the write simply finishes (acknowledged to nobody)."""
+        run_killed(self.roots[c], self.dir, point, "commit", "--type", "fact", "--note", f"killed {self.marker()}",
+                   "--importance", "3", "--session", "s", "--seq", "6", "--transcript", str(CHAT), "--wait")
 
     @rule(c=clone, policy=st.sampled_from(["auto", "review"]))
     def set_policy(self, c: str, policy: str) -> None:
@@ -215,7 +298,7 @@ class TeamVault(RuleBasedStateMachine):
         r = self.cmd(c, "review", "--json")
         if r.code != 0:
             return
-        items = json.loads(r.out)["items"]
+        items = sorted(json.loads(r.out)["items"], key=lambda i: (str(i.get("title")), str(i.get("body")), i["id"]))
         if not items:
             return
         item = items[pick % len(items)]
@@ -237,7 +320,9 @@ class TeamVault(RuleBasedStateMachine):
         r = run(self.roots[c], "list", "--json")
         if r.code != 0:
             return []
-        return [(e["id"], e["path"]) for e in json.loads(r.out)["entries"]]
+        # by title, not by id or path (random in every run): a ``pick`` replays
+        return [(e["id"], e["path"]) for e in sorted(json.loads(r.out)["entries"],
+                                                     key=lambda e: (e["title"], e["body"], e["path"]))]
 
     # ------------------------------------------------------------------------------------------- invariants
     @invariant()
@@ -357,11 +442,11 @@ class TeamVault(RuleBasedStateMachine):
                 (state / f"index.sqlite{suffix}").unlink(missing_ok=True)
             after = run(root, "list", "--json")
             assert after.code == before.code, (c, before.err, after.err)
-            assert json.loads(after.out) == json.loads(before.out), (c, _json_diff(json.loads(before.out),
+            assert json.loads(after.out) == json.loads(before.out), (c, json_diff(json.loads(before.out),
                                                                                    json.loads(after.out)))
 
 
-def _json_diff(before, after) -> str:
+def json_diff(before, after) -> str:
     """What differs between two `list --json` outputs: the records only one side has, then the fields that differ."""
     def records(doc):
         rows = doc.get("entries", doc) if isinstance(doc, dict) else doc

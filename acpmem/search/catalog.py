@@ -6,6 +6,15 @@ afford on every turn, so parsed entries (and parse problems) are cached per file
 old size and mtime (``touch -r``), a ``git checkout`` or an atomic rename is still noticed without reading any
 file. ``refresh`` reports what changed so the search index can update incrementally. The cache is never
 committed; if it is corrupt or from another schema it is deleted and rebuilt.
+
+A signature only tells changes apart when the timestamps do. Where they are coarse (a scheduler tick on Linux before
+6.13, a second on ext3 or HFS+, two on FAT) a file rewritten with the same size within the granule it was read in —
+in place, or by a rename or an unlink and create that reuses the freed inode number, as ``git checkout`` does — keeps
+all four values. So a row read while its file's ctime was less than ``RACY_NS`` old is "racily clean" (git's term for
+the same problem): it is kept in ``meta`` with its signature and a hash of the bytes read, and read again at every
+refresh until the ctime is that old (after that any change gives a later ctime); other bytes are parsed, and a row
+that differs is stored with its signature plus ``~`` and a hash of the row, so that what keys on the signature (the
+search index, the vectors) sees a new version while the file's stat still matches the part before the ``~``.
 """
 from __future__ import annotations
 
@@ -13,6 +22,7 @@ import json
 import os
 import sqlite3
 import stat
+import time
 from pathlib import Path
 
 from acpmem.core import layout
@@ -25,6 +35,7 @@ from acpmem.infra import db
 
 SCHEMA_VERSION = 6  # raised when the entry parser refuses what it took before (5: conflict markers, 6: number ranges)
 DB_NAME = layout.DB_NAME
+RACY_NS = 3_000_000_000   # the coarsest timestamps (FAT: 2 s) and some clock step; rows this recent are read again
 
 
 class Problem(Value):
@@ -99,7 +110,8 @@ def scan(entries_dir: Path) -> dict[str, str]:
     return out
 
 
-def _digest(current: dict[str, str]) -> str:
+def scan_digest(current: dict[str, str]) -> str:
+    """What the cache records of a whole ``scan``: when the next scan gives the same, nothing changed."""
     return sha256("\n".join(sorted(f"{p}\t{s}" for p, s in current.items())).encode("utf-8")).hexdigest()
 
 
@@ -107,28 +119,30 @@ def refresh(con: sqlite3.Connection, root: Path) -> Changes:
     """Bring the cache in step with the files; returns what changed.
 
     The digest of the whole scan is kept beside the rows it produced (same transaction): when the files are as
-    they were, one lookup answers and the cached signatures are not read at all."""
+    they were and no row is racily clean, one lookup answers and the cached signatures are not read at all."""
+    t0 = time.time_ns()   # before any stat: a file changed after t0 - RACY_NS may change again unseen
     current = scan(root / layout.ENTRIES_DIR)
-    digest = _digest(current)
-    row = con.execute("SELECT value FROM meta WHERE key='scan'").fetchone()
-    if row is not None and row[0] == digest:
+    digest = scan_digest(current)
+    meta = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('scan', 'racy')").fetchall())
+    racy = _racy_map(meta.get("racy"))
+    same = meta.get("scan") == digest
+    if same and not racy:
         return Changes()
-    cached = dict(con.execute("SELECT path, sig FROM files").fetchall())
-    added, modified, todo = [], [], []
-    for path, sig in current.items():
-        old = cached.get(path)
-        if old is None:
-            added.append(path)
-            todo.append((path, sig))
-        elif old != sig:
-            modified.append(path)
-            todo.append((path, sig))
-    changes = Changes(tuple(added), tuple(modified), tuple(p for p in cached if p not in current))
-    if not changes:
-        con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('scan', ?)", (digest,))
-        return changes
-    _apply(con, root, todo, changes.removed, digest)
-    return changes
+    added, modified, todo, removed = [], [], [], []
+    if not same:   # (the same digest: every signature is as cached, only the racily clean rows need a look)
+        cached = dict(con.execute("SELECT path, sig FROM files").fetchall())
+        for path, sig in current.items():
+            old = cached.get(path)
+            if old is None:
+                added.append(path)
+                todo.append((path, sig))
+            elif old != sig and old.partition("~")[0] != sig:
+                modified.append(path)
+                todo.append((path, sig))
+        removed = [p for p in cached if p not in current]
+    again = [(p, s) for p, (s, _) in racy.items() if current.get(p) == s]
+    _store(con, root, t0, modified, todo, again, removed, racy, digest if not same else None, current)
+    return Changes(tuple(added), tuple(modified), tuple(removed))
 
 
 def _sig_of(root: Path, rel: str) -> str | None:
@@ -147,38 +161,111 @@ def _sig_of(root: Path, rel: str) -> str | None:
 def refresh_paths(con: sqlite3.Connection, root: Path, paths) -> Changes:
     """Bring the rows of the given paths (``entries/NAME.md``) in step with their files, without looking at any
     other file: for a caller that knows what changed (the watcher, ``acpmem.search.watch``)."""
+    t0 = time.time_ns()
     paths = sorted(set(paths))
     cached = dict(con.execute("SELECT path, sig FROM files WHERE path IN (SELECT value FROM json_each(?))",
                               (json.dumps(paths, ensure_ascii=False),)).fetchall())
-    added, modified, removed, todo = [], [], [], []
+    row = con.execute("SELECT value FROM meta WHERE key='racy'").fetchone()
+    racy = _racy_map(row[0] if row else None)
+    added, modified, removed, todo, again = [], [], [], [], []
+    now: dict[str, str | None] = {}
     for path in paths:
         sig, old = _sig_of(root, path), cached.get(path)
+        now[path] = sig
         if sig is None:
             if old is not None:
                 removed.append(path)
-        elif old != sig:
+        elif old != sig and (old is None or old.partition("~")[0] != sig):
             (added if old is None else modified).append(path)
             todo.append((path, sig))
-    changes = Changes(tuple(added), tuple(modified), tuple(removed))
-    if changes:
-        _apply(con, root, todo, removed, None)
-    return changes
+        elif path in racy and racy[path][0] == sig:
+            again.append((path, sig))
+    _store(con, root, t0, modified, todo, again, removed, racy, None, now, partial=True)
+    return Changes(tuple(added), tuple(modified), tuple(removed))
 
 
-def _apply(con: sqlite3.Connection, root: Path, todo: list[tuple[str, str]], removed,
-           digest: str | None) -> None:
-    """Parse ``todo`` (path, signature) and write them and the removals in one transaction, with the digest of the
-    full scan that found them (None: a partial refresh, which makes the next full scan compare signatures)."""
-    rows = [(path, sig) + _parse_row(root, path, sig) for path, sig in todo]
+def _racy_map(value: str | None) -> dict[str, tuple[str, str]]:
+    """The racily clean rows kept in ``meta``: path -> (the signature they were read with, ``_fingerprint`` of the
+    bytes); a value that is not that is none."""
+    try:
+        got = json.loads(value) if value else {}
+    except ValueError:
+        return {}
+    if not isinstance(got, dict):
+        return {}
+    return {p: (v[0], v[1]) for p, v in got.items()
+            if isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v)}
+
+
+def _is_racy(sig: str, t0: int) -> bool:
+    """Whether a file with this signature, read after ``t0``, may still change without changing its signature: its
+    ctime (which every change sets to the present, a new file too; unlike the mtime it cannot be set back or ahead)
+    is within ``RACY_NS`` of ``t0``."""
+    try:
+        return int(sig.rsplit(":", 2)[1]) >= t0 - RACY_NS
+    except (ValueError, IndexError):
+        return True
+
+
+def _store(con: sqlite3.Connection, root: Path, t0: int, modified: list, todo: list, again: list, removed: list,
+           racy: dict[str, tuple[str, str]], digest: str | None, current: dict, *, partial: bool = False) -> None:
+    """Parse ``todo`` (path, signature) and read the racily clean rows ``again`` once more (bytes that differ from
+    those read before are parsed; a row that then differs from the cached one is added to ``modified``); then write,
+    in one transaction, the rows, the removals, the racy rows (``current``: the signatures found now, of every file
+    or of the ``partial`` refresh's paths) and the digest: ``digest`` when a full scan found a new one, none after a
+    ``partial`` refresh that changed rows, so that the next full scan compares signatures. Nothing is written when
+    nothing differs from what is stored."""
+    rows, mine = [], {}
+    for path, sig in todo:
+        data = _read(root, path, sig)
+        rows.append((path, sig) + _parse_row(path, data))
+        if _is_racy(sig, t0):
+            mine[path] = (sig, _fingerprint(data))
+    if again:
+        stored = {r[0]: tuple(r[1:]) for r in con.execute(
+            "SELECT path, entry_id, ok, data, title, type, importance, created, last_read, superseded_by FROM files "
+            "WHERE path IN (SELECT value FROM json_each(?))", (json.dumps([p for p, _ in again]),))}
+        for path, sig in again:
+            data = _read(root, path, sig)
+            seen = _fingerprint(data)
+            if not seen or seen != racy[path][1]:   # other bytes than were read (or none): parse and compare
+                parsed = _parse_row(path, data)
+                if stored.get(path) != parsed:
+                    modified.append(path)
+                    # the same stat, another text: a signature of its own for what keys on it (the search index,
+                    # the vectors), whose part before the "~" still matches the file's
+                    version = sha256(repr(parsed).encode("utf-8", "surrogatepass")).hexdigest()[:12]
+                    rows.append((path, f"{sig}~{version}") + parsed)
+            if _is_racy(sig, t0):
+                mine[path] = (sig, seen)
+    looked = set(todo) | set(again)
+
+    def still(known: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
+        """The racy rows after this refresh: those it read again or found changed or gone are replaced by ``mine``;
+        those it did not look at (a partial refresh's other paths, rows another process wrote since) stay."""
+        kept = {p: v for p, v in known.items()
+                if (partial and p not in current) or (current.get(p) == v[0] and (p, v[0]) not in looked)}
+        return kept | mine
+
+    if not rows and not removed and digest is None and still(racy) == racy:
+        return
     con.execute("BEGIN IMMEDIATE")
     try:
         con.executemany("DELETE FROM files WHERE path=?", [(p,) for p in removed])
         con.executemany("INSERT OR REPLACE INTO files(path, sig, entry_id, ok, data, title, type, importance, created,"
                         " last_read, superseded_by) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
-        if digest is None:
-            con.execute("DELETE FROM meta WHERE key='scan'")
-        else:
+        if digest is not None:
             con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('scan', ?)", (digest,))
+        elif partial and (rows or removed):
+            con.execute("DELETE FROM meta WHERE key='scan'")
+        row = con.execute("SELECT value FROM meta WHERE key='racy'").fetchone()   # as it is now, in the transaction
+        new_racy = still(_racy_map(row[0] if row else None))
+        if new_racy:
+            con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('racy', ?)",
+                        (json.dumps({p: list(v) for p, v in new_racy.items()}, ensure_ascii=False,
+                                    sort_keys=True),))
+        else:
+            con.execute("DELETE FROM meta WHERE key='racy'")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -192,18 +279,31 @@ def _problem_row(reason: str, field: str | None = None) -> tuple:
     return (None, 0, json.dumps({"reason": reason, "field": field})) + _NO_META
 
 
-def _parse_row(root: Path, rel: str, sig: str) -> tuple:
-    """(entry_id, ok, data, title, type, importance, created, last_read, superseded_by) for one file."""
+def _read(root: Path, rel: str, sig: str) -> bytes | tuple:
+    """The file's bytes (up to one more than the parser takes), or the problem row when it cannot be read."""
     if sig.startswith("symlink:"):
         return _problem_row("entry files may not be symlinks (it could lead out of the vault)")
     try:
         with open(root / rel, "rb") as fh:
-            data = fh.read(2_000_001)
+            return fh.read(2_000_001)
+    except OSError as exc:
+        return _problem_row(f"cannot be read: {exc.strerror}")
+
+
+def _fingerprint(data: bytes | tuple) -> str:
+    """What a racily clean row is compared by: a hash of the bytes read ("" when none could be)."""
+    return sha256(data).hexdigest() if isinstance(data, bytes) else ""
+
+
+def _parse_row(rel: str, data: bytes | tuple) -> tuple:
+    """(entry_id, ok, data, title, type, importance, created, last_read, superseded_by) for one file, from the bytes
+    ``_read`` gave."""
+    if not isinstance(data, bytes):
+        return data
+    try:
         entry = parse_entry_bytes(data, rel, None)  # the type is checked against the settings at read time
     except EntryInvalid as exc:
         return _problem_row(exc.reason, exc.field)
-    except OSError as exc:
-        return _problem_row(f"cannot be read: {exc.strerror}")
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # validation should have said why; whatever got past it is this file's problem, never the listing's
         return _problem_row(f"cannot be parsed ({type(exc).__name__}: {str(exc)[:200]})")
