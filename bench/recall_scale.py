@@ -1,7 +1,7 @@
 """Recall at scale: index build from scratch, warm whole-process recall, one changed file, peak RSS.
 
 Usage: python bench/recall_scale.py [--sizes 10000,100000] [--dir /tmp/acpmem-scale] [--runs 7] [--keep]
-                                   [--reuse-index] [--shapes varied,one-turn,many-sessions] [--embed minilm]
+                                   [--reuse-index] [--shapes varied,one-turn,many-sessions] [--embed minilm|mpnet]
 
 For each size N it writes a vault of N varied entries (English words drawn from the CC-CEDICT gloss list with a
 Zipf-like frequency, code identifiers, numbers, about one entry in ten in Chinese, a few superseded) directly as
@@ -320,9 +320,9 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/acpmem-scale")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--embed", default=None, help="minilm (all-MiniLM-L6-v2 served here, see bench/embed_server.py) "
-                    "or the base URL of an OpenAI-compatible endpoint: also measure warm recall with the embedding "
-                    "channel on")
+    ap.add_argument("--embed", default=None, help="minilm or mpnet (all-MiniLM-L6-v2, 384 dimensions, or "
+                    "all-mpnet-base-v2, 768, served here, see bench/embed_server.py) or the base URL of an "
+                    "OpenAI-compatible endpoint: also measure warm recall with the embedding channel on")
     ap.add_argument("--model", default="all-MiniLM-L6-v2", help="the embedding model's name at --embed URL")
     ap.add_argument("--shapes", default="varied", help="citation shapes, comma-separated: varied (one random turn "
                     "each), one-turn (every entry cites the same turn), many-sessions (every entry cites 400 sessions)")
@@ -350,12 +350,12 @@ def main() -> None:
                 raise SystemExit(f"unknown shape {shape!r}; one of {', '.join(SHAPES)}")
             print(f"\n{n} entries, citations: {shape}", flush=True)
             embed = None
-            if args.embed == "minilm":
+            if args.embed in ("minilm", "mpnet"):
                 sys.path.insert(0, str(Path(__file__).resolve().parent))
-                from embed_server import serve
+                from embed_server import MODELS, serve
 
-                server = serve()
-                embed = (server.__enter__(), args.model)
+                server = serve(model=args.embed)
+                embed = (server.__enter__(), MODELS[args.embed].name)
             elif args.embed:
                 embed = (args.embed, args.model)
             r = bench_size(base, n, args.runs, args.reuse_index, shape, embed)
