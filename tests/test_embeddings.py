@@ -46,8 +46,9 @@ def write(vault, topics=TOPICS):
 
 
 def configure(vault, srv, **extra) -> VaultReader:
-    """Point the vault's [embeddings] at the server; returns a fresh reader (the settings are read anew)."""
-    cfg = {"base_url": srv.base_url, "model": "hash-64", **extra}
+    """Point the vault's [embeddings] at the server; returns a fresh reader (the settings are read anew). The query's
+    timeout is generous (a loaded machine must not turn a working endpoint into a fallback) unless a test sets it."""
+    cfg = {"base_url": srv.base_url, "model": "hash-64", "timeout_seconds": 5.0, **extra}
     lines = "".join(f"{k} = {json.dumps(v)}\n" for k, v in cfg.items())
     path = vault.root / "acpmem.toml"
     text = path.read_text("utf-8")
@@ -187,12 +188,12 @@ def test_prefixes_go_before_the_texts_and_a_new_document_prefix_re_embeds(vault)
 def test_a_failing_endpoint_falls_back_to_lexical_with_one_warning(vault, failure, cli):
     write(vault)
     with embeddings_server(synonyms=SYNONYMS) as srv:
-        reader = configure(vault, srv, dimensions=64, batch_timeout_seconds=1.0)
+        reader = configure(vault, srv, dimensions=64, timeout_seconds=1.0, batch_timeout_seconds=1.0)
         embedding.run_pass(reader)
         lexical = cli("memory", "--vault", str(vault.root), "recall", "--json", "retry uploads backoff")
         assert "Warning" not in lexical.stderr
         if failure == "slow":
-            srv.delay = 1.5
+            srv.delay = 3.0
         elif failure == "error":
             srv.status = 500
         else:
