@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 import team_model
 from helpers_proc import wait_until
@@ -20,7 +20,9 @@ EXAMPLES = 6
 
 def test_a_team_vault_keeps_its_invariants(tmp_path):
     team_model.TeamVault.base = tmp_path
+    # no explain phase: on this Python it traces every line, which turns a failure into a timeout that hides it
     machine = settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, derandomize=False,
+                       phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])(team_model.TeamVault)
     machine.TestCase().runTest()
 
