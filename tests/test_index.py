@@ -312,3 +312,45 @@ def test_many_processes_update_and_recall_at_once(example_vault):
     assert con.execute("SELECT count(*) FROM idx_docs").fetchone()[0] == len(v.load().entries)
     assert con.execute("SELECT count(*) FROM idx_dirty").fetchone()[0] == 0
     assert json.loads(json.dumps(con.execute("SELECT n FROM idx_stats").fetchone()))[0] == 10
+
+
+def test_an_immediate_locked_answer_is_tried_again_then_reported(tmp_path):
+    """SQLite answers "locked" at once, without waiting, where waiting could not help: here a write after a read
+    whose snapshot another process has moved past (WAL). ``with_rebuild`` tries the whole attempt again a moment
+    later (which then works) and, when it keeps happening, reports a busy index — never deletes it."""
+    import sqlite3
+
+    from acpmem.core.errors import LockTimeout
+
+    path = tmp_path / "x.sqlite"
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("CREATE TABLE t (x INTEGER)")
+    con.close()
+    calls: list[int] = []
+
+    def attempt(conflict_every_time: bool):
+        calls.append(1)
+        a = sqlite3.connect(path, isolation_level=None, timeout=30)
+        try:
+            a.execute("BEGIN")
+            a.execute("SELECT count(*) FROM t").fetchone()
+            if conflict_every_time or len(calls) == 1:
+                b = sqlite3.connect(path, isolation_level=None)
+                b.execute("INSERT INTO t VALUES (1)")
+                b.close()
+            a.execute("INSERT INTO t VALUES (2)")
+            a.execute("COMMIT")
+            return len(calls)
+        finally:
+            a.close()
+
+    assert db.with_rebuild(path, lambda: attempt(False)) == 2
+    calls.clear()
+    with pytest.raises(LockTimeout):
+        db.with_rebuild(path, lambda: attempt(True))
+    assert len(calls) == len(db.BUSY_RETRIES) + 1
+    assert path.exists()
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT count(*) FROM t WHERE x = 2").fetchone()[0] == 1     # the one attempt that worked
+    con.close()

@@ -37,21 +37,34 @@ def delete(path: Path) -> None:
             os.unlink(str(path) + suffix)
 
 
+BUSY_RETRIES = (0.05, 0.1, 0.2, 0.4, 0.8)   # seconds before each new attempt after an immediate "locked"
+
+
 def with_rebuild(path: Path, attempt: Callable[[], object], reset: Callable[[], None] = lambda: None):
     """``attempt()``; if it fails because the database at ``path`` cannot be read, ``reset()`` (close what holds
-    it), delete the database and try once more. A busy database raises ``LockTimeout`` instead."""
-    for tried in (False, True):
+    it), delete the database and try once more. A busy database is tried again a few times, then raises
+    ``LockTimeout``: SQLite waits out an ordinary lock itself (the busy timeout), but answers "locked" at once
+    where waiting could not help that transaction — a write after a read whose snapshot another process has since
+    moved past, a journal-mode switch while others read, several processes creating one fresh database — and
+    a new attempt, a moment later, starts from the state the other process left."""
+    import time
+
+    rebuilt, waits = False, list(BUSY_RETRIES)
+    while True:
         try:
             return attempt()
         except sqlite3.DatabaseError as exc:
             with contextlib.suppress(Exception):
                 reset()
             if not is_corrupt(exc):
-                raise busy_error(exc) from None
-            if tried:
+                if not waits:
+                    raise busy_error(exc) from None
+                time.sleep(waits.pop(0))
+                continue
+            if rebuilt:
                 raise
+            rebuilt = True
             delete(path)
-    raise AssertionError("unreachable")
 
 
 def connect(path: Path, version: int, create: Callable[[sqlite3.Connection], None], *,
