@@ -238,8 +238,57 @@ def test_identifier_and_typo_queries_keep_lexical_order():
     vocab = Vocabulary(analyze("retry upload session persist deploy"))
     for q in ("retry_upload", "src/app.py", "retryUpload", "v2 deploy", "retry uplaod"):
         assert vector_share(q, plan_query(q, vocab), 0.5) == 0.0, q
+        assert vector_share(q, plan_query(q, vocab), 0.5, vocab) == 0.0, q
     for q in ("keep sessions alive", "retry upload", "how do we deploy"):
         assert vector_share(q, plan_query(q, vocab), 0.5) == 0.5, q
+
+
+# Words a small vault never used that sit one edit from one it did: English words and names are not misspellings
+# (each gated a LoCoMo question from the vector channel before the dictionary check); real misspellings are.
+VAULT_TEXT = ("son find kid mind brand thank white whole bad hand fact race lean mean jon deploy plate play ride "
+              "hike talk care safe token upload consumer pursue recommend receive fundraiser session persistence")
+
+
+@pytest.mark.parametrize("query", ["What kind of art does Caroline make?", "Would Melanie go on a roadtrip soon?",
+                                   "When is the grand opening?", "What does Melanie think about it?",
+                                   "What musical bands has Melanie seen?", "Which city have Jean and John visited?",
+                                   "How does Melanie prioritize self-care?", "keep agent runs alive across redeploys",
+                                   "Where did Oliver hide his bone once?", "What did Caroline find on her walk?"])
+def test_a_word_the_vault_never_used_is_not_a_misspelling(query):
+    vocab = Vocabulary(analyze(VAULT_TEXT))
+    assert vector_share(query, plan_query(query, vocab), 0.5) == 0.0          # the old rule gated them all
+    assert vector_share(query, plan_query(query, vocab), 0.5, vocab) == 0.5
+
+
+@pytest.mark.parametrize("query", ["authentication tokan", "retry uplaod", "kafka consumr lag",
+                                   "What career path has Caroline decided to persue?",
+                                   "What things has Nate reccomended to Joanna?", "How many letters has Joanna recieved?",
+                                   "the shelter funraiser", "sesion persistance", "foo-bar", "the retry-uplaod flag"])
+def test_a_misspelt_word_still_keeps_lexical_order(query):
+    vocab = Vocabulary(analyze(VAULT_TEXT))
+    assert vector_share(query, plan_query(query, vocab), 0.5, vocab) == 0.0
+
+
+@hsettings(max_examples=150, deadline=None)
+@given(st.sampled_from("upload deploy session token consumer fundraiser persistence recommend".split()),
+       st.integers(0, 40), st.sampled_from("abcdefghijklmnopqrstuvwxyz"), st.sampled_from(["del", "swap", "sub"]))
+def test_generated_misspellings_of_vault_words_keep_lexical_order(word, at, letter, edit):
+    """One edit of a vault word that is no English word: if recall finds the word only through its typo
+    neighbours, the query keeps lexical order (the embedding of a misspelling is noise)."""
+    from hypothesis import assume
+
+    from acpmem.search import english
+
+    i = at % len(word)
+    typo = {"del": word[:i] + word[i + 1:], "sub": word[:i] + letter + word[i + 1:],
+            "swap": word[:i] + word[i + 1:i + 2] + word[i:i + 1] + word[i + 2:]}[edit]
+    vocab = Vocabulary(analyze(VAULT_TEXT))
+    assume(typo != word and not english.known_word(typo, vocab.en_to_zh))
+    groups = plan_query(f"the {typo} again", vocab)
+    typo_only = [g for g in groups if g.word == typo and g.terms
+                 and all(t.via == "typo" for t in g.terms)]
+    assume(typo_only)
+    assert vector_share(f"the {typo} again", groups, 0.5, vocab) == 0.0
 
 
 @hsettings(max_examples=60, deadline=None)

@@ -6,6 +6,9 @@ by and about software work and everyday life — never tuned to one benchmark qu
 """
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 # Function words that carry no topic. Applied to documents and queries alike.
 STOP_WORDS = frozenset("""
 a an the and or but if then else of at by for with about against between into through during before after
@@ -96,3 +99,39 @@ sad unhappy upset|angry mad furious|sick ill unwell|
 """
 ALIAS_GROUPS: tuple[tuple[str, ...], ...] = tuple(
     tuple(g.split()) for g in _ALIASES.replace("\n", " ").split("|") if g.split())
+
+
+# Inflections taken off a word before it is looked up as an English word (``known_word``): (suffix, replacement).
+_INFLECTIONS = (("ies", "y"), ("ied", "y"), ("es", ""), ("s", ""), ("ed", ""), ("ed", "e"), ("d", ""), ("ing", ""),
+                ("ing", "e"), ("ly", ""), ("er", ""), ("est", ""), ("ness", ""), ("ment", ""), ("ful", ""), ("al", ""))
+
+
+@functools.lru_cache(maxsize=1)
+def _listed() -> frozenset[str]:
+    return frozenset(STOP_WORDS | QUERY_FILLER | set(IRREGULAR) | set(IRREGULAR.values())
+                     | {w for g in ALIAS_GROUPS for w in g})
+
+
+_PREFIXES = ("re", "un", "pre", "non", "over", "under", "out")
+
+
+def word_forms(word: str) -> set[str]:
+    """``word`` and what it may be inflected or derived from: a suffix off (with the ``y``/``e`` it replaced, and
+    one of a doubled final consonant), keeping three letters at least; a prefix off, keeping four."""
+    stems = {word} | {word[len(p):] for p in _PREFIXES if word.startswith(p) and len(word) - len(p) >= 4}
+    out = set(stems)
+    for stem in stems:
+        for suffix, rep in _INFLECTIONS:
+            if stem.endswith(suffix) and len(stem) - len(suffix) >= 3:
+                base = stem[:-len(suffix)] + rep
+                out.add(base)
+                if base[-1] == base[-2]:
+                    out.add(base[:-1])
+    return out
+
+
+def known_word(word: str, en_to_zh: Callable[[str], object]) -> bool:
+    """Whether ``word`` (lower case) is an English word: in the lists here or a headword of the English↔Chinese
+    dictionary (``en_to_zh``), as written or inflected. What tells a misspelling from a word the vault never used."""
+    listed = _listed()
+    return any(f in listed or en_to_zh(f) for f in word_forms(word))

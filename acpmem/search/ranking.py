@@ -312,15 +312,31 @@ def _diversify(src: PostingSource, final: dict[int, float], limit: int) -> list[
 _IDENTIFIER = re.compile(r"[A-Za-z0-9]+(?:[_./:#-][A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Za-z]+[0-9][A-Za-z0-9]*")
 
 
-def vector_share(query: str, groups: Sequence[QueryGroup], weight: float) -> float:
+def vector_share(query: str, groups: Sequence[QueryGroup], weight: float, vocab=None) -> float:
     """The vector channel's share for this query: none for queries lexical search answers by construction — an
     identifier (``retry_upload``, ``src/app.py``, ``retryUpload``, ``v2``) or a misspelt word (a query word found
-    only through its typo neighbours, which an embedding of the misspelling does not know)."""
-    if not weight or _IDENTIFIER.search(query):
+    only through its typo neighbours, which an embedding of the misspelling does not know).
+
+    With ``vocab`` (its ``en_to_zh`` is the dictionary), a word the vault never used is told from a misspelling:
+    an English word (``english.known_word``: "soon" is not a misspelt "son") or a name (capitalised past the
+    query's first word) does not count as misspelt, nor does a hyphenated compound of English words
+    ("self-care") as an identifier. Without it every such word counts (the rule before the dictionary)."""
+    if not weight:
         return 0.0
+
+    def known(word: str) -> bool:
+        return vocab is not None and english.known_word(word.lower(), vocab.en_to_zh)
+
+    for m in _IDENTIFIER.finditer(query):
+        parts = m.group().split("-")
+        if len(parts) < 2 or not all(p.isalpha() and known(p) for p in parts):
+            return 0.0
+    words = re.findall(r"[^\W\d_]+", query)
+    names = {w.lower() for w in words[1:] if w[:1].isupper()} if vocab is not None else set()
     for g in groups:
         if not any(t.via in ("exact", "alias") for t in g.terms) and any(t.via == "typo" for t in g.terms):
-            return 0.0
+            if g.word not in names and not known(g.word):
+                return 0.0
     return weight
 
 
