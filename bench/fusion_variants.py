@@ -119,14 +119,14 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--only", default="", help="comma-separated variant names (default: all)")
     ap.add_argument("--conversations", default="", help="comma-separated conversation numbers (default: all)")
-    ap.add_argument("--embed", choices=("minilm", "e5", "mpnet"), default="minilm", help="the model served on loopback")
+    ap.add_argument("--embed", choices=("minilm", "e5", "mpnet", "bge"), default="minilm", help="the model served on loopback")
     ap.add_argument("--share", type=float, default=EmbeddingsSettings().weight,
                     help="the vector channel's share in the fused score (default: [embeddings] weight's)")
     args = ap.parse_args()
 
     import numpy as np
 
-    from embed_server import E5_PREFIXES, MODELS, serve
+    from embed_server import MODELS, serve
     from recall_locomo import build_vault, configure, record
     from search_locomo import questions
 
@@ -144,7 +144,7 @@ def main() -> None:
     base = Path(args.dir)
     base.mkdir(parents=True, exist_ok=True)
     model = MODELS[args.embed].name
-    prefixes = E5_PREFIXES if args.embed == "e5" else None
+    prefixes = MODELS[args.embed].PREFIXES or None
     per = {n: defaultdict(list) for n in names}
     orig_fuse = ranking.fuse
     try:

@@ -179,10 +179,10 @@ def main() -> None:
     if args.embed:
         weights = [float(w) for w in args.weights.split(",")]
         try:
-            if args.embed in ("minilm", "e5", "mpnet"):
-                from embed_server import E5_PREFIXES, MODELS, serve
+            from embed_server import MODELS, serve
 
-                prefixes = E5_PREFIXES if args.embed == "e5" else None
+            if args.embed in MODELS:
+                prefixes = MODELS[args.embed].PREFIXES or None
                 with serve(model=args.embed) as url:
                     result = evaluate_embedded(data, base, url, MODELS[args.embed].name, weights, prefixes)
             else:

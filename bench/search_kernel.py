@@ -107,12 +107,12 @@ def embedded_rows(args, corpus: dict, index: MemoryIndex, queries: list[dict]) -
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     with contextlib.ExitStack() as stack:
         prefixes = {"query_prefix": args.query_prefix, "document_prefix": args.document_prefix}
-        if args.embed in ("minilm", "e5", "mpnet"):
-            from embed_server import E5_PREFIXES, MODELS, serve
+        from embed_server import MODELS, serve
 
+        if args.embed in MODELS:
             url = stack.enter_context(serve(model=args.embed))
             model = MODELS[args.embed].name
-            prefixes = E5_PREFIXES if args.embed == "e5" else {}
+            prefixes = dict(MODELS[args.embed].PREFIXES)
         else:
             url, model = args.embed, args.model
         ep = embedclient.Endpoint(base_url=url, model=model, api_key=None, **prefixes)
@@ -131,7 +131,7 @@ def embedded_rows(args, corpus: dict, index: MemoryIndex, queries: list[dict]) -
         for q, s in zip(queries, sims):
             usable = not has_cjk(q["q"]) or "zh" in languages
             groups = plan_query(q["q"], index.vocabulary)
-            share = vector_share(q["q"], groups, w) if usable else 0.0
+            share = vector_share(q["q"], groups, w, index.vocabulary) if usable else 0.0
             ranked.append([h.id for h in rank(index, q["q"], limit=10, groups=groups, similar=s, share=share)])
         out.append((f"default engine fused {w:g}", ranked))
     return out
