@@ -12,6 +12,11 @@ coordinates chosen by its SHA-256. Texts sharing concepts are similar; others ar
         srv.dim = 32             # another model behind the same name (a request's "dimensions" is honoured)
 
 It records every request body (``srv.requests``) and the number of texts embedded (``srv.texts``).
+
+It also answers ``POST /v1/rerank`` as rerank servers do (Jina/Cohere shape; ``srv.rerank_shape = "tei"`` for
+text-embeddings-inference's bare list, ``"bad"`` for one score too few): a document's relevance is the number of
+the query's concepts it shares, unless ``srv.rerank_scores`` (document text → score) says otherwise. Requests go
+to ``srv.rerank_requests``; ``srv.rerank_delay`` and ``srv.rerank_status`` script a late or failing model.
 """
 from __future__ import annotations
 
@@ -47,6 +52,11 @@ class EmbeddingsServer:
         self.dim_override: int | None = None
         self.requests: list[dict] = []
         self.texts = 0
+        self.rerank_scores: dict[str, float] = {}
+        self.rerank_delay = 0.0
+        self.rerank_status = 200
+        self.rerank_shape = "cohere"
+        self.rerank_requests: list[dict] = []
         self._httpd: ThreadingHTTPServer | None = None
 
     @property
@@ -71,6 +81,27 @@ class EmbeddingsServer:
                      "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
+    def concepts(self, text: str) -> set[str]:
+        return {self.synonyms.get(w, w) for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOP}
+
+    def rerank(self, body: dict) -> tuple[int, object]:
+        self.rerank_requests.append(body)
+        if self.rerank_delay:
+            time.sleep(self.rerank_delay)
+        if self.rerank_status != 200:
+            return self.rerank_status, {"error": {"message": "scripted failure"}}
+        q = self.concepts(body["query"])
+        scores = [float(self.rerank_scores.get(d, len(q & self.concepts(d)))) for d in body["documents"]]
+        order = sorted(range(len(scores)), key=lambda i: -scores[i])    # servers answer best first
+        if self.rerank_shape == "tei":
+            return 200, [{"index": i, "score": scores[i]} for i in order]
+        results = [{"index": i, "relevance_score": scores[i]} for i in order]
+        if self.rerank_shape == "bad":
+            results = results[:-1]
+        return 200, {"id": "rr", "model": body.get("model"), "results": results,
+                     "usage": {"total_tokens": sum(len(d.split()) for d in body["documents"])}}
+
+
 @contextmanager
 def embeddings_server(dim: int = 64, synonyms: dict[str, str] | None = None) -> Iterator[EmbeddingsServer]:
     srv = EmbeddingsServer(dim, dict(synonyms or {}))
@@ -81,10 +112,12 @@ def embeddings_server(dim: int = 64, synonyms: dict[str, str] | None = None) -> 
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if self.path.rstrip("/") not in ("/v1/embeddings", "/embeddings"):
-                status, payload = 404, {"error": {"message": "not found"}}
-            else:
+            if self.path.rstrip("/") in ("/v1/embeddings", "/embeddings"):
                 status, payload = srv.answer(json.loads(raw))
+            elif self.path.rstrip("/") in ("/v1/rerank", "/rerank"):
+                status, payload = srv.rerank(json.loads(raw))
+            else:
+                status, payload = 404, {"error": {"message": "not found"}}
             out = json.dumps(payload).encode()
             try:
                 self.send_response(status)

@@ -230,6 +230,36 @@ def test_recall_tells_the_client_what_the_embedding_channel_did_and_the_model_on
     assert errlog.read_text().count("Warning: ") == 1 and "HTTP 500" in errlog.read_text()
 
 
+def test_recall_tells_the_client_what_the_rerank_stage_did_and_the_model_nothing(vault, tmp_path):
+    """With [rerank] on, a recall result's _meta carries what the stage did; a failing rerank model puts its
+    warning there and in the server's stderr, and the text the model reads is recall's own order, unannotated."""
+    from embeddings_server import embeddings_server
+    from test_rerank import NOTES, configure
+    from test_embeddings import write
+
+    write(vault, NOTES)
+    query = {"query": "deploy notes"}
+    errlog = tmp_path / "serve.err"
+    with embeddings_server() as srv:
+        configure(vault, srv)
+
+        async def body(s):
+            ok = await s.call_tool("memory_recall", query)
+            srv.rerank_status = 500
+            failed = await s.call_tool("memory_recall", query)
+            return ok, failed
+
+        ok, failed = _session_run(_server_params(vault.root, "--session", "s-rr"), body, str(errlog))
+    assert not ok.is_error and not failed.is_error
+    assert ok.meta == {"acpmem/rerank": {"model": "cross-test", "candidates": 6, "used": True}}
+    said = failed.meta["acpmem/rerank"]
+    assert said["used"] is False and "HTTP 500" in said["warning"] and "acpmem/warning" not in failed.meta
+    text = failed.content[0].text
+    assert "Deploy notes" in text and "HTTP 500" not in text and "lexical" not in text
+    log = errlog.read_text()
+    assert log.count("Warning: ") == 1 and "HTTP 500" in log and "kept its own order" in log
+
+
 def test_recall_result_has_no_meta_with_the_channel_off(example_vault):
     async def body(s):
         return await s.call_tool("memory_recall", {"query": "rate limit search API Retry-After"})

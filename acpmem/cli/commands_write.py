@@ -376,6 +376,10 @@ def stats(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) ->
         out(f"Embeddings: model {m['model']} at {m['base_url']}: {m['present']} entries with vectors, "
             f"{m['missing']} missing; {ec['calls']} call(s) ({ec['failed']} failed), {ec['texts']} texts, "
             f"{ec['prompt_tokens']} tokens, {ec['latency_s']:.1f} s")
+    if "rerank" in s:
+        r = s["rerank"]
+        out(f"Rerank: model {r['model']} at {r['base_url'] or '(no base_url)'} reorders recall's best "
+            f"{r['candidates']}")
 
 
 def _size(n: int) -> str:

@@ -115,8 +115,10 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
     finally:
         v.close()
     emit_warnings(v)
-    if not json_ and report.get("warning"):   # --json carries it in the document
-        warn(f"Warning: {report['warning']}")
+    if not json_:   # --json carries them in the document
+        for said in (report.get("warning"), report.get("rerank", {}).get("warning")):
+            if said:
+                warn(f"Warning: {said}")
     return 0
 
 

@@ -89,6 +89,18 @@ class EmbeddingsSettings(Section):
     document_prefix: str = ""         # the e5 family, "search_query: " / "search_document: " for nomic-embed)
 
 
+class RerankSettings(Section):
+    """The optional rerank stage of recall: off while ``model`` is empty. A rerank model (a cross-encoder) reads the
+    query with each of the best ``candidates`` entries and scores them; recall merges that order with its own.
+    ``base_url`` falls back to ``OPENAI_BASE_URL``, the key to the variable named by ``api_key_env``."""
+    base_url: str = ""
+    model: str = ""                   # empty: no rerank stage
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_seconds: float = 1.0      # the whole rerank call at recall time; then recall's own order
+    candidates: int = 20              # how many of recall's best entries the model reorders
+    languages: str = "en"             # what the model understands; queries in other scripts keep recall's order
+
+
 class GitSettings(Section):
     lock_timeout_seconds: float = 60.0
     foreign_lock_wait_seconds: float = 10.0
@@ -113,6 +125,7 @@ class Settings(Value):
     layers: LayersSettings = LayersSettings()
     write: WriteSettings = WriteSettings()
     embeddings: EmbeddingsSettings = EmbeddingsSettings()
+    rerank: RerankSettings = RerankSettings()
 
     def to_json(self) -> dict:
         d = self.__dict__
@@ -146,6 +159,8 @@ _RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("embeddings", "batch_timeout_seconds"): (0, 3600, True),
     ("embeddings", "batch_size"): (1, 2048, False),
     ("embeddings", "weight"): (0, 10, False),
+    ("rerank", "timeout_seconds"): (0, 60, True),
+    ("rerank", "candidates"): (2, 200, False),
     ("git", "lock_timeout_seconds"): (0, 86_400, False),
     ("git", "foreign_lock_wait_seconds"): (0, 86_400, False),
     ("layers", "user_share"): (0, 1, False),
@@ -159,7 +174,7 @@ _MAX_TYPE_CHARS = 64
 _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceSettings,
              "recall": RecallSettings, "extraction": ExtractionSettings, "git": GitSettings,
              "layers": LayersSettings, "write": WriteSettings,
-             "embeddings": EmbeddingsSettings}
+             "embeddings": EmbeddingsSettings, "rerank": RerankSettings}
 POLICIES = ("auto", "review", "off")
 
 
@@ -245,10 +260,11 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
                             f"sections: vault, {', '.join(_SECTIONS)}")
     kwargs = {name: _coerce(cls, name, data.get(name, {}), path) for name, cls in _SECTIONS.items()}
     s = Settings(types=tuple(types), language=language, **kwargs)
-    langs = [x.strip() for x in s.embeddings.languages.split(",")]
-    if not all(x in ("en", "zh") for x in langs):
-        raise SettingsError(f"{path}: embeddings.languages must name languages among en, zh, got "
-                            f"{clip(s.embeddings.languages)}", 'e.g. languages = "en" or languages = "en,zh"')
+    for section in (s.embeddings, s.rerank):
+        if not all(x.strip() in ("en", "zh") for x in section.languages.split(",")):
+            name = "embeddings" if section is s.embeddings else "rerank"
+            raise SettingsError(f"{path}: {name}.languages must name languages among en, zh, got "
+                                f"{clip(section.languages)}", 'e.g. languages = "en" or languages = "en,zh"')
     if s.extraction.extractor not in ("auto", "llm", "offline"):
         raise SettingsError(f"{path}: extraction.extractor must be auto, llm or offline",
                             "extractor = \"auto\", \"llm\" or \"offline\"")

@@ -78,15 +78,24 @@ def embed(endpoint: Endpoint, texts: Sequence[str], timeout: float) -> Embedded:
     body: dict = {"model": endpoint.model, "input": list(texts), "encoding_format": "float"}
     if endpoint.dimensions:
         body["dimensions"] = endpoint.dimensions
+    raw, latency = post_json(endpoint.url, endpoint.base_url, body, endpoint.api_key, timeout, "embeddings",
+                             EmbeddingFailed)
+    return parse(raw, len(texts), endpoint.dimensions, latency)
+
+
+def post_json(url: str, base_url: str, body: dict, api_key: str | None, timeout: float, what: str,
+              failed: type[Exception]) -> tuple[bytes, float]:
+    """POST ``body`` as JSON to ``url`` within ``timeout`` seconds; the answer's bytes and the latency. Any failure
+    raises ``failed`` with one line naming ``what`` endpoint (``embeddings``, ``rerank``)."""
     headers = {"Content-Type": "application/json"}
-    if endpoint.api_key:
-        headers["Authorization"] = f"Bearer {endpoint.api_key}"
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
     import http.client
     from urllib.parse import urlsplit
 
-    u = urlsplit(endpoint.url)
+    u = urlsplit(url)
     if u.scheme not in ("http", "https") or not u.hostname:
-        raise EmbeddingFailed(f"the embeddings endpoint is not an http(s) URL: {endpoint.base_url[:200]}")
+        raise failed(f"the {what} endpoint is not an http(s) URL: {base_url[:200]}")
     conn_type = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
     t0 = time.monotonic()
     try:
@@ -96,17 +105,16 @@ def embed(endpoint: Endpoint, texts: Sequence[str], timeout: float) -> Embedded:
                          json.dumps(body, ensure_ascii=False).encode("utf-8"), headers)
             resp = conn.getresponse()
             if resp.status != 200:
-                raise EmbeddingFailed(f"the embeddings endpoint answered HTTP {resp.status}")
+                raise failed(f"the {what} endpoint answered HTTP {resp.status}")
             raw = resp.read(MAX_ANSWER_BYTES + 1)
         finally:
             conn.close()
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        what = "timed out" if isinstance(exc, TimeoutError) or "timed out" in str(exc) else str(exc) or type(exc).__name__
-        raise EmbeddingFailed(f"the embeddings endpoint could not be reached ({what[:200]})") from None
-    latency = time.monotonic() - t0
+        why = "timed out" if isinstance(exc, TimeoutError) or "timed out" in str(exc) else str(exc) or type(exc).__name__
+        raise failed(f"the {what} endpoint could not be reached ({why[:200]})") from None
     if len(raw) > MAX_ANSWER_BYTES:
-        raise EmbeddingFailed("the embeddings endpoint answered more than 256 MB")
-    return parse(raw, len(texts), endpoint.dimensions, latency)
+        raise failed(f"the {what} endpoint answered more than 256 MB")
+    return raw, time.monotonic() - t0
 
 
 def parse(raw: bytes, n: int, dimensions: int, latency: float = 0.0) -> Embedded:
@@ -124,7 +132,7 @@ def parse(raw: bytes, n: int, dimensions: int, latency: float = 0.0) -> Embedded
                     isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in vec):
                 raise ValueError("an embedding is not a list of finite numbers")
             vectors.append(tuple(float(x) for x in vec))
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:
         raise EmbeddingFailed(f"the embeddings endpoint answered something else than embeddings ({str(exc)[:120]})") \
             from None
     dims = {len(v) for v in vectors}
@@ -138,4 +146,4 @@ def parse(raw: bytes, n: int, dimensions: int, latency: float = 0.0) -> Embedded
     return Embedded(vectors=tuple(vectors), tokens=tokens, latency_s=latency)
 
 
-__all__ = ["Endpoint", "Embedded", "EmbeddingFailed", "resolve", "embed", "parse"]
+__all__ = ["Endpoint", "Embedded", "EmbeddingFailed", "resolve", "embed", "parse", "post_json"]

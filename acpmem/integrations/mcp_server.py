@@ -27,7 +27,9 @@ server's own ``--transcript`` when it starts, so ``show --source`` finds the tur
 
 With the embedding channel on, a ``memory_recall`` result's ``_meta`` carries ``acpmem/vectors`` (model, present,
 missing, used) and, when the query fell back to lexical search, ``acpmem/warning`` (also written to the server's
-stderr); the model's text then ends with one line saying so (``MemoryService.answer``).
+stderr); the model's text then ends with one line saying so (``MemoryService.answer``). With the rerank stage on,
+``acpmem/rerank`` (model, candidates, used, and ``skipped`` or its ``warning``, written to stderr too); a failed
+rerank changes nothing the model needs to know (recall's own order stands), so its text is unchanged.
 
 The same session freezes the ``memory://index`` text (``acpmem.vault.resident``) and is passed to recall. Every call
 opens the vault afresh (cheap), so edits, syncs and settings changes made while the server runs are seen.
@@ -104,7 +106,7 @@ class MemoryService:
                meta: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """``call``, with the result's ``_meta`` for the client: for ``memory_recall`` with the embedding channel
         on, ``acpmem/vectors`` (model, present, missing, used) and, when the query fell back to lexical search,
-        ``acpmem/warning``. Empty otherwise."""
+        ``acpmem/warning``; with the rerank stage on, ``acpmem/rerank``. Empty otherwise."""
         args = dict(arguments or {})
         if name == "memory_commit":
             return self.commit(args, host_values(meta)), {}
@@ -193,7 +195,7 @@ class MemoryService:
             text = recall_text(v, hits)
             if report.get("warning"):
                 text += "\n\n" + lexical_fallback_note(v)
-            return text, {META_PREFIX + k: report[k] for k in ("vectors", "warning") if k in report}
+            return text, {META_PREFIX + k: report[k] for k in ("vectors", "warning", "rerank") if k in report}
         finally:
             v.close()
 
@@ -229,9 +231,10 @@ def serve(vault_path: Path, *, session: str | None = None, transcript: str | Non
         # Errors the model can fix go back as tool results (is_error), so it sees them and retries.
         try:
             said, meta = svc.answer(params.name, params.arguments, dict(params.meta or {}))
-            if meta.get(META_PREFIX + "warning"):   # the client's log (the server's stderr) sees it too
-                sys.stderr.write(f"Warning: {meta[META_PREFIX + 'warning']}\n")
-                sys.stderr.flush()
+            for line in (meta.get(META_PREFIX + "warning"), (meta.get(META_PREFIX + "rerank") or {}).get("warning")):
+                if line:   # the client's log (the server's stderr) sees it too
+                    sys.stderr.write(f"Warning: {line}\n")
+                    sys.stderr.flush()
             return text(said, meta=meta)
         except AcpmemError as exc:
             return text(exc.line(), error=True)

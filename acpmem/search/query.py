@@ -297,16 +297,18 @@ class IndexSource:
 
 def search(con: sqlite3.Connection, query: str, limit: int = 5, *, types: Iterable[str] | None = None,
            include_superseded: bool = False, preview_length: int = 200, similar: Mapping[int, float] | None = None,
-           share: float = 0.0) -> list[Hit]:
+           share: float = 0.0, said: dict | None = None) -> list[Hit]:
     """Rank the indexed documents for ``query`` with the default engine (``ranking.rank``); ``Hit.id`` is the
     entry file's path. Previews are made from the full text of the hits only, as ``rank`` makes them.
 
     ``similar`` (index key → cosine similarity, from ``acpmem.search.vectors.nearest``) fuses the vector channel
     in at ``share``, reduced to nothing for the queries lexical search answers by construction
-    (``ranking.vector_share``)."""
+    (``ranking.vector_share``). ``said`` (when given) receives ``sure``: whether this is such a query."""
     src = IndexSource(con, types=types, include_superseded=include_superseded)
     groups = plan_query(query, src.vocabulary)
-    share = vector_share(query, groups, share) if similar else 0.0
+    share = vector_share(query, groups, share, src.vocabulary) if similar else 0.0
+    if said is not None:     # what the caller's later stages need to know of the query
+        said["sure"] = vector_share(query, groups, 1.0, src.vocabulary) == 0.0
     hits = rank(src, query, limit=limit, preview_length=preview_length, groups=groups, similar=similar, share=share)
     if not hits:
         return hits

@@ -161,6 +161,7 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
     _check_entries(vault, add, to_resolve)
     _check_watcher(vault, add)
     _check_embeddings(vault, add)
+    _check_rerank(vault, add)
     for check in more:   # the layers above add theirs (pending extraction requests: acpmem.write.checkup)
         check(vault, add)
     return Report(tuple(found))
@@ -205,6 +206,21 @@ def _check_embeddings(vault: Vault, add) -> None:
                     "(the background pass makes them; the next recall starts it)")
     else:
         add("info", f"all {st['present']} entries have a vector of {st['model']}")
+
+
+def _check_rerank(vault: Vault, add) -> None:
+    """The rerank stage, when on: the endpoint answers (one short probe)."""
+    if not vault.settings.rerank.model:
+        return
+    from acpmem.vault.reranking import status
+
+    st = status(vault.settings)
+    where = f"model {st['model']} at {st['base_url'] or '(no base_url)'}"
+    if st["reachable"]:
+        add("info", f"the rerank endpoint ({where}) answers; recall reorders its best {st['candidates']} with it")
+    else:
+        add("warning", f"the rerank endpoint ({where}) does not answer: {st['error']}; recall keeps its own order "
+                       "meanwhile", "check [rerank] base_url, model and the key in the variable api_key_env names")
 
 
 def _check_watcher(vault: Vault, add) -> None:

@@ -148,7 +148,10 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
     With the embedding channel on (``[embeddings] model``), the query's vector joins the ranking and ``report``
     (when given) receives ``vectors`` (model, present, missing, used) and, when the query could not be embedded,
     one ``warning``; recall then ranks lexically. Missing entry vectors start the background pass
-    (``acpmem.vault.embedding``); recall never waits for them. With the channel off ``report`` stays empty."""
+    (``acpmem.vault.embedding``); recall never waits for them. With the rerank stage on (``[rerank] model``), a
+    rerank model reorders the best ``[rerank] candidates`` (``acpmem.vault.reranking``) and ``report`` receives
+    ``rerank`` (model, candidates, used, and ``skipped`` or its own ``warning``). With both off ``report`` stays
+    empty."""
     query = "" if query is None else query
     if not isinstance(query, str) or not is_utf8(query) or "\x00" in query:
         raise UsageError(f"a query must be text, got {clip(query)}", 'pass words to look for, e.g. "sqlite wal"')
@@ -162,18 +165,29 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
     qv = _query_vector(vault, query)
     similar: dict[int, float] = {}
 
+    reranked = bool(vault.settings.rerank.model)
+    need = max(limit, vault.settings.rerank.candidates) if reranked else limit
+
     def work(con: sqlite3.Connection) -> list[tuple]:
         nonlocal similar
         if qv is not None:
             similar = _vector_side(vault, con, qv, allowed, include_superseded, report)
-        want = limit
+        want = need
+        said: dict = {}
         while True:
             hits = search_index(con, query, want, types=allowed, include_superseded=include_superseded,
-                                similar=similar, share=qv.share if qv is not None else 0.0)
+                                similar=similar, share=qv.share if qv is not None else 0.0, said=said)
             found = [(e, h) for e, h in ((_entry_at(con, h.id), h) for h in hits) if e is not None]
-            if len(found) >= limit or len(hits) < want:
-                return found[:limit]
+            if len(found) >= need or len(hits) < want:
+                break
             want = want * 2 + 5  # some hits were files that lose to another file with the same id
+        sure = said["sure"]
+        if sure and report is not None and report.get("vectors", {}).get("used"):
+            report["vectors"] = {**report["vectors"], "used": False,
+                                 "skipped": "the query is an identifier or has a misspelt word"}
+        if reranked:
+            found = _reranked(vault, query, found[:need], sure, report)
+        return found[:limit]
 
     found = _with_index(vault, work)
     if not found:
@@ -241,6 +255,22 @@ def _vector_side(vault: VaultReader, con: sqlite3.Connection, qv, allowed, inclu
 
 
 # --------------------------------------------------------------------------------------------- surfacing
+
+def _reranked(vault: VaultReader, query: str, found: list[tuple], sure: bool, report: dict | None) -> list[tuple]:
+    """``found`` (entry, hit) in the rerank stage's order (``acpmem.vault.reranking``), reported in ``report``.
+    The hits keep the scores of recall's order, handed out in the new order, so scores still fall down the list
+    and compare with another layer's."""
+    from acpmem.vault import reranking
+
+    texts = [f"{e.title}\n{e.body}".strip() for e, _ in found]
+    order, said = reranking.rerank(vault.settings, query, texts, sure)
+    if report is not None:
+        report["rerank"] = said
+    if order is None:
+        return found
+    scores = [h.score for _, h in found]
+    return [(found[i][0], found[i][1].with_changes(score=scores[r])) for r, i in enumerate(order)]
+
 
 def _session_lock(sdir: Path):
     """The session's ledger lock: held for milliseconds; released by the kernel if we die."""

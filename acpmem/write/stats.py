@@ -85,6 +85,7 @@ def stats(vault) -> dict:
         "budget": _budget(vault, reqs),
         "review": _review(vault),
         **_embeddings(vault, ledger),
+        **_rerank(vault),
     }
 
 
@@ -114,3 +115,12 @@ def _embeddings(vault, ledger: list[dict]) -> dict:
     from acpmem.vault.embedding import channel_status
 
     return {"embeddings": {**channel_status(vault, probe=False), "costs": costs.summarize_embeddings(ledger)}}
+
+
+def _rerank(vault) -> dict:
+    """The rerank stage, when on: model, endpoint, how many candidates it reorders."""
+    if not vault.settings.rerank.model:
+        return {}
+    from acpmem.vault.reranking import status
+
+    return {"rerank": status(vault.settings, probe=False)}
