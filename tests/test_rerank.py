@@ -152,6 +152,9 @@ def test_queries_recall_answers_by_construction_keep_its_order(vault):
             report = recalled(reader, query)[2]
             assert len(srv.rerank_requests) == n, query            # not even sent
             assert report["rerank"]["used"] is False and report["rerank"]["skipped"], query
+        n = len(srv.rerank_requests)
+        report = recalled(reader, "consumer")[2]          # one word: nothing for the model to relate
+        assert len(srv.rerank_requests) == n and "one-word" in report["rerank"]["skipped"]
         reader = configure(vault, srv, languages="en,zh")
         assert recalled(reader, "数据库迁移")[2]["rerank"]["used"] is True
         # a query that finds nothing, or one entry, has nothing to reorder

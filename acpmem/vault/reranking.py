@@ -8,7 +8,10 @@ own signals (citation neighbours, tags, dates, the duplicate step-back) that the
 LoCoMo (docs/design.md). Entries past the candidates keep their place.
 
 The queries recall answers by construction keep its order, as they get no vector share: an identifier, a misspelt
-word, a query in a script the model is not set for (``[rerank] languages``). A model that fails or is late leaves
+word, a query in a script the model is not set for (``[rerank] languages``). So does a one-word query: a rerank
+model is trained to relate a question to a passage, and with one word there is nothing to relate — which entry is
+most about that word is what the term scores, tags and title weigh (on the kernel corpus the stage moved
+"authentication", "upload" and "cache" down). A model that fails or is late leaves
 recall's order, with a warning; recall never fails because of it.
 """
 from __future__ import annotations
@@ -35,10 +38,11 @@ def merge(scores: Sequence[float]) -> list[int]:
     return sorted(range(n), key=lambda j: (-fused[j], j))
 
 
-def rerank(settings, query: str, texts: Sequence[str], sure: bool,
+def rerank(settings, query: str, texts: Sequence[str], sure: bool, words: int = 2,
            env: Mapping[str, str] | None = None) -> tuple[list[int] | None, dict]:
     """The new order of ``texts`` (recall's best, best first) or None to keep it, and what to report (model,
-    candidates, used, and ``skipped`` or ``warning``). ``sure``: recall answers this query by construction."""
+    candidates, used, and ``skipped`` or ``warning``). ``sure``: recall answers this query by construction;
+    ``words``: how many words it searched for."""
     from acpmem.search.analysis import has_cjk
 
     ep = endpoint(settings, env)
@@ -49,6 +53,9 @@ def rerank(settings, query: str, texts: Sequence[str], sure: bool,
     languages = {x.strip() for x in cfg.languages.split(",")}
     if sure:
         report["skipped"] = "the query is an identifier or has a misspelt word: recall's order is kept"
+        return None, report
+    if words < 2:
+        report["skipped"] = "a one-word query: recall's order is kept"
         return None, report
     if has_cjk(query) and "zh" not in languages:
         report["skipped"] = "the query is Chinese and the rerank model is set for " + ", ".join(sorted(languages))

@@ -181,12 +181,12 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
             if len(found) >= need or len(hits) < want:
                 break
             want = want * 2 + 5  # some hits were files that lose to another file with the same id
-        sure = said["sure"]
+        sure, words = said["sure"], said["words"]
         if sure and report is not None and report.get("vectors", {}).get("used"):
             report["vectors"] = {**report["vectors"], "used": False,
                                  "skipped": "the query is an identifier or has a misspelt word"}
         if reranked:
-            found = _reranked(vault, query, found[:need], sure, report)
+            found = _reranked(vault, query, found[:need], sure, words, report)
         return found[:limit]
 
     found = _with_index(vault, work)
@@ -256,14 +256,15 @@ def _vector_side(vault: VaultReader, con: sqlite3.Connection, qv, allowed, inclu
 
 # --------------------------------------------------------------------------------------------- surfacing
 
-def _reranked(vault: VaultReader, query: str, found: list[tuple], sure: bool, report: dict | None) -> list[tuple]:
+def _reranked(vault: VaultReader, query: str, found: list[tuple], sure: bool, words: int,
+              report: dict | None) -> list[tuple]:
     """``found`` (entry, hit) in the rerank stage's order (``acpmem.vault.reranking``), reported in ``report``.
     The hits keep the scores of recall's order, handed out in the new order, so scores still fall down the list
     and compare with another layer's."""
     from acpmem.vault import reranking
 
     texts = [f"{e.title}\n{e.body}".strip() for e, _ in found]
-    order, said = reranking.rerank(vault.settings, query, texts, sure)
+    order, said = reranking.rerank(vault.settings, query, texts, sure, words)
     if report is not None:
         report["rerank"] = said
     if order is None:
