@@ -1,7 +1,7 @@
 """Recall at scale: index build from scratch, warm whole-process recall, one changed file, peak RSS.
 
 Usage: python bench/recall_scale.py [--sizes 10000,100000] [--dir /tmp/acpmem-scale] [--runs 7] [--keep]
-                                   [--reuse-index] [--shapes varied,one-turn,many-sessions] [--embed minilm|mpnet]
+                                   [--reuse-index] [--shapes varied,one-turn,many-sessions] [--embed minilm|bge|e5|mpnet] [--rerank msmarco]
 
 For each size N it writes a vault of N varied entries (English words drawn from the CC-CEDICT gloss list with a
 Zipf-like frequency, code identifiers, numbers, about one entry in ten in Chinese, a few superseded) directly as
@@ -214,8 +214,18 @@ def set_embeddings(root: Path, url: str, model: str) -> None:
     path.write_text(head + sep + body + nxt + rest, "utf-8")
 
 
-def bench_fused(root: Path, queries: list[str], runs: int, url: str, model: str) -> dict:
-    """Warm recall with the embedding channel on (vectors made first by the background pass, in this process)."""
+def set_rerank(root: Path, url: str, model: str) -> None:
+    """Point (or, with model "", stop pointing) the vault's [rerank] at an endpoint."""
+    path = root / "acpmem.toml"
+    head, sep, tail = path.read_text("utf-8").partition("[rerank]\n")
+    body, nxt, rest = tail.partition("\n[")
+    body = f"base_url = {json.dumps(url)}\nmodel = {json.dumps(model)}\ntimeout_seconds = 10.0\n" if model else ""
+    path.write_text(head + "[rerank]\n" + body + nxt + rest, "utf-8")
+
+
+def bench_fused(root: Path, queries: list[str], runs: int, url: str, model: str, rerank: str = "") -> dict:
+    """Warm recall with the embedding channel on (vectors made first by the background pass, in this process),
+    and with ``rerank`` (a rerank model at ``url``) the rerank stage too."""
     from acpmem.infra import embedclient
     from acpmem.vault import embedding
     from acpmem.vault.reader import VaultReader
@@ -236,13 +246,27 @@ def bench_fused(root: Path, queries: list[str], runs: int, url: str, model: str)
     for q in queries:
         times = [run_recall(root, q)[0] for _ in range(runs)]
         per_query[q] = statistics.median(times)
+    out = {"per_query": per_query, "median_ms": statistics.median(per_query.values()) * 1000,
+           "endpoint_ms": statistics.median(endpoint_s) * 1000}
+    if rerank:
+        from acpmem.core.settings import settings_from_mapping
+        from acpmem.infra import rerankclient
+
+        set_rerank(root, url, rerank)
+        rep = rerankclient.resolve(dict(settings_from_mapping({"rerank": {"base_url": url, "model": rerank}}).rerank))
+        texts = [f"entry {i} about {q}" for i, q in enumerate(queries * 4)][:20]
+        rerank_s = [rerankclient.rerank(rep, f"{q} {i}", texts, 10).latency_s for q in queries for i in range(runs)]
+        run_recall(root, queries[0])
+        times = {q: statistics.median(run_recall(root, q)[0] for _ in range(runs)) for q in queries}
+        out.update(rerank_ms=statistics.median(times.values()) * 1000,
+                   rerank_endpoint_ms=statistics.median(rerank_s) * 1000)
+        set_rerank(root, "", "")
     set_embeddings(root, "", "")
-    return {"per_query": per_query, "median_ms": statistics.median(per_query.values()) * 1000,
-            "endpoint_ms": statistics.median(endpoint_s) * 1000}
+    return out
 
 
 def bench_size(base: Path, n: int, runs: int, reuse_index: bool = False, shape: str = "varied",
-               embed: tuple[str, str] | None = None) -> dict:
+               embed: tuple[str, str, str] | None = None) -> dict:
     root = base / (f"v{n}" if shape == "varied" else f"v{n}-{shape}")
     if not (root / "entries").is_dir():
         t0 = time.perf_counter()
@@ -320,10 +344,12 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/acpmem-scale")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--embed", default=None, help="minilm or mpnet (all-MiniLM-L6-v2, 384 dimensions, or "
-                    "all-mpnet-base-v2, 768, served here, see bench/embed_server.py) or the base URL of an "
+    ap.add_argument("--embed", default=None, help="minilm, bge, e5 or mpnet (served here, see bench/embed_server.py; "
+                    "mpnet's vectors have 768 dimensions, the others' 384) or the base URL of an "
                     "OpenAI-compatible endpoint: also measure warm recall with the embedding channel on")
     ap.add_argument("--model", default="all-MiniLM-L6-v2", help="the embedding model's name at --embed URL")
+    ap.add_argument("--rerank", default=None, help="with --embed: msmarco (served here) or the rerank model's name at "
+                    "--embed URL; also measure warm recall with the rerank stage on")
     ap.add_argument("--shapes", default="varied", help="citation shapes, comma-separated: varied (one random turn "
                     "each), one-turn (every entry cites the same turn), many-sessions (every entry cites 400 sessions)")
     ap.add_argument("--reuse-index", action="store_true", help="keep an existing index (build time then means "
@@ -350,14 +376,17 @@ def main() -> None:
                 raise SystemExit(f"unknown shape {shape!r}; one of {', '.join(SHAPES)}")
             print(f"\n{n} entries, citations: {shape}", flush=True)
             embed = None
-            if args.embed in ("minilm", "mpnet"):
-                sys.path.insert(0, str(Path(__file__).resolve().parent))
-                from embed_server import MODELS, serve
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from embed_server import MODELS, serve
 
-                server = serve(model=args.embed)
-                embed = (server.__enter__(), MODELS[args.embed].name)
+            from embed_server import RERANKERS
+
+            if args.embed in MODELS:
+                server = serve(model=args.embed, rerank=args.rerank if args.rerank in RERANKERS else None)
+                embed = (server.__enter__(), MODELS[args.embed].name,
+                         RERANKERS[args.rerank].name if args.rerank in RERANKERS else "")
             elif args.embed:
-                embed = (args.embed, args.model)
+                embed = (args.embed, args.model, args.rerank or "")
             r = bench_size(base, n, args.runs, args.reuse_index, shape, embed)
             what = "first recall process, index reused" if args.reuse_index else "from scratch (first recall process)"
             print(f"  index build {what}: {r['build_s']:.2f} s")
@@ -376,6 +405,9 @@ def main() -> None:
                 print(f"  recall, embedding channel on, warm, median:      {f['median_ms']:.0f} ms (the endpoint's own "
                       f"time for a query: {f['endpoint_ms']:.0f} ms; slowest query "
                       f"{max(f['per_query'].values()) * 1000:.0f} ms)")
+                if "rerank_ms" in f:
+                    print(f"  recall, embeddings and rerank on, warm, median:  {f['rerank_ms']:.0f} ms (the rerank "
+                          f"endpoint's own time for 20 texts: {f['rerank_endpoint_ms']:.0f} ms)")
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)

@@ -448,3 +448,31 @@ def test_another_model_behind_the_same_name_is_re_embedded(vault):
         found, report = hits(reader, "keep agent runs alive across redeploys")
         assert report["vectors"] == {"model": "hash-64", "present": len(TOPICS) + 1, "missing": 0, "used": True}
         assert found[0] == "Session persistence across deploys"
+
+
+def test_a_batch_of_vectors_is_stored_whole_or_not_at_all(tmp_path):
+    """A reader (a recall, the pass's own poller) sees a stored batch whole or not at all: once, with each row its
+    own commit, a recall counted 6 of 7 entries as having vectors."""
+    import sqlite3
+    import threading
+
+    vcon = vectors.connect(tmp_path)
+    seen: set[int] = set()
+    stop = threading.Event()
+
+    def poll() -> None:
+        reader = sqlite3.connect(vectors.db_path(tmp_path), timeout=30)
+        while not stop.is_set():
+            seen.add(reader.execute("SELECT count(*) FROM vec").fetchone()[0])
+        reader.close()
+
+    t = threading.Thread(target=poll)
+    t.start()
+    try:
+        for batch in range(3):
+            vectors.store(vcon, "m", [(f"h{batch}-{i}", [1.0, float(i)]) for i in range(400)])
+    finally:
+        stop.set()
+        t.join()
+        vcon.close()
+    assert seen <= {0, 400, 800, 1200} and len(seen) >= 2, sorted(seen)[:10]

@@ -125,12 +125,19 @@ def missing_texts(index: sqlite3.Connection, vcon: sqlite3.Connection, model: st
 
 
 def store(vcon: sqlite3.Connection, model: str, items: Sequence[tuple[str, Sequence[float]]]) -> None:
-    """Keep the vectors of (content hash, vector) pairs, at unit length, as float32."""
+    """Keep the vectors of (content hash, vector) pairs, at unit length, as float32 — in one transaction, so a
+    reader sees a batch whole or not at all (the connection autocommits: each row would be its own commit)."""
     rows = []
     for h, vec in items:
         norm = sum(x * x for x in vec) ** 0.5 or 1.0
         rows.append((model, h, len(vec), array("f", [x / norm for x in vec]).tobytes()))
-    vcon.executemany("INSERT OR REPLACE INTO vec(model, hash, dim, v) VALUES (?,?,?,?)", rows)
+    vcon.execute("BEGIN IMMEDIATE")
+    try:
+        vcon.executemany("INSERT OR REPLACE INTO vec(model, hash, dim, v) VALUES (?,?,?,?)", rows)
+        vcon.execute("COMMIT")
+    except BaseException:
+        vcon.execute("ROLLBACK")
+        raise
 
 
 def drop_other_dims(vcon: sqlite3.Connection, model: str, dim: int) -> int:

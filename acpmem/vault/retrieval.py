@@ -173,7 +173,7 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
         if qv is not None:
             similar = _vector_side(vault, con, qv, allowed, include_superseded, report)
         want = need
-        said: dict = {}
+        said: dict | None = {} if qv is not None or reranked else None   # lexical recall does no more work
         while True:
             hits = search_index(con, query, want, types=allowed, include_superseded=include_superseded,
                                 similar=similar, share=qv.share if qv is not None else 0.0, said=said)
@@ -181,12 +181,13 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
             if len(found) >= need or len(hits) < want:
                 break
             want = want * 2 + 5  # some hits were files that lose to another file with the same id
-        sure, words = said["sure"], said["words"]
-        if sure and report is not None and report.get("vectors", {}).get("used"):
+        if said is None:
+            return found[:limit]
+        if said["sure"] and report is not None and report.get("vectors", {}).get("used"):
             report["vectors"] = {**report["vectors"], "used": False,
                                  "skipped": "the query is an identifier or has a misspelt word"}
         if reranked:
-            found = _reranked(vault, query, found[:need], sure, words, report)
+            found = _reranked(vault, query, found[:need], said["sure"], said["words"], report)
         return found[:limit]
 
     found = _with_index(vault, work)
