@@ -68,7 +68,8 @@ def test_the_model_reorders_recalls_best_candidates(vault, cli):
         srv.rerank_scores = {text_of(reader, t): (10.0 if t == last else 1.0 - i / 10) for i, t in enumerate(lexical)}
         got, scores, report = recalled(reader, "deploy notes")
         sent = srv.rerank_requests[-1]
-        assert sent["model"] == "cross-test" and sent["query"] == "deploy notes"
+        assert sent["model"] == "cross-test" and sent["query"] == "deploy notes" and sent["top_n"] == 6
+        assert set(sent) == {"model", "query", "documents", "top_n"}     # what every rerank server takes
         assert sent["documents"] == [text_of(reader, t) for t in lexical]       # recall's order, title and body
         scored = [srv.rerank_scores[d] for d in sent["documents"]]
         assert got == [lexical[i] for i in reranking.merge(scored)][:5]

@@ -3,8 +3,9 @@ per document.
 
 The shape is the one Jina and Cohere defined and most servers speak: vLLM, llama.cpp's server, Infinity, LocalAI,
 gateways (``{"model", "query", "documents": [...], "top_n"}`` → ``{"results": [{"index", "relevance_score"}]}``);
-Hugging Face's text-embeddings-inference answers a bare list of ``{"index", "score"}``, also read. The answer is
-checked strictly: every document scored once, finite numbers. The HTTP call is ``embedclient.post_json`` (plain
+only those four fields are sent, the ones every one of them takes. A bare list of ``{"index", "score"}`` (the
+answer of Hugging Face's text-embeddings-inference, behind a gateway that renames its request) is read too. The
+answer is checked strictly: every document scored once, finite numbers. The HTTP call is ``embedclient.post_json`` (plain
 ``http.client``: recall's budget is short).
 
 Where the endpoint is: ``[rerank] base_url``, else ``OPENAI_BASE_URL`` (a gateway that serves both); the key is the
@@ -58,8 +59,7 @@ def rerank(endpoint: RerankEndpoint, query: str, documents: Sequence[str], timeo
     """The relevance of each of ``documents`` to ``query`` (one request). Raises ``RerankFailed`` with one line."""
     if not endpoint.base_url:
         raise RerankFailed("the rerank stage has no endpoint: set [rerank] base_url (or OPENAI_BASE_URL)")
-    body = {"model": endpoint.model, "query": query, "documents": list(documents), "top_n": len(documents),
-            "return_documents": False}
+    body = {"model": endpoint.model, "query": query, "documents": list(documents), "top_n": len(documents)}
     raw, latency = post_json(endpoint.url, endpoint.base_url, body, endpoint.api_key, timeout, "rerank",
                              RerankFailed)
     return parse(raw, len(documents), latency)
