@@ -263,3 +263,36 @@ def test_the_merge_is_a_permutation_that_follows_the_model(scores, data):
         better = list(scores)
         better[i] = max(scores) + 1.0
         assert reranking.merge(better).index(i) <= order.index(i)
+
+
+@hsettings(max_examples=25, deadline=None)
+@given(scores=st.lists(st.floats(-50, 50, allow_nan=False), min_size=12, max_size=12),
+       limit=st.integers(1, 8), candidates=st.integers(2, 12))
+def test_any_scores_give_recalls_candidates_in_the_merged_order(rerank_vault, scores, limit, candidates):
+    """Whatever the model answers, recall returns its own best ``candidates`` (no entry from elsewhere, none
+    twice) in the merged order, cut to ``limit``, with scores that never rise down the list."""
+    vault, srv, lexical = rerank_vault
+    reader = configure(vault, srv, candidates=candidates)
+    top = lexical[:max(limit, candidates)]
+    srv.rerank_scores = {text_of(reader, t): scores[i] for i, t in enumerate(lexical)}
+    got, got_scores, report = recalled(reader, "deploy notes", limit=limit)
+    sent = [srv.rerank_scores[d] for d in srv.rerank_requests[-1]["documents"]]
+    assert report["rerank"]["used"] is True and len(sent) == len(top)
+    assert got == [top[i] for i in reranking.merge(sent)][:limit]
+    assert got_scores == sorted(got_scores, reverse=True) and len(set(got)) == len(got)
+
+
+@pytest.fixture(scope="module")
+def rerank_vault(tmp_path_factory):
+    import random
+
+    from acpmem.vault.create import init_vault
+
+    v = init_vault(tmp_path_factory.mktemp("rr") / "vault", rng=random.Random(9))
+    write(v, [(f"Deploy notes {i:02d}", f"Deploy notes about part {i} of the system; " + "deploy " * (i % 4))
+              for i in range(12)])
+    lexical = recalled(VaultReader(v.root), "deploy notes", limit=20)[0]
+    assert len(lexical) == 12
+    with embeddings_server() as srv:
+        yield v, srv, lexical
+    v.close()
