@@ -110,7 +110,8 @@ def post_json(url: str, base_url: str, body: dict, api_key: str | None, timeout:
         finally:
             conn.close()
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        why = "timed out" if isinstance(exc, TimeoutError) or "timed out" in str(exc) else str(exc) or type(exc).__name__
+        timed_out = isinstance(exc, TimeoutError) or "timed out" in str(exc)
+        why = "timed out" if timed_out else str(exc) or type(exc).__name__
         raise failed(f"the {what} endpoint could not be reached ({why[:200]})") from None
     if len(raw) > MAX_ANSWER_BYTES:
         raise failed(f"the {what} endpoint answered more than 256 MB")

@@ -5,8 +5,8 @@ The shape is the one Jina and Cohere defined and most servers speak: vLLM, llama
 gateways (``{"model", "query", "documents": [...], "top_n"}`` → ``{"results": [{"index", "relevance_score"}]}``);
 only those four fields are sent, the ones every one of them takes. A bare list of ``{"index", "score"}`` (the
 answer of Hugging Face's text-embeddings-inference, behind a gateway that renames its request) is read too. The
-answer is checked strictly: every document scored once, finite numbers. The HTTP call is ``embedclient.post_json`` (plain
-``http.client``: recall's budget is short).
+answer is checked strictly: every document scored once, finite numbers. The HTTP call is
+``embedclient.post_json`` (plain ``http.client``: recall's budget is short).
 
 Where the endpoint is: ``[rerank] base_url``, else ``OPENAI_BASE_URL`` (a gateway that serves both); the key is the
 variable named by ``[rerank] api_key_env``. The stage is on only when ``[rerank] model`` names a model.

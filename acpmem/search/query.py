@@ -303,8 +303,8 @@ def search(con: sqlite3.Connection, query: str, limit: int = 5, *, types: Iterab
 
     ``similar`` (index key → cosine similarity, from ``acpmem.search.vectors.nearest``) fuses the vector channel
     in at ``share``, reduced to nothing for the queries lexical search answers by construction
-    (``ranking.vector_share``). ``said`` (when given) receives ``sure``: whether this is such a query, and ``words``: how many words it
-    searched for (stop words aside)."""
+    (``ranking.vector_share``). ``said`` (when given) receives ``sure``: whether this is such a query, and
+    ``words``: how many words it searched for (stop words aside)."""
     src = IndexSource(con, types=types, include_superseded=include_superseded)
     groups = plan_query(query, src.vocabulary)
     share = vector_share(query, groups, share, src.vocabulary) if similar else 0.0

@@ -11,8 +11,8 @@ The queries recall answers by construction keep its order, as they get no vector
 word, a query in a script the model is not set for (``[rerank] languages``). So does a one-word query: a rerank
 model is trained to relate a question to a passage, and with one word there is nothing to relate — which entry is
 most about that word is what the term scores, tags and title weigh (on the kernel corpus the stage moved
-"authentication", "upload" and "cache" down). A model that fails or is late leaves
-recall's order, with a warning; recall never fails because of it.
+"authentication", "upload" and "cache" down). A model that fails or is late leaves recall's order, with a
+warning; recall never fails because of it.
 """
 from __future__ import annotations
 

@@ -255,8 +255,6 @@ def _vector_side(vault: VaultReader, con: sqlite3.Connection, qv, allowed, inclu
     return similar
 
 
-# --------------------------------------------------------------------------------------------- surfacing
-
 def _reranked(vault: VaultReader, query: str, found: list[tuple], sure: bool, words: int,
               report: dict | None) -> list[tuple]:
     """``found`` (entry, hit) in the rerank stage's order (``acpmem.vault.reranking``), reported in ``report``.
@@ -273,6 +271,8 @@ def _reranked(vault: VaultReader, query: str, found: list[tuple], sure: bool, wo
     scores = [h.score for _, h in found]
     return [(found[i][0], found[i][1].with_changes(score=scores[r])) for r, i in enumerate(order)]
 
+
+# --------------------------------------------------------------------------------------------- surfacing
 
 def _session_lock(sdir: Path):
     """The session's ledger lock: held for milliseconds; released by the kernel if we die."""
