@@ -168,7 +168,7 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
     reranked = bool(vault.settings.rerank.model)
     need = max(limit, vault.settings.rerank.candidates) if reranked else limit
 
-    def work(con: sqlite3.Connection) -> list[tuple]:
+    def work(con: sqlite3.Connection) -> tuple[list[tuple], dict | None]:
         nonlocal similar
         if qv is not None:
             similar = _vector_side(vault, con, qv, allowed, include_superseded, report)
@@ -181,16 +181,16 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
             if len(found) >= need or len(hits) < want:
                 break
             want = want * 2 + 5  # some hits were files that lose to another file with the same id
-        if said is None:
-            return found[:limit]
+        return found[:need], said
+
+    found, said = _with_index(vault, work)
+    if said is not None:
         if said["sure"] and report is not None and report.get("vectors", {}).get("used"):
             report["vectors"] = {**report["vectors"], "used": False,
                                  "skipped": "the query is an identifier or has a misspelt word"}
-        if reranked:
-            found = _reranked(vault, query, found[:need], said["sure"], said["words"], report)
-        return found[:limit]
-
-    found = _with_index(vault, work)
+        if reranked:   # after the index is let go: no database work waits on the model (nor is redone with it)
+            found = _reranked(vault, query, found, said["sure"], said["words"], report)
+    found = found[:limit]
     if not found:
         return []
     ids = [e.id for e, _ in found]
