@@ -65,12 +65,18 @@ def resolve(section: Mapping, env: Mapping[str, str] | None = None) -> Endpoint 
     model = str(section.get("model") or "").strip()
     if not model:
         return None
-    e = os.environ if env is None else env
-    base = (str(section.get("base_url") or "").strip() or e.get("OPENAI_BASE_URL", "").strip() or DEFAULT_BASE_URL)
-    key = e.get(str(section.get("api_key_env") or "OPENAI_API_KEY")) or None
-    return Endpoint(base_url=base.rstrip("/"), model=model, api_key=key, dimensions=int(section.get("dimensions") or 0),
+    base, key = locate(section, env, DEFAULT_BASE_URL)
+    return Endpoint(base_url=base, model=model, api_key=key, dimensions=int(section.get("dimensions") or 0),
                     query_prefix=str(section.get("query_prefix") or ""),
                     document_prefix=str(section.get("document_prefix") or ""))
+
+
+def locate(section: Mapping, env: Mapping[str, str] | None = None, default: str = "") -> tuple[str, str | None]:
+    """(base URL, key) of a model section (``[embeddings]``, ``[rerank]``): ``base_url``, else ``OPENAI_BASE_URL``,
+    else ``default``; the key from the variable ``api_key_env`` names (default ``OPENAI_API_KEY``)."""
+    e = os.environ if env is None else env
+    base = str(section.get("base_url") or "").strip() or e.get("OPENAI_BASE_URL", "").strip() or default
+    return base.rstrip("/"), e.get(str(section.get("api_key_env") or "OPENAI_API_KEY")) or None
 
 
 def embed(endpoint: Endpoint, texts: Sequence[str], timeout: float) -> Embedded:
@@ -147,4 +153,4 @@ def parse(raw: bytes, n: int, dimensions: int, latency: float = 0.0) -> Embedded
     return Embedded(vectors=tuple(vectors), tokens=tokens, latency_s=latency)
 
 
-__all__ = ["Endpoint", "Embedded", "EmbeddingFailed", "resolve", "embed", "parse", "post_json"]
+__all__ = ["Endpoint", "Embedded", "EmbeddingFailed", "resolve", "locate", "embed", "parse", "post_json"]

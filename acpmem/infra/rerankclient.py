@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 
 from acpmem.core.values import Value
-from acpmem.infra.embedclient import post_json
+from acpmem.infra.embedclient import locate, post_json
 
 
 class RerankFailed(Exception):
@@ -35,9 +34,6 @@ class RerankEndpoint(Value):
     def url(self) -> str:
         return self.base_url.rstrip("/") + "/rerank"
 
-    def describe(self) -> dict:
-        return {"base_url": self.base_url, "model": self.model, "api_key": "set" if self.api_key else "not set"}
-
 
 class Reranked(Value):
     scores: tuple[float, ...]     # one per document, in the order they were sent
@@ -49,10 +45,8 @@ def resolve(section: Mapping, env: Mapping[str, str] | None = None) -> RerankEnd
     model = str(section.get("model") or "").strip()
     if not model:
         return None
-    e = os.environ if env is None else env
-    base = str(section.get("base_url") or "").strip() or e.get("OPENAI_BASE_URL", "").strip()
-    key = e.get(str(section.get("api_key_env") or "OPENAI_API_KEY")) or None
-    return RerankEndpoint(base_url=base.rstrip("/"), model=model, api_key=key)
+    base, key = locate(section, env)
+    return RerankEndpoint(base_url=base, model=model, api_key=key)
 
 
 def rerank(endpoint: RerankEndpoint, query: str, documents: Sequence[str], timeout: float) -> Reranked:

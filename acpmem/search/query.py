@@ -307,10 +307,10 @@ def search(con: sqlite3.Connection, query: str, limit: int = 5, *, types: Iterab
     ``words``: how many words it searched for (stop words aside)."""
     src = IndexSource(con, types=types, include_superseded=include_superseded)
     groups = plan_query(query, src.vocabulary)
-    share = vector_share(query, groups, share, src.vocabulary) if similar else 0.0
+    sure = bool(similar or said is not None) and vector_share(query, groups, 1.0, src.vocabulary) == 0.0
+    share = share if similar and not sure else 0.0
     if said is not None:     # what the caller's later stages need to know of the query
-        said["sure"] = vector_share(query, groups, 1.0, src.vocabulary) == 0.0
-        said["words"] = len(groups)
+        said.update(sure=sure, words=len(groups))
     hits = rank(src, query, limit=limit, preview_length=preview_length, groups=groups, similar=similar, share=share)
     if not hits:
         return hits
