@@ -134,7 +134,7 @@ class MiniLM:
 
     def embed(self, texts: list[str], batch: int = 32) -> list[list[float]]:
         with self.lock:
-            todo = sorted({t for t in texts if t not in self.cache}, key=len)
+            todo = sorted({t for t in texts if t not in self.cache}, key=lambda t: (len(t), t))
             for i in range(0, len(todo), batch):
                 chunk = todo[i:i + batch]
                 for t, v in zip(chunk, self._batch(chunk)):
@@ -285,8 +285,10 @@ class BGE:
         self.lock = threading.Lock()
 
     def _batch(self, texts: list[str]):
+        """One text at a time: the 8-bit model quantizes its activations over the whole input, so in a batch a
+        text's vector would depend on the texts beside it (and differ from run to run)."""
         np = self.np
-        cls = self.session.run(None, _padded(np, self.tok.encode_batch(texts)))[0][:, 0, :]
+        cls = np.concatenate([self.session.run(None, _padded(np, [self.tok.encode(t)]))[0][:, 0, :] for t in texts])
         return (cls / np.linalg.norm(cls, axis=1, keepdims=True)).astype(np.float32)
 
     embed = MiniLM.embed
@@ -303,13 +305,12 @@ class CrossEncoder:
         self.np, self.session, self.tok = _onnx_model("reranker_en", max_tokens)
         self.lock = threading.Lock()
 
-    def scores(self, query: str, documents: list[str], batch: int = 32) -> list[float]:
-        out: list[float] = []
+    def scores(self, query: str, documents: list[str]) -> list[float]:
+        """Each pair on its own: the 8-bit model quantizes its activations over the whole input, so in a batch a
+        pair's score would depend on the other candidates."""
         with self.lock:
-            for i in range(0, len(documents), batch):
-                enc = self.tok.encode_batch([(query, d) for d in documents[i:i + batch]])
-                out += [float(x) for x in self.session.run(None, _padded(self.np, enc))[0][:, 0]]
-        return out
+            return [float(self.session.run(None, _padded(self.np, [self.tok.encode(query, d)]))[0][0, 0])
+                    for d in documents]
 
 
 MODELS = {"minilm": MiniLM, "e5": E5, "mpnet": MPNet, "bge": BGE}
