@@ -13,7 +13,8 @@ headers, parsed JSON body).
 Builders (``reply.*``): ``writes(*calls, usage=...)`` a reply whose message calls tools (``write(...)`` builds one
 ``memory_write`` call, ``call(name, args)`` any tool, ``malformed(...)`` one with broken JSON arguments); ``text(s)`` a plain
 answer with no tool call; ``rate_limited(retry_after=...)`` a 429; ``server_error(status)`` a 5xx; ``slow(seconds, then)``
-a reply sent after a delay; ``always(r)`` a reply repeated forever (never leaves the queue); ``usage(prompt, completion,
+a reply sent after a delay; ``held(event, then)`` a reply sent once the test sets ``event`` (a
+``threading.Event``); ``always(r)`` a reply repeated forever (never leaves the queue); ``usage(prompt, completion,
 cached)`` the usage block; ``raw(bytes)`` any body. An empty queue answers 500 "script exhausted", so an unexpected extra
 call fails loudly.
 
@@ -48,6 +49,7 @@ class Reply:
     delay: float = 0.0
     raw: bytes | None = None
     repeat: bool = False
+    gate: threading.Event | None = None   # held until the test sets it (or the server stops)
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,11 @@ class _Builders:
         return Reply(then.status, then.body, then.headers, seconds, then.raw, then.repeat)
 
     @staticmethod
+    def held(gate: threading.Event, then: Reply) -> Reply:
+        """``then``, sent only once the test sets ``gate``: the answer is held for as long as the test needs."""
+        return Reply(then.status, then.body, then.headers, then.delay, then.raw, then.repeat, gate)
+
+    @staticmethod
     def always(r: Reply) -> Reply:
         return Reply(r.status, r.body, r.headers, r.delay, r.raw, True)
 
@@ -207,6 +214,9 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             r = server._next()
             if r.delay and server._closing.wait(r.delay):
                 return
+            while r.gate is not None and not r.gate.is_set():
+                if server._closing.wait(0.05):
+                    return
             self._send(r)
 
         def _send(self, r: Reply) -> None:

@@ -155,11 +155,21 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
         from acpmem.core.errors import error_line
 
         o = ack.outcome
-        later = "it failed for good" if o.status == "failed" else "it stays pending and is retried on its schedule"
         warn(error_line(f"{o.request} was not extracted: {(o.error or {}).get('message') or o.status}",
-                        f"{later}; `acp memory doctor` shows it"))
+                        f"{retry_line(ack.retry)}; `acp memory doctor` shows it"))
         return 1
     return 0
+
+
+def retry_line(retry: dict | None) -> str:
+    """What happens next to a request ``commit --wait`` could not extract (``Ack.retry``)."""
+    if retry is None:
+        return "it failed for good (`acp memory extract --failed` tries again once the cause is fixed)"
+    when = f"at {retry['at']}" if retry.get("at") else "now"
+    if retry.get("worker") in ("started", "running"):
+        return f"it stays pending and the background worker retries it {when}"
+    return f"it stays pending, due {when}, and no background worker could be started: run `acp memory extract " \
+           "--pending` to retry it"
 
 
 def hook_claude_code(*, vault: Path | None) -> int:

@@ -59,6 +59,8 @@ def run_typer(argv: list[str], prog: str) -> int:
         except typer.TyperException as exc:
             warn(error_line(exc.format_message()))
             return getattr(exc, "exit_code", 1)
+        if rv == 130:   # typer turns Ctrl-C into a silent exit 130; every acpmem command says it
+            warn("Interrupted.")
         return rv if isinstance(rv, int) else 0
 
     return guarded(work)

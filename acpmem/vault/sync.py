@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from acpmem.core.entryfile import has_conflict_markers, parse_entry_bytes
 from acpmem.core.errors import EntryInvalid, GitStateError, SyncConflict
-from acpmem.core.layout import ENTRIES_DIR, LAYER_USER
+from acpmem.core.layout import ENTRIES_DIR, LAYER_USER, PROPOSALS_DIR
 from acpmem.core.values import Value
 from acpmem.vault.gitrun import error_text, git
 from acpmem.vault.writer import KIND_READS, KIND_SYNC, Vault
@@ -101,6 +101,7 @@ def sync(vault: Vault, remote: str | None = None, *,
                 how = how or "first-push"
                 outgoing = _count(vault, "HEAD")
             _refuse_markers(vault, upstream if has_remote_branch else None)
+            _refuse_unsafe(vault, remote, branch, upstream if has_remote_branch else None)
             progress(f"Pushing {outgoing} commit(s) to {upstream}")
             res = git(root, "push", "--quiet", "--porcelain", remote, f"HEAD:refs/heads/{branch}", check=False)
             if res.code == 0:
@@ -309,6 +310,139 @@ def _refuse_markers(vault: Vault, upstream: str | None) -> None:
             "markers ('<<<<<<<' … '>>>>>>>' lines); nothing was pushed",
             f"edit each file to keep what is right and delete the marker lines, then run {again(vault)} again (it "
             "commits the corrected files first)")
+
+
+# --------------------------------------------------------------------------------------------- the pre-push check
+
+def _refuse_unsafe(vault: Vault, remote: str, branch: str, upstream: str | None) -> None:
+    """Nothing leaves this clone that `doctor` would flag: an entry file (``entries/``, ``proposals/``) as committed
+    in HEAD must be a valid entry, and no version of one in the outgoing commits may hold a secret (a push sends
+    every commit, not only the last). Committed by hand (``git commit -a``), such a file gets past acpmem's own
+    checks; here it stops the push. The commits before the first one that brought such a file are pushed when they
+    form a safe prefix of HEAD's history; else nothing is. Raises ``GitStateError`` naming the files."""
+    root = vault.root
+    not_upstream = ["--not", upstream] if upstream else []
+    if upstream:
+        changed = [rel for rel in git(root, "diff", "-z", "--name-only", "--no-renames", "--diff-filter=AM",
+                                      upstream, "HEAD", "--", ENTRIES_DIR, PROPOSALS_DIR).out.split("\0") if rel]
+    else:
+        changed = [rel for rel in git(root, "ls-tree", "-r", "-z", "--name-only", "HEAD", "--", ENTRIES_DIR,
+                                      PROPOSALS_DIR).out.split("\0") if rel]
+    heads = {rel: f"HEAD:{rel}" for rel in changed if rel.endswith(".md")}
+    # every blob the outgoing commits bring (older versions too), with the path it was first seen at
+    blobs = {}
+    for line in git(root, "rev-list", "--objects", "HEAD",
+                    *not_upstream, "--", ENTRIES_DIR, PROPOSALS_DIR).out.splitlines():
+        sha, _, rel = line.partition(" ")
+        if rel.endswith(".md") and rel.startswith((ENTRIES_DIR + "/", PROPOSALS_DIR + "/")):
+            blobs[sha] = rel
+    found: dict[str, str] = {}   # path -> why
+    bad_blobs: list[tuple[str, str]] = []   # (path, blob)
+    head_data = _blobs(vault, list(heads.values()))
+    for rel, spec in heads.items():
+        why = _entry_problem(vault, head_data.get(spec), rel, secrets=False)
+        if why:
+            found[rel] = why
+            bad_blobs.append((rel, git(root, "rev-parse", spec).out.strip()))
+    data = _blobs(vault, list(blobs))
+    for sha, rel in blobs.items():
+        why = _entry_problem(vault, data.get(sha), rel, secrets=True, validity=False)
+        if why:
+            found.setdefault(rel, why)
+            bad_blobs.append((rel, sha))
+    if not found:
+        return
+    pushed = _push_safe_prefix(vault, remote, branch, not_upstream, bad_blobs)
+    names = "; ".join(f"{rel}: {why}" for rel, why in sorted(found.items())[:6])
+    more = f" and {len(found) - 6} more" if len(found) > 6 else ""
+    done = f"pushed only the {pushed[1]} commit(s) before it (up to {pushed[0][:12]})" if pushed else \
+        "nothing was pushed"
+    secret = any("secret" in why for why in found.values())
+    if secret:
+        base = pushed[0][:12] if pushed else (upstream or "the commit before it")
+        todo = (f"remove the secret from the file, then drop the local commits that hold it and keep their changes: "
+                f"`git -C {root} reset --soft {base}`; then run {again(vault)} again (it commits the files anew)")
+    else:
+        todo = f"fix the file (`acp memory edit FILE`; `acp memory doctor` says what is wrong), then run " \
+               f"{again(vault)} again"
+    raise GitStateError(f"{names}{more} — as committed in this clone, {'it holds' if secret else 'it is'} what "
+                        f"`acp memory doctor` flags; {done}", todo, paths=sorted(found))
+
+
+def _blobs(vault: Vault, specs: list[str]) -> dict[str, bytes]:
+    """The contents of the git objects ``specs`` (``HEAD:path`` or a blob id), in one ``git cat-file --batch``."""
+    import os
+    import subprocess
+
+    if not specs:
+        return {}
+    env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
+    p = subprocess.run(["git", "-C", str(vault.root), "cat-file", "--batch"], input="\n".join(specs).encode() + b"\n",
+                       capture_output=True, check=False, env={**env, "LC_ALL": "C"})
+    out, pos, got = p.stdout, 0, {}
+    for spec in specs:
+        end = out.find(b"\n", pos)
+        if end < 0:
+            break
+        head = out[pos:end].split()
+        pos = end + 1
+        if len(head) != 3 or head[1] != b"blob":
+            continue
+        size = int(head[2])
+        got[spec] = out[pos:pos + size]
+        pos += size + 1
+    return got
+
+
+def _entry_problem(vault: Vault, data: bytes | None, rel: str, *, secrets: bool, validity: bool = True) -> str | None:
+    """Why `doctor` would flag this version of an entry file: not a valid entry of this vault, or a secret."""
+    from acpmem.search.catalog import secret_kind
+
+    if data is None:
+        return None
+    try:
+        entry = parse_entry_bytes(data, rel, vault.settings.types)
+    except EntryInvalid as exc:
+        if validity:
+            return f"not a valid entry ({exc.message})"
+        from acpmem.core.redact import REDACTED_RE, find_secrets
+
+        text = data.decode("utf-8", errors="replace")
+        kinds = [f.kind for f in find_secrets(text) if not REDACTED_RE.search(text[f.start:f.end])] if secrets else []
+        return f"holds what looks like a secret ({kinds[0]})" if kinds else None
+    if secrets:
+        kind = secret_kind(entry)
+        if kind:
+            return f"holds what looks like a secret ({kind})"
+    return None
+
+
+def _push_safe_prefix(vault: Vault, remote: str, branch: str, not_upstream: list[str],
+                      bad_blobs: list[tuple[str, str]]) -> tuple[str, int] | None:
+    """Push the newest commit of HEAD's first-parent line none of whose outgoing ancestors brought a flagged file
+    version; (that commit, how many outgoing commits it carries), or None when there is none or the push failed."""
+    root = vault.root
+    bad: set[str] = set()
+    for rel, blob in bad_blobs:   # the outgoing commits whose tree holds the flagged version of the file
+        for sha in git(root, "rev-list", "HEAD", *not_upstream, "--", rel).out.split():
+            if git(root, "rev-parse", "-q", "--verify", f"{sha}:{rel}", check=False).out.strip() == blob:
+                bad.add(sha)
+    tainted = set(bad)
+    for b in bad:
+        tainted.update(git(root, "rev-list", "--ancestry-path", f"{b}..HEAD").out.split())
+    target = None
+    for sha in git(root, "rev-list", "--first-parent", "--reverse", "HEAD", *not_upstream).out.split():
+        if sha in tainted:
+            break
+        target = sha
+    if target is None:
+        return None
+    # a commit off the first-parent line (a merged side branch) may be tainted too: the prefix must hold none
+    carried = git(root, "rev-list", target, *not_upstream).out.split()
+    if tainted & set(carried):
+        return None
+    res = git(root, "push", "--quiet", "--porcelain", remote, f"{target}:refs/heads/{branch}", check=False)
+    return (target, len(carried)) if res.code == 0 else None
 
 
 def _regenerate(vault: Vault, upstream: str) -> str | None:

@@ -50,23 +50,30 @@ def run(vault, ids: list[str], *, extractor: str | None = None,
 
 
 def dry_run(vault, reqs: list[Request], extractor: str | None) -> object:
-    """What extraction would do, as JSON data: the offline extract, or the exact chat-completions body."""
+    """What extraction would do, as JSON data: the offline extract, or the exact chat-completions body — for each
+    request as it would run (``extractor``, else what the request recorded, else the vault's settings)."""
     from acpmem.write import fork
     from acpmem.write.llm import resolve_model_config
 
-    if extractor == "offline":
-        from acpmem.write.offline import extract_offline
+    model = None
+    shown = []
+    for r in reqs:
+        how = extractor or r.extractor
+        if how == "offline":
+            from acpmem.write.offline import extract_offline
 
-        shown = []
-        for r in reqs:
             d = extract_offline(fork.conversation(r), r.note, max_bytes=vault.settings.extraction.max_entry_bytes,
                                 lang=vault.settings.language)
             shown.append({"request": r.id, "extractor": "offline", "title": d.title, "body": d.body,
                           "seqs": list(d.seqs)})
-        return shown[0] if len(shown) == 1 else shown
-    model = resolve_model_config(vault.settings.extraction).model
-    bodies = [fork.build_body(vault, r, model) for r in reqs]
-    return bodies[0] if len(bodies) == 1 else [{"request": r.id, "body": b} for r, b in zip(reqs, bodies)]
+            continue
+        if model is None:
+            model = resolve_model_config(vault.settings.extraction).model or ""
+        recorded = r.model if how == "llm" and not extractor else None
+        shown.append({"request": r.id, "body": fork.build_body(vault, r, recorded or model or None)})
+    if len(shown) == 1:
+        return shown[0] if "body" not in shown[0] else shown[0]["body"]
+    return shown
 
 
 def totals(outcomes) -> dict:

@@ -221,17 +221,22 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
 
 # --------------------------------------------------------------------------------------------- extractor choice
 
-def choose_extractor(vault, override: str | None = None, env=None):
-    """(``"llm"`` with its ``ModelConfig``) or (``"offline"``, None): ``override`` > ``[extraction] extractor``; ``auto``
-    uses a model when one is configured."""
+def choose_extractor(vault, override: str | None = None, env=None, req: Request | None = None):
+    """(``"llm"`` with its ``ModelConfig``) or (``"offline"``, None): ``override`` > what the request ``req``
+    recorded when it was made (its extractor, and for ``llm`` its endpoint and model; the key comes from this
+    process's settings) > ``[extraction] extractor``; ``auto`` uses a model when one is configured."""
     from acpmem.write.llm import resolve_model_config, with_served_model
 
-    name = override or vault.settings.extraction.extractor
+    recorded = req.extractor if req is not None and not override else None
+    name = override or recorded or vault.settings.extraction.extractor
     if name not in EXTRACTORS:
         raise UsageError(f"Unknown extractor '{name}'", "use --extractor auto | llm | offline")
     if name == "offline":
         return "offline", None
-    config = with_served_model(resolve_model_config(vault.settings.extraction, env), vault.state_dir)
+    config = resolve_model_config(vault.settings.extraction, env)
+    if recorded == "llm":
+        config = config.with_changes(base_url=req.base_url, model=req.model)
+    config = with_served_model(config, vault.state_dir)
     if name == "auto" and not config.configured:
         return "offline", None
     return "llm", config
@@ -466,7 +471,7 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
 
         # a request file is local state a person can edit, and the vault's types can change after the commit
         parse_commit_args({"type": req.type, "note": req.note, "importance": req.importance}, vault.settings.types)
-        kind, config = choose_extractor(vault, extractor, env)
+        kind, config = choose_extractor(vault, extractor, env, req)
         label = config.extractor if config else "offline"
         say(req.id, "reading the transcript")
         t = conversation(req)

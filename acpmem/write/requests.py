@@ -27,6 +27,7 @@ BACKOFF_BASE_S = 15.0
 BACKOFF_CAP_S = 3600.0
 MAX_SESSION_CHARS = limits.MAX_SESSION_CHARS
 MAX_SEQ = limits.MAX_SEQ   # a seq is stored as an SQLite INTEGER
+RECORDED_EXTRACTORS = ("offline", "llm")   # what a request records: ``auto`` is resolved when it is made
 _REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
@@ -83,6 +84,12 @@ class Request(Value):
     redacted: tuple[str, ...] = ()
     block: str | None = None   # a compression block the commit named (b12): the fork's focus and the citation
     deferred: str | None = None    # why it waits beyond its schedule (an extraction budget), or None
+    # How it is extracted, fixed when it was made (whoever runs it honours it): ``offline`` or ``llm``, and for
+    # ``llm`` the endpoint's base URL (None: OpenAI's) and model — never the key. None: made by an older acpmem,
+    # run with the runner's settings.
+    extractor: str | None = None
+    base_url: str | None = None
+    model: str | None = None
 
     @property
     def last_error(self) -> dict | None:
@@ -94,7 +101,8 @@ class Request(Value):
                 "transcript": self.transcript, "host_tools": self.host_tools, "lang": self.lang,
                 "status": self.status, "attempts": self.attempts, "next_attempt": self.next_attempt,
                 "errors": list(self.errors), "redacted": list(self.redacted), "deferred": self.deferred,
-                **({"block": self.block} if self.block else {})}
+                **({"block": self.block} if self.block else {}),
+                **{k: getattr(self, k) for k in ("extractor", "base_url", "model") if getattr(self, k)}}
 
     @classmethod
     def from_json(cls, d: dict) -> "Request":
@@ -119,6 +127,11 @@ class Request(Value):
             raise ValueError("block must be a block id like b12")
         if d.get("deferred") is not None and not isinstance(d["deferred"], str):
             raise ValueError("deferred must be text")
+        if d.get("extractor") not in (None, *RECORDED_EXTRACTORS):
+            raise ValueError(f"extractor must be one of {', '.join(RECORDED_EXTRACTORS)}")
+        for key in ("base_url", "model"):
+            if d.get(key) is not None and not (isinstance(d[key], str) and d[key] and len(d[key]) <= 2048):
+                raise ValueError(f"{key} must be text")
         if d.get("next_attempt") is not None:
             parse_iso(d["next_attempt"])   # the worker computes with it: "zzzz" would stop it for good
         if d.get("status", "pending") not in ("pending", "failed", None) \
@@ -130,7 +143,8 @@ class Request(Value):
                    transcript=d.get("transcript"), host_tools=d.get("host_tools"), lang=d.get("lang") or "en",
                    status=d.get("status") or "pending", attempts=attempts,
                    next_attempt=d.get("next_attempt"), errors=tuple(d.get("errors") or ()),
-                   redacted=tuple(d.get("redacted") or ()), block=d.get("block"), deferred=d.get("deferred"))
+                   redacted=tuple(d.get("redacted") or ()), block=d.get("block"), deferred=d.get("deferred"),
+                   extractor=d.get("extractor"), base_url=d.get("base_url"), model=d.get("model"))
 
     def due(self, now: str) -> bool:
         return self.status == "pending" and (self.next_attempt is None or self.next_attempt <= now)
@@ -285,9 +299,11 @@ def check_host_args(host: dict) -> dict:
 def make_request(*, types: tuple[str, ...], type: str, note: str, importance: int | str, session: str,
                  seq: int | str, transcript: str | os.PathLike | None, host_tools: str | os.PathLike | None,
                  lang: str, created: str, request_id: str, cwd: Path | None = None, inline: bool = False,
-                 block: str | None = None, policy: str = "auto", deferred: str | None = None) -> Request:
+                 block: str | None = None, policy: str = "auto", deferred: str | None = None,
+                 extractor: str | None = None, base_url: str | None = None, model: str | None = None) -> Request:
     """Validate a commit's arguments (the model's and the host's) and build the request. The note is redacted here,
-    before it reaches any file; the secret kinds found are kept in ``redacted``."""
+    before it reaches any file; the secret kinds found are kept in ``redacted``. ``extractor`` (``offline`` or
+    ``llm``), ``base_url`` and ``model``: how it is to be extracted (``Request``)."""
     from acpmem.core.tools import parse_commit_args
 
     args = parse_commit_args({"type": type, "note": note, "importance": importance, "block": block}, types)
@@ -319,4 +335,7 @@ def make_request(*, types: tuple[str, ...], type: str, note: str, importance: in
                    session=session.strip(), seq=seq,
                    ack=ack_text(request_id, lang, inline=inline, policy=policy, deferred=deferred),
                    transcript=absolute(transcript), host_tools=absolute(host_tools), lang=lang,
-                   redacted=tuple(f.kind for f in found), block=args.block)
+                   redacted=tuple(f.kind for f in found), block=args.block,
+                   extractor=extractor if extractor in RECORDED_EXTRACTORS else None,
+                   base_url=(base_url or None) if extractor == "llm" else None,
+                   model=(model or None) if extractor == "llm" else None)

@@ -11,7 +11,7 @@ from typing import Any
 
 from acpmem.core.clock import utc_iso
 from acpmem.core.errors import AcpmemError, TranscriptError, UsageError
-from acpmem.core.limits import clip, path_problem
+from acpmem.core.limits import clip, int_arg, path_problem
 from acpmem.core.values import Value
 from acpmem.write import requests
 
@@ -30,10 +30,14 @@ class Ack(Value):
     outcome: Any = None
     policy: str = "auto"
     deferred: str | None = None
+    retry: dict | None = None   # with ``wait``, when it stays pending: ``at`` (its next attempt) and ``worker``
+    #                             (``started`` / ``running``: the background worker retries it; ``failed``: none)
 
     def to_json(self) -> dict:
         d = {"request": self.request_id, "text": self.text, "path": self.path, "worker": self.worker,
              "policy": self.policy, "deferred": self.deferred}
+        if self.retry is not None:
+            d["retry"] = self.retry
         if self.outcome is not None:
             d["outcome"] = self.outcome.to_json()
         return d
@@ -60,8 +64,9 @@ def check_readable(path: str | os.PathLike | None, what: str, hint: str) -> None
         raise TranscriptError(f"{p}: cannot read the {what} (permission denied)", "check the file's permissions")
 
 
-def check_block(transcript: str | os.PathLike | None, block: str) -> None:
-    """A block named at commit time must be in the transcript now (``TranscriptError`` naming those there are)."""
+def check_block(transcript: str | os.PathLike | None, block: str):
+    """A block named at commit time must be in the transcript now (``TranscriptError`` naming those there are).
+    Returns the transcript as read for its blocks (``read_transcript(…, turns=())``: a scan of a DSH log)."""
     from acpmem.core.tools import parse_block_arg
 
     block = parse_block_arg(block)
@@ -70,7 +75,48 @@ def check_block(transcript: str | os.PathLike | None, block: str) -> None:
                          "pass the session log that has the block (--transcript), or commit without --block")
     from acpmem.write.transcripts import read_transcript
 
-    read_transcript(Path(transcript).expanduser(), turns=()).block(block)   # blocks only: a scan of a DSH log
+    t = read_transcript(Path(transcript).expanduser(), turns=())
+    t.block(block)
+    return t
+
+
+def check_transcript(transcript: str | os.PathLike | None, seq: int, block: str | None = None) -> None:
+    """What the fork will need from the transcript, checked now, where the caller sees the error (one
+    ``TranscriptError`` with the next step), not later in the background: it parses (UTF-8, JSON, a zstd log that
+    decompresses), holds a message, reaches ``seq`` (a turn at or after it: the commit is not beyond its end), and
+    holds the ``block`` named. Only that is read: the last seq (a DSH log is scanned, not built) and, with a
+    block, the blocks."""
+    if transcript is None or transcript == "":
+        return
+    from acpmem.write.transcripts import last_seq
+
+    path = Path(transcript).expanduser()
+    last = None
+    if block not in (None, ""):
+        last = check_block(path, block).last_seq   # a whole read for JSON and JSONL, blocks only for a DSH log
+    if last is None:
+        last = last_seq(path)
+    if last is None:
+        raise TranscriptError(f"{path}: no messages in this transcript",
+                              "pass the conversation file the host writes for this session")
+    if seq > last:
+        raise TranscriptError(f"{path}: no turn at seq {seq} (the transcript ends at seq {last})",
+                              f"pass the seq of the memory_commit call (at most {last}), or the transcript that "
+                              "holds it")
+
+
+def check_host_tools(path: str | os.PathLike | None) -> None:
+    """A ``--host-tools`` file must be what the fork sends (``acpmem.write.fork.load_host_tools``): now, not when a
+    worker builds the request."""
+    if path is None or path == "":
+        return
+    check_readable(path, "tool definition file", "pass the host's tools as a JSON file")
+    from acpmem.write.fork import load_host_tools
+
+    try:
+        load_host_tools(str(Path(path).expanduser()))
+    except UsageError as exc:   # the file's content, not the command line: exit 1 like a bad transcript
+        raise AcpmemError(exc.message, exc.hint) from None
 
 
 def submit(vault, *, type: str, note: str, importance: int, session: str, seq: int,
@@ -91,28 +137,46 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
         parse_commit_args({"type": type, "note": note, "importance": importance}, settings.types)
         return Ack("", requests.off_text(settings.language), "", "off", None, policy)
     check_readable(transcript, "transcript", "pass the conversation file the host writes for this session")
-    if block not in (None, ""):
+    check_host_tools(host_tools)
+    at = int_arg(seq, 0, requests.MAX_SEQ)   # an unusable seq is make_request's error, below
+    if at is not None:
+        check_transcript(transcript, at, block)
+    elif block not in (None, ""):
         check_block(transcript, block)
-    check_readable(host_tools, "tool definition file", "pass the host's tools as a JSON file")
     vault.ensure_state()
     over = None
-    if (extractor or settings.extraction.extractor) != "offline":
+    how = settings.extraction.extractor if extractor in (None, "") else extractor
+    if how not in ("auto", *requests.RECORDED_EXTRACTORS):
+        raise UsageError(f"Unknown extractor '{clip(how)}'", "use --extractor auto | llm | offline")
+    config = None
+    if how != "offline":
         from acpmem.write.llm import resolve_model_config, with_served_model
 
         # an endpoint without a model: find the one it serves now, or say what to set — not later, in the background
         config = with_served_model(resolve_model_config(settings.extraction), vault.state_dir)
-        from acpmem.write import budget
+        if not config.configured:
+            if how == "llm":
+                said = "--extractor llm" if extractor else "[extraction] extractor = \"llm\""
+                raise AcpmemError(f"{said}, but no model endpoint is configured",
+                                  "set OPENAI_API_KEY (and OPENAI_MODEL / OPENAI_BASE_URL for other endpoints) or "
+                                  "[extraction] in acpmem.toml, or use --extractor offline")
+            config, how = None, "offline"   # auto without an endpoint: the offline extractor, as it is recorded
+        else:
+            how = "llm"
+            from acpmem.write import budget
 
-        if config.configured and budget.limited(settings.extraction):
-            over = budget.current(vault.state_dir, vault.clock(), settings.extraction)
-            over = over if over is not None and over.over else None
+            if budget.limited(settings.extraction):
+                over = budget.current(vault.state_dir, vault.clock(), settings.extraction)
+                over = over if over is not None and over.over else None
     for _ in range(20):
         rid = requests.new_request_id(vault.rng)
         req = requests.make_request(types=settings.types, type=type, note=note, importance=importance,
                                     session=session, seq=seq, transcript=transcript, host_tools=host_tools,
                                     lang=settings.language, created=utc_iso(vault.clock()), request_id=rid,
                                     inline=wait, block=block, policy=policy,
-                                    deferred=over.frees_at if over else None)
+                                    deferred=over.frees_at if over else None, extractor=how,
+                                    base_url=config.base_url if config else None,
+                                    model=config.model if config else None)
         if over is not None:   # waits, not attempted, until the budget frees (``acpmem.write.budget``)
             req = req.with_changes(deferred=over.reason, next_attempt=over.frees_at)
         try:
@@ -129,8 +193,16 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
     if wait:
         from acpmem.write.worker import process_now
 
-        outcomes = process_now(vault, [req.id], extractor=extractor)
-        return Ack(req.id, req.ack, str(path), "inline", outcomes[0] if outcomes else None, policy, req.deferred)
+        from acpmem.write.worker import hand_over
+
+        outcomes = process_now(vault, [req.id], then_hand_over=False)   # as the request records it
+        retry = None
+        left = requests.load_request(vault.state_dir, req.id)
+        who = hand_over(vault)   # what stays pending is retried on its schedule by the background worker
+        if left is not None and left.status == "pending":
+            retry = {"at": left.next_attempt, "worker": who}
+        return Ack(req.id, req.ack, str(path), "inline", outcomes[0] if outcomes else None, policy, req.deferred,
+                   retry)
     try:
         from acpmem.write.worker import start_worker
 

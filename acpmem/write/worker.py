@@ -57,10 +57,12 @@ def start_worker(root: Path, state_dir: Path) -> bool:
 
 def process_now(vault, ids: list[str], *, extractor: str | None = None, env=None,
                 progress: Callable[[str, str], None] | None = None,
-                after_each: Callable[[], None] | None = None, lock_timeout: float = 300.0) -> list:
+                after_each: Callable[[], None] | None = None, lock_timeout: float = 300.0,
+                then_hand_over: bool = True) -> list:
     """Extract the named requests in this process (``commit --wait``, ``extract``), holding the worker lock so no
     worker works on them at the same time; runs them even when they wait for their backoff or failed for good.
-    Returns their ``fork.Outcome`` values."""
+    Returns their ``fork.Outcome`` values. Then (unless ``then_hand_over`` is false: the caller does it) a worker
+    is started for what stays pending (``hand_over``)."""
     from acpmem.write.fork import process_request
 
     vault.require_writable()
@@ -73,20 +75,24 @@ def process_now(vault, ids: list[str], *, extractor: str | None = None, env=None
                                             progress=progress))
             if after_each:
                 after_each()
-    _hand_over(vault)
+    if then_hand_over:
+        hand_over(vault)
     return outcomes
 
 
-def _hand_over(vault) -> None:
-    """After holding the worker lock without being the worker: a request submitted meanwhile found the lock taken
-    and was told a worker runs, so start one if anything is due (the worker itself looks again the same way when it
-    releases the lock)."""
-    now = utc_iso(vault.clock())
+def hand_over(vault) -> str:
+    """After holding the worker lock without being the worker: start one when a request is pending — due now (a
+    request submitted meanwhile found the lock taken and was told a worker runs), or scheduled for a retry (one that
+    failed here: the worker waits for its schedule, ``run_worker``). The worker itself looks again the same way when
+    it releases the lock. Returns ``started``, ``running`` (a worker holds the lock), ``none`` (nothing pending)
+    or ``failed`` (it could not be started: said in ``vault.warnings``)."""
     try:
-        if any(r.due(now) for r in requests.list_requests(vault.state_dir)[0]):
-            start_worker(vault.root, vault.state_dir)
+        if not any(r.status == "pending" for r in requests.list_requests(vault.state_dir)[0]):
+            return "none"
+        return "started" if start_worker(vault.root, vault.state_dir) else "running"
     except OSError as exc:
         vault.warnings.append(f"could not start the background worker ({exc}); pending requests stay pending")
+        return "failed"
 
 
 def worker_main(root: str, lock_fd: int | None = None) -> None:
