@@ -266,3 +266,33 @@ def test_recall_result_has_no_meta_with_the_channel_off(example_vault):
 
     r = _session_run(_server_params(example_vault.root, "--session", "s-off"), body)
     assert not r.is_error and not r.meta and "Meaning-based" not in r.content[0].text
+
+
+def test_memory_commit_refuses_what_its_extraction_could_never_read(vault, tmp_path):
+    """A transcript that is not UTF-8, a corrupt zstd log, a seq beyond the transcript's end, a block it does not
+    hold: a tool error with one `Error:` line (the model sees it), nothing recorded, no "Noted"."""
+    latin1 = tmp_path / "latin1.json"
+    latin1.write_bytes(b'[{"role": "user", "content": "caf\xe9"}]')
+    zstd = tmp_path / "session.jsonl.zstd"
+    zstd.write_bytes(b"\x28\xb5\x2f\xfd" + b"\x07garbage" * 8)
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "Which package manager?"},
+                                {"role": "assistant", "content": "pnpm."}]))
+    args = {"type": "fact", "note": "pnpm is the package manager", "importance": 6}
+    cases = [({"acpmem/transcript": str(latin1)}, args, "not UTF-8"),
+             ({"acpmem/transcript": str(zstd)}, args, "zstd"),
+             ({"acpmem/transcript": str(chat), "acpmem/seq": 5}, args, "no turn at seq 5"),
+             ({"acpmem/transcript": str(chat), "acpmem/seq": 1}, {**args, "block": "b3"}, "no compression blocks")]
+
+    async def body(s):
+        return [await s.call_tool("memory_commit", a, meta=m) for m, a, _ in cases]
+
+    errlog = tmp_path / "server.err"
+    results = _session_run(_server_params(vault.root, "--session", "s-mcp"), body, str(errlog))
+    for (_, _, said), r in zip(cases, results):
+        text = r.content[0].text
+        assert r.is_error is True, text
+        assert text.startswith("Error: ") and "\n" not in text and " — " in text and said in text, text
+        assert "Noted" not in text
+    assert "Traceback" not in errlog.read_text()
+    assert not list((vault.root / ".acpmem" / "pending").glob("r-*.json"))

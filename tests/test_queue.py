@@ -83,7 +83,7 @@ def test_submit_writes_a_durable_request_and_answers_with_the_ack(vault, tmp_pat
     # hold the worker lock: submit must find the worker "running" and start nothing
     fd = worker.try_worker_lock(v.state_dir)
     try:
-        ack = submit.submit(v, type="decision", note="pin pnpm 9", importance="6", session="s9", seq="12",
+        ack = submit.submit(v, type="decision", note="pin pnpm 9", importance="6", session="s9", seq="6",
                            transcript=CHAT)
     finally:
         os.close(fd)
@@ -92,8 +92,9 @@ def test_submit_writes_a_durable_request_and_answers_with_the_ack(vault, tmp_pat
     saved = json.loads(Path(ack.path).read_text())
     assert {k: saved[k] for k in ("id", "type", "note", "importance", "session", "seq", "transcript", "status",
                                   "attempts", "ack")} == {
-        "id": ack.request_id, "type": "decision", "note": "pin pnpm 9", "importance": 6, "session": "s9", "seq": 12,
+        "id": ack.request_id, "type": "decision", "note": "pin pnpm 9", "importance": 6, "session": "s9", "seq": 6,
         "transcript": str(CHAT), "status": "pending", "attempts": 0, "ack": ack.text}
+    assert saved["extractor"] == "offline" and "base_url" not in saved and "model" not in saved   # as it runs
     assert not list((v.state_dir / "pending").glob(".*.tmp"))
 
 

@@ -198,7 +198,7 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
         outcomes = process_now(vault, [req.id], then_hand_over=False)   # as the request records it
         retry = None
         left = requests.load_request(vault.state_dir, req.id)
-        who = hand_over(vault)   # what stays pending is retried on its schedule by the background worker
+        who = hand_over(vault, retries=True)   # what stays pending: the background worker retries it
         if left is not None and left.status == "pending":
             retry = {"at": left.next_attempt, "worker": who}
         return Ack(req.id, req.ack, str(path), "inline", outcomes[0] if outcomes else None, policy, req.deferred,
