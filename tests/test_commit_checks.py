@@ -377,7 +377,7 @@ def test_sync_never_pushes_an_invalid_entry_committed_by_hand(shared, cli):
     path.write_text(original.replace("importance: 5", "importance: 99"))
     _git(v.root, "commit", "-q", "-a", "-m", "more important")
     r = cli("memory", "--vault", str(v.root), "sync")
-    assert r.returncode == 1 and rel in r.stderr and "not a valid entry" in r.stderr, r.stderr
+    assert r.returncode == 1 and rel in r.stderr and "is not a valid entry" in r.stderr, r.stderr
     assert "nothing was pushed" in r.stderr and "acp memory edit" in r.stderr
     assert _git(bare, "rev-parse", "main").strip() == before
     path.write_text(original.replace("importance: 5", "importance: 9"))

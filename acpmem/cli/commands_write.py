@@ -169,6 +169,11 @@ def extract(ctx: typer.Context,
             out("No pending requests.") if not json_ else out_json({"outcomes": [], "totals": ex.totals([])})
             return 0
         outcomes = _run(v, ids, ex_name, show_progress=is_tty() and not json_)
+        who = None
+        if any(o.status == "retry" for o in outcomes):   # what stays pending is retried on its schedule
+            from acpmem.write.worker import hand_over
+
+            who = hand_over(v, retries=True)
     finally:
         v.close()
     emit_warnings(v)
@@ -188,9 +193,14 @@ def extract(ctx: typer.Context,
     if bad:
         what = "; ".join(f"{o.request}: {(o.error or {}).get('message') or o.status}" for o in bad[:3])
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-        later = "failed for good" if all(o.status == "failed" for o in bad) else "pending, retried on their schedule"
+        if all(o.status == "failed" for o in bad):
+            later = "they failed for good (`acp memory extract --failed` tries again once the cause is fixed)"
+        elif who in ("started", "running"):
+            later = "those not failed for good stay pending and the background worker retries them on their schedule"
+        else:
+            later = "those not failed for good stay pending; `acp memory extract --pending` retries them"
         warn(error_line(f"{len(bad)} of {len(outcomes)} request(s) not extracted: {what}{more}",
-                        f"they stay {later}; `acp memory doctor` shows them"))
+                        f"{later}; `acp memory doctor` shows them"))
     return 1 if bad else 0
 
 

@@ -348,25 +348,25 @@ def _refuse_unsafe(vault: Vault, remote: str, branch: str, upstream: str | None)
     for sha, rel in blobs.items():
         why = _entry_problem(vault, data.get(sha), rel, secrets=True, validity=False)
         if why:
-            found.setdefault(rel, why)
+            found[rel] = why   # a secret is said before a broken field: its next step also mends the history
             bad_blobs.append((rel, sha))
     if not found:
         return
     pushed = _push_safe_prefix(vault, remote, branch, not_upstream, bad_blobs)
-    names = "; ".join(f"{rel}: {why}" for rel, why in sorted(found.items())[:6])
-    more = f" and {len(found) - 6} more" if len(found) > 6 else ""
+    names = "; ".join(f"{rel} {why}" for rel, why in sorted(found.items())[:6])
+    more = f" and {len(found) - 6} more file(s)" if len(found) > 6 else ""
     done = f"pushed only the {pushed[1]} commit(s) before it (up to {pushed[0][:12]})" if pushed else \
         "nothing was pushed"
-    secret = any("secret" in why for why in found.values())
-    if secret:
-        base = pushed[0][:12] if pushed else (upstream or "the commit before it")
-        todo = (f"remove the secret from the file, then drop the local commits that hold it and keep their changes: "
-                f"`git -C {root} reset --soft {base}`; then run {again(vault)} again (it commits the files anew)")
+    if any("secret" in why for why in found.values()):
+        base = pushed[0][:12] if pushed else upstream
+        how = f"`git -C {root} reset --soft {base}`" if base else f"`git -C {root} rebase -i --root`"
+        todo = (f"drop the local commits that hold it, keeping their changes ({how}), remove the secret from the "
+                f"file if it is still there, then run {again(vault)} again (it commits the files anew)")
     else:
         todo = f"fix the file (`acp memory edit FILE`; `acp memory doctor` says what is wrong), then run " \
                f"{again(vault)} again"
-    raise GitStateError(f"{names}{more} — as committed in this clone, {'it holds' if secret else 'it is'} what "
-                        f"`acp memory doctor` flags; {done}", todo, paths=sorted(found))
+    raise GitStateError(f"{names}{more}, as committed in this clone (`acp memory doctor` flags it); {done}", todo,
+                        paths=sorted(found))
 
 
 def _blobs(vault: Vault, specs: list[str]) -> dict[str, bytes]:
@@ -404,7 +404,7 @@ def _entry_problem(vault: Vault, data: bytes | None, rel: str, *, secrets: bool,
         entry = parse_entry_bytes(data, rel, vault.settings.types)
     except EntryInvalid as exc:
         if validity:
-            return f"not a valid entry ({exc.message})"
+            return f"is not a valid entry ({exc.message})"
         from acpmem.core.redact import REDACTED_RE, find_secrets
 
         text = data.decode("utf-8", errors="replace")

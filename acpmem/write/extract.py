@@ -14,14 +14,14 @@ def new_request(vault, *, type: str, note: str, importance: int, session: str, s
                 save: bool = True, block: str | None = None) -> Request:
     """A request made on the spot (not from ``memory_commit``), saved as pending unless ``save`` is false.
     ``block`` names a compression block of the transcript (``b12``) as the focus, checked as ``commit --block`` checks
-    it (``acpmem.write.submit.check_block``): an unknown block, or a transcript without blocks, is an error before
-    anything is saved."""
+    it (``acpmem.write.submit.check_transcript``): an unknown block, a transcript without blocks, one that does not
+    parse or holds no message, is an error before anything is saved."""
     if save:
         vault.require_writable()
-    if block not in (None, ""):
-        from acpmem.write.submit import check_block
+    from acpmem.write.submit import check_transcript
 
-        check_block(transcript, block)
+    # what commit refuses, but a seq past the end: a note made by hand may name any point of the conversation
+    check_transcript(transcript, None, block)
     vault.ensure_state()
     req = requests.make_request(types=vault.settings.types, type=type, note=note, importance=importance,
                                 session=session, seq=seq, transcript=transcript, host_tools=host_tools,

@@ -80,13 +80,15 @@ def check_block(transcript: str | os.PathLike | None, block: str):
     return t
 
 
-def check_transcript(transcript: str | os.PathLike | None, seq: int, block: str | None = None) -> None:
+def check_transcript(transcript: str | os.PathLike | None, seq: int | None, block: str | None = None) -> None:
     """What the fork will need from the transcript, checked now, where the caller sees the error (one
     ``TranscriptError`` with the next step), not later in the background: it parses (UTF-8, JSON, a zstd log that
     decompresses), holds a message, reaches ``seq`` (a turn at or after it: the commit is not beyond its end), and
-    holds the ``block`` named. Only that is read: the last seq (a DSH log is scanned, not built) and, with a
+    holds the ``block`` named (``seq`` None: not checked). Only that is read: the last seq (a DSH log is scanned, not built) and, with a
     block, the blocks."""
     if transcript is None or transcript == "":
+        if block not in (None, ""):
+            check_block(transcript, block)   # a block without a transcript: the UsageError saying so
         return
     from acpmem.write.transcripts import last_seq
 
@@ -99,7 +101,7 @@ def check_transcript(transcript: str | os.PathLike | None, seq: int, block: str 
     if last is None:
         raise TranscriptError(f"{path}: no messages in this transcript",
                               "pass the conversation file the host writes for this session")
-    if seq > last:
+    if seq is not None and seq > last:
         raise TranscriptError(f"{path}: no turn at seq {seq} (the transcript ends at seq {last})",
                               f"pass the seq of the memory_commit call (at most {last}), or the transcript that "
                               "holds it")
@@ -198,7 +200,8 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
         outcomes = process_now(vault, [req.id], then_hand_over=False)   # as the request records it
         retry = None
         left = requests.load_request(vault.state_dir, req.id)
-        who = hand_over(vault, retries=True)   # what stays pending: the background worker retries it
+        # what failed here stays pending, and the background worker retries it on its schedule
+        who = hand_over(vault, retries=left is not None and left.status == "pending" and not left.deferred)
         if left is not None and left.status == "pending":
             retry = {"at": left.next_attempt, "worker": who}
         return Ack(req.id, req.ack, str(path), "inline", outcomes[0] if outcomes else None, policy, req.deferred,

@@ -83,13 +83,14 @@ def process_now(vault, ids: list[str], *, extractor: str | None = None, env=None
 def hand_over(vault, *, retries: bool = False) -> str:
     """After holding the worker lock without being the worker: start one when a request is due (a request
     submitted meanwhile found the lock taken and was told a worker runs) — with ``retries``, also when one is
-    scheduled for a retry (``commit --wait`` that failed: the worker waits for its schedule, ``run_worker``). The
+    scheduled for a retry (``commit --wait`` that failed: the worker waits for its schedule, ``run_worker``; not
+    one deferred by an extraction budget, which the next worker after the budget frees takes). The
     worker itself looks again the same way when it releases the lock. Returns ``started``, ``running`` (a worker
     holds the lock), ``none`` (nothing to hand over) or ``failed`` (it could not be started: said in
     ``vault.warnings``)."""
     now = utc_iso(vault.clock())
     try:
-        if not any(r.due(now) or (retries and r.status == "pending")
+        if not any(r.due(now) or (retries and r.status == "pending" and not r.deferred)
                    for r in requests.list_requests(vault.state_dir)[0]):
             return "none"
         return "started" if start_worker(vault.root, vault.state_dir) else "running"
