@@ -1,0 +1,198 @@
+"""pi session logs written by pi itself (``tests/fixtures/hosts/pi/``, see its README) read exactly as pi and
+billion-context-pi's kernel read them: the live path of the session tree (``truth.json``: pi's
+``buildContextEntries()``), one message per tool call with the kernel's raw ids (the ``messageRefs`` of the kernel
+state pi wrote), every block of the kernel state, pi's own compactions and branch summaries, and the view the model
+saw (``kernelView``: acp-kernel's ``processTurn()``) — at the end and at each compaction point.
+
+The expectations come from the host's files (``truth.json``, the ``.acp.json`` the host wrote, the log's own JSON),
+never from acpmem's reader."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from acpmem.core.errors import TranscriptError
+from acpmem.write.transcripts import openai_messages, read_transcript
+
+PI = Path(__file__).parent / "fixtures" / "hosts" / "pi"
+_ACP_PREFIX = re.compile(r'<acp tokens="[0-9]+" type="[a-z-]+">m[0-9]+</acp>\n')
+
+
+def fixtures():
+    return sorted(p.name for p in PI.iterdir() if (p / "truth.json").is_file())
+
+
+def load(name: str):
+    folder = PI / name
+    (log,) = [p for p in folder.iterdir() if p.name.endswith(".jsonl")]
+    truth = json.loads((folder / "truth.json").read_text())
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    state_file = Path(str(log) + ".acp.json")
+    state = json.loads(state_file.read_text()) if state_file.is_file() else None
+    return log, truth, rows, state
+
+
+def live_path(truth: dict) -> list[dict]:
+    """The leaf's chain of parents, from truth's entries (pi's own reading)."""
+    by_id = {e["id"]: e for e in truth["entries"] if e["type"] != "session"}
+    path, node = [], truth["leaf"]
+    while node is not None:
+        path.append(by_id[node])
+        node = by_id[node].get("parentId")
+    return path[::-1]
+
+
+def expected_messages(truth: dict, rows: list[dict]) -> list[tuple[int, str, str]]:
+    """``(seq, raw id, role)`` for every message on the live path: one per tool call of a multi-call assistant
+    message (raw id ``entryId#callId``, as billion-context-pi gives the kernel)."""
+    out = []
+    for e in live_path(truth):
+        row = rows[e["line"]]
+        if e["type"] == "message":
+            m = row["message"]
+            if m.get("role") == "bashExecution" and m.get("excludeFromContext"):
+                continue
+            calls = [b for b in m.get("content") or () if isinstance(b, dict) and b.get("type") == "toolCall"] \
+                if isinstance(m.get("content"), list) else []
+            role = {"toolResult": "tool", "assistant": "assistant"}.get(m["role"], "user")
+            if m["role"] == "assistant" and len(calls) > 1:
+                out.extend((e["line"], f"{e['id']}#{c['id']}", role) for c in calls)
+            else:
+                out.append((e["line"], e["id"], role))
+        elif e["type"] in ("custom_message", "branch_summary"):
+            out.append((e["line"], e["id"], "user"))
+    return out
+
+
+def kernel_text(m) -> str:
+    """A message as the kernel's view writes it: its text, then each tool call's arguments as compact JSON."""
+    parts = [m.content] if isinstance(m.content, str) and m.content else []
+    for call in m.raw.get("tool_calls") or ():
+        parts.append(call["function"]["arguments"])
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("name", fixtures())
+def test_every_message_on_the_live_path_as_the_host_reads_it(name):
+    log, truth, rows, state = load(name)
+    t = read_transcript(log)
+    assert t.container == "pi"
+    want = expected_messages(truth, rows)
+    assert [(m.seq, m.id, m.role) for m in t.events] == want
+    if state is not None:                                       # the kernel's own list of raw message ids
+        assert [m.id for m in t.events] == list(state["messageRefs"]["byRaw"])
+    live = {e["line"] for e in live_path(truth)}
+    assert {m.seq for m in t.events} <= live                   # nothing of an abandoned branch
+    for m in t.events:
+        row = rows[m.seq]
+        if row["type"] != "message":
+            continue
+        msg = row["message"]
+        content = msg.get("content")
+        texts = [b["text"] for b in content if b.get("type") == "text"] if isinstance(content, list) else [content]
+        calls = [b for b in content if b.get("type") == "toolCall"] if isinstance(content, list) else []
+        if msg["role"] == "assistant":
+            mine = [c for c in calls if m.id == row["id"] or m.id == f"{row['id']}#{c['id']}"]
+            assert [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
+                    for c in m.raw.get("tool_calls") or ()] == [(c["id"], c["name"], c["arguments"]) for c in mine]
+            first = m.id == row["id"] or m.id.endswith("#" + calls[0]["id"])
+            assert (m.content or "") == ("\n".join(x for x in texts if x) if first else "")
+            for b in content:                                   # thinking is not sent back
+                assert b.get("type") != "thinking" or b["thinking"] not in json.dumps(m.raw)
+        elif msg["role"] == "toolResult":
+            assert m.raw["tool_call_id"] == msg["toolCallId"] and m.content == "\n".join(texts)
+        elif msg["role"] == "bashExecution":
+            assert m.content == f"$ {msg['command']}\n{msg['output']}"
+        else:
+            assert m.content == "\n".join(texts)
+
+
+@pytest.mark.parametrize("name", fixtures())
+def test_every_block_as_the_host_state_says(name):
+    log, truth, rows, state = load(name)
+    t = read_transcript(log)
+    line_of = {e["id"]: e["line"] for e in truth["entries"]}
+    want = []
+    for b in (state or {}).get("blocks", []):
+        seqs = tuple(sorted({line_of[i.split("#")[0]] for i in b["effectiveMessageIds"]}))
+        want.append((b["blockId"], b["tier"], b.get("topic"), b["summary"], seqs, tuple(b["directBlockIds"]),
+                     b["active"]))
+    path = live_path(truth)
+    compactions = [e for e in path if e["type"] == "compaction"]
+    for k, e in enumerate(compactions):        # pi's own compactions on the live path: blocks with no kernel id
+        row = rows[e["line"]]
+        kept = next((p["line"] for p in path if p["id"] == row["firstKeptEntryId"]), e["line"])
+        covered = tuple(s for s, _, _ in expected_messages(truth, rows) if s < kept)
+        nested = (f"pi-compaction-{compactions[k - 1]['id']}",) if k else ()
+        want.append((f"pi-compaction-{e['id']}", None, None, row["summary"], tuple(sorted(set(covered))), nested,
+                     k == len(compactions) - 1))
+    got = [(b.id, b.tier, b.topic, b.summary, b.seqs, b.nested, b.active) for b in t.blocks]
+    assert got == want
+    for b, e in zip([b for b in t.blocks if b.id.startswith("pi-compaction-")], compactions):
+        details = rows[e["line"]].get("details") or {}
+        assert (list(b.read_files), list(b.modified_files)) == (details.get("readFiles", []),
+                                                                details.get("modifiedFiles", []))
+        assert b.compaction_id == e["id"] and b.at == e["line"]
+
+
+def test_the_final_view_is_what_the_kernel_sent_the_model():
+    log, truth, rows, state = load("pi-acp")
+    t = read_transcript(log)
+    view = truth["kernelView"]
+    assert [m.id for m in t.messages] == [v["id"] for v in view]
+    for m, v in zip(t.messages, view):
+        # pi's adapter sends a kernel summary as a plain user message (hosts.md §2); the rest keep their roles
+        assert m.role == ("user" if v["role"] == "system" else v["role"]), v["id"]
+        text = _ACP_PREFIX.sub("", v["text"], count=1)
+        assert kernel_text(m).startswith(text), (v["id"], kernel_text(m)[:80], text)
+    first_user = next(m for m in t.events if m.role == "user")
+    assert t.messages[1] == first_user                        # kept although b4 covers it
+    sent = openai_messages(t)
+    assert sent[0] == {"role": "user", "content": "[Compressed conversation section] — Auth workstream\n"
+                                                  + state["blocks"][3]["summary"]}
+    assert all("id" not in m for m in sent)                   # the raw ids are bookkeeping, never sent
+
+
+def test_the_view_at_each_compression_point():
+    """At each compress call's result, the view holds the blocks made so far (a block consumed later still shown),
+    the first user message, and hides the compress pairs of the blocks consumed by then."""
+    log, truth, rows, state = load("pi-acp")
+    t = read_transcript(log)
+    blocks = state["blocks"]
+    result_seq = {rows[e["line"]]["message"].get("toolCallId"): e["line"] for e in truth["entries"]
+                  if e.get("role") == "toolResult"}
+    call_ids = {b["blockId"]: b["compressCallId"] for b in blocks}
+    for k, b in enumerate(blocks):
+        seq = result_seq[b["compressCallId"]]
+        made = blocks[:k + 1]
+        consumed = {x for m in made for x in m["directBlockIds"]}
+        active = [m["blockId"] for m in made if m["blockId"] not in consumed]
+        view = t.upto(seq).messages
+        assert [m.id[12:] for m in view if m.id.startswith("acp_summary_")] == active, seq
+        assert view[0].id == f"acp_summary_{active[0]}" and view[1].id == "d33f46e4"
+        hidden_calls = {call_ids[x] for x in consumed}
+        ids = [m.id for m in view]
+        for x, cid in call_ids.items():
+            call = next(m for m in t.events if any(c["id"] == cid for c in m.raw.get("tool_calls") or ()))
+            if call.seq > seq:
+                continue
+            assert (call.id in ids) == (cid not in hidden_calls), (seq, x)
+        covered = {i for m in made if m["blockId"] in active for i in m["effectiveMessageIds"]} - {"d33f46e4"}
+        assert not covered & set(ids)
+        assert ids[-1] == rows[seq]["id"]                    # the compress result itself is the last message
+    assert [m.id for m in t.upto(t.last_seq).messages] == [v["id"] for v in truth["kernelView"]]
+
+
+def test_an_abandoned_branch_is_not_conversation():
+    log, truth, rows, state = load("pi-branch")
+    t = read_transcript(log)
+    texts = " ".join(t.text(m) for m in t.events)
+    assert "Option B" in texts and "Option A" not in texts and "batching" not in texts
+    assert t.blocks == ()                                       # its compaction is on the abandoned branch
+    assert [m.id for m in t.messages] == [e["id"] for e in truth["contextEntries"] if e["type"] == "message"]
+    assert t.last_seq == max(e["line"] for e in live_path(truth))
+    with pytest.raises(TranscriptError, match="no compression blocks"):
+        t.block("b1")
