@@ -751,9 +751,11 @@ def fuzz_transcripts(ctx: Ctx, n: int) -> int:
             assert limits.int_between(m.seq, 0, MAX), m.seq
             assert isinstance(t.text(m), str)
         for b in t.blocks:
-            assert valid_block_id(b.id) and b.tier in (None, 1, 2, 3) and isinstance(b.summary, str), b
+            assert (b.id is None or valid_block_id(b.id)) and b.tier in (None, 1, 2, 3) \
+                and isinstance(b.summary, str), b
             assert all(limits.int_between(s, 0, MAX) for s in b.seqs) and list(b.seqs) == sorted(set(b.seqs)), b
-            assert t.block(b.id).id == b.id
+            if b.id is not None:                # an id lost on the wire is not guessed, so it cannot be named
+                assert t.block(b.id).id == b.id
         close_tool_calls(openai_messages(t), "ack")
         if t.messages:
             prefix = t.upto(max(m.seq for m in t.messages))

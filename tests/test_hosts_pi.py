@@ -196,3 +196,65 @@ def test_an_abandoned_branch_is_not_conversation():
     assert t.last_seq == max(e["line"] for e in live_path(truth))
     with pytest.raises(TranscriptError, match="no compression blocks"):
         t.block("b1")
+
+
+# ------------------------------------------------------------------------------- kernel summaries on the wire
+
+def test_a_kernel_summary_that_lost_its_id_on_the_wire_is_not_named(tmp_path):
+    """pi's adapter sends a summary as a plain user message without an id: the block id is unknown, not ``b1``."""
+    chat = [{"role": "user", "content": "Design auth"},
+            {"role": "user", "content": "[Compressed conversation section] — JWT design\nAccess 15m; refresh 30d."},
+            {"role": "assistant", "content": "[Compressed conversation section]\nTests green.\n\n"
+                                             "[b7 | 12 messages | topic: \"(none)\"]"},
+            {"role": "user", "content": "go on"}]
+    path = tmp_path / "wire.json"
+    path.write_text(json.dumps(chat))
+    t = read_transcript(path)
+    assert [(b.id, b.topic, b.summary) for b in t.blocks] == [(None, "JWT design", "Access 15m; refresh 30d."),
+                                                              ("b7", None, "Tests green.")]
+    assert t.blocks[0].label() == 'id unknown (tier unknown, "JWT design")'
+    assert t.block("b7").summary == "Tests green."
+    with pytest.raises(TranscriptError, match="no compression block 'b4' .it has b7, and 1 whose id was lost"):
+        t.block("b4")
+    only_lost = tmp_path / "lost.json"
+    only_lost.write_text(json.dumps(chat[:2]))
+    with pytest.raises(TranscriptError) as err:
+        read_transcript(only_lost).block("b1")
+    line = err.value.line()
+    assert "no block id (the id is lost on the wire), so 'b1' cannot be found" in line
+    assert ".acp.json" in line and "\n" not in line
+
+
+def test_a_kernel_state_file_passed_as_the_transcript_names_the_session_log():
+    log, *_ = load("pi-acp")
+    with pytest.raises(TranscriptError, match="pass the pi session log it sits beside"):
+        read_transcript(Path(str(log) + ".acp.json"))
+
+
+# ------------------------------------------------------------------------------- forks and broken trees
+
+def test_a_fork_without_blocks_reads_its_parents_kernel_state(tmp_path):
+    log, truth, rows, state = load("pi-acp")
+    parent = tmp_path / log.name
+    parent.write_text(log.read_text())
+    Path(str(parent) + ".acp.json").write_text(Path(str(log) + ".acp.json").read_text())
+    header = {**rows[0], "id": "01a232f6-ffff-7000-8000-00000000000f", "parentSession": str(parent)}
+    fork = tmp_path / "2026-12-01T19-00-00-000Z_01a232f6-ffff-7000-8000-00000000000f.jsonl"
+    fork.write_text("".join(json.dumps(r) + "\n" for r in [header, *rows[1:]]))
+    t = read_transcript(fork)
+    assert [b.id for b in t.blocks] == ["b1", "b2", "b3", "b4"]
+    assert [m.id for m in t.messages] == [v["id"] for v in truth["kernelView"]]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda rows: rows[3].update(parentId=rows[5]["id"]), "parentId chain loops"),
+    (lambda rows: rows[5].update(id=rows[4]["id"]), "is used twice"),
+])
+def test_a_broken_tree_is_one_clear_line(tmp_path, change, message):
+    log, truth, rows, state = load("pi-branch")
+    change(rows)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(TranscriptError, match=message) as err:
+        read_transcript(bad)
+    assert str(bad) in err.value.line() and "\n" not in err.value.line()
