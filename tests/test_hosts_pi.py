@@ -62,8 +62,8 @@ def expected_messages(truth: dict, rows: list[dict]) -> list[tuple[int, str, str
                 out.extend((e["line"], f"{e['id']}#{c['id']}", role) for c in calls)
             else:
                 out.append((e["line"], e["id"], role))
-        elif e["type"] in ("custom_message", "branch_summary"):
-            out.append((e["line"], e["id"], "user"))
+        elif e["type"] in ("custom_message", "branch_summary", "compaction"):
+            out.append((e["line"], e["id"], "user"))          # what pi turns these entries into on the path
     return out
 
 
@@ -125,7 +125,8 @@ def test_every_block_as_the_host_state_says(name):
     for k, e in enumerate(compactions):        # pi's own compactions on the live path: blocks with no kernel id
         row = rows[e["line"]]
         kept = next((p["line"] for p in path if p["id"] == row["firstKeptEntryId"]), e["line"])
-        covered = tuple(s for s, _, _ in expected_messages(truth, rows) if s < kept)
+        covered = tuple(s for s, _, _ in expected_messages(truth, rows) if s < kept
+                        and s not in {c["line"] for c in compactions})
         nested = (f"pi-compaction-{compactions[k - 1]['id']}",) if k else ()
         want.append((f"pi-compaction-{e['id']}", None, None, row["summary"], tuple(sorted(set(covered))), nested,
                      k == len(compactions) - 1))
@@ -136,6 +137,31 @@ def test_every_block_as_the_host_state_says(name):
         assert (list(b.read_files), list(b.modified_files)) == (details.get("readFiles", []),
                                                                 details.get("modifiedFiles", []))
         assert b.compaction_id == e["id"] and b.at == e["line"]
+
+
+@pytest.mark.parametrize("name", [n for n in fixtures() if "kernelView" not in json.loads((PI / n / "truth.json")
+                                                                                         .read_text())])
+def test_the_final_view_is_pis_context(name):
+    """Without the kernel, the view is pi's own context: the latest compaction, the kept entries, what followed."""
+    log, truth, rows, state = load(name)
+    t = read_transcript(log)
+    if "contextMessages" in truth:                              # sessionEntryToContextMessages, one per message
+        want = [(c["entry"], {"assistant": "assistant", "toolResult": "tool"}.get(c["role"], "user"))
+                for c in truth["contextMessages"]]
+    else:
+        want = [(e["id"], None) for e in truth["contextEntries"] if e["type"] == "message"]
+    got, last = [], None
+    for m in t.messages:                                        # the parts of a multi-call message are one
+        entry = m.id.split("#")[0]
+        if "#" not in m.id or entry != last:
+            got.append((entry, m.role if want and want[0][1] else None))
+        last = entry
+    assert got == want
+    sent = openai_messages(t)
+    assert len(sent) == len(want) and all("id" not in m for m in sent)
+    for c in [e for e in truth["contextEntries"] if e["type"] in ("compaction", "branch_summary")]:
+        (m,) = [m for m in t.messages if m.id == c["id"]]
+        assert rows[c["line"]]["summary"] in m.content
 
 
 def test_the_final_view_is_what_the_kernel_sent_the_model():
@@ -258,3 +284,20 @@ def test_a_broken_tree_is_one_clear_line(tmp_path, change, message):
     with pytest.raises(TranscriptError, match=message) as err:
         read_transcript(bad)
     assert str(bad) in err.value.line() and "\n" not in err.value.line()
+
+
+@pytest.mark.parametrize("name", fixtures())
+def test_the_view_at_each_pi_compaction(name):
+    """Right after each of pi's compactions the view is that compaction's summary and the entries it kept (pi's
+    ``buildContextEntries`` on the path up to there); a later one replaces it."""
+    log, truth, rows, state = load(name)
+    t = read_transcript(log)
+    path = live_path(truth)
+    messages = expected_messages(truth, rows)
+    for c in [e for e in path if e["type"] == "compaction"]:
+        first = rows[c["line"]]["firstKeptEntryId"]
+        kept = next(p["line"] for p in path if p["id"] == first)
+        want = [c["id"]] + [i for s, i, _ in messages if kept <= s < c["line"]]
+        assert [m.id for m in t.upto(c["line"]).messages] == want
+        block = t.block(f"pi-compaction-{c['id']}")
+        assert block.summary == rows[c["line"]]["summary"] and max(block.seqs) < kept
