@@ -255,7 +255,8 @@ def read_pi(rows: list[tuple[int, dict]], path: Path | None, source: str) -> PiL
                 notes.add(f"line {n + 1}: pi compaction keeps from {clip(first)}, which is not on the path: its "
                           "summary stands for everything before it")
             details = o.get("details") if isinstance(o.get("details"), dict) else {}
-            compactions.append(Compaction(n, entry, kept, msgs[0], o.get("summary") or "",
+            summary = o.get("summary") if isinstance(o.get("summary"), str) else ""
+            compactions.append(Compaction(n, entry, kept, msgs[0], summary,
                                           _files(details.get("readFiles")), _files(details.get("modifiedFiles"))))
     kernel: tuple[Block, ...] = ()
     made: list[tuple[str, int | None]] = []
