@@ -463,7 +463,7 @@ def test_mcp_source_resource_text(example_vault, tmp_path):
     assert svc.source("memory://entry/../source") is None
     # the MCP commit takes block like the CLI: an unknown one is the model's error, nothing is queued
     (commit,) = [t for t in svc.tools() if t["name"] == "memory_commit"]
-    assert commit["inputSchema"]["properties"]["block"]["pattern"] == "^b[0-9]{1,9}$"
+    assert commit["inputSchema"]["properties"]["block"]["pattern"] == "^(b[0-9]{1,9}|pi-compaction-[A-Za-z0-9_-]{1,64})$"
     with pytest.raises(TranscriptError, match="no compression block 'b7'"):
         svc.commit({"type": "decision", "note": "n", "importance": 5, "block": "b7"}, {"seq": 3})
     assert requests.list_requests(example_vault.state_dir) == ([], [])

@@ -301,3 +301,124 @@ def test_the_view_at_each_pi_compaction(name):
         assert [m.id for m in t.upto(c["line"]).messages] == want
         block = t.block(f"pi-compaction-{c['id']}")
         assert block.summary == rows[c["line"]]["summary"] and max(block.seqs) < kept
+
+
+# ------------------------------------------------------------------------------- committing from each pi log
+
+BLOCKS = {"pi-acp": "b3", "pi-compaction": None}    # None: the latest pi compaction (its name is made of its id)
+
+
+def _block_of(name: str) -> tuple[Path, str, dict]:
+    log, truth, rows, state = load(name)
+    if BLOCKS[name] is not None:
+        return log, BLOCKS[name], truth
+    last = [e for e in live_path(truth) if e["type"] == "compaction"][-1]
+    return log, f"pi-compaction-{last['id']}", truth
+
+
+@pytest.mark.parametrize("name", sorted(BLOCKS))
+def test_commit_block_offline_and_show_source(name, example_vault, cli):
+    from acpmem.core.blocks import turns_text
+
+    log, block_id, truth = _block_of(name)
+    t = read_transcript(log)
+    block = t.block(block_id)
+    v = example_vault
+    r = cli("memory", "--vault", str(v.root), "commit", "--type", "decision", "--note", "auth token design",
+            "--importance", "8", "--session", "s-pi", "--seq", str(t.last_seq), "--transcript", str(log),
+            "--block", block_id, "--wait", "--extractor", "offline", "--json")
+    assert r.returncode == 0, r.stderr
+    v.close()
+    entries = [e for e in v.load().entries if e.citation and e.citation[0].session == "s-pi"]
+    assert entries
+    (c,) = entries[0].citation
+    assert (c.block, c.tier, c.turns) == (block_id, block.tier, turns_text(block.seqs))
+    r = cli("memory", "--vault", str(v.root), "show", entries[0].id, "--source", "--json")
+    assert r.returncode == 0, r.stderr
+    (src,) = json.loads(r.stdout)["sources"]
+    assert src["status"] == "ok"
+    live = {e["line"] for e in live_path(truth)}
+    shown = [turn["seq"] for turn in src["turns"]]
+    assert shown and set(shown) <= set(block.seqs) <= live
+    assert src["block"]["id"] == block_id
+
+
+@pytest.mark.parametrize("name", sorted(BLOCKS))
+def test_extract_block_sends_what_the_model_saw(name, example_vault, openai_server, cli):
+    from openai_server import reply
+    from test_fork import configure
+
+    log, block_id, truth = _block_of(name)
+    t = read_transcript(log)
+    seq = t.last_seq
+    v = configure(example_vault, openai_server)
+    openai_server.enqueue(reply.writes(reply.write("- Access JWT 15m; refresh tokens in Redis for 30 days.",
+                                                   title="Auth tokens: JWT 15m + Redis refresh 30d")))
+    r = cli("memory", "--vault", str(v.root), "extract", "--transcript", str(log), "--block", block_id, "--note",
+            "auth token design", "--type", "decision", "--importance", "8", "--session", "s-pi", "--seq", str(seq))
+    assert r.returncode == 0, r.stderr
+    (sent,) = openai_server.requests
+    msgs = sent.body["messages"]
+    seen = openai_messages(t.upto(seq))
+    assert msgs[:len(seen)] == seen                      # the prefix the model saw, byte for byte
+    assert all("id" not in m for m in seen)
+    assert f'id="{block_id}"' in msgs[-1]["content"] and t.block(block_id).summary.strip()[:60] in msgs[-1]["content"]
+    v.close()
+    (e,) = [e for e in v.load().entries if e.citation and e.citation[0].session == "s-pi"]
+    assert e.citation[0].block == block_id
+
+
+def test_mcp_memory_commit_names_a_pi_block(example_vault, tmp_path):
+    from test_mcp import _server_params, _session_run
+    from test_queue import wait_idle
+
+    log, block_id, truth = _block_of("pi-compaction")
+    t = read_transcript(log)
+    root = example_vault.root
+    example_vault.close()
+
+    async def body(s):
+        ok = await s.call_tool("memory_commit", {"type": "decision", "note": "auth token design", "importance": 8,
+                                                 "block": block_id},
+                               meta={"acpmem/session": "s-mcp-pi", "acpmem/seq": t.last_seq,
+                                     "acpmem/transcript": str(log)})
+        bad = await s.call_tool("memory_commit", {"type": "decision", "note": "n", "importance": 5, "block": "b1"},
+                                meta={"acpmem/session": "s-mcp-pi", "acpmem/seq": 3, "acpmem/transcript": str(log)})
+        return ok, bad
+
+    ok, bad = _session_run(_server_params(root), body, str(tmp_path / "server.err"))
+    assert ok.is_error is False and ok.content[0].text.startswith("Noted (r-"), ok.content[0].text
+    assert bad.is_error and "no compression block 'b1'" in bad.content[0].text
+    from acpmem.vault.writer import Vault
+
+    v = Vault(root, clock=example_vault.clock)
+    wait_idle(v)
+    (e,) = [e for e in v.load().entries if e.citation and e.citation[0].session == "s-mcp-pi"]
+    assert e.citation[0].block == block_id and e.citation[0].compaction == block_id.rsplit("-", 1)[1]
+    v.close()
+
+
+@pytest.mark.parametrize("name", ["pi-branch", "pi-branch-summary"])
+def test_an_offline_commit_cites_only_the_live_branch(name, example_vault, cli):
+    log, truth, rows, state = load(name)
+    t = read_transcript(log)
+    v = example_vault
+    r = cli("memory", "--vault", str(v.root), "commit", "--type", "decision", "--note",
+            "option cookie sessions JWT batching token store", "--importance", "7", "--session", "s-branch", "--seq",
+            str(t.last_seq), "--transcript", str(log), "--wait", "--extractor", "offline", "--json")
+    assert r.returncode == 0, r.stderr
+    v.close()
+    entries = [e for e in v.load().entries if e.citation and e.citation[0].session == "s-branch"]
+    assert entries
+    from acpmem.core.blocks import parse_turns
+
+    live = {e["line"] for e in live_path(truth)}
+    for e in entries:
+        for c in e.citation:
+            seqs = parse_turns(c.turns) if c.turns else parse_turns(str(c.seq))
+            assert set(seqs) <= live, (c, sorted(live))
+        body = (v.root / e.path).read_text().split("\n---\n", 1)[1]
+        for abandoned in ("simpler but no mobile support", "checked by count", "cookie sessions kept"):
+            assert abandoned not in body
+    with pytest.raises(TranscriptError, match="has no compression blocks"):
+        t.block("b1")
