@@ -212,6 +212,17 @@ def test_the_view_at_each_compression_point():
     assert [m.id for m in t.upto(t.last_seq).messages] == [v["id"] for v in truth["kernelView"]]
 
 
+def test_the_view_at_each_compression_point_is_the_kernels():
+    """``views.json``: acp-kernel's own ``prune`` + ``hideConsumedCompressCalls`` at each compress call's result
+    (``tools/hostlogs/pi/kernel-views.mjs``; its final view equals the ``kernelView`` billion-context-pi recorded)."""
+    log, truth, rows, state = load("pi-acp")
+    t = read_transcript(log)
+    points = json.loads((PI / "pi-acp" / "views.json").read_text())["points"]
+    assert len(points) == len(state["blocks"])
+    for p in points:
+        assert [m.id for m in t.upto(p["seq"]).messages] == p["ids"], p["seq"]
+
+
 def test_an_abandoned_branch_is_not_conversation():
     log, truth, rows, state = load("pi-branch")
     t = read_transcript(log)
