@@ -281,6 +281,11 @@ def test_a_fork_without_blocks_reads_its_parents_kernel_state(tmp_path):
     t = read_transcript(fork)
     assert [b.id for b in t.blocks] == ["b1", "b2", "b3", "b4"]
     assert [m.id for m in t.messages] == [v["id"] for v in truth["kernelView"]]
+    empty = {**state, "blocks": []}                          # a state of its own, with no blocks yet
+    Path(str(fork) + ".acp.json").write_text(json.dumps(empty))
+    assert [b.id for b in read_transcript(fork).blocks] == ["b1", "b2", "b3", "b4"]
+    Path(str(parent) + ".acp.json").unlink()                   # the parent's is gone: the fork has none
+    assert read_transcript(fork).blocks == ()
 
 
 @pytest.mark.parametrize("change, message", [

@@ -264,9 +264,8 @@ def read_pi(rows: list[tuple[int, dict]], path: Path | None, source: str) -> PiL
     calls: list[tuple[str, str]] = []
     ranges: list[tuple[str, str, str]] = []
     if path is not None:
-        state_path = _state_file(path, parent)
-        if state_path is not None:
-            state = read_kernel_state(state_path)
+        state = _kernel_state(path, parent)
+        if state is not None:
             seq_of = {m.id: m.seq for m in events} | {m.entry: m.seq for m in events}
             kernel = blocks_from_state(state, seq_of, notes)
             call_seq = {m.call: m.seq for m in events if m.kind == "tool-call" and m.call}
@@ -286,20 +285,21 @@ def read_pi(rows: list[tuple[int, dict]], path: Path | None, source: str) -> PiL
                  parent, tuple(notes.items))
 
 
-def _state_file(path: Path, parent: str | None) -> Path | None:
-    """The kernel state of this session, else its parent's (a fork with no blocks of its own inherits them)."""
+def _kernel_state(path: Path, parent: str | None) -> dict | None:
+    """The kernel state of this session; a fork (``parentSession``) with no blocks of its own has its parent's."""
     own = Path(str(path) + STATE_SUFFIX)
-    if own.is_file():
-        return own
-    if parent:
-        for candidate in (Path(parent), path.parent / Path(parent).name):
-            state = Path(str(candidate) + STATE_SUFFIX)
-            try:
-                if state.is_file():
-                    return state
-            except (OSError, ValueError):
-                continue
-    return None
+    state = read_kernel_state(own) if own.is_file() else None
+    if state is not None and state.get("blocks") or not parent:
+        return state
+    for candidate in (Path(parent), path.parent / Path(parent).name):
+        theirs = Path(str(candidate) + STATE_SUFFIX)
+        try:
+            found = theirs.is_file() and theirs != own
+        except (OSError, ValueError):
+            continue
+        if found:
+            return read_kernel_state(theirs)
+    return state
 
 
 def _files(value: object) -> tuple[str, ...]:
