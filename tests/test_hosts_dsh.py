@@ -1,0 +1,140 @@
+"""Conformance: DSH session logs written by the host's own code (``tests/fixtures/hosts/dsh/``, see its README) read by
+acpmem exactly as the host reads them. Each log's ``*.truth.json`` holds what the host's session reader and the
+plugin's block ledger say; every message, every block and the model-visible surface (final, and at each compaction
+point where the truth records it) is compared with it."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from acpmem.write import hostlogs
+from acpmem.write.hostlogs import last_message_seq, read_dsh
+from acpmem.write.transcripts import openai_messages, read_transcript
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hosts" / "dsh"
+ROLES = {"user/message": "user", "assistant/message": "assistant", "tool/result": "tool"}
+
+
+def _logs() -> list[tuple[str, str]]:
+    """(log file, truth file) pairs: every ``X.truth.json`` with its log ``X.jsonl.zstd`` / ``X.jsonl``, and the
+    two re-encodings of session 1 (same run, ``compression: 'none'`` and ``packChunks: false``) with its truth."""
+    out = []
+    for truth in sorted(FIXTURES.glob("*.truth.json")):
+        stem = truth.name[:-len(".truth.json")]
+        for suffix in (".jsonl.zstd", ".jsonl"):
+            if (FIXTURES / (stem + suffix)).is_file():
+                out.append((stem + suffix, truth.name))
+    out += [("plain-session.jsonl", "dsh-session1.truth.json"),
+            ("unpacked-session.jsonl.zstd", "dsh-session1.truth.json")]
+    return out
+
+
+LOGS = _logs()
+
+
+def _truth(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text("utf-8"))
+
+
+def _text(message: dict) -> str:
+    return message.get("content") or ""
+
+
+@pytest.fixture(params=LOGS, ids=[log for log, _ in LOGS])
+def case(request):
+    log, truth = request.param
+    return read_transcript(FIXTURES / log), _truth(truth), FIXTURES / log
+
+
+def test_the_fixtures_are_there():
+    assert {"dsh-session1.jsonl.zstd", "plain-session.jsonl", "unpacked-session.jsonl.zstd"} <= {x for x, _ in LOGS}
+
+
+def test_every_message_reads_as_the_host_reads_it(case):
+    t, truth, _ = case
+    assert t.warnings == ()
+    want = truth["messageEvents"]
+    got = [m for m in t.events]
+    # another run of the same script (plain, unpacked) has its own compaction ids, quoted in some texts
+    rename = {b.compaction_id[:8]: r["blockId"][:8] for b, r in zip(t.blocks, truth["registry"])}
+    assert [m.seq for m in got] == [w["seq"] for w in want]
+    for m, w in zip(got, want):
+        assert m.role == ROLES[w["type"]], m.seq
+        full = w.get("fullText")
+        if full is not None:
+            assert _text(m.raw) == full, m.seq
+        else:   # the truth keeps the first 60 characters of the host's text
+            text = _text(m.raw)
+            for mine, theirs in rename.items():
+                text = text.replace(mine, theirs)
+            assert text[:60] == w["text"], m.seq
+        calls = [c["id"] for c in m.raw.get("tool_calls") or ()]
+        assert calls == w["calls"], m.seq
+        if m.role == "tool":
+            assert m.raw["tool_call_id"] == w["source"]["callId"]
+    # the ids the host gives the kernel: one per message, one per call for a message of two or more calls
+    ids = [i for m in got for i in hostlogs.message_ids(m.seq, m.raw)]
+    assert ids == truth["coreIds"]
+    assert "319#call_a" in ids or not any(len(w["calls"]) > 1 for w in want)
+
+
+def test_the_event_count_and_numbering_are_the_hosts(case):
+    t, truth, path = case
+    assert truth["firstSeq"] == 0
+    # the last-seq scan: the last message event's seq; every event (packed rows expanded) numbered from 0
+    assert last_message_seq(path, str(path)) == truth["messageEvents"][-1]["seq"]
+    assert t.last_seq == truth["messageEvents"][-1]["seq"]
+
+
+def test_every_block_reads_as_the_hosts_registry_and_ledger(case):
+    t, truth, _ = case
+    registry, ledger = truth["registry"], truth["ledger"]
+    assert [b.id for b in t.blocks] == [r["kernelBlockId"] for r in registry]
+    by_cid = {r["blockId"]: r["kernelBlockId"] for r in registry}
+    same_run = t.blocks[0].compaction_id == registry[0]["blockId"]
+    for b, r, led in zip(t.blocks, registry, ledger):
+        assert b.tier == r["tier"] and b.active == r["active"], b.id
+        assert b.at == r["summarySeq"], b.id   # the checkpoint message's seq
+        if same_run:
+            assert list(b.nested) == [by_cid[p] for p in r["parentBlockIds"]], b.id
+        covered = sorted({int(i.split("#")[0]) for i in led["effectiveMessageIds"]}) \
+            if "effectiveMessageIds" in led else None
+        if covered is not None:
+            assert list(b.seqs) == covered, b.id
+        if "summary" in led:
+            assert b.summary == led["summary"], b.id
+            assert b.topic == led.get("topic"), b.id
+        if same_run:
+            assert b.compaction_id == r["blockId"]
+        # the block's summary is the text of its checkpoint message
+        cp = next(m for m in t.events if m.seq == r["summarySeq"])
+        assert b.summary.startswith(_text(cp.raw)[:60])
+    if not same_run:   # another run of the same script: other compaction ids, the same nesting
+        assert [b.nested for b in t.blocks] == [tuple(by_cid[p] for p in r["parentBlockIds"]) for r in registry]
+
+
+def test_the_model_visible_surface_is_the_hosts(case):
+    t, truth, _ = case
+    assert [m.seq for m in t.messages] == truth["surface"]
+    assert len(openai_messages(t)) == truth["derivedCount"]
+    for point in truth.get("surfaceAt", ()):   # at each compaction point
+        assert [m.seq for m in t.upto(point["seq"]).messages] == point["surface"], point["seq"]
+
+
+def test_the_compress_call_is_hidden_by_the_prune_replacement(case):
+    t, truth, _ = case
+    on_surface = {m.seq for m in t.messages}
+    calls = {m.seq for m in t.events if m.role == "assistant"
+             and any(c["function"]["name"] == "compress" for c in m.raw.get("tool_calls") or ())}
+    assert calls and not calls & on_surface
+    results = {m.seq for m in t.events if m.role == "tool" and m.raw["content"].startswith("Compressed ")}
+    assert results and not results & on_surface
+
+
+def test_reading_only_some_turns_finds_the_same_blocks(case):
+    t, truth, path = case
+    want = {truth["messageEvents"][0]["seq"], truth["messageEvents"][-1]["seq"]}
+    part = read_dsh(path, str(path), only=frozenset(want))
+    assert part.blocks == t.blocks and {e.seq for e in part.events} == want and part.warnings == ()
