@@ -138,3 +138,96 @@ def test_reading_only_some_turns_finds_the_same_blocks(case):
     want = {truth["messageEvents"][0]["seq"], truth["messageEvents"][-1]["seq"]}
     part = read_dsh(path, str(path), only=frozenset(want))
     assert part.blocks == t.blocks and {e.seq for e in part.events} == want and part.warnings == ()
+
+
+# ------------------------------------------------------------------- the memory commands on each host-written log
+
+BLOCK_LOGS = [log for log, _ in LOGS]
+
+
+@pytest.mark.parametrize("log", BLOCK_LOGS)
+def test_commit_block_extract_block_and_show_source_on_a_host_log(example_vault, tmp_path, cli, log):
+    """Through the CLI, the offline extractor as the fork: ``commit --block`` of the log's last block and
+    ``extract --note --block`` of its first cite the block, its tier and the turns it covers; ``show --source``
+    prints the block and those turns read back from the log; an unknown block is one line naming the blocks."""
+    path = FIXTURES / log
+    t = read_transcript(path)
+    last, first = t.blocks[-1], t.blocks[0]
+    v = example_vault
+    base = ["memory", "--vault", str(v.root)]
+    r = cli(*base, "commit", "--type", "decision", "--note", "auth design", "--importance", "8", "--session",
+            "s-host", "--seq", str(t.last_seq), "--transcript", str(path), "--block", last.id, "--extractor",
+            "offline", "--wait", "--json")
+    assert r.returncode == 0, r.stderr
+    (entry,) = json.loads(r.stdout)["outcome"]["entries"]
+    r = cli(*base, "extract", "--note", "auth design", "--type", "decision", "--importance", "7", "--session",
+            "s-host", "--seq", str(t.last_seq), "--transcript", str(path), "--block", first.id, "--extractor",
+            "offline", "--json")
+    assert r.returncode == 0, r.stderr
+    (other,) = [e["id"] for o in json.loads(r.stdout)["outcomes"] for e in o["entries"]]
+    from acpmem.core.blocks import turns_text
+
+    entries = {e.id: e for e in v.load().entries}
+    for ident, b in ((entry["id"], last), (other, first)):
+        (c,) = entries[ident].citation
+        assert (c.block, c.tier, c.compaction, c.turns) == (b.id, b.tier, b.compaction_id, turns_text(b.seqs))
+    r = cli(*base, "show", entry["id"], "--source", "--transcript", str(path))
+    assert r.returncode == 0, r.stderr
+    assert f'kind="block" id="{last.id}" tier="{last.tier}"' in r.stdout and last.summary[:40] in r.stdout
+    shown = [int(x) for x in __import__("re").findall(r'kind="turn" seq="([0-9]+)"', r.stdout)]
+    assert shown == list(last.seqs)
+    assert "Turns not in the transcript" not in r.stdout
+    r = cli(*base, "commit", "--type", "decision", "--note", "n", "--importance", "5", "--session", "s-host",
+            "--seq", "3", "--transcript", str(path), "--block", "b9")
+    assert r.returncode != 0 and r.stderr.count("\n") == 1
+    assert f"no compression block 'b9' (it has {', '.join(b.id for b in t.blocks)})" in r.stderr
+
+
+@pytest.mark.parametrize("log", BLOCK_LOGS)
+def test_mcp_memory_commit_of_a_block_on_a_host_log(example_vault, log):
+    """The MCP server given the host's log: ``memory_commit`` with a block and no seq cites the log's last message
+    (the streamed scan) and the fork writes an entry citing the block."""
+    from helpers_proc import wait_until
+    from test_mcp import _server_params, _session_run
+
+    from acpmem.write import requests
+
+    path = FIXTURES / log
+    t = read_transcript(path)
+    b = t.blocks[0]
+
+    async def body(s):
+        return await s.call_tool("memory_commit", {"type": "decision", "note": "auth design", "importance": 8,
+                                                   "block": b.id},
+                                 meta={"acpmem/session": "s-host", "acpmem/transcript": str(path)})
+
+    r = _session_run(_server_params(example_vault.root), body)
+    assert r.is_error is False, r.content[0].text
+    done = wait_until(lambda: requests.read_done(example_vault.state_dir))
+    assert done[-1]["seq"] == t.last_seq and done[-1]["status"] == "written", done[-1]
+    (entry,) = [e for e in example_vault.load().entries if e.citation and e.citation[0].session == "s-host"]
+    assert (entry.citation[0].block, entry.citation[0].tier) == (b.id, b.tier)
+
+
+def test_a_broken_host_log_is_one_line_and_the_streaming_check_finds_it(tmp_path):
+    """A real log with one line damaged, or cut before its last message: the reader and the cheap check both
+    answer one ``TranscriptError`` line naming the file and line."""
+    from acpmem.core.errors import TranscriptError
+    from acpmem.write.hostlogs import check_dsh
+
+    lines = (FIXTURES / "plain-session.jsonl").read_text("utf-8").split("\n")
+    assert check_dsh(FIXTURES / "plain-session.jsonl", "x") == _truth("dsh-session1.truth.json")["messageEvents"][-1]["seq"]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join([*lines[:40], lines[40][:-30], *lines[41:]]), "utf-8")
+    dropped = tmp_path / "dropped.jsonl"
+    dropped.write_text("\n".join([*lines[:40], *lines[41:]]), "utf-8")   # a line lost: the numbering says so
+    for bad, where in ((broken, ":41: not valid JSON"), (dropped, ":41: seq ")):
+        for read in (lambda p: read_transcript(p), lambda p: check_dsh(p, str(p))):
+            with pytest.raises(TranscriptError) as err:
+                read(bad)
+            line = err.value.line()
+            assert where in line and str(bad) in line and "\n" not in line
+    only_header = tmp_path / "header.jsonl"
+    only_header.write_text(lines[0] + "\n", "utf-8")
+    with pytest.raises(TranscriptError, match="no messages in this session log"):
+        check_dsh(only_header, str(only_header))

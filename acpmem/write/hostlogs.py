@@ -348,7 +348,7 @@ def read_dsh(path: Path | None, source: str, text: str | None = None, *, only=No
             continue
         if only is not None and "compact" not in line:
             m = _TYPE_SEQ.match(line)
-            if m and int(m[2]) not in only and m[1] not in PACKED_ROWS:
+            if m and int(m[2]) not in only and m[1] not in PACKED_ROWS and line.endswith("}"):
                 seqs.take(int(m[2]), 1, n)
                 first = False
                 continue
@@ -420,8 +420,8 @@ def last_message_seq(path: Path, source: str) -> int | None:
 
     A bounded scan, streamed like ``read_dsh`` and with its limits (line and log size, event count, seqs that
     follow each other), but no message is built: an event line that starts with its type and seq
-    (``{"type":"…","seq":N,`` — how DSH writes them) is not parsed; other lines (the header, packed rows) are, for
-    their seq and type only. A cut last line does not count. A message event the reader skips as malformed counts
+    (``{"type":"…","seq":N,`` — how DSH writes them) and ends its object is not parsed; other lines (the header,
+    packed rows, a line cut short) are, for their seq and type only. A cut last line does not count. A message event the reader skips as malformed counts
     here: the conversation up to its seq is the same as up to the message before it."""
     warn = _Warnings(source)
     seqs = _Seqs(source)
@@ -433,7 +433,7 @@ def last_message_seq(path: Path, source: str) -> int | None:
         if not line.strip():
             continue
         m = _TYPE_SEQ.match(line)
-        if m is not None and not cut and m[1] not in PACKED_ROWS:
+        if m is not None and not cut and m[1] not in PACKED_ROWS and line.endswith("}"):   # else parsed: says why
             first = False
             seq, kind = seqs.take(int(m[2]), 1, n), m[1]
         else:
@@ -463,9 +463,10 @@ def last_message_seq(path: Path, source: str) -> int | None:
 
 
 def check_dsh(path: Path, source: str) -> int:
-    """A cheap streaming check that a DSH log can be read: every line parses as the host writes it (header,
-    events numbered in order, packed rows) and it holds a message. Returns the last message's seq;
-    ``TranscriptError`` (one line, naming the file and line) otherwise. No message is built."""
+    """A cheap streaming check that a DSH log can be read, for commit time: the zstd frames decode, every line is
+    whole and numbered as the host numbers events (header, events in order, packed rows), and it holds a message.
+    Returns the last message's seq; ``TranscriptError`` (one line, naming the file and line) otherwise. No message
+    is built; an event line is parsed only when it does not start and end as DSH writes them."""
     last = last_message_seq(path, source)
     if last is None:
         raise TranscriptError(f"{source}: no messages in this session log", "pass the session's log file")
