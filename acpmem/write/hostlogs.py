@@ -142,9 +142,10 @@ def _check_line(raw: bytes, n: int, source: str) -> str:
         raise TranscriptError(f"{source}:{n}: not UTF-8 text", "pass the host's unmodified session log") from None
 
 
-def iter_lines(path: Path, source: str, warn: _Warnings):
-    """``(line number, text)`` for each line of a plain or zstd-compressed file, streamed; a last line without its
-    newline is yielded with number ``-n`` (it may be half-written)."""
+def line_batches(path: Path, source: str, warn: _Warnings):
+    """``(number of the first line, lines, cut)`` for the lines of a plain or zstd-compressed file, streamed a chunk
+    at a time (each chunk's complete lines split and UTF-8-checked at once); ``cut``: the batch's last line had no
+    newline at the end of the file (it may be half-written)."""
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
@@ -155,7 +156,7 @@ def iter_lines(path: Path, source: str, warn: _Warnings):
         head = fh.read(4)
         fh.seek(0)
         chunks = _zstd_chunks(fh, source, warn) if is_zstd(head) else iter(lambda: fh.read(1 << 16), b"")
-        buf = bytearray()
+        rest = b""
         n = 0
         total = 0
         for chunk in chunks:
@@ -163,27 +164,37 @@ def iter_lines(path: Path, source: str, warn: _Warnings):
             if total > MAX_LOG_BYTES:
                 raise TranscriptError(f"{source}: session log holds over {MAX_LOG_BYTES} bytes of text",
                                       "pass a smaller log")
-            buf += chunk
-            start = 0
-            while True:
-                nl = buf.find(b"\n", start)
-                if nl < 0:
-                    break
-                n += 1
-                yield n, _check_line(bytes(buf[start:nl]), n, source)
-                start = nl + 1
-            del buf[:start]
-            if len(buf) > MAX_LINE_BYTES:
-                _check_line(bytes(buf), n + 1, source)
-        if buf.strip():
-            n += 1
-            yield -n, _check_line(bytes(buf), n, source)
+            nl = chunk.rfind(b"\n")
+            if nl < 0:
+                rest += chunk
+                if len(rest) > MAX_LINE_BYTES:
+                    _check_line(rest, n + 1, source)
+                continue
+            whole = rest + chunk[:nl] if rest else chunk[:nl]
+            rest = chunk[nl + 1:]
+            lines = _check_lines(whole, n, source)
+            yield n + 1, lines, False
+            n += len(lines)
+            if len(rest) > MAX_LINE_BYTES:
+                _check_line(rest, n + 1, source)
+        if rest.strip():
+            yield n + 1, [_check_line(rest, n + 1, source)], True
 
 
-def _text_lines(text: str):
+def _check_lines(data: bytes, n: int, source: str) -> list[str]:
+    """The lines of ``data`` (complete lines, the last newline cut), after line ``n``: checked for length and
+    UTF-8 in one pass each."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = n + 1 + data.count(b"\n", 0, exc.start)
+        raise TranscriptError(f"{source}:{at}: not UTF-8 text", "pass the host's unmodified session log") from None
     lines = text.split("\n")
-    for i, line in enumerate(lines):
-        yield (-(i + 1) if i == len(lines) - 1 else i + 1), line
+    if len(data) > MAX_LINE_BYTES and max(map(len, lines)) > MAX_LINE_BYTES // 4:   # chars: bytes only if long
+        for i, line in enumerate(lines):
+            if len(line.encode("utf-8")) > MAX_LINE_BYTES:
+                _check_line(line.encode("utf-8"), n + 1 + i, source)
+    return lines
 
 
 def _zstd_chunks(fh, source: str, warn: _Warnings):
@@ -333,7 +344,8 @@ def read_dsh(path: Path | None, source: str, text: str | None = None, *, only=No
     and names no compaction is then skipped unparsed: checking a block at commit time, or reading a few cited
     turns, costs a scan, not a parse."""
     warn = _Warnings(source)
-    lines = iter_lines(path, source, warn) if text is None else _text_lines(text)
+    batches = line_batches(path, source, warn) if text is None else [(1, text.split("\n"), True)]
+    match = _TYPE_SEQ.match
     events: list[HostMessage] = []
     ops: list[tuple] = []
     summaries: list[dict] = []              # compaction/summary data, with "_seq" and "_n"
@@ -341,66 +353,73 @@ def read_dsh(path: Path | None, source: str, text: str | None = None, *, only=No
     seqs = _Seqs(source)
     session = None
     first = True
-    for n, line in lines:
-        last = n < 0
-        n = abs(n)
-        if not line.strip():
-            continue
-        if only is not None and "compact" not in line:
-            m = _TYPE_SEQ.match(line)
-            if m and int(m[2]) not in only and m[1] not in PACKED_ROWS and line.endswith("}"):
-                seqs.take(int(m[2]), 1, n)
+    for n0, lines, cut in batches:
+        end = len(lines) - 1
+        for i, line in enumerate(lines):
+            if only is not None:   # the scan: an event line as DSH writes it, not cited, naming no compaction
+                m = match(line)
+                if m is not None and line[-1:] == "}" and "compact" not in line and m[1] not in PACKED_ROWS \
+                        and int(m[2]) not in only and not (cut and i == end):
+                    if int(m[2]) == seqs.next and seqs.next < MAX_EVENTS:
+                        seqs.next += 1
+                    else:
+                        seqs.take(int(m[2]), 1, n0 + i)
+                    first = False
+                    continue
+            if not line.strip():
+                continue
+            n = n0 + i
+            last = cut and i == end
+            where = f"{source}:{n}"
+            try:
+                obj = _load_json(line, where)
+            except json.JSONDecodeError as exc:
+                if last:
+                    warn.add(f"line {n}: the last line is cut off (half-written); skipped")
+                    break
+                raise TranscriptError(f"{where}: not valid JSON ({exc.msg})",
+                                      "pass the host's unmodified session log") from None
+            if not isinstance(obj, dict):
+                raise TranscriptError(f"{where}: expected a JSON object, got {type(obj).__name__}",
+                                      "each line of a DSH log is one event")
+            if first:
                 first = False
+                if _header(obj):
+                    session = obj["id"] if isinstance(obj.get("id"), str) else None
+                    continue
+            kind = obj.get("type")
+            if kind in PACKED_ROWS:
+                seqs.take(obj.get("seq0"), _row_width(obj, n, source), n)
                 continue
-        where = f"{source}:{n}"
-        try:
-            obj = _load_json(line, where)
-        except json.JSONDecodeError as exc:
-            if last:
-                warn.add(f"line {n}: the last line is cut off (half-written); skipped")
-                break
-            raise TranscriptError(f"{where}: not valid JSON ({exc.msg})", "pass the host's unmodified session log") \
-                from None
-        if not isinstance(obj, dict):
-            raise TranscriptError(f"{where}: expected a JSON object, got {type(obj).__name__}",
-                                  "each line of a DSH log is one event")
-        if first:
-            first = False
-            if _header(obj):
-                session = obj["id"] if isinstance(obj.get("id"), str) else None
+            seq = seqs.take(obj.get("seq", seqs.next), 1, n)
+            data = obj.get("data")
+            if kind not in DSH_READ:
+                if not (isinstance(kind, str) and kind in DSH_EVENTS) and obj.get("ignorable") is not True:
+                    warn.skipped(kind)
                 continue
-        kind = obj.get("type")
-        if kind in PACKED_ROWS:
-            seqs.take(obj.get("seq0"), _row_width(obj, n, source), n)
-            continue
-        seq = seqs.take(obj.get("seq", seqs.next), 1, n)
-        data = obj.get("data")
-        if kind not in DSH_READ:
-            if not (isinstance(kind, str) and kind in DSH_EVENTS) and obj.get("ignorable") is not True:
-                warn.skipped(kind)
-            continue
-        if not isinstance(data, dict):
-            warn.add(f"line {n}: {kind} event without a data object; skipped")
-            continue
-        if kind in DSH_MESSAGES:
-            src = data.get("source") if kind == "user/message" else None
-            is_cp = isinstance(src, dict) and src.get("plugin") == "compact"
-            if is_cp:
-                checkpoints[seq] = src.get("compactionId") if isinstance(src.get("compactionId"), str) else ""
-            if only is not None and seq not in only:
+            if not isinstance(data, dict):
+                warn.add(f"line {n}: {kind} event without a data object; skipped")
                 continue
-            msg = _dsh_message(kind, data)
-            if only is None:
-                ops.append(_surface_op(seq, obj.get("surfaceOp"), warn, n))
-            if msg is None:
-                if not (kind == "assistant/message" and _empty_assistant(data)):
-                    warn.add(f"line {n}: {kind} event without content; skipped")
-                continue   # an empty assistant/message (usage only, or an orphan cleanup's stand-in) is no message
-            events.append(HostMessage(seq, msg["role"], msg, checkpoints.get(seq)))
-        elif kind == "compaction/summary":
-            if len(summaries) >= MAX_BLOCKS:
-                raise TranscriptError(f"{source}: session log has over {MAX_BLOCKS} compactions", "pass a smaller log")
-            summaries.append({**data, "_seq": seq, "_n": n})
+            if kind in DSH_MESSAGES:
+                src = data.get("source") if kind == "user/message" else None
+                is_cp = isinstance(src, dict) and src.get("plugin") == "compact"
+                if is_cp:
+                    checkpoints[seq] = src.get("compactionId") if isinstance(src.get("compactionId"), str) else ""
+                if only is not None and seq not in only:
+                    continue
+                msg = _dsh_message(kind, data)
+                if only is None:
+                    ops.append(_surface_op(seq, obj.get("surfaceOp"), warn, n))
+                if msg is None:
+                    if not (kind == "assistant/message" and _empty_assistant(data)):
+                        warn.add(f"line {n}: {kind} event without content; skipped")
+                    continue   # an empty assistant/message (usage only, or an orphan cleanup's stand-in) is no message
+                events.append(HostMessage(seq, msg["role"], msg, checkpoints.get(seq)))
+            elif kind == "compaction/summary":
+                if len(summaries) >= MAX_BLOCKS:
+                    raise TranscriptError(f"{source}: session log has over {MAX_BLOCKS} compactions",
+                                          "pass a smaller log")
+                summaries.append({**data, "_seq": seq, "_n": n})
     blocks = _dsh_blocks(summaries, checkpoints, warn)
     return HostLog("dsh", tuple(events), tuple(ops) if only is None else None, blocks, session, warn.done())
 
@@ -421,27 +440,36 @@ def last_message_seq(path: Path, source: str) -> int | None:
     A bounded scan, streamed like ``read_dsh`` and with its limits (line and log size, event count, seqs that
     follow each other), but no message is built: an event line that starts with its type and seq
     (``{"type":"…","seq":N,`` — how DSH writes them) and ends its object is not parsed; other lines (the header,
-    packed rows, a line cut short) are, for their seq and type only. A cut last line does not count. A message event the reader skips as malformed counts
-    here: the conversation up to its seq is the same as up to the message before it."""
+    packed rows, a line cut short) are, for their seq and type only. A cut last line does not count. A message
+    event the reader skips as malformed counts here: the conversation up to its seq is the same as up to the
+    message before it."""
     warn = _Warnings(source)
     seqs = _Seqs(source)
     found = None
     first = True
-    for n, line in iter_lines(path, source, warn):
-        cut = n < 0
-        n = abs(n)
-        if not line.strip():
-            continue
-        m = _TYPE_SEQ.match(line)
-        if m is not None and not cut and m[1] not in PACKED_ROWS and line.endswith("}"):   # else parsed: says why
-            first = False
-            seq, kind = seqs.take(int(m[2]), 1, n), m[1]
-        else:
+    match = _TYPE_SEQ.match
+    for n0, lines, cut in line_batches(path, source, warn):
+        nxt = seqs.next
+        for i, line in enumerate(lines):
+            m = match(line)
+            if m is not None and line[-1:] == "}" and m[1] not in PACKED_ROWS and not (cut and i == len(lines) - 1):
+                if int(m[2]) != nxt:   # the fast path: no parse, the numbering checked inline
+                    seqs.next = nxt
+                    seqs.take(int(m[2]), 1, n0 + i)
+                nxt += 1
+                first = False
+                if m[1] in DSH_MESSAGES:
+                    found = nxt - 1
+                continue
+            if not line.strip():
+                continue
+            seqs.next = nxt
+            n = n0 + i
             where = f"{source}:{n}"
             try:
                 obj = _load_json(line, where)
             except json.JSONDecodeError as exc:
-                if cut:
+                if cut and i == len(lines) - 1:
                     break
                 raise TranscriptError(f"{where}: not valid JSON ({exc.msg})",
                                       "pass the host's unmodified session log") from None
@@ -455,10 +483,14 @@ def last_message_seq(path: Path, source: str) -> int | None:
             kind = obj.get("type")
             if kind in PACKED_ROWS:
                 seqs.take(obj.get("seq0"), _row_width(obj, n, source), n)
-                continue
-            seq = seqs.take(obj.get("seq", seqs.next), 1, n)
-        if kind in DSH_MESSAGES:
-            found = seq
+            else:
+                seq = seqs.take(obj.get("seq", seqs.next), 1, n)
+                if kind in DSH_MESSAGES:
+                    found = seq
+            nxt = seqs.next
+        seqs.next = nxt
+        if nxt > MAX_EVENTS:
+            raise TranscriptError(f"{source}: session log has over {MAX_EVENTS} events", "pass a smaller log")
     return found
 
 
