@@ -18,11 +18,13 @@ ROLES = {"user/message": "user", "assistant/message": "assistant", "tool/result"
 
 
 def _logs() -> list[tuple[str, str]]:
-    """(log file, truth file) pairs: every ``X.truth.json`` with its log ``X.jsonl.zstd`` / ``X.jsonl``, and the
-    two re-encodings of session 1 (same run, ``compression: 'none'`` and ``packChunks: false``) with its truth."""
+    """(log file, truth file) pairs: ``X.truth.json`` is the truth of ``X.jsonl.zstd`` / ``X.jsonl``, and
+    ``X.host.truth.json`` what ``tools/hostlogs/dsh/truth.mjs`` (the host's persistence reader, surface fold and
+    block ledger) says about the same log — with full texts and the surface at each compaction point. Session 1's
+    re-encodings (``compression: 'none'``, ``packChunks: false``) are also read against session 1's truth."""
     out = []
     for truth in sorted(FIXTURES.glob("*.truth.json")):
-        stem = truth.name[:-len(".truth.json")]
+        stem = truth.name[:-len(".truth.json")].removesuffix(".host")
         for suffix in (".jsonl.zstd", ".jsonl"):
             if (FIXTURES / (stem + suffix)).is_file():
                 out.append((stem + suffix, truth.name))
@@ -49,7 +51,28 @@ def case(request):
 
 
 def test_the_fixtures_are_there():
-    assert {"dsh-session1.jsonl.zstd", "plain-session.jsonl", "unpacked-session.jsonl.zstd"} <= {x for x, _ in LOGS}
+    assert {"dsh-session1.jsonl.zstd", "plain-session.jsonl", "unpacked-session.jsonl.zstd",
+            "dsh-basic-resumed.jsonl.zstd"} <= {x for x, _ in LOGS}
+    assert len([t for _, t in LOGS if t.endswith(".host.truth.json")]) == 3
+
+
+def test_the_resumed_session_appended_frames_to_the_file_it_was_loaded_from():
+    """The DSH-own-compaction session was written, loaded back by the persistence backend and continued: the
+    header frame, the first run's batches, then the resumed run's, after a ``session/end-seed`` event."""
+    import zstandard
+
+    data = (FIXTURES / "dsh-basic-resumed.jsonl.zstd").read_bytes()
+    frames, text, d = 0, b"", zstandard.ZstdDecompressor()
+    while data:
+        obj = d.decompressobj()
+        text += obj.decompress(data)
+        data, frames = obj.unused_data, frames + 1
+    lines = [json.loads(x) for x in text.decode().splitlines()]
+    assert frames >= 3 and lines[0]["type"] == "session" and "seq" not in lines[0]
+    seed = next(x["seq"] for x in lines if x["type"] == "session/end-seed")
+    assert any(x["type"] == "compaction/summary" and x["seq"] > seed for x in lines)
+    assert all("tier" not in x["data"] and "kernelBlockId" not in x["data"] for x in lines
+               if x["type"] == "compaction/summary")   # DSH's own compaction records neither
 
 
 def test_every_message_reads_as_the_host_reads_it(case):
@@ -103,14 +126,16 @@ def test_every_block_reads_as_the_hosts_registry_and_ledger(case):
             if "effectiveMessageIds" in led else None
         if covered is not None:
             assert list(b.seqs) == covered, b.id
+        if "expandedSeqs" in led:   # the host's expandShadowedSeqs: the originals behind nested checkpoints
+            assert list(b.seqs) == sorted(set(led["expandedSeqs"])), b.id
         if "summary" in led:
             assert b.summary == led["summary"], b.id
             assert b.topic == led.get("topic"), b.id
         if same_run:
             assert b.compaction_id == r["blockId"]
-        # the block's summary is the text of its checkpoint message
-        cp = next(m for m in t.events if m.seq == r["summarySeq"])
-        assert b.summary.startswith(_text(cp.raw)[:60])
+        # the block's summary is the text of its checkpoint message (DSH's own compaction frames it)
+        cp = _text(next(m for m in t.events if m.seq == r["summarySeq"]).raw)
+        assert b.summary.startswith(cp[:60]) or ("<compacted-summary>" in cp and b.summary in cp)
     if not same_run:   # another run of the same script: other compaction ids, the same nesting
         assert [b.nested for b in t.blocks] == [tuple(by_cid[p] for p in r["parentBlockIds"]) for r in registry]
 
@@ -119,12 +144,21 @@ def test_the_model_visible_surface_is_the_hosts(case):
     t, truth, _ = case
     assert [m.seq for m in t.messages] == truth["surface"]
     assert len(openai_messages(t)) == truth["derivedCount"]
-    for point in truth.get("surfaceAt", ()):   # at each compaction point
+    for point in truth.get("surfaceAt", ()):   # at each compaction point (and each prune replacement)
         assert [m.seq for m in t.upto(point["seq"]).messages] == point["surface"], point["seq"]
+    assert "surfaceAt" in truth or truth_name_is_shared(truth)
+
+
+def truth_name_is_shared(truth: dict) -> bool:
+    return "writtenBy" not in truth   # the shared session-1 truth records no compaction points
 
 
 def test_the_compress_call_is_hidden_by_the_prune_replacement(case):
-    t, truth, _ = case
+    t, truth, path = case
+    if "basic" in path.name:   # DSH's own compaction has no compress tool: nothing to hide, no prune event
+        assert not any(m.raw.get("tool_calls") and m.raw["tool_calls"][0]["function"]["name"] == "compress"
+                       for m in t.events)
+        return
     on_surface = {m.seq for m in t.messages}
     calls = {m.seq for m in t.events if m.role == "assistant"
              and any(c["function"]["name"] == "compress" for c in m.raw.get("tool_calls") or ())}
@@ -142,7 +176,7 @@ def test_reading_only_some_turns_finds_the_same_blocks(case):
 
 # ------------------------------------------------------------------- the memory commands on each host-written log
 
-BLOCK_LOGS = [log for log, _ in LOGS]
+BLOCK_LOGS = sorted({log for log, _ in LOGS})
 
 
 @pytest.mark.parametrize("log", BLOCK_LOGS)
