@@ -11,6 +11,11 @@ import { join } from 'node:path'
 
 export const ACP = process.env.ACPMEM_ACP || 'acp'
 
+// Like the Python suite: a HOME of its own (so the user vault, ~/.acp-memory, is a fresh folder that does not exist)
+// and no ambient vault or model settings, for every acp call the tests and the plugin make.
+process.env.HOME = mkdtempSync(join(tmpdir(), 'acpmem-dsh-home-'))
+for (const name of ['ACPMEM_VAULT', 'ACPMEM_USER_VAULT', 'ACPMEM_SESSION', 'OPENAI_API_KEY', 'OPENAI_BASE_URL', 'OPENAI_MODEL']) delete process.env[name]
+
 /** Run `acp memory ...` and return its stdout (throws on a non-zero exit). */
 export function acp(args, options = {}) {
   return execFileSync(ACP, ['memory', ...args], { encoding: 'utf8', ...options })
