@@ -17,10 +17,15 @@ import { createUserMessage } from '@deepseek-ai/dsh-llm'
 export const GUIDANCE_PLUGIN = 'acpmem'
 const ACP_NUDGE_PLUGIN = 'acp-nudge'
 
-/** The kernel's voice a nudge text was written in. */
+/**
+ * The kernel's voice a nudge text was written in, from the trigger line
+ * acp-kernel's `renderNudgeText` puts in it: a tier-2/3 trigger (`[TIER 2
+ * DISTILLATION TRIGGER]`, `[EMERGENCY — TIER 3 CONDENSATION]`), the
+ * emergency header (`Context limit reached`), else the gentle efficiency note.
+ */
 export function voiceOf(text) {
-  if (/emergency/iu.test(text)) return 'emergency'
-  if (/distill/iu.test(text)) return 'tier'
+  if (/\[(?:EMERGENCY — )?TIER [23] (?:DISTILLATION|CONDENSATION)/u.test(text)) return 'tier'
+  if (/Context limit reached/u.test(text)) return 'emergency'
   return 'gentle'
 }
 

@@ -106,37 +106,33 @@ function acpNudgeStandIn(text) {
 
 test('the memory guidance follows the ACP nudge, in the voice of the nudge', async () => {
   const p = project()
-  const nudgeText = '[Context pressure] 72% of the window is used. Compress what is consumed.'
-  const h = await host({
-    root: p.sessions,
-    plugin: { vault: p.vault },
-    extraPlugins: [[acpNudgeStandIn(nudgeText), {}]],
-    script: [say('ok')],
-  })
-  const s = await h.session('nudge-1', p.cwd)
-  await s.user('hello')
-  const messages = h.adapter.requests[0].messages
-  const at = messages.findIndex((m) => m.source?.plugin === 'acp-nudge')
-  assert.ok(at >= 0)
-  const after = messages[at + 1]
-  assert.equal(after.source.plugin, GUIDANCE_PLUGIN)
-  assert.equal(textOf(after), acp(['nudge', '--voice=gentle', `--vault=${p.vault}`]).trimEnd())
-  assert.equal(at + 2, messages.length, 'the guidance is the very end')
-  await s.close()
-  await h.close()
-
-  const h2 = await host({
-    root: p.sessions,
-    plugin: { vault: p.vault },
-    extraPlugins: [[acpNudgeStandIn('EMERGENCY: 96% of the window is used.'), {}]],
-    script: [say('ok')],
-  })
-  const s2 = await h2.session('nudge-2', p.cwd)
-  await s2.user('hello')
-  const last = h2.adapter.requests[0].messages.at(-1)
-  assert.equal(textOf(last), acp(['nudge', '--voice=emergency', `--vault=${p.vault}`]).trimEnd())
-  await s2.close()
-  await h2.close()
+  // The emergency nudge billion-context-dsh sent in a real DSH session, then a gentle and a tier one.
+  const real = readFileSync(new URL('./fixtures/acp-nudge-real.txt', import.meta.url), 'utf8')
+  const cases = [
+    [real, 'emergency'],
+    ['An efficiency nudge: compress consumed tool outputs early.', 'gentle'],
+    ['[TIER 2 DISTILLATION TRIGGER]\nYour tier-1 summaries have accumulated: distill b1..b4.', 'tier'],
+  ]
+  for (const [index, [nudgeText, voice]] of cases.entries()) {
+    const h = await host({
+      root: p.sessions,
+      plugin: { vault: p.vault },
+      extraPlugins: [[acpNudgeStandIn(nudgeText), {}]],
+      script: [say('ok')],
+    })
+    const s = await h.session(`nudge-${index}`, p.cwd)
+    await s.user('hello')
+    const messages = h.adapter.requests[0].messages
+    const at = messages.findIndex((m) => m.source?.plugin === 'acp-nudge')
+    assert.ok(at >= 0)
+    assert.equal(textOf(messages[at]), nudgeText, 'the nudge itself is untouched')
+    const after = messages[at + 1]
+    assert.equal(after.source.plugin, GUIDANCE_PLUGIN)
+    assert.equal(textOf(after), acp(['nudge', `--voice=${voice}`, `--vault=${p.vault}`]).trimEnd(), voice)
+    assert.equal(at + 2, messages.length, 'the guidance is the very end')
+    await s.close()
+    await h.close()
+  }
 })
 
 const filler = (n) => 'We read the deploy scripts and the CI configuration line by line. '.repeat(n)
