@@ -40,7 +40,12 @@ export function call(...calls) {
 
 let callCounter = 0
 
-function chunksOf(step) {
+/** What a provider would report as the prompt size: about four characters a token. */
+function inputTokensOf(options) {
+  return Math.ceil((JSON.stringify(options.messages ?? []).length + (options.system ?? '').length) / 4)
+}
+
+function chunksOf(step, inputTokens = 50) {
   if (step.calls !== undefined) {
     const chunks = []
     step.calls.forEach(([name, args], index) => {
@@ -51,7 +56,7 @@ function chunksOf(step) {
       chunks.push({ type: 'tool-call-delta', index, id, name, argumentsDelta: argumentsText })
       chunks.push({ type: 'block-end', index, block: { type: 'tool-call', id, name, arguments: argumentsText } })
     })
-    chunks.push({ type: 'usage', usage: { inputTokens: 50, outputTokens: 10 } })
+    chunks.push({ type: 'usage', usage: { inputTokens, outputTokens: 10 } })
     chunks.push({ type: 'finish', reason: { kind: 'tool-calls' } })
     return chunks
   }
@@ -60,7 +65,7 @@ function chunksOf(step) {
     { type: 'block-start', index: 0, blockType: 'text' },
     { type: 'text-delta', index: 0, text },
     { type: 'block-end', index: 0, block: { type: 'text', text } },
-    { type: 'usage', usage: { inputTokens: 50, outputTokens: Math.ceil(text.length / 4) } },
+    { type: 'usage', usage: { inputTokens, outputTokens: Math.ceil(text.length / 4) } },
     { type: 'finish', reason: { kind: 'stop' } },
   ]
 }
@@ -95,7 +100,7 @@ export class ScriptedAdapter extends LlmAdapter {
     let step = this.script.shift()
     if (typeof step === 'function') step = step(options, this.requests)
     if (step === undefined) step = say('(the script is over)')
-    yield * chunksOf(step)
+    yield * chunksOf(step, inputTokensOf(options))
   }
 }
 
