@@ -6,7 +6,7 @@
  *
  * Each turn is a session of its own (the index is asked for once per session),
  * in which the scripted model calls memory_commit and then answers. Prints one
- * JSON object: per turn the first system-prompt assembly of the session (the
+ * JSON object: the host's start-up time, per turn the first system-prompt assembly of the session (the
  * index call is in it), the memory_commit as the loop saw it (its tool/call to
  * its tool/result), and the system prompt and tool bytes, with and without
  * the plugin.
@@ -23,7 +23,9 @@ async function run(withPlugin) {
     script.push(withPlugin ? call(['memory_commit', { type: 'decision', note: `bench decision ${i}`, importance: 5 }]) : say('no memory'))
     if (withPlugin) script.push(say('noted'))
   }
+  const mountStarted = performance.now()
   const h = await host({ root, plugin: withPlugin ? { vault } : undefined, script })
+  const mountMs = performance.now() - mountStarted
   const assemblies = []
   h.ctx.on('system-prompt/assemble', async (assembly, context, next) => {
     const started = performance.now()
@@ -31,7 +33,7 @@ async function run(withPlugin) {
     if (context?.agent !== undefined) assemblies.push({ session: context.agent.session.id, ms: performance.now() - started })
     return result
   }, true)
-  const out = { firstAssemblyMs: [], commitMs: [], systemBytes: 0, toolBytes: 0 }
+  const out = { mountMs, firstAssemblyMs: [], commitMs: [], systemBytes: 0, toolBytes: 0 }
   for (let i = 0; i < turns; i += 1) {
     const id = `bench-${withPlugin ? 'on' : 'off'}-${i}`
     const s = await h.session(id, cwd)
