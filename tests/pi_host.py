@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -112,9 +113,10 @@ class PiRpc:
             buf += chunk
             *lines, buf = buf.split(b"\n")
             with self._cv:
+                now = time.time() * 1000
                 for line in lines:
                     if line.strip():
-                        self.events.append(json.loads(line.rstrip(b"\r")))
+                        self.events.append({**json.loads(line.rstrip(b"\r")), "_received": now})
                 self._cv.notify_all()
         with self._cv:
             self._cv.notify_all()
@@ -144,10 +146,12 @@ class PiRpc:
                           start)
 
     def prompt(self, message: str, steps: list[dict]) -> list[dict]:
-        """Send one user prompt with the model's answers for it; wait until pi settles. Returns its events."""
+        """Send one user prompt with the model's answers for it; wait until pi settles. Returns its events (each
+        with ``_received``, epoch ms); ``last_sent`` is when the prompt went out."""
         self.script.write_text(json.dumps(steps))
         with self._cv:
             start = len(self.events)
+        self.last_sent = time.time() * 1000
         r = self.send({"type": "prompt", "message": message})
         assert r.get("success"), r
         self._wait(lambda e: e.get("type") == "agent_settled", "agent_settled", start)

@@ -98,6 +98,8 @@ def _session_one(host: PiHost, srv, *, block: bool) -> tuple[dict, object]:
         state = pi.state()
         notices = pi.notices()
     assert notices == [], notices
+    ack = _tool_result(state["sessionFile"], "memory_commit")
+    assert ack["isError"] is False, ack["content"]
     written = wait_until(_cited(host.project, state["sessionId"]), timeout=120)
     assert len(written) == 1, written
     return {**state, "compaction": compaction}, written[0]
@@ -225,3 +227,15 @@ def test_acpmem_pi_off_loads_nothing(tmp_path):
     assert notices == []
     (req,) = host.requests()
     assert "memory_commit" not in req["tools"] and "Long-term memory" not in req["systemPrompt"]
+
+
+def test_the_pi_example_runs_as_the_readme_says(tmp_path):
+    r = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "examples" / "pi" / "run_session.py")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PATH": f"{ACP.parent}{os.pathsep}{os.environ['PATH']}"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    one, two = r.stdout.split("--- session 2")
+    assert "[acpmem guidance, after the compaction]\n[LONG-TERM MEMORY]" in one
+    assert "[memory_commit → ] Noted (r-" in one and "extractor=offline" in one
+    entry = one.split("$ acp memory show ")[1].split("\n")[0]
+    assert f"(#{entry}, importance 8" in two and f'kind="recall" id="{entry}"' in two

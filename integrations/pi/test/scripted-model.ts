@@ -7,7 +7,8 @@
  *   {"tool": "name", "args": {...}}        a tool call; an argument "{{block}}" becomes the block the latest acpmem
  *                                          guidance in the context names as the compaction's own (as a model
  *                                          reading it would)
- * PI_SCRIPT_LOG: each request as one JSON line: {systemPrompt, tools, messages}.
+ * PI_SCRIPT_LOG: each request as one JSON line: {call, at (epoch ms, when it arrived), systemPrompt, tools,
+ *   messages}.
  */
 import { appendFileSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { createFauxCore, fauxAssistantMessage, fauxText, fauxToolCall } from "@earendil-works/pi-ai";
@@ -52,7 +53,7 @@ export default function scriptedModel(pi: ExtensionAPI) {
 	const step = (context: { systemPrompt?: string; messages: { role: string; content: unknown }[]; tools?: { name: string }[] }) => {
 		calls += 1;
 		if (log) {
-			appendFileSync(log, `${JSON.stringify({ call: calls, systemPrompt: context.systemPrompt ?? "",
+			appendFileSync(log, `${JSON.stringify({ call: calls, at: performance.timeOrigin + performance.now(), systemPrompt: context.systemPrompt ?? "",
 				tools: (context.tools ?? []).map((t) => t.name), messages: context.messages })}\n`);
 		}
 		const steps = JSON.parse(readFileSync(script, "utf8")) as { text?: string; tool?: string; args?: unknown }[];
