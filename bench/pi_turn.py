@@ -2,6 +2,7 @@
 the scripted faux provider, so the model itself costs nothing).
 
 For --turns N pi sessions with the extension and N without it (ACPMEM_PI=off), each of two prompts:
+- start-up: from spawning `pi --mode rpc` to its first answer (with the extension: `acp memory tools` at load);
 - index, first turn: from the prompt leaving the client to the model receiving the request — with the extension this
   includes `acp memory list --format prompt --session S` (once per session); the figure is the difference of the
   medians with and without;
@@ -41,10 +42,13 @@ def _python_pass() -> float:
 
 
 def _sessions(host: PiHost, env: dict, turns: int, commit: bool) -> dict:
-    first, later, commits, prompt_bytes = [], [], [], []
+    first, later, commits, prompt_bytes, startup = [], [], [], [], []
     for _ in range(turns):
         before = len(host.requests())
+        t0 = time.time() * 1000
         with host.session(env) as pi:
+            pi.state()                     # pi has started (its extensions loaded) once it answers
+            startup.append(time.time() * 1000 - t0)
             pi.prompt("We pin pnpm 9: npm broke the lockfile twice.", [say("Noted.")])
             sent1 = pi.last_sent
             steps = [call("memory_commit", type="decision", note="pnpm 9 pinned: npm broke the lockfile twice",
@@ -60,7 +64,7 @@ def _sessions(host: PiHost, env: dict, turns: int, commit: bool) -> dict:
             end = next(e for e in events if e.get("type") == "tool_execution_end")
             assert not end["result"].get("isError") and "Noted (r-" in end["result"]["content"][0]["text"], end
             commits.append(end["_received"] - start)
-    return {"first": first, "later": later, "commit": commits, "bytes": prompt_bytes}
+    return {"first": first, "later": later, "commit": commits, "bytes": prompt_bytes, "startup": startup}
 
 
 def main() -> int:
@@ -88,7 +92,8 @@ def main() -> int:
         off = _sessions(PiHost(project, root / "off"), {**env, "ACPMEM_PI": "off"}, args.turns, commit=False)
     base = _python_pass()
     med = statistics.median
-    rows = [("index, first turn of a session", med(on["first"]) - med(off["first"])),
+    rows = [("pi start-up (`acp memory tools`)", med(on["startup"]) - med(off["startup"])),
+            ("index, first turn of a session", med(on["first"]) - med(off["first"])),
             ("index, later turns (reused)", med(on["later"]) - med(off["later"])),
             ("memory_commit tool call", med(on["commit"]))]
     print(f"pi turn, median of {args.turns} sessions each way ({'example' if args.example else 'empty'} vault); "

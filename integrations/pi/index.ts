@@ -34,8 +34,8 @@ interface Run {
 
 interface SessionState {
 	id: string;
-	/** the frozen index: fetched on the session's first turn, then reused byte for byte. */
-	index?: string;
+	/** the frozen index: fetched once (started with the session), then reused byte for byte. */
+	index?: Promise<string | undefined>;
 	/** why memory is off for this session (no vault, a failing index call); undefined while it works. */
 	off?: string;
 	warned: boolean;
@@ -101,6 +101,10 @@ export default async function acpmem(pi: ExtensionAPI): Promise<void> {
 	function switchOff(ctx: ExtensionContext, why: string, whole = false): void {
 		if (session && !whole) session.off ??= why;
 		warn(ctx, why, whole);
+		deactivate();
+	}
+
+	function deactivate(): void {
 		const active = pi.getActiveTools();
 		if (active.some((t) => TOOLS.includes(t))) pi.setActiveTools(active.filter((t) => !TOOLS.includes(t)));
 	}
@@ -141,90 +145,96 @@ export default async function acpmem(pi: ExtensionAPI): Promise<void> {
 	}
 
 	// ------------------------------------------------------------------------------------------------ the tools
-	const exported = await acp(["tools", "--for", "main", "--format", "openai"], process.cwd());
-	let schemas: Record<string, { description: string; parameters: Record<string, unknown> }> = {};
-	if (exported.ok) {
-		try {
-			for (const t of JSON.parse(exported.stdout)) schemas[t.function.name] = t.function;
-		} catch {
-			exported.ok = false;
-			exported.error = "`acp memory tools` printed something that is not the tool list";
+	// `acp memory tools` starts with the session, in the background; the first turn waits for it
+	let loading: Promise<void> | undefined;
+	const ready = (cwd: string) => (loading ??= loadTools(cwd));
+
+	async function loadTools(cwd: string): Promise<void> {
+		const exported = await acp(["tools", "--for", "main", "--format", "openai"], cwd);
+		let schemas: Record<string, { description: string; parameters: Record<string, unknown> }> = {};
+		if (exported.ok) {
+			try {
+				for (const t of JSON.parse(exported.stdout)) schemas[t.function.name] = t.function;
+			} catch {
+				exported.ok = false;
+				exported.error = "`acp memory tools` printed something that is not the tool list";
+			}
 		}
-	}
-	if (!exported.ok) {
-		processOff = exported.error;
-		schemas = {};
-	}
+		if (!exported.ok) {
+			processOff = exported.error;
+			schemas = {};
+		}
 
-	if (schemas.memory_commit) {
-		pi.registerTool({
-			name: "memory_commit",
-			label: "Memory commit",
-			description: schemas.memory_commit.description,
-			parameters: schemas.memory_commit.parameters as never,
-			async execute(_id, params: { type: string; note: string; importance: number; block?: string }, signal,
-				_onUpdate, ctx) {
-				const s = current(ctx);
-				if (processOff || s.off) throw new Error(`memory is off in this session: ${processOff ?? s.off}`);
-				const file = ctx.sessionManager.getSessionFile();
-				if (!file) throw new Error("memory_commit needs a saved session (pi runs with --no-session)");
-				const seq = lineOf(file, ctx.sessionManager.getLeafId());
-				if (seq === undefined) throw new Error(`the current entry is not in ${file} yet; call memory_commit again`);
-				const args = ["commit", "--type", params.type, "--note", params.note, "--importance",
-					String(params.importance), "--session", s.id, "--seq", String(seq), "--transcript", file];
-				if (params.block) args.push("--block", params.block);
-				const r = await acp(args, ctx.cwd, signal);
-				if (!r.ok) {
-					failed(ctx, r);
-					throw new Error(r.error);
-				}
-				return text(r.stdout.trim());
-			},
-		});
-	}
+		if (schemas.memory_commit) {
+			pi.registerTool({
+				name: "memory_commit",
+				label: "Memory commit",
+				description: schemas.memory_commit.description,
+				parameters: schemas.memory_commit.parameters as never,
+				async execute(_id, params: { type: string; note: string; importance: number; block?: string }, signal,
+					_onUpdate, ctx) {
+					const s = current(ctx);
+					if (processOff || s.off) throw new Error(`memory is off in this session: ${processOff ?? s.off}`);
+					const file = ctx.sessionManager.getSessionFile();
+					if (!file) throw new Error("memory_commit needs a saved session (pi runs with --no-session)");
+					const seq = lineOf(file, ctx.sessionManager.getLeafId());
+					if (seq === undefined) throw new Error(`the current entry is not in ${file} yet; call memory_commit again`);
+					const args = ["commit", "--type", params.type, "--note", params.note, "--importance",
+						String(params.importance), "--session", s.id, "--seq", String(seq), "--transcript", file];
+					if (params.block) args.push("--block", params.block);
+					const r = await acp(args, ctx.cwd, signal);
+					if (!r.ok) {
+						failed(ctx, r);
+						throw new Error(r.error);
+					}
+					return text(r.stdout.trim());
+				},
+			});
+		}
 
-	if (schemas.memory_recall) {
-		pi.registerTool({
-			name: "memory_recall",
-			label: "Memory recall",
-			description: schemas.memory_recall.description,
-			parameters: schemas.memory_recall.parameters as never,
-			async execute(_id, params: { query: string }, signal, _onUpdate, ctx) {
-				const s = current(ctx);
-				if (processOff || s.off) throw new Error(`memory is off in this session: ${processOff ?? s.off}`);
-				const r = await acp(["recall", params.query, "--session", s.id], ctx.cwd, signal);
-				if (!r.ok) {
-					failed(ctx, r);
-					throw new Error(r.error);
-				}
-				return text(r.stdout.trim());
-			},
-		});
+		if (schemas.memory_recall) {
+			pi.registerTool({
+				name: "memory_recall",
+				label: "Memory recall",
+				description: schemas.memory_recall.description,
+				parameters: schemas.memory_recall.parameters as never,
+				async execute(_id, params: { query: string }, signal, _onUpdate, ctx) {
+					const s = current(ctx);
+					if (processOff || s.off) throw new Error(`memory is off in this session: ${processOff ?? s.off}`);
+					const r = await acp(["recall", params.query, "--session", s.id], ctx.cwd, signal);
+					if (!r.ok) {
+						failed(ctx, r);
+						throw new Error(r.error);
+					}
+					return text(r.stdout.trim());
+				},
+			});
+		}
 	}
 
 	// ------------------------------------------------------------------------------------------------ the index
-	async function index(ctx: ExtensionContext): Promise<string | undefined> {
+	function index(ctx: ExtensionContext): Promise<string | undefined> {
 		const s = current(ctx);
-		if (processOff || s.off) return undefined;
-		if (s.index === undefined) {
-			const r = await acp(["list", "--format", "prompt", "--session", s.id], ctx.cwd);
-			if (!r.ok) {
-				switchOff(ctx, r.error, r.missing);
-				return undefined;
-			}
-			s.index = r.stdout.trimEnd();
-		}
+		if (processOff || s.off) return Promise.resolve(undefined);
+		s.index ??= acp(["list", "--format", "prompt", "--session", s.id], ctx.cwd).then((r) => {
+			if (r.ok) return r.stdout.trimEnd();
+			switchOff(ctx, r.error, r.missing);
+			return undefined;
+		});
 		return s.index;
 	}
 
 	pi.on("session_start", async (_event, ctx) => {
-		current(ctx);
-		if (processOff) switchOff(ctx, processOff, true);
+		// both calls start now and run while the user types; the first turn waits for what is not done yet
+		void ready(ctx.cwd);
+		void index(ctx);
 	});
 
 	pi.on("before_agent_start", async (event, ctx) => {
+		await ready(ctx.cwd);
+		if (processOff) return void switchOff(ctx, processOff, true);
 		const idx = await index(ctx);
-		if (!idx) return undefined;
+		if (!idx) return void deactivate();
 		return { systemPrompt: `${event.systemPrompt}\n\n${idx}` };
 	});
 
@@ -275,6 +285,7 @@ export default async function acpmem(pi: ExtensionAPI): Promise<void> {
 		handler: async (args, ctx) => {
 			const [action, ...rest] = (args ?? "").trim().split(/\s+/).filter(Boolean);
 			const show = (s: string) => (ctx.hasUI ? ctx.ui.notify(s, "info") : process.stdout.write(`${s}\n`));
+			await ready(ctx.cwd);
 			if (processOff) return warn(ctx, processOff, true);
 			const s = current(ctx);
 			if (!action || action === "list") {
