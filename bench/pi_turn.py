@@ -2,10 +2,12 @@
 the scripted faux provider, so the model itself costs nothing).
 
 For --turns N pi sessions with the extension and N without it (ACPMEM_PI=off), each of two prompts:
-- start-up: from spawning `pi --mode rpc` to its first answer (with the extension: `acp memory tools` at load);
-- index, first turn: from the prompt leaving the client to the model receiving the request — with the extension this
-  includes `acp memory list --format prompt --session S` (once per session); the figure is the difference of the
-  medians with and without;
+- start-up: from spawning `pi --mode rpc` to its first answer (the extension's `acp memory tools` and index calls
+  start with the session and run in the background: they do not delay it);
+- index, first turn: from the prompt leaving the client to the model receiving the request, the prompt sent as soon
+  as pi answers — with the extension the turn waits for what of `acp memory tools` and `acp memory list --format
+  prompt --session S` (both once per session, in parallel) is not done yet; a user who takes longer to type than
+  they run waits for neither; the figure is the difference of the medians with and without;
 - index, later turns: the same on the session's second prompt (the index is reused, byte for byte);
 - memory_commit: from pi's tool_execution_start to its tool_execution_end event (the `acp memory commit` process;
   the fork runs afterwards in the background, here the offline extractor);
@@ -92,7 +94,7 @@ def main() -> int:
         off = _sessions(PiHost(project, root / "off"), {**env, "ACPMEM_PI": "off"}, args.turns, commit=False)
     base = _python_pass()
     med = statistics.median
-    rows = [("pi start-up (`acp memory tools`)", med(on["startup"]) - med(off["startup"])),
+    rows = [("pi start-up", med(on["startup"]) - med(off["startup"])),
             ("index, first turn of a session", med(on["first"]) - med(off["first"])),
             ("index, later turns (reused)", med(on["later"]) - med(off["later"])),
             ("memory_commit tool call", med(on["commit"]))]
