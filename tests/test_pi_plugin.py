@@ -133,7 +133,8 @@ def test_a_decision_committed_after_pis_compaction_is_in_the_next_sessions_promp
     assert entry.type == "decision" and entry.importance == 8
     assert [(c.session, c.seq) for c in entry.citation] == [(sid, _line_of(file, _is_call("memory_commit")))]
     fork = openai_server.requests[0].body
-    assert any(DECISION in json.dumps(m) for m in fork["messages"]), "the fork did not read pi's session"
+    assert any("Keep that decision for later sessions." in json.dumps(m) for m in fork["messages"]), \
+        "the fork did not read pi's session"
     assert NOTE in json.dumps(fork["messages"][-1])
 
     # the index in session 1's system prompt: acpmem's list for this session, byte-identical on every turn —
@@ -183,7 +184,11 @@ def test_the_model_commits_pis_compaction_as_a_block_and_the_entry_cites_it(tmp_
     newest = max(blocks, key=lambda b: b["at"] if b["at"] is not None else -1)
     assert f"compaction that just ran is block {newest['id']}" in named
     assert [(c.session, c.block) for c in entry.citation] == [(one["sessionId"], newest["id"])]
-    assert SUMMARY.splitlines()[-1] in json.dumps(openai_server.requests[0].body["messages"][-1])
+    fork = openai_server.requests[0].body["messages"]
+    assert SUMMARY.splitlines()[-1] in json.dumps(fork[-1])        # the block, named as the focus
+    # what the model saw at the commit: pi's summary in place of the turns it compacted, not those turns
+    assert any("Pin pnpm 9: npm broke the lockfile twice." in json.dumps(m) for m in fork[:-1])
+    assert not any(DECISION in json.dumps(m) for m in fork)
 
 
 def test_without_acpmem_on_path_the_session_completes_with_one_warning(tmp_path):
