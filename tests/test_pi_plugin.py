@@ -171,10 +171,6 @@ def test_a_decision_committed_after_pis_compaction_is_in_the_next_sessions_promp
     assert len(queue) == 1 and f"#{entry.id}" in queue[0]
 
 
-@pytest.mark.xfail(strict=True, reason="needs the hosts-pi reader (acpmem/write/pilogs.py): today's pi reader knows "
-                   "no block for pi's own compaction, so `acp memory blocks` lists none and the guidance names none; "
-                   "and the block id that reader gives (pi-compaction-<entry id>) must pass memory_commit's exported "
-                   "`block` pattern (today ^b[0-9]{1,9}$), which pi enforces")
 def test_the_model_commits_pis_compaction_as_a_block_and_the_entry_cites_it(tmp_path, openai_server):
     project = _project(tmp_path)
     host = _host(tmp_path, project)
