@@ -181,8 +181,18 @@ def read_answer(tool_calls: tuple[ToolCall, ...] | list[ToolCall], text: str | N
     return Reading(tuple(kept), nothing, source, tuple(notes))
 
 
+def _text(x: object) -> str | None:
+    """A scalar as text, or None (a bool, a container, an integer too long for ``str``)."""
+    if isinstance(x, bool) or not isinstance(x, (str, int, float)):
+        return None
+    try:
+        return str(x).strip() or None
+    except ValueError:
+        return None
+
+
 def _lines(value: list) -> str:
-    items = [str(x).strip() for x in value if isinstance(x, (str, int, float)) and str(x).strip()]
+    items = [t for t in map(_text, value) if t]
     return "\n".join(x if re.match(r"^(?:[-*+]|\d+[.)])\s", x) else f"- {x}" for x in items)
 
 
@@ -209,13 +219,12 @@ def normalize_write_args(args: dict, allowed: tuple[str, ...]) -> tuple[dict, li
         args["content"] = _lines(args["content"])
         notes.append("memory_write content was a list of lines: joined")
     if isinstance(args.get("title"), list):
-        args["title"] = " ".join(str(x) for x in args["title"] if isinstance(x, (str, int, float)))
+        args["title"] = " ".join(t for t in map(_text, args["title"]) if t)
     sup = args.get("supersedes")
     if isinstance(sup, str):
         sup = [s for s in re.split(r"[,\s]+", sup) if s]
     if isinstance(sup, list):
-        args["supersedes"] = [str(s).strip().lstrip("#") for s in sup
-                              if isinstance(s, (str, int)) and str(s).strip().lstrip("#")]
+        args["supersedes"] = [t.lstrip("#") for t in map(_text, sup) if t and t.lstrip("#")]
     elif sup is None and "supersedes" in args:
         args["supersedes"] = []
     extra = sorted(k for k in args if k not in allowed)
