@@ -147,10 +147,11 @@ def coding_messages() -> tuple[list[dict], list[dict]]:
 class Proxy:
     """A forwarding HTTP proxy on 127.0.0.1 that records every chat-completions request and its raw answer."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, record_dir: Path | None = None) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         self.upstream = upstream.rstrip("/")
+        self.record_dir = record_dir
         self.records: list[dict] = []
         proxy = self
 
@@ -183,8 +184,13 @@ class Proxy:
                         answer = json.loads(body)
                     except ValueError:
                         answer = body.decode("utf-8", "replace")
-                    proxy.records.append({"request": json.loads(data or b"null"), "status": status,
-                                          "response": answer, "wall_s": round(time.monotonic() - t0, 2)})
+                    rec = {"request": json.loads(data or b"null"), "status": status, "response": answer,
+                           "wall_s": round(time.monotonic() - t0, 2)}
+                    proxy.records.append(rec)
+                    if proxy.record_dir is not None:   # as it comes: a run cut short keeps what it got
+                        proxy.record_dir.mkdir(parents=True, exist_ok=True)
+                        (proxy.record_dir / f"answer-{len(proxy.records):03d}.json").write_text(
+                            json.dumps(rec, ensure_ascii=False, indent=1), "utf-8")
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))
@@ -240,7 +246,9 @@ def make_vault(root: Path, base_url: str, model: str, **extra):
     init_vault(root).close()
     path = root / "acpmem.toml"
     text = path.read_text("utf-8")
-    values = {"base_url": base_url, "model": model, "extractor": "llm", "max_retries": 0, **extra}
+    # retries far in the future: the bench runs them itself (--attempts), no background worker races it for the model
+    values = {"base_url": base_url, "model": model, "extractor": "llm", "max_retries": 0,
+              "retry_base_seconds": 86400.0, **extra}
     for key, val in values.items():
         line = next(ln for ln in text.splitlines() if ln.startswith(f"{key} = "))
         text = text.replace(line, f"{key} = {json.dumps(val)}", 1)
@@ -248,16 +256,39 @@ def make_vault(root: Path, base_url: str, model: str, **extra):
     return Vault(root)
 
 
+ATTEMPTS = 1   # --attempts: a request that failed is run again at once, as the queue would on its schedule
+
+
 def fork_once(vault, transcript: Path, session: str, seq: int, kind: str, note: str, importance: int,
               proxy: Proxy) -> dict:
+    """One request, run up to ``ATTEMPTS`` times while it fails; the row of its first attempt, with the final status
+    and the attempts used."""
+    first = None
+    for attempt in range(ATTEMPTS):
+        row = _attempt(vault, transcript, session, seq, kind, note, importance, proxy,
+                       first["request"] if first else None)
+        if first is None:
+            first = dict(row, first_status=row["status"], attempts=1)
+        else:
+            first.update(status=row["status"], attempts=attempt + 1, entries=row["entries"],
+                         retry_seconds=round(first.get("retry_seconds", 0) + row["seconds"], 1))
+        if row["status"] not in ("retry", "failed"):
+            break
+    return first
+
+
+def _attempt(vault, transcript: Path, session: str, seq: int, kind: str, note: str, importance: int,
+             proxy: Proxy, rid: str | None) -> dict:
     from acpmem.write import requests, worker
 
-    req = requests.make_request(types=vault.settings.types, type=kind, note=note, importance=importance,
+    req = requests.load_request(vault.state_dir, rid) if rid else None
+    req = req or requests.make_request(types=vault.settings.types, type=kind, note=note, importance=importance,
                                 session=session, seq=seq, transcript=str(transcript), host_tools=None,
                                 lang=vault.settings.language, created=vault.now(),
                                 request_id=requests.new_request_id(vault.rng))
     vault.ensure_state()
-    requests.save_request(vault.state_dir, req, new=True)
+    if not rid:
+        requests.save_request(vault.state_dir, req, new=True)
     n0 = len(proxy.records)
     t0 = time.monotonic()
     (out,) = worker.process_now(vault, [req.id])
@@ -296,7 +327,8 @@ def run_coding(base: Path, url: str, model: str, style: str, proxy: Proxy, log) 
             r.update(commit=i + 1, type=c["type"], note=c["note"],
                      on_topic=bool(r["entries"]) and any(k.lower() in text for k in c["keywords"]))
             rows.append(r)
-            log(f"  [{style}] commit {i + 1} {c['type']:<15} {r['status']:<8} {len(r['entries'])} entries "
+            log(f"  [{style}] commit {i + 1} {c['type']:<15} {r['status']:<8} (attempts {r['attempts']}, first "
+                f"{r['first_status']}) {len(r['entries'])} entries "
                 f"on-topic={r['on_topic']} {r['seconds']:.0f} s ({'cold' if r['cold'] else 'warm'}) "
                 f"{r['error'] or ''}")
     finally:
@@ -407,7 +439,9 @@ def summarize(rows: list[dict]) -> dict:
     ok = [r for r in rows if r["status"] in ("written", "proposed")]
     cold = [r["seconds"] for r in rows if r["cold"]]
     warm = [r["seconds"] for r in rows if not r["cold"]]
-    return {"forks": n, "written": len(ok), "nothing": sum(r["status"] == "nothing" for r in rows),
+    return {"forks": n, "written": len(ok),
+            "written_first_attempt": sum(r.get("first_status", r["status"]) in ("written", "proposed") for r in rows),
+            "attempts": sum(r.get("attempts", 1) for r in rows), "nothing": sum(r["status"] == "nothing" for r in rows),
             "failed": sum(r["status"] in ("retry", "failed") for r in rows),
             "on_topic": sum(bool(r.get("on_topic")) for r in rows),
             "native_tool_calls": sum(r["native_tool_calls"] for r in rows),
@@ -437,15 +471,18 @@ def main() -> None:
     p.add_argument("--locomo", type=Path, help="LoCoMo's locomo10.json")
     p.add_argument("--conversations", type=int, default=2)
     p.add_argument("--sessions", type=int, default=2, help="sessions per conversation")
+    p.add_argument("--attempts", type=int, default=1, help="attempts per request while it fails (default 1)")
     p.add_argument("--record", type=Path, help="save every raw request/answer pair as JSON files here")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     p.add_argument("--dir", type=Path, help="work folder (default: a temporary one)")
     a = p.parse_args()
     if not a.base_url and not (a.llama_server and a.gguf):
         p.error("give --base-url, or --llama-server with --gguf")
+    global ATTEMPTS
+    ATTEMPTS = max(1, a.attempts)
     server = start_llama_server(a.llama_server, a.gguf, a.port, a.threads, a.ctx) if a.llama_server else None
     url = a.base_url or f"http://127.0.0.1:{a.port}/v1"
-    proxy = Proxy(url)
+    proxy = Proxy(url, a.record)
     log = lambda m: print(m, flush=True)   # noqa: E731
     results: dict = {"base_url": url, "pass_s": round(python_pass_s(), 4)}
     try:
@@ -472,14 +509,11 @@ def main() -> None:
         if server is not None:
             server.terminate()
             server.wait(timeout=30)
-    if a.record:
-        a.record.mkdir(parents=True, exist_ok=True)
-        for i, rec in enumerate(proxy.records):
-            (a.record / f"answer-{i + 1:03d}.json").write_text(json.dumps(rec, ensure_ascii=False, indent=1), "utf-8")
     for key, val in results.items():
         if isinstance(val, dict) and "summary" in val:
             s = val["summary"]
-            log(f"{key}: {s['written']}/{s['forks']} written, {s['on_topic']} on-topic, {s['nothing']} nothing, "
+            log(f"{key}: {s['written']}/{s['forks']} written ({s['written_first_attempt']} at the first attempt, "
+                f"{s['attempts']} attempts), {s['on_topic']} on-topic, {s['nothing']} nothing, "
                 f"{s['failed']} failed; {s['native_tool_calls']} native tool calls; {s['entries_per_fork']} entries/fork;"
                 f" median {s['median_s_cold']} s cold ({s['cold_forks']}), {s['median_s_warm']} s warm "
                 f"({s['warm_forks']}); python -c pass {results['pass_s']} s")

@@ -84,7 +84,7 @@ def test_several_writes_land_in_one_commit_and_the_body_is_the_conversation_then
     assert system["content"].startswith("You are now the memory extractor") and "memory_nothing" in system["content"]
     assert instruction["content"].startswith("Focus: re-entrant session.append\n")
     assert instruction["content"].endswith("Now call memory_write for this focus (once per fact), or memory_nothing.")
-    assert f'kind="related" id="{lesson.id}" type="lesson"' in instruction["content"]  # the entry on this
+    assert f"\n- #{lesson.id} (lesson) {lesson.title}: " in instruction["content"]  # the entry on this, plainly
     assert [t["function"]["name"] for t in body["tools"]] == ["memory_write", "memory_nothing"]
     assert body["max_tokens"] == 1024                                # [extraction] max_tokens
     assert body == expected                                          # is what is sent

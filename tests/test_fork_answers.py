@@ -64,6 +64,21 @@ def test_other_text_is_neither_a_call_nor_nothing(text):
     assert r.nothing is None and not r.writes
 
 
+@pytest.mark.parametrize("text, title", [
+    ("**Task 1: Sync API rate limit**\n\n- title: Sync API rate limit\n- content: The sync API allows 100 requests "
+     "per minute per token.", "Sync API rate limit"),
+    ("**Memory write:**\nTitle: Use the lock\nContent:\n- The sync API allows 100 requests per minute per token.\n"
+     "\nThat is all.", "Use the lock"),
+    ("内容：The sync API allows 100 requests per minute per token.", None),
+])
+def test_a_write_spelled_as_labelled_lines_is_read(text, title):
+    r = read_answer((), text)
+    (call,) = r.writes
+    assert call.arguments.get("title") == title
+    assert call.arguments["content"].lstrip("- ") == "The sync API allows 100 requests per minute per token."
+    assert "memory_write read from 'title:' / 'content:' lines in the text" in r.notes
+
+
 def test_the_nothing_tool_and_its_json_spelling_are_nothing():
     native = read_answer((ToolCall("c1", "memory_nothing", {"reason": "only chit-chat"}, "{}"),), None)
     assert native.nothing == "only chit-chat" and not native.calls
@@ -111,12 +126,12 @@ def test_a_call_written_in_a_fenced_block_with_extra_keys_is_written_with_a_note
 
 def test_a_text_answer_without_a_write_fails_keeps_the_request_and_the_text(example_vault, openai_server, cli):
     v = configure(example_vault, openai_server)
-    answer = "**Memory write:**\nTitle: session.append must be re-entrant\nContent: use a lock, not a flag"
+    answer = "I will now call memory_write for the given focus, following the provided rules."   # the 1.5B's words
     openai_server.enqueue(reply.text(answer))
     req = submit(v)
     out = run(v, req)
     assert out.status == "retry" and out.error["reason"] == "no_usable_write"
-    assert "does not say nothing to keep" in out.error["message"] and "«**Memory write:** Title:" in out.error["message"]
+    assert "does not say nothing to keep" in out.error["message"] and "«I will now call memory_write for" in out.error["message"]
     assert out.error["text"] == answer and not fork_commits(v)
     kept = pending(v, req)
     assert kept.attempts == 1 and kept.last_error["text"] == answer       # the whole answer, in the request
@@ -126,7 +141,7 @@ def test_a_text_answer_without_a_write_fails_keeps_the_request_and_the_text(exam
     assert f"request {req.id} failed 1 time(s) (Unusable answer" in doctor.stdout + doctor.stderr
     stats = json.loads(cli("memory", "--vault", str(v.root), "stats", "--json").stdout)
     (item,) = stats["requests"]["items"]
-    assert item["id"] == req.id and "«**Memory write:**" in item["last_error"]
+    assert item["id"] == req.id and "«I will now call memory_write" in item["last_error"]
     # retried: a usable answer the next time writes it
     openai_server.enqueue(reply.writes(reply.write("- Guard session.append with the per-session lock.")))
     again = run(v, req)
@@ -236,7 +251,7 @@ def test_the_same_note_twice_does_not_write_the_same_entry_twice(example_vault, 
     assert first.status == "written" and second.status == "nothing"
     assert any(n.startswith(f"a write repeating #{first.entries[0]['id']}") for n in second.notes), second.notes
     related = openai_server.requests[1].body["messages"][-1]["content"]
-    assert f'id="{first.entries[0]["id"]}"' in related                 # it was shown as related
+    assert f'- #{first.entries[0]["id"]} (lesson) ' in related            # it was shown as related
     assert sum(e.title == "The queue is sharded by tenant id" for e in v.load().entries) == 1
 
 

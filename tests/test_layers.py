@@ -277,7 +277,7 @@ def test_a_user_preference_goes_to_the_user_vault_by_default_and_the_fork_is_tol
     rules = body["messages"][-2]["content"]     # the fork's system message
     assert "- layer: user for the person's own preferences" in rules and "(default: user)" in rules
     # related entries come from both layers, each framed with its layer
-    assert re.search(r'kind="related" id="u-short1" [^\n]*layer="user"', instruction)
+    assert re.search(r'\n- #u-short1 \([a-z-]+, user layer\) ', instruction)
     # one commit in the user vault carrying the request; none in the project vault
     assert git_out(user_vault.root, "log", "-1", "--format=%B").count(f"Acpmem-Request: {out.request}") == 1
     assert f"Acpmem-Request: {out.request}" not in git_out(v.root, "log", "--format=%B")

@@ -19,7 +19,7 @@ from openai_server import Reply
 from test_fork import configure, fork_commits, run
 from acpmem.write import requests
 
-FIX = Path(__file__).parent / "fixtures" / "real_model"
+FIX = Path(__file__).parent / "fixtures" / "real_model"   # tests/fixtures/real_model/README.md says how
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 EXPECT = json.loads((FIX / "expect.json").read_text("utf-8")) if (FIX / "expect.json").is_file() else {}
 
@@ -44,7 +44,12 @@ def _submit(v, transcript: Path, commit: dict):
 
 
 def test_the_recorded_answers_are_there():
-    assert len(EXPECT) >= 8, "record them with bench/real_model.py --record tests/fixtures/real_model/raw"
+    assert len(EXPECT) >= 8, "record them with bench/real_model.py --record DIR"
+    statuses = [w["status"] for w in EXPECT.values()]
+    # what the 1.5B really answered: writes in text (no native tool call), the exact nothing, and unusable prose
+    assert {"written", "nothing", "retry"} <= set(statuses)
+    assert not any(json.loads((FIX / n).read_text("utf-8"))["response"]["choices"][0]["message"].get("tool_calls")
+                   for n in EXPECT)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECT))
@@ -64,16 +69,19 @@ def test_a_recorded_answer_of_the_real_model_becomes_what_it_says(name, vault, o
         titles = [e["title"] for e in out.entries]
         assert titles == want["titles"]
         bodies = " ".join(e.body for e in v.load().entries if e.id in {x["id"] for x in out.entries}).lower()
-        assert any(k.lower() in bodies + " ".join(titles).lower() for k in commit["keywords"])
+        # on-topic as bench/real_model.py judges it: an entry names one of the commit's keywords (some answers of
+        # the 1.5B are about another commit of the session: recorded as they were)
+        assert any(k.lower() in bodies + " ".join(titles).lower() for k in commit["keywords"]) == want["on_topic"]
         assert len(fork_commits(v)) == 1 and requests.load_request(v.state_dir, req.id) is None
+    elif want["status"] == "nothing":
+        assert not fork_commits(v) and requests.load_request(v.state_dir, req.id) is None
     else:
         kept = requests.load_request(v.state_dir, req.id)
         assert kept is not None and kept.attempts == 1 and not fork_commits(v)
         assert out.error["reason"] == want["reason"]
         text = recorded["response"]["choices"][0]["message"].get("content") or ""
         assert kept.last_error.get("text", "") == text[:4000]
-    for note in want.get("notes", ()):
-        assert any(note in n for n in out.notes), (note, out.notes)
+    assert list(out.notes) == want["notes"]
 
 
 @pytest.mark.skipif(not os.environ.get("ACPMEM_TEST_MODEL_URL"),

@@ -141,6 +141,37 @@ def _calls_in_text(text: str) -> tuple[list[tuple[str, object]], list[str]]:
     return found, notes
 
 
+_LABEL = re.compile(r"^\s*(?:[-*+]\s*)?\**\s*(title|content|标题|内容)\s*\**\s*[:：]\s*\**\s*(.*?)\s*$", re.I)
+
+
+def labelled_write(text: str) -> dict | None:
+    """A write spelled as labelled lines (``- title: …`` / ``**Content:** …``, the lines after a content label
+    belonging to it), as small models write it when they do not write JSON; None without a content label."""
+    title, content, into = None, [], None
+    for line in text.splitlines():
+        m = _LABEL.match(line)
+        if m:
+            label = m.group(1).lower()
+            if label in ("title", "标题"):
+                if content:         # a second entry begins: read the first only (one labelled write per answer)
+                    break
+                title, into = m.group(2).strip("*` \"'“”") or None, None
+            else:
+                into = content
+                if m.group(2).strip():
+                    content.append(m.group(2).strip())
+        elif into is not None and line.strip():
+            content.append(line.strip())
+        elif into is not None and content:
+            into = None
+    if not content:
+        return None
+    out = {"content": "\n".join(content)}
+    if title:
+        out["title"] = title
+    return out
+
+
 def read_answer(tool_calls: tuple[ToolCall, ...] | list[ToolCall], text: str | None) -> Reading:
     """What one answer says (``Reading``). Native tool calls are taken as they are; when there is no
     ``memory_write`` or ``memory_nothing`` among them, the text is read too: the exact "nothing to keep" reply, or
@@ -155,6 +186,11 @@ def read_answer(tool_calls: tuple[ToolCall, ...] | list[ToolCall], text: str | N
                            tuple(notes))
         written, more = _calls_in_text(text)
         notes += more
+        if not written:
+            labelled = labelled_write(text)
+            if labelled is not None:
+                written = [(WRITE, labelled)]
+                notes.append("memory_write read from 'title:' / 'content:' lines in the text")
         for i, (name, raw) in enumerate(written):
             args, err = _parse_args(raw)
             calls.append(ToolCall(f"text_{i + 1}", name, args, raw if isinstance(raw, str) else

@@ -150,6 +150,24 @@ def related_text(entries: list[Entry]) -> str:
     return "\n\n".join(parts)
 
 
+RELATED_PLAIN_CHARS = 400
+
+
+def related_plain(entries: list[Entry]) -> str:
+    """The related entries as the fork's closing message states them: one plain line each, ``- #id (type) title:
+    body``, the body on one line and clipped. Small models echoed the framed form (``related_text``) back as their
+    answer instead of writing."""
+    lines = []
+    for e in entries:
+        body = " ".join(e.body.split())
+        if len(body) > RELATED_PLAIN_CHARS:
+            body = body[:RELATED_PLAIN_CHARS].rstrip() + " …"
+        layer = (e.extra or {}).get("layer")
+        kind = f"{e.type}, {layer} layer" if layer else e.type
+        lines.append(f"- #{e.id} ({kind}) {one_line(e.title)}: {body}")
+    return "\n".join(lines)
+
+
 def load_host_tools(path: str | None) -> list[dict]:
     """The host's tool definitions (OpenAI function tools, a JSON list or ``{"tools": [...]}``), unchanged."""
     if not path:
@@ -267,7 +285,7 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
                                                              lang, btext, layers=layers)}]
     else:
         tail = [{"role": "system", "content": fork_system(req.type, req.importance, lang, layers=layers)},
-                {"role": "user", "content": fork_closing(req.note, related_text(rel), lang, btext)}]
+                {"role": "user", "content": fork_closing(req.note, related_plain(rel), lang, btext)}]
     tools = load_host_tools(req.host_tools) + tool_definitions("fork", "openai", lang, vault.settings.types,
                                                                layers=layers, nothing=True)
     max_tokens = vault.settings.extraction.max_tokens
