@@ -193,34 +193,51 @@ def test_hostile_dsh_logs_are_one_clean_error(tmp_path, case, message):
 
 # ---------------------------------------------------------------------------------------------------------- pi
 
+def pi_rows(entries: list[dict], session: str = "01a232f6-0000-7000-8000-000000000001") -> list[dict]:
+    """A pi session as pi 0.83 writes it: the header, then entries with 8-hex ids each naming the one before as
+    ``parentId`` (an entry may name another parent with ``"parentId"``: a branch)."""
+    rows = [{"type": "session", "version": 3, "id": session, "timestamp": "2026-12-01T10:00:00.000Z", "cwd": "/w"}]
+    prev = None
+    for i, e in enumerate(entries):
+        ident = e.get("id", f"{0xa0000000 + i:08x}")
+        row = {"type": e.get("type", "message"), "id": ident, "parentId": e.get("parentId", prev),
+               "timestamp": f"2026-12-01T10:00:{i:02d}.000Z"}
+        row.update({k: v for k, v in e.items() if k not in ("type", "id", "parentId")})
+        rows.append(row)
+        prev = ident
+    return rows
+
+
 def pi_session(tmp_path: Path, state: dict | None, envelope: bool = True) -> Path:
-    rows = [{"type": "session", "version": 3, "id": "pi-s1", "cwd": "/w"},
-            {"type": "message", "id": "a1", "message": {"role": "user", "content": "Design auth"}},
-            {"type": "message", "id": "a2", "message": {"role": "assistant", "content": [
-                {"type": "text", "text": "reading"}, {"type": "toolCall", "id": "t1", "name": "read", "arguments": {}},
-                {"type": "toolCall", "id": "t2", "name": "grep", "arguments": {"p": 1}}]}},
-            {"type": "message", "id": "a3", "message": {"role": "toolResult", "toolCallId": "t1",
-                                                        "content": [{"type": "text", "text": "file"}]}},
-            {"type": "message", "id": "a4", "message": {"role": "toolResult", "toolCallId": "t2", "content": "hits"}},
-            {"type": "model_change", "id": "x"},
-            {"type": "message", "id": "a5", "message": {"role": "assistant", "content": [
-                {"type": "text", "text": "JWT 15m"}]}},
-            {"type": "message", "id": "a6", "message": {"role": "user", "content": "remember"}}]
-    log = tmp_path / "pi.jsonl"
+    rows = pi_rows([{"type": "model_change", "id": "0000000a", "provider": "faux", "modelId": "faux-1"},
+                    {"id": "000000a1", "message": {"role": "user", "content": [{"type": "text", "text": "Design auth"}]}},
+                    {"id": "000000a2", "message": {"role": "assistant", "content": [
+                        {"type": "text", "text": "reading"},
+                        {"type": "toolCall", "id": "t1", "name": "read", "arguments": {}},
+                        {"type": "toolCall", "id": "t2", "name": "grep", "arguments": {"p": 1}}]}},
+                    {"id": "000000a3", "message": {"role": "toolResult", "toolCallId": "t1", "toolName": "read",
+                                                   "content": [{"type": "text", "text": "file"}], "isError": False}},
+                    {"id": "000000a4", "message": {"role": "toolResult", "toolCallId": "t2", "toolName": "grep",
+                                                   "content": [{"type": "text", "text": "hits"}], "isError": False}},
+                    {"type": "thinking_level_change", "id": "0000000b", "thinkingLevel": "off"},
+                    {"id": "000000a5", "message": {"role": "assistant", "content": [{"type": "text", "text": "JWT 15m"}]}},
+                    {"id": "000000a6", "message": {"role": "user", "content": [{"type": "text", "text": "remember"}]}}])
+    log = tmp_path / "2026-12-01T10-00-00-000Z_01a232f6-0000-7000-8000-000000000001.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     if state is not None:
-        doc = {"version": 1, "savedAt": 1, "id": "pi-s1", "payload": state} if envelope else state
-        (tmp_path / "pi.jsonl.acp.json").write_text(json.dumps(doc))
+        doc = {"version": 1, "savedAt": 1, "id": rows[0]["id"], "payload": state} if envelope else state
+        Path(str(log) + ".acp.json").write_text(json.dumps(doc))
     return log
 
 
 PI_STATE = {"blocks": [
     {"blockId": "b1", "runId": "r1", "tier": 1, "topic": "reading", "summary": "Read login and grep.",
-     "effectiveMessageIds": ["a2#t1", "a2#t2", "m00003", "a4"], "directBlockIds": [], "active": False},
+     "effectiveMessageIds": ["000000a2#t1", "000000a2#t2", "m00003", "000000a4"], "directBlockIds": [],
+     "active": False},
     {"blockId": "b2", "runId": "r2", "tier": 2, "topic": "auth", "summary": "Auth: JWT 15m.",
-     "effectiveMessageIds": ["a2#t1", "a2#t2", "a3", "a4", "a5", "gone-id"], "directBlockIds": ["b1"],
-     "active": True}],
-    "messageRefs": {"byRaw": {"a3": "m00003"}, "byRef": {"m00003": "a3"}}, "nextBlockId": 3}
+     "effectiveMessageIds": ["000000a2#t1", "000000a2#t2", "000000a3", "000000a4", "000000a5", "gone-id"],
+     "directBlockIds": ["b1"], "active": True}],
+    "messageRefs": {"byRaw": {"000000a3": "m00003"}, "byRef": {"m00003": "000000a3"}}, "nextBlockId": 3}
 
 
 @pytest.mark.parametrize("envelope", [True, False])
@@ -228,20 +245,21 @@ def test_pi_log_with_kernel_state_beside_it(tmp_path, envelope):
     t = read_transcript(pi_session(tmp_path, PI_STATE, envelope))
     assert t.container == "pi"
     b1, b2 = t.blocks
-    assert (b1.seqs, b1.active, b2.seqs, b2.nested, b2.tier) == ((2, 3, 4), False, (2, 3, 4, 6), ("b1",), 2)
+    assert (b1.seqs, b1.active, b2.seqs, b2.nested, b2.tier) == ((3, 4, 5), False, (3, 4, 5, 7), ("b1",), 2)
     msgs = openai_messages(t)
     assert msgs[0] == {"role": "user", "content": "Design auth"}
-    assert msgs[1]["content"] == "[Compressed conversation section] — auth\nAuth: JWT 15m."
+    assert msgs[1] == {"role": "user", "content": "[Compressed conversation section] — auth\nAuth: JWT 15m."}
     assert msgs[2] == {"role": "user", "content": "remember"} and len(msgs) == 3
     (tmp_path / "bare").mkdir()
     raw = read_transcript(pi_session(tmp_path / "bare", None))
-    assert raw.blocks == () and len(openai_messages(raw)) == 6
+    assert raw.blocks == () and len(openai_messages(raw)) == 6 and len(raw.messages) == 7   # one message per call
     assert [c["id"] for c in openai_messages(raw)[1]["tool_calls"]] == ["t1", "t2"]
+    assert [m.id for m in raw.messages[1:3]] == ["000000a2#t1", "000000a2#t2"]
 
 
 def test_a_kernel_state_that_is_not_json_is_a_clean_error(tmp_path):
     log = pi_session(tmp_path, None)
-    (tmp_path / "pi.jsonl.acp.json").write_text('{"blocks": [')
+    Path(str(log) + ".acp.json").write_text('{"blocks": [')
     with pytest.raises(TranscriptError, match="kernel state is not valid JSON"):
         read_transcript(log)
 
@@ -445,7 +463,7 @@ def test_mcp_source_resource_text(example_vault, tmp_path):
     assert svc.source("memory://entry/../source") is None
     # the MCP commit takes block like the CLI: an unknown one is the model's error, nothing is queued
     (commit,) = [t for t in svc.tools() if t["name"] == "memory_commit"]
-    assert commit["inputSchema"]["properties"]["block"]["pattern"] == "^b[0-9]{1,9}$"
+    assert commit["inputSchema"]["properties"]["block"]["pattern"] == "^(b[0-9]{1,9}|pi-compaction-[A-Za-z0-9_-]{1,64})$"
     with pytest.raises(TranscriptError, match="no compression block 'b7'"):
         svc.commit({"type": "decision", "note": "n", "importance": 5, "block": "b7"}, {"seq": 3})
     assert requests.list_requests(example_vault.state_dir) == ([], [])

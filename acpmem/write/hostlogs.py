@@ -1,4 +1,4 @@
-"""Reading the compression hosts' session logs: DSH's event log and pi's session log with its kernel state.
+"""Reading the compression hosts' session logs: DSH's event log (pi's session log and kernel state: ``pilogs``).
 
 Returns plain parts (``HostLog``: the message events as OpenAI chat messages with their seqs, the surface changes,
 the compression blocks, warnings); ``acpmem.write.transcripts`` turns them into a ``Transcript`` and finds them by
@@ -10,12 +10,6 @@ and ``tool/result`` are messages; each carries a ``surfaceOp``: ``append``, or `
 of surface nodes named by the seqs of its first and last (how the host's compaction checkpoint takes the place of the
 turns it summarises), so the surface the model saw at any seq is replayed from the log. ``compaction/summary``
 events become blocks. Read as a stream, a bounded chunk at a time; never loaded whole.
-
-**pi** (``<session>.jsonl``): one entry per line (``{"type": "message", "id", "message": {role, content}}``),
-``seq`` = line number; the kernel state is the JSON file beside it (``<session>.jsonl.acp.json``, bare or in
-acp-kernel's ``StateStore`` envelope ``{version, savedAt, id, payload}``). Its blocks' covered messages
-(``effectiveMessageIds``, through ``messageRefs`` for ``m00012`` refs) become seqs; the surface the model saw is the
-log with each active block's summary in place of the messages it covers.
 
 Hostile input: a line longer than ``MAX_LINE_BYTES``, text that is not UTF-8, a corrupt zstd frame, more than
 ``MAX_EVENTS`` events or ``MAX_LOG_BYTES`` of text, JSON nested too deep, a seq that does not increase — one
@@ -45,8 +39,6 @@ MAX_TOPIC_CHARS = 300
 MAX_SUMMARY_CHARS = 100_000
 MAX_WARNINGS = 20
 READ_CHUNK = 4096             # compressed bytes per step: bounds what one step can inflate to
-STATE_SUFFIX = ".acp.json"
-MAX_STATE_BYTES = 256 * 1024 * 1024
 DSH_MESSAGES = ("user/message", "assistant/message", "tool/result")
 DSH_KNOWN = (*DSH_MESSAGES, "session", "compaction/start", "compaction/summary", "compaction/end")
 _MSG_ID = re.compile(r"([0-9]{1,19})(?:#.*)?\Z", re.S)
@@ -100,12 +92,6 @@ def is_zstd(head: bytes) -> bool:
 def looks_like_dsh(obj: dict) -> bool:
     kind = obj.get("type")
     return isinstance(kind, str) and (kind in DSH_KNOWN or "/" in kind) and "data" in obj and "role" not in obj
-
-
-def looks_like_pi(rows: list[dict]) -> bool:
-    if not rows or rows[0].get("type") != "session":
-        return False
-    return any(o.get("type") == "message" and isinstance(o.get("message"), dict) for o in rows[:50])
 
 
 # ------------------------------------------------------------------------------------------------------ streaming
@@ -548,126 +534,3 @@ def surface(ops, upto: int | None = None) -> list[int]:
             continue
         nodes = [s for s in nodes[:at] if not a <= s <= b] + [seq] + [s for s in nodes[at:] if not a <= s <= b]
     return nodes
-
-
-# ------------------------------------------------------------------------------------------------------ pi
-
-def read_pi(rows: list[tuple[int, dict]], path: Path | None, source: str) -> HostLog:
-    """A pi session log (rows already parsed: ``(line index, object)``) and the kernel state beside it."""
-    warn = _Warnings(source)
-    events: list[HostMessage] = []
-    by_id: dict[str, int] = {}
-    session = None
-    for n, o in rows:
-        kind = o.get("type")
-        if kind == "session":
-            session = o.get("id") if isinstance(o.get("id"), str) else session
-            continue
-        if kind == "custom_message":
-            text = text_of(o.get("content"))
-            if text:
-                msg = {"role": "user", "content": text}
-            else:
-                continue
-        elif kind == "message":
-            msg = _pi_message(o.get("message"))
-            if msg is None:
-                warn.add(f"line {n + 1}: message entry without a message; skipped")
-                continue
-        else:
-            continue
-        if isinstance(o.get("id"), str):
-            by_id[o["id"]] = n
-        events.append(HostMessage(n, msg["role"], msg))
-    blocks: tuple[Block, ...] = ()
-    if path is not None:
-        state_path = Path(str(path) + STATE_SUFFIX)
-        if state_path.is_file():
-            blocks = blocks_from_state(read_kernel_state(state_path), by_id, warn)
-    return HostLog("pi", tuple(events), None, blocks, session, warn.done())
-
-
-def _pi_message(message: object) -> dict | None:
-    if not isinstance(message, dict):
-        return None
-    role = message.get("role")
-    content = message.get("content")
-    if role == "assistant":
-        return _assistant(content, "toolCall")
-    if role == "toolResult":
-        cid = message.get("toolCallId") if isinstance(message.get("toolCallId"), str) else ""
-        return {"role": "tool", "tool_call_id": cid, "content": text_of(content)}
-    text = text_of(content)
-    if not text:
-        parts = [f"$ {message['command']}" if isinstance(message.get("command"), str) else "",
-                 text_of(message.get("output")), message.get("summary") if isinstance(message.get("summary"), str)
-                 else ""]
-        text = "\n".join(p for p in parts if p)
-    return {"role": "user", "content": text}
-
-
-def read_kernel_state(path: Path) -> dict:
-    """A kernel state file: the bare ``CompressionState`` or acp-kernel's ``StateStore`` envelope (``payload``
-    holding it, or holding ``state``). Returns the state mapping (``blocks``, ``messageRefs`` …)."""
-    source = str(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_STATE_BYTES:
-            raise TranscriptError(f"{source}: kernel state is over {MAX_STATE_BYTES} bytes", "pass the host's file")
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise TranscriptError(f"{source}: kernel state is not UTF-8 text", "pass the host's unmodified file") from None
-    except OSError as exc:
-        raise TranscriptError(f"{source}: cannot read the kernel state ({exc.strerror})", "check the path") from None
-    try:
-        doc = _load_json(text, source)
-    except json.JSONDecodeError as exc:
-        raise TranscriptError(f"{source}:{exc.lineno}: kernel state is not valid JSON ({exc.msg})",
-                              "the file is damaged or still being written; the host rewrites it atomically") from None
-    if isinstance(doc, dict) and isinstance(doc.get("payload"), dict) and "savedAt" in doc:
-        doc = doc["payload"]
-        if isinstance(doc.get("state"), dict) and "blocks" not in doc:
-            doc = doc["state"]
-    if not isinstance(doc, dict) or not isinstance(doc.get("blocks", []), list):
-        raise TranscriptError(f"{source}: not a kernel state (no \"blocks\" list)",
-                              "pass the <session>.jsonl.acp.json the host wrote")
-    return doc
-
-
-def blocks_from_state(state: dict, by_id: dict[str, int] | None, warn: _Warnings | None = None) -> tuple[Block, ...]:
-    """The blocks of a kernel state; covered message ids become seqs through ``by_id`` (raw id -> seq) and
-    ``messageRefs`` (``m00012`` -> raw id); ids of messages not in the log are dropped (the block keeps the rest)."""
-    refs = state.get("messageRefs") if isinstance(state.get("messageRefs"), dict) else {}
-    by_ref = refs.get("byRef") if isinstance(refs.get("byRef"), dict) else {}
-    out: list[Block] = []
-    seen: set[str] = set()
-    for i, b in enumerate(state.get("blocks") or ()):
-        if len(out) >= MAX_BLOCKS:
-            break
-        if not isinstance(b, dict) or not valid_block_id(b.get("blockId")) or b["blockId"] in seen \
-                or not isinstance(b.get("summary"), str):
-            if warn is not None:
-                warn.add(f"kernel state block {i + 1} is not a block acpmem can read; skipped")
-            continue
-        seen.add(b["blockId"])
-        seqs: list[int] = []
-        ids = b.get("effectiveMessageIds") if isinstance(b.get("effectiveMessageIds"), list) else []
-        for raw in ids[:MAX_BLOCK_SEQS]:
-            if not isinstance(raw, str):
-                continue
-            if _REF.match(raw) and isinstance(by_ref.get(raw), str):
-                raw = by_ref[raw]
-            base = raw.split("#", 1)[0]
-            if by_id is not None:
-                if base in by_id:
-                    seqs.append(by_id[base])
-            elif base.isdigit() and int(base) <= MAX_SEQ:
-                seqs.append(int(base))
-        tier = b.get("tier") if int_between(b.get("tier"), 1, 3) else None
-        topic = b.get("topic")
-        topic = one_line(topic)[:MAX_TOPIC_CHARS] or None if isinstance(topic, str) else None
-        nested = tuple(x for x in b.get("directBlockIds") or () if valid_block_id(x)) \
-            if isinstance(b.get("directBlockIds"), list) else ()
-        out.append(Block(b["blockId"], b["summary"][:MAX_SUMMARY_CHARS], tier, topic, tuple(sorted(set(seqs))),
-                         nested, None, None, b.get("active") is not False))
-    return tuple(out)
