@@ -256,6 +256,7 @@ def make_vault(root: Path, base_url: str, model: str, **extra):
     return Vault(root)
 
 
+REUSE = False  # --reuse: a LoCoMo conversation whose fork vault exists in --dir is scored again, not forked again
 ATTEMPTS = 1   # --attempts: a request that failed is run again at once, as the queue would on its schedule
 
 
@@ -362,6 +363,7 @@ def run_locomo(base: Path, data: list[dict], url: str, model: str, n_conv: int, 
     from acpmem.core.entry import Citation, Entry
     from acpmem.vault.create import init_vault
     from acpmem.vault.retrieval import recall
+    from acpmem.vault.writer import Vault
     from acpmem.write.fork import overlap
 
     forks, scores = [], {"fork (session)": [], "fork (turn)": [], "observations": [], "raw turns": []}
@@ -371,9 +373,11 @@ def run_locomo(base: Path, data: list[dict], url: str, model: str, n_conv: int, 
         sessions = [s for s in range(1, n_sess + 1) if f"session_{s}" in c]
         turn_text = {(str(s), int(str(t["dia_id"]).split(":")[1])): t.get("text", "")
                      for s in sessions for t in c[f"session_{s}"]}
-        vault = make_vault(base / f"vault-locomo-{ci}", url, model)
+        root = base / f"vault-locomo-{ci}"
+        reuse = REUSE and (root / "entries").is_dir()
+        vault = Vault(root) if reuse else make_vault(root, url, model)
         try:
-            for s in sessions:
+            for s in (() if reuse else sessions):
                 msgs, seq = locomo_transcript(conv, s)
                 tpath = base / f"locomo-{ci}-{s}.json"
                 tpath.write_text(json.dumps({"messages": msgs}, ensure_ascii=False), "utf-8")
@@ -396,7 +400,11 @@ def run_locomo(base: Path, data: list[dict], url: str, model: str, n_conv: int, 
                         raw.append((text, (Citation(sample, s * SEQ_BASE + t),)))
             baseline = {}
             for name, items in (("observations", obs), ("raw turns", raw)):
-                bv = init_vault(base / f"vault-{name.replace(' ', '-')}-{ci}")
+                broot = base / f"vault-{name.replace(' ', '-')}-{ci}"
+                if broot.exists():
+                    import shutil
+                    shutil.rmtree(broot)
+                bv = init_vault(broot)
                 es = []
                 for text, cites in items:
                     ident = bv.new_id({e.id for e in es})
@@ -471,6 +479,7 @@ def main() -> None:
     p.add_argument("--locomo", type=Path, help="LoCoMo's locomo10.json")
     p.add_argument("--conversations", type=int, default=2)
     p.add_argument("--sessions", type=int, default=2, help="sessions per conversation")
+    p.add_argument("--reuse", action="store_true", help="score LoCoMo fork vaults already in --dir again")
     p.add_argument("--attempts", type=int, default=1, help="attempts per request while it fails (default 1)")
     p.add_argument("--record", type=Path, help="save every raw request/answer pair as JSON files here")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
@@ -478,8 +487,8 @@ def main() -> None:
     a = p.parse_args()
     if not a.base_url and not (a.llama_server and a.gguf):
         p.error("give --base-url, or --llama-server with --gguf")
-    global ATTEMPTS
-    ATTEMPTS = max(1, a.attempts)
+    global ATTEMPTS, REUSE
+    ATTEMPTS, REUSE = max(1, a.attempts), a.reuse
     server = start_llama_server(a.llama_server, a.gguf, a.port, a.threads, a.ctx) if a.llama_server else None
     url = a.base_url or f"http://127.0.0.1:{a.port}/v1"
     proxy = Proxy(url, a.record)
