@@ -91,14 +91,8 @@ def test_the_fork_writes_an_on_topic_entry_with_a_real_model(vault, tmp_path):
     retries); the entry it writes names the commit's subject."""
     from test_fork import configure as _configure
 
-    url = os.environ["ACPMEM_TEST_MODEL_URL"]
-
-    class _Srv:
-        base_url = url
-
-    v = _configure(vault, _Srv(), timeout_seconds=900.0)
-    if os.environ.get("ACPMEM_TEST_MODEL"):
-        v = _configure(v, None, model=os.environ["ACPMEM_TEST_MODEL"])
+    v = _configure(vault, None, base_url=os.environ["ACPMEM_TEST_MODEL_URL"],
+                   model=os.environ.get("ACPMEM_TEST_MODEL", ""), timeout_seconds=900.0)
     msgs, commits = _coding()
     path = tmp_path / "coding.json"
     path.write_text(json.dumps({"messages": msgs}, ensure_ascii=False), "utf-8")
