@@ -7,6 +7,7 @@ coordinates chosen by its SHA-256. Texts sharing concepts are similar; others ar
     with embeddings_server(synonyms={"alive": "persist"}) as srv:
         ...  # [embeddings] base_url = srv.base_url, model = "hash-64"
         srv.delay = 2.0          # answer late (a timeout)
+        srv.hang_over = 1        # never answer a batch of more than 1 text (until the client gives up)
         srv.status = 500         # answer an error
         srv.dim_override = 8     # answer vectors of the wrong length
         srv.dim = 32             # another model behind the same name (a request's "dimensions" is honoured)
@@ -48,6 +49,8 @@ class EmbeddingsServer:
     def __init__(self, dim: int, synonyms: dict[str, str]) -> None:
         self.dim, self.synonyms = dim, synonyms
         self.delay = 0.0
+        self.hang_over: int | None = None
+        self.closing = threading.Event()
         self.status = 200
         self.dim_override: int | None = None
         self.requests: list[dict] = []
@@ -68,6 +71,10 @@ class EmbeddingsServer:
         self.requests.append(body)
         if self.delay:
             time.sleep(self.delay)
+        n = len(body.get("input")) if isinstance(body.get("input"), list) else 1
+        if self.hang_over is not None and n > self.hang_over:
+            self.closing.wait(120)       # no answer: the client's timeout ends it
+            return 503, {"error": {"message": "hung", "type": "server_error"}}
         if self.status != 200:
             return self.status, {"error": {"message": "scripted failure", "type": "server_error"}}
         texts = body.get("input")
@@ -136,5 +143,6 @@ def embeddings_server(dim: int = 64, synonyms: dict[str, str] | None = None) -> 
     try:
         yield srv
     finally:
+        srv.closing.set()
         httpd.shutdown()
         httpd.server_close()

@@ -12,7 +12,8 @@ headers, parsed JSON body).
 
 Builders (``reply.*``): ``writes(*calls, usage=...)`` a reply whose message calls tools (``write(...)`` builds one
 ``memory_write`` call, ``call(name, args)`` any tool, ``malformed(...)`` one with broken JSON arguments); ``text(s)`` a plain
-answer with no tool call; ``rate_limited(retry_after=...)`` a 429; ``server_error(status)`` a 5xx; ``slow(seconds, then)``
+answer with no tool call (default: the fork's documented "nothing to keep"); ``props`` what ``GET /props`` answers;
+``rate_limited(retry_after=...)`` a 429; ``server_error(status)`` a 5xx; ``slow(seconds, then)``
 a reply sent after a delay; ``held(event, then)`` a reply sent once the test sets ``event`` (a
 ``threading.Event``); ``always(r)`` a reply repeated forever (never leaves the queue); ``usage(prompt, completion,
 cached)`` the usage block; ``raw(bytes)`` any body. An empty queue answers 500 "script exhausted", so an unexpected extra
@@ -108,7 +109,7 @@ class _Builders:
         return Reply(body=cls.completion(message, model=model, usage=usage, finish_reason="tool_calls"))
 
     @classmethod
-    def text(cls, content: str = "Nothing here is worth keeping.", *, model: str = "fake-model",
+    def text(cls, content: str = "nothing to keep", *, model: str = "fake-model",
              usage: dict | None = None) -> Reply:
         return Reply(body=cls.completion({"role": "assistant", "content": content}, model=model, usage=usage))
 
@@ -160,6 +161,8 @@ class FakeOpenAI:
     script: list[Reply] = field(default_factory=list)
     requests: list[Recorded] = field(default_factory=list)
     models: list[str] = field(default_factory=lambda: ["fake-model"])   # what GET /v1/models lists
+    props: dict | None = None       # what GET /props answers (llama-server's); None: 404, as OpenAI's does
+    props_requests: int = 0         # GET /props asked (kept out of ``requests``: those are the model calls)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closing: threading.Event = field(default_factory=threading.Event)
 
@@ -191,6 +194,12 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             pass
 
         def do_GET(self) -> None:
+            if self.path.rstrip("/") == "/props":
+                with server._lock:
+                    server.props_requests += 1
+                if server.props is None:
+                    return self._send(reply.error(404, "no route /props", kind="invalid_request_error"))
+                return self._send(Reply(body=server.props))
             with server._lock:
                 server.requests.append(Recorded("GET", self.path, {k.lower(): v for k, v in self.headers.items()},
                                                 None, b""))

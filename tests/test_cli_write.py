@@ -50,8 +50,8 @@ def test_extract_ad_hoc_dry_run_prints_the_exact_body(vault, cli, openai_server)
     assert r.returncode == 0, r.stderr
     body = json.loads(r.stdout)
     assert body["model"] == "test-model" and body["messages"][:7] == json.loads(CHAT.read_text())
-    assert body["messages"][-1]["content"].startswith("Extract the memories needed now; focus: re-entrant append")
-    assert [t["function"]["name"] for t in body["tools"]] == ["memory_write"]
+    assert body["messages"][-1]["content"].startswith("Focus: re-entrant append\n")
+    assert [t["function"]["name"] for t in body["tools"]] == ["memory_write", "memory_nothing"]
     assert openai_server.requests == [] and requests.list_requests(v.state_dir) == ([], [])
 
     openai_server.enqueue(reply.writes(reply.write("- Guard it with the lock.", title="Use the lock"),
@@ -63,7 +63,7 @@ def test_extract_ad_hoc_dry_run_prints_the_exact_body(vault, cli, openai_server)
     assert lines[1].strip().startswith("#") and "[lesson] Use the lock" in lines[1]
     assert lines[-1] == "Model calls: 1; tokens: 900 prompt (600 cached, 67% cache hits), 40 completion."
     sent = openai_server.requests[0].body
-    assert sent["messages"][:-1] == body["messages"][:7] + [
+    assert sent["messages"][:-2] == body["messages"][:7] + [
         {"role": "tool", "tool_call_id": "call_2", "content": sent["messages"][7]["content"]}]
 
 

@@ -476,3 +476,22 @@ def test_a_batch_of_vectors_is_stored_whole_or_not_at_all(tmp_path):
         t.join()
         vcon.close()
     assert seen <= {0, 400, 800, 1200} and len(seen) >= 2, sorted(seen)[:10]
+
+
+def test_a_batch_that_times_out_is_halved_until_the_endpoint_keeps_up(vault):
+    """A slow endpoint still makes progress: a batch that times out is tried again halved, down to one text. The
+    server never answers a batch of more than one text, so only batches of one can succeed."""
+    write(vault)
+    with embeddings_server(synonyms=SYNONYMS) as srv:
+        srv.hang_over = 1
+        reader = configure(vault, srv, batch_size=4, batch_timeout_seconds=3.0)
+        logged: list[str] = []
+        result = embedding.run_pass(reader, log=logged.append)
+        assert result["embedded"] == len(TOPICS) and result["missing"] == 0 and result["error"] is None
+        sizes = [len(b["input"]) for b in srv.requests]
+        assert sizes[:3] == [4, 2, 1] and set(sizes[3:]) == {1} and srv.texts == len(TOPICS)
+        assert "a batch of 4 timed out; trying batches of 2" in logged
+        ledger = [json.loads(x) for x in (vault.state_dir / "costs.jsonl").read_text().splitlines()]
+        assert [r["ok"] for r in ledger[:2]] == [False, False] and all(r["ok"] for r in ledger[2:])
+        assert hits(configure(vault, srv, batch_size=4, batch_timeout_seconds=3.0),
+                    "keep agent runs alive across redeploys")[0][0] == "Session persistence across deploys"

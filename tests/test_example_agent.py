@@ -44,7 +44,7 @@ def test_agent_commits_the_fork_writes_and_the_entry_lands(example_vault, openai
     assert sorted(t["function"]["name"] for t in main1["tools"]) == ["memory_commit", "memory_recall"]
     # the fork repeats the conversation unchanged (prefix cache), closes the commit call with the ack, asks once
     assert fork["messages"][:3] == main2["messages"][:3]
-    assert [t["function"]["name"] for t in fork["tools"]] == ["memory_write"]
+    assert [t["function"]["name"] for t in fork["tools"]] == ["memory_write", "memory_nothing"]
     ack = main2["messages"][3]
     assert ack["role"] == "tool" and ack["tool_call_id"] == "call_commit1" and ack["content"].startswith("Noted (r-")
     assert fork["messages"][3]["content"] == ack["content"]

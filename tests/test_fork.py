@@ -79,11 +79,14 @@ def test_several_writes_land_in_one_commit_and_the_body_is_the_conversation_then
     assert body["model"] == "test-model"
     assert body["messages"][:7] == conversation                      # unchanged and in order
     assert body["messages"][7] == {"role": "tool", "tool_call_id": "call_2", "content": req.ack}
-    instruction = body["messages"][-1]
-    assert len(body["messages"]) == 9 and instruction["role"] == "user"
-    assert instruction["content"].startswith("Extract the memories needed now; focus: re-entrant session.append")
-    assert f'kind="related" id="{lesson.id}" type="lesson"' in instruction["content"]  # the entry on this
-    assert [t["function"]["name"] for t in body["tools"]] == ["memory_write"]
+    system, instruction = body["messages"][-2:]
+    assert len(body["messages"]) == 10 and system["role"] == "system" and instruction["role"] == "user"
+    assert system["content"].startswith("You are now the memory extractor") and "memory_nothing" in system["content"]
+    assert instruction["content"].startswith("Focus: re-entrant session.append\n")
+    assert instruction["content"].endswith("Now call memory_write for this focus (once per fact), or memory_nothing.")
+    assert f"\n- #{lesson.id} (lesson) {lesson.title}: " in instruction["content"]  # the entry on this, plainly
+    assert [t["function"]["name"] for t in body["tools"]] == ["memory_write", "memory_nothing"]
+    assert body["max_tokens"] == 1024                                # [extraction] max_tokens
     assert body == expected                                          # is what is sent
 
     loaded = v.load()
@@ -119,7 +122,7 @@ def test_host_tools_come_first_unchanged(vault, openai_server, tmp_path):
     out = run(v, submit(v, host_tools=str(tmp_path / "tools.json")))
     body = openai_server.requests[0].body
     assert body["tools"][0] == host[0]
-    assert [t["function"]["name"] for t in body["tools"]] == ["read_file", "memory_write"]
+    assert [t["function"]["name"] for t in body["tools"]] == ["read_file", "memory_write", "memory_nothing"]
     assert out.status == "written" and out.ignored_calls == ("read_file",) and len(out.entries) == 1
 
 

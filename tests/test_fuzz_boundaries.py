@@ -151,7 +151,8 @@ def test_fuzz_fork_end_to_end_through_the_fake_openai_server(example_vault, open
         assert out.status in ("written", "nothing", "retry"), out
         if out.status == "retry":
             assert out.error["kind"] != "internal", out.error
-            assert out.error.get("reason") in ("malformed_call", "bad_response"), out.error
+            assert out.error.get("reason") in ("malformed_call", "bad_response", "no_usable_write", "truncated"), \
+                out.error
     statuses = [o for o, _ in outcomes]
     assert statuses.count("written") >= 2 and statuses.count("retry") >= 10, outcomes
     for rec in map(json.loads, (v.state_dir / "costs.jsonl").read_text().splitlines()):

@@ -271,12 +271,13 @@ def test_a_user_preference_goes_to_the_user_vault_by_default_and_the_fork_is_tol
     new = out.entries[0]["id"]
     assert new.startswith(USER_ID_PREFIX) and new in ids(Vault(user_vault.root)) and new not in ids(Vault(v.root))
     body = openai_server.requests[0].body
-    tool = body["tools"][-1]["function"]
+    tool = body["tools"][-2]["function"]
     assert tool["parameters"]["properties"]["layer"]["enum"] == ["project", "user"]
     instruction = body["messages"][-1]["content"]
-    assert "Two layers" in instruction and "default when you leave it out: user" in instruction
+    rules = body["messages"][-2]["content"]     # the fork's system message
+    assert "- layer: user for the person's own preferences" in rules and "(default: user)" in rules
     # related entries come from both layers, each framed with its layer
-    assert re.search(r'kind="related" id="u-short1" [^\n]*layer="user"', instruction)
+    assert re.search(r'\n- #u-short1 \([a-z-]+, user layer\) ', instruction)
     # one commit in the user vault carrying the request; none in the project vault
     assert git_out(user_vault.root, "log", "-1", "--format=%B").count(f"Acpmem-Request: {out.request}") == 1
     assert f"Acpmem-Request: {out.request}" not in git_out(v.root, "log", "--format=%B")
@@ -306,13 +307,15 @@ def test_an_invalid_layer_rejects_the_answer_and_nothing_is_written(proj, user_v
     assert ids(Vault(user_vault.root)) == {"u-short1"} and ids(Vault(v.root)) == {"q7dec1"}
 
 
-def test_without_a_user_vault_the_schema_has_no_layer_and_a_layer_is_refused(tmp_path, clock, openai_server):
+def test_without_a_user_vault_the_schema_has_no_layer_and_a_layer_is_dropped(tmp_path, clock, openai_server):
     v = configure(project(tmp_path, "solo", clock), openai_server)
     openai_server.enqueue(reply.writes(reply.call("memory_write", {"content": "- x", "layer": "user"})))
     out = run(v, submit(v, type="user-preference"))
-    assert "layer" not in openai_server.requests[0].body["tools"][-1]["function"]["parameters"]["properties"]
-    assert "Two layers" not in openai_server.requests[0].body["messages"][-1]["content"]
-    assert out.status == "retry" and "layer" in out.error["message"]
+    assert "layer" not in openai_server.requests[0].body["tools"][-2]["function"]["parameters"]["properties"]
+    assert "layer:" not in openai_server.requests[0].body["messages"][-2]["content"]
+    # an argument the schema does not have is dropped with a note, never a reason to throw the answer away
+    assert out.status == "written" and out.entries[0]["layer"] == "project"
+    assert "memory_write: unknown argument(s) dropped: layer" in out.notes
 
 
 def test_user_layer_entries_hold_no_project_path_and_no_secret(proj, user_vault, openai_server):

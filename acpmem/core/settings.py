@@ -66,6 +66,10 @@ class ExtractionSettings(Section):
     max_attempts: int = 5             # then it is failed for good (kept, retried only when asked)
     max_tokens_per_day: int = 0       # prompt + completion tokens of model calls in any 24 hours; 0 = no limit
     max_requests_per_hour: int = 0    # model calls in any hour; 0 = no limit
+    local_timeout_seconds: float = 900.0   # an endpoint on this machine (CPU inference): instead of timeout_seconds
+    max_tokens: int = 1024            # generated tokens per fork call, sent as max_tokens; 0 = not sent
+    context_tokens: int = 0           # the model's context window; 0 = ask the server (llama-server /props), else none
+    max_entries_per_answer: int = 8   # memory_write calls one answer may write; the rest dropped with a note
 
 
 class WriteSettings(Section):
@@ -149,6 +153,10 @@ _RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("surface", "session_budget_bytes"): (0, 1_000_000_000, False),
     ("recall", "limit"): (1, 100, False),
     ("extraction", "timeout_seconds"): (0, 3600, True),
+    ("extraction", "local_timeout_seconds"): (0, 3600, True),
+    ("extraction", "max_tokens"): (0, 1_000_000, False),
+    ("extraction", "context_tokens"): (0, 100_000_000, False),
+    ("extraction", "max_entries_per_answer"): (1, 1000, False),
     ("extraction", "max_retries"): (0, 10, False),
     ("extraction", "max_entry_bytes"): (256, 900_000, False),
     ("extraction", "retry_base_seconds"): (0, 86_400, True),

@@ -24,6 +24,7 @@ MAX_RECALL_LIMIT = 20
 MAX_TITLE_CHARS = 300
 MAX_SUPERSEDES = 20
 BLOCK_PATTERN = "^(b[0-9]{1,9}|pi-compaction-[A-Za-z0-9_-]{1,64})$"   # a kernel block, or a pi compaction
+NOTHING_TOOL = "memory_nothing"
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 
 _TYPE_GLOSS = {
@@ -73,6 +74,9 @@ _TEXT = {
         "write.title": ("One self-contained line that states the memory itself, not its topic. Example: \"Session "
                         "append must be re-entrant — the hook can fire while a write is in flight\"."),
         "write.supersedes": "Ids of existing entries this one replaces because they are outdated or wrong.",
+        "nothing": ("Say that nothing in the conversation is worth keeping for this focus. Call it instead of "
+                    "memory_write, never beside it."),
+        "nothing.reason": "One line: why nothing is worth keeping.",
         "write.layer": ("Where the entry goes: \"user\" for the person's own preferences and habits that hold in "
                         "every project (their user vault, read in all their projects); \"project\" for everything "
                         "about this project (its decisions, traps, facts). Default: user for the type "
@@ -104,6 +108,8 @@ _TEXT = {
         ),
         "write.title": "一行自足的标题，陈述记忆本身而不是话题。例如：\"Session append 必须可重入——写入未完成时钩子可能再次触发\"。",
         "write.supersedes": "被这一条取代的已有条目 id（它们已过时或有误）。",
+        "nothing": "说明对话里没有值得为这个重点保留的内容。代替 memory_write 调用，不要和它一起调用。",
+        "nothing.reason": "一行：为什么没有值得保留的内容。",
         "write.layer": ("条目写到哪里：\"user\" 表示用户本人在所有项目中都适用的偏好和习惯（写入其个人记忆库，所有项目都会读取）；"
                         "\"project\" 表示与本项目有关的一切（决定、踩坑、事实）。默认：类别为 user-preference 时为 user，否则为 project。"),
     },
@@ -139,10 +145,12 @@ def default_layer(type: str) -> str:
 
 
 def tool_definitions(for_: str = "main", format: str = "openai", lang: str = "en",
-                     types: tuple[str, ...] | list[str] = DEFAULT_TYPES, *, layers: bool = False) -> list[dict]:
+                     types: tuple[str, ...] | list[str] = DEFAULT_TYPES, *, layers: bool = False,
+                     nothing: bool = False) -> list[dict]:
     """The tool schemas for the main conversation (``memory_commit``, ``memory_recall``) or the fork (``memory_write``),
     as OpenAI function tools, Anthropic tools or MCP tools; ``types`` is the vault's type enum. ``layers``: a user
-    vault is read beside the project's, so ``memory_write`` takes a ``layer``."""
+    vault is read beside the project's, so ``memory_write`` takes a ``layer``. ``nothing``: the fork also gets
+    ``memory_nothing(reason)``, its explicit "nothing to keep" (an answer with neither is a failure, not nothing)."""
     _check(for_, ("main", "fork"), "--for")
     _check(format, FORMATS, "--format")
     _check(lang, LANGS, "--lang")
@@ -192,6 +200,14 @@ def tool_definitions(for_: str = "main", format: str = "openai", lang: str = "en
                 "additionalProperties": False,
             }, False),
         ]
+        if nothing:
+            tools.append((NOTHING_TOOL, t["nothing"], {
+                "type": "object",
+                "properties": {"reason": {"type": "string", "description": t["nothing.reason"],
+                                          "maxLength": MAX_NOTE_CHARS}},
+                "required": ["reason"],
+                "additionalProperties": False,
+            }, False))
     return [_render(name, desc, params, read_only, format) for name, desc, params, read_only in tools]
 
 
@@ -302,7 +318,7 @@ def fork_instruction(note: str, type: str, importance: int, related_entries_text
             "- 下面的已有条目若已过时或有误，写出更正后的条目，并把它的 id 放进 supersedes；已有条目已经说清楚的，不要重复写。",
             *layer_rules,
             "- 不要写入任何密钥、令牌或密码。",
-            "- 没有值得保留的内容就不调用 memory_write，回答“无需记录”。",
+            "- 没有值得保留的内容就不调用 memory_write，调用 memory_nothing，或只回答“无需记录”。",
             "",
             "相关的已有条目：",
             related or "（无）",
@@ -333,10 +349,78 @@ def fork_instruction(note: str, type: str, importance: int, related_entries_text
         "if it already says this, write nothing for it.",
         *layer_rules,
         "- Never write secrets: keys, tokens, passwords.",
-        "- If nothing is worth keeping, do not call memory_write; answer \"nothing to keep\".",
+        "- If nothing is worth keeping, do not call memory_write; call memory_nothing, or answer exactly "
+        "\"nothing to keep\".",
         "",
         "Related existing entries:",
         related or "(none)",
+    ])
+
+
+def fork_system(type: str, importance: int, lang: str = "en", *, layers: bool = False) -> str:
+    """The fork's system message, sent after the unchanged conversation (so a prefix cache still hits): who the
+    model is now, the writing rules, and the two ways to answer — ``memory_write`` calls, or ``memory_nothing`` (or
+    the exact reply "nothing to keep"). Small models heed a system message where a long last user turn is lost
+    (``bench/real_model.py`` measures both)."""
+    _check(lang, LANGS, "--lang")
+    default = default_layer(type)
+    if lang == "zh":
+        return "\n".join([
+            "你现在是记忆提炼器，不再是上面对话里的助手。不要继续上面的任务，不要调用上面对话里的工具。",
+            "你的工作：从上面的对话里，为下一条消息给出的重点写长期记忆条目，每个事实调用一次 memory_write。",
+            "规则：",
+            f"- 类别：{type}（重要度 {importance}）。只写重点要求的内容。",
+            "- content：一到几条 markdown 要点（\"- ...\"），自足：写明文件、命令、组件和理由；不写“上面”“这个”“之前”。",
+            "- title：一行，陈述记忆本身。",
+            "- 已有条目已经说清楚的，不要再写；已有条目过时或有误时，写更正后的条目并把它的 id 放进 supersedes。",
+            *(["- layer：用户本人在所有项目都适用的偏好写 user，其余写 project"
+                f"（不填时为 {default}）。写到 user 的条目不得提及本项目。"] if layers else []),
+            "- 不要写入任何密钥、令牌或密码。",
+            "- 没有值得保留的内容时，调用 memory_nothing 并给出理由（或只回答：无需记录）。",
+        ])
+    return "\n".join([
+        "You are now the memory extractor, no longer the assistant of the conversation above. Do not continue its "
+        "task and do not call its tools.",
+        "Your job: from the conversation above, write long-term memory entries for the focus given in the next "
+        "message: one memory_write call per fact.",
+        "Rules:",
+        f"- Type: {type} (importance {importance}). Write only what the focus asks for.",
+        "- content: one to a few markdown bullets (\"- ...\"), self-contained: name the files, commands, components "
+        "and reasons; never write \"above\", \"this\" or \"earlier\".",
+        "- title: one line that states the memory itself.",
+        "- If an existing entry already says it, write nothing for it; if one is outdated or wrong, write the "
+        "corrected entry and put its id in supersedes.",
+        *([f"- layer: user for the person's own preferences that hold in any project, else project (default: "
+           f"{default}). An entry for the user layer must not mention this project."] if layers else []),
+        "- Never write secrets: keys, tokens, passwords.",
+        "- If nothing is worth keeping, call memory_nothing with the reason (or answer exactly: nothing to keep).",
+    ])
+
+
+def fork_closing(note: str, related_entries_text: str | None, lang: str = "en",
+                 block_text: str | None = None) -> str:
+    """The fork's closing user message: the note and the related entries stated plainly, then a short instruction
+    (the last thing the model reads)."""
+    _check(lang, LANGS, "--lang")
+    note = " ".join(str(note).split())
+    related = (related_entries_text or "").strip()
+    block = (block_text or "").strip()
+    if lang == "zh":
+        return "\n".join([
+            f"重点：{note}",
+            *(["重点是这个压缩块，把它的摘要提炼成长期记忆：", block] if block else []),
+            "已有条目（已经说清楚的不要重复写；要取代某条时把它的 id 放进 supersedes）：",
+            related or "（无）",
+            "",
+            "现在为这个重点调用 memory_write（每个事实一次），或调用 memory_nothing。",
+        ])
+    return "\n".join([
+        f"Focus: {note}",
+        *(["The focus is this compression block: distil its summary into long-term memory.", block] if block else []),
+        "Existing entries (do not write again what they already say; to replace one, put its id in supersedes):",
+        related or "(none)",
+        "",
+        "Now call memory_write for this focus (once per fact), or memory_nothing.",
     ])
 
 

@@ -23,7 +23,12 @@ MAX_ANSWER_BYTES = 256 * 1024 * 1024
 
 
 class EmbeddingFailed(Exception):
-    """The endpoint could not be reached in time, refused, or answered something that is not embeddings."""
+    """The endpoint could not be reached in time, refused, or answered something that is not embeddings.
+    ``timed_out``: it did not answer in time (a smaller batch may)."""
+
+    def __init__(self, message: str, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 class Endpoint(Value):
@@ -118,7 +123,9 @@ def post_json(url: str, base_url: str, body: dict, api_key: str | None, timeout:
     except (OSError, http.client.HTTPException, ValueError) as exc:
         timed_out = isinstance(exc, TimeoutError) or "timed out" in str(exc)
         why = "timed out" if timed_out else str(exc) or type(exc).__name__
-        raise failed(f"the {what} endpoint could not be reached ({why[:200]})") from None
+        exc_out = failed(f"the {what} endpoint could not be reached ({why[:200]})")
+        exc_out.timed_out = timed_out
+        raise exc_out from None
     if len(raw) > MAX_ANSWER_BYTES:
         raise failed(f"the {what} endpoint answered more than 256 MB")
     return raw, time.monotonic() - t0

@@ -129,13 +129,18 @@ def run_pass(vault, env: Mapping[str, str] | None = None, log: Callable[[str], N
         dropped = vectors.drop_other_dims(vcon, key, dim) if dim else 0
         texts = vault.with_db(todo)
         done, error, i = 0, None, 0
+        size = cfg.batch_size
         while i < len(texts):
-            batch = texts[i:i + cfg.batch_size]
+            batch = texts[i:i + size]
             try:
                 got = embedclient.embed(ep, [ep.document_prefix + t for _, t in batch], cfg.batch_timeout_seconds)
             except embedclient.EmbeddingFailed as exc:
+                _ledger(vault.state_dir, ep.model, len(batch), None, str(exc))
+                if getattr(exc, "timed_out", False) and len(batch) > 1:
+                    size = max(1, len(batch) // 2)   # a slow endpoint still makes progress, a smaller batch at a time
+                    log(f"a batch of {len(batch)} timed out; trying batches of {size}")
+                    continue
                 error = str(exc)
-                _ledger(vault.state_dir, ep.model, len(batch), None, error)
                 break
             _ledger(vault.state_dir, ep.model, len(batch), got, None)
             length = len(got.vectors[0]) if got.vectors else 0
@@ -151,7 +156,7 @@ def run_pass(vault, env: Mapping[str, str] | None = None, log: Callable[[str], N
                 log(f"dropped {gone} vector(s) of another length than the endpoint's {length}")
                 texts, i = vault.with_db(todo), 0
                 continue
-            i += cfg.batch_size
+            i += len(batch)
             log(f"embedded {done} of {len(texts)}")
         missing = len(vault.with_db(todo)) if error else 0
         pruned = vectors.prune(vcon, key) if error is None else 0

@@ -53,6 +53,7 @@ class Outcome(Value):
     error: dict | None = None
     usage: dict | None = None
     attempts: int = 0
+    notes: tuple[str, ...] = ()     # what was repaired, dropped or left out of the answer, one line each
 
     @property
     def ok(self) -> bool:
@@ -63,7 +64,7 @@ class Outcome(Value):
                 "entries": list(self.entries), "superseded": list(self.superseded),
                 "unknown_supersedes": list(self.unknown_supersedes), "redacted": list(self.redacted),
                 "ignored_calls": list(self.ignored_calls), "error": self.error, "usage": self.usage,
-                "attempts": self.attempts}
+                "attempts": self.attempts, "notes": list(self.notes)}
 
     def summary(self) -> str:
         head = f"{self.request}: "
@@ -76,6 +77,8 @@ class Outcome(Value):
                 line += f"; superseded {', '.join('#' + i for i in self.superseded)}"
         elif self.status == "nothing":
             line = f"{head}nothing worth keeping (no commit)"
+            if self.error and self.error.get("message"):
+                line += f": {self.error['message']}"
         elif self.status == "already":
             line = f"{head}already done" + (f" (commit {self.commit[:12]})" if self.commit else "")
         elif self.status in ("retry", "failed"):
@@ -96,6 +99,8 @@ class Outcome(Value):
             line += f" [redacted: {', '.join(self.redacted)}]"
         if self.unknown_supersedes:
             line += f" [unknown supersedes: {', '.join(self.unknown_supersedes)}]"
+        if self.notes:
+            line += f" [notes: {'; '.join(self.notes)}]"
         return line
 
 
@@ -143,6 +148,24 @@ def related_text(entries: list[Entry]) -> str:
             attrs["layer"] = str(layer)
         parts.append(frame("related", body, attrs=attrs))
     return "\n\n".join(parts)
+
+
+RELATED_PLAIN_CHARS = 400
+
+
+def related_plain(entries: list[Entry]) -> str:
+    """The related entries as the fork's closing message states them: one plain line each, ``- #id (type) title:
+    body``, the body on one line and clipped. Small models echoed the framed form (``related_text``) back as their
+    answer instead of writing."""
+    lines = []
+    for e in entries:
+        body = " ".join(e.body.split())
+        if len(body) > RELATED_PLAIN_CHARS:
+            body = body[:RELATED_PLAIN_CHARS].rstrip() + " …"
+        layer = (e.extra or {}).get("layer")
+        kind = f"{e.type}, {layer} layer" if layer else e.type
+        lines.append(f"- #{e.id} ({kind}) {one_line(e.title)}: {body}")
+    return "\n".join(lines)
 
 
 def load_host_tools(path: str | None) -> list[dict]:
@@ -196,26 +219,90 @@ def request_citations(req: Request, transcript) -> tuple[Citation, ...]:
                      turns_text(b.seqs) or None),)
 
 
+PROMPT_STYLES = ("system", "user")
+PROMPT_STYLE = "system"   # what build_body sends unless told; bench/real_model.py measures both on a real model
+CONTEXT_MARGIN_TOKENS = 256
+
+
+def estimate_tokens(value: object) -> int:
+    """A cautious token count of a message, tool list or text: its UTF-8 JSON bytes / 3 (English runs at about 4
+    bytes a token, Chinese at about 3)."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return len(text.encode("utf-8")) // 3 + 4
+
+
+def fit_context(messages: list[dict], seqs: list[int | None], keep: set[int], budget: int) -> tuple[list[dict], int]:
+    """The conversation within ``budget`` tokens (``estimate_tokens``): whole turns (a user message and what
+    follows it up to the next one) left out oldest first, a leading system message kept, never a turn holding a
+    message whose seq is in ``keep`` (the cited ones) nor the last turn. Returns the messages and how many were left
+    out; when even that is over the budget, what is left is sent (the endpoint then says the prompt is too long)."""
+    total = sum(estimate_tokens(m) for m in messages)
+    if total <= budget:
+        return messages, 0
+    start = 1 if messages and messages[0].get("role") == "system" else 0
+    turns: list[list[int]] = []
+    for i in range(start, len(messages)):
+        if not turns or messages[i].get("role") == "user":
+            turns.append([i])
+        else:
+            turns[-1].append(i)
+    drop: set[int] = set()
+    for turn in turns[:-1]:
+        if total <= budget:
+            break
+        if any(seqs[i] in keep for i in turn if i < len(seqs) and seqs[i] is not None):
+            continue
+        drop.update(turn)
+        total -= sum(estimate_tokens(messages[i]) for i in turn)
+    return [m for i, m in enumerate(messages) if i not in drop], len(drop)
+
+
 def build_body(vault, req: Request, model: str | None, *, transcript=None,
-               related: list[Entry] | None = None) -> dict:
-    """The exact chat-completions body the fork sends (``extract --dry-run`` prints it)."""
-    from acpmem.core.tools import fork_instruction, tool_definitions
+               related: list[Entry] | None = None, style: str | None = None, context_tokens: int | None = None,
+               notes: list[str] | None = None) -> dict:
+    """The exact chat-completions body the fork sends (``extract --dry-run`` prints it): the conversation as the
+    model saw it (so a prefix cache hits), its open ``memory_commit`` call closed with the acknowledgement, then —
+    ``style`` ``system``, the default — a system message with the extraction rules and a short closing user
+    message with the note and the related entries; or — ``user`` — one long user message with all of it. Tools:
+    the host's read-only tools, ``memory_write`` and ``memory_nothing``; ``max_tokens`` from ``[extraction]``.
+    ``context_tokens``: the model's window; the oldest turns are left out to fit (never the cited ones), each
+    leaving a line in ``notes``."""
+    from acpmem.core.tools import fork_closing, fork_instruction, fork_system, tool_definitions
     from acpmem.write.transcripts import close_tool_calls, openai_messages
 
+    style = style or PROMPT_STYLE
+    if style not in PROMPT_STYLES:
+        raise UsageError(f"Unknown prompt style '{style}'", "use system or user")
     t = conversation(req) if transcript is None else transcript
     blk = request_block(req, t)
     messages = close_tool_calls(openai_messages(t), req.ack) if t is not None else []
     rel = related_entries(vault, req.note) if related is None else related
     lang = vault.settings.language
     layers = len(vault.layers()) > 1   # the fork is told the user vault exists, and chooses per entry
-    messages.append({"role": "user", "content": fork_instruction(req.note, req.type, req.importance,
-                                                                 related_text(rel), lang,
-                                                                 block_text(blk) if blk is not None else None,
-                                                                 layers=layers)})
+    btext = block_text(blk) if blk is not None else None
+    if style == "user":
+        tail = [{"role": "user", "content": fork_instruction(req.note, req.type, req.importance, related_text(rel),
+                                                             lang, btext, layers=layers)}]
+    else:
+        tail = [{"role": "system", "content": fork_system(req.type, req.importance, lang, layers=layers)},
+                {"role": "user", "content": fork_closing(req.note, related_plain(rel), lang, btext)}]
     tools = load_host_tools(req.host_tools) + tool_definitions("fork", "openai", lang, vault.settings.types,
-                                                               layers=layers)
+                                                               layers=layers, nothing=True)
+    max_tokens = vault.settings.extraction.max_tokens
+    if context_tokens and t is not None:
+        seqs: list[int | None] = [m.seq for m in t.messages] if t.format == "openai" else []
+        seqs += [None] * (len(messages) - len(seqs))
+        keep = {req.seq} | (set(blk.seqs) if blk is not None and blk.seqs else set())
+        budget = context_tokens - (max_tokens or 0) - CONTEXT_MARGIN_TOKENS - estimate_tokens(tools) \
+            - sum(estimate_tokens(m) for m in tail)
+        messages, dropped = fit_context(messages, seqs, keep, budget)
+        if dropped and notes is not None:
+            notes.append(f"{dropped} of the oldest conversation message(s) left out to fit the model's context "
+                         f"of {context_tokens} tokens")
     body: dict = {"model": model} if model else {}
-    body.update(messages=messages, tools=tools, tool_choice="auto")
+    body.update(messages=messages + tail, tools=tools, tool_choice="auto")
+    if max_tokens:
+        body["max_tokens"] = max_tokens
     return body
 
 
@@ -255,6 +342,8 @@ class _Draft:
         self.redacted: list[str] = []
         self.ignored: list[str] = []
         self.layer_of: dict[str, str] = {}
+        self.notes: list[str] = []      # repairs, drops and refusals, one line each (the outcome and commit say them)
+        self.writes = 0                 # memory_write calls read from the answer, before any was dropped
 
     def part(self, layer: str) -> tuple[list[Entry], list[Entry]]:
         """The new entries and the updated ones of one layer."""
@@ -311,30 +400,86 @@ def _new_entry(vault, req: Request, draft: _Draft, taken: set[str], *, title: st
     return e.with_changes(path=target.path_for(ident, title))
 
 
+SUPERSEDE_MIN_OVERLAP = 0.15   # a supersede of an entry sharing less than this of its terms is refused
+DUPLICATE_OVERLAP = 0.85       # a write sharing this much with an entry it was shown is that entry again
+_STOP = frozenset("the a an and or of to in on for is are be it this that with as by at from not no use uses "
+                  "used must should when if".split())
+
+
+def terms(text: str) -> set[str]:
+    """The words of a text for overlap: lower-cased ASCII words of 2+ letters (minus a few stopwords) and the
+    character pairs of CJK runs."""
+    out = {w for w in re.findall(r"[a-z0-9][a-z0-9_.-]*[a-z0-9]|[a-z0-9]{2,}", text.lower()) if w not in _STOP}
+    for run in re.findall(r"[\u3400-\u9fff]+", text):
+        out.update(run[i:i + 2] for i in range(max(1, len(run) - 1)))
+    return out
+
+
+def overlap(a: str, b: str) -> float:
+    """The share of the smaller text's terms the other one has too (0 when either has none)."""
+    ta, tb = terms(a), terms(b)
+    return len(ta & tb) / min(len(ta), len(tb)) if ta and tb else 0.0
+
+
+def jaccard(a: str, b: str) -> float:
+    ta, tb = terms(a), terms(b)
+    return len(ta & tb) / len(ta | tb) if ta and tb else 0.0
+
+
 def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names: set[str], *,
-                     citations: tuple[Citation, ...] | None = None) -> _Draft:
-    """Turn the model's tool calls into entries. A malformed ``memory_write`` (bad JSON, wrong fields, oversize) or a
-    call to a tool we never offered rejects the whole answer (``ExtractionError`` reason ``malformed_call``: the request
-    is retried); calls to the host's own tools are ignored (a one-shot fork cannot answer them)."""
+                     citations: tuple[Citation, ...] | None = None, shown: list[Entry] | None = None,
+                     from_text: bool = False) -> _Draft:
+    """Turn the model's tool calls into entries. A malformed ``memory_write`` (bad JSON, content missing or
+    oversize) or a native call to a tool we never offered rejects the whole answer (``ExtractionError`` reason
+    ``malformed_call``: the request is retried); calls to the host's own tools are ignored (a one-shot fork cannot
+    answer them), and so are calls to other tools read out of the text (``from_text``: a model quoting the history).
+    Near misses are repaired with a note (``acpmem.write.answers.normalize_write_args``). At most
+    ``[extraction] max_entries_per_answer`` writes are taken; the rest are dropped with a note naming them.
+
+    ``shown``: the related entries the fork was shown. Then only those may be superseded, only by an entry of the
+    same type sharing at least ``SUPERSEDE_MIN_OVERLAP`` of its terms; any other supersede is dropped with a note
+    (the new entry is written, the old one untouched). A write that says what a shown entry already says
+    (``DUPLICATE_OVERLAP``) is dropped with a note. None (callers without a prompt) allows any live entry."""
     from acpmem.core.tools import default_layer, parse_write_args
+    from acpmem.write.answers import normalize_write_args
 
     draft = _Draft()
     layers = {lv.layer: lv for lv in vault.layers()}
     known_in = {name: {e.id: e for e in lv.load(with_reads=False).entries} for name, lv in layers.items()}
     taken = {i for known in known_in.values() for i in known}   # ids stay unique across the layers
     max_bytes = vault.settings.extraction.max_entry_bytes
+    cap = vault.settings.extraction.max_entries_per_answer
+    allowed = ("content", "title", "supersedes", "layer") if len(layers) > 1 else ("content", "title", "supersedes")
+    shown_ids = None if shown is None else {e.id for e in shown}
+    over: list[str] = []
     for i, call in enumerate(calls):
         if call.name in host_tool_names:
             draft.ignored.append(call.name)
             continue
         if call.name != "memory_write":
+            if from_text and call.id and str(call.id).startswith("text_"):
+                draft.ignored.append(call.name)
+                draft.notes.append(f"a call to '{call.name}' written in the text was ignored (not a fork tool)")
+                continue
             raise _malformed(f"call {i + 1} is to '{call.name}', a tool the fork does not have")
         if call.arguments is None:
             raise _malformed(f"memory_write call {i + 1}: {call.error}")
+        fixed, repaired = normalize_write_args(call.arguments, allowed)
         try:
-            args = parse_write_args(call.arguments, max_bytes, layers=len(layers) > 1)
+            args = parse_write_args(fixed, max_bytes, layers=len(layers) > 1)
         except EntryInvalid as exc:
             raise _malformed(f"memory_write call {i + 1}: {exc.message}") from None
+        draft.notes.extend(n for n in repaired if n not in draft.notes)
+        draft.writes += 1
+        if len(draft.entries) >= cap:
+            over.append(args.title or derive_title(args.content))
+            continue
+        text = f"{args.title or ''}\n{args.content}"
+        same = next((e for e in shown or () if jaccard(text, f"{e.title}\n{e.body}") >= DUPLICATE_OVERLAP
+                     or " ".join(args.content.split()) == " ".join(e.body.split())), None)
+        if same is not None:
+            draft.notes.append(f"a write repeating #{same.id} ({one_line(same.title)[:60]}) was dropped")
+            continue
         layer = args.layer or default_layer(req.type)
         if layer not in layers or req.type not in layers[layer].settings.types:
             layer = vault.layer   # one layer only (the schema then has no layer field), or a type it lacks
@@ -349,6 +494,10 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
             if target is None or target.superseded or target.id in draft.updates:
                 draft.unknown.append(old)
                 continue
+            why = _supersede_refusal(target, req.type, f"{title}\n{content}", shown_ids)
+            if why:
+                draft.notes.append(f"supersede of #{target.id} dropped: {why}")
+                continue
             sup.append(target.id)
         entry = _new_entry(vault, req, draft, taken, title=title, body=content,
                            citations=citations or (Citation(req.session, req.seq),), extractor=extractor,
@@ -357,12 +506,55 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
             draft.updates[old] = known[old].with_changes(superseded_by=entry.id)
             draft.layer_of[old] = layer
         draft.entries.append(entry)
+    if over:
+        shown_titles = "; ".join(f"'{one_line(t)[:60]}'" for t in over[:5]) + (" …" if len(over) > 5 else "")
+        draft.notes.append(f"{len(over)} memory_write call(s) over the cap of {cap} per answer dropped "
+                           f"([extraction] max_entries_per_answer): {shown_titles}")
     return draft
+
+
+def _supersede_refusal(old: Entry, new_type: str, new_text: str, shown_ids: set[str] | None) -> str | None:
+    """Why the fork may not supersede ``old`` with an entry of ``new_type`` saying ``new_text``, or None."""
+    if shown_ids is not None and old.id not in shown_ids:
+        return "the fork was not shown it as related"
+    if old.type != new_type:
+        return f"it is a {old.type}, the new entry a {new_type}"
+    share = overlap(new_text, f"{old.title}\n{old.body}")
+    if share < SUPERSEDE_MIN_OVERLAP:
+        return f"the new entry shares only {share:.0%} of its terms"
+    return None
 
 
 def _unique_prefix(known: dict[str, Entry], prefix: str) -> Entry | None:
     hits = [e for i, e in known.items() if i.startswith(prefix)]
     return hits[0] if len(hits) == 1 else None
+
+
+ANSWER_TEXT_CHARS = 4000
+
+
+def read_reply(result) -> "object":
+    """The model's answer read (``acpmem.write.answers.Reading``); a truncated one (``finish_reason: length``) is
+    a failure with its text kept."""
+    from acpmem.write.answers import read_answer
+
+    if result.finish_reason == "length":
+        raise _unusable(result, f"the answer was cut off at the token limit ({result.completion_tokens} tokens)",
+                        hint="the request stays pending and is retried; raise [extraction] max_tokens if answers "
+                             "are long", reason="truncated")
+    return read_answer(result.tool_calls, result.text)
+
+
+def _unusable(result, why: str, *, hint: str = "the request stays pending and is retried; `acp memory stats "
+              "--json` shows the whole answer", reason: str = "no_usable_write") -> ExtractionError:
+    from acpmem.write.answers import excerpt
+
+    text = result.text or ""
+    if not text and result.tool_calls:
+        text = json.dumps([c.to_json() for c in result.tool_calls], ensure_ascii=False)
+    shown = f": «{excerpt(text)}»" if text.strip() else " (empty answer)"
+    return ExtractionError(f"Unusable answer: {why}{shown}", hint, reason=reason, attempts=1, retryable=True,
+                           status=None, text=text[:ANSWER_TEXT_CHARS])
 
 
 def _malformed(message: str) -> ExtractionError:
@@ -408,7 +600,7 @@ def commit_draft(vault, req: Request, draft: _Draft, model_label: str, extractor
             updates=user_updates)
     if entries or updates:
         sha = vault.write_entries(entries, subject=_subject(req, entries or updates),
-                                  why=_why(req, extractor, req.note, updates), kind=kind, trailers=trailers,
+                                  why=_why(req, extractor, req.note, updates, draft.notes), kind=kind, trailers=trailers,
                                   updates=updates)
     return sha
 
@@ -421,11 +613,13 @@ def _subject(req: Request, entries: list[Entry]) -> str:
     return f"{n} {'entry' if n == 1 else 'entries'} from {req.id}: {entries[0].title}"
 
 
-def _why(req: Request, extractor: str, note: str, updates: list[Entry]) -> str:
+def _why(req: Request, extractor: str, note: str, updates: list[Entry], notes: list[str] = ()) -> str:
     why = (f"Distilled by the fork ({extractor}) from session {req.session} up to seq {req.seq}.\n"
            f"Focus: {note}")
     if updates:
         why += "\nSupersedes: " + ", ".join(f"#{e.id}" for e in updates)
+    if notes:
+        why += "\nNotes:\n" + "\n".join(f"- {one_line(n)}" for n in notes)
     return why
 
 
@@ -485,23 +679,35 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
             deferred = _over_budget(vault, req, now)
             if deferred is not None:
                 return deferred
+            notes: list[str] = []
+            rel = related_entries(vault, req.note)
+            ctx = vault.settings.extraction.context_tokens or llm.served_context(config)
+            body = build_body(vault, req, config.model, transcript=t, related=rel, context_tokens=ctx, notes=notes)
             say(req.id, f"calling {config.model}")
-            body = build_body(vault, req, config.model, transcript=t)
             try:
                 result = llm.call_chat(config, body)
             except ExtractionError as exc:
                 costs.append(state, costs.record(None, at=now, request=req.id, session=req.session, error=exc,
                                                  model=config.model))
                 raise
-            host_names = {tool["function"]["name"] for tool in body["tools"][:-1]}
+            host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write", "memory_nothing"}
             try:
-                draft = draft_from_calls(vault, req, result.tool_calls, label, host_names, citations=cites)
+                reading = read_reply(result)
+                draft = draft_from_calls(vault, req, reading.calls, label, host_names, citations=cites, shown=rel,
+                                         from_text=reading.source != "tool_calls")
+                draft.notes[:0] = notes + list(reading.notes)
+                if not draft.writes and reading.nothing is None:
+                    raise _unusable(result, "the answer has no memory_write call and does not say nothing to keep"
+                                    + (f" (it called {', '.join(sorted(set(draft.ignored)))})" if draft.ignored
+                                       else ""))
             except ExtractionError as exc:
                 costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=0,
                                                  error=exc))
                 raise
             costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
                                              entries=len(draft.entries)))
+            if reading.nothing is not None:
+                draft.notes.append(f"memory_nothing: {reading.nothing}")
         usage = _usage(result)
         if user_done:
             drop = {e.id for e in draft.entries + list(draft.updates.values())
@@ -510,7 +716,7 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
             draft.updates = {k: e for k, e in draft.updates.items() if k not in drop}
         if not draft.entries:
             out = Outcome(req.id, "nothing", label, None, (), (), tuple(draft.unknown), tuple(draft.redacted),
-                          tuple(draft.ignored), None, usage, req.attempts + 1)
+                          tuple(draft.ignored), None, usage, req.attempts + 1, tuple(draft.notes))
             return _finish(vault, req, out)
         say(req.id, "committing")
         sha = commit_draft(vault, req, draft, config.model if config else "offline", label)
@@ -519,13 +725,15 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
                       tuple({"id": e.id, "title": e.title, "path": e.path, "type": e.type,
                              "layer": draft.layer_of.get(e.id, LAYER_PROJECT)} for e in draft.entries),
                       tuple(draft.updates), tuple(draft.unknown), tuple(dict.fromkeys(draft.redacted)),
-                      tuple(draft.ignored), None, usage, req.attempts + 1)
+                      tuple(draft.ignored), None, usage, req.attempts + 1, tuple(draft.notes))
         return _finish(vault, req, out)
     except Exception as exc:  # noqa: BLE001 - whatever it was, it is recorded and retried, never a stuck queue
         if isinstance(exc, AcpmemError):
             error = {"message": exc.message, "hint": exc.hint, "kind": type(exc).__name__}
             if "reason" in exc.data:
                 error["reason"] = exc.data["reason"]
+            if exc.data.get("text"):   # the model's own words, for doctor, stats and extract --failed
+                error["text"] = str(exc.data["text"])[:ANSWER_TEXT_CHARS]
         else:
             error = {"message": f"unexpected {type(exc).__name__}: {exc}"[:500], "kind": "internal",
                      "hint": "report this bug; the request is kept"}
@@ -604,6 +812,8 @@ def _finish(vault, req: Request, out: Outcome) -> Outcome:
     rec = {"at": utc_iso(vault.clock()), "request": req.id, "session": req.session, "seq": req.seq,
            "status": out.status, "commit": out.commit, "extractor": out.extractor,
            "entries": [e["id"] for e in out.entries]}
+    if out.notes:
+        rec["notes"] = list(out.notes)
     if out.status != "already" or not requests.find_done(vault.state_dir, req.id):
         requests.append_done(vault.state_dir, rec)
     requests.remove_request(vault.state_dir, req.id)

@@ -29,12 +29,14 @@ from acpmem.core.values import Value
 OPENAI_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4.1-mini"   # only used against OpenAI itself; any other endpoint must name its model
 DEFAULT_TIMEOUT = 60.0
+DEFAULT_LOCAL_TIMEOUT = 900.0    # an endpoint on this machine runs at CPU speed: a cold fork takes minutes
 DEFAULT_MAX_RETRIES = 3
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 20.0
 MAX_RETRY_AFTER = 60.0           # a server that asks for a longer wait is not waited for: the request stays pending
 _NOT_OURS = frozenset({"extractor", "max_entry_bytes", "retry_base_seconds", "max_attempts", "max_tokens_per_day",
-                       "max_requests_per_hour"})   # read elsewhere
+                       "max_requests_per_hour", "max_tokens", "context_tokens",
+                       "max_entries_per_answer"})   # read elsewhere
 
 
 class ModelConfig(Value):
@@ -105,13 +107,16 @@ def resolve_model_config(settings: Mapping[str, Any] | Any | None = None,
 
     ``settings`` is ``Settings.extraction`` (a settings section, which reads as a mapping) or a mapping; keys, all optional, empty meaning unset:
     ``base_url``, ``model``, ``api_key_env`` (name of the variable holding the key, default ``OPENAI_API_KEY``),
-    ``api_key``, ``timeout_seconds`` (or ``timeout``), ``max_retries``. Settings win; ``OPENAI_BASE_URL``,
-    ``OPENAI_MODEL`` and the key variable fill what they leave out. ``env`` defaults to ``os.environ``.
+    ``api_key``, ``timeout_seconds`` (or ``timeout``), ``local_timeout_seconds``, ``max_retries``. Settings win;
+    ``OPENAI_BASE_URL``, ``OPENAI_MODEL`` and the key variable fill what they leave out. ``env`` defaults to
+    ``os.environ``. An endpoint on this machine (``is_local``) whose timeout is left at the default 60 s gets
+    ``local_timeout_seconds`` (default 900 s) instead: CPU inference of a cold fork prompt takes minutes.
     """
     s = dict(settings or {})
     if "timeout_seconds" in s:   # the name acpmem.toml uses
         s["timeout"] = s.pop("timeout_seconds")
     e = os.environ if env is None else env
+    local_timeout = s.pop("local_timeout_seconds", DEFAULT_LOCAL_TIMEOUT)
     unknown = set(s) - {"base_url", "model", "api_key", "api_key_env", "timeout", "max_retries"} - _NOT_OURS
     if unknown:
         raise SettingsError(f"Unknown extraction setting(s): {', '.join(sorted(unknown))}",
@@ -129,10 +134,65 @@ def resolve_model_config(settings: Mapping[str, Any] | Any | None = None,
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (0 < timeout <= 3600):
         raise SettingsError(f"Extraction timeout must be a number of seconds in (0, 3600], got {timeout!r}",
                             "fix acpmem.toml")
+    if is_local(base_url) and float(timeout) == DEFAULT_TIMEOUT:
+        if isinstance(local_timeout, bool) or not isinstance(local_timeout, (int, float)) \
+                or not (0 < local_timeout <= 3600):
+            raise SettingsError(f"Extraction local_timeout_seconds must be a number of seconds in (0, 3600], got "
+                                f"{local_timeout!r}", "fix acpmem.toml")
+        timeout = local_timeout
     retries = s.get("max_retries", DEFAULT_MAX_RETRIES)
     if isinstance(retries, bool) or not isinstance(retries, int) or not (0 <= retries <= 10):
         raise SettingsError(f"Extraction max_retries must be an integer 0..10, got {retries!r}", "fix acpmem.toml")
     return ModelConfig(base_url, model, api_key, float(timeout), retries)
+
+
+def is_local(base_url: str | None) -> bool:
+    """True for an endpoint on this machine: localhost, a loopback address, or a unix socket."""
+    if not base_url:
+        return False
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(base_url)
+        host = (u.hostname or "").lower()
+    except ValueError:
+        return False
+    if "unix" in u.scheme or host.endswith(".sock") or "%2f" in (u.netloc or "").lower():
+        return True
+    return host in ("localhost", "::1", "0.0.0.0") or host.startswith("127.") or host.endswith(".localhost")
+
+
+CONTEXT_TIMEOUT_S = 3.0
+
+
+def served_context(config: ModelConfig, timeout: float = CONTEXT_TIMEOUT_S) -> int | None:
+    """The context window (tokens) the endpoint says it serves, or None when it does not say: llama-server's
+    ``GET /props`` (``default_generation_settings.n_ctx``), else ``n_ctx`` in a ``/models`` entry's ``meta``
+    (llama-server lists the training context there). urllib, bounded, every failure is None."""
+    import urllib.error
+    import urllib.request
+
+    if not config.base_url:
+        return None
+    root = config.base_url[:-3] if config.base_url.endswith("/v1") else config.base_url
+
+    def get(url: str) -> object:
+        req = urllib.request.Request(url, headers={"Accept": "application/json"})
+        if config.api_key:
+            req.add_header("Authorization", f"Bearer {config.api_key}")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return json.loads(resp.read(2_000_000).decode("utf-8"))
+        except (urllib.error.URLError, OSError, ValueError, UnicodeDecodeError):
+            return None
+
+    props = get(root + "/props")
+    if isinstance(props, dict):
+        gen = props.get("default_generation_settings")
+        n = gen.get("n_ctx") if isinstance(gen, dict) else props.get("n_ctx")
+        if int_between(n, 256, MAX_INT):
+            return n
+    return None
 
 
 MODELS_CACHE = "models.json"     # under .acpmem/: the model an endpoint serves, when the settings name none

@@ -1,0 +1,295 @@
+"""Answers of small models, end to end through the loopback OpenAI server and the real ``openai`` client: calls
+written as text, near-miss arguments, the explicit "nothing to keep", failures that keep the model's text, the cap
+on entries per answer, careful supersedes, duplicates, ``max_tokens`` and the context window."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from openai_server import reply
+from test_fork import CHAT, configure, fork_commits, git_log, run, submit
+from acpmem.write import requests
+from acpmem.write.answers import json_values, normalize_write_args, read_answer
+from acpmem.write.llm import ToolCall
+
+ALLOWED = ("content", "title", "supersedes")
+
+
+# ------------------------------------------------------------------------------------------- reading, pure
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>\n{"name": "memory_write", "arguments": {"content": "- Use the lock.", "title": "Lock"}}\n</tool_call>',
+    'Here is the entry:\n```json\n{"name": "memory_write", "arguments": {"content": "- Use the lock.", '
+    '"title": "Lock"}}\n```',
+    '{"content": "- Use the lock.", "title": "Lock"}',
+    'memory_write({"content": "- Use the lock.", "title": "Lock"})',
+    '```json\n{"function": {"name": "memory_write", "arguments": "{\\"content\\": \\"- Use the lock.\\", '
+    '\\"title\\": \\"Lock\\"}"}}\n```',
+    '{"name": "memory_write", "parameters": {"type": "object", "properties": {"content": "- Use the lock.", '
+    '"title": "Lock"}}}',
+])
+def test_each_way_small_models_write_a_call_is_read(text):
+    r = read_answer((), text)
+    (call,) = r.writes
+    args, notes = normalize_write_args(call.arguments, ALLOWED)
+    assert r.source == "text" and args == {"content": "- Use the lock.", "title": "Lock"}, (r, args)
+
+
+def test_several_calls_and_a_list_of_them_in_one_answer_are_all_read_once():
+    text = ('```json\n[{"content": "- a"}, {"content": "- b"}]\n```\nand\n<tool_call>{"name": "memory_write", '
+            '"arguments": {"content": "- c"}}</tool_call> and again {"content": "- a"}')
+    r = read_answer((), text)
+    assert [c.arguments["content"] for c in r.writes] == ["- a", "- b", "- c"]
+    assert "a repeated memory_write call was read once" in r.notes
+
+
+def test_json_values_skip_what_is_not_json_and_do_not_find_inner_objects_again():
+    assert json_values('x {not json} {"a": {"b": 1}} [1, 2') == [{"a": {"b": 1}}]
+    assert json_values('{"content": "line one\nline two"}') == [{"content": "line one\nline two"}]   # raw newline
+
+
+@pytest.mark.parametrize("text", ["nothing to keep", "Nothing to keep.", "**Nothing to keep**", '"nothing to keep"',
+                                  "无需记录", "无需记录。"])
+def test_the_documented_reply_is_nothing(text):
+    r = read_answer((), text)
+    assert r.nothing and not r.calls
+
+
+@pytest.mark.parametrize("text", ["Nothing here is worth keeping, I think, but the lock matters.",
+                                  "**Memory write:** Title: Use the lock. Content: guard append.", ""])
+def test_other_text_is_neither_a_call_nor_nothing(text):
+    r = read_answer((), text)
+    assert r.nothing is None and not r.writes
+
+
+@pytest.mark.parametrize("text, title", [
+    ("**Task 1: Sync API rate limit**\n\n- title: Sync API rate limit\n- content: The sync API allows 100 requests "
+     "per minute per token.", "Sync API rate limit"),
+    ("**Memory write:**\nTitle: Use the lock\nContent:\n- The sync API allows 100 requests per minute per token.\n"
+     "\nThat is all.", "Use the lock"),
+    ("内容：The sync API allows 100 requests per minute per token.", None),
+])
+def test_a_write_spelled_as_labelled_lines_is_read(text, title):
+    r = read_answer((), text)
+    (call,) = r.writes
+    assert call.arguments.get("title") == title
+    assert call.arguments["content"].lstrip("- ") == "The sync API allows 100 requests per minute per token."
+    assert "memory_write read from 'title:' / 'content:' lines in the text" in r.notes
+
+
+def test_the_nothing_tool_and_its_json_spelling_are_nothing():
+    native = read_answer((ToolCall("c1", "memory_nothing", {"reason": "only chit-chat"}, "{}"),), None)
+    assert native.nothing == "only chit-chat" and not native.calls
+    assert read_answer((), '{"name": "nothing to keep"}').nothing == "no reason given"
+    both = read_answer((ToolCall("c1", "memory_nothing", {"reason": "x"}, "{}"),
+                        ToolCall("c2", "memory_write", {"content": "- y"}, "{}")), None)
+    assert both.nothing is None and len(both.writes) == 1
+
+
+def test_near_miss_arguments_are_repaired_with_a_note_each():
+    args, notes = normalize_write_args({"content": ["Use the lock", "- Never a flag"], "title": "Lock",
+                                        "type": "lesson", "importance": 7, "supersedes": "#k3f9q2, ab12cd"}, ALLOWED)
+    assert args == {"content": "- Use the lock\n- Never a flag", "title": "Lock", "supersedes": ["k3f9q2", "ab12cd"]}
+    assert "memory_write content was a list of lines: joined" in notes
+    assert "memory_write: unknown argument(s) dropped: importance, type" in notes
+    echo, notes = normalize_write_args({"type": "object", "properties": {"content": {"type": "string",
+                                                                                     "value": "- x"}}}, ALLOWED)
+    assert echo == {"content": "- x"} and "echo of the tool schema" in notes[0]
+    empty_echo, _ = normalize_write_args({"type": "object", "properties": {"content": {"type": "string"}}}, ALLOWED)
+    assert "content" not in empty_echo        # the schema alone: nothing to write, the strict parser refuses it
+
+
+# ------------------------------------------------------------------------------------------- end to end
+
+def pending(v, req):
+    return requests.load_request(v.state_dir, req.id)
+
+
+def test_a_call_written_in_a_fenced_block_with_extra_keys_is_written_with_a_note(example_vault, openai_server):
+    v = configure(example_vault, openai_server)
+    openai_server.enqueue(reply.text(
+        'I will save this.\n```json\n{"name": "memory_write", "arguments": {"content": ["Guard session.append '
+        'with the per-session lock", "A boolean flag is not re-entrant"], "title": "session.append needs the lock",'
+        ' "type": "lesson", "importance": 8}}\n```'))
+    req = submit(v)
+    out = run(v, req)
+    assert out.status == "written" and [e["title"] for e in out.entries] == ["session.append needs the lock"]
+    entry = next(e for e in v.load().entries if e.id == out.entries[0]["id"])
+    assert entry.body == "- Guard session.append with the per-session lock\n- A boolean flag is not re-entrant\n"
+    assert "memory_write: unknown argument(s) dropped: importance, type" in out.notes
+    msg = git_log(v, "-1", "--format=%B", out.commit)
+    assert "Notes:\n" in msg and "unknown argument(s) dropped: importance, type" in msg
+    assert pending(v, req) is None
+
+
+def test_a_text_answer_without_a_write_fails_keeps_the_request_and_the_text(example_vault, openai_server, cli):
+    v = configure(example_vault, openai_server)
+    answer = "I will now call memory_write for the given focus, following the provided rules."   # the 1.5B's words
+    openai_server.enqueue(reply.text(answer))
+    req = submit(v)
+    out = run(v, req)
+    assert out.status == "retry" and out.error["reason"] == "no_usable_write"
+    assert "does not say nothing to keep" in out.error["message"] and "«I will now call memory_write for" in out.error["message"]
+    assert out.error["text"] == answer and not fork_commits(v)
+    kept = pending(v, req)
+    assert kept.attempts == 1 and kept.last_error["text"] == answer       # the whole answer, in the request
+    (cost,) = [json.loads(x) for x in (v.state_dir / "costs.jsonl").read_text().splitlines()]
+    assert cost["ok"] is False
+    doctor = cli("memory", "--vault", str(v.root), "doctor")
+    assert f"request {req.id} failed 1 time(s) (Unusable answer" in doctor.stdout + doctor.stderr
+    stats = json.loads(cli("memory", "--vault", str(v.root), "stats", "--json").stdout)
+    (item,) = stats["requests"]["items"]
+    assert item["id"] == req.id and "«I will now call memory_write" in item["last_error"]
+    # retried: a usable answer the next time writes it
+    openai_server.enqueue(reply.writes(reply.write("- Guard session.append with the per-session lock.")))
+    again = run(v, req)
+    assert again.status == "written" and again.attempts == 2 and pending(v, req) is None
+
+
+def test_a_truncated_answer_is_a_failure_even_with_a_complete_call(example_vault, openai_server):
+    v = configure(example_vault, openai_server, max_tokens=64)
+    r = reply.writes(reply.write("- Use the lock."))
+    r.body["choices"][0]["finish_reason"] = "length"
+    openai_server.enqueue(r)
+    req = submit(v)
+    out = run(v, req)
+    assert out.status == "retry" and out.error["reason"] == "truncated" and "cut off" in out.error["message"]
+    assert openai_server.requests[0].body["max_tokens"] == 64 and not fork_commits(v)
+    assert pending(v, req).attempts == 1
+
+
+def test_max_tokens_zero_sends_none(example_vault, openai_server):
+    v = configure(example_vault, openai_server, max_tokens=0)
+    openai_server.enqueue(reply.text())
+    run(v, submit(v))
+    assert "max_tokens" not in openai_server.requests[0].body
+
+
+def test_nothing_by_the_tool_is_done_without_a_commit_and_says_why(example_vault, openai_server):
+    v = configure(example_vault, openai_server)
+    openai_server.enqueue(reply.writes(reply.call("memory_nothing", {"reason": "the lock is already an entry"})))
+    req = submit(v)
+    out = run(v, req)
+    assert out.status == "nothing" and "memory_nothing: the lock is already an entry" in out.notes
+    assert not fork_commits(v) and pending(v, req) is None
+    assert requests.find_done(v.state_dir, req.id)["notes"] == ["memory_nothing: the lock is already an entry"]
+
+
+def test_only_host_tool_calls_are_no_answer(example_vault, openai_server, tmp_path):
+    v = configure(example_vault, openai_server)
+    host = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+    (tmp_path / "tools.json").write_text(json.dumps(host))
+    openai_server.enqueue(reply.writes(reply.call("read_file", {"path": "state.ts"})))
+    out = run(v, submit(v, host_tools=str(tmp_path / "tools.json")))
+    assert out.status == "retry" and "(it called read_file)" in out.error["message"]
+
+
+def test_a_quoted_memory_commit_in_the_text_is_ignored_beside_a_write(example_vault, openai_server):
+    v = configure(example_vault, openai_server)
+    openai_server.enqueue(reply.text(
+        '{"name": "memory_commit", "arguments": {"type": "lesson", "note": "x", "importance": 7}}\n'
+        '{"name": "memory_write", "arguments": {"content": "- Guard session.append with the lock."}}'))
+    out = run(v, submit(v))
+    assert out.status == "written" and len(out.entries) == 1
+    assert "a call to 'memory_commit' written in the text was ignored (not a fork tool)" in out.notes
+
+
+def test_an_answer_of_60_writes_writes_the_cap_and_names_what_it_dropped(example_vault, openai_server):
+    v = configure(example_vault, openai_server, max_entries_per_answer=5)
+    before = len(v.load().entries)
+    openai_server.enqueue(reply.writes(*[reply.write(f"- Distinct fact number {i} about queue shard q{i}.",
+                                                     title=f"Queue shard q{i} fact") for i in range(60)]))
+    out = run(v, submit(v, note="queue shards"))
+    assert out.status == "written" and len(out.entries) == 5 and len(v.load().entries) == before + 5
+    (note,) = [n for n in out.notes if "over the cap" in n]
+    assert note.startswith("55 memory_write call(s) over the cap of 5 per answer dropped")
+    assert "'Queue shard q5 fact'" in note and note.endswith("…")
+    assert "55 memory_write call(s) over the cap" in git_log(v, "-1", "--format=%B", out.commit)
+
+
+def _entry(v, title_start):
+    return next(e for e in v.load().entries if e.title.startswith(title_start))
+
+
+def test_supersedes_only_of_shown_entries_of_the_same_type_with_overlap(example_vault, openai_server):
+    v = configure(example_vault, openai_server)
+    lesson = _entry(v, "Session append must be re-entrant")      # shown as related to this note
+    others = [e for e in v.load().entries if e.type != "lesson"]
+    other = others[0]
+    openai_server.enqueue(reply.writes(
+        reply.write("- session.append takes the per-session lock in state.ts; a re-entrant append waits for it.",
+                    title="Session append waits on the per-session lock", supersedes=[lesson.id]),
+        reply.write("- Unrelated words entirely: kafka consumer lag budget.", title="Kafka lag",
+                    supersedes=[other.id])))
+    req = submit(v)
+    out = run(v, req)
+    assert out.status == "written" and out.superseded == (lesson.id,)
+    assert any(n.startswith(f"supersede of #{other.id} dropped:") for n in out.notes), out.notes
+    assert _entry(v, other.title).superseded_by is None
+
+
+def test_a_supersede_across_types_is_dropped_with_a_note(example_vault, openai_server):
+    v = configure(example_vault, openai_server)
+    lesson = _entry(v, "Session append must be re-entrant")
+    openai_server.enqueue(reply.writes(reply.write(
+        "- session.append must be re-entrant: take the per-session lock.", title="Session append lock",
+        supersedes=[lesson.id])))
+    out = run(v, submit(v, type="fact"))
+    assert out.status == "written" and out.superseded == ()
+    assert f"supersede of #{lesson.id} dropped: it is a lesson, the new entry a fact" in out.notes
+
+
+def test_the_same_note_twice_does_not_write_the_same_entry_twice(example_vault, openai_server):
+    v = configure(example_vault, openai_server)
+    write = reply.write("- Shard the queue by tenant id; one SQLite file per shard under .acpmem/queue/.",
+                        title="The queue is sharded by tenant id")
+    openai_server.enqueue(reply.writes(write), reply.writes(write))
+    first = run(v, submit(v, note="queue sharded by tenant id"))
+    second = run(v, submit(v, note="queue sharded by tenant id"))
+    assert first.status == "written" and second.status == "nothing"
+    assert any(n.startswith(f"a write repeating #{first.entries[0]['id']}") for n in second.notes), second.notes
+    related = openai_server.requests[1].body["messages"][-1]["content"]
+    assert f'- #{first.entries[0]["id"]} (lesson) ' in related            # it was shown as related
+    assert sum(e.title == "The queue is sharded by tenant id" for e in v.load().entries) == 1
+
+
+def test_the_context_window_from_props_trims_the_oldest_turns_never_the_cited_one(example_vault, openai_server):
+    convo = [{"role": "system", "content": "You are a coding agent."}]
+    for i in range(40):
+        convo += [{"role": "user", "content": f"Question {i}: " + "padding words " * 60},
+                  {"role": "assistant", "content": f"Answer {i}: " + "more padding " * 60}]
+    convo += [{"role": "user", "content": "Remember: the queue is sharded by tenant id."},
+              {"role": "assistant", "content": None, "tool_calls": [{"id": "c9", "type": "function", "function": {
+                  "name": "memory_commit", "arguments": "{}"}}]}]
+    path = example_vault.root.parent / "long.json"
+    path.write_text(json.dumps(convo))
+    v = configure(example_vault, openai_server)
+    openai_server.props = {"default_generation_settings": {"n_ctx": 4096}}
+    openai_server.enqueue(reply.writes(reply.write("- The queue is sharded by tenant id.")))
+    out = run(v, submit(v, note="queue sharded by tenant id", transcript=path, seq=len(convo) - 1))
+    assert out.status == "written" and openai_server.props_requests == 1
+    sent = openai_server.requests[0].body["messages"]
+    assert sent[0] == convo[0] and convo[-2] in sent and convo[-1] in sent      # system kept; the cited turn kept
+    assert convo[1] not in sent and len(sent) < len(convo)                     # the oldest left out
+    kept = [m for m in sent if m in convo]
+    assert kept == [m for m in convo if m in kept]                             # order unchanged
+    (note,) = [n for n in out.notes if "left out to fit" in n]
+    assert "context of 4096 tokens" in note
+    from acpmem.write.fork import estimate_tokens
+    assert sum(estimate_tokens(m) for m in sent) + estimate_tokens(openai_server.requests[0].body["tools"]) \
+        <= 4096 - 1024
+
+
+def test_a_local_endpoint_gets_the_local_timeout_unless_one_is_set():
+    from acpmem.core.settings import ExtractionSettings
+    from acpmem.write.llm import resolve_model_config
+
+    local = resolve_model_config(ExtractionSettings(base_url="http://127.0.0.1:8088/v1", model="q"), env={})
+    remote = resolve_model_config(ExtractionSettings(base_url="https://api.example.com/v1", model="q"), env={})
+    mine = resolve_model_config(ExtractionSettings(base_url="http://localhost:11434/v1", model="q",
+                                                   timeout_seconds=20.0), env={})
+    assert (local.timeout, remote.timeout, mine.timeout) == (900.0, 60.0, 20.0)
+    assert resolve_model_config({"base_url": "http://[::1]:1/v1", "model": "q", "local_timeout_seconds": 300},
+                                env={}).timeout == 300.0
