@@ -63,8 +63,11 @@ def _what(event, args):
         path, mode, flags = args
         if not isinstance(path, (str, bytes)) or not _in(path):
             return None
-        if not (any(c in mode for c in "wax+") if isinstance(mode, str) and mode else flags & _W):
-            return None
+        if isinstance(mode, str) and mode:
+            if not any(c in mode for c in "wax+") or (mode.startswith("r") and _os.path.exists(path)):
+                return None
+        elif not flags & _W or (not flags & (_os.O_TRUNC | _os.O_APPEND) and _os.path.exists(path)):
+            return None   # an open that changes nothing by itself (a lock file that is there already)
         return "write " + _os.fsdecode(path)
     if event in ("os.rename", "os.link"):
         return (event[3:] + " " + _os.fsdecode(args[1])) if _in(args[0]) or _in(args[1]) else None
@@ -151,13 +154,20 @@ def run(argv: list[str], *, inside: list[Path], env: dict | None = None, at: int
 # SIGKILL like any other), without the ~0.3 s of interpreter start-up and imports each `acp` process pays. A child
 # with a crash config installs the hook above first; one without runs the command plainly (the follow-ups).
 ZYGOTE = r"""
-import json, os, sys
-import acpmem.cli.main, acpmem.cli.app  # noqa: F401  (every command module, typer, click)
-import acpmem.vault.writer, acpmem.vault.gitlib, acpmem.write.fork, acpmem.write.worker, acpmem.write.offline  # noqa
-import acpmem.vault.review, acpmem.vault.sync, acpmem.vault.health, acpmem.write.consolidate  # noqa: F401
-import acpmem.write.llm, acpmem.search.catalog  # noqa: F401
+import importlib, json, os, pkgutil, sys
+import acpmem
+for _m in pkgutil.walk_packages(acpmem.__path__, "acpmem."):   # every module, as a long-lived host has them
+    if ".integrations." in _m.name or _m.name.endswith(("__main__", "fastgen")):
+        continue
+    try:
+        importlib.import_module(_m.name)
+    except Exception:
+        pass
+import acpmem.cli.main
+from acpmem.core.redact import redact
+redact("warm-up AKIAIOSFODNN7EXAMPLE", deep=True)   # the secret scanner's plugins, loaded on first use
 try:
-    import pygit2, openai  # noqa: F401
+    import pygit2, openai, httpx  # noqa: F401
 except ImportError:
     pass
 HOOK = sys.stdin.readline() and json.loads(sys.stdin.readline())

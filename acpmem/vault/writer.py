@@ -2,10 +2,11 @@
 to the reading side (``acpmem.vault.reader.VaultReader``), which the per-turn read paths use without this module.
 
 Only the vault layer touches the vault's files and git. Every change goes through ``Vault.apply`` under one
-repository-level lock (``acpmem.infra.locks`` on ``.acpmem/locks/repo.lock``; the kernel releases it when a process
+repository-level lock (``acpmem.infra.locks`` on ``.git/acpmem-repo.flock``; the kernel releases it when a process
 dies, even by ``kill -9``):
 
-1. finish a change a killed process left half-done (its journal is replayed and committed);
+1. finish a change a killed process left half-done, exactly once (``recover``: its journal is replayed and committed
+   unless its commit exists already or a file it changes was changed since);
 2. wait a bounded time for a foreign ``.git/index.lock`` (a person running git) — never delete it;
 3. commit pending human edits separately, marked as human edits;
 4. write a journal, write the files atomically (temp file, fsync, rename), fold the read log, regenerate MEMORY.md;
@@ -227,6 +228,7 @@ class Vault(VaultReader):
                     removed += 1
         if removed:
             self.warnings.append(f"removed {removed} stale git lock or object file(s) left by a killed acpmem process")
+        marker.unlink(missing_ok=True)   # its process is gone and its leftovers are cleared: the marker is done
 
     def setup_git(self, *, again: bool = False) -> bool:
         """``setup_git`` once per clone (a marker under .acpmem remembers it), or ``again`` when git asked who is
