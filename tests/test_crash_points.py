@@ -259,7 +259,9 @@ def _follow_ups(world, op: str, where: Path, k: int, z: cp.Zygote) -> list[str]:
     if op in FORK_OPS:
         order.insert(1, ("extract", "--pending"))
     if op == "sync":
-        order.append(("sync",))   # last: the remote then holds everything
+        # a sync killed in its merge leaves the merge open: writes refuse, naming `sync` as the next step (by
+        # design, as for a merge a person left), so `sync` comes first; and last, so the remote holds everything
+        order = [("sync",), *order, ("sync",)]
     for args in order:
         if args == ("extract", "--pending") and not list((vault / ".acpmem" / "pending").glob("r-*.json")):
             continue   # nothing left pending: it would do nothing
