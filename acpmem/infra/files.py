@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 from pathlib import Path
 
 # atomic_write's temp files: .NAME.PID.RANDOM.tmp, in the folder of the file they become
@@ -25,6 +26,7 @@ def fsync_dir(path: Path) -> None:
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
         try:
+            sys.audit("acpmem.fsync", str(path))   # a step the crash-point tests can stop at (os.fsync raises none)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -38,12 +40,24 @@ def atomic_write(path: Path, data: str | bytes, *, durable: bool = True, replace
     never replacing what another writer put there (a hard link of the finished temp file)."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     path = Path(path)
+    for attempt in range(3):
+        try:
+            _atomic_write(path, raw, durable, replace)
+            return
+        except FileNotFoundError:
+            # the folder was deleted meanwhile (a person removing .acpmem/, derived state): made again, once more
+            if attempt == 2:
+                raise
+
+
+def _atomic_write(path: Path, raw: bytes, durable: bool, replace: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         _write_all(fd, raw)
         if durable:
+            sys.audit("acpmem.fsync", str(tmp))
             os.fsync(fd)
         os.close(fd)
         fd = -1

@@ -20,6 +20,7 @@ Never imported on the read path.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from acpmem.vault.gitrun import git
@@ -117,7 +118,8 @@ class InProcess:
             for p in gone:
                 if p in index:
                     index.remove(p)
-            index.write()
+            sys.audit("acpmem.git", "index.write", str(self.root))   # libgit2's steps raise no audit event of
+            index.write()                                              # their own: the crash-point tests stop here
             if repo.head_is_unborn:
                 parents, base = [], None
             else:
@@ -132,11 +134,13 @@ class InProcess:
             for p in gone:
                 if p in work:
                     work.remove(p)
+            sys.audit("acpmem.git", "write-tree", str(self.root))
             tree = work.write_tree(repo)
             if base is not None and tree == base.id:
                 return None
             author = pygit2.Signature(*self.author)
             committer = pygit2.Signature(*self.committer)
+            sys.audit("acpmem.git", "commit", str(self.root))
             oid = repo.create_commit("HEAD", author, committer, message, tree, parents)
             return str(oid)
         except (pygit2.GitError, KeyError, OSError) as exc:

@@ -103,7 +103,11 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
                 else:
                     if journal.exists():
                         sha = vault.recover()
-                        add("fixed", f"finished an interrupted change{' as commit ' + sha[:12] if sha else ''}")
+                        how = {"already committed": " (its commit existed already; its journal is removed)",
+                               "dropped": " by dropping it (a file it changes was changed since; see the warning)",
+                               "set aside": " by setting its malformed journal aside (see the warning)"}
+                        add("fixed", f"finished an interrupted change{' as commit ' + sha[:12] if sha else ''}"
+                                     f"{how.get(vault.recovery, '')}")
                     edits_before = [h for h in vault.human_edits() if h.problem is None]
                     sha = vault.commit_human_edits()
                     if sha:
@@ -118,8 +122,13 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
             add("error", f"{len(junk)} empty or temporary git object file(s) left by a crash",
                 "run `acp memory doctor --fix`")
         if journal.exists():
-            add("error", "a change was interrupted before its commit (a journal is pending)",
-                "run `acp memory doctor --fix` to finish it")
+            bad = vault.journal_problem()
+            if bad:
+                add("error", f"the journal of an interrupted change {journal} is malformed ({bad})",
+                    "run `acp memory doctor --fix` to set it aside (nothing of it is replayed)")
+            else:
+                add("error", "a change was interrupted before its commit (a journal is pending)",
+                    "run `acp memory doctor --fix` to finish it")
     for w in vault.warnings:
         add("warning", w)
     vault.warnings.clear()

@@ -2,10 +2,11 @@
 to the reading side (``acpmem.vault.reader.VaultReader``), which the per-turn read paths use without this module.
 
 Only the vault layer touches the vault's files and git. Every change goes through ``Vault.apply`` under one
-repository-level lock (``acpmem.infra.locks`` on ``.acpmem/locks/repo.lock``; the kernel releases it when a process
+repository-level lock (``acpmem.infra.locks`` on ``.git/acpmem-repo.flock``; the kernel releases it when a process
 dies, even by ``kill -9``):
 
-1. finish a change a killed process left half-done (its journal is replayed and committed);
+1. finish a change a killed process left half-done, exactly once (``recover``: its journal is replayed and committed
+   unless its commit exists already or a file it changes was changed since);
 2. wait a bounded time for a foreign ``.git/index.lock`` (a person running git) — never delete it;
 3. commit pending human edits separately, marked as human edits;
 4. write a journal, write the files atomically (temp file, fsync, rename), fold the read log, regenerate MEMORY.md;
@@ -43,8 +44,10 @@ from acpmem.vault.reader import VaultReader
 
 GENERATED = (layout.MEMORY_FILE,)
 REPO_LOCK = "repo.lock"
+REPO_FLOCK = "acpmem-repo.flock"   # in .git/: not *.lock, which git and acpmem's clean-up take for leftovers
 GIT_MARKER = "git-running"
 JOURNAL = "journal.json"
+JOURNAL_TRAILER = "Acpmem-Journal"   # in the commit of a journaled change: recovery knows it happened
 GIT_SETUP = "git-setup"   # under .acpmem: this clone's git config is set up (``setup_git``)
 
 # Commit kinds, written as the ``Acpmem-Kind`` trailer and shown by ``log``.
@@ -169,6 +172,12 @@ class Vault(VaultReader):
 
     @property
     def lock_path(self) -> Path:
+        """The repository lock's file: in ``.git/``, so that deleting ``.acpmem/`` (derived state) while writers run
+        never lets a second writer take a fresh lock beside the one still held; under ``.acpmem/locks/`` only where
+        ``.git`` is not a folder (a linked worktree)."""
+        gd = self.root / ".git"
+        if gd.is_dir():
+            return gd / REPO_FLOCK
         return self.state_dir / layout.LOCKS_DIR / REPO_LOCK
 
     def wait_for_index_lock(self) -> None:
@@ -219,6 +228,7 @@ class Vault(VaultReader):
                     removed += 1
         if removed:
             self.warnings.append(f"removed {removed} stale git lock or object file(s) left by a killed acpmem process")
+        marker.unlink(missing_ok=True)   # its process is gone and its leftovers are cleared: the marker is done
 
     def setup_git(self, *, again: bool = False) -> bool:
         """``setup_git`` once per clone (a marker under .acpmem remembers it), or ``again`` when git asked who is
@@ -240,7 +250,14 @@ class Vault(VaultReader):
     def _git_running(self) -> Iterator[None]:
         marker = self.state_dir / layout.LOCKS_DIR / GIT_MARKER
         try:
-            marker.write_text(f"{os.getpid()}\n")
+            for attempt in range(3):
+                try:
+                    marker.write_text(f"{os.getpid()}\n")
+                    break
+                except FileNotFoundError:   # .acpmem/ deleted meanwhile (derived state): made again
+                    if attempt == 2:
+                        raise
+                    marker.parent.mkdir(parents=True, exist_ok=True)
             yield
         finally:
             marker.unlink(missing_ok=True)
@@ -346,28 +363,130 @@ class Vault(VaultReader):
         try:
             j = json.loads(self.journal_path.read_text("utf-8"))
             return set(j.get("writes", {})) | set(j.get("deletes", []))
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError, TypeError):
             return set()
 
     def recover(self) -> str | None:
-        """Finish a change that a killed process left half-done. Call under the lock."""
+        """Finish a change that a killed process left half-done, exactly once (call under the lock). Returns the
+        commit it made, or None; what it decided otherwise is said in ``self.warnings``.
+
+        The journal names the change (``Acpmem-Journal`` trailer) and holds the hash of every file before and after
+        it. Its commit found in the history: the change is done, the journal is removed and no file is touched (what
+        a person edited or committed since stays). Not found: it is replayed only when every file still holds what
+        the journal expects (its old or its new content); a file that holds anything else was changed by someone
+        since, and that change wins — the files this change had written already are put back, and the journal is
+        dropped with a note (a fork request stays pending and is extracted again). A journal that is not one acpmem
+        writes is set aside (``journal.json.bad-TIME``) with its path said, never replayed."""
         jp = self.journal_path
         try:
-            j = json.loads(jp.read_text("utf-8"))
+            raw = jp.read_bytes()
         except FileNotFoundError:
             return None
-        except ValueError:
-            jp.unlink(missing_ok=True)  # the journal itself was cut short: nothing was written after it
+        except OSError as exc:
+            raise storage_error(exc, "the interrupted change is kept pending") from None
+        try:
+            j = _parse_journal(raw, self.root)
+        except _BadJournal as exc:
+            aside = jp.with_name(f"{JOURNAL}.bad-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}")
+            os.replace(jp, aside)
+            self.recovery = "set aside"
+            self.warnings.append(f"set aside the malformed journal {jp} ({exc}) as {aside}; nothing of it was "
+                                 "replayed")
+            return None
+        ident = j.get("id")
+        if ident and self._committed_journal(ident):
+            jp.unlink(missing_ok=True)   # killed after its commit: done, and newer changes stay as they are
+            self.recovery = "already committed"
+            return None
+        changed = []
+        for rel in list(j["writes"]) + list(j["deletes"]):
+            cur = _file_hash(self.root / rel)
+            after = j["after"].get(rel, _UNKNOWN)
+            before = j["before"].get(rel, _UNKNOWN)
+            if cur == after or cur == before:
+                continue
+            if before is _UNKNOWN and (cur is None if rel in j["writes"] else cur == self._head_hash(rel)):
+                continue   # an older journal (no hashes): a file not written yet, one still as committed
+            changed.append(rel)
+        if changed:
+            self._undo(j)
+            jp.unlink(missing_ok=True)
+            self.warnings.append(
+                f"dropped an interrupted change ({_one_line(j['subject'])[:80]}): "
+                f"{', '.join(changed[:3])}{' …' if len(changed) > 3 else ''} changed since it was killed, and that "
+                "change is kept")
+            self.recovery = "dropped"
             return None
         for rel, text in j["writes"].items():
-            atomic_write(_inside(self.root, rel), text)
+            if _file_hash(self.root / rel) != j["after"].get(rel):
+                atomic_write(_inside(self.root, rel), text)
         for rel in j["deletes"]:
             with contextlib.suppress(FileNotFoundError):
                 _inside(self.root, rel).unlink()
-        sha = self._commit(list(j["writes"]) + list(j["deletes"]), j["subject"], j["why"], j["trailers"],
+        trailers = dict(j["trailers"])
+        if ident:
+            trailers[JOURNAL_TRAILER] = ident
+        sha = self._commit(list(j["writes"]) + list(j["deletes"]), j["subject"], j["why"], trailers,
                            fold_reads=True, regen=True)
         jp.unlink(missing_ok=True)
+        self.recovery = "replayed"
         return sha
+
+    recovery: str | None = None   # what the last ``recover`` did: replayed, already committed, dropped, set aside
+
+    def journal_problem(self) -> str | None:
+        """Why the pending journal cannot be replayed as it is (malformed), or None (none, or a sound one)."""
+        try:
+            _parse_journal(self.journal_path.read_bytes(), self.root)
+        except OSError:
+            return None
+        except _BadJournal as exc:
+            return str(exc)
+        return None
+
+    def finish_interrupted(self) -> str | None:
+        """Take the lock and finish (or drop) what a killed process left half-done (``recover``): before an
+        operation decides whether its own work was already done (a fork request's commit, a consolidate cluster)."""
+        if not self.journal_path.exists() or self.read_only or not (self.root / ".git").exists():
+            return None
+        with self.lock():
+            if (self.root / ".git" / "MERGE_HEAD").exists():
+                return None
+            self.wait_for_index_lock()
+            return self.recover()
+
+    def _committed_journal(self, ident: str) -> bool:
+        res = git(self.root, "log", "--format=%H", "-n1", f"--grep=^{JOURNAL_TRAILER}: {ident}$", check=False)
+        return res.code == 0 and bool(res.out.strip())
+
+    def _head_blob(self, rel: str) -> bytes | None:
+        """The bytes HEAD holds at ``rel``, or None."""
+        import subprocess
+
+        env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
+        env.update(LC_ALL="C", GIT_OPTIONAL_LOCKS="0")
+        p = subprocess.run(["git", "-C", str(self.root), "cat-file", "blob", f"HEAD:{rel}"], capture_output=True,
+                           env=env, stdin=subprocess.DEVNULL)
+        return p.stdout if p.returncode == 0 else None
+
+    def _head_hash(self, rel: str) -> str | None:
+        blob = self._head_blob(rel)
+        return None if blob is None else _hash_bytes(blob)
+
+    def _undo(self, j: dict) -> None:
+        """Put back the files an interrupted, dropped change had already written (those that hold its new content):
+        to their old content where HEAD has it, removed where they did not exist before."""
+        for rel in list(j["writes"]) + list(j["deletes"]):
+            p = self.root / rel
+            before = j["before"].get(rel, _UNKNOWN)
+            if before is _UNKNOWN or _file_hash(p) != j["after"].get(rel, _UNKNOWN) or before == j["after"][rel]:
+                continue
+            if before is None:
+                p.unlink(missing_ok=True)
+                continue
+            blob = self._head_blob(rel)
+            if blob is not None and _hash_bytes(blob) == before:
+                atomic_write(_inside(self.root, rel), blob)
 
     def apply(self, writes: dict[str, str], deletes: list[str], *, subject: str, why: str, kind: str,
               trailers: dict[str, str] | None = None, check: Callable[["Vault"], None] | None = None) -> str:
@@ -390,8 +509,14 @@ class Vault(VaultReader):
                 self.commit_human_edits()
                 if check is not None:
                     check(self)
-                journal = {"writes": writes, "deletes": list(deletes), "subject": subject, "why": why,
-                           "trailers": trailers}
+                ident = os.urandom(8).hex()
+                paths = list(writes) + list(deletes)
+                journal = {"version": 2, "id": ident, "writes": writes, "deletes": list(deletes),
+                           "subject": subject, "why": why, "trailers": trailers,
+                           "before": {rel: _file_hash(self.root / rel) for rel in paths},
+                           "after": {**{rel: None for rel in deletes},
+                                     **{rel: _hash_bytes(text.encode("utf-8")) for rel, text in writes.items()}}}
+                trailers = {**trailers, JOURNAL_TRAILER: ident}
                 atomic_write(self.journal_path, json.dumps(journal, ensure_ascii=False))
                 journaled = True
                 for rel, text in writes.items():
@@ -530,6 +655,10 @@ class Vault(VaultReader):
                         disk = None
                     marks = {k: getattr(e, k) for k in ("superseded_by", "supersedes", "last_read")}
                     same = disk is not None and disk.with_changes(**marks) == e
+                    # a supersede another writer set meanwhile (an overlapping consolidate or fork write) is a
+                    # change too: this one would mark the entry a second time
+                    if same and disk.superseded_by not in (None, e.superseded_by):
+                        same = False
                     if same:
                         writes[rel] = dump_entry(e.with_changes(raw=cur))
                 if not same:
@@ -579,6 +708,78 @@ def storage_error(exc: Exception, outcome: str) -> AcpmemError:
     full = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or "full" in str(exc)
     what = "the disk is full" if full else f"the vault cannot be written ({getattr(exc, 'strerror', None) or exc})"
     return AcpmemError(f"{what}: {outcome}", "free some space (or fix the file system), then run the command again")
+
+
+class _BadJournal(Exception):
+    pass
+
+
+_UNKNOWN = object()   # a journal of an older acpmem records no hashes
+
+
+def _hash_bytes(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_hash(p: Path) -> str | None:
+    """The hash of a file's bytes; None when there is no file."""
+    try:
+        return _hash_bytes(p.read_bytes())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except IsADirectoryError:
+        return "a folder"
+
+
+def _parse_journal(raw: bytes, root: Path) -> dict:
+    """A journal as ``apply`` writes it (or as an older acpmem wrote it, without id and hashes), checked whole:
+    ``_BadJournal`` says what is wrong — a journal is only replayed when every part of it is what acpmem writes."""
+    try:
+        j = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise _BadJournal("not JSON; cut short or written by hand") from None
+    if not isinstance(j, dict):
+        raise _BadJournal("not a JSON object")
+    writes, deletes = j.get("writes"), j.get("deletes")
+    if not isinstance(writes, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in writes.items()):
+        raise _BadJournal("'writes' is not a map of paths to texts")
+    if not isinstance(deletes, list) or not all(isinstance(x, str) for x in deletes):
+        raise _BadJournal("'deletes' is not a list of paths")
+    if not writes and not deletes and "id" not in j:
+        raise _BadJournal("it names no file")
+    for key in ("subject", "why"):
+        if not isinstance(j.get(key), str):
+            raise _BadJournal(f"{key!r} is not text")
+    trailers = j.get("trailers")
+    if not isinstance(trailers, dict) or not all(isinstance(k, str) and re.fullmatch(r"Acpmem-[A-Za-z-]{1,40}", k)
+                                                 and isinstance(v, (str, int, type(None))) for k, v in trailers.items()):
+        raise _BadJournal("'trailers' is not a map of Acpmem-* keys to texts")
+    for rel in list(writes) + deletes:
+        try:
+            _inside(root, rel)
+        except UsageError as exc:
+            raise _BadJournal(exc.message) from None
+        if rel.split("/")[0] in (".git", layout.STATE_DIRNAME):
+            raise _BadJournal(f"path {rel!r:.60} is not a vault file")
+    ident = j.get("id")
+    if ident is not None and not (isinstance(ident, str) and re.fullmatch(r"[0-9a-f]{16}", ident)):
+        raise _BadJournal("'id' is not a journal id")
+    out = {"id": ident, "writes": writes, "deletes": deletes, "subject": j["subject"], "why": j["why"],
+           "trailers": trailers, "before": {}, "after": {}}
+    if ident is not None:
+        for key in ("before", "after"):
+            m = j.get(key)
+            if not isinstance(m, dict) or set(m) != set(writes) | set(deletes) or not all(
+                    v is None or (isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v)) for v in m.values()):
+                raise _BadJournal(f"{key!r} is not a hash for each of its files")
+            out[key] = m
+    else:   # an older acpmem's journal: its new contents are known, its old ones not
+        out["after"] = {**{rel: None for rel in deletes},
+                        **{rel: _hash_bytes(t.encode("utf-8", "surrogatepass")) for rel, t in writes.items()}}
+        out["before"] = {rel: _UNKNOWN for rel in out["after"]}
+    return out
 
 
 def _one_line(value: object) -> str:

@@ -58,6 +58,8 @@ def find_clusters(vault, types=None) -> list[Cluster]:
 
 def consolidate(vault, *, dry_run: bool = False, types=None, env=None) -> ConsolidateResult:
     """Find the clusters and, unless reporting only, merge each in one model call and one commit."""
+    if not dry_run and vault.settings.write.policy != "off":
+        vault.finish_interrupted()   # a merge killed before its commit is finished first, so it is not merged again
     found = find_clusters(vault, types)
     n = len(vault.load(with_reads=False, light=True).live())
     reason = None

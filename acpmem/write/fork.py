@@ -643,6 +643,10 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
     if not explicit and not req.due(now):
         why = "failed for good; name it to retry" if req.status == "failed" else f"next attempt {req.next_attempt}"
         return Outcome(req.id, "skipped", error={"message": why}, attempts=req.attempts)
+    # a write of this request killed between its files and its commit is finished (or dropped) first: only then
+    # does the history say whether it happened
+    for layer_vault in dict.fromkeys(lv for lv in (vault.user, vault) if lv is not None):
+        layer_vault.finish_interrupted()
     sha = commit_for_request(vault, requests.check_request_id(req.id))
     if sha:
         return _finish(vault, req, Outcome(req.id, "already", commit=sha, attempts=req.attempts))

@@ -1,0 +1,267 @@
+"""Crash points: run an acpmem command in a real child process and kill it (SIGKILL, by itself) just before its
+``k``-th mutation step, or count its steps.
+
+A step is what changes the vault (or the user vault) on disk: a file opened for writing, a rename or replace, a
+link, a removal, a new folder, a truncation, an fsync (``acpmem.fsync``, raised by ``acpmem.infra.files``), a step of
+the in-process git (``acpmem.git``: the index written, the tree written, the commit and its ref, raised by
+``acpmem.vault.gitlib``), a ``git`` process that changes something (``add``, ``commit``, ``merge``, ``fetch``,
+``push``, ``config`` set, …; read-only ones such as ``log`` or ``status`` are not steps) and a detached helper
+started. They are seen through ``sys.addaudithook``: the same state gives the same steps in the same order, so a kill
+point is a number, never a moment.
+
+Used by ``tests/test_crash_points.py`` (every step of every write operation) and ``tests/test_journal.py``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# The audit hook, run first in the child. ACPMEM_CRASH (JSON): "at" (kill before this step, 1-based; 0 never),
+# "after" (kill at the first step after one whose description contains this text), "inside" (the folders whose
+# changes count), "log" (write the steps seen here when the process exits normally).
+HOOK = r"""
+import json as _json, os as _os, sys as _sys
+_steps = []
+_armed = [False]
+_W = _os.O_WRONLY | _os.O_RDWR | _os.O_CREAT | _os.O_TRUNC | _os.O_APPEND
+_READ_GIT = {"log", "var", "status", "rev-parse", "ls-files", "ls-tree", "show", "cat-file", "diff", "merge-base",
+             "rev-list", "for-each-ref", "symbolic-ref", "fsck", "check-ignore", "check-attr", "version",
+             "name-rev", "describe", "show-ref", "count-objects", "diff-tree", "diff-index", "diff-files"}
+_busy = [False]
+
+def _in(path):
+    try:
+        p = _os.path.realpath(_os.fsdecode(path))
+    except (TypeError, ValueError):
+        return False
+    return (p + _os.sep).startswith(_inside)
+
+def _git_step(argv):
+    argv = [str(a) for a in argv]
+    if not argv or _os.path.basename(argv[0]) != "git":
+        return None
+    i = 1
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] in ("-C", "-c") else 1
+    sub = argv[i] if i < len(argv) else ""
+    rest = argv[i + 1:]
+    if sub in _READ_GIT or (sub == "config" and any(a.startswith(("--get", "--list", "-l")) for a in rest)) \
+            or (sub == "remote" and rest[:1] in (["get-url"], ["-v"], [])) \
+            or (sub == "branch" and any(a in ("--show-current", "--list") for a in rest)) \
+            or (sub == "hash-object" and "-w" not in rest):
+        return None
+    return "git " + sub
+
+def _what(event, args):
+    if event == "open":
+        path, mode, flags = args
+        if not isinstance(path, (str, bytes)) or not _in(path):
+            return None
+        if isinstance(mode, str) and mode:
+            if not any(c in mode for c in "wax+") or (mode.startswith("r") and _os.path.exists(path)):
+                return None
+        elif not flags & _W or (not flags & (_os.O_TRUNC | _os.O_APPEND) and _os.path.exists(path)):
+            return None   # an open that changes nothing by itself (a lock file that is there already)
+        return "write " + _os.fsdecode(path)
+    if event in ("os.rename", "os.link"):
+        return (event[3:] + " " + _os.fsdecode(args[1])) if _in(args[0]) or _in(args[1]) else None
+    if event in ("os.remove", "os.rmdir", "os.truncate"):
+        return (event[3:] + " " + _os.fsdecode(args[0])) if _in(args[0]) else None
+    if event == "os.mkdir":
+        return ("mkdir " + _os.fsdecode(args[0])) if _in(args[0]) and not _os.path.isdir(args[0]) else None
+    if event == "acpmem.fsync":
+        return ("fsync " + args[0]) if _in(args[0]) else None
+    if event == "acpmem.git":
+        return ("libgit2 " + args[0]) if _in(args[1]) else None
+    if event == "subprocess.Popen":
+        return _git_step(args[1])
+    if event == "os.posix_spawn":
+        return "spawn a helper"
+    return None
+
+def _hook(event, args):
+    if _busy[0] or not (event in ("open", "os.rename", "os.link", "os.remove", "os.rmdir", "os.truncate",
+                                  "os.mkdir", "acpmem.fsync", "acpmem.git", "subprocess.Popen",
+                                  "os.posix_spawn")):
+        return
+    _busy[0] = True
+    try:
+        what = _what(event, args)
+    finally:
+        _busy[0] = False
+    if what is None:
+        return
+    _steps.append(what)
+    if len(_steps) == _cfg["at"] or _armed[0]:
+        _os.kill(_os.getpid(), 9)
+    if _cfg.get("after") and _cfg["after"] in what:
+        _armed[0] = True
+
+def _save():
+    if _cfg.get("log"):
+        _busy[0] = True
+        with open(_cfg["log"], "w") as f:
+            _json.dump(_steps, f)
+
+"""
+
+PRELUDE = HOOK + r"""
+_cfg = _json.loads(_os.environ.pop("ACPMEM_CRASH"))
+_inside = tuple(_os.path.realpath(p) + _os.sep for p in _cfg["inside"])
+import atexit as _atexit
+_atexit.register(_save)
+_sys.addaudithook(_hook)
+"""
+
+CLI = PRELUDE + "\nfrom acpmem.cli.main import acp_main\nacp_main()\n"
+WORKER = PRELUDE + "\nfrom acpmem.write.worker import worker_main\nworker_main(_sys.argv[1])\n"
+
+
+class Run:
+    def __init__(self, p: subprocess.CompletedProcess, steps: list[str] | None) -> None:
+        self.code, self.out, self.err, self.steps = p.returncode, p.stdout, p.stderr, steps
+
+    @property
+    def killed(self) -> bool:
+        return self.code == -signal.SIGKILL
+
+
+def run(argv: list[str], *, inside: list[Path], env: dict | None = None, at: int = 0, after: str | None = None,
+        count: Path | None = None, code: str = CLI, cwd: Path | None = None, timeout: float = 120) -> Run:
+    """``acp ARGV`` (or ``code`` with ARGV) in a child process, killed before step ``at`` (or right after the first
+    step mentioning ``after``); with ``count``, the steps it took are read back from that file."""
+    full = dict(os.environ if env is None else env)
+    full["ACPMEM_CRASH"] = json.dumps({"at": at, "after": after, "inside": [str(p) for p in inside],
+                                       "log": str(count) if count else None})
+    full.setdefault("ACPMEM_NO_WATCH", "1")
+    if count:
+        count.unlink(missing_ok=True)
+    p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=full, cwd=cwd,
+                       timeout=timeout)
+    steps = json.loads(count.read_text()) if count and count.exists() else None
+    return Run(p, steps)
+
+
+# --------------------------------------------------------------------------------------------- the zygote
+
+# A process that imports acpmem once and forks a child per command: the child is a real process of its own (killed by
+# SIGKILL like any other), without the ~0.3 s of interpreter start-up and imports each `acp` process pays. A child
+# with a crash config installs the hook above first; one without runs the command plainly (the follow-ups).
+ZYGOTE = r"""
+import importlib, json, os, pkgutil, sys
+import acpmem
+for _m in pkgutil.walk_packages(acpmem.__path__, "acpmem."):   # every module, as a long-lived host has them
+    if ".integrations." in _m.name or _m.name.endswith(("__main__", "fastgen")):
+        continue
+    try:
+        importlib.import_module(_m.name)
+    except Exception:
+        pass
+import acpmem.cli.main
+from acpmem.core.redact import redact
+redact("warm-up AKIAIOSFODNN7EXAMPLE", deep=True)   # the secret scanner's plugins, loaded on first use
+try:
+    import pygit2, openai, httpx  # noqa: F401
+except ImportError:
+    pass
+HOOK = sys.stdin.readline() and json.loads(sys.stdin.readline())
+for line in sys.stdin:
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fd = os.open(os.devnull, os.O_RDONLY); os.dup2(fd, 0)
+            out = os.open(job["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644); os.dup2(out, 1)
+            err = os.open(job["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644); os.dup2(err, 2)
+            os.environ.clear(); os.environ.update(job["env"])
+            os.chdir(job["cwd"])
+            sys.argv = ["acp", *job["argv"]]
+            g = {"__name__": "__crash__"}
+            if job["cfg"] is not None:
+                exec(HOOK, g)
+                g["_cfg"] = job["cfg"]
+                g["_inside"] = tuple(os.path.realpath(p) + os.sep for p in job["cfg"]["inside"])
+                sys.addaudithook(g["_hook"])
+            code = 0
+            try:
+                if job["what"] == "worker":
+                    from acpmem.write.worker import worker_main
+                    worker_main(job["argv"][0])
+                else:
+                    acpmem.cli.main.acp_main()
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            sys.stdout.flush(); sys.stderr.flush()
+            if job["cfg"] is not None:
+                g["_save"]()
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            code = 99
+        finally:
+            os._exit(code if "code" in dir() else 98)
+    _, status = os.waitpid(pid, 0)
+    sys.stdout.write(json.dumps({"status": status}) + "\n")
+    sys.stdout.flush()
+"""
+
+
+class Zygote:
+    """``Zygote(env)`` starts the forking server; ``run(...)`` as the module's ``run``, through a forked child."""
+
+    def __init__(self, env: dict, scratch: Path) -> None:
+        self.env = dict(env, ACPMEM_NO_WATCH="1")
+        self.scratch = scratch
+        self.n = 0
+        self.p = subprocess.Popen([sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True, env=self.env, cwd=str(scratch))
+        self.p.stdin.write("hook\n" + json.dumps(HOOK) + "\n")
+        self.p.stdin.flush()
+
+    def run(self, argv: list[str], *, inside: list[Path] = (), env: dict | None = None, at: int = 0,
+            after: str | None = None, count: bool = False, crash: bool = True, what: str = "cli",
+            cwd: Path | None = None) -> Run:
+        self.n += 1
+        out, err, log = (self.scratch / f"{self.n}.{x}" for x in ("out", "err", "steps"))
+        cfg = {"at": at, "after": after, "inside": [str(p) for p in inside], "log": str(log) if count else None} \
+            if crash else None
+        full = dict(self.env, **(env or {}))
+        job = {"argv": [str(a) for a in argv], "env": full, "cfg": cfg, "out": str(out), "err": str(err),
+               "cwd": str(cwd or self.scratch), "what": what}
+        self.p.stdin.write(json.dumps(job) + "\n")
+        self.p.stdin.flush()
+        status = json.loads(self.p.stdout.readline())["status"]
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        steps = json.loads(log.read_text()) if count and log.exists() else None
+        r = Run(subprocess.CompletedProcess(argv, code, out.read_text(errors="replace"),
+                                            err.read_text(errors="replace")), steps)
+        for f in (out, err, log):
+            f.unlink(missing_ok=True)
+        return r
+
+    def close(self) -> None:
+        self.p.stdin.close()
+        self.p.wait(timeout=60)
+
+
+def helpers_of(root: Path) -> list[int]:
+    """The detached helpers (worker, embedding pass, watcher) a command left running for the vault at ``root``."""
+    needle = repr(str(root)).encode()
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+            state = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in cmd and state != "Z" and b"worker_main(" in cmd:
+            out.append(int(d))
+    return out

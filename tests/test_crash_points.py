@@ -1,0 +1,401 @@
+"""Every write operation killed at every one of its mutation steps (``tests/crashpoints.py``), then the follow-ups a
+person or an agent would run, then the invariants:
+
+* the operation happened exactly once or not at all (a fork request: exactly once, once extracted again);
+* no person's edit is lost or reverted — one committed with plain git before the operation, one made by hand and not
+  committed yet;
+* no wedge: the next write and ``doctor --fix`` succeed, and ``doctor`` is clean afterwards;
+* ``list --json`` (both layers) equals what a rebuild of the index lists;
+* ``git fsck --strict`` is clean in the project vault, the user vault and the team's remote.
+
+The operations: ``commit --wait`` and the background worker, ``remember``, ``edit``, ``forget``, ``review accept`` and
+``reject``, ``consolidate``, ``sync``, ``doctor --fix``, and a fork write to both layers (user vault + project vault).
+One uncrashed run of each counts its steps N; then for each k in 1..N a fresh copy of the same vault runs it killed
+with SIGKILL just before step k. The steps are counted, not timed, so every run replays exactly. An fsync is a step
+but not a kill point of its own: it changes no content, so a kill just before it leaves exactly what a kill just
+before the next step leaves (a power loss, which fsync is for, is not what these tests make). The follow-ups:
+the next write (``remember``) and ``doctor --fix`` (in that order after an odd k, the other way round after an even k,
+so both finish what a crash left; ``doctor --fix`` exits 0 only when the vault is clean afterwards), with
+``extract --pending`` after a fork operation and ``sync`` after a ``sync`` between them.
+
+The commands run in children forked from one process that imported acpmem once (``crashpoints.Zygote``): each is a
+real process killed by a real SIGKILL, without an interpreter start-up per run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import sys
+
+import pytest
+
+import crashpoints as cp
+from helpers_proc import fsck, git_out, make_entry
+from openai_server import fake_openai, reply
+
+ACP = Path(sys.executable).parent / "acp"
+CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
+PERSON_COMMITTED = "- A line a person committed with plain git.\n"
+PERSON_UNCOMMITTED = "- A line a person typed and has not committed.\n"
+EDIT_LINE = "- A line added by acp memory edit.\n"
+FORK_OPS = ("commit-wait", "worker", "two-layer")
+# Operations that find a person's uncommitted edit already there when they start (they commit it first, as a human
+# edit, and those steps are killed too); for the others the person types it right after the crash, before the
+# follow-ups — the moment a left-over journal would overwrite it.
+EDIT_BEFORE = ("remember", "edit", "forget", "review-reject", "doctor-fix")
+TOTALS: dict[str, tuple[int, float]] = {}
+
+
+def _fork_args(note: str, typ: str, extractor: str) -> list[str]:
+    return ["commit", "--wait", "--extractor", extractor, "--type", typ, "--note", note, "--importance", "4",
+            "--session", "s-crash", "--seq", "6", "--transcript", str(CHAT)]
+
+
+# name: (argv after `memory --vault VAULT`, or None for the worker; run as the worker)
+OPS = {
+    "commit-wait": _fork_args("Crash note for commit wait", "fact", "offline"),
+    "worker": None,
+    "remember": ["remember", "Crash marker remembered verbatim.", "--type", "fact", "--importance", "3"],
+    "edit": ["edit", "base01", "--from", "{edit}", "-m", "crash edit"],
+    "forget": ["forget", "base01", "--reason", "crash forget"],
+    "review-accept": ["review", "accept", "prop01"],
+    "review-reject": ["review", "reject", "prop02", "--reason", "crash reject"],
+    "consolidate": ["consolidate"],
+    "sync": ["sync"],
+    "doctor-fix": ["doctor", "--fix"],
+    "two-layer": _fork_args("Crash note for both layers", "lesson", "llm"),
+}
+
+
+# --------------------------------------------------------------------------------------------- the template
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """The model server, the forking server and a template: a project vault with entries, proposals, a cluster to
+    consolidate, a person's committed edit and uncommitted edit, a team remote with a commit to merge and a user
+    vault."""
+    base = tmp_path_factory.mktemp("crash")
+    home = base / "home"
+    home.mkdir()
+    gitconfig = home / ".gitconfig"
+    gitconfig.write_text("[user]\n\tname = Test User\n\temail = test@example.invalid\n[init]\n\tdefaultBranch = main\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACPMEM_", "OPENAI_"))}
+    env.update(HOME=str(home), GIT_CONFIG_GLOBAL=str(gitconfig), GIT_CONFIG_NOSYSTEM="1", ACPMEM_NO_WATCH="1",
+               LC_ALL="C.UTF-8")
+    with fake_openai() as srv:
+        srv.enqueue(reply.always(reply.writes(
+            # no layer first (the project's, by default for these types): consolidate takes the first call only,
+            # and its tool has no layer
+            reply.call("memory_write", {"content": "- acme deploys with make ship."}),
+            reply.call("memory_write", {"content": "- The person reviews diffs before pushing.", "layer": "user"}))))
+        scratch = base / "scratch"
+        scratch.mkdir()
+        zygotes = []
+        for i in range(2):
+            (scratch / str(i)).mkdir()
+            zygotes.append(cp.Zygote(env, scratch / str(i)))
+        template = base / "template"
+        _build(template, env, srv.base_url)
+        yield {"env": env, "zygote": zygotes[0], "zygotes": zygotes, "template": template, "base": base}
+        for z in zygotes:
+            z.close()
+    if TOTALS:
+        points = sum(n for n, _ in TOTALS.values())
+        wall = sum(t for _, t in TOTALS.values())
+        print(f"\ncrash points: {len(TOTALS)} operations, {points} steps in all, {wall:.0f} s "
+              + ", ".join(f"{op} {n}" for op, (n, _) in TOTALS.items()))
+
+
+def _git(root: Path, env: dict, *args: str) -> str:
+    p = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, (args, p.stderr)
+    return p.stdout
+
+
+def _acp(env: dict, *args: str) -> subprocess.CompletedProcess:
+    p = subprocess.run([str(ACP), "memory", *map(str, args)], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, (args, p.stdout, p.stderr)
+    return p
+
+
+def _build(t: Path, env: dict, model_url: str) -> None:
+    from test_consolidate import DUPLICATES
+
+    t.mkdir()
+    vault, user, remote = t / "vault", t / "user", t / "remote.git"
+    env = dict(env, ACPMEM_USER_VAULT=str(user))
+    _acp(env, "init", vault)
+    _acp(env, "init", "--user")
+    _acp(env, "--vault", vault, "remember", "The person prefers short answers first.", "--user", "--type",
+         "user-preference", "--importance", "6")
+    toml = vault / "acpmem.toml"
+    text = toml.read_text()
+    for key, val in (("base_url", model_url), ("model", "test-model"), ("timeout_seconds", 10.0),
+                     ("max_retries", 0)):
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"{key} = "))
+        text = text.replace(line, f"{key} = {json.dumps(val)}")
+    toml.write_text(text)
+    entries = [("base01", "Releases are tagged from main", "- A release is a signed tag on main."),
+               ("base02", "Deploys run from release branches", "- Deploys run from release branches."),
+               ("base03", "The CI runs on GitHub Actions", "- Workflows live in .github/workflows.")]
+    entries += [(f"dup00{i}", title, body) for i, (title, body) in enumerate(DUPLICATES[2])]
+    for ident, title, body in entries:
+        e = make_entry(ident, title, body)
+        _write_entry(vault / "entries" / f"{ident}.md", e)
+    for ident, title in (("prop01", "Proposal to accept"), ("prop02", "Proposal to reject")):
+        e = make_entry(ident, title, f"- {title}.").with_changes(source={"request": f"r-{ident}x", "extractor": "x"})
+        _write_entry(vault / "proposals" / f"{ident}.md", e)
+    _git(vault, env, "add", "-A")
+    _git(vault, env, "commit", "-qm", "the template's entries")
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True, env=env)
+    _git(vault, env, "remote", "add", "origin", "../remote.git")
+    _git(vault, env, "push", "-q", "origin", "main")
+    other = t / "teammate"
+    _git(t, env, "clone", "-q", str(remote), str(other))
+    _write_entry(other / "entries" / "team01.md", make_entry("team01", "A teammate's entry", "- From the team."))
+    _git(other, env, "add", "-A")
+    _git(other, env, "commit", "-qm", "a teammate's entry")
+    _git(other, env, "push", "-q", "origin", "main")
+    shutil.rmtree(other)
+    p2 = vault / "entries" / "base02.md"
+    p2.write_text(p2.read_text() + PERSON_COMMITTED)
+    _git(vault, env, "commit", "-qam", "a person's own commit")
+    (t / "edit.md").write_text((vault / "entries" / "base01.md").read_text() + EDIT_LINE)
+    _acp(env, "--vault", vault, "list")   # the index and the settings cache, as a vault in use has them
+
+
+def _write_entry(path: Path, e) -> None:
+    from acpmem.core.entryfile import new_entry_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(new_entry_text(e))
+
+
+def _prepare(world, op: str, where: Path) -> Path:
+    """The operation's own template: the common one, plus what only this operation needs (a pending request for
+    the worker; an interrupted change and a hand edit for doctor --fix to finish)."""
+    shutil.copytree(world["template"], where, symlinks=True)
+    env = _env(world, where)
+    if op == "worker":   # a request `commit` acknowledged, waiting for the worker
+        _queue_request(where / "vault", "r-crashwkr0")
+    if op == "doctor-fix":
+        r = world["zygote"].run(["memory", "--vault", where / "vault", "remember", "Half-written before the crash.",
+                                 "--type", "fact", "--importance", "3"], env=env, inside=[where],
+                                after=f"rename {where}/vault/entries/")
+        assert r.killed, r.err
+    if op in EDIT_BEFORE:
+        _hand_edit(where)
+    return where
+
+
+def _hand_edit(where: Path) -> None:
+    p3 = where / "vault" / "entries" / "base03.md"
+    p3.write_text(p3.read_text() + PERSON_UNCOMMITTED)
+
+
+def _queue_request(root: Path, rid: str) -> None:
+    from acpmem.write import requests
+
+    req = requests.make_request(types=("fact",), type="fact", note="Crash note for the worker", importance=4,
+                                session="s-crash", seq=6, transcript=str(CHAT), host_tools=None, lang="en",
+                                created="2026-11-29T12:00:00Z", request_id=rid)
+    requests.save_request(root / ".acpmem", req, new=True)
+
+
+def _env(world, where: Path) -> dict:
+    return {"ACPMEM_USER_VAULT": str(where / "user")}
+
+
+def _argv(op: str, where: Path) -> list[str]:
+    return ["memory", "--vault", str(where / "vault"), *[a.replace("{edit}", str(where / "edit.md"))
+                                                          for a in OPS[op]]]
+
+
+def _run_op(world, op: str, where: Path, zygote: cp.Zygote | None = None, **kw) -> cp.Run:
+    z = zygote or world["zygote"]
+    if op == "worker":
+        return z.run([str(where / "vault")], what="worker", env=_env(world, where),
+                                   inside=[where], **kw)
+    return z.run(_argv(op, where), env=_env(world, where), inside=[where], **kw)
+
+
+def _settle(root: Path) -> None:
+    """Wait for the detached worker a command may have started (a state is compared, not a moment of a race)."""
+    deadline = time.monotonic() + 120
+    while cp.helpers_of(root):
+        assert time.monotonic() < deadline, "a detached worker did not finish"
+        time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------------------------- the invariants
+
+def _listed(world, where: Path, z: cp.Zygote) -> dict:
+    r = z.run(["memory", "--vault", where / "vault", "list", "--json", "--all"], env=_env(world, where),
+                            crash=False)
+    assert r.code == 0, r.err
+    return json.loads(r.out)
+
+
+def _follow_ups(world, op: str, where: Path, k: int, z: cp.Zygote) -> list[str]:
+    env, vault = _env(world, where), where / "vault"
+    said = []
+
+    def step(*args: str) -> None:
+        r = z.run(["memory", "--vault", vault, *args], env=env, crash=False)
+        said.append(f"$ {' '.join(args)} -> {r.code}\n{r.out[-800:]}{r.err[-800:]}")
+        assert r.code == 0 and "internal error" not in r.err and "Traceback" not in r.err, (op, k, said)
+        _settle(vault)
+
+    nxt = ("remember", f"The next write after crash {k}.", "--type", "fact", "--importance", "2")
+    order = [nxt, ("doctor", "--fix")] if k % 2 else [("doctor", "--fix"), nxt]
+    if op in FORK_OPS:
+        order.insert(1, ("extract", "--pending"))
+    if op == "sync":
+        # a sync killed in its merge leaves the merge open: writes refuse, naming `sync` as the next step (by
+        # design, as for a merge a person left), so `sync` comes first; and last, so the remote holds everything
+        order = [("sync",), *order, ("sync",)]
+    for args in order:
+        if args == ("extract", "--pending") and not list((vault / ".acpmem" / "pending").glob("r-*.json")):
+            continue   # nothing left pending: it would do nothing
+        step(*args)
+    return said
+
+
+def _check(world, op: str, where: Path, k: int, killed: cp.Run, zygote: cp.Zygote | None = None) -> None:
+    z = zygote or world["zygote"]
+    vault, user, remote = where / "vault", where / "user", where / "remote.git"
+    said = _follow_ups(world, op, where, k, z)
+    ctx = (op, k, killed.steps_seen if hasattr(killed, "steps_seen") else None, said)
+    live = _listed(world, where, z)
+    for root in (vault, user):
+        for suffix in ("", "-wal", "-shm"):
+            (root / ".acpmem" / f"index.sqlite{suffix}").unlink(missing_ok=True)
+    rebuilt = _listed(world, where, z)
+    assert live == rebuilt, ctx
+    entries = live["entries"]
+    assert live["problems"] == [], ctx
+    for root in (vault, user, remote):
+        r = fsck(root)
+        assert r.returncode == 0, (ctx, root, r.stdout + r.stderr)
+    for root in (vault, user):
+        assert git_out(root, "status", "--porcelain=v1", "--untracked-files=all") == "", (ctx, root)
+        assert not (root / ".acpmem" / "journal.json").exists(), ctx
+    # a person's edits: the committed one and the uncommitted one, on disk and in HEAD
+    for ident, line in (("base02", PERSON_COMMITTED), ("base03", PERSON_UNCOMMITTED)):
+        text = (vault / "entries" / f"{ident}.md").read_text()
+        assert text.count(line) == 1 and git_out(vault, "show", f"HEAD:entries/{ident}.md") == text, (ctx, ident)
+    # the next write is there, once
+    assert sum(f"after crash {k}." in e["body"] for e in entries) == 1, ctx
+    _exactly_once(op, entries, vault, user, remote, ctx)
+
+
+def _request_trailers(root: Path) -> list[str]:
+    return git_out(root, "log", "--format=%(trailers:key=Acpmem-Request,valueonly)").split()
+
+
+def _exactly_once(op: str, entries: list[dict], vault: Path, user: Path, remote: Path, ctx) -> None:
+    by_id = {e["id"]: e for e in entries}
+    bodies = [e["body"] for e in entries]
+    if op in FORK_OPS:
+        reqs = {e["source"]["request"] for e in entries if (e.get("source") or {}).get("request", "").startswith("r-")
+                and e["source"].get("extractor") != "x"}
+        assert len(reqs) <= 1, (ctx, reqs)
+        for rid in reqs:
+            mine = [e for e in entries if (e.get("source") or {}).get("request") == rid]
+            per_layer = {layer: [e for e in mine if e["layer"] == layer] for layer in ("project", "user")}
+            assert _request_trailers(vault).count(rid) == (1 if per_layer["project"] else 0), (ctx, rid)
+            assert _request_trailers(user).count(rid) == (1 if per_layer["user"] else 0), (ctx, rid)
+            # the offline extractor writes one entry; the model's answer one per layer (a request extracted again
+            # by `extract --pending` uses the vault's extractor, the model here)
+            assert len(per_layer["project"]) <= 1 and len(per_layer["user"]) <= 1 and mine, (ctx, rid, mine)
+            if op == "two-layer":
+                assert len(per_layer["project"]) == 1 and len(per_layer["user"]) == 1, (ctx, rid, mine)
+        assert not list((vault / ".acpmem" / "pending").glob("r-*.json")), ctx   # extracted by the follow-up
+        if op == "worker":
+            assert "r-crashwkr0" in reqs, ctx
+    elif op == "remember":
+        assert sum("Crash marker remembered verbatim." in b for b in bodies) <= 1, ctx
+    elif op == "edit":
+        assert (vault / "entries" / "base01.md").read_text().count(EDIT_LINE) <= 1, ctx
+        assert git_out(vault, "log", "--format=%s").count("edit #base01") <= 1, ctx
+    elif op == "forget":
+        gone = "base01" not in by_id
+        assert (vault / "entries" / "base01.md").exists() != gone, ctx
+        assert git_out(vault, "log", "--format=%(trailers:key=Acpmem-Kind,valueonly)").split().count("forget") == \
+            (1 if gone else 0), ctx
+    elif op in ("review-accept", "review-reject"):
+        ident = "prop01" if op == "review-accept" else "prop02"
+        waiting = (vault / "proposals" / f"{ident}.md").exists()
+        accepted = ident in by_id and by_id[ident]["path"].startswith("entries/")
+        assert not (waiting and accepted), ctx
+        if op == "review-reject":
+            assert not accepted, ctx
+        decisions = git_out(vault, "log", "--format=%(trailers:key=Acpmem-Kind,valueonly)").split()
+        assert decisions.count("human-review") == (0 if waiting else 1), (ctx, decisions)
+    elif op == "consolidate":
+        merged = [e for e in entries if e["supersedes"]]
+        assert len(merged) <= 1, (ctx, merged)
+        members = [by_id["dup000"], by_id["dup001"]]
+        want = merged[0]["id"] if merged else None
+        assert [m["superseded_by"] for m in members] == [want, want], (ctx, members)
+        if merged:
+            assert sorted(merged[0]["supersedes"]) == ["dup000", "dup001"], ctx
+    elif op == "sync":
+        assert "team01" in by_id, ctx
+        assert git_out(vault, "rev-parse", "HEAD") == git_out(remote, "rev-parse", "main"), ctx
+        assert git_out(vault, "log", "--format=%s").count("a person's own commit") == 1, ctx
+    elif op == "doctor-fix":
+        assert sum("Half-written before the crash." in b for b in bodies) <= 1, ctx
+
+
+# --------------------------------------------------------------------------------------------- the test
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("op", list(OPS))
+def test_every_crash_point_of_a_write_keeps_the_invariants(op, world):
+    base = world["base"] / op
+    base.mkdir()
+    started = time.monotonic()
+    template = _prepare(world, op, base / "template")
+    counted = _run_op(world, op, _copy(template, base / "count"), count=True)
+    assert counted.code == 0 and counted.steps, (op, counted.out, counted.err)
+    steps = counted.steps
+    # the uncrashed run keeps the invariants too (k = N + 1: killed after its last step, that is never)
+    if op not in EDIT_BEFORE:
+        _hand_edit(base / "count")
+    _check(world, op, base / "count", len(steps) + 1, counted)
+
+    def crash_at(k: int, zygote: cp.Zygote) -> None:
+        where = _copy(template, base / f"k{k}")
+        r = _run_op(world, op, where, at=k, zygote=zygote)
+        assert r.killed, (op, k, steps[k - 1], r.code, r.err)   # the same steps every time
+        r.steps_seen = steps[k - 1]
+        _settle(where / "vault")
+        if op not in EDIT_BEFORE:
+            _hand_edit(where)
+        _check(world, op, where, k, r, zygote=zygote)
+        shutil.rmtree(where)
+
+    # two at a time, each with its own forking server: a command waits on fsync and git about half its time
+    with ThreadPoolExecutor(len(world["zygotes"])) as pool:
+        todo = [k for k in range(1, len(steps) + 1) if not steps[k - 1].startswith("fsync ")]
+        futures = [pool.submit(lambda ks, z: [crash_at(k, z) for k in ks], todo[i::len(world["zygotes"])], z)
+                   for i, z in enumerate(world["zygotes"])]
+        for f in futures:
+            f.result()
+    points = sum(not st.startswith("fsync ") for st in steps)
+    TOTALS[op] = (points, time.monotonic() - started)
+    print(f"\n{op}: {len(steps)} steps, {points} crash points, {time.monotonic() - started:.1f} s")
+
+
+def _copy(template: Path, where: Path) -> Path:
+    shutil.copytree(template, where, symlinks=True)
+    return where
