@@ -7,6 +7,7 @@ at the chosen git step (a `git` on PATH that runs the real one and kills its cal
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 
 from helpers_proc import git_out, head_files, leftovers, make_entry, status_porcelain
 
+from acpmem.core.entryfile import new_entry_text
 from acpmem.vault.create import init_vault
 
 REAL_GIT = shutil.which("git")
@@ -373,3 +375,68 @@ def test_a_failed_fetch_says_what_git_said_in_one_line(vault, tmp_path, cli):
     assert "does not appear to be a git repository" in line and "Could not read from remote repository" in line, line
     assert "and the repository exists" not in line
     assert f"git -C {vault.root} fetch" in line
+
+
+# --------------------------------------------------------------------------------------------- 4. rebase, detached HEAD
+
+def _start_rebase(root: Path) -> None:
+    """Stop a real interactive rebase at its last commit (``edit``): `.git/rebase-merge` exists, HEAD is detached."""
+    env = dict(os.environ, GIT_SEQUENCE_EDITOR="sed -i -e s/^pick/edit/", GIT_EDITOR="true")
+    r = subprocess.run(["git", "-C", str(root), "rebase", "-i", "HEAD~1"], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0 and (root / ".git" / "rebase-merge").is_dir(), r.stderr
+
+
+def _writes_all_refused(cli, root: Path, tmp_path: Path, word: str) -> None:
+    """Every write refuses in one line naming ``word`` and the next step; nothing is committed or left written; a
+    fork request stays pending without an attempt used; doctor names the state and `--fix` commits nothing."""
+    head = git_out(root, "rev-parse", "HEAD").strip()
+    fixed = tmp_path / "fixed.md"
+    text = next((root / "entries").glob("base01*.md")).read_text()
+    fixed.write_text(text.replace("The queue is drained", "The queue is always drained"))
+    (root / "entries" / "hand01.md").write_text(new_entry_text(make_entry("hand01", "Written by hand", "- by hand.")))
+    writes = [("remember", "Rebases orphan writes", "--type", "fact", "--importance", "3"),
+              ("forget", "base01", "--reason", "x"),
+              ("edit", "base01", "--from", str(fixed)),
+              ("commit", "--type", "lesson", "--note", "appends must be re-entrant", "--importance", "6",
+               "--session", "s1", "--seq", "6", "--transcript", str(CHAT), "--wait", "--extractor", "offline"),
+              ("extract", "--pending", "--extractor", "offline")]
+    for args in writes:
+        r = _acp(cli, root, *args)
+        line = _one_line(r)
+        assert r.returncode == 1 and word in line and "then run the command again" in line, (args, line)
+    assert git_out(root, "rev-parse", "HEAD").strip() == head
+    assert "hand01" not in " ".join(head_files(root))
+    pending = list((root / ".acpmem" / "pending").glob("r-*.json"))
+    assert len(pending) == 1 and json.loads(pending[0].read_text())["attempts"] == 0
+    r = _acp(cli, root, "doctor")
+    assert r.returncode == 1 and word in r.stdout, r.stdout
+    r = _acp(cli, root, "doctor", "--fix")
+    assert git_out(root, "rev-parse", "HEAD").strip() == head and word in r.stdout, r.stdout + r.stderr
+
+
+def test_writes_during_a_rebase_are_refused_and_kept_until_it_is_done(team, tmp_path, cli):
+    a, _ = team
+    root = a.root
+    branch_head = git_out(root, "rev-parse", "main").strip()
+    _start_rebase(root)
+    _writes_all_refused(cli, root, tmp_path, "rebase")
+    subprocess.run(["git", "-C", str(root), "rebase", "--abort"], check=True, capture_output=True)
+    assert git_out(root, "rev-parse", "HEAD").strip() == branch_head
+    # on the branch again: the kept request is written there, with the hand edit before it
+    r = _acp(cli, root, "extract", "--pending", "--extractor", "offline")
+    assert r.returncode == 0, r.stderr
+    assert not list((root / ".acpmem" / "pending").glob("r-*.json"))
+    assert git_out(root, "log", "main", "--format=%B").count("Acpmem-Request: r-") == 1
+    assert "entries/hand01.md" in head_files(root)
+
+
+def test_writes_on_a_detached_head_are_refused_and_doctor_names_it(team, tmp_path, cli):
+    a, _ = team
+    root = a.root
+    git_out(root, "checkout", "-q", "--detach")
+    _writes_all_refused(cli, root, tmp_path, "detached HEAD")
+    git_out(root, "checkout", "-q", "main")
+    r = _acp(cli, root, "extract", "--pending", "--extractor", "offline")
+    assert r.returncode == 0, r.stderr
+    assert git_out(root, "log", "main", "--format=%B").count("Acpmem-Request: r-") == 1

@@ -87,6 +87,52 @@ def failure(root: Path, args: tuple[str, ...], res: GitResult, hint: str | None 
                          hint or "run `acp memory doctor` to check the vault")
 
 
+def git_dir(root: Path) -> Path:
+    """The repository folder of the vault at ``root``: ``.git``, or where a ``.git`` file (``gitdir: …``) points."""
+    dot = Path(root) / ".git"
+    try:
+        if dot.is_file():
+            text = dot.read_text("utf-8", errors="replace").strip()
+            if text.startswith("gitdir:"):
+                target = Path(text[7:].strip())
+                return target if target.is_absolute() else (Path(root) / target)
+    except OSError:
+        pass
+    return dot
+
+
+def writes_blocked(root: Path) -> GitStateError | None:
+    """Why no commit may be made in the vault now, or None: a sync merge, a rebase, a cherry-pick or revert is
+    unfinished, or HEAD is detached (not on a branch). A commit made then would be acknowledged and lost when the
+    operation is aborted or a branch is checked out, so every write refuses and pending requests wait."""
+    root = Path(root)
+    gd = git_dir(root)
+    later = "pending writes are kept until then"
+    if (gd / "MERGE_HEAD").exists():
+        return GitStateError("a sync merge is unfinished in the vault (an entry changed on both sides)",
+                             "edit the conflicted entries and run `acp memory sync` again, or "
+                             f"`git -C {root} merge --abort`; {later}")
+    if (gd / "rebase-merge").exists() or (gd / "rebase-apply").exists():
+        return GitStateError("a git rebase is in progress in the vault: a commit made now would be lost if it is "
+                             "aborted", f"finish it with `git -C {root} rebase --continue` or undo it with "
+                                        f"`git -C {root} rebase --abort`, then run the command again; {later}")
+    for name, op in (("CHERRY_PICK_HEAD", "cherry-pick"), ("REVERT_HEAD", "revert")):
+        if (gd / name).exists():
+            return GitStateError(f"a git {op} is in progress in the vault",
+                                 f"finish it with `git -C {root} {op} --continue` or undo it with "
+                                 f"`git -C {root} {op} --abort`, then run the command again; {later}")
+    try:
+        head = (gd / "HEAD").read_text("utf-8", errors="replace").strip()
+    except OSError:
+        return None   # no repository: the writer says so in its own words
+    if head and not head.startswith("ref:"):
+        return GitStateError(f"the vault is not on a branch (detached HEAD at {head[:12]}): a commit made now "
+                             "would be lost when a branch is checked out",
+                             f"check out the vault's branch (`git -C {root} switch main`, or the branch it "
+                             f"works on), then run the command again; {later}")
+    return None
+
+
 def no_repository(root: Path) -> GitStateError:
     return GitStateError(
         f"the vault {root} has no .git folder, so it has no history and cannot be written (reading works)",

@@ -38,7 +38,7 @@ from acpmem.infra.files import atomic_write, read_exact, stale_temp_files
 from acpmem.infra.proc import held_open, pid_alive, read_pid
 from acpmem.vault import readlog
 from acpmem.vault.config import load_settings
-from acpmem.vault.gitrun import IDENTITY_ERRORS, failure, git, no_repository
+from acpmem.vault.gitrun import IDENTITY_ERRORS, failure, git, no_repository, writes_blocked
 from acpmem.vault.reader import VaultReader
 
 GENERATED = (layout.MEMORY_FILE,)
@@ -381,10 +381,9 @@ class Vault(VaultReader):
         journaled = False
         try:
             with self.lock():
-                if (self.root / ".git" / "MERGE_HEAD").exists():
-                    raise GitStateError("a sync merge is unfinished in the vault (an entry changed on both sides)",
-                                        "edit the conflicted entries and run `acp memory sync` again, or "
-                                        f"`git -C {self.root} merge --abort`; pending writes are kept until then")
+                blocked = writes_blocked(self.root)   # a merge, a rebase, a detached HEAD: a commit would be lost
+                if blocked is not None:
+                    raise blocked
                 self.wait_for_index_lock()
                 self.recover()
                 self.commit_human_edits()

@@ -444,6 +444,12 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
     if not explicit and not req.due(now):
         why = "failed for good; name it to retry" if req.status == "failed" else f"next attempt {req.next_attempt}"
         return Outcome(req.id, "skipped", error={"message": why}, attempts=req.attempts)
+    from acpmem.vault.gitrun import writes_blocked
+
+    for layer in vault.layers():   # a rebase, a detached HEAD: refused before any model call, no attempt used
+        blocked = writes_blocked(layer.root)
+        if blocked is not None:
+            raise blocked
     sha = commit_for_request(vault, requests.check_request_id(req.id))
     if sha:
         return _finish(vault, req, Outcome(req.id, "already", commit=sha, attempts=req.attempts))
