@@ -283,9 +283,12 @@ def _read(root: Path, rel: str, sig: str) -> bytes | tuple:
     """The file's bytes (up to one more than the parser takes), or the problem row when it cannot be read."""
     if sig.startswith("symlink:"):
         return _problem_row("entry files may not be symlinks (it could lead out of the vault)")
+    from acpmem.infra.files import NotRegularFile, read_regular
+
     try:
-        with open(root / rel, "rb") as fh:
-            return fh.read(2_000_001)
+        return read_regular(root / rel, 2_000_001)
+    except NotRegularFile as exc:   # a FIFO would hang every read: never opened
+        return _problem_row(f"{exc.strerror} (acpmem reads only regular files); remove it")
     except OSError as exc:
         return _problem_row(f"cannot be read: {exc.strerror}")
 

@@ -180,8 +180,9 @@ def _check_entries(vault: Vault, add, reported: set[str]) -> None:
     for prob in loaded.problems:
         if prob.path in reported:
             continue
-        add("error", f"{prob.path}: {('field ' + repr(prob.field) + ' ') if prob.field else ''}{prob.reason}",
-            f"fix it with `acp memory edit {prob.path}` (or any editor) — it is kept out of the index until then")
+        fix = f"remove it (rm {vault.root / prob.path})" if "not a regular file" in prob.reason else \
+            f"fix it with `acp memory edit {prob.path}` (or any editor) — it is kept out of the index until then"
+        add("error", f"{prob.path}: {('field ' + repr(prob.field) + ' ') if prob.field else ''}{prob.reason}", fix)
     add("info", f"{len(loaded.entries)} valid entries, {len(loaded.problems)} invalid file(s)")
 
 
