@@ -146,6 +146,9 @@ class VaultReader:
         if self._settings is None:
             self.ensure_state()
             self._settings = load_settings(self.root, self.state_dir)
+            said = self._settings.unknown_warning(str(self.root / layout.SETTINGS_FILE))
+            if said:
+                self.warnings.append(said)
         return self._settings
 
     @property
