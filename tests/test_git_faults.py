@@ -90,19 +90,67 @@ def test_forget_in_a_plain_git_clone_without_identity_commits_and_sets_up_the_cl
     assert len(warnings) == 1 and "user.name" in warnings[0] and f"git -C {clone} config" in warnings[0], r.stderr
     assert "base01" not in " ".join(head_files(clone))
     assert "Acpmem-Kind: forget" in git_out(clone, "log", "-1", "--format=%B")
-    # the clone is set up as `init` sets up a vault
+    assert git_out(clone, "log", "-1", "--format=%an <%ae>").strip() == "acpmem <acpmem@localhost>"
+    # the clone is set up as `init` sets up a vault, and the fallback identity is not written into its config
     local = dict(ln.split(" ", 1) for ln in git_out(clone, "config", "--local", "--get-regexp",
                                                      r"^(user\.name|user\.email|core\.quotepath|gc\.autodetach)$")
                  .splitlines())
-    assert local == {"user.name": "acpmem", "user.email": "acpmem@localhost", "core.quotepath": "off",
-                     "gc.autodetach": "false"}
+    assert local == {"core.quotepath": "off", "gc.autodetach": "false"}
     assert status_porcelain(clone) == "" and leftovers(clone) == []
-
-    # the next writes need no setup again and say nothing more
-    r = _acp_in(env, clone, "forget", "base02", "--reason", "gone")
-    assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
     r = _acp_in(env, clone, "doctor")
     assert r.returncode == 0, r.stdout + r.stderr
+
+    # once the person has an identity, the next write is theirs, without a word about it
+    (tmp_path / "empty-gitconfig").write_text("[user]\n\tname = Ada Person\n\temail = ada@example.invalid\n")
+    r = _acp_in(env, clone, "forget", "base02", "--reason", "gone")
+    assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
+    assert git_out(clone, "log", "-1", "--format=%an <%ae>").strip() == "Ada Person <ada@example.invalid>"
+
+
+def test_an_identity_from_the_environment_is_used_and_never_written_into_the_config(tmp_path):
+    env = _no_identity_env(tmp_path)
+    env.update({"GIT_AUTHOR_NAME": "Env Author", "GIT_AUTHOR_EMAIL": "author@example.invalid",
+                "GIT_COMMITTER_NAME": "Env Committer", "GIT_COMMITTER_EMAIL": "committer@example.invalid"})
+    root = tmp_path / "v"
+    r = _run(env, str(Path(sys.executable).parent / "acp"), "memory", "init", str(root))
+    assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
+    r = _acp_in(env, root, "remember", "Identities come from the environment", "--type", "fact", "--importance", "3")
+    assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
+    for rev in ("HEAD", "HEAD~1"):
+        assert git_out(root, "log", "-1", "--format=%an <%ae> / %cn <%ce>", rev).strip() == \
+            "Env Author <author@example.invalid> / Env Committer <committer@example.invalid>"
+    assert git_out(root, "config", "--local", "--get-regexp", r"^user\.", check=False) == ""
+
+
+def test_init_without_an_identity_says_how_to_set_one_and_writes_none(tmp_path):
+    env = _no_identity_env(tmp_path)
+    root = tmp_path / "v"
+    r = _run(env, str(Path(sys.executable).parent / "acp"), "memory", "init", "--example", str(root))
+    assert r.returncode == 0, r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("Warning:")]
+    assert len(warnings) == 1 and "acpmem <acpmem@localhost>" in warnings[0], r.stderr
+    assert "git config --global user.name" in warnings[0]
+    assert git_out(root, "config", "--local", "--get-regexp", r"^user\.", check=False) == ""
+    assert set(git_out(root, "log", "--format=%an <%ae>").split("\n")) - {""} == {"acpmem <acpmem@localhost>"}
+
+
+def test_the_identity_an_older_acpmem_wrote_into_a_clone_is_taken_out(team, tmp_path, cli):
+    _, bare = team
+    clone = tmp_path / "teammate"
+    git_out(tmp_path, "clone", "-q", str(bare), str(clone))
+    git_out(clone, "config", "user.name", "acpmem")
+    git_out(clone, "config", "user.email", "acpmem@localhost")
+    (clone / ".acpmem").mkdir()
+    (clone / ".acpmem" / "git-setup").write_text("1\n")   # set up by an older acpmem
+    r = _acp(cli, clone, "forget", "base01", "--reason", "x")
+    assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
+    assert git_out(clone, "log", "-1", "--format=%an <%ae>").strip() == "Test User <test@example.invalid>"
+    assert git_out(clone, "config", "--local", "--get-regexp", r"^user\.", check=False) == ""
+    # a person's own identity in the vault's config is theirs: kept
+    git_out(clone, "config", "user.name", "Only Here")
+    (clone / ".acpmem" / "git-setup").write_text("1\n")
+    assert _acp(cli, clone, "forget", "base02", "--reason", "y").returncode == 0
+    assert git_out(clone, "config", "--local", "--get", "user.name").strip() == "Only Here"
 
 
 def test_a_clone_with_an_identity_keeps_it_and_is_set_up_once(team, tmp_path, cli):

@@ -16,6 +16,28 @@ from acpmem.core.values import Value
 
 IDENTITY_ERRORS = ("Please tell me who you are", "identity unknown", "unable to auto-detect email address",
                    "empty ident name")
+# Where git knows no identity, a command that makes a commit is run again with this one given on its command line
+# (``git -c``): never written into any config, so a person's own identity counts as soon as there is one.
+FALLBACK_IDENTITY = {"user.name": "acpmem", "user.email": "acpmem@localhost"}
+_MAKES_COMMITS = frozenset({"commit", "merge", "pull", "revert", "cherry-pick", "am", "rebase"})
+_supplied: set[str] = set()   # the vault roots whose commits took FALLBACK_IDENTITY in this process (``took_fallback``)
+
+
+def identity_warning(root: Path) -> str:
+    """What a person is told when a commit was recorded with ``FALLBACK_IDENTITY``."""
+    return ("git has no user.name/user.email configured for this vault, so its commits are recorded as "
+            f"{FALLBACK_IDENTITY['user.name']} <{FALLBACK_IDENTITY['user.email']}> until you set yours: "
+            "`git config --global user.name 'Your Name'` and `git config --global user.email you@example.com` "
+            f"(or `git -C {root} config …` for this vault alone)")
+
+
+def took_fallback(root: Path) -> bool:
+    """Whether a commit in the vault at ``root`` took the fallback identity since the last call (then cleared)."""
+    key = str(root)
+    if key in _supplied:
+        _supplied.discard(key)
+        return True
+    return False
 
 
 class GitResult(Value):
@@ -36,8 +58,18 @@ def git(root: Path, *args: str, input: str | None = None, check: bool = True, en
     try:
         import subprocess  # here, not at start-up: the per-turn read paths never run git
 
-        p = subprocess.run(["git", "-C", str(root), *args], input=input, capture_output=True, text=True,
-                           encoding="utf-8", errors="replace", env=full_env, stdin=None if input else subprocess.DEVNULL)
+        def run(*extra: str):
+            return subprocess.run(["git", *extra, "-C", str(root), *args], input=input, capture_output=True,
+                                  text=True, encoding="utf-8", errors="replace", env=full_env,
+                                  stdin=None if input else subprocess.DEVNULL)
+
+        p = run()
+        if p.returncode != 0 and args[:1] and args[0] in _MAKES_COMMITS and any(
+                s in p.stderr + p.stdout for s in IDENTITY_ERRORS):
+            # git refuses before it changes anything when it knows no identity: run it again with one, once
+            p = run(*(x for k, v in FALLBACK_IDENTITY.items() for x in ("-c", f"{k}={v}")))
+            if p.returncode == 0:
+                _supplied.add(str(root))
     except FileNotFoundError:
         raise GitStateError("git was not found on PATH (reading the vault works without it; writing, sync and "
                             "doctor need it)", "install git or add it to PATH, then run the command again; nothing "

@@ -38,7 +38,8 @@ from acpmem.infra.files import atomic_write, read_exact, stale_temp_files
 from acpmem.infra.proc import held_open, pid_alive, read_pid
 from acpmem.vault import readlog
 from acpmem.vault.config import load_settings
-from acpmem.vault.gitrun import IDENTITY_ERRORS, failure, git, no_repository, writes_blocked
+from acpmem.vault.gitrun import (FALLBACK_IDENTITY, failure, git, identity_warning, no_repository, took_fallback,
+                                 writes_blocked)
 from acpmem.vault.reader import VaultReader
 
 GENERATED = (layout.MEMORY_FILE,)
@@ -79,31 +80,29 @@ def _inside(root: Path, rel: str) -> Path:
 
 # --------------------------------------------------------------------------------------------- git
 
-DEFAULT_IDENTITY = {"user.name": "acpmem", "user.email": "acpmem@localhost"}
 _REPO_CONFIG = {"core.quotepath": "off", "gc.autodetach": "false"}
 _FALSE = {"off", "false", "no", "0"}
+SETUP_VERSION = "2\n"   # 2: no identity is written into the config (one an older acpmem wrote there is taken out)
 
 
-def setup_git(root: Path) -> list[str]:
+def setup_git(root: Path) -> None:
     """What every vault repository needs in its own config, set by ``init`` and, before the first commit, in a
-    clone made with plain ``git clone``: ``core.quotepath off``, ``gc.autoDetach false`` (an automatic gc never runs
-    beside acpmem's next commit) and, only where git has none configured, a user.name and user.email. Returns the
-    identity keys it supplied."""
-    res = git(root, "config", "--get-regexp", r"^(user\.name|user\.email|core\.quotepath|gc\.autodetach)$",
-              check=False)
+    clone made with plain ``git clone``: ``core.quotepath off`` and ``gc.autoDetach false`` (an automatic gc never
+    runs beside acpmem's next commit). No identity: where git knows none, each commit is given the fallback on its
+    command line (``gitrun.FALLBACK_IDENTITY``); the one an older acpmem wrote into this vault's own config is
+    taken out, so the person's own identity counts from the moment there is one."""
+    res = git(root, "config", "--get-regexp", r"^(core\.quotepath|gc\.autodetach)$", check=False)
     have: dict[str, str] = {}
     for line in res.out.splitlines():
         key, _, value = line.partition(" ")
         have[key.lower()] = value.strip()   # the most specific scope comes last
-    supplied = []
-    for key, value in DEFAULT_IDENTITY.items():
-        if not have.get(key):
-            git(root, "config", key, value)
-            supplied.append(key)
     for key, value in _REPO_CONFIG.items():
         if have.get(key, "").lower() not in _FALSE:
             git(root, "config", key, value)
-    return supplied
+    local = git(root, "config", "--local", "--get-regexp", r"^user\.(name|email)$", check=False).out.splitlines()
+    if sorted(line.lower() for line in local) == sorted(f"{k} {v}" for k, v in FALLBACK_IDENTITY.items()):
+        for key in FALLBACK_IDENTITY:
+            git(root, "config", "--local", "--unset-all", key, check=False)
 
 
 class HumanEdit(Value):
@@ -220,21 +219,19 @@ class Vault(VaultReader):
         if removed:
             self.warnings.append(f"removed {removed} stale git lock or object file(s) left by a killed acpmem process")
 
-    def setup_git(self, *, again: bool = False) -> bool:
-        """``setup_git`` once per clone (a marker under .acpmem remembers it), or ``again`` when git asked who is
-        committing. Says in ``warnings`` when it supplied an identity. Returns whether it did."""
+    def setup_git(self) -> None:
+        """``setup_git`` once per clone (a marker under .acpmem remembers it)."""
         marker = self.state_dir / GIT_SETUP
-        if not again and marker.exists():
-            return False
-        supplied = setup_git(self.root)
-        if supplied:
-            self.warnings.append(
-                "git has no user.name/user.email configured for this vault, so its commits are recorded as "
-                f"{DEFAULT_IDENTITY['user.name']} <{DEFAULT_IDENTITY['user.email']}>; set yours with "
-                f"`git -C {self.root} config user.name 'Your Name'` and `git -C {self.root} config user.email "
-                "you@example.com`")
-        atomic_write(marker, "1\n", durable=False)
-        return bool(supplied)
+        if read_exact(marker) == SETUP_VERSION:
+            return
+        setup_git(self.root)
+        atomic_write(marker, SETUP_VERSION, durable=False)
+
+    def identity_taken(self) -> None:
+        """Say so (in ``warnings``, once) when a commit was just recorded with the fallback identity."""
+        said = identity_warning(self.root)
+        if took_fallback(self.root) and said not in self.warnings:
+            self.warnings.append(said)
 
     @contextlib.contextmanager
     def _git_running(self) -> Iterator[None]:
@@ -251,7 +248,7 @@ class Vault(VaultReader):
         if self._inproc is None:
             from acpmem.vault import gitlib
 
-            self.setup_git()   # the identity it reads must exist first
+            self.setup_git()
             try:
                 self._inproc = gitlib.InProcess(self.root)
             except gitlib.Unusable:
@@ -460,9 +457,8 @@ class Vault(VaultReader):
                 if on_disk:
                     git(self.root, "add", "-A", "--", *on_disk)
                 commit = ("commit", "-q", "--no-verify", "-F", "-", "--", *on_disk, *gone)
-                res = git(self.root, *commit, input=message, check=False)
-                if res.code != 0 and any(s in res.err for s in IDENTITY_ERRORS) and self.setup_git(again=True):
-                    res = git(self.root, *commit, input=message, check=False)  # git had no identity: one supplied
+                res = git(self.root, *commit, input=message, check=False)   # the fallback identity if need be
+                self.identity_taken()
             if res is None or res.code != 0:
                 if res is None or "nothing to commit" in res.out + res.err or "no changes added" in res.out + res.err:
                     if claimed:
