@@ -74,6 +74,11 @@ def connect(db_path: Path) -> sqlite3.Connection:
     return db.connect(db_path, SCHEMA_VERSION, _create, probe="SELECT 1 FROM files LIMIT 1")
 
 
+def connect_memory() -> sqlite3.Connection:
+    """An empty catalog in memory: what a read fills from the files when the one on disk cannot be written."""
+    return db.memory_connection(_create)
+
+
 def _create(con: sqlite3.Connection) -> None:
     for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
         if not name.startswith("sqlite_"):
@@ -268,7 +273,7 @@ def _store(con: sqlite3.Connection, root: Path, t0: int, modified: list, todo: l
             con.execute("DELETE FROM meta WHERE key='racy'")
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        db.rollback(con)
         raise
 
 
