@@ -350,11 +350,11 @@ def snapshot(con: sqlite3.Connection, root: Path, types: tuple[str, ...], *, lig
     changes = refresh(con, root)
     entries: list[Entry] = []
     problems: list[Problem] = []
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[int, str, str]] = {}   # id -> (its place in entries, path, signature)
     # light: the stored JSON is read for problem rows only
     cols = ("CASE WHEN ok THEN NULL ELSE data END, entry_id, title, type, importance, created, last_read, "
             "superseded_by") if light else "data"
-    for path, ok, data, *meta in con.execute(f"SELECT path, ok, {cols} FROM files ORDER BY path"):
+    for path, sig, ok, data, *meta in con.execute(f"SELECT path, sig, ok, {cols} FROM files ORDER BY path"):
         if not ok:
             d = json.loads(data)
             problems.append(Problem(path, d["reason"], d.get("field")))
@@ -369,8 +369,23 @@ def snapshot(con: sqlite3.Connection, root: Path, types: tuple[str, ...], *, lig
             problems.append(Problem(path, f"'{e.type}' is not one of {', '.join(types)}", "type"))
             continue
         if e.id in seen:
-            problems.append(Problem(path, f"duplicate id '{e.id}' (also in {seen[e.id]})", "id"))
+            # Two files, one id (a copied file, an id changed by hand): the file changed last is the one in the
+            # wrong — its ctime is the later one, and a person cannot set it back — and the entry as it was stays.
+            place, other, other_sig = seen[e.id]
+            if _ctime(sig) < _ctime(other_sig):
+                entries[place] = e
+                seen[e.id] = (place, path, sig)
+                path, other = other, path
+            problems.append(Problem(path, f"duplicate id '{e.id}' (also in {other})", "id"))
             continue
-        seen[e.id] = path
+        seen[e.id] = (len(entries), path, sig)
         entries.append(e)
     return Snapshot(entries, problems, changes)
+
+
+def _ctime(sig: str) -> int:
+    """The ctime (ns) a stat signature records (``size:mtime:ctime:inode``, maybe ``~version`` after it)."""
+    try:
+        return int(sig.partition("~")[0].rsplit(":", 2)[1])
+    except (ValueError, IndexError):
+        return 0

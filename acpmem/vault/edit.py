@@ -72,14 +72,10 @@ def _validate(v: Vault, target: _Target, text: str, forbid: tuple[str, ...] = ()
     """The id of the edited text, when it is a valid entry that may replace the target (and, in the user vault,
     holds none of the project paths ``forbid``)."""
     new = parse_entry_bytes(text.encode("utf-8"), target.path, v.settings.types)
-    if target.entry_id is not None and new.id != target.entry_id:
-        raise EntryInvalid(target.path, "id", f"must stay '{target.entry_id}' (ids are stable; citations refer to "
-                                              "them)")
-    if target.entry_id is None:
-        clash = [e for e in v.load(with_reads=False, light=True).entries if e.id == new.id and e.path != target.path]
-        if clash:
-            raise EntryInvalid(target.path, "id", f"'{new.id}' is already the id of {clash[0].path}",
-                               "give this entry an id of its own")
+    why = v.id_problem(target.path, new.id, target.entry_id)   # the check hand edits get too
+    if why:
+        raise EntryInvalid(target.path, "id", why.removeprefix("field 'id' ").removeprefix(": "),
+                           "give this entry an id of its own" if target.entry_id is None else None)
     refuse_unsafe(new, text, target.path, forbid)
     return new.id
 

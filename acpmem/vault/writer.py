@@ -302,6 +302,9 @@ class Vault(VaultReader):
             kind = secret_kind(e)  # what acpmem redacted itself does not count
             if kind:
                 return f"contains what looks like a secret ({kind}); remove it before it is committed"
+            why = self.id_problem(rel, e.id, self._committed_id(rel) if status == "modified" else None)
+            if why:
+                return why
         else:
             try:
                 text = p.read_bytes().decode("utf-8", errors="replace")
@@ -315,6 +318,33 @@ class Vault(VaultReader):
                 except SettingsError as exc:
                     return exc.message
         return None
+
+    def id_problem(self, rel: str, new_id: str, old_id: str | None) -> str | None:
+        """Why the entry file ``rel`` may not carry ``new_id``, or None — the one check of an id a person wrote, for
+        `acp memory edit` and for hand edits committed as human edits alike: an entry's id (``old_id``: what the
+        file had) never changes, since citations and supersede chains refer to it; a new file (or one that did
+        not parse) may not take an id another file has."""
+        if old_id is not None:
+            if new_id != old_id:
+                return f"field 'id' must stay '{old_id}' (ids are stable; citations refer to them)"
+            return None
+        loaded = self.load(with_reads=False, light=True)
+        clash = [e.path for e in loaded.entries if e.id == new_id and e.path != rel]
+        clash += [p.path for p in loaded.problems if p.field == "id" and p.path != rel
+                  and p.reason.startswith(f"duplicate id '{new_id}'")]
+        if clash:
+            return f"field 'id': '{new_id}' is already the id of {clash[0]}"
+        return None
+
+    def _committed_id(self, rel: str) -> str | None:
+        """The id of the entry file ``rel`` as HEAD has it, or None (not committed, or not a valid entry there)."""
+        res = git(self.root, "show", f"HEAD:{rel}", check=False)
+        if res.code != 0:
+            return None
+        try:
+            return parse_entry_bytes(res.out.encode("utf-8", "surrogateescape"), rel, None).id
+        except (EntryInvalid, ValueError):
+            return None
 
     def commit_human_edits(self) -> str | None:
         """Commit valid pending human edits in their own commit (call under the lock). Invalid ones stay as they
