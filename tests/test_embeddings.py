@@ -356,7 +356,7 @@ def test_the_watcher_answers_vector_search_as_the_recall_process_would(vault):
         reader = configure(vault, srv)
         embedding.run_pass(reader)
         con, _ = watch.open_fresh(reader.state_dir, reader.root, reader.settings)   # starts the watcher
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while not watch.sync(reader.state_dir, reader.state_dir / catalog.DB_NAME) and time.monotonic() < deadline:
             time.sleep(0.1)
         from embeddings_server import vector
