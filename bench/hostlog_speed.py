@@ -1,16 +1,20 @@
 """Reading a long DSH session log, and ``show --source`` on it: time and peak memory.
 
-Generates a DSH-style zstd log of about ``--events`` events (the worked example's session with filler turns before its
-first compaction, so block b1 covers almost all of them), then, each in a fresh process so peak RSS is its own:
+Generates a DSH zstd log of about ``--events`` events in the host's shape (``examples/dsh/make_session.py``: the
+header line, ``type, seq, …`` key order, streamed replies as packed chunk rows, turn/step events, two ``compress``
+calls with their ``compaction/prune`` events; filler turns before the first compaction, so block b1 covers almost
+all of them), and one a tenth as long, then, each in a fresh process so peak RSS is its own:
 
 * ``read``: ``read_transcript`` of the whole log (streamed; every message event kept, the surface replayed);
-* ``block check``: what ``commit --block`` does before it queues: the blocks only (lines that name no compaction
-  are skipped unparsed);
-* ``last seq``: the seq the MCP server cites when the host passes none — before, by reading the whole log; now by
-  the bounded scan (``acpmem.write.transcripts.last_seq``: no message built);
+* ``block check``: what ``commit --block`` does before it queues: the blocks only (event lines that name no
+  compaction are skipped unparsed);
+* ``last seq``: the seq the MCP server cites when the host passes none — by reading the whole log, and by the
+  bounded scan (``acpmem.write.transcripts.last_seq``: no message built); ``check_dsh`` is the same scan;
 * ``commit``: ``acp memory commit --block b2 --wait --extractor offline`` (reads the log to check the block, then
   the fork reads it again);
 * ``show --source``: the entry's cited turns read back from the log.
+
+Times are also given as a ratio to ``python -c pass`` measured in the same run (the interpreter's start-up).
 
     python bench/hostlog_speed.py --events 100000 --repeat 3
 """
@@ -51,6 +55,25 @@ def measure(code: str) -> tuple[float, float, str]:
     return float(took), int(rss) / 1024, rest
 
 
+def generate(path: Path, events: int) -> tuple[int, str]:
+    """Write a log of about ``events`` events; returns its event count and a line on its shape."""
+    import make_session
+
+    per = max(1, make_session.session(20).next - make_session.session(0).next) / 20
+    base = make_session.session(0).next
+    filler = max(0, int((events - base) / per))
+    t = time.perf_counter()
+    g = make_session.session(filler)
+    make_session.write(path, filler)
+    took = time.perf_counter() - t
+    plain = sum(len(line.encode()) + 1 for line in g.lines())
+    rows = sum(1 for r in g.rows if "seq0" in r)
+    prunes = sum(1 for r in g.rows if r["type"] == "compaction/prune")
+    return g.next, (f"{g.next} events in {len(g.rows)} lines ({rows} packed rows, {prunes} prune events, header "
+                    f"line 1), {path.stat().st_size / 1e6:.1f} MB zstd ({plain / 1e6:.1f} MB of JSONL), "
+                    f"generated in {took:.1f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Time and peak memory of reading a long DSH session log and of "
                                              "`show --source` on it.")
@@ -59,40 +82,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (default: a temporary folder)")
     args = ap.parse_args(argv)
 
-    import make_session
-
     work = Path(args.keep or tempfile.mkdtemp(prefix="acpmem-hostlog-"))
     work.mkdir(parents=True, exist_ok=True)
     log = work / "session.jsonl.zstd"
-    filler = max(0, (args.events - 30) // 2)
-    t = time.perf_counter()
-    make_session.write(log, filler)
-    gen = time.perf_counter() - t
-    plain = len(b"".join(json.dumps(e).encode() + b"\n" for e in make_session.events(filler)))
-    print(f"log: {log} — {2 * filler + 30} events, {log.stat().st_size / 1e6:.1f} MB zstd "
-          f"({plain / 1e6:.1f} MB of JSONL), generated in {gen:.1f} s")
+    small = work / "small.jsonl.zstd"
+    _, shape = generate(log, args.events)
+    print(f"log: {log} — {shape}")
+    _, shape = generate(small, args.events // 10)
+    print(f"small log: {small} — {shape}")
 
     rows = {}
+    rows["python -c pass"] = [measure("pass") for _ in range(args.repeat)]
     read_code = ("from acpmem.write.transcripts import read_transcript\n"
                  f"t = read_transcript({str(log)!r})\n"
                  "print(len(t.events), len(t.messages), [(b.id, b.tier, len(b.seqs)) for b in t.blocks])")
     rows["read_transcript (whole log)"] = [measure(read_code) for _ in range(args.repeat)]
     print(f"  read: {rows['read_transcript (whole log)'][0][2].strip()}")
-    check_code = ("from acpmem.write.transcripts import read_transcript\n"
-                  f"print(read_transcript({str(log)!r}, turns=()).block('b2').label())")
-    rows["block check at commit (scan)"] = [measure(check_code) for _ in range(args.repeat)]
+    for name, path in (("", log), (" (small log)", small)):
+        check_code = ("from acpmem.write.transcripts import read_transcript\n"
+                      f"print(read_transcript({str(path)!r}, turns=()).block('b2').label())")
+        rows["block check at commit" + name] = [measure(check_code) for _ in range(args.repeat)]
+        last_scan = ("from acpmem.write.transcripts import last_seq\n"
+                     f"print(last_seq({str(path)!r}))")
+        rows["last seq: scan" + name] = [measure(last_scan) for _ in range(args.repeat)]
 
     last_read = ("from acpmem.write.transcripts import read_transcript\n"
                  f"print(read_transcript({str(log)!r}).last_seq)")
-    last_scan = ("from acpmem.write.transcripts import last_seq\n"
-                 f"print(last_seq({str(log)!r}))")
-    rows["last seq: read whole log (before)"] = [measure(last_read) for _ in range(args.repeat)]
-    rows["last seq: scan (MCP server now)"] = [measure(last_scan) for _ in range(args.repeat)]
-    a, b = (rows[k][0][2].strip() for k in ("last seq: read whole log (before)", "last seq: scan (MCP server now)"))
+    rows["last seq: read whole log"] = [measure(last_read) for _ in range(args.repeat)]
+    a, b = (rows[k][0][2].strip() for k in ("last seq: read whole log", "last seq: scan"))
     if a != b:
         raise SystemExit(f"the scan found seq {b}, the reader {a}")
     print(f"  last seq: {b}")
-
     vault = work / "vault"
     env = dict(os.environ, ACPMEM_NO_WATCH="1")
     acp = [sys.executable, "-m", "acpmem"]
@@ -113,9 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     show_code = f"import subprocess; subprocess.run({show!r}, check=True, stdout=subprocess.DEVNULL)"
     rows["show --source (block b2)"] = [measure(show_code) for _ in range(args.repeat)]
 
-    print(f"\n{'step':<34}{'median s':>10}{'peak RSS MB':>14}")
+    base = statistics.median(r[0] for r in rows["python -c pass"])
+    print(f"\n{'step':<40}{'median s':>10}{'x pass':>8}{'peak RSS MB':>14}")
     for name, rs in rows.items():
-        print(f"{name:<34}{statistics.median(r[0] for r in rs):>10.2f}{max(r[1] for r in rs):>14.0f}")
+        took = statistics.median(r[0] for r in rs)
+        print(f"{name:<40}{took:>10.2f}{took / base:>8.1f}{max(r[1] for r in rs):>14.0f}")
     if not args.keep:
         import shutil
 

@@ -624,7 +624,8 @@ def _dump(value) -> str:
 
 
 def _dsh_event():
-    """A DSH log event: the kinds acpmem reads (messages, compaction summaries and checkpoints), unknown ones, and
+    """A DSH log line in the host's shape (``type`` first, then ``seq``): the kinds acpmem reads (messages,
+    compaction summaries and checkpoints), the normal vocabulary it skips, packed chunk rows, unknown kinds, and
     hostile fields in each."""
     text_blocks = st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": field(st.just("sqlite queue"))}),
                            max_size=2)
@@ -645,15 +646,22 @@ def _dsh_event():
                                   "topic": VALUE, "shadowedSeqs": field(st.lists(st.one_of(
                                       st.integers(0, 9), st.lists(st.integers(0, 9), min_size=2, max_size=2)),
                                       max_size=4)),
-                                  "shadowedRange": VALUE, "parentBlockIds": field(st.lists(st.just("b1"), max_size=2)),
+                                  "shadowedRange": VALUE, "parentBlockIds": field(st.lists(st.sampled_from(["c-1", "b1"]), max_size=2)),
                                   "effectiveMessageIds": field(st.lists(st.sampled_from(["1", "2#k1", "x", "9" * 30]),
                                                                         max_size=3))}),
         VALUE)
-    return st.fixed_dictionaries({"type": field(st.sampled_from(["user/message", "assistant/message", "tool/result",
-                                                                 "compaction/summary", "compaction/end",
-                                                                 "plugin/other", "session"])),
-                                  "data": data},
-                                 optional={"surfaceOp": op, "seq": field(st.integers(0, 12))})
+    event = st.fixed_dictionaries({"type": field(st.sampled_from(["user/message", "assistant/message", "tool/result",
+                                                                  "compaction/summary", "compaction/end",
+                                                                  "compaction/prune", "turn/start",
+                                                                  "plugin/other", "session"])),
+                                   "seq": field(st.integers(0, 12)), "data": data},
+                                  optional={"surfaceOp": op, "sourceEventSeqs": VALUE})
+    row = st.fixed_dictionaries({"type": st.sampled_from(["text-chunks", "reasoning-chunks", "tool-call-chunks"]),
+                                 "seq0": field(st.integers(0, 12)),
+                                 "data": field(st.fixed_dictionaries({}, optional={
+                                     "texts": field(st.lists(st.just("ab"), max_size=4)),
+                                     "args": field(st.lists(st.just("{"), max_size=4))}))})
+    return st.one_of(event, row)
 
 
 def _pi_state():
@@ -677,16 +685,25 @@ def _compressed(text: str) -> bytes:
 def transcript_text():
     """A transcript file's content: text, bytes (a zstd-compressed log, maybe cut short), or ``(log, kernel state)``
     for a pi session."""
+    header = {"type": "session", "version": 0, "id": "s", "createdAt": 1, "delegationDepth": 0}
     dsh = st.one_of(st.lists(_dsh_event(), max_size=6),   # with and without seqs (then seq = position)
                     st.lists(_dsh_event().map(lambda e: {k: v for k, v in e.items() if k != "seq"}), min_size=1,
-                             max_size=8)).map(lambda es: "\n".join(_dump(e) for e in es))
-    pi_row = st.fixed_dictionaries({"type": field(st.sampled_from(["message", "custom_message", "model_change"]))},
-                                   optional={"id": field(st.sampled_from(["a1", "a2"])), "message": field(_message()),
-                                             "content": VALUE})
+                             max_size=8),
+                    st.lists(_dsh_event(), max_size=6).map(lambda es: [header, *es])   # the header line first
+                    ).map(lambda es: "\n".join(_dump(e) for e in es))
+    # pi's real shape: a header, then entries with ids and parentIds (a tree: a parent may be any earlier entry,
+    # or one that is not there), messages, custom messages, branch summaries and compactions among them
+    pi_row = st.fixed_dictionaries({"type": field(st.sampled_from(["message", "custom_message", "model_change",
+                                                                   "compaction", "branch_summary"]))},
+                                   optional={"id": field(st.sampled_from(["a1", "a2", "a3"])),
+                                             "parentId": field(st.sampled_from(["a0", "a1", "a2", "zz", None])),
+                                             "message": field(_message()), "content": VALUE, "summary": VALUE,
+                                             "firstKeptEntryId": field(st.sampled_from(["a0", "a1", "zz"])),
+                                             "details": VALUE})
     pi = st.lists(pi_row, max_size=4).map(
-        lambda rs: "\n".join(_dump(r) for r in [{"type": "session", "id": "p"}, {"type": "message", "id": "a0",
-                                                                                  "message": {"role": "user",
-                                                                                              "content": "hi"}},
+        lambda rs: "\n".join(_dump(r) for r in [{"type": "session", "version": 3, "id": "p", "cwd": "/w"},
+                                                {"type": "message", "id": "a0", "parentId": None,
+                                                 "message": {"role": "user", "content": "hi"}},
                                                 *rs]))
     return st.one_of(
         dsh, dsh.map(_compressed),
@@ -751,9 +768,11 @@ def fuzz_transcripts(ctx: Ctx, n: int) -> int:
             assert limits.int_between(m.seq, 0, MAX), m.seq
             assert isinstance(t.text(m), str)
         for b in t.blocks:
-            assert valid_block_id(b.id) and b.tier in (None, 1, 2, 3) and isinstance(b.summary, str), b
+            assert (b.id is None or valid_block_id(b.id)) and b.tier in (None, 1, 2, 3) \
+                and isinstance(b.summary, str), b
             assert all(limits.int_between(s, 0, MAX) for s in b.seqs) and list(b.seqs) == sorted(set(b.seqs)), b
-            assert t.block(b.id).id == b.id
+            if b.id is not None:                # an id lost on the wire is not guessed, so it cannot be named
+                assert t.block(b.id).id == b.id
         close_tool_calls(openai_messages(t), "ack")
         if t.messages:
             prefix = t.upto(max(m.seq for m in t.messages))

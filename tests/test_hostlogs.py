@@ -24,8 +24,8 @@ import make_session  # noqa: E402
 
 
 def zst(path: Path, lines: list, *, frames: int = 1, last_newline: bool = True) -> Path:
-    """Write events (dicts, or raw str/bytes lines) as zstd JSONL, split over ``frames`` frames like appends."""
-    raw = [(json.dumps(x) if isinstance(x, dict) else x) for x in lines]
+    """Write rows (dicts, or raw str/bytes lines) as zstd JSONL, split over ``frames`` frames like appends."""
+    raw = [(json.dumps(x, separators=(",", ":")) if isinstance(x, dict) else x) for x in lines]
     data = [(r if isinstance(r, bytes) else r.encode()) + b"\n" for r in raw]
     if not last_newline:
         data[-1] = data[-1][:-1]
@@ -36,65 +36,61 @@ def zst(path: Path, lines: list, *, frames: int = 1, last_newline: bool = True) 
     return path
 
 
-class Log:
-    """A DSH event log under construction: seq is the position of every event."""
+class Log(make_session.DshLog):
+    """A DSH event log under construction in the host's shape (``examples/dsh/make_session.py``): the header line,
+    then events numbered from 0, streamed replies as packed rows."""
 
     def __init__(self) -> None:
-        self.events: list[dict] = [{"type": "session", "version": 0, "id": "session-t1", "cwd": "/w"}]
+        super().__init__("session-t1", "/w")
 
-    def add(self, kind: str, data: dict, op="append") -> int:
-        ev = {"seq": len(self.events), "time": 1, "type": kind, "data": data}
-        if op is not None:
-            ev["surfaceOp"] = op
-        self.events.append(ev)
-        return ev["seq"]
+    @property
+    def events(self) -> list[dict]:
+        return self.rows
+
+    @property
+    def last(self) -> int:
+        return self.next - 1
 
     def user(self, text: str) -> int:
-        return self.add("user/message", {"content": [{"type": "text", "text": text}], "source": {"kind": "user"}})
+        return super().user(text, turn=False)
 
     def assistant(self, text: str, *calls: tuple[str, str]) -> int:
-        content = [{"type": "text", "text": text}] + [{"type": "tool-call", "id": cid, "name": name,
-                                                       "arguments": {"q": cid}} for cid, name in calls]
-        return self.add("assistant/message", {"message": {"role": "assistant", "content": content}})
+        return super().assistant(text, [(cid, name, {"q": cid}) for cid, name in calls])
 
-    def result(self, call_id: str, text: str) -> int:
-        return self.add("tool/result", {"message": {"role": "tool", "content": [
-            {"type": "tool-result", "toolCallId": call_id, "content": [{"type": "text", "text": text}]}]}})
+    def compact(self, n: int, lo: int, hi: int, tier: int = 1, summary: str = "", parents=(), **extra) -> int:
+        """A compaction of the surface run ``lo`` … ``hi`` (no compress call: checkpoint only)."""
+        return self.compaction(n, summary or f"summary {n}", lo, hi, tier=tier, topic=f"topic {n}",
+                               parents=parents, **extra)
 
-    def compact(self, n: int, lo: int, hi: int, tier: int | None, shadowed: list[int], summary: str,
-                **extra) -> int:
-        cid = f"c0000000-0000-4000-8000-{n:012d}"
-        self.add("compaction/start", {"compactionId": cid}, None)
-        data = {"compactionId": cid, "summary": [{"type": "text", "text": summary}], "shadowedSeqs": shadowed,
-                "shadowedRange": {"start": lo, "end": hi}, "kernelBlockId": f"b{n}", "topic": f"topic {n}", **extra}
-        if tier is not None:
-            data["tier"] = tier
-        self.add("compaction/summary", data, None)
-        cp = self.add("user/message", {"content": [{"type": "text", "text": summary}],
-                                       "source": {"kind": "plugin", "plugin": "compact", "compactionId": cid}},
-                      {"op": "replace", "start": lo, "end": hi})
-        self.add("compaction/end", {"compactionId": cid}, None)
-        return cp
+
+def five_users() -> list[str]:
+    """The lines of a short log: the header and five user messages, seqs 0-4."""
+    g = Log()
+    for i in range(5):
+        g.user(f"u{i}")
+    return g.lines()
 
 
 def three_tiers() -> Log:
     """Turns, then b1 (tier 1), b2 (tier 2 over b1's checkpoint and newer turns), b3 (tier 3 over b2), with an
-    assistant turn of two tool calls inside b1."""
+    assistant turn of two tool calls inside b1, and the rest of a real log between them (turns, steps, streamed
+    chunks packed in rows, tool calls)."""
     g = Log()
-    g.user("Design the auth flow")                         # 1
-    a = g.assistant("reading", ("call_a", "read"), ("call_b", "grep"))   # 2: two tool calls
-    g.result("call_a", "login.ts body")                    # 3
-    g.result("call_b", "grep hits")                        # 4
-    g.assistant("JWT 15m, refresh in Redis")               # 5
-    cp1 = g.compact(1, a, 5, 1, [2, 3, 4, 5], "JWT access 15m; refresh in Redis 30d.",
-                    effectiveMessageIds=["2#call_a", "2#call_b", "3", "4", "5"])
-    t1 = g.user("now tests")                               # 10
-    g.assistant("tests green")                             # 11
-    cp2 = g.compact(2, cp1, 11, None, [cp1, t1, t1 + 1], "Auth done; tests green.")
-    t2 = g.user("lint")                                    # 16
-    g.assistant("lint fixed")                              # 17
-    g.compact(3, cp2, t2 + 1, None, [cp2, t2, t2 + 1], "Source: b2 (3K→0.3K tok, 10x). [auth]\nAuth shipped.")
-    g.user("remember it")
+    g.first = g.user("Design the auth flow")
+    g.a = g.assistant("reading the login module and grepping for sessions", ("call_a", "read"), ("call_b", "grep"))
+    g.ra = g.result("call_a", "login.ts body")
+    g.rb = g.result("call_b", "grep hits")
+    g.end_turn()
+    g.answer = g.assistant("JWT 15m, refresh in Redis")
+    g.cp1 = g.compact(1, g.a, g.answer, 1, "JWT access 15m; refresh in Redis 30d.",
+                      effective=[f"{g.a}#call_a", f"{g.a}#call_b", str(g.ra), str(g.rb), str(g.answer)])
+    g.t1 = g.user("now tests")
+    g.t1b = g.assistant("tests green")
+    g.cp2 = g.compact(2, g.cp1, g.t1b, 2, "Auth done; tests green.", parents=[g.cp1])
+    g.t2 = g.user("lint")
+    g.t2b = g.assistant("lint fixed")
+    g.cp3 = g.compact(3, g.cp2, g.t2b, 3, "Source: b2 (3K→0.3K tok, 10x). [auth]\nAuth shipped.", parents=[g.cp2])
+    g.tail = g.user("remember it")
     return g
 
 
@@ -104,28 +100,31 @@ def test_dsh_log_reads_messages_surface_and_nested_blocks_to_tier_3(tmp_path):
     g = three_tiers()
     t = read_transcript(zst(tmp_path / "session.jsonl.zstd", g.events, frames=3))   # appended frames
     assert t.container == "dsh" and t.format == "openai" and t.warnings == ()
+    assert any(e["type"] == "text-chunks" for e in g.events) and "seq" not in g.events[0]   # the real shape
     b1, b2, b3 = t.blocks
-    assert (b1.id, b1.tier, b1.seqs, b1.active) == ("b1", 1, (2, 3, 4, 5), False)
-    assert b1.compaction_id == "c0000000-0000-4000-8000-000000000001" and b1.topic == "topic 1"
-    # tier from nesting when the event does not say; covered turns followed back through checkpoints
-    assert (b2.tier, b2.nested, b2.seqs, b2.active) == (2, ("b1",), (2, 3, 4, 5, 10, 11), False)
-    assert (b3.tier, b3.nested, b3.seqs, b3.active) == (3, ("b2",), (2, 3, 4, 5, 10, 11, 16, 17), True)
+    b1_turns = (g.a, g.ra, g.rb, g.answer)
+    assert (b1.id, b1.tier, b1.seqs, b1.active, b1.at) == ("b1", 1, b1_turns, False, g.cp1)
+    assert b1.compaction_id == "7f3c9a1e-0000-4000-8000-000000000001" and b1.topic == "topic 1"
+    # nesting from parentBlockIds (compaction ids); covered turns followed back through checkpoints
+    assert (b2.tier, b2.nested, b2.seqs, b2.active) == (2, ("b1",), (*b1_turns, g.t1, g.t1b), False)
+    assert (b3.tier, b3.nested, b3.seqs, b3.active) == (3, ("b2",), (*b1_turns, g.t1, g.t1b, g.t2, g.t2b), True)
     # the surface the model saw last: the first turn, the tier-3 checkpoint, the last user turn
     msgs = openai_messages(t)
     assert [m["content"] for m in msgs] == ["Design the auth flow", b3.summary, "remember it"]
-    # at seq 11, before the second compaction: b1's checkpoint in place of turns 2..5
-    early = openai_messages(t.upto(11))
+    # at the second user turn's reply, before the second compaction: b1's checkpoint in place of its turns
+    early = openai_messages(t.upto(g.t1b))
     assert [m["content"] for m in early] == ["Design the auth flow", b1.summary, "now tests", "tests green"]
     # two tool calls in one turn: one assistant message with both calls, results answering them
-    before = openai_messages(t.upto(4))
+    before = openai_messages(t.upto(g.rb))
     assert [c["id"] for c in before[1]["tool_calls"]] == ["call_a", "call_b"]
     assert [m.get("tool_call_id") for m in before[2:]] == ["call_a", "call_b"]
-    assert [m.seq for m in t.turns(b1.seqs)] == [2, 3, 4, 5]
-    assert t.last_seq == len(g.events) - 1
-    # reading only some turns (a scan: lines that start with another seq are not parsed) finds the same blocks
-    for events in (g.events, [dict(reversed(list(e.items()))) for e in g.events]):   # seq first, then seq last
-        part = read_transcript(zst(tmp_path / "p.zst", events), turns={3, 10})
-        assert part.blocks == t.blocks and [m.seq for m in part.events] == [3, 10]
+    assert [m.seq for m in t.turns(b1.seqs)] == list(b1_turns)
+    assert t.last_seq == g.tail == g.last
+    # reading only some turns (a scan: event lines that start with their type and seq are not parsed) finds the
+    # same blocks, whatever the key order
+    for events in (g.events, [dict(reversed(list(e.items()))) for e in g.events]):   # type first, then last
+        part = read_transcript(zst(tmp_path / "p.zst", events), turns={g.ra, g.t1})
+        assert part.blocks == t.blocks and [m.seq for m in part.events] == [g.ra, g.t1]
         assert read_transcript(tmp_path / "p.zst", turns=()).block("b3") == b3
 
 
@@ -139,22 +138,83 @@ def test_the_example_session_and_a_plain_jsonl_dsh_log_read_alike(tmp_path):
 
 
 def test_dsh_unknown_events_truncation_and_a_cut_last_line_are_warnings(tmp_path):
-    g = three_tiers()
-    events = [*g.events[:3], {"seq": 3, "type": "plugin/telemetry", "data": {}}, *[
-        {**e, "seq": e["seq"] + 1} for e in g.events[3:6]]]
-    t = read_transcript(zst(tmp_path / "u.zst", events))
-    assert any("'plugin/telemetry' ×1" in w for w in t.warnings)
-    assert [m.seq for m in t.events] == [1, 2, 4, 5, 6]
+    g = Log()
+    g.user("hi")
+    g.add("plugin/telemetry", {})                                # a type DSH does not write: one warning
+    g.add("plugin/other", {})
+    g.add("plugin/telemetry", {})
+    g.add("vendor/x", {})
+    g.rows[-1]["ignorable"] = True                               # marked ignorable: skipped silently
+    g.end_turn()                                                 # the normal vocabulary: no warning
+    g.assistant("a reply long enough to be streamed in a packed row")
+    t = read_transcript(zst(tmp_path / "u.zst", g.events))
+    (w,) = t.warnings
+    assert "'plugin/other' ×1, 'plugin/telemetry' ×2" in w and "vendor/x" not in w and "more types" not in w
+    assert [m.seq for m in t.events] == [0, g.last]
+    many = Log()
+    for i in range(20):
+        many.add(f"plugin/kind{i:02d}", {})
+    many.user("hi")
+    (w,) = read_transcript(zst(tmp_path / "m.zst", many.events)).warnings
+    assert "'plugin/kind11' ×1" in w and "plugin/kind12" not in w and "and 8 more types" in w   # never a silent cut
     # a half-written last line
-    raw = [json.dumps(e) for e in g.events[:6]] + ['{"seq": 6, "type": "user/mess']
+    raw = [json.dumps(e) for e in g.events] + ['{"type": "user/message", "seq": ' + str(g.next) + ', "da']
     t = read_transcript(zst(tmp_path / "cut.zst", raw, last_newline=False))
-    assert any("cut off" in w for w in t.warnings) and t.events[-1].seq == 5
+    assert any("cut off" in w for w in t.warnings) and t.events[-1].seq == g.last
     # a file cut in the middle of a frame: what is complete is read, with a warning
-    whole = zst(tmp_path / "whole.zst", g.events, frames=4).read_bytes()
+    whole = zst(tmp_path / "whole.zst", three_tiers().events, frames=4).read_bytes()
     (tmp_path / "trunc.zst").write_bytes(whole[:int(len(whole) * 0.8)])
     t = read_transcript(tmp_path / "trunc.zst")
     assert any("middle of a zstd frame" in w for w in t.warnings)
     assert 0 < len(t.events) < len(read_transcript(tmp_path / "whole.zst").events)
+
+
+def test_dsh_packed_rows_stand_for_their_events_and_a_broken_row_is_an_error(tmp_path):
+    g = Log()
+    g.user("hi")
+    g.assistant("one two three four five six seven eight nine ten eleven twelve thirteen")
+    rows = [e for e in g.events if e["type"] == "text-chunks"]
+    assert rows and len(rows[0]["data"]["texts"]) >= 3
+    t = read_transcript(zst(tmp_path / "p.zst", g.events))
+    assert t.last_seq == g.last == rows[0]["seq0"] + len(rows[0]["data"]["texts"]) + 3   # block-end, usage, finish
+    broken = [e if e is not rows[0] else {**e, "data": {**e["data"], "texts": []}} for e in g.events]
+    with pytest.raises(TranscriptError, match="text-chunks row without its texts list"):
+        read_transcript(zst(tmp_path / "b.zst", broken))
+    off = [e if e is not rows[0] else {**e, "seq0": e["seq0"] + 1} for e in g.events]
+    with pytest.raises(TranscriptError, match=rf"seq {rows[0]['seq0'] + 1} where seq {rows[0]['seq0']} was expected"):
+        read_transcript(zst(tmp_path / "o.zst", off))
+
+
+def test_dsh_parent_block_ids_are_compaction_ids_and_an_unknown_one_is_said(tmp_path):
+    g = Log()
+    a = g.user("one")
+    b = g.assistant("two")
+    cp = g.compact(1, a, b, 1, "first")
+    c = g.user("three")
+    g.compact(2, cp, c, 2, "second", parents=[cp])
+    g.rows[-3]["data"]["parentBlockIds"].append("0c0c0c0c-0000-4000-8000-00000000dead")
+    t = read_transcript(zst(tmp_path / "n.zst", g.events))
+    b1, b2 = t.blocks
+    assert b2.nested == ("b1",) and not b1.active and b2.active
+    (w,) = t.warnings
+    assert "names a parent compaction '0c0c0c0c-0000-4000-8000-00000000dead'" in w and "not recorded" in w
+
+
+def test_dsh_own_compaction_is_rolling_tier_1_summaries_numbered_by_order(tmp_path):
+    """``dsh-compaction-basic`` records no tier, kernelBlockId, topic or parents: each compaction re-summarises the
+    previous checkpoint. As the host's registry reads it: b1, b2, … all tier 1, none nested, all active; each
+    covers what the earlier checkpoint covered."""
+    g = Log()
+    u = g.user("first")
+    r = g.assistant("reply")
+    cp1 = g.compaction(1, "summary one", u, r, tier=None, kernel_id=None)
+    u2 = g.user("second")
+    r2 = g.assistant("reply two")
+    g.compaction(2, "summary two", cp1, r2, tier=None, kernel_id=None)
+    t = read_transcript(zst(tmp_path / "basic.zst", g.events))
+    assert [(b.id, b.tier, b.topic, b.nested, b.active) for b in t.blocks] == [
+        ("b1", 1, None, (), True), ("b2", 1, None, (), True)]
+    assert t.blocks[1].seqs == (u, r, u2, r2) and t.warnings == ()
 
 
 @pytest.mark.parametrize("case, message", [
@@ -162,27 +222,30 @@ def test_dsh_unknown_events_truncation_and_a_cut_last_line_are_warnings(tmp_path
     ("huge", "line is over"),
     ("not_utf8", "not UTF-8"),
     ("deep", "nested too deeply"),
-    ("seq_back", "does not follow"),
+    ("seq_back", "where seq 5 was expected"),
     ("not_object", "expected a JSON object"),
     ("bad_json_mid", "not valid JSON"),
+    ("header_twice", "where seq 5 was expected"),
 ])
 def test_hostile_dsh_logs_are_one_clean_error(tmp_path, case, message):
-    good = [json.dumps(e) for e in three_tiers().events[:5]]
+    good = five_users()
     path = tmp_path / "bad.zst"
     if case == "corrupt":
         data = bytearray(zst(path, good).read_bytes())
         data[12:40] = b"\xff" * 28
         path.write_bytes(bytes(data))
     elif case == "huge":
-        zst(path, [*good, '{"seq": 5, "type": "user/message", "data": {"content": "' + "x" * (17 << 20) + '"}}'])
+        zst(path, [*good, '{"type": "user/message", "seq": 5, "data": {"content": "' + "x" * (17 << 20) + '"}}'])
     elif case == "not_utf8":
-        zst(path, [*good, b'{"seq": 5, "type": "user/message", "data": {"content": "\xff\xfe"}}'])
+        zst(path, [*good, b'{"type": "user/message", "seq": 5, "data": {"content": "\xff\xfe"}}'])
     elif case == "deep":
         zst(path, [*good, "[" * 200_000 + "]" * 200_000, *good[:1]])
     elif case == "seq_back":
-        zst(path, [*good, json.dumps({"seq": 2, "type": "user/message", "data": {"content": "x"}})])
+        zst(path, [*good, json.dumps({"type": "user/message", "seq": 2, "data": {"content": "x"}})])
     elif case == "not_object":
         zst(path, [*good, "[1, 2]"])
+    elif case == "header_twice":   # a header is line 1 only; elsewhere it is an event without its seq in order
+        zst(path, [*good, good[0].replace('"version"', '"seq": 0, "version"')])
     else:
         zst(path, [*good, "{not json", *good[:1]])
     with pytest.raises(TranscriptError) as err:
@@ -193,34 +256,51 @@ def test_hostile_dsh_logs_are_one_clean_error(tmp_path, case, message):
 
 # ---------------------------------------------------------------------------------------------------------- pi
 
+def pi_rows(entries: list[dict], session: str = "01a232f6-0000-7000-8000-000000000001") -> list[dict]:
+    """A pi session as pi 0.83 writes it: the header, then entries with 8-hex ids each naming the one before as
+    ``parentId`` (an entry may name another parent with ``"parentId"``: a branch)."""
+    rows = [{"type": "session", "version": 3, "id": session, "timestamp": "2026-12-01T10:00:00.000Z", "cwd": "/w"}]
+    prev = None
+    for i, e in enumerate(entries):
+        ident = e.get("id", f"{0xa0000000 + i:08x}")
+        row = {"type": e.get("type", "message"), "id": ident, "parentId": e.get("parentId", prev),
+               "timestamp": f"2026-12-01T10:00:{i:02d}.000Z"}
+        row.update({k: v for k, v in e.items() if k not in ("type", "id", "parentId")})
+        rows.append(row)
+        prev = ident
+    return rows
+
+
 def pi_session(tmp_path: Path, state: dict | None, envelope: bool = True) -> Path:
-    rows = [{"type": "session", "version": 3, "id": "pi-s1", "cwd": "/w"},
-            {"type": "message", "id": "a1", "message": {"role": "user", "content": "Design auth"}},
-            {"type": "message", "id": "a2", "message": {"role": "assistant", "content": [
-                {"type": "text", "text": "reading"}, {"type": "toolCall", "id": "t1", "name": "read", "arguments": {}},
-                {"type": "toolCall", "id": "t2", "name": "grep", "arguments": {"p": 1}}]}},
-            {"type": "message", "id": "a3", "message": {"role": "toolResult", "toolCallId": "t1",
-                                                        "content": [{"type": "text", "text": "file"}]}},
-            {"type": "message", "id": "a4", "message": {"role": "toolResult", "toolCallId": "t2", "content": "hits"}},
-            {"type": "model_change", "id": "x"},
-            {"type": "message", "id": "a5", "message": {"role": "assistant", "content": [
-                {"type": "text", "text": "JWT 15m"}]}},
-            {"type": "message", "id": "a6", "message": {"role": "user", "content": "remember"}}]
-    log = tmp_path / "pi.jsonl"
+    rows = pi_rows([{"type": "model_change", "id": "0000000a", "provider": "faux", "modelId": "faux-1"},
+                    {"id": "000000a1", "message": {"role": "user", "content": [{"type": "text", "text": "Design auth"}]}},
+                    {"id": "000000a2", "message": {"role": "assistant", "content": [
+                        {"type": "text", "text": "reading"},
+                        {"type": "toolCall", "id": "t1", "name": "read", "arguments": {}},
+                        {"type": "toolCall", "id": "t2", "name": "grep", "arguments": {"p": 1}}]}},
+                    {"id": "000000a3", "message": {"role": "toolResult", "toolCallId": "t1", "toolName": "read",
+                                                   "content": [{"type": "text", "text": "file"}], "isError": False}},
+                    {"id": "000000a4", "message": {"role": "toolResult", "toolCallId": "t2", "toolName": "grep",
+                                                   "content": [{"type": "text", "text": "hits"}], "isError": False}},
+                    {"type": "thinking_level_change", "id": "0000000b", "thinkingLevel": "off"},
+                    {"id": "000000a5", "message": {"role": "assistant", "content": [{"type": "text", "text": "JWT 15m"}]}},
+                    {"id": "000000a6", "message": {"role": "user", "content": [{"type": "text", "text": "remember"}]}}])
+    log = tmp_path / "2026-12-01T10-00-00-000Z_01a232f6-0000-7000-8000-000000000001.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     if state is not None:
-        doc = {"version": 1, "savedAt": 1, "id": "pi-s1", "payload": state} if envelope else state
-        (tmp_path / "pi.jsonl.acp.json").write_text(json.dumps(doc))
+        doc = {"version": 1, "savedAt": 1, "id": rows[0]["id"], "payload": state} if envelope else state
+        Path(str(log) + ".acp.json").write_text(json.dumps(doc))
     return log
 
 
 PI_STATE = {"blocks": [
     {"blockId": "b1", "runId": "r1", "tier": 1, "topic": "reading", "summary": "Read login and grep.",
-     "effectiveMessageIds": ["a2#t1", "a2#t2", "m00003", "a4"], "directBlockIds": [], "active": False},
+     "effectiveMessageIds": ["000000a2#t1", "000000a2#t2", "m00003", "000000a4"], "directBlockIds": [],
+     "active": False},
     {"blockId": "b2", "runId": "r2", "tier": 2, "topic": "auth", "summary": "Auth: JWT 15m.",
-     "effectiveMessageIds": ["a2#t1", "a2#t2", "a3", "a4", "a5", "gone-id"], "directBlockIds": ["b1"],
-     "active": True}],
-    "messageRefs": {"byRaw": {"a3": "m00003"}, "byRef": {"m00003": "a3"}}, "nextBlockId": 3}
+     "effectiveMessageIds": ["000000a2#t1", "000000a2#t2", "000000a3", "000000a4", "000000a5", "gone-id"],
+     "directBlockIds": ["b1"], "active": True}],
+    "messageRefs": {"byRaw": {"000000a3": "m00003"}, "byRef": {"m00003": "000000a3"}}, "nextBlockId": 3}
 
 
 @pytest.mark.parametrize("envelope", [True, False])
@@ -228,20 +308,21 @@ def test_pi_log_with_kernel_state_beside_it(tmp_path, envelope):
     t = read_transcript(pi_session(tmp_path, PI_STATE, envelope))
     assert t.container == "pi"
     b1, b2 = t.blocks
-    assert (b1.seqs, b1.active, b2.seqs, b2.nested, b2.tier) == ((2, 3, 4), False, (2, 3, 4, 6), ("b1",), 2)
+    assert (b1.seqs, b1.active, b2.seqs, b2.nested, b2.tier) == ((3, 4, 5), False, (3, 4, 5, 7), ("b1",), 2)
     msgs = openai_messages(t)
     assert msgs[0] == {"role": "user", "content": "Design auth"}
-    assert msgs[1]["content"] == "[Compressed conversation section] — auth\nAuth: JWT 15m."
+    assert msgs[1] == {"role": "user", "content": "[Compressed conversation section] — auth\nAuth: JWT 15m."}
     assert msgs[2] == {"role": "user", "content": "remember"} and len(msgs) == 3
     (tmp_path / "bare").mkdir()
     raw = read_transcript(pi_session(tmp_path / "bare", None))
-    assert raw.blocks == () and len(openai_messages(raw)) == 6
+    assert raw.blocks == () and len(openai_messages(raw)) == 6 and len(raw.messages) == 7   # one message per call
     assert [c["id"] for c in openai_messages(raw)[1]["tool_calls"]] == ["t1", "t2"]
+    assert [m.id for m in raw.messages[1:3]] == ["000000a2#t1", "000000a2#t2"]
 
 
 def test_a_kernel_state_that_is_not_json_is_a_clean_error(tmp_path):
     log = pi_session(tmp_path, None)
-    (tmp_path / "pi.jsonl.acp.json").write_text('{"blocks": [')
+    Path(str(log) + ".acp.json").write_text('{"blocks": [')
     with pytest.raises(TranscriptError, match="kernel state is not valid JSON"):
         read_transcript(log)
 
@@ -318,7 +399,7 @@ def test_a_block_commit_sends_the_conversation_unchanged_and_names_the_block_las
     e = next(x for x in v.load().entries if x.id == out.entries[0]["id"])
     (c,) = e.citation
     assert (c.session, c.seq, c.block, c.tier, c.compaction, c.turns) == (
-        "s-dsh", "2-15", "b2", 2, b2.compaction_id, "2-7,12-15")
+        "s-dsh", f"{b2.seqs[0]}-{b2.seqs[-1]}", "b2", 2, b2.compaction_id, turns_text(b2.seqs))
     text = (v.root / e.path).read_text()
     assert "  block: b2\n  tier: 2\n" in text
     again = parse_entry(text, e.path)
@@ -366,11 +447,13 @@ def test_show_source_for_a_dsh_block_a_plain_transcript_and_a_missing_source(exa
     assert sources.record_transcript(v, "s-dsh", log, "commit")      # as submit does
     src = sources.entry_source(v, out.entries[0]["id"])
     (s,) = src.sources
-    assert s.status == "ok" and s.block.id == "b2" and [t.seq for t in s.turns] == [2, 3, 4, 5, 6, 7, 12, 13, 14, 15]
+    b2 = read_transcript(log).block("b2")
+    assert s.status == "ok" and s.block.id == "b2" and tuple(t.seq for t in s.turns) == b2.seqs
     text = sources.source_text(src)
-    assert '<<acpmem-data kind="block" id="b2" tier="2"' in text and 'kind="turn" seq="13" role="assistant"' in text
+    assert '<<acpmem-data kind="block" id="b2" tier="2"' in text
+    assert f'kind="turn" seq="{b2.seqs[-1]}" role="assistant"' in text
     r = cli("memory", "--vault", str(v.root), "show", out.entries[0]["id"], "--source")
-    assert r.returncode == 0 and 'kind="turn" seq="2" role="assistant"' in r.stdout
+    assert r.returncode == 0 and f'kind="turn" seq="{b2.seqs[0]}" role="assistant"' in r.stdout
     r = cli("memory", "--vault", str(v.root), "doctor", "--json")
     found = [f["what"] for f in json.loads(r.stdout)["findings"]]
     assert any(w.endswith(" 0 invalid file(s)") for w in found), found     # block citations pass doctor
@@ -407,15 +490,18 @@ def test_show_source_says_which_turns_of_a_block_are_missing(example_vault, tmp_
     v = example_vault
     g = three_tiers()
     path = zst(tmp_path / "cut.zst", g.events)
-    req = _request(v, str(path), 21, block="b3")
+    req = _request(v, str(path), g.last, block="b3")
     (out,) = worker.process_now(v, [req.id], extractor="offline")
     assert out.status == "written"
-    # the log is replaced by one that lost turns 10-11 (the host rewrote it): the citation names them still
-    kept = [e for e in g.events if e.get("seq") not in (10, 11)]
+    # the log is replaced by one whose turns t1, t1b lost their text (the host rewrote it): the citation names
+    # them still
+    lost = (g.t1, g.t1b)
+    kept = [e if e.get("seq") not in lost else {**e, "data": {}} for e in g.events]
     zst(path, kept)
     (s,) = sources.entry_source(v, out.entries[0]["id"], transcript=str(path)).sources
-    assert s.status == "ok" and s.missing == (10, 11) and [t.seq for t in s.turns] == [2, 3, 4, 5, 16, 17]
-    assert "Turns not in the transcript: 10-11" in sources.source_text(sources.entry_source(
+    assert s.status == "ok" and s.missing == lost
+    assert [t.seq for t in s.turns] == [g.a, g.ra, g.rb, g.answer, g.t2, g.t2b]
+    assert f"Turns not in the transcript: {turns_text(lost)}" in sources.source_text(sources.entry_source(
         v, out.entries[0]["id"], transcript=str(path)))
 
 
@@ -438,14 +524,14 @@ def test_mcp_source_resource_text(example_vault, tmp_path):
     log = make_session.write(tmp_path / "s.jsonl.zstd")
     svc = MemoryService(example_vault.root, "s-dsh", str(log), clock=example_vault.clock)
     svc.record()
-    req = _request(example_vault, str(log), 21)
+    req = _request(example_vault, str(log), read_transcript(log).last_seq)
     (out,) = worker.process_now(example_vault, [req.id], extractor="offline")
     text = svc.source(f"memory://entry/{out.entries[0]['id']}/source")
     assert 'kind="block" id="b2"' in text and "from " + str(log) in text
     assert svc.source("memory://entry/../source") is None
     # the MCP commit takes block like the CLI: an unknown one is the model's error, nothing is queued
     (commit,) = [t for t in svc.tools() if t["name"] == "memory_commit"]
-    assert commit["inputSchema"]["properties"]["block"]["pattern"] == "^b[0-9]{1,9}$"
+    assert commit["inputSchema"]["properties"]["block"]["pattern"] == "^(b[0-9]{1,9}|pi-compaction-[A-Za-z0-9_-]{1,64})$"
     with pytest.raises(TranscriptError, match="no compression block 'b7'"):
         svc.commit({"type": "decision", "note": "n", "importance": 5, "block": "b7"}, {"seq": 3})
     assert requests.list_requests(example_vault.state_dir) == ([], [])
@@ -453,10 +539,11 @@ def test_mcp_source_resource_text(example_vault, tmp_path):
 
 def test_dry_run_body_of_a_block_request_matches_the_fork(example_vault, tmp_path):
     log = make_session.write(tmp_path / "s.jsonl.zstd")
-    req = _request(example_vault, str(log), 21, block="b1")
+    t = read_transcript(log)
+    req = _request(example_vault, str(log), t.last_seq, block="b1")
     body = fork.build_body(example_vault, req, "m")
     assert 'id="b1" tier="1" topic="JWT auth design"' in body["messages"][-1]["content"]
-    assert fork.request_citations(req, read_transcript(log))[0].turns == "2-7"
+    assert fork.request_citations(req, t)[0].turns == turns_text(t.block("b1").seqs)
 
 
 def test_the_worked_example_runs_offline(tmp_path):
@@ -467,11 +554,13 @@ def test_the_worked_example_runs_offline(tmp_path):
                        capture_output=True, text=True, timeout=240, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout
-    assert 'b1 (tier 1, "JWT auth design")  turns 2-7  (consumed)' in out
-    assert 'b2 (tier 2, "Auth + tests")  turns 2-7,12-15  nested b1\n' in out
-    assert "citations: session-3aa366c3#2-15 (b2)" in out
-    assert '<<acpmem-data kind="block" id="b2" tier="2" topic="Auth + tests" turns="2-7,12-15"' in out
-    assert 'kind="turn" seq="15" role="assistant"' in out and "Traceback" not in r.stderr
+    t = read_transcript(tmp_path / "session.jsonl.zstd")
+    b1, b2 = (t.block("b1").seqs, t.block("b2").seqs)
+    assert f'b1 (tier 1, "JWT auth design")  turns {turns_text(b1)}  (consumed)' in out
+    assert f'b2 (tier 2, "Auth + tests")  turns {turns_text(b2)}  nested b1\n' in out
+    assert f"citations: session-3aa366c3#{b2[0]}-{b2[-1]} (b2)" in out
+    assert f'<<acpmem-data kind="block" id="b2" tier="2" topic="Auth + tests" turns="{turns_text(b2)}"' in out
+    assert f'kind="turn" seq="{b2[-1]}" role="assistant"' in out and "Traceback" not in r.stderr
 
 
 def test_the_source_resource_over_a_real_mcp_session(example_vault, tmp_path):
@@ -479,7 +568,7 @@ def test_the_source_resource_over_a_real_mcp_session(example_vault, tmp_path):
 
     v = example_vault
     log = make_session.write(tmp_path / "s.jsonl.zstd")
-    req = _request(v, str(log), 21)
+    req = _request(v, str(log), read_transcript(log).last_seq)
     (out,) = worker.process_now(v, [req.id], extractor="offline")
     ident = out.entries[0]["id"]
     root = v.root
@@ -500,7 +589,9 @@ def test_the_source_resource_over_a_real_mcp_session(example_vault, tmp_path):
     uris, text, missing = _session_run(_server_params(root, "--session", "s-dsh", "--transcript", str(log)), body,
                                        str(errlog))
     assert uris == ["memory://entry/{id}/source"]
-    assert 'kind="block" id="b2" tier="2"' in text and 'kind="turn" seq="12" role="user"' in text
+    t = read_transcript(log)
+    user_turn = next(m.seq for m in t.turns(t.block("b2").seqs) if m.role == "user")
+    assert 'kind="block" id="b2" tier="2"' in text and f'kind="turn" seq="{user_turn}" role="user"' in text
     assert missing and "no entry with id 'zzzzzz'" in missing and "Traceback" not in errlog.read_text()
 
 
@@ -560,7 +651,7 @@ def test_the_replayed_surface_is_what_each_compaction_left(tmp_path, plan):
         i = min(k, len(surface) - 2)
         lo, hi = surface[i], surface[i + 1]
         n += 1
-        cp = g.compact(n, lo, hi, None, surface[i:i + 2], f"summary {n}")   # the run from node lo to node hi
+        cp = g.compact(n, lo, hi, 1, f"summary {n}")   # the run from node lo to node hi
         surface[i:i + 2] = [cp]
         checkpoints.add(cp)
     path = zst(tmp_path / "h.zst", g.events)
@@ -613,15 +704,18 @@ def test_an_older_citation_of_a_kernel_block_ref_shows_that_block(vault, tmp_pat
               body="- JWT 15m\n", citation=(Citation("session-3aa366c3", "b1"),))
     vault.write_entries([e.with_changes(path=vault.path_for(e.id, e.title))], subject="s", why="w")
     (s,) = sources.entry_source(vault, "k1ref", transcript=str(log)).sources
-    assert s.status == "ok" and s.block.id == "b1" and [t.seq for t in s.turns] == [2, 3, 4, 5, 6, 7]
+    assert s.status == "ok" and s.block.id == "b1" and tuple(t.seq for t in s.turns) == read_transcript(log).block(
+        "b1").seqs
 
 
 def test_the_blocks_command_lists_what_commit_can_name(tmp_path, cli):
     log = make_session.write(tmp_path / "s.jsonl.zstd")
     r = cli("memory", "blocks", str(log), "--json", cwd=tmp_path)
     doc = json.loads(r.stdout)
+    t = read_transcript(log)
     assert r.returncode == 0 and [(b["id"], b["tier"], b["turns"], b["active"]) for b in doc["blocks"]] == [
-        ("b1", 1, "2-7", False), ("b2", 2, "2-7,12-15", True)]
+        ("b1", 1, turns_text(t.block("b1").seqs), False), ("b2", 2, turns_text(t.block("b2").seqs), True)]
+    assert doc["blocks"][1]["nested"] == ["b1"] and doc["blocks"][1]["at"] == t.block("b2").at
     chat = tmp_path / "chat.json"
     chat.write_text('[{"role": "user", "content": "hi"}]')
     r = cli("memory", "blocks", str(chat), cwd=tmp_path)
@@ -673,20 +767,20 @@ def _event_lines(plan, compact_json: bool) -> tuple[list[str], Log]:
         if kind == "compact" and len(surface) >= 2:
             i = min(k, len(surface) - 2)
             n += 1
-            surface[i:i + 2] = [g.compact(n, surface[i], surface[i + 1], None, surface[i:i + 2], f"s{n}")]
+            surface[i:i + 2] = [g.compact(n, surface[i], surface[i + 1], 1, f"s{n}")]
         elif kind == "assistant":
             surface.append(g.assistant("a", *[(f"c{len(g.events)}_{j}", "grep") for j in range(k % 3)]))
         elif kind == "result":
             surface.append(g.result(f"c{k}", "r"))
         elif kind == "other":
-            g.add("plugin/telemetry", {"k": k}, None)
+            g.add("plugin/telemetry", {"k": k})
         else:
             surface.append(g.user(f"u{len(g.events)}"))
     sep = (",", ":") if compact_json else (", ", ": ")
     lines = []
     for e in g.events:
         if e.get("seq", 0) % 5 == 4:   # some events with their keys in another order: read by parsing the line
-            e = {"type": e["type"], **{k: v for k, v in e.items() if k != "type"}}
+            e = {"seq": e["seq"], **{k: v for k, v in e.items() if k != "seq"}}
         lines.append(json.dumps(e, separators=sep))
     return lines, g
 
@@ -702,7 +796,7 @@ def test_the_scanned_last_seq_is_the_read_transcripts(tmp_path, plan, compact_js
 
     lines, g = _event_lines(plan, compact_json)
     if cut == "half":
-        lines.append(json.dumps({"seq": len(g.events), "type": "user/message", "data": {"content": "x"}})[:30])
+        lines.append(json.dumps({"type": "user/message", "seq": g.next, "data": {"content": "x"}})[:30])
     path = zst(tmp_path / "l.zst", lines, frames=frames, last_newline=cut is None)
     try:
         expected = read_transcript(path).last_seq
@@ -720,24 +814,25 @@ def test_the_scanned_last_seq_of_a_plain_transcript_and_of_a_log_without_message
     chat = tmp_path / "chat.json"
     chat.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]))
     assert last_seq(chat) == read_transcript(chat).last_seq == 1
-    only = zst(tmp_path / "o.zst", [Log().events[0], {"seq": 1, "type": "plugin/x", "data": {}}])
+    only = zst(tmp_path / "o.zst", [Log().events[0], {"type": "plugin/x", "seq": 0, "data": {}}])
     with pytest.raises(TranscriptError, match="no messages in this session log"):
         last_seq(only)
 
 
 @pytest.mark.parametrize("case, message", [
     ("huge", "line is over"), ("not_utf8", "not UTF-8"), ("deep", "nested too deeply"),
-    ("seq_back", "does not follow"), ("not_object", "expected a JSON object"), ("bad_json_mid", "not valid JSON"),
+    ("seq_back", "where seq 5 was expected"), ("not_object", "expected a JSON object"),
+    ("bad_json_mid", "not valid JSON"),
     ("corrupt", "corrupt zstd data")])
 def test_the_last_seq_scan_refuses_hostile_logs_like_the_reader(tmp_path, case, message):
     from acpmem.write.transcripts import last_seq
 
-    good = [json.dumps(e) for e in three_tiers().events[:5]]
+    good = five_users()
     path = tmp_path / "bad.zst"
-    bad = {"huge": '{"seq": 5, "type": "user/message", "data": {"content": "' + "x" * (17 << 20) + '"}}',
-           "not_utf8": b'{"seq": 5, "type": "user/message", "data": {"content": "\xff\xfe"}}',
+    bad = {"huge": '{"type": "user/message", "seq": 5, "data": {"content": "' + "x" * (17 << 20) + '"}}',
+           "not_utf8": b'{"type": "user/message", "seq": 5, "data": {"content": "\xff\xfe"}}',
            "deep": "[" * 200_000 + "]" * 200_000,
-           "seq_back": json.dumps({"seq": 2, "type": "user/message", "data": {"content": "x"}}),
+           "seq_back": json.dumps({"type": "user/message", "seq": 2, "data": {"content": "x"}}),
            "not_object": "[1, 2]", "bad_json_mid": "{not json", "corrupt": None}[case]
     if bad is None:
         data = bytearray(zst(path, good).read_bytes())

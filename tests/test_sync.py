@@ -67,7 +67,9 @@ def test_two_clones_with_different_entries_and_reads_merge_cleanly(clones, cli, 
     rb = _sync(cli, b.root, "--json")
     assert rb.returncode == 0, rb.stderr
     res_b = json.loads(rb.stdout)
-    assert res_b["merge"] == "merge" and res_b["incoming"] >= 1 and res_b["pushed"] is True
+    # B's own commit is replayed on top of A's: no merge commit, no commit of the exchange's own
+    assert res_b["merge"] == "replay" and res_b["incoming"] >= 1 and res_b["pushed"] is True
+    assert res_b["merge_commit"] is None and res_b["regenerated"] is None and res_b["outgoing"] == 1
     ra = _sync(cli, a.root, "--json")
     assert ra.returncode == 0, ra.stderr
     assert json.loads(ra.stdout)["merge"] == "fast-forward"
@@ -84,8 +86,13 @@ def test_two_clones_with_different_entries_and_reads_merge_cleanly(clones, cli, 
         assert len(tsv) == 2 and all("base01\t" in p.read_text() for p in tsv)
     assert git_out(a.root, "rev-parse", "HEAD") == git_out(b.root, "rev-parse", "HEAD") \
         == git_out(bare, "rev-parse", "main")
-    # the merge commit says what it is
-    assert "Acpmem-Kind: sync" in git_out(b.root, "log", "--merges", "-n1", "--format=%B")
+    # the history stays linear: every commit on the remote is a write, none an exchange
+    assert git_out(bare, "rev-list", "--merges", "main").strip() == ""
+    kinds = git_out(bare, "log", "--format=%(trailers:key=Acpmem-Kind,valueonly)", "main").split()
+    assert "sync" not in kinds and kinds.count("fork-write") + kinds.count("human-write") >= 2
+    # B's replayed commit carries the regenerated MEMORY.md: the remote's tip lists all three entries
+    memory = git_out(bare, "show", "main:MEMORY.md")
+    assert memory.count("`alpha1`") == 1 and memory.count("`beta01`") == 1 and "3 entries" in memory
 
 
 def test_same_entry_edited_on_both_sides_keeps_both_versions_then_finishes(clones, cli, clock):

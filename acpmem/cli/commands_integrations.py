@@ -73,12 +73,15 @@ def sync(ctx: typer.Context,
                                                        help="The git remote (default: acpmem.toml [git] remote, "
                                                             "\"origin\").")] = None,
          user: UserOpt = False, json_: JsonOpt = False, vault: VaultOpt = None) -> None:
-    """Exchange the vault with a git remote: commit what is pending, fetch, merge, regenerate MEMORY.md, push.
-    --user syncs your user vault instead (between your machines).
+    """Exchange the vault with a git remote: commit what is pending, fetch, put this clone's commits on top of
+    the remote's (MEMORY.md regenerated in them), push. --user syncs your user vault instead (between your
+    machines).
 
-    Reads and different entries written on two clones merge without conflicts. When both sides changed the same
-    entry, the merge stays in progress with both versions in the file (nothing is lost or pushed); edit it, then
-    run `acp memory sync` again to finish. No remote yet: `git -C VAULT remote add origin URL`.
+    Reads and different entries written on two clones never conflict, and an exchange adds no commit of its own.
+    When other clones push meanwhile, sync fetches and tries again, waiting a little longer each time, for at most
+    [git] sync_seconds (default 120). When both sides changed the same entry, a merge stays in progress with both
+    versions in the file (nothing is lost or pushed); edit it, then run `acp memory sync` again to finish. No
+    remote yet: `git -C VAULT remote add origin URL`.
 
     Example: acp memory sync --remote origin
 
@@ -106,7 +109,9 @@ def sync(ctx: typer.Context,
     if json_:
         out_json(result.to_json())
         return
-    how = {"up-to-date": "", "fast-forward": " (fast-forward)", "merge": " (merged)",
-           "finished-merge": " (your resolved merge committed)", "first-push": " (first push)"}[result.merge]
+    how = {"up-to-date": "", "fast-forward": " (fast-forward)", "replay": " (this clone's commits replayed on top)",
+           "merge": " (merged)", "finished-merge": " (your resolved merge committed)",
+           "first-push": " (first push)"}[result.merge]
+    tries = f" after {result.attempts} tries (the remote moved meanwhile)" if result.attempts > 1 else ""
     out(f"Synced with {result.remote}/{result.branch}: {result.incoming} commit(s) in{how}, {result.outgoing} out"
-        f"{' and pushed' if result.pushed else ''}. HEAD {result.head[:12]}.")
+        f"{' and pushed' if result.pushed else ''}{tries}. HEAD {result.head[:12]}.")

@@ -15,10 +15,13 @@ from acpmem.core.limits import MAX_SEQ
 from acpmem.core.values import Value
 
 BLOCK_RE = re.compile(r"b([0-9]{1,9})\Z")
+# A compaction a host made without the kernel (pi's own): no kernel id, so acpmem names it after the host's entry.
+HOST_BLOCK_RE = re.compile(r"pi-compaction-[A-Za-z0-9_-]{1,64}\Z")
 COMPACTION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
 MAX_TURNS_CHARS = 4000        # the citation's ``turns`` text; past it the covered turns are cut to their span
 MAX_TURN_PARTS = 500
 SUMMARY_HEAD = "[Compressed conversation section]"
+NO_TOPIC = "(none)"
 _RECAP = re.compile(r"\n*\[(b[0-9]{1,9}) \| [0-9]+ messages?(?: \| topic: \"(.*)\")?\]\s*\Z")
 
 
@@ -26,9 +29,11 @@ class Block(Value):
     """One compression block. ``seqs``: the turns it covers, as the host's seqs (empty when the host did not say);
     ``nested``: the ids of the blocks it consumed; ``compaction_id``: the host's stable id (DSH ``compactionId``);
     ``at``: the seq where the block appears in the log or transcript (its summary event or message), if any;
-    ``tier`` is None when the host did not say."""
+    ``tier`` is None when the host did not say; ``id`` is None when the host's data does not name the block (a kernel
+    summary inside a plain transcript: the id is lost on the wire); ``read_files`` / ``modified_files``: what a pi
+    compaction recorded in its ``details``."""
 
-    id: str
+    id: str | None
     summary: str
     tier: int | None = None
     topic: str | None = None
@@ -37,22 +42,34 @@ class Block(Value):
     compaction_id: str | None = None
     at: int | None = None
     active: bool = True
+    read_files: tuple[str, ...] = ()
+    modified_files: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        return {"id": self.id, "tier": self.tier, "topic": self.topic, "summary": self.summary,
-                "turns": turns_text(self.seqs), "nested": list(self.nested), "compaction_id": self.compaction_id,
-                "at": self.at, "active": self.active}
+        out = {"id": self.id, "tier": self.tier, "topic": self.topic, "summary": self.summary,
+               "turns": turns_text(self.seqs), "nested": list(self.nested), "compaction_id": self.compaction_id,
+               "at": self.at, "active": self.active}
+        if self.read_files or self.modified_files:
+            out["read_files"], out["modified_files"] = list(self.read_files), list(self.modified_files)
+        return out
 
     def label(self) -> str:
         """``b12 (tier 2, "JWT auth design")``: how a block is named to people and to the fork."""
         bits = [f"tier {self.tier}" if self.tier else "tier unknown"]
         if self.topic:
             bits.append(f'"{self.topic}"')
-        return f"{self.id} ({', '.join(bits)})"
+        if self.id is not None and HOST_BLOCK_RE.match(self.id):
+            bits.append("pi's own compaction, no kernel id")
+        return f"{self.id or 'id unknown'} ({', '.join(bits)})"
 
 
 def valid_block_id(value: object) -> bool:
-    return isinstance(value, str) and BLOCK_RE.match(value) is not None and int(value[1:]) <= MAX_SEQ
+    """A kernel block id ``b12``, or ``pi-compaction-<entry id>`` (a pi compaction, which has no kernel id)."""
+    if not isinstance(value, str):
+        return False
+    if BLOCK_RE.match(value) is not None:
+        return int(value[1:]) <= MAX_SEQ
+    return HOST_BLOCK_RE.match(value) is not None
 
 
 def turns_text(seqs) -> str:
@@ -127,4 +144,6 @@ def summary_message(text: str, message_id: object = None) -> tuple[str | None, s
         ident = ident or m[1]
         topic = topic or (m[2] or None)
         rest = rest[:m.start()]
+    if topic == NO_TOPIC:      # the kernel's recap prints this when there is no topic
+        topic = None
     return ident, topic, rest.strip("\n")

@@ -105,6 +105,7 @@ class GitSettings(Section):
     lock_timeout_seconds: float = 60.0
     foreign_lock_wait_seconds: float = 10.0
     remote: str = "origin"
+    sync_seconds: float = 120.0   # how long `sync` keeps retrying a push the remote rejected because it moved
 
 
 class LayersSettings(Section):
@@ -172,6 +173,7 @@ _RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("rerank", "candidates"): (2, 200, False),
     ("git", "lock_timeout_seconds"): (0, 86_400, False),
     ("git", "foreign_lock_wait_seconds"): (0, 86_400, False),
+    ("git", "sync_seconds"): (0, 86_400, False),
     ("layers", "user_share"): (0, 1, False),
 }
 _HINT = "see the comments in the template acpmem.toml"

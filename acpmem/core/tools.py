@@ -23,7 +23,7 @@ MAX_QUERY_CHARS = 1000
 MAX_RECALL_LIMIT = 20
 MAX_TITLE_CHARS = 300
 MAX_SUPERSEDES = 20
-BLOCK_PATTERN = "^b[0-9]{1,9}$"
+BLOCK_PATTERN = "^(b[0-9]{1,9}|pi-compaction-[A-Za-z0-9_-]{1,64})$"   # a kernel block, or a pi compaction
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 
 _TYPE_GLOSS = {

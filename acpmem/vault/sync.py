@@ -1,36 +1,52 @@
-"""Sync: exchange the vault with a git remote — commit what is pending, fetch, merge, regenerate, push.
+"""Sync: exchange the vault with a git remote — commit what is pending, fetch, integrate, push, retry.
 
-Everything runs under the vault lock, so no acpmem write interleaves with the exchange:
+Each attempt runs under the vault lock, so no acpmem write interleaves with the exchange:
 
 1. finish an interrupted change, commit valid human edits and fold the local read log (``Vault.apply`` with no
    writes does exactly that);
 2. ``git fetch REMOTE``;
-3. ``git merge REMOTE/BRANCH`` — a merge, never a rebase: a rebase rewrites the local commits (their ids are printed
-   by ``forget`` for restoring and recorded by people), replays them one by one so a conflict can stop it halfway
-   through the history, and loses the record of when the clones exchanged. A merge keeps both histories as they
-   were and asks a person to resolve a conflict once;
-4. regenerate MEMORY.md (it merges with ``merge=union``, so it needs regenerating after every merge) and commit it;
-5. ``git push REMOTE HEAD:BRANCH`` (fetch and merge again, a bounded number of times, if the remote moved meanwhile).
+3. integrate ``REMOTE/BRANCH``:
 
-Read bookkeeping never conflicts: each clone writes only ``reads/<clone-id>.tsv`` (see ``reads``). When both sides
-changed the same entry, the merge is left in progress with both versions in the file between git's conflict
-markers — nothing is lost and nothing is pushed — and ``SyncConflict`` says exactly what to do: edit the file(s),
-then run ``acp memory sync`` again, which checks them, finishes the merge and pushes (``git merge --abort`` backs
-out instead).
+   * nothing local to send: fast-forward;
+   * only acpmem's own commits to send (each made by acpmem, with its ``Acpmem-Kind`` trailer, no merge among
+     them) and none touching a file the remote changed in a way that conflicts: **replay** them on top of the
+     remote, in memory (libgit2's three-way merge of each commit's change; nothing half-done can be left in the
+     work tree), then move the work tree and the branch there in one ``git reset --keep``. MEMORY.md is not
+     merged: it is regenerated from the entries and amended into the last replayed commit, so an exchange adds
+     no commit of its own. The replayed commits get new ids (their messages, trailers, authors and dates stay);
+   * anything else — a person's own commit, a merge, a conflict, no libgit2: a **merge**, committed once with
+     MEMORY.md regenerated inside it. When both sides changed the same entry, the merge is left in progress with
+     both versions in the file between git's conflict markers — nothing is lost and nothing is pushed — and
+     ``SyncConflict`` says exactly what to do: edit the file(s), then run ``acp memory sync`` again, which checks
+     them, finishes the merge and pushes (``git merge --abort`` backs out instead);
+4. ``git push REMOTE HEAD:BRANCH``. Rejected because another clone pushed first (or two pushes raced inside the
+   server): the lock is let go, sync waits a growing, jittered time and starts again at 2, for at most
+   ``[git] sync_seconds``; then it stops with the real cause, everything kept here.
+
+Read bookkeeping never conflicts: each clone writes only ``reads/<clone-id>.tsv`` (see ``reads``).
 """
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable
 
 from acpmem.core.entryfile import has_conflict_markers, parse_entry_bytes
 from acpmem.core.errors import EntryInvalid, GitStateError, SyncConflict
-from acpmem.core.layout import ENTRIES_DIR, LAYER_USER
+from acpmem.core.layout import ENTRIES_DIR, LAYER_USER, MEMORY_FILE
 from acpmem.core.values import Value
+from acpmem.infra.files import atomic_write
 from acpmem.vault.gitrun import error_text, git
 from acpmem.vault.writer import KIND_READS, KIND_SYNC, Vault
 
-MAX_PUSH_ATTEMPTS = 3
 MAX_GREP_PATHS = 1000   # more outgoing files than this: the conflict-marker check greps the whole tree
+BACKOFF_FIRST = 0.25    # seconds before the second attempt; doubled each time, up to BACKOFF_MAX
+BACKOFF_MAX = 4.0
+# git's words for "the remote moved between this clone's fetch and its push" (or two pushes raced in the server)
+# how a sync integrated, for its result: the most telling step of its attempts
+_RANK = {"fast-forward": 1, "replay": 2, "merge": 3, "first-push": 4, "finished-merge": 5}
+_MOVED = ("fetch first", "non-fast-forward", "cannot lock ref", "failed to update ref", "incorrect old value",
+          "stale info", "but expected")
 
 
 class SyncResult(Value):
@@ -39,81 +55,167 @@ class SyncResult(Value):
     local_commits: tuple[str, ...]   # commits made before the exchange (human edits, the read log)
     incoming: int                    # commits received from the remote
     outgoing: int                    # commits the remote did not have before the push
-    merge: str                       # up-to-date | fast-forward | merge | finished-merge | first-push
+    merge: str                       # up-to-date | fast-forward | replay | merge | finished-merge | first-push
     merge_commit: str | None
-    regenerated: str | None          # the commit that regenerated MEMORY.md after the merge, if one was needed
+    regenerated: str | None          # a commit of its own that regenerated MEMORY.md, if one was needed
     pushed: bool
     head: str
+    attempts: int = 1                # pushes tried (more than one: the remote moved meanwhile)
 
     def to_json(self) -> dict:
         return {"remote": self.remote, "branch": self.branch, "local_commits": list(self.local_commits),
                 "incoming": self.incoming, "outgoing": self.outgoing, "merge": self.merge,
                 "merge_commit": self.merge_commit, "regenerated": self.regenerated, "pushed": self.pushed,
-                "head": self.head}
+                "head": self.head, "attempts": self.attempts}
 
 
 def sync(vault: Vault, remote: str | None = None, *,
-         progress: Callable[[str], None] = lambda _msg: None) -> SyncResult:
+         progress: Callable[[str], None] = lambda _msg: None,
+         clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+         rng: random.Random | None = None) -> SyncResult:
     """Exchange ``vault`` with ``remote`` (default: acpmem.toml [git] remote, "origin"). Raises ``SyncConflict``
     when both sides changed the same entry (the merge is left for a person), ``GitStateError`` for a missing
-    remote, a detached HEAD or a failing git command."""
+    remote, a detached HEAD, a failing git command or a remote that kept moving for ``[git] sync_seconds``."""
     remote = remote or vault.settings.git.remote
-    root = vault.root
-    with vault.lock():
+    rng = rng or random.Random()
+    budget = vault.settings.git.sync_seconds
+    started = clock()
+    state = _Exchange()
+    rejections = 0
+    while True:
+        with vault.lock():
+            if rejections == 0:
+                state.begin(vault, remote, progress)
+            res = state.attempt(vault, remote, progress)
+            if isinstance(res, SyncResult):
+                return res
+            outgoing = state.outgoing
+        reason = push_reason(res)
+        if not moved(res):
+            raise GitStateError(f"git push to {remote} failed: {reason}",
+                                f"{_push_hint(res, vault, remote)}; your {outgoing} commit(s) are kept here — "
+                                f"then run {again(vault)} again")
+        rejections += 1
+        delay = backoff(rejections, rng)
+        spent = clock() - started
+        if spent + delay > budget:
+            raise GitStateError(
+                f"{remote} kept moving: {rejections} push(es) were rejected in {spent:.0f} s because other clones "
+                f"pushed first (git: {reason}); your {outgoing} commit(s) are kept here, safe",
+                f"run {again(vault)} again in a minute, when the others are done (or raise [git] sync_seconds, "
+                f"now {budget:g})")
+        progress(f"{remote} moved meanwhile; trying again in {delay:.1f} s")
+        sleep(delay)
+        state.attempts += 1
+
+
+def backoff(rejections: int, rng: random.Random) -> float:
+    """The wait after the n-th rejected push: doubling from ``BACKOFF_FIRST`` up to ``BACKOFF_MAX``, the upper half
+    jittered, so that clones that collided once do not collide again in step, and none waits much longer than the
+    others (a clone that lost many times is not pushed behind one that just started)."""
+    ceiling = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (rejections - 1))
+    return ceiling / 2 + rng.uniform(0, ceiling / 2)
+
+
+def moved(res) -> bool:
+    """Did the push fail because the remote moved (so fetching, integrating and pushing again can succeed)?"""
+    text = f"{res.out}\n{res.err}"
+    return any(w in text for w in _MOVED)
+
+
+def push_reason(res) -> str:
+    """Why git refused a push, on one line, whichever stream it came on: ``--porcelain`` puts the per-ref status
+    (``!\tHEAD:refs/heads/main\t[rejected] (fetch first)``) on standard output and the rest on standard error."""
+    refs = []
+    for line in res.out.splitlines():
+        parts = line.split("\t")
+        if line.startswith("!") and len(parts) >= 3:
+            refs.append(" ".join(parts[2:]).strip())
+    said = error_text(res) if res.err.strip() else ""
+    if said.startswith("failed to push some refs"):
+        said = ""
+    return "; ".join(dict.fromkeys(x for x in (*refs, said) if x)) or f"git exited with {res.code}"
+
+
+def _push_hint(res, vault: Vault, remote: str) -> str:
+    text = f"{res.out}\n{res.err}".lower()
+    if any(w in text for w in ("permission", "denied", "authentication", "access", "could not read from remote",
+                               "unable to access", "not found", "does not appear to be a git repository")):
+        return f"check access to the remote (`git -C {vault.root} push {remote}`)"
+    if "hook declined" in text or "protected branch" in text:
+        return "the remote refused the push by its own rule (a hook or a protected branch): ask its owner"
+    return f"see what git says with `git -C {vault.root} push {remote}`"
+
+
+class _Exchange:
+    """What one sync learns across its attempts."""
+
+    def __init__(self) -> None:
+        self.local: list[str] = []
+        self.branch = ""
+        self.finishing = False
+        self.merge_commit: str | None = None
+        self.how: str | None = None
+        self.incoming = 0
+        self.outgoing = 0
+        self.regenerated: str | None = None
+        self.attempts = 1
+
+    def begin(self, vault: Vault, remote: str, progress) -> None:
+        root = vault.root
         _check_remote(vault, remote)
-        branch = _branch(vault)
-        upstream = f"{remote}/{branch}"
-        local: list[str] = []
-        finishing = (root / ".git" / "MERGE_HEAD").exists()
-        if finishing:
+        self.branch = _branch(vault)
+        upstream = f"{remote}/{self.branch}"
+        self.finishing = (root / ".git" / "MERGE_HEAD").exists()
+        if self.finishing:
             progress("Finishing the merge you resolved")
-            merge_commit = _finish_merge(vault, upstream)
+            self.merge_commit = _finish_merge(vault, upstream)
+            self.how = "finished-merge"
         else:
             progress("Committing pending changes")
             before = _head(vault)
             _commit_generated(vault, "record reads before sync",
                               "Folded the local read log so the exchange carries it.", KIND_READS)
-            local = git(root, "rev-list", "--reverse", f"{before}..HEAD").out.split()
-            merge_commit = None
-        incoming = outgoing = 0
-        how: str | None = "finished-merge" if finishing else None
-        regenerated = None
-        for attempt in range(MAX_PUSH_ATTEMPTS):
-            progress(f"Fetching from {remote}")
-            _git(vault, "fetch", "--quiet", "--no-tags", remote)
-            has_remote_branch = git(root, "rev-parse", "--verify", "-q", f"refs/remotes/{upstream}",
-                                    check=False).code == 0
-            if has_remote_branch:
-                incoming_now = _count(vault, f"HEAD..{upstream}")
-                if incoming_now:
-                    incoming += incoming_now
-                    progress(f"Merging {incoming_now} commit(s) from {upstream}")
-                    step, sha = _merge(vault, upstream)
-                    how = how or step
-                    merge_commit = sha or merge_commit
-                    progress("Regenerating MEMORY.md")
-                    regenerated = _regenerate(vault, upstream) or regenerated
-                outgoing = _count(vault, f"{upstream}..HEAD")
-                if not outgoing:
-                    return SyncResult(remote, branch, tuple(local), incoming, 0, how or "up-to-date", merge_commit,
-                                      regenerated, False, _head(vault))
-            else:
-                how = how or "first-push"
-                outgoing = _count(vault, "HEAD")
-            _refuse_markers(vault, upstream if has_remote_branch else None)
-            progress(f"Pushing {outgoing} commit(s) to {upstream}")
-            res = git(root, "push", "--quiet", "--porcelain", remote, f"HEAD:refs/heads/{branch}", check=False)
-            if res.code == 0:
-                if git(root, "config", f"branch.{branch}.remote", check=False).code != 0:
-                    git(root, "branch", "--quiet", f"--set-upstream-to={upstream}", check=False)
-                return SyncResult(remote, branch, tuple(local), incoming, outgoing, how or "up-to-date", merge_commit,
-                                  regenerated, True, _head(vault))
-            if not _rejected(res.out + res.err) or attempt == MAX_PUSH_ATTEMPTS - 1:
-                raise GitStateError(f"git push to {remote} failed: {error_text(res)}",
-                                    f"check access to the remote (`git -C {root} push {remote}`), then run "
-                                    f"{again(vault)} again")
-            progress(f"{remote} moved meanwhile; fetching again")
-        raise AssertionError("unreachable")
+            self.local = git(root, "rev-list", "--reverse", f"{before}..HEAD").out.split()
+
+    def result(self, remote: str, pushed: bool, vault: Vault) -> SyncResult:
+        return SyncResult(remote, self.branch, tuple(self.local), self.incoming, self.outgoing if pushed else 0,
+                          self.how or "up-to-date", self.merge_commit, self.regenerated, pushed, _head(vault),
+                          self.attempts)
+
+    def attempt(self, vault: Vault, remote: str, progress):
+        """Fetch, integrate and push once. Returns the ``SyncResult`` when done, else git's rejected push."""
+        root = vault.root
+        branch = self.branch
+        upstream = f"{remote}/{branch}"
+        progress(f"Fetching from {remote}")
+        _git(vault, "fetch", "--quiet", "--no-tags", remote)
+        has_remote_branch = git(root, "rev-parse", "--verify", "-q", f"refs/remotes/{upstream}",
+                                check=False).code == 0
+        if has_remote_branch:
+            incoming_now = _count(vault, f"HEAD..{upstream}")
+            if incoming_now:
+                self.incoming += incoming_now
+                progress(f"Integrating {incoming_now} commit(s) from {upstream}")
+                step, sha, regen = _integrate(vault, upstream)
+                if _RANK.get(step, 0) > _RANK.get(self.how, 0):
+                    self.how = step
+                self.merge_commit = sha or self.merge_commit
+                self.regenerated = regen or self.regenerated
+            self.outgoing = _count(vault, f"{upstream}..HEAD")
+            if not self.outgoing:
+                return self.result(remote, False, vault)
+        else:
+            self.how = self.how or "first-push"
+            self.outgoing = _count(vault, "HEAD")
+        _refuse_markers(vault, upstream if has_remote_branch else None)
+        progress(f"Pushing {self.outgoing} commit(s) to {upstream}")
+        res = git(root, "push", "--quiet", "--porcelain", remote, f"HEAD:refs/heads/{branch}", check=False)
+        if res.code == 0:
+            if git(root, "config", f"branch.{branch}.remote", check=False).code != 0:
+                git(root, "branch", "--quiet", f"--set-upstream-to={upstream}", check=False)
+            return self.result(remote, True, vault)
+        return res
 
 
 # --------------------------------------------------------------------------------------------- steps
@@ -160,22 +262,111 @@ def _head(vault: Vault) -> str:
     return git(vault.root, "rev-parse", "HEAD").out.strip()
 
 
-def _rejected(text: str) -> bool:
-    return any(w in text for w in ("[rejected]", "non-fast-forward", "fetch first", "[remote rejected]"))
+def _integrate(vault: Vault, upstream: str) -> tuple[str, str | None, str | None]:
+    """Bring ``upstream``'s commits into HEAD. Returns (fast-forward | replay | merge, the merge commit if one was
+    made, a separate MEMORY.md commit if one was needed). Leaves a conflicted merge in place and raises
+    ``SyncConflict``."""
+    root = vault.root
+    local = git(root, "rev-list", "--reverse", f"{upstream}..HEAD").out.split()
+    if not local:
+        res = git(root, "merge", "--ff-only", "--quiet", "--no-stat", upstream, check=False)
+        if res.code != 0:
+            raise GitStateError(f"git merge --ff-only {upstream} failed: {error_text(res)}",
+                                f"run `acp memory doctor` to see what is uncommitted in {root}, fix or remove it, "
+                                f"then {again(vault)} again")
+        return "fast-forward", None, _regenerate(vault, upstream)
+    replayed = _replay(vault, upstream, local)
+    if replayed is not None:
+        return "replay", None, None
+    return _merge(vault, upstream)
 
 
-def _merge(vault: Vault, upstream: str) -> tuple[str, str | None]:
-    """Merge ``upstream`` into HEAD. Returns (fast-forward | merge, the new commit). Leaves a conflicted merge in
+def _replay(vault: Vault, upstream: str, local: list[str]) -> str | None:
+    """Put acpmem's own unpushed commits on top of ``upstream`` (what ``git rebase`` does, without its stops: each
+    commit's change is merged in memory; the work tree and the branch move once, at the end). Returns the new HEAD,
+    or None — nothing changed — when a merge is the right way: a commit a person made with git (no ``Acpmem-Kind``
+    trailer), a merge commit, a change that conflicts with the remote's, libgit2 missing or unable."""
+    try:
+        import pygit2
+    except ImportError:
+        return None
+    root = vault.root
+    try:
+        repo = pygit2.Repository(str(root))
+        commits = [repo[c] for c in local]
+        if any(len(c.parents) != 1 or "\nAcpmem-Kind: " not in c.message for c in commits):
+            return None
+        cur = repo.revparse_single(f"refs/remotes/{upstream}").peel(pygit2.Commit)
+        for c in commits:
+            merged = repo.merge_trees(c.parents[0].tree, cur.tree, c.tree)
+            clashing = {e.path for trio in (merged.conflicts or ()) for e in trio if e is not None}
+            if clashing - {MEMORY_FILE}:
+                return None
+            # MEMORY.md is derived: keep the remote's until it is regenerated below, never a merge of two versions
+            if clashing:
+                del merged.conflicts[MEMORY_FILE]
+            if MEMORY_FILE in cur.tree:
+                theirs = cur.tree[MEMORY_FILE]
+                merged.add(pygit2.IndexEntry(MEMORY_FILE, theirs.id, theirs.filemode))
+            elif MEMORY_FILE in merged:
+                merged.remove(MEMORY_FILE)
+            tree = merged.write_tree(repo)
+            if tree == cur.tree.id:
+                continue   # the remote already has this change
+            cur = repo[repo.create_commit(None, c.author, c.committer, c.message, tree, [cur.id])]
+    except (pygit2.GitError, KeyError, ValueError):
+        return None
+    new = str(cur.id)
+    # One step moves the index, the work tree and the branch; it refuses (and changes nothing) if a file it must
+    # change has a change of its own in the work tree (an invalid human edit, kept there): then merge instead.
+    if git(root, "reset", "--quiet", "--keep", new, check=False).code != 0:
+        return None
+    _amend_memory(vault, upstream)
+    return vault.head()
+
+
+def _memory_text(vault: Vault) -> str:
+    from acpmem.core.render import memory_md
+
+    return memory_md(vault.load(with_reads=False, light=True).entries, vault.settings)
+
+
+def _amend_memory(vault: Vault, upstream: str) -> None:
+    """MEMORY.md regenerated from the replayed entries, in the last replayed commit (not yet pushed) — an exchange
+    makes no commit of its own. Killed before the amend, the file is merely out of date: the next write commits
+    it."""
+    root = vault.root
+    text = _memory_text(vault)
+    mp = root / MEMORY_FILE
+    if mp.exists() and mp.read_text("utf-8") == text:
+        return
+    if _count(vault, f"{upstream}..HEAD") == 0:   # every change was already upstream: nothing of ours to amend
+        _regenerate(vault, upstream)
+        return
+    atomic_write(mp, text, durable=False)
+    who = git(root, "log", "-1", "--format=%cn%x00%ce").out.strip().split("\0")
+    ident = ("-c", f"user.name={who[0]}", "-c", f"user.email={who[1]}") if len(who) == 2 and all(who) else ()
+    git(root, *ident, "commit", "--quiet", "--no-verify", "--amend", "--no-edit", "--", MEMORY_FILE)
+
+
+def _merge(vault: Vault, upstream: str) -> tuple[str, str | None, str | None]:
+    """Merge ``upstream`` into HEAD, one commit with MEMORY.md regenerated in it. Leaves a conflicted merge in
     place and raises ``SyncConflict``."""
     root = vault.root
-    before = _head(vault)
     message = (f"acpmem: {KIND_SYNC}: merge {upstream}\n\nIntegrated the changes of another clone of the vault.\n\n"
                f"Acpmem-Kind: {KIND_SYNC}\n")
-    res = git(root, "merge", "--no-verify", "--no-edit", "--no-stat", "-m", message, upstream, check=False)
+    res = git(root, "merge", "--no-verify", "--no-commit", "--no-ff", "--no-stat", upstream, check=False)
+    if res.code == 0 and (root / ".git" / "MERGE_HEAD").exists():
+        text = _memory_text(vault)
+        mp = root / MEMORY_FILE
+        if not mp.exists() or mp.read_text("utf-8") != text:
+            atomic_write(mp, text, durable=False)
+        git(root, "add", "--", MEMORY_FILE)
+        # Killed here, the merge is in progress with nothing unmerged: the next sync commits it.
+        git(root, "commit", "--quiet", "--no-verify", "-F", "-", input=message)
+        return "merge", _head(vault), None
     if res.code == 0:
-        after = _head(vault)
-        parents = git(root, "rev-list", "--parents", "-n1", "HEAD").out.split()
-        return ("merge" if len(parents) > 2 else "fast-forward"), (after if after != before else None)
+        return "fast-forward", None, _regenerate(vault, upstream)
     if "unrelated histories" in res.err:
         raise GitStateError(f"{upstream} holds a vault with a different history (it was created separately, not "
                             "cloned from this one)",

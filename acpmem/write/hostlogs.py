@@ -1,4 +1,4 @@
-"""Reading the compression hosts' session logs: DSH's event log and pi's session log with its kernel state.
+"""Reading the compression hosts' session logs: DSH's event log (pi's session log and kernel state: ``pilogs``).
 
 Returns plain parts (``HostLog``: the message events as OpenAI chat messages with their seqs, the surface changes,
 the compression blocks, warnings); ``acpmem.write.transcripts`` turns them into a ``Transcript`` and finds them by
@@ -10,12 +10,6 @@ and ``tool/result`` are messages; each carries a ``surfaceOp``: ``append``, or `
 of surface nodes named by the seqs of its first and last (how the host's compaction checkpoint takes the place of the
 turns it summarises), so the surface the model saw at any seq is replayed from the log. ``compaction/summary``
 events become blocks. Read as a stream, a bounded chunk at a time; never loaded whole.
-
-**pi** (``<session>.jsonl``): one entry per line (``{"type": "message", "id", "message": {role, content}}``),
-``seq`` = line number; the kernel state is the JSON file beside it (``<session>.jsonl.acp.json``, bare or in
-acp-kernel's ``StateStore`` envelope ``{version, savedAt, id, payload}``). Its blocks' covered messages
-(``effectiveMessageIds``, through ``messageRefs`` for ``m00012`` refs) become seqs; the surface the model saw is the
-log with each active block's summary in place of the messages it covers.
 
 Hostile input: a line longer than ``MAX_LINE_BYTES``, text that is not UTF-8, a corrupt zstd frame, more than
 ``MAX_EVENTS`` events or ``MAX_LOG_BYTES`` of text, JSON nested too deep, a seq that does not increase — one
@@ -44,15 +38,27 @@ MAX_TEXT_DEPTH = 16           # content blocks nested deeper than this are not r
 MAX_TOPIC_CHARS = 300
 MAX_SUMMARY_CHARS = 100_000
 MAX_WARNINGS = 20
+MAX_UNKNOWN_KINDS = 12      # unknown event types named in the warning (then: "and N more types")
 READ_CHUNK = 4096             # compressed bytes per step: bounds what one step can inflate to
-STATE_SUFFIX = ".acp.json"
-MAX_STATE_BYTES = 256 * 1024 * 1024
 DSH_MESSAGES = ("user/message", "assistant/message", "tool/result")
-DSH_KNOWN = (*DSH_MESSAGES, "session", "compaction/start", "compaction/summary", "compaction/end")
+DSH_READ = (*DSH_MESSAGES, "compaction/summary")
+PACKED_ROWS = ("text-chunks", "reasoning-chunks", "tool-call-chunks")   # one line standing for several chunk events
+# The event types DSH 0.1.0-rc.8 writes (its session package's list): normal, read or skipped without a warning.
+DSH_EVENTS = frozenset((
+    "agent-preset/selected", "agent/inbox/spliced", "approval/asked", "approval/decided", "approval/policy",
+    "assistant/chunk", "assistant/message", "command/done", "command/run", "compaction/end", "compaction/prune",
+    "compaction/start", "compaction/summary", "feedback/record", "goal/change", "hook/invoked", "hook/result",
+    "llm/retry", "llm/retry-started", "permission/preset", "plan/mode", "request/context", "request/header",
+    "sandbox/mode", "schedule/change", "session/end-seed", "session/title", "session/title-llm-request",
+    "step/end", "step/start", "subagent/descriptor", "team/member", "team/message/delivered",
+    "team/message/queued", "team/task", "todo/write", "tool-workflow/agent-end", "tool-workflow/agent-start",
+    "tool-workflow/run-end", "tool-workflow/run-start", "tool/call", "tool/code-dispatch",
+    "tool/code-dispatch-start", "tool/result", "turn/end", "turn/start", "user/message",
+    "web/deepseek-search-llm-request"))
+DSH_KNOWN = (*DSH_EVENTS, *PACKED_ROWS, "session")
 _MSG_ID = re.compile(r"([0-9]{1,19})(?:#.*)?\Z", re.S)
 _REF = re.compile(r"m([0-9]{1,9})\Z")
-_SEQ_PREFIX = re.compile(r'\{"seq":\s?([0-9]{1,18}),')
-_SEQ_TYPE = re.compile(r'\{"seq":\s?([0-9]{1,18}),\s?(?:"time":\s?[0-9]{1,18},\s?)?"type":\s?"([a-z/]{1,40})"')
+_TYPE_SEQ = re.compile(r'\{"type":\s?"([a-z0-9/_-]{1,60})",\s?"seq":\s?([0-9]{1,18}),')   # DSH's key order
 
 
 class HostMessage(Value):
@@ -84,10 +90,18 @@ class _Warnings:
         if len(self.items) < MAX_WARNINGS:
             self.items.append(f"{self.source}: {text}")
 
+    def skipped(self, kind: object) -> None:
+        key = clip(kind, 40) if isinstance(kind, str) else type(kind).__name__
+        if key in self.unknown or len(self.unknown) < 1000:   # bounded: a hostile log cannot grow it
+            self.unknown[key] = self.unknown.get(key, 0) + 1
+
     def done(self) -> tuple[str, ...]:
         if self.unknown:
-            kinds = ", ".join(f"{k} ×{n}" for k, n in sorted(self.unknown.items())[:8])
-            self.add(f"skipped events of types acpmem does not read ({kinds})")
+            items = sorted(self.unknown.items())
+            kinds = ", ".join(f"{k} ×{n}" for k, n in items[:MAX_UNKNOWN_KINDS])
+            more = f" and {len(items) - MAX_UNKNOWN_KINDS} more types" if len(items) > MAX_UNKNOWN_KINDS else ""
+            self.add(f"skipped events of types this DSH version does not write ({kinds}{more}); "
+                     "a newer host may have written them")
         return tuple(self.items)
 
 
@@ -102,12 +116,6 @@ def looks_like_dsh(obj: dict) -> bool:
     return isinstance(kind, str) and (kind in DSH_KNOWN or "/" in kind) and "data" in obj and "role" not in obj
 
 
-def looks_like_pi(rows: list[dict]) -> bool:
-    if not rows or rows[0].get("type") != "session":
-        return False
-    return any(o.get("type") == "message" and isinstance(o.get("message"), dict) for o in rows[:50])
-
-
 # ------------------------------------------------------------------------------------------------------ streaming
 
 def _check_line(raw: bytes, n: int, source: str) -> str:
@@ -120,9 +128,10 @@ def _check_line(raw: bytes, n: int, source: str) -> str:
         raise TranscriptError(f"{source}:{n}: not UTF-8 text", "pass the host's unmodified session log") from None
 
 
-def iter_lines(path: Path, source: str, warn: _Warnings):
-    """``(line number, text)`` for each line of a plain or zstd-compressed file, streamed; a last line without its
-    newline is yielded with number ``-n`` (it may be half-written)."""
+def line_batches(path: Path, source: str, warn: _Warnings):
+    """``(number of the first line, lines, cut)`` for the lines of a plain or zstd-compressed file, streamed a chunk
+    at a time (each chunk's complete lines split and UTF-8-checked at once); ``cut``: the batch's last line had no
+    newline at the end of the file (it may be half-written)."""
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
@@ -133,7 +142,7 @@ def iter_lines(path: Path, source: str, warn: _Warnings):
         head = fh.read(4)
         fh.seek(0)
         chunks = _zstd_chunks(fh, source, warn) if is_zstd(head) else iter(lambda: fh.read(1 << 16), b"")
-        buf = bytearray()
+        rest = b""
         n = 0
         total = 0
         for chunk in chunks:
@@ -141,27 +150,37 @@ def iter_lines(path: Path, source: str, warn: _Warnings):
             if total > MAX_LOG_BYTES:
                 raise TranscriptError(f"{source}: session log holds over {MAX_LOG_BYTES} bytes of text",
                                       "pass a smaller log")
-            buf += chunk
-            start = 0
-            while True:
-                nl = buf.find(b"\n", start)
-                if nl < 0:
-                    break
-                n += 1
-                yield n, _check_line(bytes(buf[start:nl]), n, source)
-                start = nl + 1
-            del buf[:start]
-            if len(buf) > MAX_LINE_BYTES:
-                _check_line(bytes(buf), n + 1, source)
-        if buf.strip():
-            n += 1
-            yield -n, _check_line(bytes(buf), n, source)
+            nl = chunk.rfind(b"\n")
+            if nl < 0:
+                rest += chunk
+                if len(rest) > MAX_LINE_BYTES:
+                    _check_line(rest, n + 1, source)
+                continue
+            whole = rest + chunk[:nl] if rest else chunk[:nl]
+            rest = chunk[nl + 1:]
+            lines = _check_lines(whole, n, source)
+            yield n + 1, lines, False
+            n += len(lines)
+            if len(rest) > MAX_LINE_BYTES:
+                _check_line(rest, n + 1, source)
+        if rest.strip():
+            yield n + 1, [_check_line(rest, n + 1, source)], True
 
 
-def _text_lines(text: str):
+def _check_lines(data: bytes, n: int, source: str) -> list[str]:
+    """The lines of ``data`` (complete lines, the last newline cut), after line ``n``: checked for length and
+    UTF-8 in one pass each."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = n + 1 + data.count(b"\n", 0, exc.start)
+        raise TranscriptError(f"{source}:{at}: not UTF-8 text", "pass the host's unmodified session log") from None
     lines = text.split("\n")
-    for i, line in enumerate(lines):
-        yield (-(i + 1) if i == len(lines) - 1 else i + 1), line
+    if len(data) > MAX_LINE_BYTES and max(map(len, lines)) > MAX_LINE_BYTES // 4:   # chars: bytes only if long
+        for i, line in enumerate(lines):
+            if len(line.encode("utf-8")) > MAX_LINE_BYTES:
+                _check_line(line.encode("utf-8"), n + 1 + i, source)
+    return lines
 
 
 def _zstd_chunks(fh, source: str, warn: _Warnings):
@@ -266,146 +285,215 @@ def _assistant(content: object, call_kind: str) -> dict:
 
 # ------------------------------------------------------------------------------------------------------ DSH
 
+class _Seqs:
+    """The seq bookkeeping of one DSH log read: line 1 may be the header (no seq, not an event); every event
+    line's seq is its 0-based position among events (``events[i].seq === i``); a packed row stands for
+    ``len(texts|args)`` events from ``seq0``."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.next = 0           # the seq the next event must have
+        self.count = 0          # lines read as events or rows (bounded by MAX_EVENTS with the events they stand for)
+
+    def take(self, seq: object, width: int, n: int) -> int:
+        if not int_between(seq, 0, MAX_SEQ) or seq != self.next:
+            raise TranscriptError(f"{self.source}:{n}: seq {clip(seq)} where seq {self.next} was expected",
+                                  "a DSH log's events are numbered 0, 1, 2 … after its header line; "
+                                  "pass the host's unmodified log")
+        self.next = seq + width
+        if self.next > MAX_EVENTS:
+            raise TranscriptError(f"{self.source}: session log has over {MAX_EVENTS} events", "pass a smaller log")
+        return seq
+
+
+def _header(obj: dict) -> bool:
+    """Line 1 of a DSH log: ``{type: "session", version, id, createdAt, …}`` — no seq, not an event."""
+    return obj.get("type") == "session" and "seq" not in obj and "data" not in obj
+
+
+def _row_width(obj: dict, n: int, source: str) -> int:
+    """How many events a packed row (``text-chunks`` …) stands for: its ``texts`` (or ``args``) list."""
+    data = obj.get("data")
+    key = "args" if obj.get("type") == "tool-call-chunks" else "texts"
+    members = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(members, list) or not members or len(members) > MAX_EVENTS:
+        raise TranscriptError(f"{source}:{n}: {obj.get('type')} row without its {key} list",
+                              "the log is damaged; pass the host's unmodified log")
+    return len(members)
+
+
 def read_dsh(path: Path | None, source: str, text: str | None = None, *, only=None) -> HostLog:
     """Read a DSH event log (zstd-compressed or plain JSONL) from ``path``, streamed, or from ``text``.
 
     ``only``: a set of seqs: keep only those message events (every block is still read, and no surface is
-    replayed). A line that starts with its seq (``{"seq":N,`` — how DSH writes them) and names no compaction is then
-    skipped unparsed: checking a block at commit time, or reading a few cited turns, costs a scan, not a parse."""
+    replayed). An event line that starts with its type and seq (``{"type":"…","seq":N,`` — how DSH writes them)
+    and names no compaction is then skipped unparsed: checking a block at commit time, or reading a few cited
+    turns, costs a scan, not a parse."""
     warn = _Warnings(source)
-    lines = iter_lines(path, source, warn) if text is None else _text_lines(text)
+    batches = line_batches(path, source, warn) if text is None else [(1, text.split("\n"), True)]
+    match = _TYPE_SEQ.match
     events: list[HostMessage] = []
     ops: list[tuple] = []
-    blocks: dict[str, Block] = {}
-    by_compaction: dict[str, str] = {}     # compactionId -> block id
+    summaries: list[dict] = []              # compaction/summary data, with "_seq" and "_n"
     checkpoints: dict[int, str] = {}        # checkpoint seq -> compactionId
+    seqs = _Seqs(source)
     session = None
-    prev = -1
-    count = 0
-    summaries = 0
-    for n, line in lines:
-        last = n < 0
-        n = abs(n)
-        if not line.strip():
-            continue
-        if only is not None and "compact" not in line:
-            m = _SEQ_PREFIX.match(line)
-            if m and int(m[1]) not in only and prev < int(m[1]) <= MAX_SEQ and count < MAX_EVENTS:
-                prev = int(m[1])
-                count += 1
-                continue
-        where = f"{source}:{n}"
-        try:
-            obj = _load_json(line, where)
-        except json.JSONDecodeError as exc:
-            if last:
-                warn.add(f"line {n}: the last line is cut off (half-written); skipped")
-                break
-            raise TranscriptError(f"{where}: not valid JSON ({exc.msg})", "pass the host's unmodified session log") \
-                from None
-        if not isinstance(obj, dict):
-            raise TranscriptError(f"{where}: expected a JSON object, got {type(obj).__name__}",
-                                  "each line of a DSH log is one event")
-        count += 1
-        if count > MAX_EVENTS:
-            raise TranscriptError(f"{source}: session log has over {MAX_EVENTS} events", "pass a smaller log")
-        seq = obj.get("seq", prev + 1)
-        if not int_between(seq, 0, MAX_SEQ) or seq <= prev:
-            raise TranscriptError(f"{where}: seq {clip(seq)} does not follow seq {prev}",
-                                  "seqs of a DSH log increase from 0; pass the host's unmodified log")
-        prev = seq
-        kind = obj.get("type")
-        data = obj.get("data")
-        if kind == "session":
-            if isinstance(obj.get("id"), str):
-                session = obj["id"]
-            continue
-        if kind not in DSH_KNOWN:
-            key = kind if isinstance(kind, str) else type(kind).__name__
-            warn.unknown[clip(key, 40)] = warn.unknown.get(clip(key, 40), 0) + 1
-            continue
-        if not isinstance(data, dict):
-            warn.add(f"line {n}: {kind} event without a data object; skipped")
-            continue
-        if kind in DSH_MESSAGES:
-            src = data.get("source") if kind == "user/message" else None
-            is_cp = isinstance(src, dict) and (src.get("plugin") == "compact"
-                                               or src.get("kind") == "compact-checkpoint")
-            if only is not None and seq not in only and not is_cp:
-                continue
-            msg = _dsh_message(kind, data)
-            if msg is None:
-                warn.add(f"line {n}: {kind} event without content; skipped")
-                continue
-            cp = None
-            if is_cp:
-                cp = src.get("compactionId") if isinstance(src.get("compactionId"), str) else ""
-                checkpoints[seq] = cp
-                if only is not None and seq not in only:
+    first = True
+    for n0, lines, cut in batches:
+        end = len(lines) - 1
+        for i, line in enumerate(lines):
+            if only is not None:   # the scan: an event line as DSH writes it, not cited, naming no compaction
+                m = match(line)
+                if m is not None and line[-1:] == "}" and "compact" not in line and m[1] not in PACKED_ROWS \
+                        and int(m[2]) not in only and not (cut and i == end):
+                    if int(m[2]) == seqs.next and seqs.next < MAX_EVENTS:
+                        seqs.next += 1
+                    else:
+                        seqs.take(int(m[2]), 1, n0 + i)
+                    first = False
                     continue
-            events.append(HostMessage(seq, msg["role"], msg, cp))
-            if only is None:
-                ops.append(_surface_op(seq, obj.get("surfaceOp"), warn, n))
-        elif kind == "compaction/summary":
-            summaries += 1
-            if len(blocks) >= MAX_BLOCKS:
-                raise TranscriptError(f"{source}: session log has over {MAX_BLOCKS} compactions", "pass a smaller log")
-            b = _dsh_block(data, seq, summaries, blocks, by_compaction, checkpoints, warn, n)
-            if b is not None:
-                for old in b.nested:
-                    if old in blocks:
-                        blocks[old] = blocks[old].with_changes(active=False)
-                blocks[b.id] = b
-                if b.compaction_id:
-                    by_compaction[b.compaction_id] = b.id
-    return HostLog("dsh", tuple(events), tuple(ops) if only is None else None, tuple(blocks.values()), session,
-                   warn.done())
-
-
-def last_message_seq(path: Path, source: str) -> int | None:
-    """The seq of the last message event (user, assistant, tool result) of a DSH log, or None when it has none:
-    what the MCP server cites when the host passes no ``acpmem/seq``.
-
-    A bounded scan, streamed like ``read_dsh`` and with its limits (line and log size, event count, seqs that must
-    increase), but no message is built: a line that starts with its seq, time and type (``{"seq":N,"time":T,
-    "type":"…"`` — how DSH writes them) is not parsed; other lines are, for their seq and type only. A cut last line
-    does not count. A message event the reader skips as malformed counts here: the conversation up to its seq is
-    the same as up to the message before it."""
-    warn = _Warnings(source)
-    prev = -1
-    count = 0
-    found = None
-    for n, line in iter_lines(path, source, warn):
-        cut = n < 0
-        n = abs(n)
-        if not line.strip():
-            continue
-        m = _SEQ_TYPE.match(line)
-        if m is not None and not cut:
-            seq, kind = int(m[1]), m[2]
-        else:
+            if not line.strip():
+                continue
+            n = n0 + i
+            last = cut and i == end
             where = f"{source}:{n}"
             try:
                 obj = _load_json(line, where)
             except json.JSONDecodeError as exc:
-                if cut:
+                if last:
+                    warn.add(f"line {n}: the last line is cut off (half-written); skipped")
                     break
                 raise TranscriptError(f"{where}: not valid JSON ({exc.msg})",
                                       "pass the host's unmodified session log") from None
             if not isinstance(obj, dict):
                 raise TranscriptError(f"{where}: expected a JSON object, got {type(obj).__name__}",
                                       "each line of a DSH log is one event")
-            seq, kind = obj.get("seq", prev + 1), obj.get("type")
-        count += 1
-        if count > MAX_EVENTS:
+            if first:
+                first = False
+                if _header(obj):
+                    session = obj["id"] if isinstance(obj.get("id"), str) else None
+                    continue
+            kind = obj.get("type")
+            if kind in PACKED_ROWS:
+                seqs.take(obj.get("seq0"), _row_width(obj, n, source), n)
+                continue
+            seq = seqs.take(obj.get("seq", seqs.next), 1, n)
+            data = obj.get("data")
+            if kind not in DSH_READ:
+                if not (isinstance(kind, str) and kind in DSH_EVENTS) and obj.get("ignorable") is not True:
+                    warn.skipped(kind)
+                continue
+            if not isinstance(data, dict):
+                warn.add(f"line {n}: {kind} event without a data object; skipped")
+                continue
+            if kind in DSH_MESSAGES:
+                src = data.get("source") if kind == "user/message" else None
+                is_cp = isinstance(src, dict) and src.get("plugin") == "compact"
+                if is_cp:
+                    checkpoints[seq] = src.get("compactionId") if isinstance(src.get("compactionId"), str) else ""
+                if only is not None and seq not in only:
+                    continue
+                msg = _dsh_message(kind, data)
+                if only is None:
+                    ops.append(_surface_op(seq, obj.get("surfaceOp"), warn, n))
+                if msg is None:
+                    if not (kind == "assistant/message" and _empty_assistant(data)):
+                        warn.add(f"line {n}: {kind} event without content; skipped")
+                    continue   # an empty assistant/message (usage only, or an orphan cleanup's stand-in) is no message
+                events.append(HostMessage(seq, msg["role"], msg, checkpoints.get(seq)))
+            elif kind == "compaction/summary":
+                if len(summaries) >= MAX_BLOCKS:
+                    raise TranscriptError(f"{source}: session log has over {MAX_BLOCKS} compactions",
+                                          "pass a smaller log")
+                summaries.append({**data, "_seq": seq, "_n": n})
+    blocks = _dsh_blocks(summaries, checkpoints, warn)
+    return HostLog("dsh", tuple(events), tuple(ops) if only is None else None, blocks, session, warn.done())
+
+
+def message_ids(seq: int, message: dict) -> tuple[str, ...]:
+    """The ids the host gives the kernel for one DSH message: ``"<seq>"``, or for an assistant message with two
+    or more tool calls one per call, ``"<seq>#<callId>"`` (how compaction events name covered messages)."""
+    calls = message.get("tool_calls") or ()
+    if message.get("role") == "assistant" and len(calls) >= 2:
+        return tuple(f"{seq}#{c['id']}" for c in calls)
+    return (str(seq),)
+
+
+def last_message_seq(path: Path, source: str) -> int | None:
+    """The seq of the last message event (user, assistant, tool result) of a DSH log, or None when it has none:
+    what the MCP server cites when the host passes no ``acpmem/seq``.
+
+    A bounded scan, streamed like ``read_dsh`` and with its limits (line and log size, event count, seqs that
+    follow each other), but no message is built: an event line that starts with its type and seq
+    (``{"type":"…","seq":N,`` — how DSH writes them) and ends its object is not parsed; other lines (the header,
+    packed rows, a line cut short) are, for their seq and type only. A cut last line does not count. A message
+    event the reader skips as malformed counts here: the conversation up to its seq is the same as up to the
+    message before it."""
+    warn = _Warnings(source)
+    seqs = _Seqs(source)
+    found = None
+    first = True
+    match = _TYPE_SEQ.match
+    for n0, lines, cut in line_batches(path, source, warn):
+        nxt = seqs.next
+        for i, line in enumerate(lines):
+            m = match(line)
+            if m is not None and line[-1:] == "}" and m[1] not in PACKED_ROWS and not (cut and i == len(lines) - 1):
+                if int(m[2]) != nxt:   # the fast path: no parse, the numbering checked inline
+                    seqs.next = nxt
+                    seqs.take(int(m[2]), 1, n0 + i)
+                nxt += 1
+                first = False
+                if m[1] in DSH_MESSAGES:
+                    found = nxt - 1
+                continue
+            if not line.strip():
+                continue
+            seqs.next = nxt
+            n = n0 + i
+            where = f"{source}:{n}"
+            try:
+                obj = _load_json(line, where)
+            except json.JSONDecodeError as exc:
+                if cut and i == len(lines) - 1:
+                    break
+                raise TranscriptError(f"{where}: not valid JSON ({exc.msg})",
+                                      "pass the host's unmodified session log") from None
+            if not isinstance(obj, dict):
+                raise TranscriptError(f"{where}: expected a JSON object, got {type(obj).__name__}",
+                                      "each line of a DSH log is one event")
+            if first:
+                first = False
+                if _header(obj):
+                    continue
+            kind = obj.get("type")
+            if kind in PACKED_ROWS:
+                seqs.take(obj.get("seq0"), _row_width(obj, n, source), n)
+            else:
+                seq = seqs.take(obj.get("seq", seqs.next), 1, n)
+                if kind in DSH_MESSAGES:
+                    found = seq
+            nxt = seqs.next
+        seqs.next = nxt
+        if nxt > MAX_EVENTS:
             raise TranscriptError(f"{source}: session log has over {MAX_EVENTS} events", "pass a smaller log")
-        if not int_between(seq, 0, MAX_SEQ) or seq <= prev:
-            raise TranscriptError(f"{source}:{n}: seq {clip(seq)} does not follow seq {prev}",
-                                  "seqs of a DSH log increase from 0; pass the host's unmodified log")
-        prev = seq
-        if kind in DSH_MESSAGES:
-            found = seq
     return found
+
+
+def check_dsh(path: Path, source: str) -> int:
+    """A cheap streaming check that a DSH log can be read, for commit time: the zstd frames decode, every line is
+    whole and numbered as the host numbers events (header, events in order, packed rows), and it holds a message.
+    Returns the last message's seq; ``TranscriptError`` (one line, naming the file and line) otherwise. No message
+    is built; an event line is parsed only when it does not start and end as DSH writes them."""
+    last = last_message_seq(path, source)
+    if last is None:
+        raise TranscriptError(f"{source}: no messages in this session log", "pass the session's log file")
+    return last
+
+
+def _empty_assistant(data: dict) -> bool:
+    message = data.get("message")
+    return isinstance(message, dict) and message.get("content") == []
 
 
 def _dsh_message(kind: str, data: dict) -> dict | None:
@@ -419,7 +507,7 @@ def _dsh_message(kind: str, data: dict) -> dict | None:
         return None
     content = message["content"]
     if kind == "assistant/message":
-        return _assistant(content, "tool-call")
+        return _assistant(content, "tool-call") if content else None
     call_id = None
     for b in content if isinstance(content, list) else ():
         if isinstance(b, dict) and b.get("type") == "tool-result" and isinstance(b.get("toolCallId"), str):
@@ -436,32 +524,18 @@ def _surface_op(seq: int, op: object, warn: _Warnings, n: int) -> tuple:
     if op is None or op == "append":
         return (seq, None, None)
     if isinstance(op, dict) and op.get("op") == "replace":
-        lo = op.get("startSeq", op.get("start"))
-        hi = op.get("endSeq", op.get("end"))
+        lo, hi = op.get("start"), op.get("end")
         if int_between(lo, 0, MAX_SEQ) and int_between(hi, 0, MAX_SEQ):
             return (seq, lo, hi)
-    warn.add(f"line {n}: surfaceOp {clip(op)} is not append or replace; read as append")
+    warn.add(f"line {n}: surfaceOp {clip(op)} is not append or {{op: replace, start, end}}; read as append")
     return (seq, None, None)
 
 
 def _seq_list(value: object, limit: int) -> list[int] | None:
-    """``[2, 3, [5, 9]]`` (ranges compressed as pairs) as seqs; None when it is not one."""
-    if not isinstance(value, list):
+    """A plain list of seqs (how DSH writes ``shadowedSeqs``); None when it is not one."""
+    if not isinstance(value, list) or len(value) > limit:
         return None
-    out: list[int] = []
-    for item in value:
-        if int_between(item, 0, MAX_SEQ):
-            out.append(item)
-        elif (isinstance(item, list) and len(item) == 2 and int_between(item[0], 0, MAX_SEQ)
-              and int_between(item[1], 0, MAX_SEQ) and item[0] <= item[1]):
-            if len(out) + item[1] - item[0] >= limit:
-                return None
-            out.extend(range(item[0], item[1] + 1))
-        else:
-            return None
-        if len(out) > limit:
-            return None
-    return out
+    return value if all(int_between(s, 0, MAX_SEQ) for s in value) else None
 
 
 def _message_seqs(ids: object, limit: int) -> list[int] | None:
@@ -476,48 +550,69 @@ def _message_seqs(ids: object, limit: int) -> list[int] | None:
     return out
 
 
-def _dsh_block(data: dict, seq: int, number: int, blocks: dict, by_compaction: dict, checkpoints: dict,
-               warn: _Warnings, n: int) -> Block | None:
-    summary = text_of(data.get("summary"))
-    if not summary.strip():
-        warn.add(f"line {n}: compaction/summary without a summary; skipped")
-        return None
-    cid = data.get("compactionId")
-    cid = cid if isinstance(cid, str) and COMPACTION_RE.match(cid) else None
-    ident = data.get("kernelBlockId")
-    if not valid_block_id(ident):
-        ident = f"b{number}"
-    if ident in blocks:
-        warn.add(f"line {n}: block id {ident} appears twice; the later one is kept")
-    nested = [b for b in data.get("parentBlockIds") or () if valid_block_id(b) and b in blocks] \
-        if isinstance(data.get("parentBlockIds"), list) else []
-    seqs = _message_seqs(data.get("effectiveMessageIds"), MAX_BLOCK_SEQS)
-    shadowed = _seq_list(data.get("shadowedSeqs"), MAX_BLOCK_SEQS)
-    if shadowed is None:
-        rng = data.get("shadowedRange")
-        if isinstance(rng, dict) and int_between(rng.get("start"), 0, MAX_SEQ) \
-                and int_between(rng.get("end"), 0, MAX_SEQ) and 0 <= rng["end"] - rng["start"] < MAX_BLOCK_SEQS:
-            shadowed = list(range(rng["start"], rng["end"] + 1))
-    expanded: list[int] = []
-    for s in shadowed or ():
-        inner = by_compaction.get(checkpoints.get(s, "")) if s in checkpoints else None
-        if inner and inner in blocks:   # a checkpoint of an earlier compaction: what it covered, and nesting
-            expanded.extend(blocks[inner].seqs)
-            if inner not in nested:
-                nested.append(inner)
+def _dsh_blocks(summaries: list[dict], checkpoints: dict[int, str], warn: _Warnings) -> tuple[Block, ...]:
+    """The blocks of a DSH log's ``compaction/summary`` events, as the host's block registry names them.
+
+    Id: the recorded ``kernelBlockId`` (ACP compactions), else ``b<N>`` by log order, counting on from the highest
+    recorded one (DSH's own compactions record none). Tier: the recorded 2 or 3, else 1 — DSH's own compactions
+    are rolling tier-1 summaries, each re-summarising the previous checkpoint, not a nesting. Nesting: the
+    ``parentBlockIds`` (compaction ids) of earlier blocks; a block is active until a later one names it there.
+    Covered turns: the recorded ``effectiveMessageIds``, else the shadowed seqs with an earlier checkpoint among
+    them expanded into what that block covered. ``at``: the seq of the block's checkpoint message."""
+    out: dict[str, Block] = {}
+    by_cid: dict[str, str] = {}
+    where: dict[str, int] = {}
+    for s, cid in checkpoints.items():
+        where.setdefault(cid, s)
+    consumed: set[str] = set()
+    nxt = 1
+    for d in summaries:
+        n = d["_n"]
+        summary = text_of(d.get("summary"))
+        if not summary.strip():
+            warn.add(f"line {n}: compaction/summary without a summary; skipped")
+            continue
+        cid = d.get("compactionId")
+        cid = cid if isinstance(cid, str) and COMPACTION_RE.match(cid) else None
+        ident = d.get("kernelBlockId")
+        if valid_block_id(ident):
+            nxt = max(nxt, int(ident[1:]) + 1)
         else:
-            expanded.append(s)
-    if seqs is None:
-        seqs = expanded
-    if len(seqs) > MAX_BLOCK_SEQS:
-        warn.add(f"line {n}: block {ident} covers over {MAX_BLOCK_SEQS} turns; its turns are not recorded")
-        seqs = []
-    tier = data.get("tier")
-    if not int_between(tier, 1, 3):
-        tier = min(3, min(blocks[b].tier or 1 for b in nested) + 1) if nested else 1
-    topic = data.get("topic")
-    topic = one_line(topic)[:MAX_TOPIC_CHARS] or None if isinstance(topic, str) else None
-    return Block(ident, summary[:MAX_SUMMARY_CHARS], tier, topic, tuple(sorted(set(seqs))), tuple(nested), cid, seq)
+            ident = f"b{nxt}"
+            nxt += 1
+        if ident in out:
+            warn.add(f"line {n}: block id {ident} appears twice; the later one is kept")
+        parents: list[str] = []
+        named = d.get("parentBlockIds") if isinstance(d.get("parentBlockIds"), list) else ()
+        for parent in named[:MAX_BLOCKS]:
+            if isinstance(parent, str) and parent in by_cid:
+                parents.append(by_cid[parent])
+                consumed.add(parent)
+            else:
+                warn.add(f"line {n}: block {ident} names a parent compaction {clip(parent, 40)} that no earlier "
+                         "compaction/summary of this log has; that nesting is not recorded")
+        seqs = _message_seqs(d.get("effectiveMessageIds"), MAX_BLOCK_SEQS)
+        if seqs is None:
+            shadowed = _seq_list(d.get("shadowedSeqs"), MAX_BLOCK_SEQS)
+            rng = d.get("shadowedRange")
+            if shadowed is None and isinstance(rng, dict) and int_between(rng.get("start"), 0, MAX_SEQ) \
+                    and int_between(rng.get("end"), 0, MAX_SEQ) and 0 <= rng["end"] - rng["start"] < MAX_BLOCK_SEQS:
+                shadowed = list(range(rng["start"], rng["end"] + 1))
+            seqs = []
+            for s in shadowed or ():
+                inner = by_cid.get(checkpoints.get(s, ""))
+                seqs.extend(out[inner].seqs if inner in out else (s,))
+        if len(seqs) > MAX_BLOCK_SEQS:
+            warn.add(f"line {n}: block {ident} covers over {MAX_BLOCK_SEQS} turns; its turns are not recorded")
+            seqs = []
+        tier = d.get("tier") if int_between(d.get("tier"), 2, 3) else 1
+        topic = d.get("topic")
+        topic = one_line(topic)[:MAX_TOPIC_CHARS] or None if isinstance(topic, str) else None
+        out[ident] = Block(ident, summary[:MAX_SUMMARY_CHARS], tier, topic, tuple(sorted(set(seqs))),
+                           tuple(dict.fromkeys(parents)), cid, where.get(cid, d["_seq"]) if cid else d["_seq"])
+        if cid:
+            by_cid[cid] = ident
+    return tuple(b.with_changes(active=False) if b.compaction_id in consumed else b for b in out.values())
 
 
 def surface(ops, upto: int | None = None) -> list[int]:
@@ -548,126 +643,3 @@ def surface(ops, upto: int | None = None) -> list[int]:
             continue
         nodes = [s for s in nodes[:at] if not a <= s <= b] + [seq] + [s for s in nodes[at:] if not a <= s <= b]
     return nodes
-
-
-# ------------------------------------------------------------------------------------------------------ pi
-
-def read_pi(rows: list[tuple[int, dict]], path: Path | None, source: str) -> HostLog:
-    """A pi session log (rows already parsed: ``(line index, object)``) and the kernel state beside it."""
-    warn = _Warnings(source)
-    events: list[HostMessage] = []
-    by_id: dict[str, int] = {}
-    session = None
-    for n, o in rows:
-        kind = o.get("type")
-        if kind == "session":
-            session = o.get("id") if isinstance(o.get("id"), str) else session
-            continue
-        if kind == "custom_message":
-            text = text_of(o.get("content"))
-            if text:
-                msg = {"role": "user", "content": text}
-            else:
-                continue
-        elif kind == "message":
-            msg = _pi_message(o.get("message"))
-            if msg is None:
-                warn.add(f"line {n + 1}: message entry without a message; skipped")
-                continue
-        else:
-            continue
-        if isinstance(o.get("id"), str):
-            by_id[o["id"]] = n
-        events.append(HostMessage(n, msg["role"], msg))
-    blocks: tuple[Block, ...] = ()
-    if path is not None:
-        state_path = Path(str(path) + STATE_SUFFIX)
-        if state_path.is_file():
-            blocks = blocks_from_state(read_kernel_state(state_path), by_id, warn)
-    return HostLog("pi", tuple(events), None, blocks, session, warn.done())
-
-
-def _pi_message(message: object) -> dict | None:
-    if not isinstance(message, dict):
-        return None
-    role = message.get("role")
-    content = message.get("content")
-    if role == "assistant":
-        return _assistant(content, "toolCall")
-    if role == "toolResult":
-        cid = message.get("toolCallId") if isinstance(message.get("toolCallId"), str) else ""
-        return {"role": "tool", "tool_call_id": cid, "content": text_of(content)}
-    text = text_of(content)
-    if not text:
-        parts = [f"$ {message['command']}" if isinstance(message.get("command"), str) else "",
-                 text_of(message.get("output")), message.get("summary") if isinstance(message.get("summary"), str)
-                 else ""]
-        text = "\n".join(p for p in parts if p)
-    return {"role": "user", "content": text}
-
-
-def read_kernel_state(path: Path) -> dict:
-    """A kernel state file: the bare ``CompressionState`` or acp-kernel's ``StateStore`` envelope (``payload``
-    holding it, or holding ``state``). Returns the state mapping (``blocks``, ``messageRefs`` …)."""
-    source = str(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_STATE_BYTES:
-            raise TranscriptError(f"{source}: kernel state is over {MAX_STATE_BYTES} bytes", "pass the host's file")
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise TranscriptError(f"{source}: kernel state is not UTF-8 text", "pass the host's unmodified file") from None
-    except OSError as exc:
-        raise TranscriptError(f"{source}: cannot read the kernel state ({exc.strerror})", "check the path") from None
-    try:
-        doc = _load_json(text, source)
-    except json.JSONDecodeError as exc:
-        raise TranscriptError(f"{source}:{exc.lineno}: kernel state is not valid JSON ({exc.msg})",
-                              "the file is damaged or still being written; the host rewrites it atomically") from None
-    if isinstance(doc, dict) and isinstance(doc.get("payload"), dict) and "savedAt" in doc:
-        doc = doc["payload"]
-        if isinstance(doc.get("state"), dict) and "blocks" not in doc:
-            doc = doc["state"]
-    if not isinstance(doc, dict) or not isinstance(doc.get("blocks", []), list):
-        raise TranscriptError(f"{source}: not a kernel state (no \"blocks\" list)",
-                              "pass the <session>.jsonl.acp.json the host wrote")
-    return doc
-
-
-def blocks_from_state(state: dict, by_id: dict[str, int] | None, warn: _Warnings | None = None) -> tuple[Block, ...]:
-    """The blocks of a kernel state; covered message ids become seqs through ``by_id`` (raw id -> seq) and
-    ``messageRefs`` (``m00012`` -> raw id); ids of messages not in the log are dropped (the block keeps the rest)."""
-    refs = state.get("messageRefs") if isinstance(state.get("messageRefs"), dict) else {}
-    by_ref = refs.get("byRef") if isinstance(refs.get("byRef"), dict) else {}
-    out: list[Block] = []
-    seen: set[str] = set()
-    for i, b in enumerate(state.get("blocks") or ()):
-        if len(out) >= MAX_BLOCKS:
-            break
-        if not isinstance(b, dict) or not valid_block_id(b.get("blockId")) or b["blockId"] in seen \
-                or not isinstance(b.get("summary"), str):
-            if warn is not None:
-                warn.add(f"kernel state block {i + 1} is not a block acpmem can read; skipped")
-            continue
-        seen.add(b["blockId"])
-        seqs: list[int] = []
-        ids = b.get("effectiveMessageIds") if isinstance(b.get("effectiveMessageIds"), list) else []
-        for raw in ids[:MAX_BLOCK_SEQS]:
-            if not isinstance(raw, str):
-                continue
-            if _REF.match(raw) and isinstance(by_ref.get(raw), str):
-                raw = by_ref[raw]
-            base = raw.split("#", 1)[0]
-            if by_id is not None:
-                if base in by_id:
-                    seqs.append(by_id[base])
-            elif base.isdigit() and int(base) <= MAX_SEQ:
-                seqs.append(int(base))
-        tier = b.get("tier") if int_between(b.get("tier"), 1, 3) else None
-        topic = b.get("topic")
-        topic = one_line(topic)[:MAX_TOPIC_CHARS] or None if isinstance(topic, str) else None
-        nested = tuple(x for x in b.get("directBlockIds") or () if valid_block_id(x)) \
-            if isinstance(b.get("directBlockIds"), list) else ()
-        out.append(Block(b["blockId"], b["summary"][:MAX_SUMMARY_CHARS], tier, topic, tuple(sorted(set(seqs))),
-                         nested, None, None, b.get("active") is not False))
-    return tuple(out)

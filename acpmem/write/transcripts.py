@@ -35,6 +35,7 @@ class Message(Value):
     role: str
     content: str | list | None
     raw: dict
+    id: str | None = None    # the host's raw message id, where it has one (pi: the entry id, ``<entry>#<call>``)
 
 
 class Transcript(Value):
@@ -58,7 +59,8 @@ class Transcript(Value):
     blocks: tuple = ()
     ops: tuple | None = None
     warnings: tuple[str, ...] = ()
-    _hidden = ("events", "links", "ops", "warnings")   # left out of comparison and repr
+    host: object = None      # pi: the session read (``acpmem.write.pilogs.PiLog``), replayed by upto()
+    _hidden = ("events", "links", "ops", "warnings", "host")   # left out of comparison and repr
 
     def upto(self, seq: int) -> "Transcript":
         """The prefix the fork sees: every message up to and including ``seq`` — for a DSH log, the surface the model
@@ -67,6 +69,8 @@ class Transcript(Value):
             msgs = _active_branch(tuple(m for m in self.events if m.seq <= seq), self.links)
         elif self.ops is not None:
             msgs = _surface_messages(self.events, self.ops, seq)
+        elif self.host is not None:
+            msgs = _pi_view(self.host, seq)
         else:
             msgs = tuple(m for m in self.messages if m.seq <= seq)
         return self.with_changes(messages=msgs)
@@ -81,14 +85,25 @@ class Transcript(Value):
         for b in self.blocks:
             if b.id == block_id:
                 return b
+        if self.blocks and all(b.id is None for b in self.blocks):
+            raise TranscriptError(f"{self.source}: its {len(self.blocks)} compression summar"
+                                  f"{'y carries' if len(self.blocks) == 1 else 'ies carry'} no block id (the id is "
+                                  f"lost on the wire), so {clip(block_id)} cannot be found",
+                                  "pass the host's state instead: the pi session log with its .acp.json beside it, "
+                                  "the omp fold file or the DSH log — or commit without --block")
         if not self.blocks:
             note = f" (and {self.warnings[0].split(': ', 1)[-1]})" if self.warnings else ""
             raise TranscriptError(f"{self.source}: has no compression blocks, so there is no block "
                                   f"{clip(block_id)}{note}",
                                   "commit without --block, or pass the host's session log that has its compactions")
-        known = ", ".join(b.id for b in self.blocks[:12]) + (" …" if len(self.blocks) > 12 else "")
+        named = [b.id for b in self.blocks if b.id is not None]
+        lost = len(self.blocks) - len(named)
+        known = ", ".join(named[:12]) + (" …" if len(named) > 12 else "")
+        if lost:
+            known += f", and {lost} whose id was lost on the wire"
         raise TranscriptError(f"{self.source}: no compression block {clip(block_id)} (it has {known})",
-                              "name one of its blocks")
+                              "name one of its blocks" + (", or pass the host's state (the pi session log with its "
+                                                          ".acp.json, the omp fold file, the DSH log)" if lost else ""))
 
     def turns(self, seqs) -> tuple[Message, ...]:
         """The messages with these seqs, shadowed ones included, in seq order."""
@@ -132,6 +147,15 @@ def read_transcript(path_or_text: str | Path, format: str = "auto", *, turns=Non
             doc = None  # several lines of JSON objects: JSONL
         if isinstance(doc, list) or (isinstance(doc, dict) and "messages" in doc):
             return _from_chat_doc(doc, format, source)
+        if format == "auto" and isinstance(doc, dict) and ("payload" in doc or "messageRefs" in doc):
+            from acpmem.write.pilogs import looks_like_fold
+
+            if looks_like_fold(doc):
+                return _from_fold(Path(source), doc)
+            if isinstance(doc.get("blocks"), list):
+                raise TranscriptError(f"{source}: this is a kernel state (billion-context-pi's .acp.json), not a "
+                                      "session", "pass the pi session log it sits beside (the same name without "
+                                      ".acp.json): acpmem reads the state from there")
         if doc is not None and format != "auto":
             raise TranscriptError(f"{source}: expected a list of messages or an object with \"messages\"",
                                   "pass the conversation as OpenAI or Anthropic chat JSON")
@@ -169,6 +193,8 @@ def openai_messages(transcript: Transcript) -> list[dict]:
     ``tool_result`` → ``tool`` messages placed right after the call, images kept, thinking blocks dropped (the provider
     does not accept them back).
     """
+    if transcript.format == "openai" and transcript.container == "pi":
+        return _pi_joined(transcript.messages)
     if transcript.format == "openai":
         return [_strip_bookkeeping(m.raw) for m in transcript.messages]
     out: list[dict] = []
@@ -365,13 +391,11 @@ def _from_jsonl(text: str, format: str, source: str) -> Transcript:
         rows.append((n, obj))
     if not rows:
         raise TranscriptError(f"{source}: transcript has no records", "pass the file the host wrote for this session")
-    from acpmem.write.hostlogs import looks_like_dsh, looks_like_pi
+    from acpmem.write.hostlogs import looks_like_dsh
+    from acpmem.write.pilogs import looks_like_pi
 
     if format == "pi" or (format == "auto" and looks_like_pi([o for _, o in rows[:50]])):
-        from acpmem.write.hostlogs import read_pi
-
-        path = Path(source) if source != "<text>" else None
-        return _from_hostlog(read_pi(rows, path, source), source, "pi")
+        return _from_pi(rows, source)
     if format == "auto" and all(looks_like_dsh(o) or o.get("type") == "session" for _, o in rows[:20]):
         from acpmem.write.hostlogs import read_dsh
 
@@ -490,7 +514,7 @@ def _from_hostlog(log, source: str, container: str, partial: bool = False) -> Tr
     elif log.ops is not None:
         msgs = _surface_messages(events, log.ops, None)
     else:
-        msgs = _with_summaries(events, log.blocks)
+        msgs = events
     return Transcript(msgs, "openai", container, None, source, events, None, log.blocks, log.ops, log.warnings)
 
 
@@ -501,38 +525,67 @@ def _surface_messages(events: tuple[Message, ...], ops: tuple, upto: int | None)
     return tuple(by_seq[s] for s in surface(ops, upto) if s in by_seq)
 
 
-def _with_summaries(events: tuple[Message, ...], blocks) -> tuple[Message, ...]:
-    """pi: the log with each active block's summary (as the kernel renders it, as a user message: pi's way) in place
-    of the messages it covers."""
-    from acpmem.core.blocks import SUMMARY_HEAD
+def _from_pi(rows: list[tuple[int, dict]], source: str) -> Transcript:
+    """A pi session log: the live path of its tree as ``events``, the view the model saw as ``messages``."""
+    from acpmem.write.pilogs import read_pi
 
-    hidden: dict[int, object] = {}
-    for b in blocks:
-        if b.active:
-            for s in b.seqs:
-                hidden.setdefault(s, b)
-    if not hidden:
-        return events
-    out, placed = [], set()
-    for m in events:
-        b = hidden.get(m.seq)
-        if b is None:
-            out.append(m)
-        elif b.id not in placed:
-            placed.add(b.id)
-            text = f"{SUMMARY_HEAD} — {b.topic}\n{b.summary}" if b.topic else f"{SUMMARY_HEAD}\n{b.summary}"
-            out.append(Message(m.seq, "user", text, {"role": "user", "content": text}))
-    return tuple(out)
+    log = read_pi(rows, Path(source) if source != "<text>" else None, source)
+    events = tuple(_pi_message(m) for m in log.events)
+    if not events:
+        raise TranscriptError(f"{source}: no messages on this pi session's live path", "pass the session's log file")
+    return Transcript(_pi_view(log, None), "openai", "pi", None, source, events, None, log.blocks, None, log.warnings,
+                      log)
+
+
+def _pi_message(m) -> Message:
+    return Message(m.seq, m.role, m.message.get("content"), m.message, m.id)
+
+
+def _pi_view(log, upto: int | None) -> tuple[Message, ...]:
+    from acpmem.write.pilogs import view
+
+    return tuple(_pi_message(m) for m in view(log, upto))
+
+
+def _pi_joined(messages: tuple[Message, ...]) -> list[dict]:
+    """pi: the parts of a multi-call assistant message (``<entry>#<call>``, one per call) joined again into the one
+    message the provider received."""
+    out: list[dict] = []
+    entry = None
+    for m in messages:
+        base = m.id.split("#", 1)[0] if isinstance(m.id, str) and "#" in m.id else None
+        if base is not None and base == entry and out:
+            out[-1] = {**out[-1], "tool_calls": [*out[-1]["tool_calls"], *m.raw.get("tool_calls", ())]}
+            continue
+        entry = base
+        out.append(m.raw)
+    return out
+
+
+def _from_fold(path: Path, doc: dict) -> Transcript:
+    """An omp fold file: its blocks, and the stream it stored as the conversation (seq = position in it)."""
+    from acpmem.write.pilogs import read_fold
+
+    fold = read_fold(path, doc)
+    msgs = []
+    for i, (ident, role, text) in enumerate(fold.messages):
+        raw = {"role": role if role in ("user", "assistant", "system") else "user", "content": text}
+        msgs.append(Message(i, raw["role"], text, raw, ident))
+    return Transcript(tuple(msgs), "openai", "omp", None, str(path), tuple(msgs), None, fold.blocks, None,
+                      fold.warnings)
 
 
 def _summary_blocks(messages: tuple[Message, ...], dialect: str) -> tuple:
-    """Compression summaries inside a transcript: kernel-rendered summary messages (id ``acp_summary_bN``, text
-    ``[Compressed conversation section] …``) and Claude Code's compaction summaries (``isCompactSummary``). The
-    turns a Claude Code summary covers are the events since the previous one; a kernel summary's are unknown (the
-    transcript holds the summary, not the turns)."""
+    """Compression summaries inside a transcript: kernel-rendered summary messages (text ``[Compressed conversation
+    section] …``, id ``acp_summary_bN`` where the message kept it) and Claude Code's compaction summaries
+    (``isCompactSummary``). The turns a Claude Code summary covers are the events since the previous one; a kernel
+    summary's are unknown (the transcript holds the summary, not the turns). On the wire a kernel summary has lost
+    its id (pi's adapter sends it as a plain user message; the billion-context proxy drops it): such a block's id is
+    None — unknown, never guessed — unless the kernel's recap ``[bN | …]`` names it."""
     from acpmem.core.blocks import Block, summary_message
 
-    out: dict[str, Block] = {}
+    out: list = []
+    named: set[str] = set()
     prev = -1
     for m in messages:
         raw = m.raw
@@ -540,7 +593,7 @@ def _summary_blocks(messages: tuple[Message, ...], dialect: str) -> tuple:
             if raw.get("isCompactSummary") is True:
                 ident = f"b{len(out) + 1}"
                 seqs = tuple(e.seq for e in messages if prev < e.seq < m.seq)
-                out[ident] = Block(ident, _plain_text(m.content, raw), None, None, seqs, (), None, m.seq)
+                out.append(Block(ident, _plain_text(m.content, raw), None, None, seqs, (), None, m.seq))
                 prev = m.seq
             continue
         if not (isinstance(raw.get("id"), str) and raw["id"].startswith("acp_summary_")) and not (
@@ -550,10 +603,12 @@ def _summary_blocks(messages: tuple[Message, ...], dialect: str) -> tuple:
         if found is None:
             continue
         ident, topic, summary = found
-        ident = ident or f"b{len(out) + 1}"
-        if ident not in out:
-            out[ident] = Block(ident, summary, None, topic, (), (), None, m.seq)
-    return tuple(out.values())
+        if ident is not None and ident in named:
+            continue
+        if ident is not None:
+            named.add(ident)
+        out.append(Block(ident, summary, None, topic, (), (), None, m.seq))
+    return tuple(out)
 
 
 # ------------------------------------------------------------------------------------------------------- conversion

@@ -1,0 +1,252 @@
+"""Many clones, one remote: sync under contention — replayed history, retries with backoff when the remote moves,
+git's own reason when it refuses, and ten clones syncing at once through a real git server (``git daemon``)."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers_proc import git_out, make_entry
+
+from acpmem.core.errors import GitStateError
+from acpmem.vault.create import init_vault
+from acpmem.vault.sync import backoff, sync
+from acpmem.vault.writer import Vault
+
+ACP = str(Path(sys.executable).parent / "acp")
+
+
+def _write(v: Vault, ident: str, title: str, body: str) -> str:
+    e = make_entry(ident, title, body)
+    return v.write_entries([e.with_changes(path=v.path_for(ident, title))], subject=f"add #{ident}", why="test")
+
+
+@pytest.fixture
+def team(tmp_path, clock):
+    """Clone A (made by init, pushed) and clone B (a plain git clone of the bare remote)."""
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    a = init_vault(tmp_path / "a", clock=clock)
+    _write(a, "base01", "The queue is drained by one worker per vault", "- One worker per vault drains the queue.")
+    git_out(a.root, "remote", "add", "origin", str(bare))
+    sync(a)
+    subprocess.run(["git", "clone", "-q", str(bare), str(tmp_path / "b")], check=True)
+    b = Vault(tmp_path / "b", clock=clock)
+    yield a, b, bare
+    a.close()
+    b.close()
+
+
+class FakeTime:
+    """The clock and the sleep sync is given: sleeping advances the clock, nothing waits."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.now += s
+
+
+def _push_first_from(a: Vault, b: Vault, times: int) -> Path:
+    """A pre-push hook in clone A: the first ``times`` pushes of A, clone B writes an entry and pushes it first, so
+    A's push meets a remote that moved after A fetched — the race of two agents, made to happen every time."""
+    counter = a.root / ".git" / "race-count"
+    counter.write_text(str(times))
+    hook = a.root / ".git" / "hooks" / "pre-push"
+    hook.write_text(f"""#!/bin/sh
+n=$(cat "{counter}")
+[ "$n" -gt 0 ] || exit 0
+echo $((n - 1)) > "{counter}"
+"{ACP}" memory --vault "{b.root}" remember --type fact --importance 5 "Race $n: clone B pushed first" >/dev/null \
+  || exit 1
+git -C "{b.root}" push -q origin HEAD:main >/dev/null 2>&1 || exit 1
+exit 0
+""")
+    hook.chmod(hook.stat().st_mode | stat.S_IEXEC)
+    return counter
+
+
+def test_a_persons_own_commit_is_merged_in_one_commit_with_memory_md_inside(team):
+    a, b, bare = team
+    _write(b, "beta01", "Clone B pins Python 3.12", "- Clone B: Python 3.12.")
+    sync(b)
+    # a person commits a change of their own with plain git: not acpmem's to rewrite, so it is merged, not replayed
+    readme = a.root / "README.md"
+    readme.write_text(readme.read_text() + "\nOur team's notes live in entries/.\n")
+    git_out(a.root, "commit", "-q", "-am", "README: where our notes live")
+    _write(a, "alpha1", "Clone A uses pnpm for installs", "- Clone A: pnpm, not npm.")
+    before = int(git_out(a.root, "rev-list", "--count", "HEAD"))
+    res = sync(a)
+    assert res.merge == "merge" and res.pushed and res.regenerated is None
+    assert int(git_out(a.root, "rev-list", "--count", "HEAD")) == before + 2   # B's entry + one merge commit
+    merge = git_out(a.root, "log", "-1", "--format=%P%n%B", "HEAD")
+    assert len(merge.split("\n")[0].split()) == 2 and "Acpmem-Kind: sync" in merge
+    memory = git_out(bare, "show", "main:MEMORY.md")   # regenerated inside the merge commit
+    assert "<<<<<<<" not in memory and memory.count("`alpha1`") == memory.count("`beta01`") == 1
+    assert git_out(a.root, "status", "--porcelain").strip() == ""
+
+
+def test_a_remote_that_moves_before_every_push_is_retried_with_backoff_and_then_pushed(team):
+    a, b, bare = team
+    _push_first_from(a, b, times=2)
+    _write(a, "alpha1", "Clone A uses pnpm for installs", "- Clone A: pnpm, not npm.")
+    t = FakeTime()
+    res = sync(a, clock=t.clock, sleep=t.sleep, rng=random.Random(7))
+    assert res.pushed and res.attempts == 3 and res.merge == "replay"
+    assert len(t.slept) == 2 and t.slept[0] < t.slept[1]        # waited, a little longer the second time
+    assert git_out(bare, "rev-parse", "main") == git_out(a.root, "rev-parse", "HEAD")
+    titles = git_out(bare, "log", "--format=%s", "main")
+    assert titles.count("Race ") == 2 and "alpha1" in git_out(bare, "ls-tree", "-r", "--name-only", "main")
+    assert git_out(bare, "rev-list", "--merges", "main").strip() == ""   # no merge, no regeneration commit
+
+
+def test_a_remote_that_keeps_moving_stops_at_the_budget_with_the_real_cause_and_keeps_everything(team):
+    a, b, bare = team
+    toml = a.root / "acpmem.toml"
+    toml.write_text(toml.read_text().replace("sync_seconds = 120.0", "sync_seconds = 2.0"))
+    git_out(a.root, "commit", "-q", "-am", "sync budget 2 s")
+    a2 = Vault(a.root)
+    counter = _push_first_from(a2, b, times=1000)
+    _write(a2, "alpha1", "Clone A uses pnpm for installs", "- Clone A: pnpm, not npm.")
+    t = FakeTime()
+    with pytest.raises(GitStateError) as err:
+        sync(a2, clock=t.clock, sleep=t.sleep, rng=random.Random(3))
+    msg = err.value.message
+    assert "kept moving" in msg and "rejected" in msg and "other clones pushed first" in msg
+    assert "check access" not in msg + err.value.hint and "sync_seconds" in err.value.hint
+    assert sum(t.slept) <= 2.0 and len(t.slept) >= 2
+    # nothing lost: A's entry is committed here, the work tree clean, no merge or rebase left behind
+    assert "alpha1" in git_out(a2.root, "ls-tree", "-r", "--name-only", "HEAD")
+    assert git_out(a2.root, "status", "--porcelain").strip() == ""
+    assert not (a2.root / ".git" / "MERGE_HEAD").exists() and not (a2.root / ".git" / "rebase-merge").exists()
+    # once the others stop, the next sync gets it out
+    counter.write_text("0")
+    res = sync(a2)
+    assert res.pushed and "alpha1" in git_out(bare, "ls-tree", "-r", "--name-only", "main")
+    a2.close()
+
+
+def test_a_push_the_remote_refuses_by_its_own_rule_shows_gits_reason_and_is_not_retried(team, cli):
+    a, b, bare = team
+    hook = bare / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'main is protected: open a merge request' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    _write(a, "alpha1", "Clone A uses pnpm for installs", "- Clone A: pnpm, not npm.")
+    r = cli("memory", "--vault", str(a.root), "sync")
+    assert r.returncode == 1 and r.stderr.count("Error:") == 1
+    assert "pre-receive hook declined" in r.stderr and "check access" not in r.stderr
+    assert "kept here" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_backoff_grows_to_a_cap_with_jitter():
+    rng = random.Random(1)
+    waits = [backoff(n, rng) for n in range(1, 12)]
+    assert all(0 < w <= 4.0 for w in waits)
+    assert waits[0] <= 0.25 and waits[-1] >= 2.0
+    assert len({round(backoff(3, random.Random(s)), 6) for s in range(20)}) > 10   # jittered, not in step
+
+
+# ------------------------------------------------------------------------------ a real git server, ten clones
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def git_daemon(tmp_path):
+    """``git daemon`` serving tmp_path on 127.0.0.1 with pushes enabled; yields the URL of ``vault.git``."""
+    port = _free_port()
+    proc = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--enable=receive-pack",
+                             "--informative-errors", f"--base-path={tmp_path}", "--listen=127.0.0.1",
+                             f"--port={port}", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"git://127.0.0.1:{port}/vault.git"
+    try:
+        for _ in range(600):   # until it answers (bounded; no outcome depends on how long it took)
+            if proc.poll() is not None:
+                pytest.fail("git daemon exited at start")
+            if socket.socket().connect_ex(("127.0.0.1", port)) == 0:
+                break
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.heavy
+@pytest.mark.timeout(900)
+def test_ten_clones_syncing_at_once_through_a_git_server_converge_with_every_entry_once(tmp_path, git_daemon):
+    agents, rounds = 10, 3
+    env = dict(os.environ, ACPMEM_USER_VAULT="none", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@localhost",
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@localhost")
+    env.pop("ACPMEM_VAULT", None)
+
+    def acp(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([ACP, "memory", *args], capture_output=True, text=True, env=env)
+
+    seed = tmp_path / "seed"
+    assert acp("init", str(seed)).returncode == 0
+    toml = seed / "acpmem.toml"   # generous: contention must be outlasted, however loaded the machine
+    toml.write_text(toml.read_text().replace("sync_seconds = 120.0", "sync_seconds = 3600.0"))
+    git_out(seed, "commit", "-q", "-am", "a generous sync budget")
+    subprocess.run(["git", "clone", "-q", "--bare", str(seed), str(tmp_path / "vault.git")], check=True)
+    base = int(git_out(tmp_path / "vault.git", "rev-list", "--count", "main"))
+    clones = [tmp_path / f"agent{k}" for k in range(agents)]
+    for c in clones:
+        subprocess.run(["git", "clone", "-q", git_daemon, str(c)], check=True, env=env)
+    failures: list[str] = []
+    lock = threading.Lock()
+
+    def agent(k: int) -> None:
+        for r in range(rounds):
+            w = acp("--vault", str(clones[k]), "remember", "--type", "fact", "--importance", "5",
+                    f"Agent {k} round {r}: shard {k}-{r} caches widgets for {r + 1} hours.")
+            s = acp("--vault", str(clones[k]), "sync", "--json")
+            with lock:
+                failures.extend(x.stderr for x in (w, s) if x.returncode != 0)
+
+    threads = [threading.Thread(target=agent, args=(k,)) for k in range(agents)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert failures == []
+    for c in clones:   # one more pass brings every clone up to the last push
+        s = acp("--vault", str(c), "sync", "--json")
+        assert s.returncode == 0, s.stderr
+    server = tmp_path / "vault.git"
+    tip = git_out(server, "rev-parse", "main").strip()
+    assert {git_out(c, "rev-parse", "HEAD").strip() for c in clones} == {tip}
+    expected = sorted(f"Agent {k} round {r}" for k in range(agents) for r in range(rounds))
+    for where in [*clones[:3], clones[-1]]:
+        listing = json.loads(acp("--vault", str(where), "list", "--json", "--all").stdout)
+        items = listing["entries"] if isinstance(listing, dict) else listing
+        got = sorted(e["title"].split(":")[0] for e in items)
+        assert got == expected   # every entry exactly once
+        d = acp("--vault", str(where), "doctor")
+        assert d.returncode == 0, d.stdout + d.stderr
+        assert git_out(where, "status", "--porcelain").strip() == ""
+    on_server = [p for p in git_out(server, "ls-tree", "-r", "--name-only", "main").split() if
+                 p.startswith("entries/") and p.endswith(".md")]
+    assert len(on_server) == agents * rounds
+    fsck = subprocess.run(["git", "fsck", "--strict"], cwd=server, capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+    # history stays readable: one commit per entry, no merges
+    assert int(git_out(server, "rev-list", "--count", "main")) - base == agents * rounds
+    assert git_out(server, "rev-list", "--merges", "main").strip() == ""
