@@ -330,6 +330,39 @@ def test_cli_absurd_settings_are_one_error_line(example_vault, cli):
         assert r.stderr.startswith("Error: ") and "recency_divisor_days" in r.stderr and r.stderr.count("\n") == 1
 
 
+def test_settings_a_newer_acpmem_added_are_ignored_and_named():
+    import tomllib
+
+    from acpmem.core.settings import Settings, settings_from_mapping
+
+    got = settings_from_mapping(tomllib.loads('future_flag = true\n[vault]\ncolour = "red"\n[recall]\nlimit = 3\n'
+                                              'new_knob = 2\n[future]\nx = 1\n'), "acpmem.toml")
+    assert got.recall.limit == 3 and got.with_changes(unknown=(), recall=Settings().recall) == Settings()
+    assert got.unknown == ("vault.colour", "[future]", "future_flag", "recall.new_knob")
+    assert "'recall.new_knob'" in got.unknown_warning() and "[future]" in got.unknown_warning()
+    assert Settings().unknown_warning() is None
+
+
+def test_cli_an_unknown_setting_is_one_warning_and_every_command_goes_on(example_vault, cli):
+    """An `acpmem.toml` from a newer acpmem (synced through git): reads and writes work, each with one `Warning:`
+    line naming what is ignored; a known setting with a bad value is still refused."""
+    root = example_vault.root
+    toml = root / "acpmem.toml"
+    toml.write_text(toml.read_text().replace("[recall]\n", "[recall]\nnew_knob = 3\n", 1) + "\n[future]\nx = 1\n")
+    for args in (("list",), ("list", "--format", "prompt"), ("recall", "queue"), ("score",), ("doctor",),
+                 ("remember", "Newer settings are ignored", "--type", "fact", "--importance", "3"),
+                 ("forget", json.loads(cli("memory", "--vault", str(root), "list", "--json").stdout)["entries"][0]["id"],
+                  "--reason", "x")):
+        r = cli("memory", "--vault", str(root), *args)
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+        said = [ln for ln in (r.stderr + r.stdout).splitlines() if "new_knob" in ln]
+        assert len(said) == 1 and "'[future]'" in said[0] and "Error" not in r.stderr, (args, r.stderr)
+        assert said[0].startswith(("Warning: ", "warning ")), said
+    toml.write_text(toml.read_text().replace("recency_divisor_days = 30.0", "recency_divisor_days = 0.0"))
+    r = cli("memory", "--vault", str(root), "list")
+    assert r.returncode == 1 and r.stderr.startswith("Error: ") and "recency_divisor_days" in r.stderr
+
+
 # ------------------------------------------------------------------------------------------------------ the index build
 
 def test_seq_range_never_returns_what_sqlite_cannot_store():

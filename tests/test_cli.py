@@ -269,3 +269,91 @@ def test_json_with_another_format_is_a_usage_error(example_vault, cli):
         r = cli("memory", "list", "--json", "--format", fmt, "--vault", str(example_vault.root))
         assert r.returncode == 2 and r.stdout == "" and r.stderr.startswith("Error: --json and --format")
     assert cli("memory", "list", "--json", "--format", "json", "--vault", str(example_vault.root)).returncode == 0
+
+
+# --------------------------------------------------------------------------------------------- where the output goes
+
+def _acp(args: list[str], *, fast: bool = True, **kw) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ, **kw.pop("env", {}))
+    if not fast:
+        env["ACPMEM_NO_FASTPATH"] = "1"
+    return subprocess.run([str(Path(sys.executable).parent / "acp"), "memory", *args], capture_output=kw.pop(
+        "capture", True), text=True, env=env, timeout=120, **kw)
+
+
+def _one_error(r: subprocess.CompletedProcess, words: str) -> None:
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith("Error: ") and words in lines[0], r.stderr
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr and "Exception ignored" not in r.stderr
+
+
+def test_output_that_cannot_be_written_is_one_line_never_an_internal_error(example_vault, tmp_path):
+    """`> /dev/full`, a closed stdout (`>&-`), a reader that went away (`| head -0`): the fast path and typer alike."""
+    import os
+
+    v = str(example_vault.root)
+    for fast in (True, False):
+        for args in (["list", "--vault", v], ["list", "--json", "--vault", v], ["recall", "upload", "--vault", v],
+                     ["doctor", "--vault", v], ["--help"]):
+            with open("/dev/full", "w") as full:
+                r = _acp(args, fast=fast, stdout=full, capture=False, stderr=subprocess.PIPE)
+            _one_error(r, "could not write the output: No space left on device")
+            r = _acp(args, fast=fast, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, capture=False,
+                     preexec_fn=lambda: os.close(1))
+            _one_error(r, "could not write the output: standard output is closed")
+        read, write = os.pipe()
+        os.close(read)   # what `| head -0` leaves: a pipe nobody reads
+        try:
+            r = _acp(["list", "--vault", v], fast=fast, stdout=write, stderr=subprocess.PIPE, capture=False)
+        finally:
+            os.close(write)
+        assert r.returncode == 1 and r.stderr == "", r.stderr
+    # a closed stdout never lends its number to a file the command opens (the index, git's output)
+    r = _acp(["remember", "Closed outputs take nothing", "--type", "fact", "--importance", "3", "--vault", v],
+             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, capture=False, preexec_fn=lambda: os.close(1))
+    _one_error(r, "standard output is closed")
+    r = _acp(["list", "--json", "--vault", v])
+    assert r.returncode == 0 and "Closed outputs take nothing" in r.stdout   # written before the output failed
+
+
+def test_a_deleted_current_folder_is_one_line(example_vault, tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    acp = str(Path(sys.executable).parent / "acp")
+    first = json.loads(_acp(["list", "--json", "--vault", str(example_vault.root)]).stdout)["entries"][0]["id"]
+    for fast in ("", "1"):
+        for args in ("list", "recall upload", "doctor", f"show {first}"):
+            r = subprocess.run(["sh", "-c", f'cd "{gone}" && rmdir "{gone}" && exec "{acp}" memory {args}'],
+                               capture_output=True, text=True, timeout=120,
+                               env={**__import__("os").environ, "ACPMEM_NO_FASTPATH": fast})
+            _one_error(r, "the current folder no longer exists")
+            assert "--vault" in r.stderr
+            gone.mkdir()
+    # with --vault the folder one stands in does not matter
+    r = subprocess.run(["sh", "-c", f'cd "{gone}" && rmdir "{gone}" && exec "{acp}" memory list --vault '
+                                    f'"{example_vault.root}"'], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and f"#{first}" in r.stdout, r.stderr
+
+
+def test_an_ascii_only_output_gets_escapes_and_json_stays_the_same_data(example_vault):
+    v = str(example_vault.root)
+    utf8 = json.loads(_acp(["list", "--json", "--vault", v]).stdout)
+    wide = next(e for e in utf8["entries"] if e["title"].startswith("上传"))
+    esc = "".join(f"\\u{ord(c):04x}" for c in "上传")
+    for fast in (True, False):
+        r = _acp(["list", "--json", "--vault", v], fast=fast, env={"PYTHONIOENCODING": "ascii"})
+        assert r.returncode == 0 and r.stdout.isascii(), r.stderr
+        assert json.loads(r.stdout) == json.loads(_acp(["list", "--json", "--vault", v]).stdout)
+        r = _acp(["list", "--vault", v], fast=fast, env={"PYTHONIOENCODING": "ascii"})
+        assert r.returncode == 0 and f"#{wide['id']} [lesson] {esc}" in r.stdout, r.stdout + r.stderr
+        r = _acp(["show", wide["id"], "--vault", v], fast=fast, env={"PYTHONIOENCODING": "ascii"})
+        assert r.returncode == 0 and esc in r.stdout, r.stderr
+        r = _acp(["recall", "upload", "--vault", v], fast=fast, env={"PYTHONIOENCODING": "ascii"})
+        assert r.returncode == 0 and "internal error" not in r.stderr, r.stderr
+    r = _acp(["remember", "--type", "fact", "--importance", "3", "--title", "Café crème", "--vault", v],
+             input="Über naïve text, 上传\n", env={"PYTHONIOENCODING": "ascii"})
+    assert r.returncode == 0 and "Caf\\u00e9 cr\\u00e8me" in r.stdout, r.stderr
+    shown = json.loads(_acp(["list", "--json", "--vault", v]).stdout)
+    assert "Café crème" in [e["title"] for e in shown["entries"]]

@@ -138,7 +138,7 @@ def test_a_path_too_long_for_the_system_finds_no_vault(vault, cli, tmp_path, whe
 
 # ---------------------------------------------------------------------------------------------------------- acpmem.toml
 
-@pytest.mark.parametrize("toml", ['[vault]\nlanguage = ["x"]\n', "[vault]\ntypes = 0\n", "[vault]\nnope = 1\n",
+@pytest.mark.parametrize("toml", ['[vault]\nlanguage = ["x"]\n', "[vault]\ntypes = 0\n",
                                   "vault = 1\n", '[extraction]\nextractor = "gpt"\n'])
 def test_every_settings_error_says_what_to_do(toml):
     import tomllib

@@ -7,6 +7,7 @@ at the chosen git step (a `git` on PATH that runs the real one and kills its cal
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 
 from helpers_proc import git_out, head_files, leftovers, make_entry, status_porcelain
 
+from acpmem.core.entryfile import new_entry_text
 from acpmem.vault.create import init_vault
 
 REAL_GIT = shutil.which("git")
@@ -88,19 +90,67 @@ def test_forget_in_a_plain_git_clone_without_identity_commits_and_sets_up_the_cl
     assert len(warnings) == 1 and "user.name" in warnings[0] and f"git -C {clone} config" in warnings[0], r.stderr
     assert "base01" not in " ".join(head_files(clone))
     assert "Acpmem-Kind: forget" in git_out(clone, "log", "-1", "--format=%B")
-    # the clone is set up as `init` sets up a vault
+    assert git_out(clone, "log", "-1", "--format=%an <%ae>").strip() == "acpmem <acpmem@localhost>"
+    # the clone is set up as `init` sets up a vault, and the fallback identity is not written into its config
     local = dict(ln.split(" ", 1) for ln in git_out(clone, "config", "--local", "--get-regexp",
                                                      r"^(user\.name|user\.email|core\.quotepath|gc\.autodetach)$")
                  .splitlines())
-    assert local == {"user.name": "acpmem", "user.email": "acpmem@localhost", "core.quotepath": "off",
-                     "gc.autodetach": "false"}
+    assert local == {"core.quotepath": "off", "gc.autodetach": "false"}
     assert status_porcelain(clone) == "" and leftovers(clone) == []
-
-    # the next writes need no setup again and say nothing more
-    r = _acp_in(env, clone, "forget", "base02", "--reason", "gone")
-    assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
     r = _acp_in(env, clone, "doctor")
     assert r.returncode == 0, r.stdout + r.stderr
+
+    # once the person has an identity, the next write is theirs, without a word about it
+    (tmp_path / "empty-gitconfig").write_text("[user]\n\tname = Ada Person\n\temail = ada@example.invalid\n")
+    r = _acp_in(env, clone, "forget", "base02", "--reason", "gone")
+    assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
+    assert git_out(clone, "log", "-1", "--format=%an <%ae>").strip() == "Ada Person <ada@example.invalid>"
+
+
+def test_an_identity_from_the_environment_is_used_and_never_written_into_the_config(tmp_path):
+    env = _no_identity_env(tmp_path)
+    env.update({"GIT_AUTHOR_NAME": "Env Author", "GIT_AUTHOR_EMAIL": "author@example.invalid",
+                "GIT_COMMITTER_NAME": "Env Committer", "GIT_COMMITTER_EMAIL": "committer@example.invalid"})
+    root = tmp_path / "v"
+    r = _run(env, str(Path(sys.executable).parent / "acp"), "memory", "init", str(root))
+    assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
+    r = _acp_in(env, root, "remember", "Identities come from the environment", "--type", "fact", "--importance", "3")
+    assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
+    for rev in ("HEAD", "HEAD~1"):
+        assert git_out(root, "log", "-1", "--format=%an <%ae> / %cn <%ce>", rev).strip() == \
+            "Env Author <author@example.invalid> / Env Committer <committer@example.invalid>"
+    assert git_out(root, "config", "--local", "--get-regexp", r"^user\.", check=False) == ""
+
+
+def test_init_without_an_identity_says_how_to_set_one_and_writes_none(tmp_path):
+    env = _no_identity_env(tmp_path)
+    root = tmp_path / "v"
+    r = _run(env, str(Path(sys.executable).parent / "acp"), "memory", "init", "--example", str(root))
+    assert r.returncode == 0, r.stderr
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("Warning:")]
+    assert len(warnings) == 1 and "acpmem <acpmem@localhost>" in warnings[0], r.stderr
+    assert "git config --global user.name" in warnings[0]
+    assert git_out(root, "config", "--local", "--get-regexp", r"^user\.", check=False) == ""
+    assert set(git_out(root, "log", "--format=%an <%ae>").split("\n")) - {""} == {"acpmem <acpmem@localhost>"}
+
+
+def test_the_identity_an_older_acpmem_wrote_into_a_clone_is_taken_out(team, tmp_path, cli):
+    _, bare = team
+    clone = tmp_path / "teammate"
+    git_out(tmp_path, "clone", "-q", str(bare), str(clone))
+    git_out(clone, "config", "user.name", "acpmem")
+    git_out(clone, "config", "user.email", "acpmem@localhost")
+    (clone / ".acpmem").mkdir()
+    (clone / ".acpmem" / "git-setup").write_text("1\n")   # set up by an older acpmem
+    r = _acp(cli, clone, "forget", "base01", "--reason", "x")
+    assert r.returncode == 0 and "Warning" not in r.stderr, r.stderr
+    assert git_out(clone, "log", "-1", "--format=%an <%ae>").strip() == "Test User <test@example.invalid>"
+    assert git_out(clone, "config", "--local", "--get-regexp", r"^user\.", check=False) == ""
+    # a person's own identity in the vault's config is theirs: kept
+    git_out(clone, "config", "user.name", "Only Here")
+    (clone / ".acpmem" / "git-setup").write_text("1\n")
+    assert _acp(cli, clone, "forget", "base02", "--reason", "y").returncode == 0
+    assert git_out(clone, "config", "--local", "--get", "user.name").strip() == "Only Here"
 
 
 def test_a_clone_with_an_identity_keeps_it_and_is_set_up_once(team, tmp_path, cli):
@@ -373,3 +423,68 @@ def test_a_failed_fetch_says_what_git_said_in_one_line(vault, tmp_path, cli):
     assert "does not appear to be a git repository" in line and "Could not read from remote repository" in line, line
     assert "and the repository exists" not in line
     assert f"git -C {vault.root} fetch" in line
+
+
+# --------------------------------------------------------------------------------------------- 4. rebase, detached HEAD
+
+def _start_rebase(root: Path) -> None:
+    """Stop a real interactive rebase at its last commit (``edit``): `.git/rebase-merge` exists, HEAD is detached."""
+    env = dict(os.environ, GIT_SEQUENCE_EDITOR="sed -i -e s/^pick/edit/", GIT_EDITOR="true")
+    r = subprocess.run(["git", "-C", str(root), "rebase", "-i", "HEAD~1"], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0 and (root / ".git" / "rebase-merge").is_dir(), r.stderr
+
+
+def _writes_all_refused(cli, root: Path, tmp_path: Path, word: str) -> None:
+    """Every write refuses in one line naming ``word`` and the next step; nothing is committed or left written; a
+    fork request stays pending without an attempt used; doctor names the state and `--fix` commits nothing."""
+    head = git_out(root, "rev-parse", "HEAD").strip()
+    fixed = tmp_path / "fixed.md"
+    text = next((root / "entries").glob("base01*.md")).read_text()
+    fixed.write_text(text.replace("The queue is drained", "The queue is always drained"))
+    (root / "entries" / "hand01.md").write_text(new_entry_text(make_entry("hand01", "Written by hand", "- by hand.")))
+    writes = [("remember", "Rebases orphan writes", "--type", "fact", "--importance", "3"),
+              ("forget", "base01", "--reason", "x"),
+              ("edit", "base01", "--from", str(fixed)),
+              ("commit", "--type", "lesson", "--note", "appends must be re-entrant", "--importance", "6",
+               "--session", "s1", "--seq", "6", "--transcript", str(CHAT), "--wait", "--extractor", "offline"),
+              ("extract", "--pending", "--extractor", "offline")]
+    for args in writes:
+        r = _acp(cli, root, *args)
+        line = _one_line(r)
+        assert r.returncode == 1 and word in line and "then run the command again" in line, (args, line)
+    assert git_out(root, "rev-parse", "HEAD").strip() == head
+    assert "hand01" not in " ".join(head_files(root))
+    pending = list((root / ".acpmem" / "pending").glob("r-*.json"))
+    assert len(pending) == 1 and json.loads(pending[0].read_text())["attempts"] == 0
+    r = _acp(cli, root, "doctor")
+    assert r.returncode == 1 and word in r.stdout, r.stdout
+    r = _acp(cli, root, "doctor", "--fix")
+    assert git_out(root, "rev-parse", "HEAD").strip() == head and word in r.stdout, r.stdout + r.stderr
+
+
+def test_writes_during_a_rebase_are_refused_and_kept_until_it_is_done(team, tmp_path, cli):
+    a, _ = team
+    root = a.root
+    branch_head = git_out(root, "rev-parse", "main").strip()
+    _start_rebase(root)
+    _writes_all_refused(cli, root, tmp_path, "rebase")
+    subprocess.run(["git", "-C", str(root), "rebase", "--abort"], check=True, capture_output=True)
+    assert git_out(root, "rev-parse", "HEAD").strip() == branch_head
+    # on the branch again: the kept request is written there, with the hand edit before it
+    r = _acp(cli, root, "extract", "--pending", "--extractor", "offline")
+    assert r.returncode == 0, r.stderr
+    assert not list((root / ".acpmem" / "pending").glob("r-*.json"))
+    assert git_out(root, "log", "main", "--format=%B").count("Acpmem-Request: r-") == 1
+    assert "entries/hand01.md" in head_files(root)
+
+
+def test_writes_on_a_detached_head_are_refused_and_doctor_names_it(team, tmp_path, cli):
+    a, _ = team
+    root = a.root
+    git_out(root, "checkout", "-q", "--detach")
+    _writes_all_refused(cli, root, tmp_path, "detached HEAD")
+    git_out(root, "checkout", "-q", "main")
+    r = _acp(cli, root, "extract", "--pending", "--extractor", "offline")
+    assert r.returncode == 0, r.stderr
+    assert git_out(root, "log", "main", "--format=%B").count("Acpmem-Request: r-") == 1

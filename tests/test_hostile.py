@@ -222,3 +222,69 @@ def test_a_symlinked_folder_inside_the_vault_does_not_carry_writes_outside(vault
     finally:
         v.close()
     assert _tree(outside) == before
+
+
+def test_fifos_sockets_and_devices_in_the_vault_are_reported_never_opened(vault, tmp_path, cli):
+    """A FIFO (or a socket) where an entry, a proposal or a reads file goes: every read, doctor, `doctor --fix`, the
+    review queue and the hook answer (a FIFO opened for reading would wait for a writer forever) and name the file."""
+    import socket
+    import subprocess
+    import sys
+
+    root = vault.root
+    vault.write_entries([GOOD.with_changes(path="entries/good01-good-entry.md")], subject="add", why="t")
+    vault.close()
+    (root / "proposals").mkdir(exist_ok=True)
+    (root / "reviews").mkdir(exist_ok=True)
+    for rel in ("entries/fifo01.md", "proposals/fifo02.md", "reads/fifo03.tsv", "reviews/fifo04.tsv"):
+        os.mkfifo(root / rel)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(root / "entries" / "sock01.md"))
+    try:
+        for args in (("list",), ("list", "--json"), ("list", "--format", "prompt"), ("recall", "sqlite wal"),
+                     ("show", "good01"), ("review", "--json"), ("stats",), ("doctor",), ("doctor", "--fix"),
+                     ("remember", "Named pipes are not entries", "--type", "fact", "--importance", "3")):
+            # a hang would end in TimeoutExpired after cli's generous bound: a test of "never blocks", not of speed
+            r = cli("memory", "--vault", str(root), *args)
+            assert "Traceback" not in r.stderr and "internal error" not in r.stderr, (args, r.stderr)
+            assert r.returncode in (0, 1), (args, r.stderr)
+        r = cli("memory", "--vault", str(root), "list", "--json")
+        assert r.returncode == 0 and "good01" in r.stdout
+        assert "skipped entries/fifo01.md: is a FIFO (named pipe), not a regular file" in r.stderr, r.stderr
+        assert "skipped entries/sock01.md: is a socket, not a regular file" in r.stderr, r.stderr
+        r = cli("memory", "--vault", str(root), "doctor")
+        assert r.returncode == 1 and "entries/fifo01.md: is a FIFO" in r.stdout and "rm " in r.stdout, r.stdout
+        assert "proposals/fifo02.md" in r.stdout and "not a regular file" in r.stdout, r.stdout
+        r = cli("memory", "--vault", str(root), "edit", "entries/fifo01.md", "--from", os.devnull)
+        assert r.returncode == 1 and "FIFO" in r.stderr and "remove it" in r.stderr, r.stderr
+        event = '{"session_id": "s-fifo", "hook_event_name": "SessionStart", "cwd": "%s"}' % root
+        r = cli("memory", "hook", "claude-code", "--vault", str(root), input=event)
+        assert r.returncode == 0 and "Good entry about sqlite wal" in r.stdout, r.stdout + r.stderr
+        # nothing of it was committed or changed
+        head = hp.head_files(root)
+        assert not [p for p in head if "fifo0" in p or "sock0" in p]
+        assert all(os.path.exists(root / rel) for rel in ("entries/fifo01.md", "proposals/fifo02.md"))
+    finally:
+        sock.close()
+
+
+def test_text_from_an_endless_source_is_read_to_the_limit_and_refused(vault, tmp_path):
+    """`remember < /dev/zero` and `edit --from /dev/zero` read at most one byte past what an entry file may hold,
+    then refuse in one line; nothing is written."""
+    import subprocess
+    import sys
+
+    root = vault.root
+    vault.write_entries([GOOD.with_changes(path="entries/good01-good-entry.md")], subject="add", why="t")
+    vault.close()
+    acp = str(Path(sys.executable).parent / "acp")
+    before = hp.git_out(root, "rev-parse", "HEAD")
+    with open("/dev/zero", "rb") as zero:
+        r = subprocess.run([acp, "memory", "--vault", str(root), "remember", "--type", "fact", "--importance", "3"],
+                           stdin=zero, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.startswith("Error: the text on stdin is over 1,000,000 bytes"), r.stderr
+    r = subprocess.run([acp, "memory", "--vault", str(root), "edit", "good01", "--from", "/dev/zero"],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "/dev/zero holds more than 1,000,000 bytes" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert hp.git_out(root, "rev-parse", "HEAD") == before and hp.status_porcelain(root) == ""

@@ -7,6 +7,7 @@ writing: that environment skips, saying so.)
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -146,3 +147,73 @@ def test_init_on_a_file_or_a_read_only_folder_is_one_line_and_leaves_nothing(tmp
         assert not list(target.iterdir())
     finally:
         cleanup()
+
+
+# --------------------------------------------------------------------------------------------- a full disk
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real file system of 2 MB (tmpfs) that the test fills until the OS answers ENOSPC. Mounting needs root (CI
+    runs as root); elsewhere the test skips, saying so."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root); not root here")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"this root may not mount a tmpfs (no CAP_SYS_ADMIN): {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _fill(folder: Path) -> None:
+    """Write until the file system refuses with ENOSPC (a real one, from the kernel)."""
+    import errno
+
+    with open(folder / "filler", "wb", buffering=0) as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 4096)
+                fh.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+            return
+
+
+def test_reads_on_a_full_disk_are_served_from_the_files(small_disk):
+    """The index cannot be updated (an entry was added by hand, then the disk filled): `list`, `recall`, the prompt
+    index and the hook still answer, from the files, with one warning; a write says "the disk is full" in one line."""
+    def acp(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([str(ACP), "memory", "--vault", str(root), *args], capture_output=True, text=True,
+                              input=input, timeout=300)
+
+    root = small_disk / "v"
+    r = subprocess.run([str(ACP), "memory", "init", "--example", str(root)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    before = json.loads(acp("list", "--json").stdout)["entries"]    # the index on disk is built
+    first = before[0]
+    text = next((root / "entries").glob(f"{first['id']}*.md")).read_text("utf-8")
+    (root / "entries" / "fullz1-by-hand.md").write_text(
+        text.replace(f"id: {first['id']}", "id: fullz1").replace(first["title"], "Written by hand on a full disk"),
+        "utf-8")
+    _fill(small_disk)
+    r = acp("list", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "fullz1" in [e["id"] for e in json.loads(r.stdout)["entries"]]
+    for args in (("list",), ("recall", "Written by hand on a full disk"), ("list", "--format", "prompt")):
+        r = acp(*args)
+        assert r.returncode == 0 and "internal error" not in r.stderr, (args, r.stderr)
+        said = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert len(said) == 1 and said[0].startswith("Warning: the disk holding") and "is full" in said[0], r.stderr
+    assert "Written by hand on a full disk" in acp("recall", "Written by hand on a full disk").stdout
+    event = json.dumps({"session_id": "s-full", "hook_event_name": "SessionStart", "cwd": str(root)})
+    r = subprocess.run([str(ACP), "memory", "hook", "claude-code", "--vault", str(root)], input=event,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "Written by hand on a full disk" in r.stdout, r.stdout + r.stderr
+    r = acp("remember", "Nothing fits on a full disk", "--type", "fact", "--importance", "3")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and lines[-1].startswith("Error: ") and "full" in lines[-1], r.stderr
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr

@@ -280,3 +280,58 @@ def test_doctor_sends_a_broken_entry_to_an_edit_that_finds_it(example_vault, cli
     path.write_text(fixed.read_text().replace("importance: ", "importance: lots # ", 1))
     back = cli("memory", "--vault", str(example_vault.root), "edit", e.path, "--from", str(fixed))
     assert back.returncode == 0 and "nothing to commit" in back.stdout and path.read_text() == fixed.read_text()
+
+
+# --------------------------------------------------------------------------------------------- ids changed by hand
+
+def _two_entries(vault):
+    import helpers_proc as hp
+
+    for ident, title in (("keep01", "The committed entry stays valid"), ("other1", "Another committed entry")):
+        vault.write_entries([hp.make_entry(ident, title, f"- {title}.").with_changes(path=f"entries/{ident}.md")],
+                            subject=f"add #{ident}", why="t")
+    return vault.root
+
+
+def test_a_copied_id_makes_the_copy_invalid_never_the_committed_entry(vault, cli):
+    import helpers_proc as hp
+
+    root = _two_entries(vault)
+    text = (root / "entries" / "keep01.md").read_text()
+    # the copy's name sorts first: the order of paths must not decide which one is valid
+    (root / "entries" / "aaa-copy.md").write_text(text.replace("The committed entry stays valid", "A copy of it"))
+    r = cli("memory", "--vault", str(root), "list", "--json")
+    doc = json.loads(r.stdout)
+    assert [e["title"] for e in doc["entries"] if e["id"] == "keep01"] == ["The committed entry stays valid"]
+    assert [p["path"] for p in doc["problems"]] == ["entries/aaa-copy.md"], doc["problems"]
+    assert "duplicate id 'keep01' (also in entries/keep01.md)" in doc["problems"][0]["reason"]
+    # and the copy is not committed as a human edit: the next write leaves it out, saying why
+    r = cli("memory", "--vault", str(root), "remember", "Copies are not entries", "--type", "fact", "--importance", "3")
+    assert r.returncode == 0 and "not committed: entries/aaa-copy.md" in r.stderr and "keep01" in r.stderr, r.stderr
+    assert "entries/aaa-copy.md" not in hp.head_files(root)
+
+
+@pytest.mark.parametrize("new_id", ["fresh9", "other1", "u-abc123"])
+def test_an_id_changed_by_hand_is_refused_as_edit_refuses_it(vault, cli, tmp_path, new_id):
+    """A hand edit of an entry's id (to a new id, another entry's, a user-vault `u-` id) is never committed as a human
+    edit, and `acp memory edit` refuses the same text with the same reason."""
+    import helpers_proc as hp
+
+    root = _two_entries(vault)
+    path = root / "entries" / "keep01.md"
+    changed = path.read_text().replace("id: keep01", f"id: {new_id}")
+    draft = tmp_path / "draft.md"
+    draft.write_text(changed)
+    r = cli("memory", "--vault", str(root), "edit", "keep01", "--from", str(draft))
+    assert r.returncode == 1 and "must stay 'keep01'" in r.stderr, r.stderr
+    edit_reason = r.stderr
+    path.write_text(changed)
+    head = hp.git_out(root, "rev-parse", "HEAD")
+    for args in (("doctor", "--fix"), ("remember", "Ids are stable", "--type", "fact", "--importance", "3")):
+        r = cli("memory", "--vault", str(root), *args)
+        assert "entries/keep01.md" in r.stdout + r.stderr and "must stay 'keep01'" in r.stdout + r.stderr, r
+    assert "must stay 'keep01' (ids are stable; citations refer to them)" in edit_reason
+    assert "id: keep01" in hp.git_out(root, "show", "HEAD:entries/keep01.md")
+    assert hp.git_out(root, "log", "--format=%B", f"{head.strip()}..HEAD").count("human edit: ") == 0
+    r = cli("memory", "--vault", str(root), "doctor")
+    assert r.returncode == 1 and "uncommitted human edit entries/keep01.md is invalid" in r.stdout, r.stdout

@@ -54,7 +54,7 @@ def remember(ctx: typer.Context,
     if text is not None and edit:
         raise UsageError("give TEXT or --edit, not both", "drop one")
     if text == "-" or (text is None and not edit and not sys.stdin.isatty()):
-        text = sys.stdin.read()
+        text = _from_stdin()
     elif text is None:
         text = _from_editor()
     v = open_for_user(ctx, vault) if user else open_vault(ctx, vault)
@@ -69,6 +69,22 @@ def remember(ctx: typer.Context,
     else:
         where = " in the user vault" if layer == "user" else ""
         out(f"Remembered #{entry.id} {entry.title}{where} ({entry.path}, commit {sha[:12]}).")
+
+
+def _from_stdin() -> str:
+    """The text piped in: at most one byte past what an entry file may hold (``remember < /dev/zero`` ends), UTF-8
+    whatever the locale says."""
+    from acpmem.core.entryfile import MAX_FILE_BYTES
+    from acpmem.infra.files import read_bounded
+
+    data = read_bounded(sys.stdin.buffer, MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise UsageError(f"the text on stdin is over {MAX_FILE_BYTES:,} bytes, more than an entry may hold",
+                         "pipe in the entry's text, a few KB; nothing was written")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError("the text on stdin is not UTF-8", "pipe in UTF-8 text; nothing was written") from None
 
 
 def _from_editor() -> str:

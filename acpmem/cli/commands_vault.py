@@ -46,6 +46,7 @@ def init(path: Annotated[Optional[str], typer.Argument(metavar="[PATH]", show_de
     else:
         v = init_vault(path or None, example=example)
     n = len(v.load().entries)
+    emit_warnings(v)   # no git identity: said here, with how to set one
     if json_:
         out_json({"vault": str(v.root), "entries": n})
         return

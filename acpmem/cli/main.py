@@ -13,9 +13,11 @@ import sys
 def main(argv: list[str], prog: str) -> int:
     """Run one command line (``argv`` after the program name); ``prog`` is ``acp`` or ``acpmem``. The exit code."""
     from acpmem.cli.fast import try_fast
+    from acpmem.cli.output import standard_output
 
-    code = try_fast(argv, prog)
-    return run_typer(argv, prog) if code is None else code
+    with standard_output():   # the output's own failures and encoding, for every command (``cli.output``)
+        code = try_fast(argv, prog)
+        return run_typer(argv, prog) if code is None else code
 
 
 def typer_app(prog: str = "acpmem"):
@@ -67,8 +69,14 @@ def run_typer(argv: list[str], prog: str) -> int:
 
 
 def acpmem_main() -> None:
+    from acpmem.cli.output import standard_descriptors
+
+    standard_descriptors()
     sys.exit(main(sys.argv[1:], "acpmem"))
 
 
 def acp_main() -> None:
+    from acpmem.cli.output import standard_descriptors
+
+    standard_descriptors()
     sys.exit(main(sys.argv[1:], "acp"))

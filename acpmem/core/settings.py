@@ -131,6 +131,15 @@ class Settings(Value):
     write: WriteSettings = WriteSettings()
     embeddings: EmbeddingsSettings = EmbeddingsSettings()
     rerank: RerankSettings = RerankSettings()
+    unknown: tuple[str, ...] = ()   # settings and sections the file has that this acpmem does not know: ignored
+
+    def unknown_warning(self, path: str = SETTINGS_FILE) -> str | None:
+        """The one warning line about ``unknown``, or None."""
+        if not self.unknown:
+            return None
+        names = ", ".join(f"'{n}'" for n in self.unknown[:10]) + (" …" if len(self.unknown) > 10 else "")
+        return (f"{path}: ignored what this acpmem does not know: {names} (set by a newer acpmem, or misspelt) — "
+                "upgrade acpmem to use it, or remove it; see the comments in the template acpmem.toml")
 
     def to_json(self) -> dict:
         d = self.__dict__
@@ -188,15 +197,15 @@ _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceS
 POLICIES = ("auto", "review", "off")
 
 
-def _coerce(cls, section: str, data: dict, path: str):
+def _coerce(cls, section: str, data: dict, path: str, unknown: list[str]):
     if not isinstance(data, dict):
         raise SettingsError(f"{path}: [{section}] must be a table", _HINT)
     known = cls._fields
     kwargs = {}
     for k, v in data.items():
-        if k not in known:
-            raise SettingsError(f"{path}: unknown setting '{section}.{k}'",
-                                f"known settings in [{section}]: {', '.join(known)}")
+        if k not in known:   # a newer acpmem's setting, synced through git: ignored, said (``Settings.unknown``)
+            unknown.append(f"{section}.{k}")
+            continue
         default = cls._defaults[k]
         if isinstance(default, bool):
             ok = isinstance(v, bool)
@@ -260,16 +269,13 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
     if language not in ("en", "zh"):
         raise SettingsError(f"{path}: vault.language must be 'en' or 'zh', got {clip(language)}",
                             "language = \"en\" or language = \"zh\"")
-    extra = set(vault) - {"types", "language"}
-    if extra:
-        raise SettingsError(f"{path}: unknown setting 'vault.{sorted(extra)[0]}'",
-                            "known settings in [vault]: types, language")
-    unknown = set(data) - set(_SECTIONS) - {"vault"}
-    if unknown:
-        raise SettingsError(f"{path}: unknown section [{sorted(unknown)[0]}]",
-                            f"sections: vault, {', '.join(_SECTIONS)}")
-    kwargs = {name: _coerce(cls, name, data.get(name, {}), path) for name, cls in _SECTIONS.items()}
-    s = Settings(types=tuple(types), language=language, **kwargs)
+    # What this acpmem does not know — a setting or a section a newer one added, synced through git — is ignored
+    # and named (``unknown``, one warning line), so one new key never stops every command of an older acpmem;
+    # a known key with a bad value is still refused.
+    unknown = [f"vault.{k}" for k in sorted(set(vault) - {"types", "language"})]
+    unknown += [f"[{k}]" if isinstance(data[k], dict) else k for k in sorted(set(data) - set(_SECTIONS) - {"vault"})]
+    kwargs = {name: _coerce(cls, name, data.get(name, {}), path, unknown) for name, cls in _SECTIONS.items()}
+    s = Settings(types=tuple(types), language=language, unknown=tuple(unknown), **kwargs)
     for section in (s.embeddings, s.rerank):
         if not all(x.strip() in ("en", "zh") for x in section.languages.split(",")):
             name = "embeddings" if section is s.embeddings else "rerank"
@@ -287,4 +293,4 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
 
 def settings_from_json(d: dict) -> Settings:
     kwargs = {name: cls(**d.get(name, {})) for name, cls in _SECTIONS.items()}
-    return Settings(types=tuple(d["types"]), language=d["language"], **kwargs)
+    return Settings(types=tuple(d["types"]), language=d["language"], unknown=tuple(d.get("unknown", ())), **kwargs)

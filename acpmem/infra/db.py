@@ -7,6 +7,7 @@ nothing is lost. A *busy* database (another process holds it) is never deleted: 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 from collections.abc import Callable
@@ -17,13 +18,28 @@ from acpmem.core.errors import LockTimeout
 BUSY_TIMEOUT_MS = 30_000
 
 
+def is_full(exc: BaseException) -> bool:
+    """A write refused for want of space (``SQLITE_FULL``, or ENOSPC from the file system)."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc).lower()
+
+
 def is_corrupt(exc: sqlite3.DatabaseError) -> bool:
     """A database error that deleting and rebuilding the cache can cure; not a busy or locked database, which
-    another process is using (deleting it then would pull the file from under that process)."""
+    another process is using (deleting it then would pull the file from under that process), nor a full disk."""
     if isinstance(exc, sqlite3.OperationalError):
         msg = str(exc).lower()
-        return not ("locked" in msg or "busy" in msg)
+        return not ("locked" in msg or "busy" in msg or is_full(exc))
     return True
+
+
+def memory_connection(create: Callable[[sqlite3.Connection], None]) -> sqlite3.Connection:
+    """A database of the same schema in memory, for a read that cannot update the one on disk (the disk is full):
+    built from the files, used once, never written anywhere."""
+    con = sqlite3.connect(":memory:", isolation_level=None)
+    create(con)
+    return con
 
 
 def busy_error(exc: sqlite3.DatabaseError) -> LockTimeout:
@@ -56,6 +72,8 @@ def with_rebuild(path: Path, attempt: Callable[[], object], reset: Callable[[], 
         except sqlite3.DatabaseError as exc:
             with contextlib.suppress(Exception):
                 reset()
+            if is_full(exc):   # waiting or rebuilding cannot help: the caller decides (``VaultReader.with_db``)
+                raise
             if not is_corrupt(exc):
                 if not waits:
                     raise busy_error(exc) from None
@@ -65,6 +83,14 @@ def with_rebuild(path: Path, attempt: Callable[[], object], reset: Callable[[], 
                 raise
             rebuilt = True
             delete(path)
+
+
+def rollback(con: sqlite3.Connection) -> None:
+    """Undo the open transaction, if there still is one: SQLite ends it by itself when a statement or the COMMIT
+    fails for a full disk (``SQLITE_FULL``), and a ROLLBACK then would replace the real error ("database or disk is
+    full") with "cannot rollback - no transaction is active"."""
+    if con.in_transaction:
+        con.execute("ROLLBACK")
 
 
 def connect(path: Path, version: int, create: Callable[[sqlite3.Connection], None], *,
@@ -89,7 +115,7 @@ def connect(path: Path, version: int, create: Callable[[sqlite3.Connection], Non
                     con.execute(f"PRAGMA user_version={int(version)}")
                 con.execute("COMMIT")
             except BaseException:
-                con.execute("ROLLBACK")
+                rollback(con)
                 raise
         elif probe:
             con.execute(probe).fetchone()

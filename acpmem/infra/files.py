@@ -6,8 +6,10 @@ Every file acpmem writes goes through here (``docs/design.md``, "Guarantees").
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
+import stat
 import sys
 from pathlib import Path
 
@@ -78,11 +80,65 @@ def _atomic_write(path: Path, raw: bytes, durable: bool, replace: bool) -> None:
         fsync_dir(path.parent)
 
 
-def read_exact(path: Path) -> str | None:
-    """A file's exact text (CRLF kept, unlike ``read_text``), or None when it is gone or not UTF-8."""
+class NotRegularFile(OSError):
+    """A path that is not a regular file (a FIFO, a socket, a device, a folder): never opened for reading, since
+    reading a FIFO waits for a writer that may never come and a device may never end."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symlink")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of the regular file at ``path`` (a caller that must refuse what is too long asks for
+    one byte more than it takes). Anything else — a FIFO, a socket, a device, a symlink — raises ``NotRegularFile``
+    without blocking: the path is checked with ``lstat``, opened non-blocking without following a symlink, and
+    checked again on the open descriptor (it may have been swapped in between)."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFile(errno.EINVAL, f"is {_kind(st.st_mode)}, not a regular file", str(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        return Path(path).read_bytes().decode("utf-8")
-    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"is {_kind(st.st_mode)}, not a regular file", str(path))
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_bounded(stream, limit: int) -> bytes:
+    """At most ``limit`` bytes from a binary stream (stdin, a file a person names: a pipe or ``/dev/zero`` too)."""
+    chunks, left = [], limit
+    while left > 0:
+        chunk = stream.read(min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_exact(path: Path) -> str | None:
+    """A file's exact text (CRLF kept, unlike ``read_text``), or None when it is gone, not UTF-8, not a regular file
+    (``read_regular``) or over 256 MB."""
+    limit = 256_000_000
+    try:
+        data = read_regular(Path(path), limit + 1)
+        return data.decode("utf-8") if len(data) <= limit else None
+    except (FileNotFoundError, NotADirectoryError, NotRegularFile, UnicodeDecodeError):
         return None
 
 

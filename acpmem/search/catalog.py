@@ -74,6 +74,11 @@ def connect(db_path: Path) -> sqlite3.Connection:
     return db.connect(db_path, SCHEMA_VERSION, _create, probe="SELECT 1 FROM files LIMIT 1")
 
 
+def connect_memory() -> sqlite3.Connection:
+    """An empty catalog in memory: what a read fills from the files when the one on disk cannot be written."""
+    return db.memory_connection(_create)
+
+
 def _create(con: sqlite3.Connection) -> None:
     for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
         if not name.startswith("sqlite_"):
@@ -268,7 +273,7 @@ def _store(con: sqlite3.Connection, root: Path, t0: int, modified: list, todo: l
             con.execute("DELETE FROM meta WHERE key='racy'")
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        db.rollback(con)
         raise
 
 
@@ -283,9 +288,12 @@ def _read(root: Path, rel: str, sig: str) -> bytes | tuple:
     """The file's bytes (up to one more than the parser takes), or the problem row when it cannot be read."""
     if sig.startswith("symlink:"):
         return _problem_row("entry files may not be symlinks (it could lead out of the vault)")
+    from acpmem.infra.files import NotRegularFile, read_regular
+
     try:
-        with open(root / rel, "rb") as fh:
-            return fh.read(2_000_001)
+        return read_regular(root / rel, 2_000_001)
+    except NotRegularFile as exc:   # a FIFO would hang every read: never opened
+        return _problem_row(f"{exc.strerror} (acpmem reads only regular files); remove it")
     except OSError as exc:
         return _problem_row(f"cannot be read: {exc.strerror}")
 
@@ -342,11 +350,11 @@ def snapshot(con: sqlite3.Connection, root: Path, types: tuple[str, ...], *, lig
     changes = refresh(con, root)
     entries: list[Entry] = []
     problems: list[Problem] = []
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[int, str, str]] = {}   # id -> (its place in entries, path, signature)
     # light: the stored JSON is read for problem rows only
     cols = ("CASE WHEN ok THEN NULL ELSE data END, entry_id, title, type, importance, created, last_read, "
             "superseded_by") if light else "data"
-    for path, ok, data, *meta in con.execute(f"SELECT path, ok, {cols} FROM files ORDER BY path"):
+    for path, sig, ok, data, *meta in con.execute(f"SELECT path, sig, ok, {cols} FROM files ORDER BY path"):
         if not ok:
             d = json.loads(data)
             problems.append(Problem(path, d["reason"], d.get("field")))
@@ -361,8 +369,23 @@ def snapshot(con: sqlite3.Connection, root: Path, types: tuple[str, ...], *, lig
             problems.append(Problem(path, f"'{e.type}' is not one of {', '.join(types)}", "type"))
             continue
         if e.id in seen:
-            problems.append(Problem(path, f"duplicate id '{e.id}' (also in {seen[e.id]})", "id"))
+            # Two files, one id (a copied file, an id changed by hand): the file changed last is the one in the
+            # wrong — its ctime is the later one, and a person cannot set it back — and the entry as it was stays.
+            place, other, other_sig = seen[e.id]
+            if _ctime(sig) < _ctime(other_sig):
+                entries[place] = e
+                seen[e.id] = (place, path, sig)
+                path, other = other, path
+            problems.append(Problem(path, f"duplicate id '{e.id}' (also in {other})", "id"))
             continue
-        seen[e.id] = path
+        seen[e.id] = (len(entries), path, sig)
         entries.append(e)
     return Snapshot(entries, problems, changes)
+
+
+def _ctime(sig: str) -> int:
+    """The ctime (ns) a stat signature records (``size:mtime:ctime:inode``, maybe ``~version`` after it)."""
+    try:
+        return int(sig.partition("~")[0].rsplit(":", 2)[1])
+    except (ValueError, IndexError):
+        return 0

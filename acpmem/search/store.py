@@ -26,6 +26,7 @@ from operator import itemgetter
 
 from acpmem.core.limits import MAX_INT, MIN_INT, int_between, valid_seq
 from acpmem.core.values import Value
+from acpmem.infra import db
 from acpmem.search.analysis import FIELDS, SearchDoc, doc_fields, stemmer
 from acpmem.search.ranking import seq_range
 
@@ -288,7 +289,7 @@ def update(con: sqlite3.Connection, chunk: int = CHUNK) -> UpdateResult:
                 rebuilt = True
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            db.rollback(con)
             raise
     indexed = dropped = skipped = 0
     cache: dict[str, int] | None = None
@@ -311,7 +312,7 @@ def update(con: sqlite3.Connection, chunk: int = CHUNK) -> UpdateResult:
             con.execute("DELETE FROM idx_dirty WHERE path IN (SELECT value FROM json_each(?))", (batch,))
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            db.rollback(con)
             raise
         indexed += len(missing)
         dropped += len(stale)

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from acpmem.core.values import Value
+from acpmem.infra import db
 
 VECTORS_DB = "vectors.sqlite"
 VECTOR_TOP = 100          # documents the vector channel proposes per query
@@ -103,7 +104,7 @@ def sync(index: sqlite3.Connection, vcon: sqlite3.Connection) -> None:
         vcon.executemany("DELETE FROM at WHERE path = ?", [(p,) for p in gone])
         vcon.execute("COMMIT")
     except BaseException:
-        vcon.execute("ROLLBACK")
+        db.rollback(vcon)
         raise
 
 
@@ -136,7 +137,7 @@ def store(vcon: sqlite3.Connection, model: str, items: Sequence[tuple[str, Seque
         vcon.executemany("INSERT OR REPLACE INTO vec(model, hash, dim, v) VALUES (?,?,?,?)", rows)
         vcon.execute("COMMIT")
     except BaseException:
-        vcon.execute("ROLLBACK")
+        db.rollback(vcon)
         raise
 
 

@@ -13,7 +13,7 @@ from acpmem.core.layout import SETTINGS_FILE
 from acpmem.core.settings import Settings, settings_from_json, settings_from_mapping
 from acpmem.infra.files import atomic_write
 
-CACHE_VERSION = 5   # 5: the embedding prefixes; 4: [layers]; 3: [write] and the extraction budgets; 2: every number range-checked (a cache of settings validated before must be read again)
+CACHE_VERSION = 6   # 6: the unknown settings named; 5: the embedding prefixes; 4: [layers]; 3: [write] and the extraction budgets; 2: every number range-checked (a cache of settings validated before must be read again)
 
 
 def load_settings(root: Path, state_dir: Path | None = None) -> Settings:

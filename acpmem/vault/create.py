@@ -102,7 +102,7 @@ def _create(root: Path, *, example: bool, clock, rng) -> Vault:
     git(root, "init", "-q", "-b", "main")
     vault = Vault(root, clock=clock, rng=rng)
     vault.ensure_state()
-    vault.setup_git()  # core.quotepath, gc.autoDetach, an identity where git has none (the same as a clone's)
+    vault.setup_git()  # core.quotepath, gc.autoDetach (the same as a clone's)
     _exclude_from_workspace(root)
     git(root, "add", "-A")
     git(root, "commit", "-q", "--no-verify", "-F", "-",
@@ -110,6 +110,7 @@ def _create(root: Path, *, example: bool, clock, rng) -> Vault:
         # same person in the same second (their first commits would otherwise be identical)
         input=f"acpmem: {KIND_INIT}: create the vault\n\nCreated from the vault template.\n\nAcpmem-Kind: {KIND_INIT}\n"
               f"Acpmem-Vault: {os.urandom(8).hex()}\n")
+    vault.identity_taken()   # git knows no identity: the commit said who it is, and the person is told how to set one
     if example:
         from acpmem.vault.examples import example_entries
 

@@ -12,10 +12,10 @@ import subprocess
 from pathlib import Path
 from collections.abc import Callable
 
-from acpmem.core.entryfile import parse_entry_bytes
+from acpmem.core.entryfile import MAX_FILE_BYTES, parse_entry_bytes
 from acpmem.core.errors import AcpmemError, EntryInvalid, EntryNotFound, SecretRefused, UsageError
 from acpmem.core.layout import ENTRIES_DIR
-from acpmem.infra.files import atomic_write, read_exact
+from acpmem.infra.files import NotRegularFile, atomic_write, read_bounded, read_exact, read_regular
 from acpmem.search.catalog import secret_kind
 from acpmem.vault.writer import KIND_EDIT, Vault
 
@@ -53,6 +53,13 @@ def _target(v: Vault, prefix: str) -> _Target:
                                                  or p.rpartition("/")[2].startswith(wanted))]
         if len(hits) != 1:
             raise
+        try:
+            read_regular(v.root / hits[0], 0)
+        except NotRegularFile as exc:   # a FIFO in entries/: opening it for the editor would hang
+            raise EntryInvalid(hits[0], None, f"{exc.strerror}, so it cannot be edited",
+                               f"remove it (rm {v.root / hits[0]})") from None
+        except OSError:
+            pass
         original = read_exact(v.root / hits[0])
         if original is None:
             raise EntryInvalid(hits[0], None, "cannot be read as UTF-8 text",
@@ -65,14 +72,10 @@ def _validate(v: Vault, target: _Target, text: str, forbid: tuple[str, ...] = ()
     """The id of the edited text, when it is a valid entry that may replace the target (and, in the user vault,
     holds none of the project paths ``forbid``)."""
     new = parse_entry_bytes(text.encode("utf-8"), target.path, v.settings.types)
-    if target.entry_id is not None and new.id != target.entry_id:
-        raise EntryInvalid(target.path, "id", f"must stay '{target.entry_id}' (ids are stable; citations refer to "
-                                              "them)")
-    if target.entry_id is None:
-        clash = [e for e in v.load(with_reads=False, light=True).entries if e.id == new.id and e.path != target.path]
-        if clash:
-            raise EntryInvalid(target.path, "id", f"'{new.id}' is already the id of {clash[0].path}",
-                               "give this entry an id of its own")
+    why = v.id_problem(target.path, new.id, target.entry_id)   # the check hand edits get too
+    if why:
+        raise EntryInvalid(target.path, "id", why.removeprefix("field 'id' ").removeprefix(": "),
+                           "give this entry an id of its own" if target.entry_id is None else None)
     refuse_unsafe(new, text, target.path, forbid)
     return new.id
 
@@ -118,10 +121,15 @@ def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message:
     draft = v.state_dir / "edit" / (f"{target.entry_id}.md" if target.entry_id else target.path.rpartition("/")[2])
     draft.parent.mkdir(parents=True, exist_ok=True)
     if from_file is not None:
-        try:
-            text = Path(from_file).read_bytes().decode("utf-8")
+        try:   # a pipe or a device may be named (`--from /dev/stdin`): read at most one byte past the limit
+            with open(from_file, "rb") as fh:
+                data = read_bounded(fh, MAX_FILE_BYTES + 1)
+            text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read {from_file}: {exc}", "pass a UTF-8 file") from None
+        if len(data) > MAX_FILE_BYTES:
+            raise UsageError(f"{from_file} holds more than {MAX_FILE_BYTES:,} bytes, more than an entry file may",
+                             "pass the entry's text: its frontmatter and a body of a few KB; nothing was changed")
     else:
         if not draft.exists():
             atomic_write(draft, original)

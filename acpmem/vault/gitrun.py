@@ -16,6 +16,28 @@ from acpmem.core.values import Value
 
 IDENTITY_ERRORS = ("Please tell me who you are", "identity unknown", "unable to auto-detect email address",
                    "empty ident name")
+# Where git knows no identity, a command that makes a commit is run again with this one given on its command line
+# (``git -c``): never written into any config, so a person's own identity counts as soon as there is one.
+FALLBACK_IDENTITY = {"user.name": "acpmem", "user.email": "acpmem@localhost"}
+_MAKES_COMMITS = frozenset({"commit", "merge", "pull", "revert", "cherry-pick", "am", "rebase"})
+_supplied: set[str] = set()   # the vault roots whose commits took FALLBACK_IDENTITY in this process (``took_fallback``)
+
+
+def identity_warning(root: Path) -> str:
+    """What a person is told when a commit was recorded with ``FALLBACK_IDENTITY``."""
+    return ("git has no user.name/user.email configured for this vault, so its commits are recorded as "
+            f"{FALLBACK_IDENTITY['user.name']} <{FALLBACK_IDENTITY['user.email']}> until you set yours: "
+            "`git config --global user.name 'Your Name'` and `git config --global user.email you@example.com` "
+            f"(or `git -C {root} config …` for this vault alone)")
+
+
+def took_fallback(root: Path) -> bool:
+    """Whether a commit in the vault at ``root`` took the fallback identity since the last call (then cleared)."""
+    key = str(root)
+    if key in _supplied:
+        _supplied.discard(key)
+        return True
+    return False
 
 
 class GitResult(Value):
@@ -36,8 +58,18 @@ def git(root: Path, *args: str, input: str | None = None, check: bool = True, en
     try:
         import subprocess  # here, not at start-up: the per-turn read paths never run git
 
-        p = subprocess.run(["git", "-C", str(root), *args], input=input, capture_output=True, text=True,
-                           encoding="utf-8", errors="replace", env=full_env, stdin=None if input else subprocess.DEVNULL)
+        def run(*extra: str):
+            return subprocess.run(["git", *extra, "-C", str(root), *args], input=input, capture_output=True,
+                                  text=True, encoding="utf-8", errors="replace", env=full_env,
+                                  stdin=None if input else subprocess.DEVNULL)
+
+        p = run()
+        if p.returncode != 0 and args[:1] and args[0] in _MAKES_COMMITS and any(
+                s in p.stderr + p.stdout for s in IDENTITY_ERRORS):
+            # git refuses before it changes anything when it knows no identity: run it again with one, once
+            p = run(*(x for k, v in FALLBACK_IDENTITY.items() for x in ("-c", f"{k}={v}")))
+            if p.returncode == 0:
+                _supplied.add(str(root))
     except FileNotFoundError:
         raise GitStateError("git was not found on PATH (reading the vault works without it; writing, sync and "
                             "doctor need it)", "install git or add it to PATH, then run the command again; nothing "
@@ -85,6 +117,52 @@ def failure(root: Path, args: tuple[str, ...], res: GitResult, hint: str | None 
                              "user.email you@example.com")
     return GitStateError(f"git {args[0]} failed: {error_text(res)}",
                          hint or "run `acp memory doctor` to check the vault")
+
+
+def git_dir(root: Path) -> Path:
+    """The repository folder of the vault at ``root``: ``.git``, or where a ``.git`` file (``gitdir: …``) points."""
+    dot = Path(root) / ".git"
+    try:
+        if dot.is_file():
+            text = dot.read_text("utf-8", errors="replace").strip()
+            if text.startswith("gitdir:"):
+                target = Path(text[7:].strip())
+                return target if target.is_absolute() else (Path(root) / target)
+    except OSError:
+        pass
+    return dot
+
+
+def writes_blocked(root: Path) -> GitStateError | None:
+    """Why no commit may be made in the vault now, or None: a sync merge, a rebase, a cherry-pick or revert is
+    unfinished, or HEAD is detached (not on a branch). A commit made then would be acknowledged and lost when the
+    operation is aborted or a branch is checked out, so every write refuses and pending requests wait."""
+    root = Path(root)
+    gd = git_dir(root)
+    later = "pending writes are kept until then"
+    if (gd / "MERGE_HEAD").exists():
+        return GitStateError("a sync merge is unfinished in the vault (an entry changed on both sides)",
+                             "edit the conflicted entries and run `acp memory sync` again, or "
+                             f"`git -C {root} merge --abort`; {later}")
+    if (gd / "rebase-merge").exists() or (gd / "rebase-apply").exists():
+        return GitStateError("a git rebase is in progress in the vault: a commit made now would be lost if it is "
+                             "aborted", f"finish it with `git -C {root} rebase --continue` or undo it with "
+                                        f"`git -C {root} rebase --abort`, then run the command again; {later}")
+    for name, op in (("CHERRY_PICK_HEAD", "cherry-pick"), ("REVERT_HEAD", "revert")):
+        if (gd / name).exists():
+            return GitStateError(f"a git {op} is in progress in the vault",
+                                 f"finish it with `git -C {root} {op} --continue` or undo it with "
+                                 f"`git -C {root} {op} --abort`, then run the command again; {later}")
+    try:
+        head = (gd / "HEAD").read_text("utf-8", errors="replace").strip()
+    except OSError:
+        return None   # no repository: the writer says so in its own words
+    if head and not head.startswith("ref:"):
+        return GitStateError(f"the vault is not on a branch (detached HEAD at {head[:12]}): a commit made now "
+                             "would be lost when a branch is checked out",
+                             f"check out the vault's branch (`git -C {root} switch main`, or the branch it "
+                             f"works on), then run the command again; {later}")
+    return None
 
 
 def no_repository(root: Path) -> GitStateError:

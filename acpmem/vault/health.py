@@ -9,7 +9,7 @@ from pathlib import Path
 from acpmem.core.errors import AcpmemError
 from acpmem.core.values import Value
 from acpmem.infra import locks
-from acpmem.vault.gitrun import git, index_corrupt, no_repository
+from acpmem.vault.gitrun import git, index_corrupt, no_repository, writes_blocked
 from acpmem.vault.writer import Vault
 
 
@@ -41,6 +41,9 @@ def git_problems(root: Path) -> list[str]:
             problems.append(f"a git {name.split('_')[0].lower()} is in progress")
     if (root / ".git" / "rebase-merge").exists() or (root / ".git" / "rebase-apply").exists():
         problems.append("a git rebase is in progress")
+    blocked = writes_blocked(root)
+    if blocked is not None and "detached HEAD" in blocked.message:
+        problems.append(f"{blocked.message}; writes are refused and pending requests wait")
     if git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).code != 0:
         problems.append("HEAD does not point to a commit")
     res = git(root, "fsck", "--no-dangling", "--no-progress", check=False)
@@ -98,8 +101,11 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
             else:
                 if index_corrupt(root):
                     add("fixed", _rebuild_index(root))
+                blocked = writes_blocked(root)
                 if merging:
                     pass  # a merge is committed by `sync` once its files are resolved, never here
+                elif blocked is not None:   # a rebase, a detached HEAD: a commit now would be lost; said below
+                    pass
                 else:
                     if journal.exists():
                         sha = vault.recover()
@@ -166,7 +172,9 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
     for p in git_problems(root):
         if merging and p == "a git merge is in progress":
             continue  # said above, with the files and the next step
-        add("error", p, "resolve it with git in the vault folder, then run `acp memory doctor` again")
+        blocked = writes_blocked(root) if "detached HEAD" in p else None
+        add("error", p, blocked.hint if blocked is not None else
+            "resolve it with git in the vault folder, then run `acp memory doctor` again")
     _check_entries(vault, add, to_resolve)
     _check_watcher(vault, add)
     _check_embeddings(vault, add)
@@ -181,8 +189,9 @@ def _check_entries(vault: Vault, add, reported: set[str]) -> None:
     for prob in loaded.problems:
         if prob.path in reported:
             continue
-        add("error", f"{prob.path}: {('field ' + repr(prob.field) + ' ') if prob.field else ''}{prob.reason}",
-            f"fix it with `acp memory edit {prob.path}` (or any editor) — it is kept out of the index until then")
+        fix = f"remove it (rm {vault.root / prob.path})" if "not a regular file" in prob.reason else \
+            f"fix it with `acp memory edit {prob.path}` (or any editor) — it is kept out of the index until then"
+        add("error", f"{prob.path}: {('field ' + repr(prob.field) + ' ') if prob.field else ''}{prob.reason}", fix)
     add("info", f"{len(loaded.entries)} valid entries, {len(loaded.problems)} invalid file(s)")
 
 

@@ -8,6 +8,7 @@ per-turn ``list --format prompt`` never imports.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -146,6 +147,9 @@ class VaultReader:
         if self._settings is None:
             self.ensure_state()
             self._settings = load_settings(self.root, self.state_dir)
+            said = self._settings.unknown_warning(str(self.root / layout.SETTINGS_FILE))
+            if said:
+                self.warnings.append(said)
         return self._settings
 
     @property
@@ -165,7 +169,22 @@ class VaultReader:
         ``LockTimeout`` (``acpmem.infra.db.with_rebuild``)."""
         from acpmem.infra import db
 
-        return db.with_rebuild(self.db_path, lambda: work(self.db()), self.close)
+        try:
+            return db.with_rebuild(self.db_path, lambda: work(self.db()), self.close)
+        except (sqlite3.OperationalError, OSError) as exc:
+            if not db.is_full(exc) or getattr(self, "_in_memory", False):
+                raise
+        # The disk is full: the derived index cannot be brought up to date, so this read is served from the files
+        # through an index in memory (built now, kept for this process, written nowhere).
+        from acpmem.search import catalog
+
+        if self._con is not None:
+            self._con.close()
+        self._con = catalog.connect_memory()
+        self._in_memory = True
+        self.warnings.append(f"the disk holding {self.state_dir} is full: the index there is not updated, entries "
+                             "are read from their files (slower) — free some space")
+        return work(self._con)
 
     def close(self) -> None:
         if self._user is not _UNSET and self._user is not None:

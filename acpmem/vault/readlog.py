@@ -20,7 +20,9 @@ from pathlib import Path
 
 from acpmem.core.clock import parse_iso
 from acpmem.core.layout import READS_DIR
-from acpmem.infra.files import append_bytes, atomic_write
+from acpmem.infra.files import append_bytes, atomic_write, read_regular
+
+MAX_LOG_BYTES = 256_000_000   # a committed reads/ or reviews/ file read at most this far (30 bytes a line)
 LOCAL_LOG = "reads.log"
 
 
@@ -90,7 +92,8 @@ def last_reads(root: Path, state_dir: Path) -> dict[str, str]:
     for name in names:
         if name.endswith(".tsv"):
             try:
-                _parse_lines((root / READS_DIR / name).read_text("utf-8", errors="replace"), out)
+                # a FIFO put there would hang every listing: regular files only
+                _parse_lines(read_regular(root / READS_DIR / name, MAX_LOG_BYTES).decode("utf-8", "replace"), out)
             except OSError:
                 pass
     try:

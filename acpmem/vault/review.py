@@ -31,12 +31,13 @@ from pathlib import Path
 
 from acpmem.core import layout
 from acpmem.core.entry import Entry
-from acpmem.core.entryfile import dump_entry, parse_entry_bytes
+from acpmem.core.entryfile import MAX_FILE_BYTES, dump_entry, parse_entry_bytes
 from acpmem.core.errors import AcpmemError, EntryInvalid, EntryNotFound, UsageError
 from acpmem.core.limits import one_line
 from acpmem.core.values import Value
-from acpmem.infra.files import read_exact
+from acpmem.infra.files import NotRegularFile, read_exact, read_regular
 from acpmem.vault import readlog
+from acpmem.vault.readlog import MAX_LOG_BYTES
 from acpmem.vault.gitrun import git
 from acpmem.vault.writer import KIND_CONSOLIDATE, KIND_FORK, KIND_REVIEW, Vault
 
@@ -105,7 +106,7 @@ def _parse_marker(text: str) -> tuple[str | None, dict[str, str]]:
 def read_marker(vault) -> tuple[str | None, dict[str, str]]:
     """This clone's marker commit (or None) and its decisions (id -> decision)."""
     try:
-        return _parse_marker((vault.root / marker_rel(vault)).read_text("utf-8", errors="replace"))
+        return _parse_marker(read_regular(vault.root / marker_rel(vault), MAX_LOG_BYTES).decode("utf-8", "replace"))
     except (FileNotFoundError, NotADirectoryError):
         return None, {}
 
@@ -120,7 +121,8 @@ def decided_anywhere(vault) -> set[str]:
     for name in names:
         if name.endswith(".tsv"):
             try:
-                out |= set(_parse_marker((vault.root / layout.REVIEWS_DIR / name).read_text("utf-8", "replace"))[1])
+                text = read_regular(vault.root / layout.REVIEWS_DIR / name, MAX_LOG_BYTES).decode("utf-8", "replace")
+                out |= set(_parse_marker(text)[1])
             except OSError:
                 continue
     return out
@@ -199,9 +201,12 @@ def proposals(vault) -> tuple[list[Entry], list[tuple[str, str]]]:
             bad.append((rel, "a symlink"))
             continue
         try:
-            good.append(parse_entry_bytes(p.read_bytes(), rel, vault.settings.types).with_changes(path=rel))
+            data = read_regular(p, MAX_FILE_BYTES + 1)
+            good.append(parse_entry_bytes(data, rel, vault.settings.types).with_changes(path=rel))
         except EntryInvalid as exc:
             bad.append((rel, exc.message))
+        except NotRegularFile as exc:   # a FIFO would hang the review: never opened
+            bad.append((rel, f"{exc.strerror} (acpmem reads only regular files); remove it"))
         except OSError as exc:
             bad.append((rel, f"cannot be read ({exc.strerror})"))
     return good, bad

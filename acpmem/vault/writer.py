@@ -39,7 +39,8 @@ from acpmem.infra.files import atomic_write, read_exact, stale_temp_files
 from acpmem.infra.proc import held_open, pid_alive, read_pid
 from acpmem.vault import readlog
 from acpmem.vault.config import load_settings
-from acpmem.vault.gitrun import IDENTITY_ERRORS, failure, git, no_repository
+from acpmem.vault.gitrun import (FALLBACK_IDENTITY, failure, git, identity_warning, no_repository, took_fallback,
+                                 writes_blocked)
 from acpmem.vault.reader import VaultReader
 
 GENERATED = (layout.MEMORY_FILE,)
@@ -82,31 +83,29 @@ def _inside(root: Path, rel: str) -> Path:
 
 # --------------------------------------------------------------------------------------------- git
 
-DEFAULT_IDENTITY = {"user.name": "acpmem", "user.email": "acpmem@localhost"}
 _REPO_CONFIG = {"core.quotepath": "off", "gc.autodetach": "false"}
 _FALSE = {"off", "false", "no", "0"}
+SETUP_VERSION = "2\n"   # 2: no identity is written into the config (one an older acpmem wrote there is taken out)
 
 
-def setup_git(root: Path) -> list[str]:
+def setup_git(root: Path) -> None:
     """What every vault repository needs in its own config, set by ``init`` and, before the first commit, in a
-    clone made with plain ``git clone``: ``core.quotepath off``, ``gc.autoDetach false`` (an automatic gc never runs
-    beside acpmem's next commit) and, only where git has none configured, a user.name and user.email. Returns the
-    identity keys it supplied."""
-    res = git(root, "config", "--get-regexp", r"^(user\.name|user\.email|core\.quotepath|gc\.autodetach)$",
-              check=False)
+    clone made with plain ``git clone``: ``core.quotepath off`` and ``gc.autoDetach false`` (an automatic gc never
+    runs beside acpmem's next commit). No identity: where git knows none, each commit is given the fallback on its
+    command line (``gitrun.FALLBACK_IDENTITY``); the one an older acpmem wrote into this vault's own config is
+    taken out, so the person's own identity counts from the moment there is one."""
+    res = git(root, "config", "--get-regexp", r"^(core\.quotepath|gc\.autodetach)$", check=False)
     have: dict[str, str] = {}
     for line in res.out.splitlines():
         key, _, value = line.partition(" ")
         have[key.lower()] = value.strip()   # the most specific scope comes last
-    supplied = []
-    for key, value in DEFAULT_IDENTITY.items():
-        if not have.get(key):
-            git(root, "config", key, value)
-            supplied.append(key)
     for key, value in _REPO_CONFIG.items():
         if have.get(key, "").lower() not in _FALSE:
             git(root, "config", key, value)
-    return supplied
+    local = git(root, "config", "--local", "--get-regexp", r"^user\.(name|email)$", check=False).out.splitlines()
+    if sorted(line.lower() for line in local) == sorted(f"{k} {v}" for k, v in FALLBACK_IDENTITY.items()):
+        for key in FALLBACK_IDENTITY:
+            git(root, "config", "--local", "--unset-all", key, check=False)
 
 
 class HumanEdit(Value):
@@ -230,21 +229,19 @@ class Vault(VaultReader):
             self.warnings.append(f"removed {removed} stale git lock or object file(s) left by a killed acpmem process")
         marker.unlink(missing_ok=True)   # its process is gone and its leftovers are cleared: the marker is done
 
-    def setup_git(self, *, again: bool = False) -> bool:
-        """``setup_git`` once per clone (a marker under .acpmem remembers it), or ``again`` when git asked who is
-        committing. Says in ``warnings`` when it supplied an identity. Returns whether it did."""
+    def setup_git(self) -> None:
+        """``setup_git`` once per clone (a marker under .acpmem remembers it)."""
         marker = self.state_dir / GIT_SETUP
-        if not again and marker.exists():
-            return False
-        supplied = setup_git(self.root)
-        if supplied:
-            self.warnings.append(
-                "git has no user.name/user.email configured for this vault, so its commits are recorded as "
-                f"{DEFAULT_IDENTITY['user.name']} <{DEFAULT_IDENTITY['user.email']}>; set yours with "
-                f"`git -C {self.root} config user.name 'Your Name'` and `git -C {self.root} config user.email "
-                "you@example.com`")
-        atomic_write(marker, "1\n", durable=False)
-        return bool(supplied)
+        if read_exact(marker) == SETUP_VERSION:
+            return
+        setup_git(self.root)
+        atomic_write(marker, SETUP_VERSION, durable=False)
+
+    def identity_taken(self) -> None:
+        """Say so (in ``warnings``, once) when a commit was just recorded with the fallback identity."""
+        said = identity_warning(self.root)
+        if took_fallback(self.root) and said not in self.warnings:
+            self.warnings.append(said)
 
     @contextlib.contextmanager
     def _git_running(self) -> Iterator[None]:
@@ -268,7 +265,7 @@ class Vault(VaultReader):
         if self._inproc is None:
             from acpmem.vault import gitlib
 
-            self.setup_git()   # the identity it reads must exist first
+            self.setup_git()
             try:
                 self._inproc = gitlib.InProcess(self.root)
             except gitlib.Unusable:
@@ -322,6 +319,9 @@ class Vault(VaultReader):
             kind = secret_kind(e)  # what acpmem redacted itself does not count
             if kind:
                 return f"contains what looks like a secret ({kind}); remove it before it is committed"
+            why = self.id_problem(rel, e.id, self._committed_id(rel) if status == "modified" else None)
+            if why:
+                return why
         else:
             try:
                 text = p.read_bytes().decode("utf-8", errors="replace")
@@ -335,6 +335,33 @@ class Vault(VaultReader):
                 except SettingsError as exc:
                     return exc.message
         return None
+
+    def id_problem(self, rel: str, new_id: str, old_id: str | None) -> str | None:
+        """Why the entry file ``rel`` may not carry ``new_id``, or None — the one check of an id a person wrote, for
+        `acp memory edit` and for hand edits committed as human edits alike: an entry's id (``old_id``: what the
+        file had) never changes, since citations and supersede chains refer to it; a new file (or one that did
+        not parse) may not take an id another file has."""
+        if old_id is not None:
+            if new_id != old_id:
+                return f"field 'id' must stay '{old_id}' (ids are stable; citations refer to them)"
+            return None
+        loaded = self.load(with_reads=False, light=True)
+        clash = [e.path for e in loaded.entries if e.id == new_id and e.path != rel]
+        clash += [p.path for p in loaded.problems if p.field == "id" and p.path != rel
+                  and p.reason.startswith(f"duplicate id '{new_id}'")]
+        if clash:
+            return f"field 'id': '{new_id}' is already the id of {clash[0]}"
+        return None
+
+    def _committed_id(self, rel: str) -> str | None:
+        """The id of the entry file ``rel`` as HEAD has it, or None (not committed, or not a valid entry there)."""
+        res = git(self.root, "show", f"HEAD:{rel}", check=False)
+        if res.code != 0:
+            return None
+        try:
+            return parse_entry_bytes(res.out.encode("utf-8", "surrogateescape"), rel, None).id
+        except (EntryInvalid, ValueError):
+            return None
 
     def commit_human_edits(self) -> str | None:
         """Commit valid pending human edits in their own commit (call under the lock). Invalid ones stay as they
@@ -500,10 +527,9 @@ class Vault(VaultReader):
         journaled = False
         try:
             with self.lock():
-                if (self.root / ".git" / "MERGE_HEAD").exists():
-                    raise GitStateError("a sync merge is unfinished in the vault (an entry changed on both sides)",
-                                        "edit the conflicted entries and run `acp memory sync` again, or "
-                                        f"`git -C {self.root} merge --abort`; pending writes are kept until then")
+                blocked = writes_blocked(self.root)   # a merge, a rebase, a detached HEAD: a commit would be lost
+                if blocked is not None:
+                    raise blocked
                 self.wait_for_index_lock()
                 self.recover()
                 self.commit_human_edits()
@@ -586,9 +612,8 @@ class Vault(VaultReader):
                 if on_disk:
                     git(self.root, "add", "-A", "--", *on_disk)
                 commit = ("commit", "-q", "--no-verify", "-F", "-", "--", *on_disk, *gone)
-                res = git(self.root, *commit, input=message, check=False)
-                if res.code != 0 and any(s in res.err for s in IDENTITY_ERRORS) and self.setup_git(again=True):
-                    res = git(self.root, *commit, input=message, check=False)  # git had no identity: one supplied
+                res = git(self.root, *commit, input=message, check=False)   # the fallback identity if need be
+                self.identity_taken()
             if res is None or res.code != 0:
                 if res is None or "nothing to commit" in res.out + res.err or "no changes added" in res.out + res.err:
                     if claimed:

@@ -643,6 +643,13 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
     if not explicit and not req.due(now):
         why = "failed for good; name it to retry" if req.status == "failed" else f"next attempt {req.next_attempt}"
         return Outcome(req.id, "skipped", error={"message": why}, attempts=req.attempts)
+    from acpmem.vault.gitrun import writes_blocked
+
+    for layer in vault.layers():   # a rebase, a detached HEAD: refused before any model call, no attempt used
+        blocked = writes_blocked(layer.root)
+        if blocked is not None:
+            raise blocked
+
     # a write of this request killed between its files and its commit is finished (or dropped) first: only then
     # does the history say whether it happened
     for layer_vault in dict.fromkeys(lv for lv in (vault.user, vault) if lv is not None):
