@@ -346,6 +346,8 @@ class Vault(VaultReader):
                 return f"field 'id' must stay '{old_id}' (ids are stable; citations refer to them)"
             return None
         loaded = self.load(with_reads=False, light=True)
+        if any(e.path == rel and e.id == new_id for e in loaded.entries):
+            return None   # of two new files with one id, the index keeps the one changed first: so does this check
         clash = [e.path for e in loaded.entries if e.id == new_id and e.path != rel]
         clash += [p.path for p in loaded.problems if p.field == "id" and p.path != rel
                   and p.reason.startswith(f"duplicate id '{new_id}'")]
