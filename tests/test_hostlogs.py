@@ -389,7 +389,8 @@ def test_a_block_commit_sends_the_conversation_unchanged_and_names_the_block_las
     seen = openai_messages(t.upto(seq))
     assert msgs[:len(seen)] == seen                                   # exactly what the model saw, in order
     assert msgs[len(seen)]["role"] == "tool" and msgs[len(seen)]["tool_call_id"] == "call_m"
-    assert len(msgs) == len(seen) + 2                                 # the instruction is the one message after
+    # then the fork's instruction: the extraction rules as a system message, and one closing user message
+    assert len(msgs) == len(seen) + 3 and msgs[len(seen) + 1]["role"] == "system"
     last = msgs[-1]
     assert last["role"] == "user"
     b2 = t.block("b2")

@@ -136,11 +136,11 @@ def test_remember_user_outside_any_project_writes_the_user_vault(user_vault, tmp
 
 # --------------------------------------------------------------------------------------------- review, both layers
 
-def _fork_both(v: Vault, srv, session: str = "s1") -> None:
+def _fork_both(v: Vault, srv, session: str = "s1", deploy: str = "make ship") -> None:
     srv.enqueue(reply.writes(
         reply.call("memory_write", {"content": f"- The person reviews diffs before pushing; see {v.root.parent}/x.",
                                     "title": "The person reviews diffs before pushing", "layer": "user"}),
-        reply.call("memory_write", {"content": "- acme deploys with make ship.", "title": "acme deploys with make ship",
+        reply.call("memory_write", {"content": f"- acme deploys with {deploy}.", "title": f"acme deploys with {deploy}",
                                     "layer": "project"})))
     out = run(v, submit(v, type="lesson", note="habits and deploys", session=session))
     assert out.ok and out.entries, out
@@ -261,7 +261,7 @@ def test_show_of_a_proposal_says_it_awaits_review_in_either_layer(user_reviews, 
     # a project proposal too, and an entry's JSON has no proposal key
     set_toml(Vault(v.root), policy="review").close()
     w = Vault(v.root, clock=clock, rng=random.Random(99))     # another request id than the first fork's
-    _fork_both(w, openai_server, session="s2")
+    _fork_both(w, openai_server, session="s2", deploy="the release pipeline")   # a repeat would be dropped
     (p,) = [i for _, i in rv.queue_layered(w) if i.kind == "proposal" and i.layer == "project"]
     r = cli("memory", "--vault", str(v.root), "show", p.id)
     assert r.stdout.startswith("Proposal awaiting review (project layer)")
