@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if not vault.exists():
         subprocess.run([*acp, "init", str(vault)], check=True, capture_output=True, env=env)
     commit = [*acp, "--vault", str(vault), "commit", "--type", "decision", "--note", "auth token design",
-              "--importance", "8", "--session", "session-3aa366c3", "--seq", "999999999", "--transcript", str(log),
+              "--importance", "8", "--session", "session-3aa366c3", "--seq", b, "--transcript", str(log),
               "--block", "b2", "--wait", "--extractor", "offline", "--json"]
     commit_code = f"import subprocess, os; subprocess.run({commit!r}, check=True, env=dict(os.environ, " \
                   "ACPMEM_NO_WATCH='1'))"
