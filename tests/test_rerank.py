@@ -229,7 +229,7 @@ def test_doctor_stats_and_mcp_report_the_stage(vault, cli):
 @pytest.mark.parametrize("bad", [{"model": "m", "timeout_seconds": 0}, {"model": "m", "candidates": 1},
                                  {"model": "m", "candidates": 500}, {"model": "m", "languages": "fr"},
                                  {"model": "m", "api_key_env": "not a name"}, {"model": 3},
-                                 {"model": "m", "base_url": "http://x\t"}, {"rerank_top": 5}])
+                                 {"model": "m", "base_url": "http://x\t"}, {"model": "m", "candidates": "20"}])
 def test_bad_rerank_settings_are_refused_in_one_line(bad):
     with pytest.raises(SettingsError) as err:
         settings_from_mapping({"rerank": bad})

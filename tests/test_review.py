@@ -66,7 +66,7 @@ def test_review_policy_turns_fork_writes_into_proposals_no_reader_sees(reviewing
     openai_server.enqueue(reply.writes(reply.write("- Use the per-session lock in session.append.",
                                                    title="session.append holds the per-session lock",
                                                    supersedes=["old001"])))
-    req = submit(v)
+    req = submit(v, type="fact")   # a supersede is taken only of a shown entry of its type, with overlap
     out = _run(v, req)
     assert out.status == "proposed" and len(out.entries) == 1, out.error
     pid = out.entries[0]["id"]
@@ -152,8 +152,10 @@ def test_the_acknowledgement_names_the_policy(vault, openai_server):
 def test_auto_fork_writes_are_reviewed_and_a_rejection_is_a_revert_commit(vault, openai_server):
     _add(vault, "old001", "session.append uses a boolean flag", "- A boolean flag guards session.append.")
     v = configure(vault, openai_server)
-    openai_server.enqueue(reply.writes(reply.write("- Use the lock.", title="Use the lock", supersedes=["old001"])))
-    out = _run(v, submit(v))
+    openai_server.enqueue(reply.writes(reply.write("- session.append is guarded by the per-session lock, not a flag.",
+                                                   title="session.append uses the per-session lock",
+                                                   supersedes=["old001"])))
+    out = _run(v, submit(v, type="fact"))
     new = out.entries[0]["id"]
     assert v.resolve("old001").superseded_by == new
     (item,) = rv.queue(v)
@@ -431,9 +433,10 @@ def test_interactive_review_of_fork_writes_shows_the_superseded_diff_and_undoes_
                                                                                               cli):
     _add(vault, "old001", "session.append uses a boolean flag", "- A boolean flag guards session.append.")
     v = configure(vault, openai_server)
-    openai_server.enqueue(reply.writes(reply.write("- Use the per-session lock.", title="Use the lock",
+    openai_server.enqueue(reply.writes(reply.write("- Use the per-session lock.",
+                                                   title="session.append uses the per-session lock",
                                                    supersedes=["old001"])))
-    out = _run(v, submit(v))
+    out = _run(v, submit(v, type="fact"))
     new = out.entries[0]["id"]
     r = cli("memory", "--vault", str(v.root), "review", input="r\nthe flag stays in v1\n")
     assert r.returncode == 0, r.stderr
