@@ -129,13 +129,18 @@ def show(ctx: typer.Context, entry_id: IdArg, json_: JsonOpt = False, vault: Vau
     layer, e, proposal = show_or_proposal(v, entry_id)
     emit_warnings(v)
     accept = f"acp memory review accept {e.id}"
+    from acpmem.write.citecheck import served
+
+    check = None if proposal else served(v, [e]).get(e.id)
     if json_:
-        out_json(render.entry_json(e, {"layer": layer, **({"proposal": True, "accept": accept} if proposal else {})}))
+        out_json(render.entry_json(e, {"layer": layer, **({"proposal": True, "accept": accept} if proposal else {}),
+                                       **(check.to_json() if check is not None else {})}))
         return
     if proposal:
         out(f"Proposal awaiting review ({layer} layer): not in the memory until accepted — `{accept}`, or "
             f"`acp memory review reject {e.id} --reason …`.")
-    out(render.show_text(e, v.clock(), layer if len(v.layers()) > 1 else None))
+    out(render.show_text(e, v.clock(), layer if len(v.layers()) > 1 else None,
+                         check.lines() if check is not None else None))
 
 
 # --------------------------------------------------------------------------------------------- score

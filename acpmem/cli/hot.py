@@ -30,17 +30,23 @@ def list_output(vault, fmt: str, *, include_all: bool = False, session: str | No
 
     items, problems = list_layered(vault, include_superseded=include_all, light=fmt != "json")
     items = sorted(items, key=lambda i: (i.entry.created, i.entry.id), reverse=True)
+    from acpmem.vault.projectgit import stale_map
+
+    stale = stale_map(vault)
     two = len(vault.layers()) > 1   # then every text line names its layer too (JSON always does)
     for layer, p in problems:
         where = f"{layer} vault: " if two else ""
         sys.stderr.write(f"Warning: skipped {where}{p.path}: {p.reason} (see `acp memory doctor`)\n")
     if fmt == "json":
-        return json.dumps({"entries": [render.entry_json(i.entry, {"layer": i.layer}) for i in items],
+        return json.dumps({"entries": [render.entry_json(i.entry, {"layer": i.layer, "stale": stale[i.entry.id].to_json()
+                                                                   if i.entry.id in stale else None})
+                                       for i in items],
                            "problems": [{**p.to_json(), "layer": layer} for layer, p in problems]},
                           ensure_ascii=False, indent=2) + "\n"
     if fmt == "markdown":
         return render.markdown_list([i.entry for i in items], [i.layer for i in items] if two else None)
-    return "\n".join(render.line(i.entry, i.layer if two else None) for i in items) + ("\n" if items else
+    return "\n".join(render.line(i.entry, i.layer if two else None, stale[i.entry.id].files if i.entry.id in stale
+                                  else None) for i in items) + ("\n" if items else
                                                                                      "(no entries)\n")
 
 
@@ -107,11 +113,15 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
         report: dict = {}
         hits = recall_layered(v, query, limit=limit if limit is not None else v.settings.recall.limit,
                                types=type_ or None, include_superseded=all_, session=session, report=report)
+        from acpmem.write.citecheck import served
+
+        checks = served(v, [h.entry for h in hits])
         if json_:
-            out(json.dumps({"query": query, "hits": [h.to_json() for h in hits], **report}, ensure_ascii=False,
-                           indent=2))
+            out(json.dumps({"query": query, "hits": [{**h.to_json(), **(checks[h.entry.id].to_json()
+                                                                          if h.entry.id in checks else {})}
+                                                     for h in hits], **report}, ensure_ascii=False, indent=2))
         else:
-            out(recall_text(v, hits))
+            out(recall_text(v, hits, {i: c.attrs() for i, c in checks.items()}))
     finally:
         v.close()
     emit_warnings(v)

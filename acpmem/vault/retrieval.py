@@ -404,11 +404,14 @@ def _notice(vault: VaultReader) -> str:
     return DATA_NOTICE_ZH if vault.settings.language == "zh" else DATA_NOTICE_EN
 
 
-def recall_text(vault: VaultReader, hits: list[RecallHit]) -> str:
-    """The data notice, then each hit's title and body framed as data (what a model reads)."""
+def recall_text(vault: VaultReader, hits: list[RecallHit], checks: dict | None = None) -> str:
+    """The data notice, then each hit's title and body framed as data (what a model reads). ``checks``: by id, the
+    attributes the serve-time checks add (``acpmem.write.citecheck.Served.attrs``)."""
     if not hits:
         return "未找到相关记忆。" if vault.settings.language == "zh" else "No memory matches that query."
-    blocks = [frame("recall", f"{h.entry.title}\n\n{h.entry.body}", attrs=_attrs(h.entry, h.layer)) for h in hits]
+    checks = checks or {}
+    blocks = [frame("recall", f"{h.entry.title}\n\n{h.entry.body}",
+                    attrs={**_attrs(h.entry, h.layer), **checks.get(h.entry.id, {})}) for h in hits]
     return "\n\n".join([_notice(vault), *blocks])
 
 
