@@ -131,7 +131,7 @@ def show(ctx: typer.Context, entry_id: IdArg, json_: JsonOpt = False, vault: Vau
     accept = f"acp memory review accept {e.id}"
     from acpmem.write.citecheck import served
 
-    check = None if proposal else served(v, [e]).get(e.id)
+    check = None if proposal else served(v, [(e, layer)]).get(e.id)
     if json_:
         out_json(render.entry_json(e, {"layer": layer, **({"proposal": True, "accept": accept} if proposal else {}),
                                        **(check.to_json() if check is not None else {})}))

@@ -115,7 +115,7 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
                                types=type_ or None, include_superseded=all_, session=session, report=report)
         from acpmem.write.citecheck import served
 
-        checks = served(v, [h.entry for h in hits])
+        checks = served(v, [(h.entry, h.layer) for h in hits])
         if json_:
             out(json.dumps({"query": query, "hits": [{**h.to_json(), **(checks[h.entry.id].to_json()
                                                                           if h.entry.id in checks else {})}

@@ -194,7 +194,7 @@ class MemoryService:
             hits = recall_layered(v, parsed.query, limit=parsed.limit, session=self.session, report=report)
             from acpmem.write.citecheck import served
 
-            checks = served(v, [h.entry for h in hits])
+            checks = served(v, [(h.entry, h.layer) for h in hits])
             text = recall_text(v, hits, {i: c.attrs() for i, c in checks.items()})
             if report.get("warning"):
                 text += "\n\n" + lexical_fallback_note(v)

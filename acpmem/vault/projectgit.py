@@ -7,9 +7,10 @@ they were seen; ``acpmem.write.fork`` records both). The project is the git work
 the user vault) has no project, and no entry of it is ever marked.
 
 Cost, per turn: HEAD is read from the ref files (no git process); the marks are cached in ``.acpmem/stale.json``,
-keyed by the project's HEAD and the catalog's scan digest (which changes with any entry file), so a turn whose HEAD
-and entries are as before reads one small file. When HEAD moved, one ``git diff --name-only`` runs per distinct
-recorded commit (entries written in one session share theirs), never a ``git log`` per entry; the commits that
+keyed by the project's HEAD and the catalog's scan digest (which changes with any entry file), so a listing whose HEAD
+and entries are as before reads one small file; recall and show look up only the entries they serve, in the diffs
+cache ``.acpmem/stale-diffs.json``. When HEAD moved, one ``git diff --name-only`` runs per distinct recorded commit
+(entries written in one session share theirs), never a ``git log`` per entry; the commits that
 changed a file are looked up only by ``acp memory stale``. ``ACPMEM_CHECKS=off`` turns the marks off (what the
 benchmark compares with). ``docs/staleness.md`` has the figures.
 """
@@ -23,7 +24,8 @@ from acpmem.core.entry import COMMIT_RE
 from acpmem.core.layout import LAYER_PROJECT, VAULT_DIRNAME
 from acpmem.core.values import Value
 
-CACHE = "stale.json"
+CACHE = "stale.json"          # the listing's marks: {head, scan, stale}
+DIFFS = "stale-diffs.json"    # {head, diffs: {recorded commit: changed files, or null when unknown}}
 MAX_DIFFS = 64            # distinct recorded commits diffed at most per HEAD; the rest are left unchecked
 MAX_LOG_COMMITS = 20      # commits named per stale entry by `acp memory stale`
 
@@ -201,9 +203,64 @@ def _load_cache(path: Path) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
+def _save(path: Path, doc: dict) -> None:
+    try:
+        from acpmem.infra.files import atomic_write
+
+        atomic_write(path, json.dumps(doc, ensure_ascii=False, sort_keys=True), durable=False)
+    except OSError:
+        pass   # a read-only state folder: computed again next time
+
+
+def _diffs(vault, root: Path, head: str, commits) -> dict:
+    """The changed files since each recorded commit, at this HEAD (``DIFFS``, cached per HEAD): one ``git diff``
+    per commit not seen at this HEAD yet, at most ``MAX_DIFFS`` per call (the rest stay unchecked until later)."""
+    path = Path(vault.state_dir) / DIFFS
+    doc = _load_cache(path)
+    if doc.get("head") != head or not isinstance(doc.get("diffs"), dict):
+        doc = {"head": head, "diffs": {}}
+    diffs = doc["diffs"]
+    missing = [c for c in dict.fromkeys(commits) if c not in diffs][:MAX_DIFFS]
+    for c in missing:
+        got = changed_files(root, c, head)
+        diffs[c] = None if got is None else sorted(got)
+    if missing:
+        _save(path, doc)
+    return diffs
+
+
+def _marks(about, diffs: dict) -> dict[str, Stale]:
+    out: dict[str, Stale] = {}
+    for ident, commit, files in about:
+        changed = diffs.get(commit)
+        if changed:
+            hit = tuple(f for f in files if f in frozenset(changed))
+            if hit:
+                out[ident] = Stale(ident, commit, hit)
+    return out
+
+
+def stale_of(vault, entries) -> dict[str, Stale]:
+    """The stale ones among ``entries`` (full entries of this project vault, as recall or show serve them), by id.
+    No cache is read when none of them records files."""
+    if not checks_on():
+        return {}
+    from acpmem.core.entry import about_files
+
+    about = [(e.id, e.extra.get("commit"), about_files(e.extra)) for e in entries if e.extra]
+    about = [(i, c, f) for i, c, f in about if isinstance(c, str) and COMMIT_RE.match(c) and f]
+    if not about:
+        return {}
+    ph = project_head(vault)
+    if ph is None:
+        return {}
+    return _marks(about, _diffs(vault, ph[0], ph[1], [c for _, c, _ in about]))
+
+
 def stale_map(vault, *, force: bool = False) -> dict[str, Stale]:
-    """The live entries whose files changed in the project since their commit, by id (``Stale``, without the
-    commits). Empty without a project git, with the checks off, or when no entry records files."""
+    """Every live entry whose files changed in the project since its commit, by id (``Stale``, without the commits).
+    Empty without a project git, with the checks off, or when no entry records files. Call it after a full read of
+    the vault (the listing's): the cache is keyed by the catalog's scan digest of that read."""
     if not checks_on():
         return {}
     ph = project_head(vault)
@@ -217,38 +274,16 @@ def stale_map(vault, *, force: bool = False) -> dict[str, Stale]:
             and isinstance(cache.get("stale"), dict):
         return {i: Stale(i, v[0], tuple(v[1])) for i, v in cache["stale"].items()
                 if isinstance(v, list) and len(v) == 2}
-    rows = _about_rows(vault)
-    diffs = cache.get("diffs") if cache.get("head") == head and isinstance(cache.get("diffs"), dict) else {}
-    out: dict[str, Stale] = {}
-    fresh = 0
-    for ident, commit, files in rows:
-        if commit not in diffs:
-            if fresh >= MAX_DIFFS:
-                continue
-            got = changed_files(root, commit, head)
-            diffs[commit] = None if got is None else sorted(got)
-            fresh += 1
-        changed = diffs[commit]
-        if not changed:
-            continue
-        hit = tuple(f for f in files if f in set(changed))
-        if hit:
-            out[ident] = Stale(ident, commit, hit)
-    doc = {"head": head, "scan": key, "diffs": diffs,
-           "stale": {i: [s.commit, list(s.files)] for i, s in out.items()}}
-    try:
-        from acpmem.infra.files import atomic_write
-
-        atomic_write(cache_path, json.dumps(doc, ensure_ascii=False, sort_keys=True), durable=False)
-    except OSError:
-        pass   # a read-only state folder: the marks are computed again next time
+    about = _about_rows(vault)
+    out = _marks(about, _diffs(vault, root, head, [c for _, c, _ in about])) if about else {}
+    _save(cache_path, {"head": head, "scan": key, "stale": {i: [s.commit, list(s.files)] for i, s in out.items()}})
     return out
 
 
 def unknown_commits(vault) -> list[tuple[str, str]]:
     """(id, commit) of the entries whose recorded commit is not in this clone's project history (after a rebase,
     in a shallow clone): they cannot be checked. Reads the cache ``stale_map`` wrote."""
-    doc = _load_cache(Path(vault.state_dir) / CACHE)
+    doc = _load_cache(Path(vault.state_dir) / DIFFS)
     diffs = doc.get("diffs") if isinstance(doc.get("diffs"), dict) else {}
     return [(i, c) for i, c, _ in _about_rows(vault) if c in diffs and diffs[c] is None]
 
@@ -298,4 +333,4 @@ def confirm(vault, prefix: str) -> tuple[object, str, str]:
 
 
 __all__ = ["Stale", "confirm", "checks_on", "project_root", "read_head", "project_head", "relative_file", "stale_map",
-           "stale_report", "unknown_commits", "changed_files"]
+           "stale_report", "stale_of", "unknown_commits", "changed_files"]

@@ -201,14 +201,19 @@ class Served(Value):
         return {"stale": self.stale.to_json() if self.stale is not None else None, "cited": self.cited.to_json()}
 
 
-def served(vault, entries) -> dict[str, Served]:
-    """Both checks for the entries being served (after the read that found them: the catalog is current), by id.
-    Empty with ``ACPMEM_CHECKS=off``."""
-    from acpmem.vault.projectgit import checks_on, stale_map
+def served(vault, pairs) -> dict[str, Served]:
+    """Both checks for the entries being served, given as (entry, layer) pairs, by id: the staleness of the
+    project-layer ones (``acpmem.vault.projectgit.stale_of``) and every one's citations. Empty with
+    ``ACPMEM_CHECKS=off``."""
+    from acpmem.core.layout import LAYER_PROJECT
+    from acpmem.vault.projectgit import checks_on, stale_of
 
     if not checks_on():
         return {}
-    stale = stale_map(vault)
+    pairs = list(pairs)
+    entries = [e for e, _ in pairs]
+    stale = stale_of(vault, [e for e, layer in pairs if layer == LAYER_PROJECT]) if vault.layer == LAYER_PROJECT \
+        else {}
     cites = check_entries(vault, entries)
     return {e.id: Served(stale.get(e.id), cites[e.id]) for e in entries}
 
