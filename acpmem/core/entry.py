@@ -275,7 +275,8 @@ def _about_fields(extra: dict, path: str) -> None:
     commit = extra.get("commit")
     if commit is not None and not (isinstance(commit, str) and COMMIT_RE.match(commit)):
         raise EntryInvalid(path, "commit", f"must be the project's git commit (hex digits), got {clip(commit)}",
-                           "e.g. commit: 3f2a9c1 — or delete the line to stop the staleness check")
+                           "e.g. commit: 3f2a9c1 (quote one of digits only: '1234567'), or delete the line to stop "
+                           "the staleness check")
 
 
 def validate_id(value: str, path: str = "") -> str:
