@@ -37,8 +37,8 @@ CWD = tempfile.gettempdir()   # not a checkout: `python -m acpmem` must import t
 
 def _git(root: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True,
-                          env={**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "b",
-                               "GIT_COMMITTER_EMAIL": "b@x"}).stdout
+                          env={**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x",
+                               "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}).stdout
 
 
 def build(proj: Path, n: int, seed: int = 1) -> tuple[int, int]:
@@ -85,7 +85,8 @@ def build(proj: Path, n: int, seed: int = 1) -> tuple[int, int]:
         body = "\n".join(f"- {' '.join(rng.sample(WORDS, 10))}." for _ in range(3)) + "\n"
         s, q = rng.randrange(20), rng.randrange(50)
         e = Entry(id=ident, title=title, type=rng.choice(("decision", "lesson", "fact", "reference")),
-                  importance=rng.randint(1, 10), created=f"2026-{rng.randint(1, 11):02d}-{rng.randint(1, 28):02d}T10:00:00Z",
+                  importance=rng.randint(1, 10),
+                  created=f"2026-{rng.randint(1, 11):02d}-{rng.randint(1, 28):02d}T10:00:00Z",
                   body=body, citation=(Citation(f"s{s}", q, hash=digests[(s, q)]),),
                   extra={"files": rng.sample(files, 3), "commit": rng.choice(commits)})
         entries.append(e.with_changes(path=v.path_for(ident, title)))
@@ -146,7 +147,8 @@ def main() -> None:
             proj.mkdir(parents=True)
             t = time.perf_counter()
             stale, ncommits = build(proj, n)
-            built = f"built in {time.perf_counter() - t:.0f} s: {stale} of {n} entries stale, {ncommits} recorded commits"
+            built = (f"built in {time.perf_counter() - t:.0f} s: {stale} of {n} entries stale, "
+                     f"{ncommits} recorded commits")
             time.sleep(3.1)   # past the catalog's racy window: measure the steady state a later turn sees
         else:
             built = "reused"
