@@ -318,83 +318,10 @@ def blocks(transcript: Annotated[str, typer.Argument(metavar="FILE", show_defaul
 # --------------------------------------------------------------------------------------------- stats
 
 @app.command()
-def stats(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+def stats(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """Counts and costs: entries by type, sizes on disk, the index, session budgets used, pending and failed
     requests, and what extraction has cost so far (tokens, cache hits, latency).
 
     Example: acp memory stats --json
     """
-    from acpmem.write.stats import stats as collect
-
-    v = open_vault(ctx, vault)
-    try:
-        s = collect(v)
-    finally:
-        v.close()
-    emit_warnings(v)
-    if json_:
-        out_json(s)
-        return
-    e = s["entries"]
-    out(f"Entries: {e['live']} live, {e['superseded']} superseded, {e['invalid']} invalid"
-        + (" (project layer)" if s.get("user") else ""))
-    for t, n in e["by_type"].items():
-        out(f"  {t:<18}{n:>6}")
-    if s.get("user"):
-        u = s["user"]
-        ue = u["entries"]
-        out(f"User layer ({u['vault']}): {ue['live']} live, {ue['superseded']} superseded, {ue['invalid']} invalid; "
-            f"entries {_size(u['disk']['entries_bytes'])}, git {_size(u['disk']['git_bytes'])}")
-        for t, n in ue["by_type"].items():
-            if n:
-                out(f"  {t:<18}{n:>6}")
-        ur = u["review"]
-        out(f"  write policy: {ur['policy']}; {ur['proposals']} proposal(s) waiting for review")
-    d = s["disk"]
-    out(f"Disk: entries {_size(d['entries_bytes'])}, git {_size(d['git_bytes'])}, "
-        f"local state {_size(d['state_bytes'])}, index {_size(d['index_bytes'])}")
-    ss = s["sessions"]
-    out(f"Sessions: {ss['count']} with local state ({_size(ss['bytes'])})")
-    for row in ss["budgets"]:
-        out(f"  {row['session']:<30} surfaced {_size(row['used_bytes'])} of {_size(row['budget_bytes'])}")
-    r = s["requests"]
-    out(f"Requests: {r['pending']} pending, {r['failed']} failed, {r['done']} done")
-    for item in r["items"]:
-        err = f" — {item['last_error']}" if item.get("last_error") else ""
-        nxt = f", next try {item['next_attempt']}" if item["status"] == "pending" and item.get("next_attempt") else ""
-        err += f" — deferred: {item['deferred']}" if item.get("deferred") else ""
-        out(f"  {item['id']} {item['status']:<8} attempts {item['attempts']}{nxt}  {item['note'][:50]}{err}")
-    if r["next_retry"]:
-        who = f"process {r['retry_waiter']} waits for it" if r["retry_waiter"] else \
-            "no process waits for it: the next commit's worker, or `acp memory extract --pending`, runs it"
-        out(f"  next scheduled retry {r['next_retry']} ({who})")
-    b = s.get("budget")
-    if b:
-        state = f"over budget: {b['reason']}; {b['deferred_requests']} request(s) deferred until {b['frees_at']}" \
-            if b["over"] else "within budget"
-        out(f"Budget: {b['tokens_24h']} tokens in 24 h (max {b['max_tokens_per_day'] or 'none'}), {b['calls_1h']} "
-            f"calls in the last hour (max {b['max_requests_per_hour'] or 'none'}); {state}")
-    rv = s["review"]
-    out(f"Write policy{' (project layer)' if s.get('user') else ''}: {rv['policy']}; {rv['proposals']} proposal(s) "
-        "waiting for review")
-    c = s["costs"]
-    out(f"Extraction: {c['calls']} model calls ({c['failed']} failed), {c['prompt_tokens']} prompt tokens "
-        f"({c['cache_hit_rate']:.0%} cached), {c['completion_tokens']} completion tokens, {c['latency_s']:.1f} s")
-    if "embeddings" in s:
-        m = s["embeddings"]
-        ec = m["costs"]
-        out(f"Embeddings: model {m['model']} at {m['base_url']}: {m['present']} entries with vectors, "
-            f"{m['missing']} missing; {ec['calls']} call(s) ({ec['failed']} failed), {ec['texts']} texts, "
-            f"{ec['prompt_tokens']} tokens, {ec['latency_s']:.1f} s")
-    if "rerank" in s:
-        r = s["rerank"]
-        out(f"Rerank: model {r['model']} at {r['base_url'] or '(no base_url)'} reorders recall's best "
-            f"{r['candidates']}")
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
+    return hot.call("stats", params(locals()), vault_of(ctx, None))

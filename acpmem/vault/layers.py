@@ -248,10 +248,26 @@ def history_vault(vault: VaultReader, prefix: str, *, user: bool = False) -> Vau
 def show_layered(vault: VaultReader, prefix: str) -> tuple[str, Entry]:
     """``show`` across the layers: the entry with this id (or unique prefix) and its layer; marked read in its own
     vault."""
-    from acpmem.vault.reader import show
+    from acpmem.vault.reader import shown
 
     lv, found = resolve_layer(vault, prefix)
-    return lv.layer, show(lv, found.id)
+    return lv.layer, shown(lv, found)
+
+
+def show_or_proposal(vault: VaultReader, prefix: str) -> tuple[str, Entry, bool]:
+    """``show`` of an entry (``show_layered``) — or, when no entry has this id, of a proposal awaiting review in
+    either layer (``acpmem.vault.proposals.find_proposal``): (layer, entry, whether it is a
+    proposal). A proposal is not marked read: it is not in the memory yet."""
+    try:
+        layer, e = show_layered(vault, prefix)
+        return layer, e, False
+    except EntryNotFound:
+        from acpmem.vault.proposals import find_proposal
+
+        hit = find_proposal(vault, prefix)
+        if hit is None:
+            raise
+        return hit[0], hit[1], True
 
 
 def forget_layered(vault, prefix: str, reason: str):
@@ -284,8 +300,8 @@ def edit_layered(vault, prefix: str, *, user: bool = False, **kw) -> str:
 
 
 __all__ = ["LayerEntry", "two_layers", "list_layered", "resolve_layer", "vault_for_layer", "recall_layered",
-           "scores_layered", "open_user_vault", "edit_target", "history_vault", "project_path_forms", "show_layered", "forget_layered",
-           "log_layered", "edit_layered"]
+           "scores_layered", "open_user_vault", "edit_target", "history_vault", "project_path_forms", "show_layered",
+           "show_or_proposal", "forget_layered", "log_layered", "edit_layered"]
 
 
 def project_path_forms(vault: VaultReader) -> tuple[str, ...]:
