@@ -250,3 +250,35 @@ def doctor(ctx: typer.Context, fix: Annotated[bool, typer.Option("--fix", help="
     warn(error_line(f"{errors} problem{'s' if errors != 1 else ''} found in the vault",
                     "each finding says how to fix it" + ("" if fix else "; `--fix` repairs what is safe")))
     return 1
+
+
+# --------------------------------------------------------------------------------------------- embed
+
+@app.command()
+def embed(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+    """Run the embedding pass now, in this process: embed every entry text that has no vector of [embeddings]
+    model (all of them after a new model, document_prefix or dimensions), then prune the vectors no entry needs.
+
+    The background pass does the same after writes and recalls; this one is for a person who wants it done now,
+    and on a terminal it counts the texts. Exits 1 when the endpoint failed (what is embedded is kept).
+
+    Example: acp memory embed
+    """
+    from acpmem.vault.embedding import embed_now
+
+    v = open_vault(ctx, vault)
+    try:
+        result = embed_now(v)
+    finally:
+        v.close()
+    emit_warnings(v)
+    if json_:
+        out_json(result)
+    else:
+        out(f"Embedded {result['embedded']} text(s); {result['missing']} missing, {result['pruned']} vector(s) "
+            "pruned.")
+    if result["error"]:
+        warn(error_line(f"the embedding pass stopped: {result['error']}",
+                        "check [embeddings] base_url and model; `acp memory embed` again embeds what is missing"))
+        return 1
+    return 0

@@ -12,7 +12,7 @@ import typer
 
 from acpmem.cli import hot
 from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault, params, vault_of
-from acpmem.cli.output import emit_warnings, is_tty, out, out_json, warn
+from acpmem.cli.output import emit_warnings, out, out_json, warn
 from acpmem.core.errors import UsageError, error_line
 from acpmem.write.requests import MAX_SEQ
 
@@ -120,8 +120,8 @@ def extract(ctx: typer.Context,
     """Run the fork now: named pending requests, all of them (--pending), those that failed for good (--failed), or
     a new one from --note and a transcript.
 
-    Shows progress, the entries written, the commit, tokens and cache hits. A request that fails stays pending
-    with the error recorded (exit 1).
+    On a terminal it counts the requests and shows each result as it finishes; then the entries written, the commit,
+    tokens and cache hits. A request that fails stays pending with the error recorded (exit 1).
 
     With --note, --block names a compression block of the transcript as the focus, checked before anything is
     queued, as `commit --block` does.
@@ -168,7 +168,7 @@ def extract(ctx: typer.Context,
         if not ids:
             out("No pending requests.") if not json_ else out_json({"outcomes": [], "totals": ex.totals([])})
             return 0
-        outcomes = _run(v, ids, ex_name, show_progress=is_tty() and not json_)
+        outcomes = ex.run(v, ids, extractor=ex_name)   # on a terminal, a count and each result (cli.progress)
         who = None
         if any(o.status == "retry" for o in outcomes):   # what stays pending is retried on its schedule
             from acpmem.write.worker import hand_over
@@ -202,20 +202,6 @@ def extract(ctx: typer.Context,
         warn(error_line(f"{len(bad)} of {len(outcomes)} request(s) not extracted: {what}{more}",
                         f"{later}; `acp memory doctor` shows them"))
     return 1 if bad else 0
-
-
-def _run(v, ids: list[str], extractor: str | None, *, show_progress: bool):
-    from acpmem.write import extract as ex
-
-    if not show_progress:
-        return ex.run(v, ids, extractor=extractor)
-    from rich.progress import Progress, SpinnerColumn, TextColumn
-
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), transient=True) as bar:
-        task = bar.add_task("waiting for the worker lock", total=len(ids))
-        return ex.run(v, ids, extractor=extractor,
-                      progress=lambda rid, what: bar.update(task, description=f"{rid}: {what}"),
-                      after_each=lambda: bar.advance(task))
 
 
 # --------------------------------------------------------------------------------------------- tools / nudge

@@ -14,8 +14,10 @@ def main(argv: list[str], prog: str) -> int:
     """Run one command line (``argv`` after the program name); ``prog`` is ``acp`` or ``acpmem``. The exit code."""
     from acpmem.cli.fast import try_fast
     from acpmem.cli.output import standard_output
+    from acpmem.cli.progress import install
 
     with standard_output():   # the output's own failures and encoding, for every command (``cli.output``)
+        install(argv)         # progress bars on a terminal only (``cli.progress``)
         code = try_fast(argv, prog)
         return run_typer(argv, prog) if code is None else code
 
