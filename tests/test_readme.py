@@ -17,9 +17,10 @@ def test_the_tour_runs_as_written(tmp_path):
     assert block.startswith(". .venv/bin/activate")
     lines = block.splitlines()[1:]           # the venv this test runs in is already "activated" through PATH
     script = "set -euo pipefail\n" + "\n".join(lines) + "\n"
-    script = script.replace("EDITOR=nano ", "EDITOR=true ")   # an editor that saves without changes
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", TMPDIR=str(tmp_path))
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", TMPDIR=str(tmp_path),
+               EDITOR="true")   # the person's editor: one that saves without changes
     env.pop("ACPMEM_VAULT", None)
+    env.pop("VISUAL", None)
     r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=240)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     assert "Error" not in r.stderr and "Traceback" not in r.stderr
