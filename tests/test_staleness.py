@@ -272,3 +272,25 @@ def test_the_citation_digest_reads_the_same_from_a_partial_dsh_read():
     partial = read_transcript(DSH, turns=frozenset(seqs))
     assert seqs and turns_digest(full, seqs) == turns_digest(partial, cited_turn_seqs(partial, cite))
     assert turns_digest(full, seqs) != turns_digest(full, seqs[:-1])
+
+
+def test_a_plain_commit_records_the_files_of_the_turns_since_the_previous_commit(tmp_path, cli):
+    """A citation of the commit's own turn names no file; the turns that led to it do (here the read of state.ts)."""
+    proj = _project(tmp_path, cli)
+    (proj / "state.ts").write_text("let appending = false;\n")
+    _git(proj, "add", "-A")
+    _git(proj, "commit", "-qm", "state")
+    chat = proj.parent / "chat.json"
+    shutil.copy(FIX / "transcripts" / "openai_chat.json", chat)
+    r = cli("memory", "commit", "--type", "lesson", "--note", "re-entrant session.append", "--importance", "7",
+            "--session", "cc-1", "--seq", "6", "--transcript", str(chat), "--wait", "--extractor", "offline",
+            "--json", cwd=proj)
+    assert r.returncode == 0, r.stderr
+    (entry,) = json.loads(r.stdout)["outcome"]["entries"]
+    m = _meta(proj, entry["id"])
+    assert m["files"] == ["state.ts"] and m["commit"] == _git(proj, "rev-parse", "HEAD").strip()
+    _change(proj, "state.ts", "a lock instead of the flag")
+    assert [s["id"] for s in _json(cli, proj, "stale")["stale"]] == [entry["id"]]
+    off = cli("memory", "list", cwd=proj, env={"ACPMEM_CHECKS": "off"})
+    assert off.returncode == 0 and "[stale:" not in off.stdout   # the switch the benchmark compares with
+    assert "[stale:" in cli("memory", "list", cwd=proj).stdout
