@@ -1,0 +1,122 @@
+"""The planted set of duplicates and contradictions (``tests/fixtures/duplicates/planted.json``): writing it into a
+vault, its true pairs, precision and recall of what a mode found, and a stand-in model for the loopback OpenAI
+server that judges pairs as the fixture says (so the model mode's figures measure acpmem's candidates, batching and
+reading of the answer — not a model's judgement).
+
+Not a test file: tests/test_duplicates.py and bench/duplicates.py import it.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from pathlib import Path
+
+from acpmem.core.entry import Citation, Entry
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "duplicates" / "planted.json"
+
+# What the test embeddings server (tests/embeddings_server.py) takes as the same concept: the words a person would
+# call synonyms in these entries. The bench measures the embedding mode with a real model instead.
+SYNONYMS = {"repo": "repository", "uses": "use", "manager": "pnpm", "lockfiles": "npm", "dates": "timestamp",
+            "timestamps": "timestamp", "database": "store", "stored": "store", "keeps": "store", "utc": "utc",
+            "lock": "lock", "appending": "append", "deps": "dependencies", "virtualenv": "environment",
+            "prefixed": "prefix", "prefix": "prefix", "switched": "replaced", "formatter": "format",
+            "migrations": "migrated", "alembic": "migrated", "migrated": "migrated", "schema": "migrated",
+            "process": "worker", "empties": "drains", "quits": "exits", "requests": "pending",
+            "hour": "minutes", "times": "expire", "serves": "listens", "required": "supported",
+            "squash": "squash", "indentation": "indented", "indent": "indented"}
+
+
+def load() -> dict:
+    return json.loads(FIXTURE.read_text("utf-8"))
+
+
+def text_of(item: dict) -> str:
+    return f"{item['title']}\n{item['body']}"
+
+
+def plant(v, *, only=None) -> dict[str, tuple[str, int, str]]:
+    """Write the planted entries in one commit; returns id → (group kind, group number, text). ``only``: a function
+    of (group, item) choosing which entries to plant."""
+    doc = load()
+    entries, truth, taken = [], {}, set()
+    for g, group in enumerate(doc["groups"]):
+        for m, item in enumerate(group["entries"]):
+            if only is not None and not only(group, item):
+                continue
+            ident = v.new_id(taken)
+            taken.add(ident)
+            e = Entry(id=ident, title=item["title"], type="fact", importance=5,
+                      created=f"2026-11-{10 + m % 15:02d}T12:00:00Z", body=item["body"] + "\n",
+                      citation=(Citation(f"s-{g}-{m}", 10 * m + 1),))
+            entries.append(e.with_changes(path=v.path_for(ident, item["title"])))
+            truth[ident] = (group["kind"], g if group["kind"] != "distinct" else -1 - m, text_of(item))
+    v.write_entries(entries, subject="planted duplicates", why="test")
+    return truth
+
+
+def true_pairs(truth: dict[str, tuple[str, int, str]]) -> dict[frozenset, str]:
+    """Every pair of planted entries of one group → its kind (duplicate or contradiction)."""
+    groups: dict[int, list[str]] = {}
+    for ident, (kind, g, _) in truth.items():
+        if kind != "distinct":
+            groups.setdefault(g, []).append(ident)
+    kinds = {g: truth[ids[0]][0] for g, ids in groups.items()}
+    return {frozenset(p): kinds[g] for g, ids in groups.items() for p in itertools.combinations(ids, 2)}
+
+
+def cluster_pairs(clusters) -> dict[frozenset, str]:
+    """The pairs a list of clusters (``Cluster``) puts together → the cluster's kind."""
+    return {frozenset(p): c.kind for c in clusters for p in itertools.combinations(c.ids, 2)}
+
+
+def scores(got: dict[frozenset, str], want: dict[frozenset, str]) -> dict:
+    """Precision and recall of the found pairs, overall (any kind) and per kind (the kind must match)."""
+    def pr(g: set, w: set) -> tuple[float, float]:
+        hit = len(g & w)
+        return (hit / len(g) if g else 1.0), (hit / len(w) if w else 1.0)
+
+    out = {}
+    p, r = pr(set(got), set(want))
+    out["all"] = {"precision": round(p, 3), "recall": round(r, 3), "found": len(got), "true": len(want)}
+    for kind in ("duplicate", "contradiction"):
+        g = {k for k, v in got.items() if v == kind}
+        w = {k for k, v in want.items() if v == kind}
+        p, r = pr(g, w)
+        out[kind] = {"precision": round(p, 3), "recall": round(r, 3), "found": len(g), "true": len(w)}
+    return out
+
+
+def oracle(style: str = "tool"):
+    """A responder for the loopback OpenAI server (``srv.responder``): it reads the numbered pairs of a judging
+    call and answers each with the fixture's truth — a tool call (``style`` tool), a JSON list in the text (json) or
+    lines ``N: verdict`` (lines)."""
+    from openai_server import reply
+
+    kind_of: dict[str, tuple[str, int]] = {}
+    for g, group in enumerate(load()["groups"]):
+        for m, item in enumerate(group["entries"]):
+            kind_of[" ".join(text_of(item).split())[:60]] = (group["kind"], g if group["kind"] != "distinct" else -1 - m)
+
+    def group_of(text: str):
+        return kind_of.get(" ".join(text.split())[:60])
+
+    def answer(body: dict):
+        content = body["messages"][-1]["content"]
+        sides: dict[int, dict[str, str]] = {}
+        for m in re.finditer(r'<<acpmem-data kind="entry" pair="(\d+)" side="([ab])"[^>]*>>\n(.*?)\n<</acpmem-data',
+                             content, re.S):
+            sides.setdefault(int(m.group(1)), {})[m.group(2)] = m.group(3)
+        verdicts = []
+        for n, pair in sorted(sides.items()):
+            a, b = group_of(pair.get("a", "")), group_of(pair.get("b", ""))
+            v = a[0] if a is not None and a == b and a[0] != "distinct" else "different"
+            verdicts.append({"pair": n, "verdict": v})
+        if style == "json":
+            return reply.text("```json\n" + json.dumps(verdicts) + "\n```")
+        if style == "lines":
+            return reply.text("\n".join(f"Pair {x['pair']}: **{x['verdict']}**" for x in verdicts))
+        return reply.writes(reply.call("memory_judge", {"verdicts": verdicts}))
+
+    return answer
