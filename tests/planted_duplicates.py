@@ -18,7 +18,7 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "duplicates" / "planted
 
 # What the test embeddings server (tests/embeddings_server.py) takes as the same concept: the words a person would
 # call synonyms in these entries. The bench measures the embedding mode with a real model instead.
-SYNONYMS = {"repo": "repository", "uses": "use", "manager": "pnpm", "lockfiles": "npm", "dates": "timestamp",
+SYNONYMS = {"repo": "repository", "uses": "use", "dates": "timestamp",
             "timestamps": "timestamp", "database": "store", "stored": "store", "keeps": "store", "utc": "utc",
             "lock": "lock", "appending": "append", "deps": "dependencies", "virtualenv": "environment",
             "prefixed": "prefix", "prefix": "prefix", "switched": "replaced", "formatter": "format",
@@ -120,3 +120,37 @@ def oracle(style: str = "tool"):
         return reply.writes(reply.call("memory_judge", {"verdicts": verdicts}))
 
     return answer
+
+
+def set_section(root: Path, section: str, values: dict) -> None:
+    """Set ``values`` in the ``[section]`` table of the vault's acpmem.toml (the keys replaced or added)."""
+    path = Path(root) / "acpmem.toml"
+    lines = path.read_text("utf-8").splitlines()
+    try:
+        start = lines.index(f"[{section}]")
+    except ValueError:
+        lines += ["", f"[{section}]"]
+        start = len(lines) - 1
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), len(lines))
+    body = [ln for ln in lines[start + 1:end] if ln.split("=")[0].strip().lstrip("# ") not in values]
+    body += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
+    path.write_text("\n".join(lines[:start + 1] + body + lines[end:]) + "\n", "utf-8")
+
+
+def configure(v, *, embeddings=None, model=None, **consolidate):
+    """The vault reopened with ``[embeddings]`` pointed at an embeddings server, ``[extraction]`` at a loopback
+    OpenAI server, and ``[consolidate]`` values."""
+    import random
+
+    from acpmem.vault.writer import Vault
+
+    if embeddings is not None:
+        set_section(v.root, "embeddings", {"base_url": embeddings.base_url, "model": "hash-64",
+                                           "timeout_seconds": 5.0, "batch_timeout_seconds": 30.0})
+    if model is not None:
+        set_section(v.root, "extraction", {"base_url": model.base_url, "model": "test-model",
+                                           "timeout_seconds": 10.0, "max_retries": 0})
+    if consolidate:
+        set_section(v.root, "consolidate", consolidate)
+    v.close()
+    return Vault(v.root, clock=v.clock, rng=random.Random(11))

@@ -109,7 +109,7 @@ class ConsolidateSettings(Section):
     """How duplicates and contradictions are found (``docs/duplicates.md``): by ``consolidate`` and by the fork's
     check before it writes."""
     similarity: str = "auto"          # auto (the best configured) | lexical | embedding | model
-    embedding_threshold: float = 0.72  # cosine of two entry vectors from which they are a pair
+    embedding_threshold: float = 0.62  # cosine of two entry vectors from which they are a pair
     model_pairs: int = 20             # candidate pairs per model call (one call judges a batch)
     max_candidates: int = 200         # candidate pairs a consolidate run sends to the model at most
     fork_check: bool = True           # the fork drops a write that restates an entry, proposes one that contradicts
