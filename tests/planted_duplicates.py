@@ -154,3 +154,47 @@ def configure(v, *, embeddings=None, model=None, **consolidate):
         set_section(v.root, "consolidate", consolidate)
     v.close()
     return Vault(v.root, clock=v.clock, rng=random.Random(11))
+
+
+TRANSCRIPT = Path(__file__).resolve().parent / "fixtures" / "transcripts" / "openai_chat.json"
+
+
+def firsts(group, item) -> bool:
+    """The first entry of every planted group, and every distinct entry (``plant(only=firsts)``)."""
+    return group["kind"] == "distinct" or item is group["entries"][0]
+
+
+def restate(v, srv, kinds=("duplicate", "contradiction")) -> dict:
+    """Through the fork on the loopback server: for every later entry of a planted group of ``kinds``, a request
+    whose model writes that entry's text again (no supersede: a model re-stating the fact). The vault holds the
+    groups' first entries (``plant(only=firsts)``). Returns per kind how many restatements there were, how many
+    became a second live entry, a proposal, a supersede, or were dropped."""
+    from openai_server import reply
+
+    from acpmem.write import requests, worker
+
+    out = {k: {"restated": 0, "second_entry": 0, "proposed": 0, "superseded": 0, "dropped": 0} for k in kinds}
+    for group in load()["groups"]:
+        if group["kind"] not in kinds:
+            continue
+        for item in group["entries"][1:]:
+            srv.enqueue(reply.writes(reply.write(item["body"], title=item["title"])))
+            req = requests.make_request(types=v.settings.types, type="fact", note=item["title"], importance=5,
+                                        session="s-restate", seq=6, transcript=TRANSCRIPT, host_tools=None,
+                                        lang=v.settings.language, created=v.now(),
+                                        request_id=requests.new_request_id(v.rng))
+            v.ensure_state()
+            requests.save_request(v.state_dir, req, new=True)
+            (o,) = worker.process_now(v, [req.id])
+            row = out[group["kind"]]
+            row["restated"] += 1
+            paths = [e["path"] for e in o.entries]
+            if not paths:
+                row["dropped"] += 1
+            elif all(p.startswith("proposals/") for p in paths):
+                row["proposed"] += 1
+            elif o.superseded:
+                row["superseded"] += 1
+            else:
+                row["second_entry"] += 1
+    return out

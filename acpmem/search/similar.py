@@ -51,6 +51,7 @@ _POST_NEGATION = frozenset("rejected refused banned forbidden disallowed prohibi
                            "dropped removed".split())
 _NEGATION_TERMS = frozenset("not never no nor without avoid instead rather than stop disabl disable cannot "
                             "reject refus ban forbidden forbid disallow prohibit deprec unsupport drop remov".split())
+_JOINED = re.compile(r"(?<=[a-z0-9])[-_](?=[a-z0-9])")
 _CLAUSE = re.compile(r"[,;:()\[\]!?\n]+|\.(?=\s|$)|\s[-–—]\s")
 # Abbreviations and the words they stand for: the same thing, written either way (never broader groups, which
 # would join distinct facts).
@@ -148,7 +149,7 @@ def features(text: str) -> Features:
         for neg, part in parts:
             words = set(re.findall(r"[a-z]+", part))
             neg = neg or bool(words & _POST_NEGATION)
-            ts = frozenset(_terms(part))
+            ts = frozenset(_terms(_JOINED.sub("", part)))   # "re-entrant" is one word here, not three terms
             if ts:
                 segments.append((neg, ts))
     keys = set()
