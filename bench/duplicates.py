@@ -64,7 +64,11 @@ def embeddings(kind: str):
     else:
         from embed_server import MODEL_NAME, serve
 
-        with serve(model=kind) as url:
+        from embed_server import load
+
+        with contextlib.redirect_stdout(sys.stderr):   # the model's package says hello on stdout
+            model = load(kind)
+        with serve(model=model) as url:
             yield url, MODEL_NAME, None
 
 
