@@ -110,3 +110,13 @@ def test_how_often_a_restated_fact_becomes_a_second_entry(vault, openai_server, 
         assert dup["second_entry"] <= 4 and dup["dropped"] + dup["superseded"] >= 5, got
         assert contra["proposed"] >= 3, got
     v.close()
+
+
+def test_a_restatement_of_another_type_is_kept_with_a_note(vault, openai_server):
+    v = _vault(vault, openai_server)
+    openai_server.enqueue(reply.writes(reply.write("- This repo uses pnpm instead of npm.",
+                                                   title="This repo uses pnpm instead of npm")))
+    out = run(v, submit(v, note="pnpm instead of npm", type="decision"))   # the planted entry is a fact
+    assert out.status == "written" and len(out.entries) == 1 and out.superseded == ()
+    assert any("is kept: it is a decision, that one a fact" in n for n in out.notes), out.notes
+    v.close()

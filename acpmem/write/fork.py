@@ -443,8 +443,9 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
     (``DUPLICATE_OVERLAP``) is dropped with a note. None (callers without a prompt) allows any live entry.
 
     With ``[consolidate] fork_check`` (the default), each write is also compared by meaning with the shown entries
-    (``acpmem.write.duplicates.check_write``) unless it supersedes the one it matches: a restatement supersedes
-    that entry when it says more and the supersede rules above allow it, and is dropped with a note otherwise; a
+    (``acpmem.write.duplicates.check_write``) unless it supersedes the one it matches: a restatement of an entry of
+    its own type supersedes that entry when it says more and the supersede rules above allow it, and is dropped
+    with a note otherwise (one of another type is kept, with a note); a
     write that contradicts an entry is written as a proposal (superseding it once a person accepts it, when the
     rules allow), so ``acp memory review`` shows both claims."""
     from acpmem.core.tools import default_layer, parse_write_args
@@ -549,6 +550,10 @@ def _meaning_check(vault, req: Request, text: str, shown: list[Entry], sup: list
         draft.notes.append(f"a write contradicting {name} ({match.why}) is a proposal for a person to decide"
                            + (f"; it does not supersede it: {refusal}" if refusal else ""))
         return "propose"
+    if old.type != req.type:   # a decision beside the fact it restates says something of its own: kept
+        draft.notes.append(f"a write restating {name} ({match.why}) is kept: it is a {req.type}, that one a "
+                           f"{old.type} (`acp memory consolidate` can merge them)")
+        return None
     says_more = len(features(text).terms - features(f"{old.title}\n{old.body}").terms) > 0 and \
         len(text) > len(f"{old.title}\n{old.body}")
     if refusal is None and says_more:
