@@ -270,30 +270,55 @@ def lexical_pairs(c: Corpus, *, duplicate_threshold: float = DUPLICATE_THRESHOLD
                   contradiction_threshold: float = CONTRADICTION_THRESHOLD, floor: float | None = None) -> list[Pair]:
     """The pairs the lexical channel finds among the corpus: candidates share a rare term or a key term. With
     ``floor``, pairs it does not call either kind but scores at ``floor`` or more come too, of kind ``candidate``
-    (for a model to judge)."""
+    (for a model to judge).
+
+    Work: the shared weight of each candidate pair is summed from the postings of the rare terms (cheap additions);
+    a pair is scored in full only when an upper bound of its score — that weight plus all the common terms the
+    lighter text has — reaches the lowest threshold, or when it shares two key terms."""
     rare = max(8, int(math.sqrt(c.n)))     # terms held by more documents do not make a pair a candidate
     postings: dict[str, list[int]] = defaultdict(list)
+    key_postings: dict[str, list[int]] = defaultdict(list)
+    weight: dict[int, float] = {}
+    common: dict[int, float] = {}
     for k, f in c.feat.items():
-        for t in f.terms | f.keys:
+        weight[k] = sum(c.idf(t) for t in f.terms)
+        common[k] = sum(c.idf(t) for t in f.terms if c.df.get(t, 0) > rare)
+        for t in f.terms:
             if 1 < c.df.get(t, 0) <= rare:
                 postings[t].append(k)
-    seen: set[tuple[int, int]] = set()
-    out = []
-    for keys in postings.values():
+        for t in f.keys:
+            key_postings[t].append(k)
+    shared: dict[tuple[int, int], float] = defaultdict(float)
+    for t, keys in postings.items():
+        w = c.idf(t)
         for i, a in enumerate(keys):
             for b in keys[i + 1:]:
-                p = (a, b) if a < b else (b, a)
-                if p in seen:
-                    continue
-                seen.add(p)
-                got = judge(c.feat[p[0]], c.feat[p[1]], c.idf, duplicate_threshold=duplicate_threshold,
-                            contradiction_threshold=contradiction_threshold)
-                if got is not None:
-                    out.append(Pair(p[0], p[1], got[1], got[0], got[2], "lexical"))
-                elif floor is not None:
-                    sim = score(c.feat[p[0]], c.feat[p[1]], c.idf)
-                    if sim >= floor:
-                        out.append(Pair(p[0], p[1], sim, "candidate", f"similarity {sim:.2f}", "lexical"))
+                shared[(a, b) if a < b else (b, a)] += w
+    keyed: dict[tuple[int, int], int] = defaultdict(int)
+    for keys in key_postings.values():
+        if 1 < len(keys) <= rare:
+            for i, a in enumerate(keys):
+                for b in keys[i + 1:]:
+                    keyed[(a, b) if a < b else (b, a)] += 1
+    lowest = min(contradiction_threshold, floor if floor is not None else 1.0)
+    out = []
+    for p in set(shared) | {p for p, n in keyed.items() if n >= KEY_TERMS_MIN}:
+        a, b = p
+        if keyed.get(p, 0) < KEY_TERMS_MIN:
+            wa, wb = weight[a], weight[b]
+            ub = shared.get(p, 0.0) + min(common[a], common[b])
+            ub_jaccard = ub / max(wa + wb - ub, 1e-9)
+            if max(ub_jaccard, (ub_jaccard + ub / max(min(wa, wb), 1e-9)) / 2) < lowest:
+                continue
+        got = judge(c.feat[a], c.feat[b], c.idf, duplicate_threshold=duplicate_threshold,
+                    contradiction_threshold=contradiction_threshold)
+        if got is not None:
+            out.append(Pair(a, b, got[1], got[0], got[2], "lexical"))
+        elif floor is not None:
+            sim = score(c.feat[a], c.feat[b], c.idf)
+            if sim >= floor:
+                out.append(Pair(a, b, sim, "candidate", f"similarity {sim:.2f}", "lexical"))
+    out.sort(key=lambda x: (x.a, x.b))
     return out
 
 

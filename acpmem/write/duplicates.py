@@ -330,11 +330,11 @@ def check_write(vault, text: str, shown: list[Entry], env: Mapping[str, str] | N
 
     if not shown:
         return None
-    idf = _index_idf(vault)
     fa = similar.features(text)
+    feats = [similar.features(f"{e.title}\n{e.body}") for e in shown]
+    idf = _index_idf(vault, set(fa.terms).union(*(f.terms for f in feats)))
     found: list[Match] = []
-    for e in shown:
-        fb = similar.features(f"{e.title}\n{e.body}")
+    for e, fb in zip(shown, feats):
         got = similar.judge(fa, fb, idf)
         if got is not None:
             found.append(Match(got[0], e, got[1], got[2]))
@@ -345,14 +345,17 @@ def check_write(vault, text: str, shown: list[Entry], env: Mapping[str, str] | N
     return max(found, key=lambda m: (m.kind == "contradiction", m.similarity))
 
 
-def _index_idf(vault):
-    """IDF over the vault's index (the number of entries and each term's document frequency): the weights
-    ``consolidate`` gives the same terms, for a check that compares one text with a few."""
+def _index_idf(vault, terms: set[str]):
+    """IDF of ``terms`` over the vault's index (the number of entries and each term's document frequency, read for
+    these terms only): about the weights ``consolidate`` gives them, for a check that compares one text with a
+    few."""
+    import json
     import math
 
     def read(con):
         n = con.execute("SELECT count(*) FROM idx_docs WHERE sup = 0").fetchone()[0]
-        return n, dict(con.execute("SELECT term, df FROM idx_terms"))
+        return n, dict(con.execute("SELECT term, df FROM idx_terms WHERE term IN (SELECT value FROM json_each(?))",
+                                   (json.dumps(sorted(terms)),)))
 
     try:
         n, df = vault.with_db(read)
