@@ -78,7 +78,8 @@ def test_the_lazy_exports_of_the_package_exist():
 
 def test_no_comment_cites_a_document_outside_the_repository():
     for path in [*PKG.rglob("*.py"), *PKG.parent.joinpath("tests").glob("*.py"),
-                 *PKG.parent.joinpath("bench").glob("*.py"), PKG.parent / "README.md"]:
+                 *PKG.parent.joinpath("bench").glob("*.py"), PKG.parent / "README.md",
+                 *PKG.parent.joinpath("docs").glob("*.md")]:
         assert not re.search(r"SPEC\s*§", path.read_text("utf-8")), path
 
 
