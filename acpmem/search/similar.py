@@ -134,11 +134,26 @@ def _is_key(word: str) -> bool:
     return not english.known_word(word, cedict.en_to_zh)
 
 
-def features(text: str) -> Features:
+def features(text: str, *, segments: bool = True) -> Features:
+    """The features of a text; ``segments=False`` leaves the segments out (the costlier part, needed only to
+    compare two texts that are a candidate pair: ``Corpus.full``)."""
     from acpmem.search.analysis import has_cjk, normalize_word
 
     lowered = text.lower()
     ab = _abbreviations()
+    segs = _segments(lowered) if segments else ()
+    keys = set()
+    for run in _WORD_RUN.findall(text):   # whole words: "GitHub" is one name, not "git" and "hub"
+        w = run.lower().split("'")[0]
+        if _is_key(w):
+            t = normalize_word(w)
+            if t and t not in _NEGATION_TERMS:
+                keys.add(ab.get(t, t))
+    return Features(frozenset(_terms(text)), frozenset(keys), frozenset(_NUMBER.findall(text)),
+                    bool(_NEGATION.search(lowered)), segs, has_cjk(text))
+
+
+def _segments(lowered: str) -> tuple[tuple[bool, frozenset[str]], ...]:
     segments = []
     for clause in _CLAUSE.split(lowered):
         if not clause.strip():
@@ -152,15 +167,7 @@ def features(text: str) -> Features:
             ts = frozenset(_terms(_JOINED.sub("", part)))   # "re-entrant" is one word here, not three terms
             if ts:
                 segments.append((neg, ts))
-    keys = set()
-    for run in _WORD_RUN.findall(text):   # whole words: "GitHub" is one name, not "git" and "hub"
-        w = run.lower().split("'")[0]
-        if _is_key(w):
-            t = normalize_word(w)
-            if t and t not in _NEGATION_TERMS:
-                keys.add(ab.get(t, t))
-    return Features(frozenset(_terms(text)), frozenset(keys), frozenset(_NUMBER.findall(text)),
-                    bool(_NEGATION.search(lowered)), tuple(segments), has_cjk(text))
+    return tuple(segments)
 
 
 Idf = Callable[[str], float]
@@ -235,7 +242,8 @@ class Corpus:
         self.meta = {r[0]: (r[1], r[2]) for r in rows}
         self.types = {r[0]: r[3] for r in rows}
         self.text = {r[0]: r[4] for r in rows}
-        self.feat = {k: features(t) for k, t in self.text.items()}
+        self.feat = {k: features(t, segments=False) for k, t in self.text.items()}
+        self._full: dict[int, Features] = {}
         self.df: dict[str, int] = defaultdict(int)
         for f in self.feat.values():
             for t in f.terms:
@@ -247,6 +255,13 @@ class Corpus:
 
     def idf(self, term: str) -> float:
         return self._idf.get(term, self.default_idf)
+
+    def full(self, key: int) -> Features:
+        """The entry's features with its segments (made on first use)."""
+        got = self._full.get(key)
+        if got is None:
+            got = self._full[key] = self.feat[key].with_changes(segments=_segments(self.text[key].lower()))
+        return got
 
 
 def corpus(con: sqlite3.Connection, types=None) -> Corpus:
@@ -310,7 +325,7 @@ def lexical_pairs(c: Corpus, *, duplicate_threshold: float = DUPLICATE_THRESHOLD
             ub_jaccard = ub / max(wa + wb - ub, 1e-9)
             if max(ub_jaccard, (ub_jaccard + ub / max(min(wa, wb), 1e-9)) / 2) < lowest:
                 continue
-        got = judge(c.feat[a], c.feat[b], c.idf, duplicate_threshold=duplicate_threshold,
+        got = judge(c.full(a), c.full(b), c.idf, duplicate_threshold=duplicate_threshold,
                     contradiction_threshold=contradiction_threshold)
         if got is not None:
             out.append(Pair(a, b, got[1], got[0], got[2], "lexical"))

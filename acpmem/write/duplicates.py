@@ -176,7 +176,7 @@ def _vector_pairs(con, vault, ep, c, threshold: float, floor: float, types, note
             if cos < threshold:
                 out.append(Pair(a, b, cos, "candidate", f"cosine {cos:.2f}", "embedding"))
                 continue
-            why = similar.differs_features(c.feat[a], c.feat[b])
+            why = similar.differs_features(c.full(a), c.full(b))
             out.append(Pair(a, b, cos, "contradiction" if why else "duplicate",
                             why or f"close in meaning (cosine {cos:.2f})", "embedding"))
     return out
