@@ -152,7 +152,8 @@ def test_modes_by_configuration_and_their_errors(vault, cli, openai_server):
     with pytest.raises(UsageError, match="no embeddings model"):
         find(v)
     r = cli("memory", "--vault", str(v.root), "consolidate", "--dry-run")
-    assert r.returncode != 0 and "no embeddings model" in r.stderr and len(r.stderr.strip().splitlines()) <= 2
+    assert r.returncode == 2 and r.stderr.startswith("Error: ") and "no embeddings model" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
     r = cli("memory", "--vault", str(v.root), "consolidate", "--dry-run", "--similarity", "lexical", "--json")
     doc = json.loads(r.stdout)
     assert r.returncode == 0 and doc["similarity"] == "lexical" and len(doc["clusters"]) == 1
