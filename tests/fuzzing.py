@@ -823,7 +823,8 @@ def _plausible() -> dict:
             "user_vault": ['""', '"none"', '"/nonexistent/acpmem-user-vault"'],
             "policy": ['"auto"', '"review"', '"off"'],
             "languages": ['"en"', '"en,zh"'], "query_prefix": ['""', '"query: "'],
-            "document_prefix": ['""', '"passage: "', '"search_document: "']}
+            "document_prefix": ['""', '"passage: "', '"search_document: "'],
+            "similarity": ['"auto"', '"lexical"', '"embedding"', '"model"']}
     out = {"vault": {"types": ['["fact", "lesson", "decision"]', '["decision", "lesson", "fact", "user-preference", '
                                '"reference"]'], "language": ['"en"', '"zh"']}}
     for name, section in Settings().to_json().items():

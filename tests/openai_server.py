@@ -17,7 +17,8 @@ answer with no tool call (default: the fork's documented "nothing to keep"); ``p
 a reply sent after a delay; ``held(event, then)`` a reply sent once the test sets ``event`` (a
 ``threading.Event``); ``always(r)`` a reply repeated forever (never leaves the queue); ``usage(prompt, completion,
 cached)`` the usage block; ``raw(bytes)`` any body. An empty queue answers 500 "script exhausted", so an unexpected extra
-call fails loudly.
+call fails loudly — unless ``srv.responder`` (a function of the request body returning a ``Reply``) is set: then it
+answers every call the script does not.
 
 For pytest, ``openai_server_fixture`` is a generator to register in tests/conftest.py:
 
@@ -163,6 +164,7 @@ class FakeOpenAI:
     models: list[str] = field(default_factory=lambda: ["fake-model"])   # what GET /v1/models lists
     props: dict | None = None       # what GET /props answers (llama-server's); None: 404, as OpenAI's does
     props_requests: int = 0         # GET /props asked (kept out of ``requests``: those are the model calls)
+    responder: object = None        # body -> Reply: answers a chat call when the script is empty (a model stand-in)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closing: threading.Event = field(default_factory=threading.Event)
 
@@ -220,7 +222,9 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                                                 body, raw))
             if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
                 return self._send(reply.error(404, f"no route {self.path}", kind="invalid_request_error"))
-            r = server._next()
+            with server._lock:
+                answer = server.responder if not server.script else None
+            r = answer(body) if answer is not None else server._next()
             if r.delay and server._closing.wait(r.delay):
                 return
             while r.gate is not None and not r.gate.is_set():

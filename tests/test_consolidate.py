@@ -10,7 +10,8 @@ import pytest
 
 from helpers_proc import git_out
 from openai_server import reply
-from test_fork import configure
+from planted_duplicates import set_section
+from test_fork import configure as configure_fork
 
 from acpmem.core.entry import Citation, Entry
 from acpmem.vault import review as rv
@@ -84,6 +85,13 @@ CONTRADICTIONS = [
 ]
 
 
+def configure(v: Vault, srv=None, **extraction) -> Vault:
+    """The fork's model on the loopback server, clusters by the words: these tests are about the merge (the model
+    judging the pairs is tests/test_duplicates.py)."""
+    set_section(v.root, "consolidate", {"similarity": "lexical"})
+    return configure_fork(v, srv, **extraction)
+
+
 def planted(v: Vault, rng: random.Random) -> tuple[list[str], list[list[str]]]:
     """Write the planted vault in one commit; the true clusters (ids) of duplicates and of contradictions."""
     groups = [[x] for x in BACKGROUND] + DUPLICATES + CONTRADICTIONS
@@ -147,7 +155,14 @@ def test_auto_merges_each_cluster_in_one_commit_keeping_every_citation(vault, op
     n = len(find_clusters(v))
     _merge_reply(openai_server, n)
     res = consolidate(v)
-    assert res.mode == "commit" and [o.status for o in res.outcomes] == ["written"] * n
+    # a duplicate is merged; a contradiction is proposed, for a person to decide which claim holds
+    assert res.mode == "commit" and [o.status for o in res.outcomes] == [
+        "proposed" if o.cluster.kind == "contradiction" else "written" for o in res.outcomes]
+    assert {o.status for o in res.outcomes} == {"written", "proposed"}
+    from acpmem.vault import review as rv
+
+    for item in [i for i in rv.queue(v) if i.kind == "proposal"]:
+        rv.decide(v, item, "accept")
     loaded = {e.id: e for e in v.load().entries}
     for o in res.outcomes:
         merged = loaded[o.entry["id"]]
@@ -157,7 +172,8 @@ def test_auto_merges_each_cluster_in_one_commit_keeping_every_citation(vault, op
         assert set(merged.citation) == {c for m in members for c in m.citation}
         assert merged.importance == max(m.importance for m in members)
         msg = git_out(v.root, "log", "-1", "--format=%B", o.commit)
-        assert "Acpmem-Kind: consolidate" in msg and f"Acpmem-Consolidate: {' '.join(o.cluster.ids)}" in msg
+        kind = "proposal" if o.status == "proposed" else "consolidate"
+        assert f"Acpmem-Kind: {kind}" in msg and f"Acpmem-Consolidate: {' '.join(o.cluster.ids)}" in msg
     # superseded entries stay readable: list --all and show
     old = res.outcomes[0].cluster.ids[0]
     r = cli("memory", "--vault", str(v.root), "list", "--all", "--json")

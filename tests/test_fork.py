@@ -19,8 +19,14 @@ SEQ = FIX / "openai_seq.json"
 KEY = "sk-proj-" + "Ab3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5oQ7s" + "T3BlbkFJ" + "u9wY1aC3eG5iK7mO9qS1uW3yA5cE7gI9"
 
 
-def configure(v: Vault, srv=None, **extraction) -> Vault:
-    """Point the vault at the fake server through acpmem.toml, and reopen it (settings are read once)."""
+def configure(v: Vault, srv=None, fork_check: bool = False, **extraction) -> Vault:
+    """Point the vault at the fake server through acpmem.toml, and reopen it (settings are read once). The fork's
+    check by meaning is off unless ``fork_check``: the answers these tests script restate the example vault's lesson
+    (the transcript is about it), and what they test is how an answer is read and written; the check itself is
+    tests/test_fork_duplicates.py."""
+    from planted_duplicates import set_section
+
+    set_section(v.root, "consolidate", {"fork_check": fork_check})
     p = v.root / "acpmem.toml"
     text = p.read_text()
     values = {"timeout_seconds": 10.0, "max_retries": 0, **extraction}

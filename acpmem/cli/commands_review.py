@@ -440,19 +440,25 @@ def _summary(counts: dict, left: int) -> str:
 
 @app.command()
 def consolidate(ctx: typer.Context,
-                dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report the clusters; call no model, "
-                                                                        "write nothing.")] = False,
+                dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report the clusters; write nothing "
+                                                                        "(only the model mode calls a model).")] = False,
                 type_: Annotated[Optional[list[str]], typer.Option("--type", "-t", autocompletion=complete_types,
                                                                    show_default=False,
                                                                    help="Only entries of this type "
                                                                         "(repeatable).")] = None,
+                similarity: Annotated[Optional[str], typer.Option(
+                    "--similarity", help="How to find them: auto (the best configured), lexical, embedding or "
+                                         "model; default [consolidate] similarity.", show_default=False)] = None,
                 user: UserOpt = False, json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """Find clusters of near-duplicate and contradicting entries and merge each into one entry.
 
-    The search index finds the clusters; the fork's model writes one merged entry per cluster, which supersedes
-    every entry of it and keeps all their citations. Under [write] policy = "review" the merged entries are
-    proposals (see `acp memory review`); under "auto" they are commits. With --dry-run, or without a model
-    endpoint, it only reports the clusters. Superseded entries stay readable: `acp memory list --all`, `show ID`.
+    Duplicates are found by meaning: by the words (stems, abbreviations, tool names, negation), by the
+    [embeddings] vectors when a model is set, and — with an [extraction] model — by that model judging the
+    candidate pairs, a batch per call ([consolidate] similarity; docs/duplicates.md). The fork's model writes one
+    merged entry per cluster, which supersedes every entry of it and keeps all their citations. A contradiction
+    (the same subject, an opposite claim) is always a proposal for a person to decide (`acp memory review`), never
+    merged on its own; under [write] policy = "review" every merge is. With --dry-run, or without a model endpoint,
+    it only reports the clusters. Superseded entries stay readable: `acp memory list --all`, `show ID`.
 
     One layer at a time: the project vault, or with --user your user vault (under its own policy). A cluster never
     mixes the layers, so a project entry is never merged into your user vault, nor the other way round.
@@ -462,6 +468,8 @@ def consolidate(ctx: typer.Context,
     Example: acp memory consolidate --user --dry-run
 
     Example: acp memory consolidate --type decision
+
+    Example: acp memory consolidate --dry-run --similarity lexical
     """
     from acpmem.write.consolidate import consolidate as run
 
@@ -471,7 +479,7 @@ def consolidate(ctx: typer.Context,
         if unknown:
             raise UsageError(f"unknown entry type '{unknown[0]}'", f"the types of this vault: "
                                                                    f"{', '.join(v.settings.types)}")
-        res = run(v, dry_run=dry_run, types=type_ or None)
+        res = run(v, dry_run=dry_run, types=type_ or None, similarity=similarity)
         titles = {e.id: e.title for e in v.load(with_reads=False, light=True).entries}
     finally:
         v.close()
@@ -479,8 +487,12 @@ def consolidate(ctx: typer.Context,
     if json_:
         out_json(res.to_json())
     else:
-        head = f"{len(res.outcomes)} cluster(s) among {res.entries} live entries"
+        head = f"{len(res.outcomes)} cluster(s) among {res.entries} live entries, by {res.similarity}"
+        if res.judge_calls:
+            head += f" ({res.judge_calls} model call(s) judged the candidate pairs)"
         out(head + (f" (report only: {res.reason})." if res.reason else "."))
+        for note in res.notes:
+            out(f"note: {note}")
         for o in res.outcomes:
             c = o.cluster
             out(f"\n{c.kind}: {c.why}")

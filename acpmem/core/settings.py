@@ -105,6 +105,16 @@ class RerankSettings(Section):
     languages: str = "en"             # what the model understands; queries in other scripts keep recall's order
 
 
+class ConsolidateSettings(Section):
+    """How duplicates and contradictions are found (``docs/duplicates.md``): by ``consolidate`` and by the fork's
+    check before it writes."""
+    similarity: str = "auto"          # auto (the best configured) | lexical | embedding | model
+    embedding_threshold: float = 0.62  # cosine of two entry vectors from which they are a pair
+    model_pairs: int = 20             # candidate pairs per model call (one call judges a batch)
+    max_candidates: int = 200         # candidate pairs a consolidate run sends to the model at most
+    fork_check: bool = True           # the fork drops a write that restates an entry, proposes one that contradicts
+
+
 class GitSettings(Section):
     lock_timeout_seconds: float = 60.0
     foreign_lock_wait_seconds: float = 10.0
@@ -131,6 +141,7 @@ class Settings(Value):
     write: WriteSettings = WriteSettings()
     embeddings: EmbeddingsSettings = EmbeddingsSettings()
     rerank: RerankSettings = RerankSettings()
+    consolidate: ConsolidateSettings = ConsolidateSettings()
     unknown: tuple[str, ...] = ()   # settings and sections the file has that this acpmem does not know: ignored
 
     def unknown_warning(self, path: str = SETTINGS_FILE) -> str | None:
@@ -179,6 +190,9 @@ _RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("embeddings", "weight"): (0, 10, False),
     ("rerank", "timeout_seconds"): (0, 60, True),
     ("rerank", "candidates"): (2, 200, False),
+    ("consolidate", "embedding_threshold"): (0, 1, True),
+    ("consolidate", "model_pairs"): (1, 200, False),
+    ("consolidate", "max_candidates"): (0, 100_000, False),
     ("git", "lock_timeout_seconds"): (0, 86_400, False),
     ("git", "foreign_lock_wait_seconds"): (0, 86_400, False),
     ("git", "sync_seconds"): (0, 86_400, False),
@@ -193,8 +207,9 @@ _MAX_TYPE_CHARS = 64
 _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceSettings,
              "recall": RecallSettings, "extraction": ExtractionSettings, "git": GitSettings,
              "layers": LayersSettings, "write": WriteSettings,
-             "embeddings": EmbeddingsSettings, "rerank": RerankSettings}
+             "embeddings": EmbeddingsSettings, "rerank": RerankSettings, "consolidate": ConsolidateSettings}
 POLICIES = ("auto", "review", "off")
+SIMILARITY_MODES = ("auto", "lexical", "embedding", "model")
 
 
 def _coerce(cls, section: str, data: dict, path: str, unknown: list[str]):
@@ -284,6 +299,9 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
     if s.extraction.extractor not in ("auto", "llm", "offline"):
         raise SettingsError(f"{path}: extraction.extractor must be auto, llm or offline",
                             "extractor = \"auto\", \"llm\" or \"offline\"")
+    if s.consolidate.similarity not in SIMILARITY_MODES:
+        raise SettingsError(f"{path}: consolidate.similarity must be auto, lexical, embedding or model, got "
+                            f"{clip(s.consolidate.similarity)}", 'similarity = "auto" (the best configured)')
     if s.write.policy not in POLICIES:
         raise SettingsError(f"{path}: write.policy must be auto, review or off, got {clip(s.write.policy)}",
                             "policy = \"auto\" (writes count at once), \"review\" (a person accepts them) or "

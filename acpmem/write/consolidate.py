@@ -1,10 +1,12 @@
 """``acp memory consolidate``: merge clusters of near-duplicate and contradicting entries.
 
-The clusters come from the search index (``acpmem.search.similar``). For each, the fork's model is asked for one
+The clusters come from ``acpmem.write.duplicates`` (the words, the vectors, a model's verdicts: ``[consolidate]
+similarity``). For each, the fork's model is asked for one
 merged entry (``core.tools.consolidate_instruction``, the fork's own ``memory_write`` tool); acpmem — not the model
 — makes it supersede every entry of the cluster and carry every citation of them, so no fact loses its source. The
 superseded entries stay in the vault (``list --all``, ``show``). Under ``[write] policy = "review"`` the merged
-entries are proposals, under ``auto`` commits of kind ``consolidate``; with ``--dry-run``, no endpoint or writes
+entries are proposals, under ``auto`` commits of kind ``consolidate`` — except a contradiction's, always a proposal
+(a person decides which claim holds); with ``--dry-run``, no endpoint or writes
 ``off`` it is a report of the clusters only. Model calls go to the cost ledger and respect the extraction budgets.
 """
 from __future__ import annotations
@@ -37,31 +39,41 @@ class ClusterOutcome(Value):
 
 
 class ConsolidateResult(Value):
-    """``mode``: ``report`` (and ``reason``: why nothing is written), ``commit`` or ``propose``."""
+    """``mode``: ``report`` (and ``reason``: why nothing is written), ``commit`` or ``propose``; ``similarity``: how
+    the clusters were found (``acpmem.write.duplicates``), with its notes and the model calls it made."""
 
     mode: str
     reason: str | None
     outcomes: tuple[ClusterOutcome, ...]
     entries: int
+    similarity: str = "lexical"
+    notes: tuple[str, ...] = ()
+    judge_calls: int = 0
 
     def to_json(self) -> dict:
-        return {"mode": self.mode, "reason": self.reason, "entries": self.entries,
+        return {"mode": self.mode, "reason": self.reason, "entries": self.entries, "similarity": self.similarity,
+                "notes": list(self.notes), "judge_calls": self.judge_calls,
                 "clusters": [o.to_json() for o in self.outcomes]}
 
 
-def find_clusters(vault, types=None) -> list[Cluster]:
-    """The clusters of the vault's live entries (the index is brought in step with the files first)."""
-    from acpmem.search.similar import clusters
-    from acpmem.vault.retrieval import with_index
+def find_clusters(vault, types=None, *, similarity: str | None = None, env=None) -> list[Cluster]:
+    """The clusters of the vault's live entries (the index is brought in step with the files first), by the
+    ``similarity`` mode (default ``[consolidate] similarity``)."""
+    from acpmem.write.duplicates import find
 
-    return with_index(vault, lambda con: clusters(con, types=types))
+    return list(find(vault, types, mode=similarity, env=env).clusters)
 
 
-def consolidate(vault, *, dry_run: bool = False, types=None, env=None) -> ConsolidateResult:
+def consolidate(vault, *, dry_run: bool = False, types=None, env=None,
+                similarity: str | None = None) -> ConsolidateResult:
     """Find the clusters and, unless reporting only, merge each in one model call and one commit."""
+    from acpmem.write.duplicates import find
+
     if not dry_run and vault.settings.write.policy != "off":
         vault.finish_interrupted()   # a merge killed before its commit is finished first, so it is not merged again
-    found = find_clusters(vault, types)
+    got = find(vault, types, mode=similarity, env=env)
+    found = list(got.clusters)
+    extra = {"similarity": got.mode, "notes": got.notes, "judge_calls": got.calls}
     n = len(vault.load(with_reads=False, light=True).live())
     reason = None
     config = None
@@ -76,7 +88,7 @@ def consolidate(vault, *, dry_run: bool = False, types=None, env=None) -> Consol
         if not config.configured:
             reason = "no model endpoint is configured ([extraction] base_url / OPENAI_BASE_URL)"
     if reason is not None or not found:
-        return ConsolidateResult("report", reason, tuple(ClusterOutcome(c, "reported") for c in found), n)
+        return ConsolidateResult("report", reason, tuple(ClusterOutcome(c, "reported") for c in found), n, **extra)
     vault.require_writable()
     mode = "propose" if vault.settings.write.policy == "review" else "commit"
     outcomes = []
@@ -88,7 +100,8 @@ def consolidate(vault, *, dry_run: bool = False, types=None, env=None) -> Consol
                 outcomes.append(ClusterOutcome(c, "deferred", error=stop))
             else:
                 try:
-                    outcomes.append(_merge(vault, c, config, mode))
+                    # a contradiction is for a person to decide: its merge is a proposal, whatever the policy
+                    outcomes.append(_merge(vault, c, config, "propose" if c.kind == "contradiction" else mode))
                 except _OverBudget as exc:
                     stop = str(exc)
                     outcomes.append(ClusterOutcome(c, "deferred", error=stop))
@@ -97,7 +110,7 @@ def consolidate(vault, *, dry_run: bool = False, types=None, env=None) -> Consol
             o = outcomes[-1]
             shown.advance(note=f"{c.kind} {', '.join('#' + i for i in c.ids)}: {o.status}"
                                + (f" #{o.entry['id']}" if o.entry else "") + (f" ({o.error})" if o.error else ""))
-    return ConsolidateResult(mode, None, tuple(outcomes), n)
+    return ConsolidateResult(mode, None, tuple(outcomes), n, **extra)
 
 
 class _OverBudget(Exception):

@@ -344,6 +344,7 @@ class _Draft:
         self.layer_of: dict[str, str] = {}
         self.notes: list[str] = []      # repairs, drops and refusals, one line each (the outcome and commit say them)
         self.writes = 0                 # memory_write calls read from the answer, before any was dropped
+        self.propose: set[str] = set()  # new entries written as proposals whatever the policy (a contradiction)
 
     def part(self, layer: str) -> tuple[list[Entry], list[Entry]]:
         """The new entries and the updated ones of one layer."""
@@ -439,7 +440,14 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
     ``shown``: the related entries the fork was shown. Then only those may be superseded, only by an entry of the
     same type sharing at least ``SUPERSEDE_MIN_OVERLAP`` of its terms; any other supersede is dropped with a note
     (the new entry is written, the old one untouched). A write that says what a shown entry already says
-    (``DUPLICATE_OVERLAP``) is dropped with a note. None (callers without a prompt) allows any live entry."""
+    (``DUPLICATE_OVERLAP``) is dropped with a note. None (callers without a prompt) allows any live entry.
+
+    With ``[consolidate] fork_check`` (the default), each write is also compared by meaning with the shown entries
+    (``acpmem.write.duplicates.check_write``) unless it supersedes the one it matches: a restatement of an entry of
+    its own type supersedes that entry when it says more and the supersede rules above allow it, and is dropped
+    with a note otherwise (one of another type is kept, with a note); a
+    write that contradicts an entry is written as a proposal (superseding it once a person accepts it, when the
+    rules allow), so ``acp memory review`` shows both claims."""
     from acpmem.core.tools import default_layer, parse_write_args
     from acpmem.write.answers import normalize_write_args
 
@@ -499,18 +507,61 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
                 draft.notes.append(f"supersede of #{target.id} dropped: {why}")
                 continue
             sup.append(target.id)
+        propose = False
+        if shown and vault.settings.consolidate.fork_check:
+            verdict = _meaning_check(vault, req, f"{title}\n{content}", shown, sup, known, shown_ids, draft)
+            if verdict == "drop":
+                continue
+            propose = verdict == "propose"
         entry = _new_entry(vault, req, draft, taken, title=title, body=content,
                            citations=citations or (Citation(req.session, req.seq),), extractor=extractor,
                            supersedes=tuple(sup), layer=layer)
-        for old in sup:
-            draft.updates[old] = known[old].with_changes(superseded_by=entry.id)
-            draft.layer_of[old] = layer
+        if propose:   # what a proposal supersedes is only named in it until a person accepts it
+            draft.propose.add(entry.id)
+        else:
+            for old in sup:
+                draft.updates[old] = known[old].with_changes(superseded_by=entry.id)
+                draft.layer_of[old] = layer
         draft.entries.append(entry)
     if over:
         shown_titles = "; ".join(f"'{one_line(t)[:60]}'" for t in over[:5]) + (" …" if len(over) > 5 else "")
         draft.notes.append(f"{len(over)} memory_write call(s) over the cap of {cap} per answer dropped "
                            f"([extraction] max_entries_per_answer): {shown_titles}")
     return draft
+
+
+def _meaning_check(vault, req: Request, text: str, shown: list[Entry], sup: list[str], known: dict[str, Entry],
+                   shown_ids: set[str] | None, draft: _Draft) -> str | None:
+    """The fork's check of one write by meaning (``draft_from_calls``): ``drop``, ``propose`` or None (write it);
+    a supersede it adds goes into ``sup``."""
+    from acpmem.search.similar import features
+    from acpmem.write.duplicates import check_write
+
+    match = check_write(vault, text, [e for e in shown if e.id not in sup], notes=draft.notes)
+    if match is None:
+        return None
+    old = match.entry
+    name = f"#{old.id} ({one_line(old.title)[:60]})"
+    mine = known.get(old.id) is not None and not known[old.id].superseded and old.id not in draft.updates
+    refusal = _supersede_refusal(old, req.type, text, shown_ids) if mine else "it is in the other layer"
+    if match.kind == "contradiction":
+        if refusal is None:
+            sup.append(old.id)
+        draft.notes.append(f"a write contradicting {name} ({match.why}) is a proposal for a person to decide"
+                           + (f"; it does not supersede it: {refusal}" if refusal else ""))
+        return "propose"
+    if old.type != req.type:   # a decision beside the fact it restates says something of its own: kept
+        draft.notes.append(f"a write restating {name} ({match.why}) is kept: it is a {req.type}, that one a "
+                           f"{old.type} (`acp memory consolidate` can merge them)")
+        return None
+    says_more = len(features(text).terms - features(f"{old.title}\n{old.body}").terms) > 0 and \
+        len(text) > len(f"{old.title}\n{old.body}")
+    if refusal is None and says_more:
+        sup.append(old.id)
+        draft.notes.append(f"a write restating {name} ({match.why}) supersedes it: it says more")
+        return None
+    draft.notes.append(f"a write restating {name} by meaning ({match.why}) was dropped")
+    return "drop"
 
 
 def _supersede_refusal(old: Entry, new_type: str, new_text: str, shown_ids: set[str] | None) -> str | None:
@@ -562,14 +613,17 @@ def _malformed(message: str) -> ExtractionError:
                            reason="malformed_call", attempts=1, retryable=True, status=None)
 
 
-def under_policy(target, entries: list[Entry], updates: list[Entry]) -> tuple[list[Entry], list[Entry], str]:
+def under_policy(target, entries: list[Entry], updates: list[Entry],
+                 propose: set[str] = frozenset()) -> tuple[list[Entry], list[Entry], str]:
     """What the fork's entries for the vault ``target`` become under its ``[write] policy``: under ``review``,
     proposals (``acpmem.vault.review``) — written under ``proposals/``, what they supersede only named in them, no
-    other entry touched until a person accepts them — else entries. Returns (entries, updates, commit kind)."""
+    other entry touched until a person accepts them — else entries, but those in ``propose`` (a contradiction of
+    an entry) proposals still. Returns (entries, updates, commit kind)."""
     from acpmem.vault.writer import KIND_FORK, KIND_PROPOSE
 
     if target.settings.write.policy != "review" or not entries:
-        return entries, updates, KIND_FORK
+        return [e.with_changes(path=target.path_for(e.id, e.title, PROPOSALS_DIR)) if e.id in propose else e
+                for e in entries], updates, KIND_FORK
     return [e.with_changes(path=target.path_for(e.id, e.title, PROPOSALS_DIR)) for e in entries], [], KIND_PROPOSE
 
 
@@ -584,8 +638,8 @@ def commit_draft(vault, req: Request, draft: _Draft, model_label: str, extractor
         entries, updates, user_entries, user_updates = user_entries + entries, user_updates + updates, [], []
     user_kind = None
     if user_entries or user_updates:
-        user_entries, user_updates, user_kind = under_policy(vault.user, user_entries, user_updates)
-    entries, updates, kind = under_policy(vault, entries, updates)
+        user_entries, user_updates, user_kind = under_policy(vault.user, user_entries, user_updates, draft.propose)
+    entries, updates, kind = under_policy(vault, entries, updates, draft.propose)
     draft.entries = user_entries + entries
     draft.updates = {e.id: e for e in user_updates + updates}
     trailers = {"Acpmem-Request": req.id, "Acpmem-Session": req.session, "Acpmem-Seq": str(req.seq),
