@@ -282,6 +282,35 @@ def test_the_context_window_from_props_trims_the_oldest_turns_never_the_cited_on
         <= 4096 - 1024
 
 
+def test_dry_run_trims_to_the_context_window_as_the_call_does(example_vault, openai_server, cli):
+    convo = [{"role": "system", "content": "You are a coding agent."}]
+    for i in range(40):
+        convo += [{"role": "user", "content": f"Question {i}: " + "padding words " * 60},
+                  {"role": "assistant", "content": f"Answer {i}: " + "more padding " * 60}]
+    convo += [{"role": "user", "content": "Remember: the queue is sharded by tenant id."},
+              {"role": "assistant", "content": None, "tool_calls": [{"id": "c9", "type": "function", "function": {
+                  "name": "memory_commit", "arguments": "{}"}}]}]
+    path = example_vault.root.parent / "long.json"
+    path.write_text(json.dumps(convo))
+    v = configure(example_vault, openai_server)
+    openai_server.props = {"default_generation_settings": {"n_ctx": 4096}}
+    args = ("memory", "--vault", str(v.root), "extract", "--transcript", str(path), "--note", "queue sharded",
+            "--type", "lesson", "--importance", "7", "--session", "s1", "--seq", str(len(convo) - 1))
+    r = cli(*args, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(r.stdout)
+    assert openai_server.requests == [] and openai_server.props_requests == 1
+    assert len(shown["messages"]) < len(convo) and convo[1] not in shown["messages"]
+    openai_server.enqueue(reply.writes(reply.write("- The queue is sharded by tenant id.")))
+    assert cli(*args).returncode == 0
+    sent = openai_server.requests[0].body
+    ack = [i for i, m in enumerate(sent["messages"]) if m.get("tool_call_id") == "c9"]
+    assert len(ack) == 1 and len(sent["messages"]) == len(shown["messages"])
+    assert [m for i, m in enumerate(sent["messages"]) if i not in ack] == \
+        [m for i, m in enumerate(shown["messages"]) if i not in ack]          # the dry run showed what was sent
+    assert {k: v for k, v in sent.items() if k != "messages"} == {k: v for k, v in shown.items() if k != "messages"}
+
+
 def test_a_local_endpoint_gets_the_local_timeout_unless_one_is_set():
     from acpmem.core.settings import ExtractionSettings
     from acpmem.write.llm import resolve_model_config

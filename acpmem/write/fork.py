@@ -306,6 +306,18 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
     return body
 
 
+def fork_body(vault, req: Request, config, *, transcript=None, related: list[Entry] | None = None,
+              notes: list[str] | None = None) -> dict:
+    """The body the fork sends to ``config``'s endpoint, trimmed to the model's context window
+    (``[extraction] context_tokens``, else what the endpoint serves): the real call and ``extract --dry-run`` both
+    build it here, so the dry run shows what would be sent."""
+    from acpmem.write import llm
+
+    ctx = vault.settings.extraction.context_tokens or llm.served_context(config)
+    return build_body(vault, req, config.model, transcript=transcript, related=related, context_tokens=ctx,
+                      notes=notes)
+
+
 # --------------------------------------------------------------------------------------------- extractor choice
 
 def choose_extractor(vault, override: str | None = None, env=None, req: Request | None = None):
@@ -692,8 +704,7 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
                 return deferred
             notes: list[str] = []
             rel = related_entries(vault, req.note)
-            ctx = vault.settings.extraction.context_tokens or llm.served_context(config)
-            body = build_body(vault, req, config.model, transcript=t, related=rel, context_tokens=ctx, notes=notes)
+            body = fork_body(vault, req, config, transcript=t, related=rel, notes=notes)
             say(req.id, f"calling {config.model}")
             try:
                 result = llm.call_chat(config, body)
