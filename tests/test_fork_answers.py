@@ -255,6 +255,41 @@ def test_the_same_note_twice_does_not_write_the_same_entry_twice(example_vault, 
     assert sum(e.title == "The queue is sharded by tenant id" for e in v.load().entries) == 1
 
 
+def test_an_entry_cites_the_turns_it_rests_on_beside_the_commit(example_vault, openai_server):
+    v = configure(example_vault, openai_server)
+    openai_server.enqueue(reply.writes(
+        reply.write("- The boolean flag in state.ts is not re-entrant: the post-tool hook fires again before the "
+                    "first append returns.", title="session.append needs the per-session lock"),
+        reply.write("- Deploys go through the blue-green pipeline.", title="Deploy pipeline")))
+    out = run(v, submit(v, note="session.append re-entrancy"))
+    assert out.status == "written"
+    by_title = {e.title: e for e in v.load().entries}
+    lock, deploy = by_title["session.append needs the per-session lock"], by_title["Deploy pipeline"]
+    # turn 4 says why; turn 3 (the read file) shares too few words; the commit call (6) stays the seq
+    assert [c.to_dict() for c in lock.citation] == [{"session": "s1", "seq": 6, "turns": "4"}]
+    assert [c.to_dict() for c in deploy.citation] == [{"session": "s1", "seq": 6}]   # nothing said it: the commit
+    from acpmem.write.sources import entry_source
+    (src,) = entry_source(v, lock.id, transcript=str(CHAT)).sources
+    assert [t.seq for t in src.turns] == [4] and "not re-entrant" in src.turns[0].text   # `source` shows that turn
+
+
+def test_a_superseding_entry_keeps_the_citations_of_the_one_it_replaces(example_vault, openai_server):
+    v = configure(example_vault, openai_server)
+    first = reply.write("- The ingest queue is sharded by tenant id, one SQLite file per shard.",
+                        title="The ingest queue is sharded by tenant id")
+    openai_server.enqueue(reply.writes(first))
+    one = run(v, submit(v, note="ingest queue sharding", session="s-early"))
+    old_id = one.entries[0]["id"]
+    openai_server.enqueue(reply.writes(reply.write(
+        "- The ingest queue is sharded by tenant id and region now, one SQLite file per shard.",
+        title="The ingest queue is sharded by tenant id and region", supersedes=[old_id])))
+    two = run(v, submit(v, note="ingest queue sharding", session="s-late"))
+    assert two.status == "written" and two.superseded == (old_id,)
+    new = v.resolve(two.entries[0]["id"])
+    assert [c.session for c in new.citation] == ["s-late", "s-early"]     # its own first, then the replaced one's
+    assert new.citation[1] == v.resolve(old_id).citation[0]
+
+
 def test_the_context_window_from_props_trims_the_oldest_turns_never_the_cited_one(example_vault, openai_server):
     convo = [{"role": "system", "content": "You are a coding agent."}]
     for i in range(40):

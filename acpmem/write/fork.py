@@ -438,9 +438,74 @@ def jaccard(a: str, b: str) -> float:
     return len(ta & tb) / len(ta | tb) if ta and tb else 0.0
 
 
+CITED_TURNS_MAX = 3          # the turns an entry cites beside the commit: at most this many
+CITED_TURN_MIN_TERMS = 2     # a turn is cited only when it gives the entry at least this many terms of its own
+_MEMORY_CALL = re.compile(r"\bmemory_(?:commit|write|nothing|recall)\b")
+
+
+def conversation_turns(req: Request, transcript) -> list[tuple[int, set[str]]]:
+    """The turns an entry of this request may rest on: (seq, terms) of each message before the commit with some
+    text, the memory tools' own calls left out (a note quoted in an earlier ``memory_commit`` is not a source)."""
+    if transcript is None:
+        return []
+    out = []
+    for m in transcript.messages:
+        if m.seq is None or m.seq >= req.seq or m.role not in ("user", "assistant", "tool"):
+            continue
+        text = transcript.text(m)
+        if not text or _MEMORY_CALL.search(text):
+            continue
+        t = terms(text)
+        if t:
+            out.append((m.seq, t))
+    return out
+
+
+def cited_turns(text: str, turns: list[tuple[int, set[str]]], limit: int = CITED_TURNS_MAX) -> tuple[int, ...]:
+    """The seqs of the turns an entry's ``text`` rests on, in order: greedily, the turn that gives the most of the
+    entry's terms not yet given, while one gives at least ``CITED_TURN_MIN_TERMS`` (a tie goes to the later turn:
+    a correction comes after what it corrects). Empty when no turn shares enough."""
+    want = terms(text)
+    chosen: list[int] = []
+    while want and len(chosen) < limit:
+        best, gain = None, set()
+        for seq, t in turns:
+            if seq in chosen:
+                continue
+            g = want & t
+            if len(g) > len(gain) or (len(g) == len(gain) and g and best is not None and seq > best):
+                best, gain = seq, g
+        if best is None or len(gain) < CITED_TURN_MIN_TERMS:
+            break
+        chosen.append(best)
+        want -= gain
+    return tuple(sorted(chosen))
+
+
+def _entry_citations(base: tuple[Citation, ...], text: str, turns: list[tuple[int, set[str]]] | None,
+                     carried: tuple[Citation, ...] = ()) -> tuple[Citation, ...]:
+    """An entry's citations: the request's, the commit's one naming in ``turns`` the turns the entry rests on
+    (``cited_turns``; a block's citation already names its turns), then ``carried`` — those of the entries it
+    supersedes, so the fact keeps where it was first said."""
+    from acpmem.core.blocks import turns_text
+
+    out = list(base)
+    if turns and len(out) == 1 and out[0].block is None and out[0].turns is None:
+        seqs = cited_turns(text, turns)
+        if seqs:
+            out[0] = out[0].with_changes(turns=turns_text(seqs))
+    for c in carried:
+        if c not in out:
+            out.append(c)
+    return tuple(out[:CITATIONS_MAX])
+
+
+CITATIONS_MAX = 16   # an entry superseding a chain of entries keeps at most this many citations
+
+
 def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names: set[str], *,
                      citations: tuple[Citation, ...] | None = None, shown: list[Entry] | None = None,
-                     from_text: bool = False) -> _Draft:
+                     from_text: bool = False, turns: list[tuple[int, set[str]]] | None = None) -> _Draft:
     """Turn the model's tool calls into entries. A malformed ``memory_write`` (bad JSON, content missing or
     oversize) or a native call to a tool we never offered rejects the whole answer (``ExtractionError`` reason
     ``malformed_call``: the request is retried); calls to the host's own tools are ignored (a one-shot fork cannot
@@ -451,7 +516,10 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
     ``shown``: the related entries the fork was shown. Then only those may be superseded, only by an entry of the
     same type sharing at least ``SUPERSEDE_MIN_OVERLAP`` of its terms; any other supersede is dropped with a note
     (the new entry is written, the old one untouched). A write that says what a shown entry already says
-    (``DUPLICATE_OVERLAP``) is dropped with a note. None (callers without a prompt) allows any live entry."""
+    (``DUPLICATE_OVERLAP``) is dropped with a note. None (callers without a prompt) allows any live entry.
+
+    ``turns`` (``conversation_turns``): each entry's citation names the turns it rests on (``cited_turns``); an
+    entry that supersedes others keeps their citations too."""
     from acpmem.core.tools import default_layer, parse_write_args
     from acpmem.write.answers import normalize_write_args
 
@@ -511,9 +579,10 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
                 draft.notes.append(f"supersede of #{target.id} dropped: {why}")
                 continue
             sup.append(target.id)
-        entry = _new_entry(vault, req, draft, taken, title=title, body=content,
-                           citations=citations or (Citation(req.session, req.seq),), extractor=extractor,
-                           supersedes=tuple(sup), layer=layer)
+        cites = _entry_citations(citations or (Citation(req.session, req.seq),), f"{title}\n{content}", turns,
+                                 tuple(c for old in sup for c in known[old].citation))
+        entry = _new_entry(vault, req, draft, taken, title=title, body=content, citations=cites,
+                           extractor=extractor, supersedes=tuple(sup), layer=layer)
         for old in sup:
             draft.updates[old] = known[old].with_changes(superseded_by=entry.id)
             draft.layer_of[old] = layer
@@ -716,7 +785,8 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
             try:
                 reading = read_reply(result)
                 draft = draft_from_calls(vault, req, reading.calls, label, host_names, citations=cites, shown=rel,
-                                         from_text=reading.source != "tool_calls")
+                                         from_text=reading.source != "tool_calls",
+                                         turns=conversation_turns(req, t))
                 draft.notes[:0] = notes + list(reading.notes)
                 if not draft.writes and reading.nothing is None:
                     raise _unusable(result, "the answer has no memory_write call and does not say nothing to keep"
