@@ -70,6 +70,9 @@ class ExtractionSettings(Section):
     max_tokens: int = 1024            # generated tokens per fork call, sent as max_tokens; 0 = not sent
     context_tokens: int = 0           # the model's context window; 0 = ask the server (llama-server /props), else none
     max_entries_per_answer: int = 8   # memory_write calls one answer may write; the rest dropped with a note
+    temperature: float = -1.0         # sent as temperature when 0 or more; -1 = not sent (the server's default)
+    stream: str = "auto"              # auto (streamed to a local endpoint) | on | off: a streamed call times out
+                                      # only after a silence of the timeout, never while tokens arrive
 
 
 class WriteSettings(Section):
@@ -166,6 +169,7 @@ _RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("extraction", "max_tokens"): (0, 1_000_000, False),
     ("extraction", "context_tokens"): (0, 100_000_000, False),
     ("extraction", "max_entries_per_answer"): (1, 1000, False),
+    ("extraction", "temperature"): (-1, 2, False),
     ("extraction", "max_retries"): (0, 10, False),
     ("extraction", "max_entry_bytes"): (256, 900_000, False),
     ("extraction", "retry_base_seconds"): (0, 86_400, True),
@@ -195,6 +199,7 @@ _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceS
              "layers": LayersSettings, "write": WriteSettings,
              "embeddings": EmbeddingsSettings, "rerank": RerankSettings}
 POLICIES = ("auto", "review", "off")
+STREAM_MODES = ("auto", "on", "off")
 
 
 def _coerce(cls, section: str, data: dict, path: str, unknown: list[str]):
@@ -284,6 +289,9 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
     if s.extraction.extractor not in ("auto", "llm", "offline"):
         raise SettingsError(f"{path}: extraction.extractor must be auto, llm or offline",
                             "extractor = \"auto\", \"llm\" or \"offline\"")
+    if s.extraction.stream not in STREAM_MODES:
+        raise SettingsError(f"{path}: extraction.stream must be auto, on or off, got {clip(s.extraction.stream)}",
+                            'stream = "auto" (streamed to an endpoint on this machine), "on" or "off"')
     if s.write.policy not in POLICIES:
         raise SettingsError(f"{path}: write.policy must be auto, review or off, got {clip(s.write.policy)}",
                             "policy = \"auto\" (writes count at once), \"review\" (a person accepts them) or "

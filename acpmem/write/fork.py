@@ -303,19 +303,23 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
     body.update(messages=messages + tail, tools=tools, tool_choice="auto")
     if max_tokens:
         body["max_tokens"] = max_tokens
+    temperature = vault.settings.extraction.temperature
+    if temperature >= 0:
+        body["temperature"] = temperature
     return body
 
 
 def fork_body(vault, req: Request, config, *, transcript=None, related: list[Entry] | None = None,
               notes: list[str] | None = None) -> dict:
     """The body the fork sends to ``config``'s endpoint, trimmed to the model's context window
-    (``[extraction] context_tokens``, else what the endpoint serves): the real call and ``extract --dry-run`` both
-    build it here, so the dry run shows what would be sent."""
+    (``[extraction] context_tokens``, else what the endpoint serves), streamed when ``config.stream``: the real
+    call and ``extract --dry-run`` both build it here, so the dry run shows what would be sent."""
     from acpmem.write import llm
 
     ctx = vault.settings.extraction.context_tokens or llm.served_context(config)
-    return build_body(vault, req, config.model, transcript=transcript, related=related, context_tokens=ctx,
+    body = build_body(vault, req, config.model, transcript=transcript, related=related, context_tokens=ctx,
                       notes=notes)
+    return llm.stream_body(body) if config.stream else body
 
 
 # --------------------------------------------------------------------------------------------- extractor choice
