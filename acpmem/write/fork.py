@@ -131,7 +131,24 @@ def related_entries(vault, note: str, limit: int = RELATED_LIMIT, exclude: tuple
     hits = recall_layered(vault, note, limit=limit + len(exclude), mark_read=False)
     return [h.entry if h.layer == LAYER_PROJECT else h.entry.with_changes(extra={**(h.entry.extra or {}),
                                                                                  "layer": h.layer})
-            for h in hits if h.entry.id not in exclude][:limit]
+            for h in hits if h.entry.id not in exclude and shares_words(note, f"{h.entry.title}\n{h.entry.body}")
+            ][:limit]
+
+
+RELATED_MIN_WORDS = 2   # an entry recall ranks for the note is shown only when it shares this many words with it
+
+
+def shares_words(note: str, text: str, least: int = RELATED_MIN_WORDS) -> bool:
+    """True when ``text`` has at least ``least`` of the note's words (ASCII words of 3+ letters split at any
+    punctuation, minus stopwords; the character pairs of CJK runs). Recall always ranks something: a small model
+    shown an unrelated entry as "related" wrote that entry again instead of the note (bench/real_model.py)."""
+    def words(t: str) -> set[str]:
+        out = {w for w in re.findall(r"[a-z0-9]{3,}", t.lower()) if w not in _STOP}
+        for run in re.findall(r"[\u3400-\u9fff]+", t):
+            out.update(run[i:i + 2] for i in range(max(1, len(run) - 1)))
+        return out
+    want = words(note)
+    return len(want & words(text)) >= min(least, len(want)) if want else False
 
 
 def related_text(entries: list[Entry]) -> str:

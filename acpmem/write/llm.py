@@ -312,7 +312,7 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
                 raise _fail(f"Malformed answer from the endpoint: not JSON ({str(exc)[:80]})", "bad_response",
                             attempts, 200, "check the endpoint speaks OpenAI chat completions") from None
             except (openai.APITimeoutError, _StreamTimeout):
-                what = f"no token for {config.timeout:g} s" if streamed else f"timed out after {config.timeout:g} s"
+                what = f"sent no token for {config.timeout:g} s" if streamed else f"timed out after {config.timeout:g} s"
                 raise _fail(f"Model call {what}", "timeout", attempts, None,
                             "raise [extraction] timeout or try a faster model; the request stays pending") from None
             except openai.APIConnectionError as exc:
@@ -364,9 +364,9 @@ class _StreamBroken(Exception):
 def _streamed(client, body: dict) -> dict:
     """One streamed call, its chunks put together into a chat completion (``_parse`` reads it like a plain one).
     The client's read timeout is the silence allowed between chunks (and before the first)."""
-    import httpx
     import openai
 
+    httpx = _transport()
     stream = client.post("/chat/completions", body=body, cast_to=object, stream=True,
                          stream_cls=openai.Stream[object])
     answer = {"content": [], "calls": {}, "finish": None, "usage": None, "model": None, "extra": {}}
@@ -401,6 +401,20 @@ def _streamed(client, body: dict) -> dict:
     if answer["usage"] is not None:
         out["usage"] = answer["usage"]
     return out
+
+
+def _transport():
+    """The HTTP library the installed ``openai`` client runs on (``httpx``, or ``httpx2`` in newer releases): a
+    stream's read timeout and broken connection are its exceptions, raised while the chunks are read."""
+    import importlib
+
+    from openai import _base_client
+
+    for name in ("httpx", "httpx2"):
+        mod = getattr(_base_client, name, None)
+        if mod is not None and hasattr(mod, "TimeoutException"):
+            return mod
+    return importlib.import_module("httpx")
 
 
 def _add_chunk(answer: dict, chunk: dict) -> None:
