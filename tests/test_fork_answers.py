@@ -245,14 +245,30 @@ def test_the_same_note_twice_does_not_write_the_same_entry_twice(example_vault, 
     v = configure(example_vault, openai_server)
     write = reply.write("- Shard the queue by tenant id; one SQLite file per shard under .acpmem/queue/.",
                         title="The queue is sharded by tenant id")
-    openai_server.enqueue(reply.writes(write), reply.writes(write))
+    openai_server.enqueue(reply.writes(write), reply.writes(write), reply.writes(write))
     first = run(v, submit(v, note="queue sharded by tenant id"))
     second = run(v, submit(v, note="queue sharded by tenant id"))
     assert first.status == "written" and second.status == "nothing"
     assert any(n.startswith(f"a write repeating #{first.entries[0]['id']}") for n in second.notes), second.notes
     related = openai_server.requests[1].body["messages"][-1]["content"]
     assert f'- #{first.entries[0]["id"]} (lesson) ' in related            # it was shown as related
+    # every write repeated it: asked once more without the related entries, and the repeat still dropped
+    assert len(openai_server.requests) == 3 and first.entries[0]["id"] not in \
+        openai_server.requests[2].body["messages"][-1]["content"]
+    assert "asked again without the related entries" in "; ".join(second.notes)
     assert sum(e.title == "The queue is sharded by tenant id" for e in v.load().entries) == 1
+
+
+def test_a_copy_of_the_shown_entry_is_asked_again_and_the_new_fact_written(example_vault, openai_server):
+    v = configure(example_vault, openai_server)
+    old = reply.write("- Shard the queue by tenant id; one SQLite file per shard under .acpmem/queue/.",
+                      title="The queue is sharded by tenant id")
+    new = reply.write("- Queue shards are compacted nightly by `acp queue compact`.", title="Nightly shard compaction")
+    openai_server.enqueue(reply.writes(old), reply.writes(old), reply.writes(new))
+    run(v, submit(v, note="queue sharded by tenant id"))
+    out = run(v, submit(v, note="queue shards tenant id compaction"))
+    assert out.status == "written" and [e["title"] for e in out.entries] == ["Nightly shard compaction"]
+    assert len(openai_server.requests) == 3
 
 
 def test_an_entry_cites_the_turns_it_rests_on_beside_the_commit(example_vault, openai_server):

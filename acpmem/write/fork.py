@@ -377,6 +377,7 @@ class _Draft:
         self.layer_of: dict[str, str] = {}
         self.notes: list[str] = []      # repairs, drops and refusals, one line each (the outcome and commit say them)
         self.writes = 0                 # memory_write calls read from the answer, before any was dropped
+        self.repeats = 0                # of those, the ones dropped as repeating an entry shown as related
 
     def part(self, layer: str) -> tuple[list[Entry], list[Entry]]:
         """The new entries and the updated ones of one layer."""
@@ -580,6 +581,7 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
                      or " ".join(args.content.split()) == " ".join(e.body.split())), None)
         if same is not None:
             draft.notes.append(f"a write repeating #{same.id} ({one_line(same.title)[:60]}) was dropped")
+            draft.repeats += 1
             continue
         layer = args.layer or default_layer(req.type)
         if layer not in layers or req.type not in layers[layer].settings.types:
@@ -794,31 +796,42 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
                 return deferred
             notes: list[str] = []
             rel = related_entries(vault, req.note)
-            body = fork_body(vault, req, config, transcript=t, related=rel, notes=notes)
-            say(req.id, f"calling {config.model}")
-            try:
-                result = llm.call_chat(config, body)
-            except ExtractionError as exc:
-                costs.append(state, costs.record(None, at=now, request=req.id, session=req.session, error=exc,
-                                                 model=config.model))
-                raise
-            host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write", "memory_nothing"}
-            try:
-                reading = read_reply(result)
-                draft = draft_from_calls(vault, req, reading.calls, label, host_names, citations=cites, shown=rel,
-                                         from_text=reading.source != "tool_calls",
-                                         turns=conversation_turns(req, t))
-                draft.notes[:0] = notes + list(reading.notes)
-                if not draft.writes and reading.nothing is None:
-                    raise _unusable(result, "the answer has no memory_write call and does not say nothing to keep"
-                                    + (f" (it called {', '.join(sorted(set(draft.ignored)))})" if draft.ignored
-                                       else ""))
-            except ExtractionError as exc:
-                costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=0,
-                                                 error=exc))
-                raise
-            costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
-                                             entries=len(draft.entries)))
+            shown = rel
+            for again in (False, True):
+                # the second pass: every write of the first repeated an entry shown as related (small models
+                # copy what they were shown instead of reading the conversation); asked once more without them,
+                # the repeats still checked against them
+                body = fork_body(vault, req, config, transcript=t, related=[] if again else rel, notes=notes)
+                say(req.id, f"calling {config.model}")
+                try:
+                    result = llm.call_chat(config, body)
+                except ExtractionError as exc:
+                    costs.append(state, costs.record(None, at=now, request=req.id, session=req.session, error=exc,
+                                                     model=config.model))
+                    raise
+                host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write",
+                                                                                      "memory_nothing"}
+                try:
+                    reading = read_reply(result)
+                    draft = draft_from_calls(vault, req, reading.calls, label, host_names, citations=cites,
+                                             shown=shown, from_text=reading.source != "tool_calls",
+                                             turns=conversation_turns(req, t))
+                    draft.notes[:0] = notes + list(reading.notes)
+                    if not draft.writes and reading.nothing is None:
+                        raise _unusable(result, "the answer has no memory_write call and does not say nothing to "
+                                        "keep" + (f" (it called {', '.join(sorted(set(draft.ignored)))})"
+                                                  if draft.ignored else ""))
+                except ExtractionError as exc:
+                    costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
+                                                     entries=0, error=exc))
+                    raise
+                costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
+                                                 entries=len(draft.entries)))
+                if again or not rel or draft.entries or not draft.writes or draft.repeats < draft.writes:
+                    break
+                notes = [n for n in draft.notes] + ["every write repeated an entry shown as related: asked "
+                                                    "again without the related entries"]
+            draft.notes = list(dict.fromkeys(draft.notes))
             if reading.nothing is not None:
                 draft.notes.append(f"memory_nothing: {reading.nothing}")
         usage = _usage(result)

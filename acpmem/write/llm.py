@@ -318,7 +318,7 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
             except openai.APIConnectionError as exc:
                 reason, status, detail = "connection", None, str(exc.__cause__ or exc)
             except _StreamBroken as exc:
-                reason, status, detail = "connection", None, str(exc)
+                reason, status, detail = "connection", None, STREAM_BROKE + str(exc)
             except (ValueError, RecursionError):   # an answer that is no JSON, or JSON Python cannot read
                 raise _fail("Malformed answer from the endpoint: not JSON acpmem can read", "bad_response", attempts,
                             200, "check the endpoint speaks OpenAI chat completions") from None
@@ -506,7 +506,12 @@ def _give_up_message(reason: str, status: int | None, attempts: int, detail: str
         return f"Rate limited after {tries}"
     if reason == "server_error":
         return f"HTTP {status} after {tries}" + (f": {detail}" if detail else "")
+    if detail.startswith(STREAM_BROKE):
+        return f"The streamed answer broke off ({detail[len(STREAM_BROKE):]}) after {tries}"
     return f"Cannot connect to {config.base_url or OPENAI_URL} after {tries}"
+
+
+STREAM_BROKE = "stream: "
 
 
 def _fail(message: str, reason: str, attempts: int, status: int | None, hint: str) -> ExtractionError:
