@@ -167,6 +167,20 @@ def test_max_tokens_zero_sends_none(example_vault, openai_server):
     assert "max_tokens" not in openai_server.requests[0].body
 
 
+def test_temperature_is_sent_when_set_and_each_retry_is_warmer(example_vault, openai_server):
+    v = configure(example_vault, openai_server)
+    openai_server.enqueue(reply.text())
+    run(v, submit(v))
+    assert "temperature" not in openai_server.requests[0].body              # default: the server's own
+    v = configure(v, openai_server, temperature=0.0)
+    openai_server.enqueue(reply.text("Sure, here is a summary."), reply.text("Still prose."), reply.text())
+    req = submit(v)
+    for _ in range(3):
+        run(v, req)
+    # the same prompt at temperature 0 gives the same unusable answer again: each retry samples a little warmer
+    assert [r.body["temperature"] for r in openai_server.requests[1:]] == [0.0, 0.3, 0.6]
+
+
 def test_nothing_by_the_tool_is_done_without_a_commit_and_says_why(example_vault, openai_server):
     v = configure(example_vault, openai_server)
     openai_server.enqueue(reply.writes(reply.call("memory_nothing", {"reason": "the lock is already an entry"})))

@@ -321,9 +321,12 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
     if max_tokens:
         body["max_tokens"] = max_tokens
     temperature = vault.settings.extraction.temperature
-    if temperature >= 0:
-        body["temperature"] = temperature
+    if temperature >= 0:   # a retry at the same temperature 0 gets the same answer again: each one a little warmer
+        body["temperature"] = round(min(1.0, max(temperature, temperature + RETRY_WARMER * req.attempts)), 2)
     return body
+
+
+RETRY_WARMER = 0.3   # added to [extraction] temperature for each attempt a request has already used
 
 
 def fork_body(vault, req: Request, config, *, transcript=None, related: list[Entry] | None = None,
