@@ -273,6 +273,20 @@ def test_the_same_note_twice_does_not_write_the_same_entry_twice(example_vault, 
     assert sum(e.title == "The queue is sharded by tenant id" for e in v.load().entries) == 1
 
 
+def test_an_entry_sharing_too_few_words_with_the_note_is_not_shown_as_related(example_vault, openai_server):
+    from acpmem.vault.layers import recall_layered
+    from acpmem.write.fork import related_entries, shares_words
+
+    v = configure(example_vault, openai_server)
+    note = "release runs: tag push publishes the wheel"
+    ranked = recall_layered(v, note, limit=5, mark_read=False)
+    assert ranked                                                   # recall ranks something for any note
+    shown = related_entries(v, note)
+    assert all(shares_words(note, f"{e.title}\n{e.body}") for e in shown)
+    assert len(shown) < len(ranked)                                 # the ones sharing under two words left out
+    assert shares_words("re-entrant session.append", "Session append must be re-entrant")   # words split at dots
+
+
 def test_a_copy_of_the_shown_entry_is_asked_again_and_the_new_fact_written(example_vault, openai_server):
     v = configure(example_vault, openai_server)
     old = reply.write("- Shard the queue by tenant id; one SQLite file per shard under .acpmem/queue/.",
