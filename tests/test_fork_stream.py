@@ -115,3 +115,24 @@ def test_a_stream_cut_before_its_end_is_a_failure_not_nothing(example_vault, ope
     assert out.status == "retry" and out.error["reason"] == "connection", out.error
     assert "before the answer finished" in out.error["message"]
     assert requests.load_request(v.state_dir, req.id) is not None
+
+
+def test_an_answer_caught_in_a_loop_is_stopped_and_retried(example_vault, openai_server):
+    loop = "".join(f'"- Caroline ran a charity race for mental health last Saturday at 10 AM.", '
+                   f'"- Caroline is starting to think about taking care of her mind.", ' for _ in range(40))
+    openai_server.enqueue(reply.text('{"name": "memory_write", "arguments": {"content": [' + loop))
+    v = configure(example_vault, openai_server)
+    req = submit(v)
+    out = run(v, req)
+    assert out.status == "retry" and out.error["reason"] == "repetition", out.error
+    assert out.error["message"].startswith("The answer repeats itself: stopped after ")
+    assert requests.load_request(v.state_dir, req.id).attempts == 1
+
+
+def test_a_long_answer_that_does_not_repeat_is_read_whole(example_vault, openai_server):
+    bullets = "\\n".join(f"- Step {i}: run shard {i} of the migration with its own lock file {i}.lock"
+                          for i in range(60))
+    openai_server.enqueue(reply.text('{"name": "memory_write", "arguments": {"content": "' + bullets + '"}}'))
+    v = configure(example_vault, openai_server)
+    out = run(v, submit(v))
+    assert out.status == "written", out.error

@@ -282,7 +282,8 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
     never cut off. An endpoint that answers a streamed request with plain JSON is read as such; one that rejects
     streaming (HTTP 400/422 naming it) is asked again without it, in the same attempt. ``clock`` measures latency, ``sleep``
     waits between attempts, ``rng`` draws the jitter. Raises ``ExtractionError`` whose ``data`` has ``reason``
-    (no_endpoint, timeout, rate_limited, server_error, connection, rejected, bad_response), ``attempts``,
+    (no_endpoint, timeout, rate_limited, server_error, connection, rejected, bad_response, repetition: a streamed
+    answer caught repeating itself is stopped there, not at ``max_tokens``), ``attempts``,
     ``retryable``, ``status`` and ``latency_s`` (the time spent before giving up).
     """
     if not config.configured:
@@ -319,6 +320,9 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
                 reason, status, detail = "connection", None, str(exc.__cause__ or exc)
             except _StreamBroken as exc:
                 reason, status, detail = "connection", None, STREAM_BROKE + str(exc)
+            except _StreamLoop as exc:
+                raise _fail(f"The answer repeats itself: stopped after {exc.args[0]} chunks", "repetition",
+                            attempts, None, "the request stays pending; its retry samples warmer") from None
             except (ValueError, RecursionError):   # an answer that is no JSON, or JSON Python cannot read
                 raise _fail("Malformed answer from the endpoint: not JSON acpmem can read", "bad_response", attempts,
                             200, "check the endpoint speaks OpenAI chat completions") from None
@@ -353,6 +357,24 @@ def stream_body(body: dict) -> dict:
     return {**body, "stream": True, "stream_options": {"include_usage": True}}
 
 
+LOOP_CHECK_EVERY = 16   # chunks between two looks for a loop
+LOOP_TAIL = 120         # the answer's last characters: found this many times over, the answer is a loop
+LOOP_TIMES = 4
+
+
+def _looping(answer: dict) -> bool:
+    """True when the answer so far ends in a stretch it has already written ``LOOP_TIMES`` times: a small model at
+    temperature 0 caught in a repetition loop, which would only stop at ``max_tokens``."""
+    text = "".join(answer["content"]) + "".join(c["function"]["arguments"] for c in answer["calls"].values())
+    if len(text) < LOOP_TAIL * LOOP_TIMES:
+        return False
+    return text.count(text[-LOOP_TAIL:]) >= LOOP_TIMES
+
+
+class _StreamLoop(Exception):
+    """The streamed answer repeats itself: stopped."""
+
+
 class _StreamTimeout(Exception):
     """No chunk for the whole timeout."""
 
@@ -375,11 +397,13 @@ def _streamed(client, body: dict) -> dict:
         if "event-stream" not in kind:   # a server that ignored "stream": its plain answer
             return json.loads(stream.response.read())
         done = False
-        for chunk in stream:
+        for n, chunk in enumerate(stream):
             if not isinstance(chunk, dict):
                 continue
             _add_chunk(answer, chunk)
             done = done or answer["finish"] is not None
+            if not done and n % LOOP_CHECK_EVERY == 0 and _looping(answer):
+                raise _StreamLoop(n)
         if not done:
             raise _StreamBroken("the stream ended before the answer finished")
     except (httpx.TimeoutException, openai.APITimeoutError):
@@ -515,7 +539,7 @@ STREAM_BROKE = "stream: "
 
 
 def _fail(message: str, reason: str, attempts: int, status: int | None, hint: str) -> ExtractionError:
-    retryable = reason in ("timeout", "rate_limited", "server_error", "connection")
+    retryable = reason in ("timeout", "rate_limited", "server_error", "connection", "repetition")
     return ExtractionError(message, hint, reason=reason, attempts=attempts, retryable=retryable, status=status)
 
 
