@@ -203,10 +203,14 @@ class Proxy:
                 self.send_header("connection", "close")
                 self.end_headers()
                 answer = {"content": [], "calls": {}, "finish": None, "usage": None, "model": None, "extra": {}}
-                chunks = 0
+                chunks, closed = 0, False
                 for line in r:
-                    self.wfile.write(line)
-                    self.wfile.flush()
+                    try:
+                        self.wfile.write(line)
+                        self.wfile.flush()
+                    except (BrokenPipeError, ConnectionResetError):   # the client stopped reading (a loop)
+                        closed = True
+                        break
                     text = line.decode("utf-8", "replace").strip()
                     if text.startswith("data:") and text[5:].strip() not in ("", "[DONE]"):
                         try:
@@ -220,6 +224,7 @@ class Proxy:
                     message["tool_calls"] = [answer["calls"][i] for i in sorted(answer["calls"])]
                 resp = {"choices": [{"index": 0, "message": message, "finish_reason": answer["finish"]}],
                         "usage": answer["usage"] or {}, "model": answer["model"], "streamed_chunks": chunks,
+                        "client_closed": closed,
                         **answer["extra"]}
                 proxy._record(json.loads(data or b"null"), r.status, resp, time.monotonic() - t0)
 
