@@ -84,6 +84,21 @@ def test_a_recorded_answer_of_the_real_model_becomes_what_it_says(name, vault, o
     assert list(out.notes) == want["notes"]
 
 
+@pytest.mark.parametrize("stream", ["on", "off"])
+def test_a_recorded_loop_is_stopped_when_streamed_and_a_truncation_when_not(stream, vault, openai_server, tmp_path):
+    recorded = json.loads((FIX / "loop-locomo-answer.json").read_text("utf-8"))
+    assert recorded["response"]["choices"][0]["finish_reason"] == "length"
+    msgs, commits = _coding()
+    path = tmp_path / "coding.json"
+    path.write_text(json.dumps({"messages": msgs}, ensure_ascii=False), "utf-8")
+    v = configure(vault, openai_server, stream=stream)
+    openai_server.enqueue(Reply(body=recorded["response"]))
+    req = _submit(v, path, commits[0])
+    out = run(v, req)
+    assert out.status == "retry" and requests.load_request(v.state_dir, req.id).attempts == 1
+    assert out.error["reason"] == ("repetition" if stream == "on" else "truncated"), out.error
+
+
 @pytest.mark.skipif(not os.environ.get("ACPMEM_TEST_MODEL_URL"),
                     reason="set ACPMEM_TEST_MODEL_URL (and ACPMEM_TEST_MODEL) to run the fork against a real model")
 def test_the_fork_writes_an_on_topic_entry_with_a_real_model(vault, tmp_path):
