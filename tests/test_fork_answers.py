@@ -310,8 +310,8 @@ def test_an_entry_cites_the_turns_it_rests_on_beside_the_commit(example_vault, o
     by_title = {e.title: e for e in v.load().entries}
     lock, deploy = by_title["session.append needs the per-session lock"], by_title["Deploy pipeline"]
     # turn 4 says why; turn 3 (the read file) shares too few words; the commit call (6) stays the seq
-    assert [c.to_dict() for c in lock.citation] == [{"session": "s1", "seq": 6, "turns": "4"}]
-    assert [c.to_dict() for c in deploy.citation] == [{"session": "s1", "seq": 6}]   # nothing said it: the commit
+    assert [(c.session, c.seq, c.turns) for c in lock.citation] == [("s1", 6, "4")]
+    assert [(c.session, c.seq, c.turns) for c in deploy.citation] == [("s1", 6, None)]   # nothing said it: the commit
     from acpmem.write.sources import entry_source
     (src,) = entry_source(v, lock.id, transcript=str(CHAT)).sources
     assert [t.seq for t in src.turns] == [4] and "not re-entrant" in src.turns[0].text   # `source` shows that turn
