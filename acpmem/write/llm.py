@@ -323,8 +323,10 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
             except _StreamBroken as exc:
                 reason, status, detail = "connection", None, STREAM_BROKE + str(exc)
             except _StreamLoop as exc:
-                raise _fail(f"The answer repeats itself: stopped after {exc.args[0]} chunks", "repetition",
-                            attempts, None, "the request stays pending; its retry samples warmer") from None
+                err = _fail(f"The answer repeats itself: stopped after {exc.args[0]} chunks", "repetition",
+                            attempts, None, "the request stays pending; its retry samples warmer")
+                err.data["text"] = exc.args[1]   # what it wrote until then, for doctor and extract --failed
+                raise err from None
             except (ValueError, RecursionError):   # an answer that is no JSON, or JSON Python cannot read
                 raise _fail("Malformed answer from the endpoint: not JSON acpmem can read", "bad_response", attempts,
                             200, "check the endpoint speaks OpenAI chat completions") from None
@@ -360,17 +362,24 @@ def stream_body(body: dict) -> dict:
 
 
 LOOP_CHECK_EVERY = 16   # chunks between two looks for a loop
-LOOP_TAIL = 120         # the answer's last characters: found this many times over, the answer is a loop
-LOOP_TIMES = 4
+LOOP_TAIL = 60          # the answer's last characters, looked for earlier in it
+LOOP_TIMES = 4          # the same stretch this many times in a row at the end: a loop
 
 
 def _looping(answer: dict) -> bool:
-    """True when the answer so far ends in a stretch it has already written ``LOOP_TIMES`` times: a small model at
-    temperature 0 caught in a repetition loop, which would only stop at ``max_tokens``."""
+    """True when the answer so far ends in one stretch written ``LOOP_TIMES`` times in a row (of at least
+    ``LOOP_TAIL`` characters): a small model at temperature 0 caught in a repetition loop, which would only stop at
+    ``max_tokens``. Several calls in one answer repeat their JSON around different content, so are no loop."""
     text = "".join(answer["content"]) + "".join(c["function"]["arguments"] for c in answer["calls"].values())
-    if len(text) < LOOP_TAIL * LOOP_TIMES:
+    n = len(text)
+    if n < LOOP_TAIL * LOOP_TIMES:
         return False
-    return text.count(text[-LOOP_TAIL:]) >= LOOP_TIMES
+    j = text.rfind(text[-LOOP_TAIL:], 0, n - 1)
+    period = n - LOOP_TAIL - j if j >= 0 else 0
+    if period < LOOP_TAIL or period * LOOP_TIMES > n:
+        return False
+    block = text[n - period:]
+    return text[n - period * LOOP_TIMES:] == block * LOOP_TIMES
 
 
 class _StreamLoop(Exception):
@@ -405,7 +414,7 @@ def _streamed(client, body: dict) -> dict:
             _add_chunk(answer, chunk)
             done = done or answer["finish"] is not None
             if not done and n % LOOP_CHECK_EVERY == 0 and _looping(answer):
-                raise _StreamLoop(n)
+                raise _StreamLoop(n, "".join(answer["content"]))
         if not done:
             raise _StreamBroken("the stream ended before the answer finished")
     except (httpx.TimeoutException, openai.APITimeoutError):
