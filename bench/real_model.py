@@ -17,9 +17,10 @@ LoCoMo (``--locomo``, bounded by ``--conversations`` and ``--sessions``): each s
 transcript (speaker A as user, B as assistant) closed by a ``memory_commit`` with a generic note; after all of a
 conversation's sessions, each question (categories 1-4) whose evidence lies in those sessions is recalled
 (``recall``, top 5) against the entries written. Evidence recall = share of questions with an evidence turn cited
-by a top-5 entry. A fork entry cites its whole session (the commit's seq), so it is scored two ways: ``session``
-(the evidence turn is in the entry's session) and ``turn`` (the evidence turn is in the entry's session and shares
-at least a third of the smaller text's terms with the entry). Beside it, the same for the human-written LoCoMo
+by a top-5 entry. A fork entry cites the commit's seq and names the turns it rests on (and an entry that
+supersedes another keeps that one's citations), so it is scored three ways: ``turn`` (an evidence turn is among the
+turns it cites, as for the baselines), ``session`` (the evidence turn is in a session the entry cites) and ``words``
+(in a cited session, and sharing at least a third of the smaller text's terms with the entry). Beside it, the same for the human-written LoCoMo
 observations (one entry each, citing its turns) and for raw turns as entries (one per turn).
 
 Seconds per fork: wall time of the whole fork (prompt, generation, commit); ``cold`` when the server's prompt cache
@@ -174,6 +175,8 @@ class Proxy:
                 t0 = time.monotonic()
                 try:
                     with urllib.request.urlopen(req, timeout=3600) as r:
+                        if "event-stream" in (r.headers.get("content-type") or ""):
+                            return self._relay(r, data, t0)
                         status, body = r.status, r.read()
                 except urllib.error.HTTPError as e:
                     status, body = e.code, e.read()
@@ -184,18 +187,46 @@ class Proxy:
                         answer = json.loads(body)
                     except ValueError:
                         answer = body.decode("utf-8", "replace")
-                    rec = {"request": json.loads(data or b"null"), "status": status, "response": answer,
-                           "wall_s": round(time.monotonic() - t0, 2)}
-                    proxy.records.append(rec)
-                    if proxy.record_dir is not None:   # as it comes: a run cut short keeps what it got
-                        proxy.record_dir.mkdir(parents=True, exist_ok=True)
-                        (proxy.record_dir / f"answer-{len(proxy.records):03d}.json").write_text(
-                            json.dumps(rec, ensure_ascii=False, indent=1), "utf-8")
+                    proxy._record(json.loads(data or b"null"), status, answer, time.monotonic() - t0)
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def _relay(self, r, data: bytes | None, t0: float) -> None:
+                """A streamed answer passed on chunk by chunk as it comes; recorded put together."""
+                from acpmem.write.llm import _add_chunk
+
+                self.send_response(r.status)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                answer = {"content": [], "calls": {}, "finish": None, "usage": None, "model": None, "extra": {}}
+                chunks, closed = 0, False
+                for line in r:
+                    try:
+                        self.wfile.write(line)
+                        self.wfile.flush()
+                    except (BrokenPipeError, ConnectionResetError):   # the client stopped reading (a loop)
+                        closed = True
+                        break
+                    text = line.decode("utf-8", "replace").strip()
+                    if text.startswith("data:") and text[5:].strip() not in ("", "[DONE]"):
+                        try:
+                            _add_chunk(answer, json.loads(text[5:]))
+                            chunks += 1
+                        except ValueError:
+                            pass
+                self.close_connection = True
+                message = {"role": "assistant", "content": "".join(answer["content"]) or None}
+                if answer["calls"]:
+                    message["tool_calls"] = [answer["calls"][i] for i in sorted(answer["calls"])]
+                resp = {"choices": [{"index": 0, "message": message, "finish_reason": answer["finish"]}],
+                        "usage": answer["usage"] or {}, "model": answer["model"], "streamed_chunks": chunks,
+                        "client_closed": closed,
+                        **answer["extra"]}
+                proxy._record(json.loads(data or b"null"), r.status, resp, time.monotonic() - t0)
 
             def do_GET(self):
                 self._forward("GET")
@@ -206,6 +237,14 @@ class Proxy:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def _record(self, request: object, status: int, answer: object, wall: float) -> None:
+        rec = {"request": request, "status": status, "response": answer, "wall_s": round(wall, 2)}
+        self.records.append(rec)
+        if self.record_dir is not None:   # as it comes: a run cut short keeps what it got
+            self.record_dir.mkdir(parents=True, exist_ok=True)
+            (self.record_dir / f"answer-{len(self.records):03d}.json").write_text(
+                json.dumps(rec, ensure_ascii=False, indent=1), "utf-8")
 
     @property
     def base_url(self) -> str:
@@ -248,7 +287,7 @@ def make_vault(root: Path, base_url: str, model: str, **extra):
     text = path.read_text("utf-8")
     # retries far in the future: the bench runs them itself (--attempts), no background worker races it for the model
     values = {"base_url": base_url, "model": model, "extractor": "llm", "max_retries": 0,
-              "retry_base_seconds": 86400.0, **extra}
+              "retry_base_seconds": 86400.0, **VAULT_SETTINGS, **extra}
     for key, val in values.items():
         line = next(ln for ln in text.splitlines() if ln.startswith(f"{key} = "))
         text = text.replace(line, f"{key} = {json.dumps(val)}", 1)
@@ -256,6 +295,7 @@ def make_vault(root: Path, base_url: str, model: str, **extra):
     return Vault(root)
 
 
+VAULT_SETTINGS: dict = {}   # --temperature, --stream: [extraction] settings of every vault the bench makes
 REUSE = False  # --reuse: a LoCoMo conversation whose fork vault exists in --dir is scored again, not forked again
 ATTEMPTS = 1   # --attempts: a request that failed is run again at once, as the queue would on its schedule
 
@@ -365,8 +405,10 @@ def run_locomo(base: Path, data: list[dict], url: str, model: str, n_conv: int, 
     from acpmem.vault.retrieval import recall
     from acpmem.vault.writer import Vault
     from acpmem.write.fork import overlap
+    from acpmem.write.sources import cited_seqs
 
-    forks, scores = [], {"fork (session)": [], "fork (turn)": [], "observations": [], "raw turns": []}
+    forks, scores = [], {"fork (session)": [], "fork (turn)": [], "fork (words)": [], "observations": [],
+                         "raw turns": []}
     for ci, conv in enumerate(data[:n_conv]):
         sample = str(conv.get("sample_id") or f"conv{ci}")
         c = conv["conversation"]
@@ -418,17 +460,20 @@ def run_locomo(base: Path, data: list[dict], url: str, model: str, n_conv: int, 
                 if not evidence or not all(ss in {str(x) for x in sessions} for ss, _ in evidence):
                     continue
                 hits = recall(vault, qa["question"], limit=5, mark_read=False)
-                sess_hit = turn_hit = False
+                sess_hit = turn_hit = words_hit = False
                 for h in hits:
                     e = entries.get(h.entry.id, h.entry)
                     covered = {str(ci2.seq // SEQ_BASE) for ci2 in e.citation if isinstance(ci2.seq, int)}
+                    cited = {(str(q // SEQ_BASE), q % SEQ_BASE) for ci2 in e.citation for q in cited_seqs(ci2)}
+                    turn_hit = turn_hit or bool(cited & evidence)
                     for ss, t in evidence:
                         if ss in covered:
                             sess_hit = True
                             if overlap(f"{e.title}\n{e.body}", turn_text.get((ss, t), "")) >= 1 / 3:
-                                turn_hit = True
+                                words_hit = True
                 scores["fork (session)"].append(sess_hit)
                 scores["fork (turn)"].append(turn_hit)
+                scores["fork (words)"].append(words_hit)
                 for name, bv in baseline.items():
                     got = recall(bv, qa["question"], limit=5, mark_read=False)
                     cited = {(str(x.seq // SEQ_BASE), x.seq % SEQ_BASE) for h in got for x in h.entry.citation
@@ -481,6 +526,8 @@ def main() -> None:
     p.add_argument("--sessions", type=int, default=2, help="sessions per conversation")
     p.add_argument("--reuse", action="store_true", help="score LoCoMo fork vaults already in --dir again")
     p.add_argument("--attempts", type=int, default=1, help="attempts per request while it fails (default 1)")
+    p.add_argument("--temperature", type=float, help="[extraction] temperature of the vaults (default: not sent)")
+    p.add_argument("--stream", choices=("auto", "on", "off"), help="[extraction] stream of the vaults")
     p.add_argument("--record", type=Path, help="save every raw request/answer pair as JSON files here")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     p.add_argument("--dir", type=Path, help="work folder (default: a temporary one)")
@@ -489,6 +536,10 @@ def main() -> None:
         p.error("give --base-url, or --llama-server with --gguf")
     global ATTEMPTS, REUSE
     ATTEMPTS, REUSE = max(1, a.attempts), a.reuse
+    if a.temperature is not None:
+        VAULT_SETTINGS["temperature"] = a.temperature
+    if a.stream:
+        VAULT_SETTINGS["stream"] = a.stream
     server = start_llama_server(a.llama_server, a.gguf, a.port, a.threads, a.ctx) if a.llama_server else None
     url = a.base_url or f"http://127.0.0.1:{a.port}/v1"
     proxy = Proxy(url, a.record)

@@ -821,7 +821,7 @@ def _plausible() -> dict:
             "api_key_env": ['"OPENAI_API_KEY"', '""'],
             "extractor": ['"offline"', '"auto"'], "remote": ['"origin"', '"team"'],
             "user_vault": ['""', '"none"', '"/nonexistent/acpmem-user-vault"'],
-            "policy": ['"auto"', '"review"', '"off"'],
+            "policy": ['"auto"', '"review"', '"off"'], "stream": ['"auto"', '"on"', '"off"'],
             "languages": ['"en"', '"en,zh"'], "query_prefix": ['""', '"query: "'],
             "document_prefix": ['""', '"passage: "', '"search_document: "'],
             "similarity": ['"auto"', '"lexical"', '"embedding"', '"model"']}

@@ -14,7 +14,8 @@ Builders (``reply.*``): ``writes(*calls, usage=...)`` a reply whose message call
 ``memory_write`` call, ``call(name, args)`` any tool, ``malformed(...)`` one with broken JSON arguments); ``text(s)`` a plain
 answer with no tool call (default: the fork's documented "nothing to keep"); ``props`` what ``GET /props`` answers;
 ``rate_limited(retry_after=...)`` a 429; ``server_error(status)`` a 5xx; ``slow(seconds, then)``
-a reply sent after a delay; ``held(event, then)`` a reply sent once the test sets ``event`` (a
+a reply sent after a delay; ``streamed(r, hold_after=, gate=, tick=, cut=)`` how ``r`` streams (any completion is
+sent as SSE chunks to a request with ``stream: true``); ``plain(r)`` JSON even then; ``held(event, then)`` a reply sent once the test sets ``event`` (a
 ``threading.Event``); ``always(r)`` a reply repeated forever (never leaves the queue); ``usage(prompt, completion,
 cached)`` the usage block; ``raw(bytes)`` any body. An empty queue answers 500 "script exhausted", so an unexpected extra
 call fails loudly — unless ``srv.responder`` (a function of the request body returning a ``Reply``) is set: then it
@@ -52,6 +53,20 @@ class Reply:
     raw: bytes | None = None
     repeat: bool = False
     gate: threading.Event | None = None   # held until the test sets it (or the server stops)
+    stream: "Streamed | None" = None      # how a streamed answer is sent (``reply.streamed``)
+    plain: bool = False                   # sent as JSON even to a request that asks for a stream
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """How a completion is streamed: after ``hold_after`` chunks it waits for ``gate`` (sending an empty token
+    chunk every ``tick`` seconds meanwhile, when ``tick`` is set: tokens that keep arriving), and ``cut`` closes
+    the connection after that many chunks without finishing."""
+
+    hold_after: int | None = None
+    gate: threading.Event | None = None
+    tick: float | None = None
+    cut: int | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +161,19 @@ class _Builders:
         return Reply(r.status, r.body, r.headers, r.delay, r.raw, True)
 
     @staticmethod
+    def streamed(r: Reply, *, hold_after: int | None = None, gate: threading.Event | None = None,
+                 tick: float | None = None, cut: int | None = None) -> Reply:
+        """``r`` (a completion) streamed as SSE chunks, held or cut as ``Streamed`` says. Any completion is
+        streamed to a request that asks for it; this only says how."""
+        return Reply(r.status, r.body, r.headers, r.delay, r.raw, r.repeat, r.gate,
+                     Streamed(hold_after, gate, tick, cut))
+
+    @staticmethod
+    def plain(r: Reply) -> Reply:
+        """``r`` sent as one JSON answer even when the request asked for a stream (a server that ignores it)."""
+        return Reply(r.status, r.body, r.headers, r.delay, r.raw, r.repeat, r.gate, None, True)
+
+    @staticmethod
     def raw(data: bytes, status: int = 200, content_type: str = "application/json") -> Reply:
         return Reply(status=status, raw=data, headers=(("content-type", content_type),))
 
@@ -165,6 +193,8 @@ class FakeOpenAI:
     props: dict | None = None       # what GET /props answers (llama-server's); None: 404, as OpenAI's does
     props_requests: int = 0         # GET /props asked (kept out of ``requests``: those are the model calls)
     responder: object = None        # body -> Reply: answers a chat call when the script is empty (a model stand-in)
+    chunks_sent: int = 0            # streamed chunks written, over all answers
+    held_s: float = 0.0             # how long the current streamed answer has been held, by the server's clock
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closing: threading.Event = field(default_factory=threading.Event)
 
@@ -230,7 +260,43 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             while r.gate is not None and not r.gate.is_set():
                 if server._closing.wait(0.05):
                     return
+            if isinstance(body, dict) and body.get("stream") is True and not r.plain and r.raw is None \
+                    and r.status == 200 and isinstance(r.body, dict) and r.body.get("choices"):
+                return self._stream(r)
             self._send(r)
+
+        def _stream(self, r: Reply) -> None:
+            how = r.stream or Streamed()
+            try:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                for i, chunk in enumerate(sse_chunks(r.body)):
+                    if how.cut is not None and i >= how.cut:
+                        break
+                    if how.hold_after is not None and i == how.hold_after:
+                        start = time.monotonic()
+                        while how.gate is not None and not how.gate.is_set():
+                            if server._closing.wait(how.tick or 0.05):
+                                return
+                            with server._lock:
+                                server.held_s = time.monotonic() - start
+                            if how.tick:
+                                self._event(_token_chunk(r.body, ""))
+                    self._event(chunk)
+                else:
+                    self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def _event(self, chunk: dict) -> None:
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self.wfile.flush()
+            with server._lock:
+                server.chunks_sent += 1
 
         def _send(self, r: Reply) -> None:
             data = r.raw if r.raw is not None else json.dumps(r.body).encode()
@@ -247,6 +313,36 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 pass  # the client gave up (its timeout): nothing to answer
 
     return Handler
+
+
+def _token_chunk(completion: dict, content: str | None = None, **delta) -> dict:
+    d = dict(delta)
+    if content is not None:
+        d["content"] = content
+    return {"id": completion.get("id"), "object": "chat.completion.chunk", "created": completion.get("created"),
+            "model": completion.get("model"), "choices": [{"index": 0, "delta": d, "finish_reason": None}]}
+
+
+def sse_chunks(completion: dict, piece: int = 7) -> list[dict]:
+    """A completion as the chunks a streaming server sends: the role, the text in pieces of ``piece`` characters,
+    each tool call's id and name and then its arguments in pieces, the finish reason, and the usage last."""
+    message = completion["choices"][0]["message"]
+    out = [_token_chunk(completion, role="assistant")]
+    text = message.get("content") or ""
+    out += [_token_chunk(completion, text[i:i + piece]) for i in range(0, len(text), piece)]
+    for n, call in enumerate(message.get("tool_calls") or ()):
+        fn = call["function"]
+        out.append(_token_chunk(completion, tool_calls=[{"index": n, "id": call["id"], "type": "function",
+                                                         "function": {"name": fn["name"], "arguments": ""}}]))
+        args = fn["arguments"]
+        out += [_token_chunk(completion, tool_calls=[{"index": n, "function": {"arguments": args[i:i + piece]}}])
+                for i in range(0, len(args), piece)]
+    last = _token_chunk(completion)
+    last["choices"][0]["finish_reason"] = completion["choices"][0].get("finish_reason")
+    out.append(last)
+    if completion.get("usage"):
+        out.append({**_token_chunk(completion), "choices": [], "usage": completion["usage"]})
+    return out
 
 
 @contextmanager

@@ -89,11 +89,13 @@ def test_several_writes_land_in_one_commit_and_the_body_is_the_conversation_then
     assert len(body["messages"]) == 10 and system["role"] == "system" and instruction["role"] == "user"
     assert system["content"].startswith("You are now the memory extractor") and "memory_nothing" in system["content"]
     assert instruction["content"].startswith("Focus: re-entrant session.append\n")
-    assert instruction["content"].endswith("Now call memory_write for this focus (once per fact), or memory_nothing.")
+    assert instruction["content"].endswith("Now call memory_write for this focus (once per fact), or memory_nothing. "
+                                           "Focus: re-entrant session.append")   # the focus, last
     assert f"\n- #{lesson.id} (lesson) {lesson.title}: " in instruction["content"]  # the entry on this, plainly
     assert [t["function"]["name"] for t in body["tools"]] == ["memory_write", "memory_nothing"]
     assert body["max_tokens"] == 1024                                # [extraction] max_tokens
-    assert body == expected                                          # is what is sent
+    assert body["stream"] is True                                    # a local endpoint is streamed
+    assert {k: x for k, x in body.items() if not k.startswith("stream")} == expected   # is what is sent
 
     loaded = v.load()
     assert len(loaded.entries) == before + 2

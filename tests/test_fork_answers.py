@@ -167,6 +167,20 @@ def test_max_tokens_zero_sends_none(example_vault, openai_server):
     assert "max_tokens" not in openai_server.requests[0].body
 
 
+def test_temperature_is_sent_when_set_and_each_retry_is_warmer(example_vault, openai_server):
+    v = configure(example_vault, openai_server)
+    openai_server.enqueue(reply.text())
+    run(v, submit(v))
+    assert "temperature" not in openai_server.requests[0].body              # default: the server's own
+    v = configure(v, openai_server, temperature=0.0)
+    openai_server.enqueue(reply.text("Sure, here is a summary."), reply.text("Still prose."), reply.text())
+    req = submit(v)
+    for _ in range(3):
+        run(v, req)
+    # the same prompt at temperature 0 gives the same unusable answer again: each retry samples a little warmer
+    assert [r.body["temperature"] for r in openai_server.requests[1:]] == [0.0, 0.3, 0.6]
+
+
 def test_nothing_by_the_tool_is_done_without_a_commit_and_says_why(example_vault, openai_server):
     v = configure(example_vault, openai_server)
     openai_server.enqueue(reply.writes(reply.call("memory_nothing", {"reason": "the lock is already an entry"})))
@@ -245,14 +259,79 @@ def test_the_same_note_twice_does_not_write_the_same_entry_twice(example_vault, 
     v = configure(example_vault, openai_server)
     write = reply.write("- Shard the queue by tenant id; one SQLite file per shard under .acpmem/queue/.",
                         title="The queue is sharded by tenant id")
-    openai_server.enqueue(reply.writes(write), reply.writes(write))
+    openai_server.enqueue(reply.writes(write), reply.writes(write), reply.writes(write))
     first = run(v, submit(v, note="queue sharded by tenant id"))
     second = run(v, submit(v, note="queue sharded by tenant id"))
     assert first.status == "written" and second.status == "nothing"
     assert any(n.startswith(f"a write repeating #{first.entries[0]['id']}") for n in second.notes), second.notes
     related = openai_server.requests[1].body["messages"][-1]["content"]
     assert f'- #{first.entries[0]["id"]} (lesson) ' in related            # it was shown as related
+    # every write repeated it: asked once more without the related entries, and the repeat still dropped
+    assert len(openai_server.requests) == 3 and first.entries[0]["id"] not in \
+        openai_server.requests[2].body["messages"][-1]["content"]
+    assert "asked again without the related entries" in "; ".join(second.notes)
     assert sum(e.title == "The queue is sharded by tenant id" for e in v.load().entries) == 1
+
+
+def test_an_entry_sharing_too_few_words_with_the_note_is_not_shown_as_related(example_vault, openai_server):
+    from acpmem.vault.layers import recall_layered
+    from acpmem.write.fork import related_entries, shares_words
+
+    v = configure(example_vault, openai_server)
+    note = "release runs: tag push publishes the wheel"
+    ranked = recall_layered(v, note, limit=5, mark_read=False)
+    assert ranked                                                   # recall ranks something for any note
+    shown = related_entries(v, note)
+    assert all(shares_words(note, f"{e.title}\n{e.body}") for e in shown)
+    assert len(shown) < len(ranked)                                 # the ones sharing under two words left out
+    assert shares_words("re-entrant session.append", "Session append must be re-entrant")   # words split at dots
+
+
+def test_a_copy_of_the_shown_entry_is_asked_again_and_the_new_fact_written(example_vault, openai_server):
+    v = configure(example_vault, openai_server)
+    old = reply.write("- Shard the queue by tenant id; one SQLite file per shard under .acpmem/queue/.",
+                      title="The queue is sharded by tenant id")
+    new = reply.write("- Queue shards are compacted nightly by `acp queue compact`.", title="Nightly shard compaction")
+    openai_server.enqueue(reply.writes(old), reply.writes(old), reply.writes(new))
+    run(v, submit(v, note="queue sharded by tenant id"))
+    out = run(v, submit(v, note="queue shards tenant id compaction"))
+    assert out.status == "written" and [e["title"] for e in out.entries] == ["Nightly shard compaction"]
+    assert len(openai_server.requests) == 3
+
+
+def test_an_entry_cites_the_turns_it_rests_on_beside_the_commit(example_vault, openai_server):
+    v = configure(example_vault, openai_server)
+    openai_server.enqueue(reply.writes(
+        reply.write("- The boolean flag in state.ts is not re-entrant: the post-tool hook fires again before the "
+                    "first append returns.", title="session.append needs the per-session lock"),
+        reply.write("- Deploys go through the blue-green pipeline.", title="Deploy pipeline")))
+    out = run(v, submit(v, note="session.append re-entrancy"))
+    assert out.status == "written"
+    by_title = {e.title: e for e in v.load().entries}
+    lock, deploy = by_title["session.append needs the per-session lock"], by_title["Deploy pipeline"]
+    # turn 4 says why; turn 3 (the read file) shares too few words; the commit call (6) stays the seq
+    assert [(c.session, c.seq, c.turns) for c in lock.citation] == [("s1", 6, "4")]
+    assert [(c.session, c.seq, c.turns) for c in deploy.citation] == [("s1", 6, None)]   # nothing said it: the commit
+    from acpmem.write.sources import entry_source
+    (src,) = entry_source(v, lock.id, transcript=str(CHAT)).sources
+    assert [t.seq for t in src.turns] == [4] and "not re-entrant" in src.turns[0].text   # `source` shows that turn
+
+
+def test_a_superseding_entry_keeps_the_citations_of_the_one_it_replaces(example_vault, openai_server):
+    v = configure(example_vault, openai_server)
+    first = reply.write("- The ingest queue is sharded by tenant id, one SQLite file per shard.",
+                        title="The ingest queue is sharded by tenant id")
+    openai_server.enqueue(reply.writes(first))
+    one = run(v, submit(v, note="ingest queue sharding", session="s-early"))
+    old_id = one.entries[0]["id"]
+    openai_server.enqueue(reply.writes(reply.write(
+        "- The ingest queue is sharded by tenant id and region now, one SQLite file per shard.",
+        title="The ingest queue is sharded by tenant id and region", supersedes=[old_id])))
+    two = run(v, submit(v, note="ingest queue sharding", session="s-late"))
+    assert two.status == "written" and two.superseded == (old_id,)
+    new = v.resolve(two.entries[0]["id"])
+    assert [c.session for c in new.citation] == ["s-late", "s-early"]     # its own first, then the replaced one's
+    assert new.citation[1] == v.resolve(old_id).citation[0]
 
 
 def test_the_context_window_from_props_trims_the_oldest_turns_never_the_cited_one(example_vault, openai_server):
@@ -280,6 +359,35 @@ def test_the_context_window_from_props_trims_the_oldest_turns_never_the_cited_on
     from acpmem.write.fork import estimate_tokens
     assert sum(estimate_tokens(m) for m in sent) + estimate_tokens(openai_server.requests[0].body["tools"]) \
         <= 4096 - 1024
+
+
+def test_dry_run_trims_to_the_context_window_as_the_call_does(example_vault, openai_server, cli):
+    convo = [{"role": "system", "content": "You are a coding agent."}]
+    for i in range(40):
+        convo += [{"role": "user", "content": f"Question {i}: " + "padding words " * 60},
+                  {"role": "assistant", "content": f"Answer {i}: " + "more padding " * 60}]
+    convo += [{"role": "user", "content": "Remember: the queue is sharded by tenant id."},
+              {"role": "assistant", "content": None, "tool_calls": [{"id": "c9", "type": "function", "function": {
+                  "name": "memory_commit", "arguments": "{}"}}]}]
+    path = example_vault.root.parent / "long.json"
+    path.write_text(json.dumps(convo))
+    v = configure(example_vault, openai_server)
+    openai_server.props = {"default_generation_settings": {"n_ctx": 4096}}
+    args = ("memory", "--vault", str(v.root), "extract", "--transcript", str(path), "--note", "queue sharded",
+            "--type", "lesson", "--importance", "7", "--session", "s1", "--seq", str(len(convo) - 1))
+    r = cli(*args, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(r.stdout)
+    assert openai_server.requests == [] and openai_server.props_requests == 1
+    assert len(shown["messages"]) < len(convo) and convo[1] not in shown["messages"]
+    openai_server.enqueue(reply.writes(reply.write("- The queue is sharded by tenant id.")))
+    assert cli(*args).returncode == 0
+    sent = openai_server.requests[0].body
+    ack = [i for i, m in enumerate(sent["messages"]) if m.get("tool_call_id") == "c9"]
+    assert len(ack) == 1 and len(sent["messages"]) == len(shown["messages"])
+    assert [m for i, m in enumerate(sent["messages"]) if i not in ack] == \
+        [m for i, m in enumerate(shown["messages"]) if i not in ack]          # the dry run showed what was sent
+    assert {k: v for k, v in sent.items() if k != "messages"} == {k: v for k, v in shown.items() if k != "messages"}
 
 
 def test_a_local_endpoint_gets_the_local_timeout_unless_one_is_set():

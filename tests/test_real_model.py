@@ -80,8 +80,26 @@ def test_a_recorded_answer_of_the_real_model_becomes_what_it_says(name, vault, o
         assert kept is not None and kept.attempts == 1 and not fork_commits(v)
         assert out.error["reason"] == want["reason"]
         text = recorded["response"]["choices"][0]["message"].get("content") or ""
-        assert kept.last_error.get("text", "") == text[:4000]
+        if want["reason"] == "repetition":   # stopped in its loop: the text up to there is kept
+            assert kept.last_error["text"] and text.startswith(kept.last_error["text"])
+        else:
+            assert kept.last_error.get("text", "") == text[:4000]
     assert list(out.notes) == want["notes"]
+
+
+@pytest.mark.parametrize("stream", ["on", "off"])
+def test_a_recorded_loop_is_stopped_when_streamed_and_a_truncation_when_not(stream, vault, openai_server, tmp_path):
+    recorded = json.loads((FIX / "loop-locomo-answer.json").read_text("utf-8"))
+    assert recorded["response"]["choices"][0]["finish_reason"] == "length"
+    msgs, commits = _coding()
+    path = tmp_path / "coding.json"
+    path.write_text(json.dumps({"messages": msgs}, ensure_ascii=False), "utf-8")
+    v = configure(vault, openai_server, stream=stream)
+    openai_server.enqueue(Reply(body=recorded["response"]))
+    req = _submit(v, path, commits[0])
+    out = run(v, req)
+    assert out.status == "retry" and requests.load_request(v.state_dir, req.id).attempts == 1
+    assert out.error["reason"] == ("repetition" if stream == "on" else "truncated"), out.error
 
 
 @pytest.mark.skipif(not os.environ.get("ACPMEM_TEST_MODEL_URL"),

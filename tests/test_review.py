@@ -81,8 +81,11 @@ def test_review_policy_turns_fork_writes_into_proposals_no_reader_sees(reviewing
 
     (item,) = rv.queue(v)
     assert (item.id, item.kind, item.note, item.request) == (pid, "proposal", req.note, req.id)
-    (cite,) = item.entry.citation
-    assert (cite.session, cite.seq) == ("s1", 6) and re.fullmatch(r"[0-9a-f]{32}", cite.hash)   # the cited turn's digest
+    # the commit, naming the turn the entry rests on (and the cited turn's digest); then the citations of the
+    # entry it would supersede
+    first, *rest = item.entry.citation
+    assert (first.session, first.seq, first.turns) == ("s1", 6, "4") and re.fullmatch(r"[0-9a-f]{32}", first.hash)
+    assert rest == list(v.resolve("old001").citation)
     (sup,) = item.supersedes
     assert sup["id"] == "old001" and "-- A boolean `appending` flag" in sup["diff"] and "+- Use the per-session" \
         in sup["diff"]

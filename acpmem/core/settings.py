@@ -70,6 +70,9 @@ class ExtractionSettings(Section):
     max_tokens: int = 1024            # generated tokens per fork call, sent as max_tokens; 0 = not sent
     context_tokens: int = 0           # the model's context window; 0 = ask the server (llama-server /props), else none
     max_entries_per_answer: int = 8   # memory_write calls one answer may write; the rest dropped with a note
+    temperature: float = -1.0         # sent as temperature when 0 or more; -1 = not sent (the server's default)
+    stream: str = "auto"              # auto (streamed to a local endpoint) | on | off: a streamed call times out
+                                      # only after a silence of the timeout, never while tokens arrive
 
 
 class WriteSettings(Section):
@@ -177,6 +180,7 @@ _RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("extraction", "max_tokens"): (0, 1_000_000, False),
     ("extraction", "context_tokens"): (0, 100_000_000, False),
     ("extraction", "max_entries_per_answer"): (1, 1000, False),
+    ("extraction", "temperature"): (-1, 2, False),
     ("extraction", "max_retries"): (0, 10, False),
     ("extraction", "max_entry_bytes"): (256, 900_000, False),
     ("extraction", "retry_base_seconds"): (0, 86_400, True),
@@ -210,6 +214,7 @@ _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceS
              "embeddings": EmbeddingsSettings, "rerank": RerankSettings, "consolidate": ConsolidateSettings}
 POLICIES = ("auto", "review", "off")
 SIMILARITY_MODES = ("auto", "lexical", "embedding", "model")
+STREAM_MODES = ("auto", "on", "off")
 
 
 def _coerce(cls, section: str, data: dict, path: str, unknown: list[str]):
@@ -302,6 +307,9 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
     if s.consolidate.similarity not in SIMILARITY_MODES:
         raise SettingsError(f"{path}: consolidate.similarity must be auto, lexical, embedding or model, got "
                             f"{clip(s.consolidate.similarity)}", 'similarity = "auto" (the best configured)')
+    if s.extraction.stream not in STREAM_MODES:
+        raise SettingsError(f"{path}: extraction.stream must be auto, on or off, got {clip(s.extraction.stream)}",
+                            'stream = "auto" (streamed to an endpoint on this machine), "on" or "off"')
     if s.write.policy not in POLICIES:
         raise SettingsError(f"{path}: write.policy must be auto, review or off, got {clip(s.write.policy)}",
                             "policy = \"auto\" (writes count at once), \"review\" (a person accepts them) or "

@@ -412,7 +412,7 @@ def fork_closing(note: str, related_entries_text: str | None, lang: str = "en",
             "已有条目（已经说清楚的不要重复写；要取代某条时把它的 id 放进 supersedes）：",
             related or "（无）",
             "",
-            "现在为这个重点调用 memory_write（每个事实一次），或调用 memory_nothing。",
+            f"现在为这个重点调用 memory_write（每个事实一次），或调用 memory_nothing。重点：{note}",
         ])
     return "\n".join([
         f"Focus: {note}",
@@ -420,7 +420,7 @@ def fork_closing(note: str, related_entries_text: str | None, lang: str = "en",
         "Existing entries (do not write again what they already say; to replace one, put its id in supersedes):",
         related or "(none)",
         "",
-        "Now call memory_write for this focus (once per fact), or memory_nothing.",
+        f"Now call memory_write for this focus (once per fact), or memory_nothing. Focus: {note}",
     ])
 
 

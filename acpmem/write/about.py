@@ -83,8 +83,9 @@ def annotate(vault, transcript, entries: list, layer_of: dict) -> list:
     cwd = _session_cwd(transcript)
     out = []
     for e in entries:
-        cites = tuple(c.with_changes(hash=turns_digest(transcript, cited_turn_seqs(transcript, c)))
-                      if c.hash is None else c for c in e.citation)
+        own = e.citation[0].session if e.citation else None   # a citation carried from a superseded entry of
+        cites = tuple(c.with_changes(hash=turns_digest(transcript, cited_turn_seqs(transcript, c)))   # another
+                      if c.hash is None and c.session == own else c for c in e.citation)      # session is not hashed here
         extra = dict(e.extra or {})
         if ph is not None and layer_of.get(e.id, LAYER_PROJECT) == LAYER_PROJECT and "files" not in extra:
             files = entry_files(transcript, e.citation, ph[0], cwd)

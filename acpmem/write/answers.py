@@ -128,6 +128,16 @@ def _echo_values(obj: dict) -> dict | None:
     return out if out.get("content") not in (None, "", []) else None
 
 
+def _schema_only(args: object) -> bool:
+    """True for a JSON schema that holds no value (``{"type": "object", "properties": {"content": {"type":
+    "string", "description": …}}}``): a tool's definition, not its arguments."""
+    if not isinstance(args, dict) or not isinstance(args.get("properties"), dict):
+        return False
+    return all(isinstance(v, dict) and "type" in v and not any(x in v for x in ("value", "const", "default",
+                                                                                 "example"))
+               for v in args["properties"].values())
+
+
 def _calls_in_text(text: str) -> tuple[list[tuple[str, object]], list[str]]:
     found: list[tuple[str, object]] = []
     notes: list[str] = []
@@ -136,6 +146,11 @@ def _calls_in_text(text: str) -> tuple[list[tuple[str, object]], list[str]]:
         for obj in items:
             if isinstance(obj, dict):
                 call = _call_of(obj)
+                if call is not None and _schema_only(call[1]):   # the tool list echoed (Qwen's <tools> block)
+                    note = "an echo of the tool definitions in the text was skipped"
+                    if note not in notes:
+                        notes.append(note)
+                    continue
                 if call is not None:
                     found.append(call)
     return found, notes

@@ -68,7 +68,7 @@ def dry_run(vault, reqs: list[Request], extractor: str | None) -> object:
     from acpmem.write import fork
     from acpmem.write.llm import resolve_model_config
 
-    model = None
+    config = None
     shown = []
     for r in reqs:
         how = extractor or r.extractor
@@ -80,10 +80,14 @@ def dry_run(vault, reqs: list[Request], extractor: str | None) -> object:
             shown.append({"request": r.id, "extractor": "offline", "title": d.title, "body": d.body,
                           "seqs": list(d.seqs)})
             continue
-        if model is None:
-            model = resolve_model_config(vault.settings.extraction).model or ""
-        recorded = r.model if how == "llm" and not extractor else None
-        shown.append({"request": r.id, "body": fork.build_body(vault, r, recorded or model or None)})
+        if config is None:
+            config = resolve_model_config(vault.settings.extraction)
+        cfg = config
+        if how == "llm" and not extractor:   # as the fork runs it: the endpoint and model the request recorded
+            cfg = config.with_changes(base_url=r.base_url, model=r.model or config.model)
+        notes: list[str] = []
+        body = fork.fork_body(vault, r, cfg, notes=notes)   # trimmed to the model's context as the real call is
+        shown.append({"request": r.id, "body": body, **({"notes": notes} if notes else {})})
     if len(shown) == 1:
         return shown[0] if "body" not in shown[0] else shown[0]["body"]
     return shown

@@ -131,7 +131,24 @@ def related_entries(vault, note: str, limit: int = RELATED_LIMIT, exclude: tuple
     hits = recall_layered(vault, note, limit=limit + len(exclude), mark_read=False)
     return [h.entry if h.layer == LAYER_PROJECT else h.entry.with_changes(extra={**(h.entry.extra or {}),
                                                                                  "layer": h.layer})
-            for h in hits if h.entry.id not in exclude][:limit]
+            for h in hits if h.entry.id not in exclude and shares_words(note, f"{h.entry.title}\n{h.entry.body}")
+            ][:limit]
+
+
+RELATED_MIN_WORDS = 2   # an entry recall ranks for the note is shown only when it shares this many words with it
+
+
+def shares_words(note: str, text: str, least: int = RELATED_MIN_WORDS) -> bool:
+    """True when ``text`` has at least ``least`` of the note's words (ASCII words of 3+ letters split at any
+    punctuation, minus stopwords; the character pairs of CJK runs). Recall always ranks something: a small model
+    shown an unrelated entry as "related" wrote that entry again instead of the note (bench/real_model.py)."""
+    def words(t: str) -> set[str]:
+        out = {w for w in re.findall(r"[a-z0-9]{3,}", t.lower()) if w not in _STOP}
+        for run in re.findall(r"[\u3400-\u9fff]+", t):
+            out.update(run[i:i + 2] for i in range(max(1, len(run) - 1)))
+        return out
+    want = words(note)
+    return len(want & words(text)) >= min(least, len(want)) if want else False
 
 
 def related_text(entries: list[Entry]) -> str:
@@ -303,7 +320,26 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
     body.update(messages=messages + tail, tools=tools, tool_choice="auto")
     if max_tokens:
         body["max_tokens"] = max_tokens
+    temperature = vault.settings.extraction.temperature
+    if temperature >= 0:   # a retry at the same temperature 0 gets the same answer again: each one a little warmer
+        body["temperature"] = round(min(1.0, max(temperature, temperature + RETRY_WARMER * req.attempts)), 2)
     return body
+
+
+RETRY_WARMER = 0.3   # added to [extraction] temperature for each attempt a request has already used
+
+
+def fork_body(vault, req: Request, config, *, transcript=None, related: list[Entry] | None = None,
+              notes: list[str] | None = None) -> dict:
+    """The body the fork sends to ``config``'s endpoint, trimmed to the model's context window
+    (``[extraction] context_tokens``, else what the endpoint serves), streamed when ``config.stream``: the real
+    call and ``extract --dry-run`` both build it here, so the dry run shows what would be sent."""
+    from acpmem.write import llm
+
+    ctx = vault.settings.extraction.context_tokens or llm.served_context(config)
+    body = build_body(vault, req, config.model, transcript=transcript, related=related, context_tokens=ctx,
+                      notes=notes)
+    return llm.stream_body(body) if config.stream else body
 
 
 # --------------------------------------------------------------------------------------------- extractor choice
@@ -345,6 +381,7 @@ class _Draft:
         self.notes: list[str] = []      # repairs, drops and refusals, one line each (the outcome and commit say them)
         self.writes = 0                 # memory_write calls read from the answer, before any was dropped
         self.propose: set[str] = set()  # new entries written as proposals whatever the policy (a contradiction)
+        self.repeats = 0                # of those, the ones dropped as repeating an entry shown as related
 
     def part(self, layer: str) -> tuple[list[Entry], list[Entry]]:
         """The new entries and the updated ones of one layer."""
@@ -427,9 +464,74 @@ def jaccard(a: str, b: str) -> float:
     return len(ta & tb) / len(ta | tb) if ta and tb else 0.0
 
 
+CITED_TURNS_MAX = 3          # the turns an entry cites beside the commit: at most this many
+CITED_TURN_MIN_TERMS = 2     # a turn is cited only when it gives the entry at least this many terms of its own
+_MEMORY_CALL = re.compile(r"\bmemory_(?:commit|write|nothing|recall)\b")
+
+
+def conversation_turns(req: Request, transcript) -> list[tuple[int, set[str]]]:
+    """The turns an entry of this request may rest on: (seq, terms) of each message before the commit with some
+    text, the memory tools' own calls left out (a note quoted in an earlier ``memory_commit`` is not a source)."""
+    if transcript is None:
+        return []
+    out = []
+    for m in transcript.messages:
+        if m.seq is None or m.seq >= req.seq or m.role not in ("user", "assistant", "tool"):
+            continue
+        text = transcript.text(m)
+        if not text or _MEMORY_CALL.search(text):
+            continue
+        t = terms(text)
+        if t:
+            out.append((m.seq, t))
+    return out
+
+
+def cited_turns(text: str, turns: list[tuple[int, set[str]]], limit: int = CITED_TURNS_MAX) -> tuple[int, ...]:
+    """The seqs of the turns an entry's ``text`` rests on, in order: greedily, the turn that gives the most of the
+    entry's terms not yet given, while one gives at least ``CITED_TURN_MIN_TERMS`` (a tie goes to the later turn:
+    a correction comes after what it corrects). Empty when no turn shares enough."""
+    want = terms(text)
+    chosen: list[int] = []
+    while want and len(chosen) < limit:
+        best, gain = None, set()
+        for seq, t in turns:
+            if seq in chosen:
+                continue
+            g = want & t
+            if len(g) > len(gain) or (len(g) == len(gain) and g and best is not None and seq > best):
+                best, gain = seq, g
+        if best is None or len(gain) < CITED_TURN_MIN_TERMS:
+            break
+        chosen.append(best)
+        want -= gain
+    return tuple(sorted(chosen))
+
+
+def _entry_citations(base: tuple[Citation, ...], text: str, turns: list[tuple[int, set[str]]] | None,
+                     carried: tuple[Citation, ...] = ()) -> tuple[Citation, ...]:
+    """An entry's citations: the request's, the commit's one naming in ``turns`` the turns the entry rests on
+    (``cited_turns``; a block's citation already names its turns), then ``carried`` — those of the entries it
+    supersedes, so the fact keeps where it was first said."""
+    from acpmem.core.blocks import turns_text
+
+    out = list(base)
+    if turns and len(out) == 1 and out[0].block is None and out[0].turns is None:
+        seqs = cited_turns(text, turns)
+        if seqs:
+            out[0] = out[0].with_changes(turns=turns_text(seqs))
+    for c in carried:
+        if c not in out:
+            out.append(c)
+    return tuple(out[:CITATIONS_MAX])
+
+
+CITATIONS_MAX = 16   # an entry superseding a chain of entries keeps at most this many citations
+
+
 def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names: set[str], *,
                      citations: tuple[Citation, ...] | None = None, shown: list[Entry] | None = None,
-                     from_text: bool = False) -> _Draft:
+                     from_text: bool = False, turns: list[tuple[int, set[str]]] | None = None) -> _Draft:
     """Turn the model's tool calls into entries. A malformed ``memory_write`` (bad JSON, content missing or
     oversize) or a native call to a tool we never offered rejects the whole answer (``ExtractionError`` reason
     ``malformed_call``: the request is retried); calls to the host's own tools are ignored (a one-shot fork cannot
@@ -447,7 +549,10 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
     its own type supersedes that entry when it says more and the supersede rules above allow it, and is dropped
     with a note otherwise (one of another type is kept, with a note); a
     write that contradicts an entry is written as a proposal (superseding it once a person accepts it, when the
-    rules allow), so ``acp memory review`` shows both claims."""
+    rules allow), so ``acp memory review`` shows both claims.
+
+    ``turns`` (``conversation_turns``): each entry's citation names the turns it rests on (``cited_turns``); an
+    entry that supersedes others keeps their citations too."""
     from acpmem.core.tools import default_layer, parse_write_args
     from acpmem.write.answers import normalize_write_args
 
@@ -487,6 +592,7 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
                      or " ".join(args.content.split()) == " ".join(e.body.split())), None)
         if same is not None:
             draft.notes.append(f"a write repeating #{same.id} ({one_line(same.title)[:60]}) was dropped")
+            draft.repeats += 1
             continue
         layer = args.layer or default_layer(req.type)
         if layer not in layers or req.type not in layers[layer].settings.types:
@@ -513,9 +619,10 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
             if verdict == "drop":
                 continue
             propose = verdict == "propose"
-        entry = _new_entry(vault, req, draft, taken, title=title, body=content,
-                           citations=citations or (Citation(req.session, req.seq),), extractor=extractor,
-                           supersedes=tuple(sup), layer=layer)
+        cites = _entry_citations(citations or (Citation(req.session, req.seq),), f"{title}\n{content}", turns,
+                                 tuple(c for old in sup for c in known[old].citation))
+        entry = _new_entry(vault, req, draft, taken, title=title, body=content, citations=cites,
+                           extractor=extractor, supersedes=tuple(sup), layer=layer)
         if propose:   # what a proposal supersedes is only named in it until a person accepts it
             draft.propose.add(entry.id)
         else:
@@ -746,31 +853,42 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
                 return deferred
             notes: list[str] = []
             rel = related_entries(vault, req.note)
-            ctx = vault.settings.extraction.context_tokens or llm.served_context(config)
-            body = build_body(vault, req, config.model, transcript=t, related=rel, context_tokens=ctx, notes=notes)
-            say(req.id, f"calling {config.model}")
-            try:
-                result = llm.call_chat(config, body)
-            except ExtractionError as exc:
-                costs.append(state, costs.record(None, at=now, request=req.id, session=req.session, error=exc,
-                                                 model=config.model))
-                raise
-            host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write", "memory_nothing"}
-            try:
-                reading = read_reply(result)
-                draft = draft_from_calls(vault, req, reading.calls, label, host_names, citations=cites, shown=rel,
-                                         from_text=reading.source != "tool_calls")
-                draft.notes[:0] = notes + list(reading.notes)
-                if not draft.writes and reading.nothing is None:
-                    raise _unusable(result, "the answer has no memory_write call and does not say nothing to keep"
-                                    + (f" (it called {', '.join(sorted(set(draft.ignored)))})" if draft.ignored
-                                       else ""))
-            except ExtractionError as exc:
-                costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=0,
-                                                 error=exc))
-                raise
-            costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
-                                             entries=len(draft.entries)))
+            shown = rel
+            for again in (False, True):
+                # the second pass: every write of the first repeated an entry shown as related (small models
+                # copy what they were shown instead of reading the conversation); asked once more without them,
+                # the repeats still checked against them
+                body = fork_body(vault, req, config, transcript=t, related=[] if again else rel, notes=notes)
+                say(req.id, f"calling {config.model}")
+                try:
+                    result = llm.call_chat(config, body)
+                except ExtractionError as exc:
+                    costs.append(state, costs.record(None, at=now, request=req.id, session=req.session, error=exc,
+                                                     model=config.model))
+                    raise
+                host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write",
+                                                                                      "memory_nothing"}
+                try:
+                    reading = read_reply(result)
+                    draft = draft_from_calls(vault, req, reading.calls, label, host_names, citations=cites,
+                                             shown=shown, from_text=reading.source != "tool_calls",
+                                             turns=conversation_turns(req, t))
+                    draft.notes[:0] = notes + list(reading.notes)
+                    if not draft.writes and reading.nothing is None:
+                        raise _unusable(result, "the answer has no memory_write call and does not say nothing to "
+                                        "keep" + (f" (it called {', '.join(sorted(set(draft.ignored)))})"
+                                                  if draft.ignored else ""))
+                except ExtractionError as exc:
+                    costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
+                                                     entries=0, error=exc))
+                    raise
+                costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
+                                                 entries=len(draft.entries)))
+                if again or not rel or draft.entries or not draft.writes or draft.repeats < draft.writes:
+                    break
+                notes = [n for n in draft.notes] + ["every write repeated an entry shown as related: asked "
+                                                    "again without the related entries"]
+            draft.notes = list(dict.fromkeys(draft.notes))
             if reading.nothing is not None:
                 draft.notes.append(f"memory_nothing: {reading.nothing}")
         usage = _usage(result)

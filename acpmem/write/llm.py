@@ -37,7 +37,7 @@ BACKOFF_CAP = 20.0
 MAX_RETRY_AFTER = 60.0           # a server that asks for a longer wait is not waited for: the request stays pending
 _NOT_OURS = frozenset({"extractor", "max_entry_bytes", "retry_base_seconds", "max_attempts", "max_tokens_per_day",
                        "max_requests_per_hour", "max_tokens", "context_tokens",
-                       "max_entries_per_answer"})   # read elsewhere
+                       "max_entries_per_answer", "temperature"})   # read elsewhere
 
 
 class ModelConfig(Value):
@@ -48,6 +48,7 @@ class ModelConfig(Value):
     api_key: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     max_retries: int = DEFAULT_MAX_RETRIES
+    stream: bool = False     # streamed: the timeout is the longest silence, not the whole answer
     _hidden = ("api_key",)
 
     @property
@@ -63,7 +64,7 @@ class ModelConfig(Value):
     def describe(self) -> dict:
         """The config as shown to a user (``extract --dry-run``, ``stats``): no secret."""
         return {"base_url": self.base_url or OPENAI_URL, "model": self.model, "api_key": "set" if self.api_key else None,
-                "timeout": self.timeout, "max_retries": self.max_retries}
+                "timeout": self.timeout, "max_retries": self.max_retries, "stream": self.stream}
 
 
 class ToolCall(Value):
@@ -112,12 +113,14 @@ def resolve_model_config(settings: Mapping[str, Any] | Any | None = None,
     ``OPENAI_BASE_URL``, ``OPENAI_MODEL`` and the key variable fill what they leave out. ``env`` defaults to
     ``os.environ``. An endpoint on this machine (``is_local``) whose timeout is left at the default 60 s gets
     ``local_timeout_seconds`` (default 900 s) instead: CPU inference of a cold fork prompt takes minutes.
+    ``stream`` (auto | on | off, or a bool): the call is streamed (``call_chat``); auto streams to a local endpoint.
     """
     s = dict(settings or {})
     if "timeout_seconds" in s:   # the name acpmem.toml uses
         s["timeout"] = s.pop("timeout_seconds")
     e = os.environ if env is None else env
     local_timeout = s.pop("local_timeout_seconds", DEFAULT_LOCAL_TIMEOUT)
+    stream = s.pop("stream", "auto")
     unknown = set(s) - {"base_url", "model", "api_key", "api_key_env", "timeout", "max_retries"} - _NOT_OURS
     if unknown:
         raise SettingsError(f"Unknown extraction setting(s): {', '.join(sorted(unknown))}",
@@ -144,7 +147,10 @@ def resolve_model_config(settings: Mapping[str, Any] | Any | None = None,
     retries = s.get("max_retries", DEFAULT_MAX_RETRIES)
     if isinstance(retries, bool) or not isinstance(retries, int) or not (0 <= retries <= 10):
         raise SettingsError(f"Extraction max_retries must be an integer 0..10, got {retries!r}", "fix acpmem.toml")
-    return ModelConfig(base_url, model, api_key, float(timeout), retries)
+    if stream not in (True, False, "auto", "on", "off"):
+        raise SettingsError(f"Extraction stream must be auto, on or off, got {stream!r}", "fix acpmem.toml")
+    streamed = stream is True or stream == "on" or (stream == "auto" and is_local(base_url))
+    return ModelConfig(base_url, model, api_key, float(timeout), retries, streamed)
 
 
 def is_local(base_url: str | None) -> bool:
@@ -269,9 +275,16 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
 
     ``model`` is filled from the config only when the body has none. Retries 429, 5xx and connection errors up to
     ``config.max_retries`` times with exponential backoff and jitter, honouring ``Retry-After``/``retry-after-ms``; a
-    timeout is not retried here (the pending queue retries the request later). ``clock`` measures latency, ``sleep``
+    timeout is not retried here (the pending queue retries the request later).
+
+    A body with ``stream: true`` (``stream_body``; the fork sends one when ``config.stream``): the chunks are put
+    together into the one answer a plain call gets, and ``config.timeout`` is the longest silence — from the
+    request to the first chunk (the prompt's processing) and between chunks — so a long answer still arriving is
+    never cut off. An endpoint that answers a streamed request with plain JSON is read as such; one that rejects
+    streaming (HTTP 400/422 naming it) is asked again without it, in the same attempt. ``clock`` measures latency, ``sleep``
     waits between attempts, ``rng`` draws the jitter. Raises ``ExtractionError`` whose ``data`` has ``reason``
-    (no_endpoint, timeout, rate_limited, server_error, connection, rejected, bad_response), ``attempts``,
+    (no_endpoint, timeout, rate_limited, server_error, connection, rejected, bad_response, repetition: a streamed
+    answer caught repeating itself is stopped there, not at ``max_tokens``), ``attempts``,
     ``retryable``, ``status`` and ``latency_s`` (the time spent before giving up).
     """
     if not config.configured:
@@ -280,9 +293,7 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
                               "set OPENAI_API_KEY (and OPENAI_MODEL / OPENAI_BASE_URL for other endpoints), "
                               "set [extraction] in acpmem.toml, or use --extractor offline",
                               reason="no_endpoint", attempts=0, retryable=False, status=None)
-    if body.get("stream"):
-        raise ExtractionError("Streaming answers are not supported for extraction", "drop 'stream' from the request",
-                              reason="rejected", attempts=0, retryable=False, status=None)
+    streamed = body.get("stream") is True
     if "model" not in body:
         body = {**body, "model": config.model}
     import openai
@@ -298,20 +309,34 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
             wait = None
             try:
                 with progress.waiting("waiting for the model"):   # said on a terminal after a few seconds
-                    data = client.post("/chat/completions", body=body, cast_to=object)
+                    data = _streamed(client, body) if streamed else \
+                        client.post("/chat/completions", body=body, cast_to=object)
             except (ValueError, openai.APIResponseValidationError) as exc:   # a body that is not JSON at all
                 raise _fail(f"Malformed answer from the endpoint: not JSON ({str(exc)[:80]})", "bad_response",
                             attempts, 200, "check the endpoint speaks OpenAI chat completions") from None
-            except openai.APITimeoutError:
-                raise _fail(f"Model call timed out after {config.timeout:g} s", "timeout", attempts, None,
+            except (openai.APITimeoutError, _StreamTimeout):
+                what = f"sent no token for {config.timeout:g} s" if streamed else f"timed out after {config.timeout:g} s"
+                raise _fail(f"Model call {what}", "timeout", attempts, None,
                             "raise [extraction] timeout or try a faster model; the request stays pending") from None
             except openai.APIConnectionError as exc:
                 reason, status, detail = "connection", None, str(exc.__cause__ or exc)
+            except _StreamBroken as exc:
+                reason, status, detail = "connection", None, STREAM_BROKE + str(exc)
+            except _StreamLoop as exc:
+                err = _fail(f"The answer repeats itself: stopped after {exc.args[0]} chunks", "repetition",
+                            attempts, None, "the request stays pending; its retry samples warmer")
+                err.data["text"] = exc.args[1]   # what it wrote until then, for doctor and extract --failed
+                raise err from None
             except (ValueError, RecursionError):   # an answer that is no JSON, or JSON Python cannot read
                 raise _fail("Malformed answer from the endpoint: not JSON acpmem can read", "bad_response", attempts,
                             200, "check the endpoint speaks OpenAI chat completions") from None
             except openai.APIStatusError as exc:
                 status = exc.status_code
+                if streamed and status in (400, 422) and "stream" in _error_text(exc).lower():
+                    streamed = False   # "stream not supported": the same request, plain
+                    body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+                    attempts -= 1
+                    continue
                 if status != 429 and status < 500:
                     raise _fail(f"Endpoint rejected the request: HTTP {status} {_error_text(exc)}", "rejected",
                                 attempts, status, _rejected_hint(status)) from None
@@ -329,6 +354,138 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
         raise
     finally:
         client.close()
+
+
+def stream_body(body: dict) -> dict:
+    """``body`` asking for a streamed answer, its usage in the last chunk."""
+    return {**body, "stream": True, "stream_options": {"include_usage": True}}
+
+
+LOOP_CHECK_EVERY = 16   # chunks between two looks for a loop
+LOOP_TAIL = 60          # the answer's last characters, looked for earlier in it
+LOOP_TIMES = 4          # the same stretch this many times in a row at the end: a loop
+
+
+def _looping(answer: dict) -> bool:
+    """True when the answer so far ends in one stretch written ``LOOP_TIMES`` times in a row (of at least
+    ``LOOP_TAIL`` characters): a small model at temperature 0 caught in a repetition loop, which would only stop at
+    ``max_tokens``. Several calls in one answer repeat their JSON around different content, so are no loop."""
+    text = "".join(answer["content"]) + "".join(c["function"]["arguments"] for c in answer["calls"].values())
+    n = len(text)
+    if n < LOOP_TAIL * LOOP_TIMES:
+        return False
+    j = text.rfind(text[-LOOP_TAIL:], 0, n - 1)
+    period = n - LOOP_TAIL - j if j >= 0 else 0
+    if period < LOOP_TAIL or period * LOOP_TIMES > n:
+        return False
+    block = text[n - period:]
+    return text[n - period * LOOP_TIMES:] == block * LOOP_TIMES
+
+
+class _StreamLoop(Exception):
+    """The streamed answer repeats itself: stopped."""
+
+
+class _StreamTimeout(Exception):
+    """No chunk for the whole timeout."""
+
+
+class _StreamBroken(Exception):
+    """The stream ended or broke before the answer was complete."""
+
+
+def _streamed(client, body: dict) -> dict:
+    """One streamed call, its chunks put together into a chat completion (``_parse`` reads it like a plain one).
+    The client's read timeout is the silence allowed between chunks (and before the first)."""
+    import openai
+
+    httpx = _transport()
+    stream = client.post("/chat/completions", body=body, cast_to=object, stream=True,
+                         stream_cls=openai.Stream[object])
+    answer = {"content": [], "calls": {}, "finish": None, "usage": None, "model": None, "extra": {}}
+    try:
+        kind = stream.response.headers.get("content-type", "")
+        if "event-stream" not in kind:   # a server that ignored "stream": its plain answer
+            return json.loads(stream.response.read())
+        done = False
+        for n, chunk in enumerate(stream):
+            if not isinstance(chunk, dict):
+                continue
+            _add_chunk(answer, chunk)
+            done = done or answer["finish"] is not None
+            if not done and n % LOOP_CHECK_EVERY == 0 and _looping(answer):
+                raise _StreamLoop(n, "".join(answer["content"]))
+        if not done:
+            raise _StreamBroken("the stream ended before the answer finished")
+    except (httpx.TimeoutException, openai.APITimeoutError):
+        raise _StreamTimeout() from None
+    except (httpx.TransportError, httpx.StreamError) as exc:
+        raise _StreamBroken(f"the stream broke: {exc}") from None
+    except openai.APIError as exc:   # an error sent as a chunk
+        if isinstance(exc, (openai.APIStatusError, openai.APIConnectionError)):
+            raise
+        raise _StreamBroken(f"the endpoint sent an error in the stream: {str(exc)[:200]}") from None
+    finally:
+        stream.close()
+    message: dict = {"role": "assistant", "content": "".join(answer["content"]) if answer["content"] else None}
+    if answer["calls"]:
+        message["tool_calls"] = [answer["calls"][i] for i in sorted(answer["calls"])]
+    out = {"object": "chat.completion", "model": answer["model"] or body.get("model"),
+           "choices": [{"index": 0, "message": message, "finish_reason": answer["finish"]}],
+           **answer["extra"]}
+    if answer["usage"] is not None:
+        out["usage"] = answer["usage"]
+    return out
+
+
+def _transport():
+    """The HTTP library the installed ``openai`` client runs on (``httpx``, or ``httpx2`` in newer releases): a
+    stream's read timeout and broken connection are its exceptions, raised while the chunks are read."""
+    import importlib
+
+    from openai import _base_client
+
+    for name in ("httpx", "httpx2"):
+        mod = getattr(_base_client, name, None)
+        if mod is not None and hasattr(mod, "TimeoutException"):
+            return mod
+    return importlib.import_module("httpx")
+
+
+def _add_chunk(answer: dict, chunk: dict) -> None:
+    """One streamed chunk added to the answer being put together: text pieces, tool-call pieces by index (the id
+    and name from the first, the arguments joined), the finish reason, the usage (the last chunk's), the model, and
+    what else the server sends beside (llama-server's ``timings``)."""
+    if chunk.get("model"):
+        answer["model"] = chunk["model"]
+    if isinstance(chunk.get("usage"), dict):
+        answer["usage"] = chunk["usage"]
+    for key in ("timings", "id", "created", "system_fingerprint"):
+        if key in chunk:
+            answer["extra"][key] = chunk[key]
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            continue
+        if choice.get("finish_reason"):
+            answer["finish"] = choice["finish_reason"]
+        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        if isinstance(delta.get("content"), str):
+            answer["content"].append(delta["content"])
+        for piece in delta.get("tool_calls") or ():
+            if not isinstance(piece, dict):
+                continue
+            i = piece.get("index", len(answer["calls"]))
+            call = answer["calls"].setdefault(i, {"id": None, "type": "function",
+                                                  "function": {"name": "", "arguments": ""}})
+            if piece.get("id"):
+                call["id"] = piece["id"]
+            fn = piece.get("function") if isinstance(piece.get("function"), dict) else {}
+            if isinstance(fn.get("name"), str):
+                call["function"]["name"] += fn["name"]
+            if isinstance(fn.get("arguments"), str):
+                call["function"]["arguments"] += fn["arguments"]
+            elif isinstance(fn.get("arguments"), dict):   # some servers send the object whole
+                call["function"]["arguments"] = json.dumps(fn["arguments"], ensure_ascii=False)
 
 
 def _backoff(attempt: int, rng: random.Random) -> float:
@@ -384,11 +541,16 @@ def _give_up_message(reason: str, status: int | None, attempts: int, detail: str
         return f"Rate limited after {tries}"
     if reason == "server_error":
         return f"HTTP {status} after {tries}" + (f": {detail}" if detail else "")
+    if detail.startswith(STREAM_BROKE):
+        return f"The streamed answer broke off ({detail[len(STREAM_BROKE):]}) after {tries}"
     return f"Cannot connect to {config.base_url or OPENAI_URL} after {tries}"
 
 
+STREAM_BROKE = "stream: "
+
+
 def _fail(message: str, reason: str, attempts: int, status: int | None, hint: str) -> ExtractionError:
-    retryable = reason in ("timeout", "rate_limited", "server_error", "connection")
+    retryable = reason in ("timeout", "rate_limited", "server_error", "connection", "repetition")
     return ExtractionError(message, hint, reason=reason, attempts=attempts, retryable=retryable, status=status)
 
 
