@@ -865,6 +865,8 @@ def toml_text():
 def _settings_problem(s) -> str | None:
     for name in ("score", "index", "surface", "recall", "extraction", "git", "layers"):
         for k, val in s.__dict__[name].to_json().items():
+            if (name, k) == ("extraction", "temperature") and val == -1:
+                continue   # the documented "not sent" value
             if isinstance(val, float) and not math.isfinite(val):
                 return f"{name}.{k} = {val}"
             if isinstance(val, (int, float)) and not isinstance(val, bool) and (val < 0 or val > 10**12):

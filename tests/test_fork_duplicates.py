@@ -90,7 +90,8 @@ def test_the_words_miss_a_paraphrase_the_vectors_catch(vault, openai_server):
         v = pd.configure(v, similarity="auto")
         openai_server.enqueue(reply.writes(reply.write(text, title="Dates in the database are UTC")))
         before = len(v.load().live())
-        out = run(v, submit(v, note="dates UTC database", type="fact"))
+        # the note shares two words with the old entry, so the fork is shown it (fork.shares_words)
+        out = run(v, submit(v, note="timestamps stored as UTC dates", type="fact"))
         assert len(v.load().live()) == before, out.notes         # not a second entry: it took the old one's place
         assert out.superseded == tuple(e.id for e in v.load().entries if e.title == "Timestamps are stored in UTC")
         assert any("Timestamps are stored in UTC" in n and "cosine" in n for n in out.notes), out.notes
