@@ -39,6 +39,7 @@ import pytest
 import crashpoints as cp
 from helpers_proc import fsck, git_out, make_entry
 from openai_server import fake_openai, reply
+from acpmem.write.requests import pending_dir
 
 ACP = Path(sys.executable).parent / "acp"
 CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
@@ -263,7 +264,7 @@ def _follow_ups(world, op: str, where: Path, k: int, z: cp.Zygote) -> list[str]:
         # design, as for a merge a person left), so `sync` comes first; and last, so the remote holds everything
         order = [("sync",), *order, ("sync",)]
     for args in order:
-        if args == ("extract", "--pending") and not list((vault / ".acpmem" / "pending").glob("r-*.json")):
+        if args == ("extract", "--pending") and not list(pending_dir(vault / ".acpmem").glob("r-*.json")):
             continue   # nothing left pending: it would do nothing
         step(*args)
     return said
@@ -318,7 +319,7 @@ def _exactly_once(op: str, entries: list[dict], vault: Path, user: Path, remote:
             assert len(per_layer["project"]) <= 1 and len(per_layer["user"]) <= 1 and mine, (ctx, rid, mine)
             if op == "two-layer":
                 assert len(per_layer["project"]) == 1 and len(per_layer["user"]) == 1, (ctx, rid, mine)
-        assert not list((vault / ".acpmem" / "pending").glob("r-*.json")), ctx   # extracted by the follow-up
+        assert not list(pending_dir(vault / ".acpmem").glob("r-*.json")), ctx   # extracted by the follow-up
         if op == "worker":
             assert "r-crashwkr0" in reqs, ctx
     elif op == "remember":

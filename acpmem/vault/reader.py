@@ -137,7 +137,7 @@ class VaultReader:
                                 "sync` from there")
 
     def ensure_state(self) -> None:
-        for sub in ("", layout.LOCKS_DIR, layout.SESSIONS_DIR, layout.PENDING_DIR):
+        for sub in ("", layout.LOCKS_DIR, layout.SESSIONS_DIR):
             (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
         if self.read_only:
             (self.state_dir / READ_ONLY_NOTICE).touch()
