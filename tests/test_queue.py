@@ -356,3 +356,20 @@ def test_the_queue_of_a_linked_worktree_is_in_its_own_git_folder(vault, tmp_path
                             text=True, check=True).stdout.strip()
     assert home == Path(gitdir) / "acpmem" and home != requests.queue_home(v.state_dir)
     v.close()
+
+
+def test_a_fifo_in_the_queue_is_named_not_read(vault):
+    """A FIFO where a request file should be (in the queue or in the old place it is moved from) is reported as
+    not a valid request file; nothing waits on it."""
+    v = configure(vault, extractor="offline")
+    folder = pending_dir(v.state_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(folder / "r-fifo0001.json")
+    (v.state_dir / "pending").mkdir(parents=True, exist_ok=True)
+    os.mkfifo(v.state_dir / "pending" / "r-fifo0002.json")
+    r = subprocess.run([str(ACP), "memory", "--vault", str(v.root), "doctor"], capture_output=True, text=True,
+                       timeout=60)
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    for name in ("r-fifo0001.json", "r-fifo0002.json"):
+        assert f"{folder / name} is not a valid request file" in r.stdout, r.stdout
+    v.close()

@@ -229,6 +229,17 @@ def _adopt_old(state_dir: Path, request_id: str | None = None) -> None:
             _adopt(old / name, new / name)
 
 
+MAX_REQUEST_BYTES = 16_000_000   # a request file is a few KB; a hand-made one this large is not one acpmem wrote
+
+
+def _read(path: Path) -> str:
+    """A request file's text: a regular file only (a FIFO is never opened), at most ``MAX_REQUEST_BYTES``."""
+    data = read_regular(path, MAX_REQUEST_BYTES + 1)
+    if len(data) > MAX_REQUEST_BYTES:
+        raise ValueError(f"larger than {MAX_REQUEST_BYTES // 1_000_000} MB")
+    return data.decode("utf-8")
+
+
 def _encode(req: Request) -> bytes:
     return (json.dumps(req.to_json(), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
 
@@ -251,13 +262,13 @@ def load_request(state_dir: Path, request_id: str) -> Request | None:
     _adopt_old(state_dir, check_request_id(request_id))
     path = pending_dir(state_dir) / f"{request_id}.json"
     try:
-        req = Request.from_json(json.loads(path.read_text("utf-8")))
+        req = Request.from_json(json.loads(_read(path)))
         if req.id != request_id:
             raise ValueError(f"it holds request {req.id!r:.80}")
         return req
     except FileNotFoundError:
         return None
-    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError, NotRegularFile) as exc:
         raise AcpmemError(f"{path}: not a valid request file ({str(exc)[:200]})",
                           "delete it, or fix it by hand; `acp memory stats` lists the requests") from None
 
@@ -273,7 +284,7 @@ def list_requests(state_dir: Path) -> tuple[list[Request], list[str]]:
         return [], []
     for name in names:
         try:
-            req = Request.from_json(json.loads((folder / name).read_text("utf-8")))
+            req = Request.from_json(json.loads(_read(folder / name)))
             if f"{check_request_id(req.id)}.json" != name:   # the worker would look for another file, for ever
                 raise ValueError(f"the request id {req.id!r:.80} is not the file's name")
             out.append(req)
@@ -281,7 +292,7 @@ def list_requests(state_dir: Path) -> tuple[list[Request], list[str]]:
             continue   # finished meanwhile
         except UsageError:
             broken.append(name)
-        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError, NotRegularFile):
             broken.append(name)
     out.sort(key=lambda r: (r.created, r.id))
     return out, broken
@@ -292,7 +303,7 @@ def remove_request(state_dir: Path, request_id: str) -> None:
     (folder / f"{request_id}.json").unlink(missing_ok=True)
     fsync_dir(folder)
     old = _old_pending_dir(state_dir)
-    if old is not None:
+    if old is not None and os.path.lexists(old / f"{request_id}.json"):   # a copy an older acpmem wrote there
         (old / f"{request_id}.json").unlink(missing_ok=True)
 
 
