@@ -1,4 +1,5 @@
-"""The per-turn commands — ``list``, ``recall``, ``commit`` and ``hook claude-code`` — as plain functions.
+"""The per-turn commands — ``list``, ``recall``, ``commit`` and ``hook claude-code`` — as plain functions (and, from
+``acpmem.cli.reads``, ``show``, ``surface``, ``score`` and ``stats``).
 
 Each typer command of these (``acpmem.cli.commands_*``) passes its parameters through to the function here
 unchanged, and the fast path (``acpmem.cli.fast``) calls the same function with the same parameters parsed from a
@@ -14,6 +15,7 @@ import sys
 from enum import Enum
 from pathlib import Path
 
+from acpmem.cli import reads
 from acpmem.cli.output import emit_warnings, is_tty, out, out_json, warn
 
 
@@ -184,7 +186,8 @@ def hook_claude_code(*, vault: Path | None) -> int:
     return a.exit_code
 
 
-IMPLS = {"list": list_cmd, "recall": recall_cmd, "commit": commit_cmd, "hook claude-code": hook_claude_code}
+IMPLS = {"list": list_cmd, "recall": recall_cmd, "commit": commit_cmd, "hook claude-code": hook_claude_code,
+         **reads.IMPLS}
 
 
 def call(name: str, params: dict, group_vault: str | None = None) -> int:

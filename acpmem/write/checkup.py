@@ -65,7 +65,7 @@ def check_requests(vault, add) -> None:
         add("warning", f"{len(deferred)} request(s) deferred: over the extraction budget ({why}); they are "
             f"extracted from {min(r.next_attempt or '' for r in deferred)} on",
             "wait, or raise [extraction] max_tokens_per_day / max_requests_per_hour in acpmem.toml")
-    from acpmem.vault.review import proposals
+    from acpmem.vault.proposals import proposals
 
     good, bad = proposals(vault)
     for rel, why in bad:
