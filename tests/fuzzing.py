@@ -974,6 +974,7 @@ def fuzz_state_files(ctx: Ctx, n: int) -> int:
         paths = {"reads": root / "reads" / "fuzz-teammate.tsv", "log": state / "reads.log",
                  "request": pending_dir(state) / f"{rid}.json", "costs": state / "costs.jsonl"}
         paths["reads"].parent.mkdir(exist_ok=True)
+        paths["request"].parent.mkdir(parents=True, exist_ok=True)
         for key, path in paths.items():
             path.write_bytes(files[key].encode("utf-8", "surrogatepass"))
         v = Vault(root)

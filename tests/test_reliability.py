@@ -24,6 +24,7 @@ import helpers_proc as hp
 from acpmem.vault import health, reader, resident
 from acpmem.core.errors import AcpmemError, GitStateError
 from acpmem.vault.writer import Vault
+from acpmem.write.requests import pending_dir
 
 heavy = pytest.mark.heavy  # the slow ones; they still run in the default `pytest`
 
@@ -615,8 +616,6 @@ def test_deleting_acpmem_while_writers_run_loses_no_acknowledged_request(vault, 
     """4 processes x 5 `commit` (each a durable request for the background worker) while another process deletes
     `.acpmem/` over and over: every request that was acknowledged is committed exactly once (after `extract
     --pending` takes what a worker left), and no command ends in an internal error."""
-    from acpmem.write.requests import pending_dir
-
     root = vault.root
     vault.close()
     toml = root / "acpmem.toml"   # an attempt that met a deleted index is retried soon, not in 15 s
