@@ -14,6 +14,7 @@ Used by ``tests/test_crash_points.py`` (every step of every write operation) and
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -28,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 HOOK = r"""
 import json as _json, os as _os, sys as _sys
 _steps = []
+_sites = []
 _armed = [False]
 _W = _os.O_WRONLY | _os.O_RDWR | _os.O_CREAT | _os.O_TRUNC | _os.O_APPEND
 _READ_GIT = {"log", "var", "status", "rev-parse", "ls-files", "ls-tree", "show", "cat-file", "diff", "merge-base",
@@ -78,7 +80,7 @@ def _what(event, args):
     if event == "acpmem.fsync":
         return ("fsync " + args[0]) if _in(args[0]) else None
     if event == "acpmem.git":
-        return ("libgit2 " + args[0]) if _in(args[1]) else None
+        return ("libgit2 " + args[0] + " " + args[1]) if _in(args[1]) else None
     if event == "subprocess.Popen":
         return _git_step(args[1])
     if event == "os.posix_spawn":
@@ -98,16 +100,28 @@ def _hook(event, args):
     if what is None:
         return
     _steps.append(what)
+    if _cfg.get("log"):
+        _sites.append(_site())
     if len(_steps) == _cfg["at"] or _armed[0]:
         _os.kill(_os.getpid(), 9)
     if _cfg.get("after") and _cfg["after"] in what:
         _armed[0] = True
 
+def _site():
+    # where in acpmem the step comes from: the three innermost frames outside the file layer and the git runner
+    f, out = _sys._getframe(2), []
+    while f is not None and len(out) < 3:
+        fn = f.f_code.co_filename
+        if "/acpmem/" in fn and "/acpmem/infra/" not in fn and not fn.endswith("/gitrun.py"):
+            out.append(fn.rsplit("/acpmem/", 1)[1] + ":" + str(f.f_lineno))
+        f = f.f_back
+    return " < ".join(out)
+
 def _save():
     if _cfg.get("log"):
         _busy[0] = True
         with open(_cfg["log"], "w") as f:
-            _json.dump(_steps, f)
+            _json.dump({"steps": _steps, "sites": _sites}, f)
 
 """
 
@@ -124,8 +138,15 @@ WORKER = PRELUDE + "\nfrom acpmem.write.worker import worker_main\nworker_main(_
 
 
 class Run:
-    def __init__(self, p: subprocess.CompletedProcess, steps: list[str] | None) -> None:
-        self.code, self.out, self.err, self.steps = p.returncode, p.stdout, p.stderr, steps
+    """A finished child: exit code (negative: the signal), output, and with ``count`` the steps it took
+    (``steps``) and where in acpmem each came from (``sites``: the innermost frames outside the file layer)."""
+
+    def __init__(self, p: subprocess.CompletedProcess, log: dict | list | None) -> None:
+        self.code, self.out, self.err = p.returncode, p.stdout, p.stderr
+        if isinstance(log, dict):
+            self.steps, self.sites = log["steps"], log["sites"]
+        else:
+            self.steps, self.sites = log, None
 
     @property
     def killed(self) -> bool:
@@ -144,8 +165,8 @@ def run(argv: list[str], *, inside: list[Path], env: dict | None = None, at: int
         count.unlink(missing_ok=True)
     p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=full, cwd=cwd,
                        timeout=timeout)
-    steps = json.loads(count.read_text()) if count and count.exists() else None
-    return Run(p, steps)
+    log = json.loads(count.read_text()) if count and count.exists() else None
+    return Run(p, log)
 
 
 # --------------------------------------------------------------------------------------------- the zygote
@@ -166,10 +187,15 @@ for _m in pkgutil.walk_packages(acpmem.__path__, "acpmem."):   # every module, a
 import acpmem.cli.main
 from acpmem.core.redact import redact
 redact("warm-up AKIAIOSFODNN7EXAMPLE", deep=True)   # the secret scanner's plugins, loaded on first use
-try:
-    import pygit2, openai, httpx  # noqa: F401
-except ImportError:
-    pass
+# and what the commands import on first use (found by comparing sys.modules before and after each command): each
+# forked child would import it again, ~0.1 s a command
+for _m in ("pygit2", "openai", "httpx", "typer._adapters", "typer._click.decorators", "Stemmer", "snowballstemmer",
+           "h11", "httpcore2", "httpcore2._sync.connection_pool", "httpcore2._sync.http11", "truststore",
+           "encodings.ascii", "encodings.utf_8_sig"):
+    try:
+        importlib.import_module(_m)
+    except ImportError:
+        pass
 HOOK = sys.stdin.readline() and json.loads(sys.stdin.readline())
 for line in sys.stdin:
     job = json.loads(line)
@@ -238,9 +264,9 @@ class Zygote:
         self.p.stdin.flush()
         status = json.loads(self.p.stdout.readline())["status"]
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        steps = json.loads(log.read_text()) if count and log.exists() else None
+        saved = json.loads(log.read_text()) if count and log.exists() else None
         r = Run(subprocess.CompletedProcess(argv, code, out.read_text(errors="replace"),
-                                            err.read_text(errors="replace")), steps)
+                                            err.read_text(errors="replace")), saved)
         for f in (out, err, log):
             f.unlink(missing_ok=True)
         return r
@@ -264,4 +290,34 @@ def helpers_of(root: Path) -> list[int]:
             continue
         if needle in cmd and state != "Z" and b"worker_main(" in cmd:
             out.append(int(d))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- distinct kill points
+
+_TEMP = re.compile(r"\.\d+\.[0-9a-f]{8}\.tmp\b")            # atomic_write's temp files: .NAME.PID.RANDOM.tmp
+_OBJECT = re.compile(r"objects/[0-9a-f]{2}/[0-9a-f]{6,}")    # a loose git object
+_GIT_TEMP = re.compile(r"(tmp_obj_|tmp_pack_|tmp_idx_)\w+")
+
+
+def step_kind(step: str, where: Path) -> str:
+    """A step without what differs between runs of the same state: the copy's folder, a temp file's pid and random
+    part, an object's hash."""
+    s = step.replace(str(where), "<copy>")
+    s = _TEMP.sub(".<pid>.tmp", s)
+    s = _OBJECT.sub("objects/<object>", s)
+    return _GIT_TEMP.sub(r"\1<tmp>", s)
+
+
+def distinct_points(steps: list[str], sites: list[str], where: Path) -> list[int]:
+    """The kill points (1-based step numbers) that stand for all: the first step of each distinct (kind of step,
+    file, call site) — a step repeated at the same place in the code on the same file leaves the same kind of state
+    behind (e.g. the pack files git writes one after another)."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for k, (step, site) in enumerate(zip(steps, sites), 1):
+        key = (step_kind(step, where), site)
+        if key not in seen:
+            seen.add(key)
+            out.append(k)
     return out

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings, strategies as st
+from acpmem.write.requests import pending_dir
 
 HERE = Path(__file__).resolve().parent
 CHAT = HERE / "fixtures" / "transcripts" / "openai_chat.json"
@@ -155,7 +156,7 @@ DOCTOR_EVERY = 10
 
 
 def clear_pending(root: Path) -> None:
-    for p in (root / ".acpmem" / "pending").glob("*.json"):
+    for p in pending_dir(root / ".acpmem").glob("*.json"):
         p.unlink()
 
 
@@ -974,8 +975,9 @@ def fuzz_state_files(ctx: Ctx, n: int) -> int:
             request = _dump({**request, "id": rid} if request.get("id") == REQUEST["id"] else request)
         files = {**files, "request": request}
         paths = {"reads": root / "reads" / "fuzz-teammate.tsv", "log": state / "reads.log",
-                 "request": state / "pending" / f"{rid}.json", "costs": state / "costs.jsonl"}
+                 "request": pending_dir(state) / f"{rid}.json", "costs": state / "costs.jsonl"}
         paths["reads"].parent.mkdir(exist_ok=True)
+        paths["request"].parent.mkdir(parents=True, exist_ok=True)
         for key, path in paths.items():
             path.write_bytes(files[key].encode("utf-8", "surrogatepass"))
         v = Vault(root)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from acpmem.write.requests import pending_dir
 
 ACP = Path(sys.executable).parent / "acp"
 CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
@@ -120,11 +121,13 @@ def settle(root: Path, timeout: float = 120.0) -> None:
     as a reboot would: its request stays pending for the next worker."""
     from acpmem.infra import locks
 
-    state = root / ".acpmem" / "locks"
+    from acpmem.write import worker
+
+    state = root / ".acpmem"
     deadline = time.monotonic() + timeout
     while pids := helpers(root):
-        waiter = locks.holder(state / "worker-retry.flock")
-        if waiter in pids and locks.holder(state / "worker.flock") is None:
+        waiter = locks.holder(worker.retry_lock_path(state))
+        if waiter in pids and locks.holder(worker.lock_path(state)) is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(waiter, signal.SIGKILL)
         assert time.monotonic() < deadline, (root, "helpers still running", pids)
@@ -337,7 +340,7 @@ class TeamVault(RuleBasedStateMachine):
                 continue
             history = git(root, "log", "-p", "--format=", "HEAD", "--", "entries/", "proposals/")
             pending = " ".join(p.read_text("utf-8", errors="replace")
-                               for p in (root / ".acpmem" / "pending").glob("r-*.json"))
+                               for p in pending_dir(root / ".acpmem").glob("r-*.json"))
             for m in markers:
                 committed = f"+title: note {m}" in history or f"+title: 'note {m}" in history
                 assert committed != (m in pending), (c, m, committed, m in pending)

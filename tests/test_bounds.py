@@ -16,6 +16,7 @@ from acpmem.core import limits
 from acpmem.core.entryfile import parse_entry
 from acpmem.core.errors import AcpmemError, EntryInvalid, SettingsError, TranscriptError, UsageError
 from acpmem.vault.writer import Vault
+from acpmem.write.requests import pending_dir
 
 CHAT = str(Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json")
 TOO_BIG = "99999999999999999999"       # > 2**63 - 1: "Python int too large to convert to SQLite INTEGER"
@@ -129,7 +130,7 @@ def test_cli_commit_refuses_out_of_range_and_odd_numbers_before_writing(example_
         r = cli(*base, *extra)
         assert r.returncode == 2, (extra, r.stderr)
         assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1, r.stderr
-    assert not list((root / ".acpmem" / "pending").glob("*.json"))
+    assert not list(pending_dir(root / ".acpmem").glob("*.json"))
 
 
 def test_cli_score_seed_is_bounded(example_vault, cli):
@@ -158,7 +159,7 @@ def test_submit_and_make_request_refuse_out_of_range_seqs(vault):
         args = {"type": "fact", "note": "x", "importance": 5, "session": "s", "seq": 1, **kw}
         with pytest.raises(AcpmemError):
             submit(vault, **args)
-    assert not list((vault.state_dir / "pending").glob("*.json"))
+    assert not list(pending_dir(vault.state_dir).glob("*.json"))
     ok = submit(vault, type="fact", note="x", importance="7", session="s", seq=str(limits.MAX_SEQ))
     assert json.loads(Path(ok.path).read_text())["seq"] == limits.MAX_SEQ
 
@@ -257,7 +258,7 @@ def test_mcp_host_arguments_are_range_checked_by_the_real_server(example_vault, 
         assert text.startswith("Error: ") and "\n" not in text and "internal" not in text.lower(), (host, text)
         assert next(iter(host)) in text, (host, text)      # the bad value is named
     assert good.is_error is False and "Use SQLite WAL mode for the job queue" in good.content[0].text
-    assert not list((root / ".acpmem" / "pending").glob("*.json"))
+    assert not list(pending_dir(root / ".acpmem").glob("*.json"))
 
 
 def test_memory_service_checks_host_arguments_in_process(example_vault):
@@ -272,7 +273,7 @@ def test_memory_service_checks_host_arguments_in_process(example_vault):
             continue    # empty values mean "not given": the server's own session, transcript and seq
         with pytest.raises(AcpmemError):
             svc.call("memory_commit", args, meta)
-    assert not list((example_vault.state_dir / "pending").glob("*.json"))
+    assert not list(pending_dir(example_vault.state_dir).glob("*.json"))
 
 
 # ---------------------------------------------------------------------------------------------------------- acpmem.toml

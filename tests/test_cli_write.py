@@ -10,6 +10,7 @@ import pytest
 from openai_server import reply
 from acpmem.write import requests, submit, worker
 from test_fork import CHAT, SEQ, configure, fork_commits
+from acpmem.write.requests import pending_dir
 
 COMMIT = ("--type", "lesson", "--note", "re-entrant session.append", "--importance", "7", "--session", "s1",
           "--seq", "6", "--transcript", str(CHAT))
@@ -167,7 +168,7 @@ def test_commit_checks_the_transcript_at_call_time(vault, cli, tmp_path):
     bad_tools = cli("memory", "--vault", str(v.root), "commit", "--type", "lesson", "--note", "n", "--importance",
                     "5", "--session", "s", "--seq", "1", "--host-tools", str(tmp_path / "tools.json"))
     assert bad_tools.returncode == 1 and "no such tool definition file" in bad_tools.stderr
-    assert not list((v.state_dir / "pending").glob("r-*.json"))      # nothing was queued
+    assert not list(pending_dir(v.state_dir).glob("r-*.json"))      # nothing was queued
 
 
 def test_an_endpoint_without_a_model_uses_the_one_it_serves_or_says_what_to_set(vault, cli, openai_server):
@@ -179,7 +180,7 @@ def test_an_endpoint_without_a_model_uses_the_one_it_serves_or_says_what_to_set(
     openai_server.models = ["m-a", "m-b"]
     two = cli(*commit, env=env)
     assert two.returncode == 1 and two.stdout == "" and "serves 2 models (m-a, m-b)" in two.stderr
-    assert "OPENAI_MODEL" in two.stderr and not list((vault.state_dir / "pending").glob("r-*.json"))
+    assert "OPENAI_MODEL" in two.stderr and not list(pending_dir(vault.state_dir).glob("r-*.json"))
     openai_server.models = ["only-model"]
     openai_server.enqueue(reply.writes(reply.write("- Guard the append with the session lock.")))
     one = cli(*commit, "--wait", env=env)

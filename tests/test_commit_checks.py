@@ -24,6 +24,7 @@ from acpmem.core.errors import AcpmemError, TranscriptError
 from acpmem.infra import locks
 from acpmem.write import requests, submit, worker
 from test_fork import CHAT, configure, fork_commits
+from acpmem.write.requests import pending_dir
 
 FIX = Path(__file__).parent / "fixtures" / "transcripts"
 ACP = str(Path(sys.executable).parent / "acp")
@@ -35,7 +36,7 @@ def commit_args(transcript, seq: int = 6, *extra: str) -> tuple[str, ...]:
 
 
 def pending(v) -> list[Path]:
-    return sorted((v.state_dir / "pending").glob("r-*.json"))
+    return sorted(pending_dir(v.state_dir).glob("r-*.json"))
 
 
 def summary_chat(tmp_path: Path) -> Path:

@@ -39,18 +39,19 @@ import pytest
 import crashpoints as cp
 from helpers_proc import fsck, git_out, make_entry
 from openai_server import fake_openai, reply
+from acpmem.write.requests import pending_dir
 
 ACP = Path(sys.executable).parent / "acp"
 CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
 PERSON_COMMITTED = "- A line a person committed with plain git.\n"
 PERSON_UNCOMMITTED = "- A line a person typed and has not committed.\n"
 EDIT_LINE = "- A line added by acp memory edit.\n"
+PERSON_AFTER = "- A line a person typed after the crash.\n"
 FORK_OPS = ("commit-wait", "worker", "two-layer")
-# Operations that find a person's uncommitted edit already there when they start (they commit it first, as a human
-# edit, and those steps are killed too); for the others the person types it right after the crash, before the
+# Every operation finds a person's uncommitted edit already there when it starts (it commits it first, as a human
+# edit, and those steps are killed too); right after the crash the person types one more line, before the
 # follow-ups — the moment a left-over journal would overwrite it.
-EDIT_BEFORE = ("remember", "edit", "forget", "review-reject", "doctor-fix")
-TOTALS: dict[str, tuple[int, float]] = {}
+TOTALS: dict[str, tuple[int, int, float]] = {}
 
 
 def _fork_args(note: str, typ: str, extractor: str) -> list[str]:
@@ -81,7 +82,7 @@ def world(tmp_path_factory):
     """The model server, the forking server and a template: a project vault with entries, proposals, a cluster to
     consolidate, a person's committed edit and uncommitted edit, a team remote with a commit to merge and a user
     vault."""
-    base = tmp_path_factory.mktemp("crash")
+    base = _scratch(tmp_path_factory)
     home = base / "home"
     home.mkdir()
     gitconfig = home / ".gitconfig"
@@ -106,11 +107,14 @@ def world(tmp_path_factory):
         yield {"env": env, "zygote": zygotes[0], "zygotes": zygotes, "template": template, "base": base}
         for z in zygotes:
             z.close()
+    for scratch in _SCRATCH:
+        shutil.rmtree(scratch, ignore_errors=True)
     if TOTALS:
-        points = sum(n for n, _ in TOTALS.values())
-        wall = sum(t for _, t in TOTALS.values())
-        print(f"\ncrash points: {len(TOTALS)} operations, {points} steps in all, {wall:.0f} s "
-              + ", ".join(f"{op} {n}" for op, (n, _) in TOTALS.items()))
+        steps = sum(n for n, _, _ in TOTALS.values())
+        points = sum(k for _, k, _ in TOTALS.values())
+        wall = sum(t for _, _, t in TOTALS.values())
+        print(f"\ncrash points: {len(TOTALS)} operations, {steps} steps, {points} kill points, {wall:.0f} s: "
+              + ", ".join(f"{op} {n}/{k}" for op, (n, k, _) in TOTALS.items()))
 
 
 def _git(root: Path, env: dict, *args: str) -> str:
@@ -191,14 +195,30 @@ def _prepare(world, op: str, where: Path) -> Path:
                                  "--type", "fact", "--importance", "3"], env=env, inside=[where],
                                 after=f"rename {where}/vault/entries/")
         assert r.killed, r.err
-    if op in EDIT_BEFORE:
-        _hand_edit(where)
+    _hand_edit(where)
     return where
 
 
-def _hand_edit(where: Path) -> None:
+def _hand_edit(where: Path, line: str = PERSON_UNCOMMITTED) -> None:
     p3 = where / "vault" / "entries" / "base03.md"
-    p3.write_text(p3.read_text() + PERSON_UNCOMMITTED)
+    p3.write_text(p3.read_text() + line)
+
+
+def _scratch(tmp_path_factory) -> Path:
+    """Where the copies go: a RAM file system (``/dev/shm``) where there is one — a copy is made and removed at every
+    kill point, and on a disk mounted with ``discard`` removing one costs more than the commands run in it; the
+    steps and what a kill leaves are the same there. Else pytest's temporary folder."""
+    import tempfile
+
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        base = Path(tempfile.mkdtemp(prefix="acpmem-crash-", dir=shm))
+        _SCRATCH.append(base)
+        return base
+    return tmp_path_factory.mktemp("crash")
+
+
+_SCRATCH: list[Path] = []
 
 
 def _queue_request(root: Path, rid: str) -> None:
@@ -263,7 +283,7 @@ def _follow_ups(world, op: str, where: Path, k: int, z: cp.Zygote) -> list[str]:
         # design, as for a merge a person left), so `sync` comes first; and last, so the remote holds everything
         order = [("sync",), *order, ("sync",)]
     for args in order:
-        if args == ("extract", "--pending") and not list((vault / ".acpmem" / "pending").glob("r-*.json")):
+        if args == ("extract", "--pending") and not list(pending_dir(vault / ".acpmem").glob("r-*.json")):
             continue   # nothing left pending: it would do nothing
         step(*args)
     return said
@@ -282,14 +302,16 @@ def _check(world, op: str, where: Path, k: int, killed: cp.Run, zygote: cp.Zygot
     assert live == rebuilt, ctx
     entries = live["entries"]
     assert live["problems"] == [], ctx
-    for root in (vault, user, remote):
+    # the remote changes only by a sync (the follow-ups of the other operations never push)
+    for root in (vault, user, remote) if op == "sync" else (vault, user):
         r = fsck(root)
         assert r.returncode == 0, (ctx, root, r.stdout + r.stderr)
     for root in (vault, user):
         assert git_out(root, "status", "--porcelain=v1", "--untracked-files=all") == "", (ctx, root)
         assert not (root / ".acpmem" / "journal.json").exists(), ctx
-    # a person's edits: the committed one and the uncommitted one, on disk and in HEAD
-    for ident, line in (("base02", PERSON_COMMITTED), ("base03", PERSON_UNCOMMITTED)):
+    # a person's edits: the committed one, the one not committed when the operation started and the one typed
+    # after the crash, each on disk once and in HEAD
+    for ident, line in (("base02", PERSON_COMMITTED), ("base03", PERSON_UNCOMMITTED), ("base03", PERSON_AFTER)):
         text = (vault / "entries" / f"{ident}.md").read_text()
         assert text.count(line) == 1 and git_out(vault, "show", f"HEAD:entries/{ident}.md") == text, (ctx, ident)
     # the next write is there, once
@@ -318,7 +340,7 @@ def _exactly_once(op: str, entries: list[dict], vault: Path, user: Path, remote:
             assert len(per_layer["project"]) <= 1 and len(per_layer["user"]) <= 1 and mine, (ctx, rid, mine)
             if op == "two-layer":
                 assert len(per_layer["project"]) == 1 and len(per_layer["user"]) == 1, (ctx, rid, mine)
-        assert not list((vault / ".acpmem" / "pending").glob("r-*.json")), ctx   # extracted by the follow-up
+        assert not list(pending_dir(vault / ".acpmem").glob("r-*.json")), ctx   # extracted by the follow-up
         if op == "worker":
             assert "r-crashwkr0" in reqs, ctx
     elif op == "remember":
@@ -369,9 +391,15 @@ def test_every_crash_point_of_a_write_keeps_the_invariants(op, world):
     assert counted.code == 0 and counted.steps, (op, counted.out, counted.err)
     steps = counted.steps
     # the uncrashed run keeps the invariants too (k = N + 1: killed after its last step, that is never)
-    if op not in EDIT_BEFORE:
-        _hand_edit(base / "count")
+    _hand_edit(base / "count", PERSON_AFTER)
     _check(world, op, base / "count", len(steps) + 1, counted)
+    # every step is a kill point once per distinct (kind of step, file, call site) — an fsync too: a kill just
+    # before it leaves the data written but not yet forced to disk, which the next step's kill does not (a step
+    # repeated at the same place in the code on the same file is killed at its first occurrence);
+    # ACPMEM_CRASH_EVERY_STEP=1 kills at every step, repetitions included
+    todo = list(range(1, len(steps) + 1)) if os.environ.get("ACPMEM_CRASH_EVERY_STEP") == "1" \
+        else cp.distinct_points(steps, counted.sites, base / "count")
+    fsyncs = [k for k in todo if steps[k - 1].startswith("fsync ")]
 
     def crash_at(k: int, zygote: cp.Zygote) -> None:
         where = _copy(template, base / f"k{k}")
@@ -379,21 +407,19 @@ def test_every_crash_point_of_a_write_keeps_the_invariants(op, world):
         assert r.killed, (op, k, steps[k - 1], r.code, r.err)   # the same steps every time
         r.steps_seen = steps[k - 1]
         _settle(where / "vault")
-        if op not in EDIT_BEFORE:
-            _hand_edit(where)
+        _hand_edit(where, PERSON_AFTER)
         _check(world, op, where, k, r, zygote=zygote)
         shutil.rmtree(where)
 
     # two at a time, each with its own forking server: a command waits on fsync and git about half its time
     with ThreadPoolExecutor(len(world["zygotes"])) as pool:
-        todo = [k for k in range(1, len(steps) + 1) if not steps[k - 1].startswith("fsync ")]
         futures = [pool.submit(lambda ks, z: [crash_at(k, z) for k in ks], todo[i::len(world["zygotes"])], z)
                    for i, z in enumerate(world["zygotes"])]
         for f in futures:
             f.result()
-    points = sum(not st.startswith("fsync ") for st in steps)
-    TOTALS[op] = (points, time.monotonic() - started)
-    print(f"\n{op}: {len(steps)} steps, {points} crash points, {time.monotonic() - started:.1f} s")
+    wall = time.monotonic() - started
+    TOTALS[op] = (len(steps), len(todo), wall)
+    print(f"\n{op}: {len(steps)} steps, {len(todo)} kill points ({len(fsyncs)} at an fsync), {wall:.1f} s")
 
 
 def _copy(template: Path, where: Path) -> Path:

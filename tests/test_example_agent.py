@@ -11,6 +11,7 @@ from pathlib import Path
 from openai_server import reply
 
 from acpmem.vault.writer import Vault
+from acpmem.write.requests import pending_dir
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "agent_loop.py"
 
@@ -59,7 +60,7 @@ def test_agent_commits_the_fork_writes_and_the_entry_lands(example_vault, openai
         assert (e.type, e.importance) == ("decision", 8)
         assert [(c.session, c.seq) for c in e.citation] == [("demo-1", 2)]
         assert "release/*" in e.body
-        assert not list((v.state_dir / "pending").glob("*.json"))
+        assert not list(pending_dir(v.state_dir).glob("*.json"))
     finally:
         v.close()
     # the transcript the loop keeps is OpenAI JSON: system, user, assistant(call), tool(ack), assistant(answer)
@@ -89,4 +90,4 @@ def test_a_bad_tool_call_is_answered_to_the_model_not_fatal(vault, openai_server
     assert r.returncode == 0, r.stderr
     err = openai_server.bodies[1]["messages"][-1]["content"]
     assert err.startswith("Error:") and "type" in err
-    assert not list((vault.state_dir / "pending").glob("*.json"))
+    assert not list(pending_dir(vault.state_dir).glob("*.json"))

@@ -12,6 +12,7 @@ from pathlib import Path
 from openai_server import reply
 from acpmem.write import costs, fork, requests, worker
 from acpmem.vault.writer import Vault
+from acpmem.write.requests import pending_dir
 
 FIX = Path(__file__).parent / "fixtures" / "transcripts"
 CHAT = FIX / "openai_chat.json"
@@ -247,19 +248,19 @@ def test_secrets_are_redacted_before_anything_touches_disk(vault, openai_server)
 def test_the_note_is_redacted_in_the_pending_file(vault):
     v = configure(vault)
     req = submit(v, note=f"the key {KEY} is in vault X")
-    raw = (v.state_dir / "pending" / f"{req.id}.json").read_text()
+    raw = (pending_dir(v.state_dir) / f"{req.id}.json").read_text()
     assert KEY not in raw and "[REDACTED:" in raw and req.redacted
 
 
 def test_exactly_once_when_killed_after_the_commit_before_removing_the_request(vault, openai_server):
     v = configure(vault, openai_server)
     req = submit(v)
-    saved = (v.state_dir / "pending" / f"{req.id}.json").read_bytes()
+    saved = (pending_dir(v.state_dir) / f"{req.id}.json").read_bytes()
     openai_server.enqueue(reply.writes(reply.write("- Use the lock.")))
     first = run(v, req)
     assert first.status == "written"
     # the state a kill -9 between the commit and the unlink leaves behind
-    (v.state_dir / "pending" / f"{req.id}.json").write_bytes(saved)
+    (pending_dir(v.state_dir) / f"{req.id}.json").write_bytes(saved)
     again = run(v, req)
     assert again.status == "already" and again.commit == first.commit
     assert fork_commits(v) == [first.commit] and len(openai_server.requests) == 1

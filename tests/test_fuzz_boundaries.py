@@ -18,6 +18,7 @@ from hypothesis import given, strategies as st
 
 import fuzzing
 from acpmem.core import limits
+from acpmem.write.requests import pending_dir
 
 # generated values are large on purpose; hypothesis says so when it prints one
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")
@@ -159,6 +160,6 @@ def test_fuzz_fork_end_to_end_through_the_fake_openai_server(example_vault, open
         for key in ("prompt_tokens", "cached_tokens", "completion_tokens"):
             assert key not in rec or limits.int_between(rec[key], 0, limits.MAX_INT), rec
     v.close()
-    for p in (example_vault.root / ".acpmem" / "pending").glob("*.json"):
+    for p in pending_dir(example_vault.root / ".acpmem").glob("*.json"):
         p.unlink()
     fuzzing.check_vault(example_vault.root, doctor=True)

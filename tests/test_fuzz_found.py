@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from acpmem.core.errors import AcpmemError, EntryInvalid, ExtractionError, SettingsError, TranscriptError, UsageError
+from acpmem.write.requests import pending_dir
 
 MAX = 2**63 - 1
 HUGE = "1" * 5000        # Python's int() refuses more than 4,300 digits with a ValueError
@@ -188,7 +189,7 @@ def test_a_commit_note_of_undecodable_bytes_is_refused_before_anything_is_writte
     r = cli("memory", "--vault", str(example_vault.root), "commit", "--type", "fact", "--note", "caf\udce9",
             "--importance", "5", "--session", "s", "--seq", "1")
     _one_error_line(r)
-    assert not list((example_vault.root / ".acpmem" / "pending").glob("*.json"))
+    assert not list(pending_dir(example_vault.root / ".acpmem").glob("*.json"))
 
 
 # ---------------------------------------------------------------------------------------------------------- fork output

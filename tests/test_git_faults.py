@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers_proc import git_out, head_files, leftovers, make_entry, status_porcelain
+from acpmem.write.requests import pending_dir
 
 from acpmem.core.entryfile import new_entry_text
 from acpmem.vault.create import init_vault
@@ -327,7 +328,7 @@ def test_without_git_on_path_reads_work_and_writes_fail_in_one_line_keeping_the_
              "--session", "s1", "--seq", "6", "--transcript", str(CHAT), "--wait", "--extractor", "offline",
              "--json", env=env)
     assert r.returncode == 1 and "git was not found" in _one_line(r)
-    pending = list((root / ".acpmem" / "pending").glob("r-*.json"))
+    pending = list(pending_dir(root / ".acpmem").glob("r-*.json"))
     assert len(pending) == 1
     # in the background: the worker stops with one line in its log, the requests stay
     r = _acp(cli, root, "commit", "--type", "lesson", "--note", "the worker keeps what it cannot write",
@@ -338,12 +339,12 @@ def test_without_git_on_path_reads_work_and_writes_fail_in_one_line_keeping_the_
     while "stopped:" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert "stopped: git was not found" in log.read_text() and "Traceback" not in log.read_text()
-    assert len(list((root / ".acpmem" / "pending").glob("r-*.json"))) == 2
+    assert len(list(pending_dir(root / ".acpmem").glob("r-*.json"))) == 2
     assert "base01" in " ".join(head_files(root)) and status_porcelain(root) == ""
     # git is back: the kept request is written
     r = _acp(cli, root, "extract", "--pending", "--extractor", "offline")
     assert r.returncode == 0, r.stderr
-    assert not list((root / ".acpmem" / "pending").glob("r-*.json"))
+    assert not list(pending_dir(root / ".acpmem").glob("r-*.json"))
     assert git_out(root, "log", "--format=%B").count("Acpmem-Request: r-") == 2
 
 
@@ -455,7 +456,7 @@ def _writes_all_refused(cli, root: Path, tmp_path: Path, word: str) -> None:
         assert r.returncode == 1 and word in line and "then run the command again" in line, (args, line)
     assert git_out(root, "rev-parse", "HEAD").strip() == head
     assert "hand01" not in " ".join(head_files(root))
-    pending = list((root / ".acpmem" / "pending").glob("r-*.json"))
+    pending = list(pending_dir(root / ".acpmem").glob("r-*.json"))
     assert len(pending) == 1 and json.loads(pending[0].read_text())["attempts"] == 0
     r = _acp(cli, root, "doctor")
     assert r.returncode == 1 and word in r.stdout, r.stdout
@@ -474,7 +475,7 @@ def test_writes_during_a_rebase_are_refused_and_kept_until_it_is_done(team, tmp_
     # on the branch again: the kept request is written there, with the hand edit before it
     r = _acp(cli, root, "extract", "--pending", "--extractor", "offline")
     assert r.returncode == 0, r.stderr
-    assert not list((root / ".acpmem" / "pending").glob("r-*.json"))
+    assert not list(pending_dir(root / ".acpmem").glob("r-*.json"))
     assert git_out(root, "log", "main", "--format=%B").count("Acpmem-Request: r-") == 1
     assert "entries/hand01.md" in head_files(root)
 

@@ -24,6 +24,7 @@ from test_fork import configure
 
 from acpmem.vault.create import init_vault
 from acpmem.vault.writer import Vault
+from acpmem.write.requests import pending_dir
 
 CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
 ACP = Path(sys.executable).parent / "acp"
@@ -53,7 +54,7 @@ def live_entries_of(root: Path, request: str) -> list[str]:
 
 
 def pending(root: Path) -> list[str]:
-    return sorted(p.stem for p in (root / ".acpmem" / "pending").glob("r-*.json"))
+    return sorted(p.stem for p in pending_dir(root / ".acpmem").glob("r-*.json"))
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from acpmem.vault.retrieval import surface
 from acpmem.vault.writer import Vault
 from acpmem.write import requests, worker
 from acpmem.write.fork import related_entries
+from acpmem.write.requests import pending_dir
 
 FIX = Path(__file__).parent / "fixtures" / "transcripts"
 KEY = "sk-proj-" + "Ab3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5oQ7s" + "T3BlbkFJ" + "u9wY1aC3eG5iK7mO9qS1uW3yA5cE7gI9"
@@ -337,7 +338,7 @@ def test_user_layer_entries_hold_no_project_path_and_no_secret(proj, user_vault,
 def test_exactly_once_across_the_layers_when_killed_between_the_two_commits(proj, user_vault, openai_server):
     v = configure(proj, openai_server)
     req = submit(v, note="both layers")
-    saved = (v.state_dir / "pending" / f"{req.id}.json").read_bytes()
+    saved = (pending_dir(v.state_dir) / f"{req.id}.json").read_bytes()
     two = reply.writes(reply.call("memory_write", {"content": "- user part", "layer": "user"}),
                        reply.call("memory_write", {"content": "- project part", "layer": "project"}))
     openai_server.enqueue(two, two)
@@ -345,7 +346,7 @@ def test_exactly_once_across_the_layers_when_killed_between_the_two_commits(proj
     assert first.status == "written"
     # the state a kill -9 after the user commit, before the project commit, leaves behind
     git_out(v.root, "reset", "-q", "--hard", "HEAD~1")
-    (v.state_dir / "pending" / f"{req.id}.json").write_bytes(saved)
+    (pending_dir(v.state_dir) / f"{req.id}.json").write_bytes(saved)
     (v.state_dir / "done.jsonl").unlink()
     user_commits = git_out(user_vault.root, "log", "--format=%H").split()
     again = run(Vault(v.root, clock=v.clock, rng=random.Random(5)), req)
@@ -353,7 +354,7 @@ def test_exactly_once_across_the_layers_when_killed_between_the_two_commits(proj
     assert git_out(user_vault.root, "log", "--format=%H").split() == user_commits   # no second user entry
     assert [e.title for e in Vault(user_vault.root).load().entries].count("user part") == 1
     # and run once more: found in the project history
-    (v.state_dir / "pending" / f"{req.id}.json").write_bytes(saved)
+    (pending_dir(v.state_dir) / f"{req.id}.json").write_bytes(saved)
     assert run(Vault(v.root), req).status == "already"
 
 

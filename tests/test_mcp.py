@@ -10,6 +10,7 @@ from helpers_proc import wait_until
 from acpmem.core.tools import tool_definitions
 from acpmem.vault import history
 from acpmem.vault.writer import Vault
+from acpmem.write.requests import pending_dir
 
 
 def _server_params(vault_root: Path, *extra: str, env: dict | None = None):
@@ -94,7 +95,7 @@ def test_tools_resource_recall_and_commit_end_to_end(example_vault, tmp_path):
     e = entries[0]
     assert e.type == "decision" and e.importance == 7 and e.citation[0].seq == 1
     assert ack.split("(")[1].split(")")[0] == e.source.get("request")
-    wait_until(lambda: not list((root / ".acpmem" / "pending").glob("*.json")))
+    wait_until(lambda: not list(pending_dir(root / ".acpmem").glob("*.json")))
     assert history.log(example_vault, limit=1)[0].commit != head_before
 
     # the index resource: the resident index, frozen for the server's session
@@ -143,7 +144,7 @@ def test_host_passes_session_and_seq_in_meta_and_sessions_differ_per_process(vau
     entries = wait_until(written)
     assert len(entries) == 1 and "pnpm" in (entries[0].title + entries[0].body)
     assert {c.seq for c in entries[0].citation} <= {0, 1}
-    wait_until(lambda: not list((root / ".acpmem" / "pending").glob("*.json")))
+    wait_until(lambda: not list(pending_dir(root / ".acpmem").glob("*.json")))
     # two server processes without --session get two different generated sessions (two frozen snapshots)
     snaps = sorted(p.name for p in (root / ".acpmem" / "sessions").iterdir() if p.name.startswith("mcp-"))
     _session_run(_server_params(root), lambda s: s.read_resource("memory://index"))
@@ -183,7 +184,7 @@ def test_claude_code_session_uses_the_transcript_its_session_start_hook_recorded
     # it cites messages of the recorded transcript and quotes them (the note alone says nothing of this)
     assert e.citation and {c.seq for c in e.citation} <= {1, 2, 3, 4, 5, 7, 10}
     assert "use the per-session lock" in e.body and "seq 7" in e.body
-    wait_until(lambda: not list((root / ".acpmem" / "pending").glob("*.json")))
+    wait_until(lambda: not list(pending_dir(root / ".acpmem").glob("*.json")))
 
 
 def test_serve_help_and_no_vault(cli, tmp_path):
@@ -295,4 +296,4 @@ def test_memory_commit_refuses_what_its_extraction_could_never_read(vault, tmp_p
         assert text.startswith("Error: ") and "\n" not in text and " — " in text and said in text, text
         assert "Noted" not in text
     assert "Traceback" not in errlog.read_text()
-    assert not list((vault.root / ".acpmem" / "pending").glob("r-*.json"))
+    assert not list(pending_dir(vault.root / ".acpmem").glob("r-*.json"))

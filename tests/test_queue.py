@@ -20,6 +20,7 @@ from acpmem.write.stats import stats as vault_stats
 from acpmem.core.errors import EntryInvalid, UsageError
 from acpmem.vault.writer import Vault
 from test_fork import CHAT, configure, fork_commits
+from acpmem.write.requests import pending_dir
 
 ACP = Path(sys.executable).parent / "acp"
 
@@ -48,7 +49,7 @@ def wait_idle(v: Vault, timeout: float = 60.0, require_empty: bool = True) -> No
 def worker_pid(v: Vault, timeout: float = 120.0) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        text = (v.state_dir / "locks" / worker.WORKER_LOCK).read_text().strip()
+        text = worker.lock_path(v.state_dir).read_text().strip()
         if text:
             return int(text)
         time.sleep(0.02)
@@ -95,7 +96,7 @@ def test_submit_writes_a_durable_request_and_answers_with_the_ack(vault, tmp_pat
         "id": ack.request_id, "type": "decision", "note": "pin pnpm 9", "importance": 6, "session": "s9", "seq": 6,
         "transcript": str(CHAT), "status": "pending", "attempts": 0, "ack": ack.text}
     assert saved["extractor"] == "offline" and "base_url" not in saved and "model" not in saved   # as it runs
-    assert not list((v.state_dir / "pending").glob(".*.tmp"))
+    assert not list(pending_dir(v.state_dir).glob(".*.tmp"))
 
 
 def test_wait_runs_inline(vault):
@@ -223,8 +224,9 @@ def test_the_worker_prunes_temp_files_a_killed_submit_left(vault):
     v.ensure_state()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()                                                            # a pid no process has now
-    stale = v.state_dir / "pending" / f".r-abc.json.{dead.pid}.0123abcd.tmp"
-    fresh = v.state_dir / "pending" / f".r-abd.json.{os.getpid()}.0123abce.tmp"   # a live writer's
+    stale = pending_dir(v.state_dir) / f".r-abc.json.{dead.pid}.0123abcd.tmp"
+    fresh = pending_dir(v.state_dir) / f".r-abd.json.{os.getpid()}.0123abce.tmp"   # a live writer's
+    stale.parent.mkdir(parents=True, exist_ok=True)
     stale.write_text("{")
     fresh.write_text("{")
     assert worker.run_worker(v, idle_wait=0) == 0
@@ -288,3 +290,86 @@ def test_failed_for_good_is_shown_and_has_a_way_back(vault, openai_server, cli):
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["outcomes"][0]["status"] == "written"
     assert cli("memory", "--vault", str(v.root), "doctor").returncode == 0
+
+
+def _old_style_request(v: Vault, rid: str, note: str) -> Path:
+    """A request file where an older acpmem queued it: ``.acpmem/pending/``."""
+    req = requests.make_request(types=v.settings.types, type="lesson", note=note, importance=5, session="s-old",
+                                seq=6, transcript=str(CHAT), host_tools=None, lang="en",
+                                created="2026-11-29T12:00:00Z", request_id=rid, extractor="offline")
+    old = v.state_dir / "pending" / f"{rid}.json"
+    old.parent.mkdir(parents=True, exist_ok=True)
+    old.write_text(json.dumps(req.to_json()))
+    return old
+
+
+def test_the_queue_is_kept_in_the_git_folder_and_survives_deleting_acpmem(vault):
+    """An acknowledged request lives in `.git/acpmem/pending/`: deleting `.acpmem/` (derived state) keeps it, and the
+    worker then commits it once."""
+    import shutil
+
+    v = configure(vault, extractor="offline")
+    req = requests.make_request(types=v.settings.types, type="lesson", note="kept in the git folder", importance=5,
+                                session="s-q", seq=6, transcript=str(CHAT), host_tools=None, lang="en",
+                                created="2026-11-29T12:00:00Z", request_id="r-ingitdir", extractor="offline")
+    path = requests.save_request(v.state_dir, req, new=True)
+    assert path == v.root / ".git" / "acpmem" / "pending" / "r-ingitdir.json"
+    v.close()
+    shutil.rmtree(v.root / ".acpmem")
+    v = Vault(v.root)
+    assert [r.id for r in requests.list_requests(v.state_dir)[0]] == ["r-ingitdir"]
+    assert worker.run_worker(v, idle_wait=0) == 1
+    assert fork_commits(v) and "r-ingitdir" in subprocess.run(
+        ["git", "-C", str(v.root), "log", "-1", "--format=%B"], capture_output=True, text=True).stdout
+    assert not path.exists()
+    v.close()
+
+
+def test_requests_an_older_acpmem_queued_in_acpmem_pending_are_still_taken(vault):
+    """Migration: a request file in the old place (`.acpmem/pending/`) is listed, moved to the queue, extracted
+    once and removed from both places; an old copy older than the queue's own copy of that request is dropped."""
+    v = configure(vault, extractor="offline")
+    old = _old_style_request(v, "r-oldplace", "queued by an older acpmem")
+    listed, broken = requests.list_requests(v.state_dir)
+    assert [r.id for r in listed] == ["r-oldplace"] and broken == []
+    assert not old.exists() and (pending_dir(v.state_dir) / "r-oldplace.json").exists()
+    old = _old_style_request(v, "r-oldplace2", "another one, taken by the worker straight away")
+    assert worker.run_worker(v, idle_wait=0) == 2
+    assert len(fork_commits(v)) == 2 and not old.exists()
+    assert requests.list_requests(v.state_dir) == ([], [])
+    # both copies of one request: the newer one wins
+    new = requests.save_request(v.state_dir, requests.load_request(v.state_dir, _old_style_request(
+        v, "r-twice", "twice").stem).with_changes(attempts=2))
+    stale = _old_style_request(v, "r-twice", "twice")
+    os.utime(stale, ns=(new.stat().st_mtime_ns - 10**9,) * 2)
+    assert requests.load_request(v.state_dir, "r-twice").attempts == 2 and not stale.exists()
+    v.close()
+
+
+def test_the_queue_of_a_linked_worktree_is_in_its_own_git_folder(vault, tmp_path):
+    v = configure(vault, extractor="offline")
+    subprocess.run(["git", "-C", str(v.root), "worktree", "add", "-q", "-b", "other", str(tmp_path / "wt")],
+                   check=True, capture_output=True)
+    wt = tmp_path / "wt"
+    home = requests.queue_home(wt / ".acpmem")
+    gitdir = subprocess.run(["git", "-C", str(wt), "rev-parse", "--absolute-git-dir"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    assert home == Path(gitdir) / "acpmem" and home != requests.queue_home(v.state_dir)
+    v.close()
+
+
+def test_a_fifo_in_the_queue_is_named_not_read(vault):
+    """A FIFO where a request file should be (in the queue or in the old place it is moved from) is reported as
+    not a valid request file; nothing waits on it."""
+    v = configure(vault, extractor="offline")
+    folder = pending_dir(v.state_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(folder / "r-fifo0001.json")
+    (v.state_dir / "pending").mkdir(parents=True, exist_ok=True)
+    os.mkfifo(v.state_dir / "pending" / "r-fifo0002.json")
+    r = subprocess.run([str(ACP), "memory", "--vault", str(v.root), "doctor"], capture_output=True, text=True,
+                       timeout=60)
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    for name in ("r-fifo0001.json", "r-fifo0002.json"):
+        assert f"{folder / name} is not a valid request file" in r.stdout, r.stdout
+    v.close()

@@ -217,3 +217,41 @@ def test_reads_on_a_full_disk_are_served_from_the_files(small_disk):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 1 and lines[-1].startswith("Error: ") and "full" in lines[-1], r.stderr
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_doctor_on_a_full_disk_says_so_and_still_checks_the_files(small_disk):
+    """`doctor` and `doctor --fix` on a full disk: one error says "the disk is full" and what to do, the checks
+    that need only the files still report (a hand edit, an invalid file), no internal error, nothing lost; once
+    space is freed, the hand edit is committed."""
+    def acp(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(ACP), "memory", "--vault", str(root), *args], capture_output=True, text=True,
+                              timeout=300)
+
+    root = small_disk / "v"
+    r = subprocess.run([str(ACP), "memory", "init", "--example", str(root)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    first = json.loads(acp("list", "--json").stdout)["entries"][0]
+    edited = next((root / "entries").glob(f"{first['id']}*.md"))
+    edited.write_text(edited.read_text("utf-8") + "- Added by hand before the disk filled.\n", "utf-8")
+    (root / "entries" / "broken.md").write_text("not an entry\n", "utf-8")
+    _fill(small_disk)
+    for args in (("doctor",), ("doctor", "--fix")):
+        r = acp(*args)
+        assert r.returncode == 1 and "internal error" not in r.stderr and "Traceback" not in r.stderr, \
+            (args, r.stdout, r.stderr)
+        lines = r.stdout.splitlines()
+        full = [i for i, ln in enumerate(lines) if ln.startswith("error") and "the disk is full" in ln]
+        assert len(full) == 1 and "free some space" in lines[full[0] + 1], (args, r.stdout)
+        assert sum("is full" in ln for ln in lines) == 1, (args, r.stdout)     # said once
+        # a commit small enough for what is left may still fit: then --fix made it, else it is still said
+        assert f"uncommitted human edit: {edited.relative_to(root)}" in r.stdout or \
+            (args == ("doctor", "--fix") and "committed 1 human edit(s)" in r.stdout), (args, r.stdout)
+        assert "entries/broken.md" in r.stdout and "valid entries, 1 invalid file(s)" in r.stdout, (args, r.stdout)
+    assert "Added by hand before the disk filled." in edited.read_text("utf-8")
+    (small_disk / "filler").unlink()
+    r = acp("doctor", "--fix")
+    assert "the disk is full" not in r.stdout and "internal error" not in r.stderr, r.stdout + r.stderr
+    head = subprocess.run(["git", "-C", str(root), "show", f"HEAD:{edited.relative_to(root)}"], capture_output=True,
+                          text=True).stdout
+    assert "Added by hand before the disk filled." in head

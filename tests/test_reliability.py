@@ -24,6 +24,7 @@ import helpers_proc as hp
 from acpmem.vault import health, reader, resident
 from acpmem.core.errors import AcpmemError, GitStateError
 from acpmem.vault.writer import Vault
+from acpmem.write.requests import pending_dir
 
 heavy = pytest.mark.heavy  # the slow ones; they still run in the default `pytest`
 
@@ -131,9 +132,11 @@ def _wait_for_worker(root: Path, timeout: float = 240.0) -> None:
     import fcntl
 
     deadline = time.monotonic() + timeout
-    lock = root / ".acpmem" / "locks" / "worker.flock"
+    from acpmem.write.worker import lock_path
+
+    lock = lock_path(root / ".acpmem")
     while time.monotonic() < deadline:
-        if not list((root / ".acpmem" / "pending").glob("r-*.json")):
+        if not list(pending_dir(root / ".acpmem").glob("r-*.json")):
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -178,7 +181,7 @@ def test_eight_processes_times_ten_commits_through_the_real_cli(vault, tmp_path)
         assert ents and all(any(p.startswith(f"entries/{e}") for p in head) for e in ents.split())
     assert hp.commit_count(root) == 1 + 84
     _assert_clean(root)
-    assert not list((root / ".acpmem" / "pending").glob("r-*.json"))
+    assert not list(pending_dir(root / ".acpmem").glob("r-*.json"))
     assert _catalog_rows(root) == _rebuilt_catalog_rows(root)
     # the search index answers the same after a rebuild from nothing
     from acpmem.core.layout import DB_NAME
@@ -577,3 +580,82 @@ def test_a_foreign_index_lock_keeps_a_fork_request_pending(vault):
     v.close()
     assert hp.git_out(root, "log", "--format=%(trailers:key=Acpmem-Request,valueonly)").split().count(req.id) == 1
     _assert_clean(root)
+
+
+# --------------------------------------------------------------------------------------------- deleting .acpmem/
+
+DELETER = r"""
+import os, shutil, sys, time
+state, stop = sys.argv[1:3]
+n = 0
+while not os.path.exists(stop):
+    if os.path.isdir(state):
+        shutil.rmtree(state, ignore_errors=True)
+        n += 1
+    time.sleep(0.002)
+print(n)
+"""
+
+COMMITTER = r"""
+import os, subprocess, sys
+acp, root, tag, n, acks, chat = sys.argv[1:7]
+for i in range(int(n)):
+    r = subprocess.run([acp, "memory", "--vault", root, "commit", "--type", "lesson", "--note",
+                        f"writer {tag} lesson {i} kept while the cache goes", "--importance", "5",
+                        "--session", f"s-{tag}", "--seq", "6", "--transcript", chat, "--json"],
+                       capture_output=True, text=True)
+    line = f"{tag}-{i}\t{r.returncode}\t{r.stdout.strip()}\t{r.stderr.strip()}".replace("\n", "\\n")
+    fd = os.open(acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, (line + "\n").encode())
+    os.close(fd)
+"""
+
+
+@heavy
+def test_deleting_acpmem_while_writers_run_loses_no_acknowledged_request(vault, tmp_path):
+    """4 processes x 5 `commit` (each a durable request for the background worker) while another process deletes
+    `.acpmem/` over and over: every request that was acknowledged is committed exactly once (after `extract
+    --pending` takes what a worker left), and no command ends in an internal error."""
+    root = vault.root
+    vault.close()
+    toml = root / "acpmem.toml"   # an attempt that met a deleted index is retried soon, not in 15 s
+    toml.write_text(toml.read_text().replace("retry_base_seconds = 15.0", "retry_base_seconds = 0.2"))
+    hp.git_out(root, "commit", "-qam", "retry soon")
+    acp, acks_path, stop = str(Path(sys.executable).parent / "acp"), tmp_path / "acks.tsv", tmp_path / "stop"
+    deleter = subprocess.Popen([sys.executable, "-c", DELETER, str(root / ".acpmem"), str(stop)],
+                               stdout=subprocess.PIPE, text=True)
+    writers = [subprocess.Popen([sys.executable, "-c", COMMITTER, acp, str(root), f"d{p}", "5", str(acks_path),
+                                 str(CHAT)]) for p in range(4)]
+    for w in writers:
+        assert w.wait(timeout=280) == 0
+    stop.touch()
+    assert int(deleter.communicate(timeout=60)[0]) > 0     # it did delete, while they ran
+    rows = [ln.split("\t") for ln in acks_path.read_text().splitlines()]
+    assert len(rows) == 20
+    acked = []
+    for tag, code, out, err in rows:
+        assert "internal error" not in err and "Traceback" not in err, (tag, err)
+        if code == "0":
+            acked.append(json.loads(out.replace("\\n", "\n"))["request"])
+        else:
+            assert err.startswith("Error: ") and len(err.split("\\n")) <= 2, (tag, err)
+    assert len(acked) >= 10, rows    # most were acknowledged: the test exercises the queue, not only refusals
+    r = subprocess.run([acp, "memory", "--vault", str(root), "extract", "--pending", "--failed"], capture_output=True,
+                       text=True, timeout=280)
+    assert r.returncode == 0 and "internal error" not in r.stderr, r.stdout + r.stderr
+    _settle_workers(root)
+    trailers = hp.git_out(root, "log", "--format=%(trailers:key=Acpmem-Request,valueonly)").split()
+    for rid in acked:
+        assert trailers.count(rid) == 1, (rid, trailers.count(rid))
+    assert not list(pending_dir(root / ".acpmem").glob("r-*.json"))
+    _assert_clean(root)
+
+
+def _settle_workers(root: Path, timeout: float = 240.0) -> None:
+    """Until no detached worker of this vault is running (a state is compared, not a moment of a race)."""
+    import crashpoints
+
+    deadline = time.monotonic() + timeout
+    while crashpoints.helpers_of(root):
+        assert time.monotonic() < deadline, "a background worker did not finish"
+        time.sleep(0.1)

@@ -319,3 +319,51 @@ def test_a_pulled_file_with_markers_is_reported_not_served(clones, cli, clock):
     assert "<<<<<<<" not in _served(cli, a.root) and "- ours" not in _served(cli, a.root)
     r = cli("memory", "--vault", str(a.root), "doctor")
     assert r.returncode == 1 and f"{rel}: the file holds unresolved merge conflict markers" in r.stdout, r.stdout
+
+
+# --------------------------------------------------------------------------------------------- non-regular files
+
+def _sync_bounded(root: Path) -> subprocess.CompletedProcess:
+    """`sync` in its own process, given a bound: a FIFO read would wait for a writer for ever."""
+    import sys
+
+    acp = Path(sys.executable).parent / "acp"
+    return subprocess.run([str(acp), "memory", "--vault", str(root), "sync"], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_a_fifo_in_place_of_a_conflicted_entry_does_not_hang_sync(clones, cli, clock):
+    import os
+
+    a, b, bare, rel, original, remote_before = _conflicted_clones(clones, cli, clock)
+    (b.root / rel).unlink()
+    os.mkfifo(b.root / rel)
+    r = _sync_bounded(b.root)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    assert rel in r.stderr and "FIFO" in r.stderr, r.stderr
+    assert git_out(bare, "rev-parse", "main") == remote_before   # nothing pushed
+    (b.root / rel).unlink()
+    (b.root / rel).write_text(original.replace("drains the queue.", "drains the queue under a flock."))
+    r = _sync_bounded(b.root)
+    assert r.returncode == 0, r.stderr
+    assert "under a flock" in git_out(bare, "show", f"main:{rel}")
+
+
+def test_a_fifo_in_place_of_memory_md_does_not_hang_sync(clones, cli, clock):
+    import os
+
+    a, bare, tmp = clones
+    assert _sync(cli, a.root).returncode == 0
+    subprocess.run(["git", "clone", "-q", str(bare), str(tmp / "b3")], check=True)
+    b = Vault(tmp / "b3", clock=clock)
+    _write(b, "fromb1", "Written in clone B", "- From B.")
+    b.close()
+    _write(a, "froma1", "Written in clone A", "- From A.")
+    assert _sync(cli, a.root).returncode == 0
+    (b.root / "MEMORY.md").unlink()
+    os.mkfifo(b.root / "MEMORY.md")
+    r = _sync_bounded(b.root)
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    assert r.returncode == 0, r.stderr
+    assert (b.root / "MEMORY.md").is_file() and "Written in clone A" in (b.root / "MEMORY.md").read_text()
+    assert "fromb1" in git_out(bare, "ls-tree", "-r", "--name-only", "main")

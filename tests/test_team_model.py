@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, Phase, settings
 import team_model
 from helpers_proc import wait_until
 from team_model import CHAT, TeamVault, git, helpers, run_killed
+from acpmem.write.requests import pending_dir
 
 STEPS = 12
 EXAMPLES = 6
@@ -37,7 +38,7 @@ def test_a_killed_write_finished_in_the_background_is_waited_for_before_the_inde
     m = TeamVault()
     m.make_team()
     root = m.roots["b"]
-    pending = root / ".acpmem" / "pending"
+    pending = pending_dir(root / ".acpmem")
     for point in range(64):   # the first step at which a kill leaves the request saved and not yet processed
         note = f"killed {m.marker()}"
         code = run_killed(root, m.dir, point, "commit", "--type", "fact", "--note", note, "--importance", "3",

@@ -85,7 +85,7 @@ def commit(ctx: typer.Context, type_: TypeOpt = None, note: NoteOpt = None, impo
            block: BlockOpt = None) -> int:
     """Record the main conversation's intent to remember something, and extract it in the background.
 
-    Writes a durable pending request under .acpmem/pending/, starts the vault's background worker if none is
+    Writes a durable pending request under .git/acpmem/pending/, starts the vault's background worker if none is
     running, and prints the acknowledgement for the model at once. It never takes memory content: the fork distils
     the entry from the conversation up to --seq. With --wait the extraction runs inline.
 
@@ -157,8 +157,10 @@ def extract(ctx: typer.Context,
             ids, reqs = [req.id], [req]
         else:
             ids, reqs, broken = ex.select(v, requests, pending=pending, failed=failed)
+            from acpmem.write.requests import pending_dir
+
             for name in broken:
-                warn(f"Warning: .acpmem/pending/{name} is not a valid request file (left as it is)")
+                warn(f"Warning: {pending_dir(v.state_dir) / name} is not a valid request file (left as it is)")
             unknown = [i for i in ids if i not in {r.id for r in reqs}]
             if dry_run and unknown:
                 raise UsageError(f"no pending request {unknown[0]}", "`acp memory stats --json` lists them")

@@ -8,9 +8,12 @@
   reads/                READS_DIR: last-read times, one file per clone
   proposals/            PROPOSALS_DIR: entries waiting for a person (``[write] policy = "review"``)
   reviews/              REVIEWS_DIR: each clone's review decisions and marker, one file per clone
-  .acpmem/              STATE_DIRNAME: derived local state, never committed
+  .acpmem/              STATE_DIRNAME: derived local state, never committed; may be deleted at any time
     index.sqlite        DB_NAME: the catalog and the search index
-    locks/ pending/ sessions/
+    locks/ sessions/
+  .git/acpmem/          GIT_STATE_DIRNAME: local state that is not derived, kept when .acpmem/ is deleted
+    pending/            PENDING_DIR: the acknowledged requests waiting for the worker
+    worker.flock        the worker's lock
 ```
 
 Every module names these through here, so the layout is written down once (``docs/design.md`` describes it).
@@ -37,7 +40,8 @@ LAYER_USER = "user"
 # under STATE_DIRNAME
 DB_NAME = "index.sqlite"
 LOCKS_DIR = "locks"
-PENDING_DIR = "pending"
+PENDING_DIR = "pending"   # under GIT_STATE_DIRNAME (an older acpmem kept it under STATE_DIRNAME)
+GIT_STATE_DIRNAME = "acpmem"   # in the vault's git folder
 SESSIONS_DIR = "sessions"
 
 PACKAGE_DIR = Path(__file__).parent.parent

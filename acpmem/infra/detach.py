@@ -35,7 +35,14 @@ def spawn(lock_fd: int, code: str, log_path: Path, max_log_bytes: int) -> int:
         with contextlib.suppress(FileNotFoundError):
             if log_path.stat().st_size > max_log_bytes:
                 log_path.replace(log_path.with_name(log_path.name + ".1"))
-        log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        for attempt in range(3):
+            try:
+                log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                break
+            except FileNotFoundError:   # its folder (.acpmem/, derived state) was deleted meanwhile: made again
+                if attempt == 2:
+                    raise
+                log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.set_inheritable(lock_fd, True)
             actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),

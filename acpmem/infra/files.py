@@ -80,6 +80,19 @@ def _atomic_write(path: Path, raw: bytes, durable: bool, replace: bool) -> None:
         fsync_dir(path.parent)
 
 
+DISK_FULL_BYTES = 256 * 1024   # less free than this: too little for a commit (a journal, an entry, git objects)
+
+
+def disk_full(path: Path) -> bool:
+    """Whether the file system holding ``path`` is full for acpmem's purposes: under ``DISK_FULL_BYTES`` free for
+    this user, or no inode left. False when it cannot be asked."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < DISK_FULL_BYTES or (bool(st.f_files) and st.f_favail == 0)
+
+
 class NotRegularFile(OSError):
     """A path that is not a regular file (a FIFO, a socket, a device, a folder): never opened for reading, since
     reading a FIFO waits for a writer that may never come and a device may never end."""

@@ -52,8 +52,14 @@ def flock_fd(fd: int, timeout: float = 30.0, *, what: str, hint: str = "retry in
 
 def _open(path: Path) -> int:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    for attempt in range(3):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:   # its folder (under .acpmem/, derived state) was deleted in between: made again
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def try_lock(path: Path) -> int | None:

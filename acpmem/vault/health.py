@@ -4,11 +4,13 @@ left (never a lock a live process holds), drop empty object files a crash left, 
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from acpmem.core.errors import AcpmemError
 from acpmem.core.values import Value
 from acpmem.infra import locks
+from acpmem.infra.files import disk_full
 from acpmem.vault.gitrun import git, index_corrupt, no_repository, writes_blocked
 from acpmem.vault.writer import Vault
 
@@ -76,6 +78,7 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
         add("error", err.message, err.hint)
         _check_entries(vault, add, set())
         return Report(tuple(found))
+    full = _check_disk(vault, add)
     holder = locks.holder(vault.lock_path)
     if holder is not None:
         add("warning", f"the vault lock is held right now by process {holder or '?'}", "wait for it to finish")
@@ -83,41 +86,20 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
     objects = root / ".git" / "objects"
     journal = vault.journal_path
     merging = (root / ".git" / "MERGE_HEAD").exists()
+    repaired = not fix
     if fix:
-        with vault.lock():
-            vault.clear_own_leftovers()  # our own stale git locks, temp files and half-written objects
-            for w in vault.warnings:
-                add("fixed", w)
-            vault.warnings.clear()
-            junk = _crash_objects(objects)
-            for p in junk:  # an empty loose object is never valid: git would read it as corrupt
-                p.unlink(missing_ok=True)
-            if junk:
-                add("fixed", f"removed {len(junk)} empty or temporary git object file(s) left by a crash")
-            try:
-                vault.wait_for_index_lock()
-            except AcpmemError as exc:
+        try:
+            _fix(vault, add, objects, journal, merging)
+            repaired = True
+        except (AcpmemError, OSError) as exc:   # a full disk above all: said, and the checks below still run
+            if isinstance(exc, OSError):
+                from acpmem.vault.writer import storage_error
+
+                exc = storage_error(exc, "nothing more was repaired")
+            if not exc.message.startswith(("the disk is full", "the vault cannot be written")):
+                raise exc from None   # read-only, locked, …: the one line every write gives
+            if not (full and "disk is full" in exc.message):
                 add("error", exc.message, exc.hint)
-            else:
-                if index_corrupt(root):
-                    add("fixed", _rebuild_index(root))
-                blocked = writes_blocked(root)
-                if merging:
-                    pass  # a merge is committed by `sync` once its files are resolved, never here
-                elif blocked is not None:   # a rebase, a detached HEAD: a commit now would be lost; said below
-                    pass
-                else:
-                    if journal.exists():
-                        sha = vault.recover()
-                        how = {"already committed": " (its commit existed already; its journal is removed)",
-                               "dropped": " by dropping it (a file it changes was changed since; see the warning)",
-                               "set aside": " by setting its malformed journal aside (see the warning)"}
-                        add("fixed", f"finished an interrupted change{' as commit ' + sha[:12] if sha else ''}"
-                                     f"{how.get(vault.recovery, '')}")
-                    edits_before = [h for h in vault.human_edits() if h.problem is None]
-                    sha = vault.commit_human_edits()
-                    if sha:
-                        add("fixed", f"committed {len(edits_before)} human edit(s) as {sha[:12]}")
     else:
         if index_lock.exists():
             add("error", ".git/index.lock exists (a git command is running, or one was killed)",
@@ -136,7 +118,8 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
                 add("error", "a change was interrupted before its commit (a journal is pending)",
                     "run `acp memory doctor --fix` to finish it")
     for w in vault.warnings:
-        add("warning", w)
+        if not (full and w.startswith("the disk holding")):   # said once, above, with the next step
+            add("warning", w)
     vault.warnings.clear()
     corrupt = index_corrupt(root)
     if corrupt:
@@ -161,7 +144,7 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
         else:
             add("error", "a sync is in progress and its conflicts are resolved",
                 "run `acp memory sync` to finish the merge and push it")
-    elif not fix and not corrupt:
+    elif (not fix or not repaired) and not corrupt:   # not repaired: what is still to do is said
         for h in vault.human_edits():
             if h.problem:
                 add("error", f"uncommitted human edit {h.path} is invalid: {h.problem}",
@@ -176,12 +159,76 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
         add("error", p, blocked.hint if blocked is not None else
             "resolve it with git in the vault folder, then run `acp memory doctor` again")
     _check_entries(vault, add, to_resolve)
+    for w in vault.warnings:   # what reading the entries found (the index could not be updated on a full disk)
+        if not (full and w.startswith("the disk holding")):
+            add("warning", w)
+    vault.warnings.clear()
     _check_watcher(vault, add)
     _check_embeddings(vault, add)
     _check_rerank(vault, add)
     for check in more:   # the layers above add theirs (pending extraction requests: acpmem.write.checkup)
         check(vault, add)
     return Report(tuple(found))
+
+
+def _fix(vault: Vault, add, objects: Path, journal: Path, merging: bool) -> None:
+    """``doctor --fix``'s repairs, under the lock."""
+    root = vault.root
+    with vault.lock():
+        vault.clear_own_leftovers()  # our own stale git locks, temp files and half-written objects
+        for w in vault.warnings:
+            add("fixed", w)
+        vault.warnings.clear()
+        junk = _crash_objects(objects)
+        for p in junk:  # an empty loose object is never valid: git would read it as corrupt
+            p.unlink(missing_ok=True)
+        if junk:
+            add("fixed", f"removed {len(junk)} empty or temporary git object file(s) left by a crash")
+        try:
+            vault.wait_for_index_lock()
+        except AcpmemError as exc:
+            add("error", exc.message, exc.hint)
+        else:
+            if index_corrupt(root):
+                add("fixed", _rebuild_index(root))
+            blocked = writes_blocked(root)
+            if merging:
+                pass  # a merge is committed by `sync` once its files are resolved, never here
+            elif blocked is not None:   # a rebase, a detached HEAD: a commit now would be lost; said below
+                pass
+            else:
+                if journal.exists():
+                    sha = vault.recover()
+                    how = {"already committed": " (its commit existed already; its journal is removed)",
+                           "dropped": " by dropping it (a file it changes was changed since; see the warning)",
+                           "set aside": " by setting its malformed journal aside (see the warning)"}
+                    add("fixed", f"finished an interrupted change{' as commit ' + sha[:12] if sha else ''}"
+                                 f"{how.get(vault.recovery, '')}")
+                edits_before = [h for h in vault.human_edits() if h.problem is None]
+                sha = vault.commit_human_edits()
+                if sha:
+                    add("fixed", f"committed {len(edits_before)} human edit(s) as {sha[:12]}")
+
+
+def _check_disk(vault: Vault, add) -> bool:
+    """A full disk, said first and plainly: nothing can be written, reads go on from the files. True when full."""
+    seen, full = set(), False
+    for path in (vault.root, vault.state_dir):
+        try:
+            st = os.statvfs(path)
+            dev = os.stat(path).st_dev
+        except OSError:
+            continue
+        if dev in seen:
+            continue
+        seen.add(dev)
+        if disk_full(path):
+            full = True
+            left = "no inodes" if st.f_files and st.f_favail == 0 else f"{st.f_bavail * st.f_frsize // 1024} KB"
+            add("error", f"the disk is full: the file system holding {path} has {left} free — writes, requests "
+                         "and index updates there fail (entries are still read from their files)",
+                f"free some space on it, then run `acp memory doctor` again (`df -h {path}` shows it)")
+    return full
 
 
 def _check_entries(vault: Vault, add, reported: set[str]) -> None:

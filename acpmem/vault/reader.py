@@ -137,7 +137,7 @@ class VaultReader:
                                 "sync` from there")
 
     def ensure_state(self) -> None:
-        for sub in ("", layout.LOCKS_DIR, layout.SESSIONS_DIR, layout.PENDING_DIR):
+        for sub in ("", layout.LOCKS_DIR, layout.SESSIONS_DIR):
             (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
         if self.read_only:
             (self.state_dir / READ_ONLY_NOTICE).touch()
@@ -172,7 +172,10 @@ class VaultReader:
         try:
             return db.with_rebuild(self.db_path, lambda: work(self.db()), self.close)
         except (sqlite3.OperationalError, OSError) as exc:
-            if not db.is_full(exc) or getattr(self, "_in_memory", False):
+            from acpmem.infra.files import disk_full
+
+            # SQLite says "disk I/O error" where it cannot grow its -shm or -wal file on a full disk
+            if not (db.is_full(exc) or disk_full(self.state_dir)) or getattr(self, "_in_memory", False):
                 raise
         # The disk is full: the derived index cannot be brought up to date, so this read is served from the files
         # through an index in memory (built now, kept for this process, written nowhere).

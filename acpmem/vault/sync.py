@@ -27,20 +27,22 @@ Read bookkeeping never conflicts: each clone writes only ``reads/<clone-id>.tsv`
 """
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable
 
-from acpmem.core.entryfile import has_conflict_markers, parse_entry_bytes
+from acpmem.core.entryfile import MAX_FILE_BYTES, has_conflict_markers, parse_entry_bytes
 from acpmem.core.errors import EntryInvalid, GitStateError, SyncConflict
 from acpmem.core.layout import ENTRIES_DIR, LAYER_USER, MEMORY_FILE, PROPOSALS_DIR
 from acpmem.core.values import Value
 from acpmem.infra import progress as shown_progress
-from acpmem.infra.files import atomic_write
+from acpmem.infra.files import NotRegularFile, atomic_write, read_exact, read_regular
 from acpmem.vault.gitrun import error_text, git
 from acpmem.vault.writer import KIND_READS, KIND_SYNC, Vault
 
 MAX_GREP_PATHS = 1000   # more outgoing files than this: the conflict-marker check greps the whole tree
+MARKER_SCAN_BYTES = 64_000_000   # a file is searched for conflict markers this far (a merge brings text files)
 BACKOFF_FIRST = 0.25    # seconds before the second attempt; doubled each time, up to BACKOFF_MAX
 BACKOFF_MAX = 4.0
 # git's words for "the remote moved between this clone's fetch and its push" (or two pushes raced in the server)
@@ -355,7 +357,7 @@ def _amend_memory(vault: Vault, upstream: str) -> None:
     root = vault.root
     text = _memory_text(vault)
     mp = root / MEMORY_FILE
-    if mp.exists() and mp.read_text("utf-8") == text:
+    if read_exact(mp) == text:   # never a FIFO's read (read_exact: regular files only)
         return
     if _count(vault, f"{upstream}..HEAD") == 0:   # every change was already upstream: nothing of ours to amend
         _regenerate(vault, upstream)
@@ -376,7 +378,7 @@ def _merge(vault: Vault, upstream: str) -> tuple[str, str | None, str | None]:
     if res.code == 0 and (root / ".git" / "MERGE_HEAD").exists():
         text = _memory_text(vault)
         mp = root / MEMORY_FILE
-        if not mp.exists() or mp.read_text("utf-8") != text:
+        if read_exact(mp) != text:
             atomic_write(mp, text, durable=False)
         git(root, "add", "--", MEMORY_FILE)
         # Killed here, the merge is in progress with nothing unmerged: the next sync commits it.
@@ -446,12 +448,16 @@ def _finish_merge(vault: Vault, upstream: str) -> str:
         raise _markers_left(vault, added)
     for rel in pending:
         p = root / rel
-        if p.exists() and rel.startswith(ENTRIES_DIR + "/") and rel.endswith(".md"):
+        if os.path.lexists(p) and rel.startswith(ENTRIES_DIR + "/") and rel.endswith(".md"):
             try:
-                parse_entry_bytes(p.read_bytes(), rel, vault.settings.types)
+                parse_entry_bytes(read_regular(p, MAX_FILE_BYTES + 1), rel, vault.settings.types)
             except EntryInvalid as exc:
                 raise SyncConflict(f"the resolved file is not a valid entry: {exc.message}",
                                    f"fix it, then run {again(vault)} again", paths=[rel]) from None
+            except NotRegularFile as exc:   # a FIFO would wait for a writer for ever: never opened
+                raise SyncConflict(f"the resolved file {rel} {exc.strerror}",
+                                   f"put the resolved entry there as a plain file, then run {again(vault)} again",
+                                   paths=[rel]) from None
     for rel in pending:
         git(root, "add", "--", rel)
     message = (f"acpmem: {KIND_SYNC}: merge {upstream} (conflicts resolved by hand)\n\n"
@@ -479,10 +485,11 @@ def _merge_changes(vault: Vault) -> list[str]:
 
 
 def _marked(vault: Vault, rel: str) -> bool:
-    p = vault.root / rel
-    if p.is_symlink() or not p.is_file():
+    try:
+        data = read_regular(vault.root / rel, MARKER_SCAN_BYTES)
+    except OSError:   # gone, a symlink, a FIFO or a device: holds no markers of a text file
         return False
-    return has_conflict_markers(p.read_bytes().decode("utf-8", errors="replace"))
+    return has_conflict_markers(data.decode("utf-8", errors="replace"))
 
 
 def _markers_left(vault: Vault, paths: list[str]) -> SyncConflict:

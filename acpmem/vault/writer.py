@@ -579,8 +579,7 @@ class Vault(VaultReader):
             snap = self.load(with_reads=False, light=True)  # MEMORY.md needs the index fields only
             text = memory_md(snap.entries, self.settings)
             mp = self.root / layout.MEMORY_FILE
-            old = mp.read_text("utf-8") if mp.exists() else None
-            if old != text:
+            if read_exact(mp) != text:   # a FIFO there is replaced, never read (read_exact: regular files)
                 atomic_write(mp, text, durable=False)
             paths.append(layout.MEMORY_FILE)  # also when unchanged on disk: a killed commit can leave it uncommitted
         trailer_text = "".join(f"{k}: {_one_line(v)}\n" for k, v in trailers.items() if v not in (None, ""))

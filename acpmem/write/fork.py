@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -920,6 +921,10 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
                 error["reason"] = exc.data["reason"]
             if exc.data.get("text"):   # the model's own words, for doctor, stats and extract --failed
                 error["text"] = str(exc.data["text"])[:ANSWER_TEXT_CHARS]
+        elif isinstance(exc, (OSError, sqlite3.Error)):   # the machine's, not a bug: a deleted .acpmem/, a disk
+            error = {"message": f"the vault's files or its index could not be used ({type(exc).__name__}: "
+                                f"{exc})"[:500], "kind": "storage",
+                     "hint": "it is tried again on its schedule; `acp memory doctor` checks the vault"}
         else:
             error = {"message": f"unexpected {type(exc).__name__}: {exc}"[:500], "kind": "internal",
                      "hint": "report this bug; the request is kept"}

@@ -1,11 +1,12 @@
-"""Pending commit requests: one durable JSON file per ``memory_commit`` under ``.acpmem/pending/``, written
-atomically and fsynced before the caller is answered; the retry bookkeeping (attempts, backoff, failed); and the log
-of finished requests (``.acpmem/done.jsonl``).
+"""Pending commit requests: one durable JSON file per ``memory_commit`` under ``.git/acpmem/pending/`` (``queue_home``:
+kept when ``.acpmem/`` is deleted), written atomically and fsynced before the caller is answered; the retry
+bookkeeping (attempts, backoff, failed); and the log of finished requests (``.acpmem/done.jsonl``).
 
 Kept light on purpose (no typer, no git, no openai at import): ``commit`` must answer in well under 250 ms.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -17,9 +18,10 @@ from acpmem.core.blocks import valid_block_id
 from acpmem.core.clock import parse_iso, utc_iso
 from acpmem.core.errors import AcpmemError, UsageError
 from acpmem.core.ids import random_id
-from acpmem.core.layout import PENDING_DIR
+from acpmem.core.layout import GIT_STATE_DIRNAME, PENDING_DIR, STATE_DIRNAME
 from acpmem.core.values import Value
-from acpmem.infra.files import append_record, atomic_write, fsync_dir, read_records, stale_temp_files
+from acpmem.infra.files import (NotRegularFile, append_record, atomic_write, fsync_dir, read_records, read_regular,
+                                stale_temp_files)
 
 DONE_LOG = "done.jsonl"
 MAX_ATTEMPTS = 5
@@ -150,8 +152,92 @@ class Request(Value):
         return self.status == "pending" and (self.next_attempt is None or self.next_attempt <= now)
 
 
+def queue_home(state_dir: Path) -> Path:
+    """Where the local state that is not derived lives — the acknowledged requests and the worker's locks:
+    ``acpmem/`` in the vault's git folder (``.git/acpmem/``; a linked worktree's own git folder). Never committed,
+    never synced, and kept when a person deletes ``.acpmem/``, which holds derived state only and may go at any
+    moment, even while writers run (``docs/design.md``, "The request queue"). Without a git folder (no repository
+    yet, or a read-only vault whose state lives in the user's cache): ``state_dir`` itself."""
+    state = Path(state_dir)
+    if state.name != STATE_DIRNAME:
+        return state
+    dotgit = state.parent / ".git"
+    try:
+        if dotgit.is_dir():
+            return dotgit / GIT_STATE_DIRNAME
+        text = read_regular(dotgit, 4097).decode("utf-8", "replace")   # a linked worktree: "gitdir: PATH"
+    except (OSError, ValueError):
+        return state
+    if text.startswith("gitdir:") and len(text) <= 4096:
+        gd = Path(text[len("gitdir:"):].strip())
+        gd = gd if gd.is_absolute() else state.parent / gd
+        if gd.is_dir():
+            return gd / GIT_STATE_DIRNAME
+    return state
+
+
 def pending_dir(state_dir: Path) -> Path:
-    return Path(state_dir) / PENDING_DIR
+    """The folder of the pending request files (``queue_home``)."""
+    return queue_home(state_dir) / PENDING_DIR
+
+
+def _old_pending_dir(state_dir: Path) -> Path | None:
+    """Where an older acpmem kept the pending requests (``.acpmem/pending/``), when that is not the folder now."""
+    old = Path(state_dir) / PENDING_DIR
+    return None if old == pending_dir(state_dir) else old
+
+
+def _adopt(old: Path, new: Path) -> None:
+    """Move one request file an older acpmem left in ``.acpmem/pending/`` to the queue (the newer of two copies of
+    one request wins: an older acpmem may still be writing there). Moved, never dropped: a rename where both are on
+    one file system, else a durable copy first and the old file removed after it."""
+    try:
+        try:
+            if os.stat(new).st_mtime_ns > os.stat(old).st_mtime_ns:
+                old.unlink()
+                return
+        except FileNotFoundError:
+            pass
+        try:
+            new.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(old, new)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            atomic_write(new, read_regular(old, 64_000_001))
+            old.unlink()
+        fsync_dir(new.parent)
+    except (FileNotFoundError, NotRegularFile):
+        return   # moved or finished by another process meanwhile; a FIFO is never read
+
+
+def _adopt_old(state_dir: Path, request_id: str | None = None) -> None:
+    """Take over the requests an older acpmem queued in ``.acpmem/pending/`` (all, or the one named)."""
+    old = _old_pending_dir(state_dir)
+    if old is None:
+        return
+    if request_id is not None:
+        names = [f"{request_id}.json"]
+    else:
+        try:
+            names = [n for n in os.listdir(old) if n.endswith(".json") and not n.startswith(".")]
+        except OSError:
+            return
+    new = pending_dir(state_dir)
+    for name in names:
+        if os.path.lexists(old / name):
+            _adopt(old / name, new / name)
+
+
+MAX_REQUEST_BYTES = 16_000_000   # a request file is a few KB; a hand-made one this large is not one acpmem wrote
+
+
+def _read(path: Path) -> str:
+    """A request file's text: a regular file only (a FIFO is never opened), at most ``MAX_REQUEST_BYTES``."""
+    data = read_regular(path, MAX_REQUEST_BYTES + 1)
+    if len(data) > MAX_REQUEST_BYTES:
+        raise ValueError(f"larger than {MAX_REQUEST_BYTES // 1_000_000} MB")
+    return data.decode("utf-8")
 
 
 def _encode(req: Request) -> bytes:
@@ -173,21 +259,23 @@ def check_request_id(request_id: str) -> str:
 
 
 def load_request(state_dir: Path, request_id: str) -> Request | None:
-    path = pending_dir(state_dir) / f"{check_request_id(request_id)}.json"
+    _adopt_old(state_dir, check_request_id(request_id))
+    path = pending_dir(state_dir) / f"{request_id}.json"
     try:
-        req = Request.from_json(json.loads(path.read_text("utf-8")))
+        req = Request.from_json(json.loads(_read(path)))
         if req.id != request_id:
             raise ValueError(f"it holds request {req.id!r:.80}")
         return req
     except FileNotFoundError:
         return None
-    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError, NotRegularFile) as exc:
         raise AcpmemError(f"{path}: not a valid request file ({str(exc)[:200]})",
                           "delete it, or fix it by hand; `acp memory stats` lists the requests") from None
 
 
 def list_requests(state_dir: Path) -> tuple[list[Request], list[str]]:
     """Every request file, oldest first, and the files that do not parse (named, never deleted)."""
+    _adopt_old(state_dir)
     folder = pending_dir(state_dir)
     out, broken = [], []
     try:
@@ -196,7 +284,7 @@ def list_requests(state_dir: Path) -> tuple[list[Request], list[str]]:
         return [], []
     for name in names:
         try:
-            req = Request.from_json(json.loads((folder / name).read_text("utf-8")))
+            req = Request.from_json(json.loads(_read(folder / name)))
             if f"{check_request_id(req.id)}.json" != name:   # the worker would look for another file, for ever
                 raise ValueError(f"the request id {req.id!r:.80} is not the file's name")
             out.append(req)
@@ -204,7 +292,7 @@ def list_requests(state_dir: Path) -> tuple[list[Request], list[str]]:
             continue   # finished meanwhile
         except UsageError:
             broken.append(name)
-        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError, NotRegularFile):
             broken.append(name)
     out.sort(key=lambda r: (r.created, r.id))
     return out, broken
@@ -214,11 +302,15 @@ def remove_request(state_dir: Path, request_id: str) -> None:
     folder = pending_dir(state_dir)
     (folder / f"{request_id}.json").unlink(missing_ok=True)
     fsync_dir(folder)
+    old = _old_pending_dir(state_dir)
+    if old is not None and os.path.lexists(old / f"{request_id}.json"):   # a copy an older acpmem wrote there
+        (old / f"{request_id}.json").unlink(missing_ok=True)
 
 
 def prune_temp_files(state_dir: Path) -> int:
     """Remove temp files a killed ``submit`` left in the pending folder (never a request file). Returns how many."""
-    stale = stale_temp_files(pending_dir(state_dir))
+    old = _old_pending_dir(state_dir)
+    stale = [*stale_temp_files(pending_dir(state_dir)), *(stale_temp_files(old) if old is not None else ())]
     for p in stale:
         p.unlink(missing_ok=True)
     return len(stale)

@@ -1,6 +1,7 @@
 """The background worker: one detached process per vault drains the pending requests, then exits.
 
-The worker lock (``acpmem.infra.locks`` on ``.acpmem/locks/worker.flock``) says whoever holds it is the only process
+The worker lock (``acpmem.infra.locks`` on ``.git/acpmem/worker.flock``, beside the queue: deleting ``.acpmem/``
+never lets a second worker take a fresh lock beside the one still held) says whoever holds it is the only process
 extracting in that vault. ``submit`` writes its request first and only then tries the lock: when it wins, it hands
 the locked descriptor to the worker it starts (``acpmem.infra.detach``), so two commits at once start one worker.
 The worker drains what is due, releases the lock, looks again, and only exits when the queue is empty after the
@@ -22,7 +23,6 @@ from pathlib import Path
 
 from acpmem.core.clock import parse_iso, utc_iso
 from acpmem.core.errors import AcpmemError
-from acpmem.core.layout import LOCKS_DIR
 from acpmem.infra import locks
 from acpmem.write import requests
 
@@ -34,7 +34,7 @@ MAX_LOG_BYTES = 1_000_000
 
 
 def lock_path(state_dir: Path) -> Path:
-    return Path(state_dir) / LOCKS_DIR / WORKER_LOCK
+    return requests.queue_home(state_dir) / WORKER_LOCK
 
 
 def try_worker_lock(state_dir: Path) -> int | None:
@@ -122,7 +122,7 @@ def _log(msg: str) -> None:
 
 
 def retry_lock_path(state_dir: Path) -> Path:
-    return Path(state_dir) / LOCKS_DIR / RETRY_LOCK
+    return requests.queue_home(state_dir) / RETRY_LOCK
 
 
 def retry_waiter(state_dir: Path) -> int | None:
