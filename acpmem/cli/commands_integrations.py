@@ -101,8 +101,9 @@ def sync(ctx: typer.Context,
         else:
             result = run_sync(v, remote)
     except SyncConflict as exc:
-        for p in exc.data.get("paths", []):
-            warn(f"conflict: {p}")
+        if not json_:   # under --json the error object's details name them
+            for p in exc.data.get("paths", []):
+                warn(f"conflict: {p}")
         raise
     finally:
         emit_warnings(v)

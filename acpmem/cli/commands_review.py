@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 import typer
 
 from acpmem.cli.app import JsonOpt, UserOpt, VaultOpt, app, complete_types, open_for_user, open_user, open_vault
-from acpmem.cli.output import emit_warnings, out, out_json, warn
-from acpmem.core.errors import UsageError
+from acpmem.cli.output import emit_warnings, fail, out, out_json, warn
+from acpmem.core.errors import AcpmemError, Refused, UsageError
 
 
 # --------------------------------------------------------------------------------------------- remember
@@ -79,12 +79,12 @@ def _from_stdin() -> str:
 
     data = read_bounded(sys.stdin.buffer, MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
-        raise UsageError(f"the text on stdin is over {MAX_FILE_BYTES:,} bytes, more than an entry may hold",
+        raise Refused(f"the text on stdin is over {MAX_FILE_BYTES:,} bytes, more than an entry may hold",
                          "pipe in the entry's text, a few KB; nothing was written")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise UsageError("the text on stdin is not UTF-8", "pipe in UTF-8 text; nothing was written") from None
+        raise Refused("the text on stdin is not UTF-8", "pipe in UTF-8 text; nothing was written") from None
 
 
 def _from_editor() -> str:
@@ -100,9 +100,11 @@ def _from_editor() -> str:
         try:
             rc = subprocess.call([*editor_command(), path])
         except FileNotFoundError:
-            raise UsageError(f"editor {editor_command()[0]!r} not found", "set $EDITOR, e.g. EDITOR=nano") from None
+            raise AcpmemError(f"editor {editor_command()[0]!r} not found", "set $EDITOR, e.g. EDITOR=nano",
+                              code="editor") from None
         if rc != 0:
-            raise UsageError(f"the editor exited with status {rc}; nothing was written", "run the command again")
+            raise AcpmemError(f"the editor exited with status {rc}; nothing was written", "run the command again",
+                              code="editor")
         with open(path, encoding="utf-8") as f:
             return f.read()
     finally:
@@ -309,7 +311,7 @@ def consolidate(ctx: typer.Context,
     try:
         unknown = [t for t in type_ or () if t not in v.settings.types]
         if unknown:
-            raise UsageError(f"unknown entry type '{unknown[0]}'", f"the types of this vault: "
+            raise Refused(f"unknown entry type '{unknown[0]}'", f"the types of this vault: "
                                                                    f"{', '.join(v.settings.types)}")
         res = run(v, dry_run=dry_run, types=type_ or None)
         titles = {e.id: e.title for e in v.load(with_reads=False, light=True).entries}
@@ -333,7 +335,6 @@ def consolidate(ctx: typer.Context,
                 out(f"  → {o.status}: {o.error}")
     failed = [o for o in res.outcomes if o.status == "failed"]
     if failed:
-        warn(f"Error: {len(failed)} cluster(s) not merged: {failed[0].error} — run it again, or "
-             "`acp memory consolidate --dry-run` to see the clusters")
-        return 1
+        return fail(f"{len(failed)} cluster(s) not merged: {failed[0].error}",
+                    "run it again, or `acp memory consolidate --dry-run` to see the clusters", code="not_merged")
     return 0

@@ -10,8 +10,7 @@ import typer
 from acpmem.cli import hot
 from acpmem.cli.app import (IdArg, JsonOpt, UserOpt, VaultOpt, app, as_path, complete_ids, open_user, open_vault,
                             params, vault_of)
-from acpmem.cli.output import emit_warnings, out, out_json, warn
-from acpmem.core.errors import error_line
+from acpmem.cli.output import emit_warnings, fail, out, out_json, warn
 from acpmem.core.limits import MAX_BUDGET_TOKENS, MAX_INT, MAX_TOP_N, MIN_INT
 
 
@@ -293,6 +292,6 @@ def doctor(ctx: typer.Context, fix: Annotated[bool, typer.Option("--fix", help="
     if rep.ok:
         return 0
     errors = sum(f.level == "error" for f in rep.findings)
-    warn(error_line(f"{errors} problem{'s' if errors != 1 else ''} found in the vault",
-                    "each finding says how to fix it" + ("" if fix else "; `--fix` repairs what is safe")))
-    return 1
+    return fail(f"{errors} problem{'s' if errors != 1 else ''} found in the vault",
+                "each finding says how to fix it" + ("" if fix else "; `--fix` repairs what is safe"),
+                code="problems_found")

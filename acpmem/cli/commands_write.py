@@ -12,8 +12,8 @@ import typer
 
 from acpmem.cli import hot
 from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault, params, vault_of
-from acpmem.cli.output import emit_warnings, is_tty, out, out_json, warn
-from acpmem.core.errors import UsageError, error_line
+from acpmem.cli.output import emit_warnings, fail, is_tty, out, out_json, warn
+from acpmem.core.errors import AcpmemError, UsageError
 from acpmem.write.requests import MAX_SEQ
 
 
@@ -161,7 +161,8 @@ def extract(ctx: typer.Context,
                 warn(f"Warning: .acpmem/pending/{name} is not a valid request file (left as it is)")
             unknown = [i for i in ids if i not in {r.id for r in reqs}]
             if dry_run and unknown:
-                raise UsageError(f"no pending request {unknown[0]}", "`acp memory stats --json` lists them")
+                raise AcpmemError(f"no pending request {unknown[0]}", "`acp memory stats --json` lists them",
+                                  code="not_found")
         if dry_run:
             out_json(ex.dry_run(v, reqs, ex_name))
             return 0
@@ -199,9 +200,9 @@ def extract(ctx: typer.Context,
             later = "those not failed for good stay pending and the background worker retries them on their schedule"
         else:
             later = "those not failed for good stay pending; `acp memory extract --pending` retries them"
-        warn(error_line(f"{len(bad)} of {len(outcomes)} request(s) not extracted: {what}{more}",
-                        f"{later}; `acp memory doctor` shows them"))
-    return 1 if bad else 0
+        return fail(f"{len(bad)} of {len(outcomes)} request(s) not extracted: {what}{more}",
+                    f"{later}; `acp memory doctor` shows them", code="not_extracted")
+    return 0
 
 
 def _run(v, ids: list[str], extractor: str | None, *, show_progress: bool):

@@ -14,7 +14,7 @@ import sys
 from enum import Enum
 from pathlib import Path
 
-from acpmem.cli.output import emit_warnings, is_tty, out, out_json, warn
+from acpmem.cli.output import emit_warnings, fail, is_tty, out, out_json, warn
 
 
 def list_output(vault, fmt: str, *, include_all: bool = False, session: str | None = None,
@@ -33,7 +33,7 @@ def list_output(vault, fmt: str, *, include_all: bool = False, session: str | No
     two = len(vault.layers()) > 1   # then every text line names its layer too (JSON always does)
     for layer, p in problems:
         where = f"{layer} vault: " if two else ""
-        sys.stderr.write(f"Warning: skipped {where}{p.path}: {p.reason} (see `acp memory doctor`)\n")
+        warn(f"Warning: skipped {where}{p.path}: {p.reason} (see `acp memory doctor`)")
     if fmt == "json":
         return json.dumps({"entries": [render.entry_json(i.entry, {"layer": i.layer}) for i in items],
                            "problems": [{**p.to_json(), "layer": layer} for layer, p in problems]},
@@ -152,12 +152,9 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
         if ack.outcome is not None:
             out(ack.outcome.summary())
     if ack.outcome is not None and not ack.outcome.ok:
-        from acpmem.core.errors import error_line
-
         o = ack.outcome
-        warn(error_line(f"{o.request} was not extracted: {(o.error or {}).get('message') or o.status}",
-                        f"{retry_line(ack.retry)}; `acp memory doctor` shows it"))
-        return 1
+        return fail(f"{o.request} was not extracted: {(o.error or {}).get('message') or o.status}",
+                    f"{retry_line(ack.retry)}; `acp memory doctor` shows it", code="not_extracted")
     return 0
 
 

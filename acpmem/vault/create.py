@@ -10,7 +10,7 @@ from pathlib import Path
 
 from acpmem.core import layout
 from acpmem.core.clock import now_utc
-from acpmem.core.errors import AcpmemError, UsageError, VaultExists
+from acpmem.core.errors import AcpmemError, SettingsError, UsageError, VaultExists
 from acpmem.core.limits import clip, path_problem
 from acpmem.vault.gitrun import git, no_repository
 from acpmem.vault.writer import KIND_FORK, KIND_INIT, Vault
@@ -48,7 +48,7 @@ def init_user_vault(*, example: bool = False, clock: Callable[[], datetime] = no
 
     path, _ = user_vault_location(None)
     if path is None:
-        raise UsageError("ACPMEM_USER_VAULT is none: the user vault is turned off",
+        raise SettingsError("ACPMEM_USER_VAULT is none: the user vault is turned off",
                          "unset it (for ~/.acp-memory) or set it to the folder to create the user vault in")
     v = init_vault(path, example=example, clock=clock, rng=rng)
     v.layer = layout.LAYER_USER
