@@ -26,14 +26,17 @@ def serve(ctx: typer.Context,
                                                                  "(OpenAI/Anthropic JSON, JSONL, Claude Code JSONL).")]
           = None,
           vault: VaultOpt = None) -> None:
-    """MCP server over stdio: memory_commit and memory_recall as tools, the index as memory://index.
+    """MCP server over stdio: memory_commit and memory_recall as tools, the index as the resource memory://index,
+    and an entry's cited turns as memory://entry/{id}/source (what `show ID --source` prints).
 
-    Only the main conversation's tools, never memory_write (only the fork writes).
+    Only the main conversation's tools, never memory_write (only the fork writes). A tool call takes only the
+    arguments its schema lists (anything else is refused).
 
-    A client may add `session`, `seq` and `transcript` to a memory_commit call's arguments. Otherwise: the session is
-    --session, else $ACPMEM_SESSION, else $CLAUDE_CODE_SESSION_ID (set by Claude Code), else one per process; the
-    transcript is --transcript, else the one the Claude Code SessionStart hook recorded for that session; seq is
-    the transcript's last message, else a count of this server's commits.
+    A harness that knows the session may pass it in the request's _meta: acpmem/session, acpmem/seq and
+    acpmem/transcript. Otherwise: the session is --session, else $ACPMEM_SESSION, else $CLAUDE_CODE_SESSION_ID
+    (set by Claude Code), else one per process; the transcript is --transcript, else the one the Claude Code
+    SessionStart hook recorded for that session; seq is the transcript's last message, else a count of this
+    server's commits.
 
     Example: claude mcp add acpmem -- acp memory serve
     """

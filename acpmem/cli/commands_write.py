@@ -102,7 +102,7 @@ def commit(ctx: typer.Context, type_: TypeOpt = None, note: NoteOpt = None, impo
 
 @app.command()
 def extract(ctx: typer.Context,
-            requests: Annotated[Optional[list[str]], typer.Argument(metavar="[REQUEST]...",
+            requests: Annotated[Optional[list[str]], typer.Argument(metavar="REQUEST",
                                                                      help="Pending request ids (r-…).",
                                                                      show_default=False)] = None,
             pending: Annotated[bool, typer.Option("--pending", help="Every pending request, due or not (not those "

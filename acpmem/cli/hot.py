@@ -46,6 +46,8 @@ def list_output(vault, fmt: str, *, include_all: bool = False, session: str | No
 
 def _rich_table(v, include_all: bool) -> None:
     from rich.console import Console
+
+    from acpmem.core import render
     from rich.table import Table
 
     from acpmem.vault.layers import list_layered
@@ -57,7 +59,8 @@ def _rich_table(v, include_all: bool) -> None:
         t.add_column(col, overflow="fold" if col == "title" else None)
     for i in sorted(items, key=lambda i: (i.entry.created, i.entry.id), reverse=True):
         e = i.entry
-        t.add_row(*((i.layer,) if two else ()), e.id, e.type, e.title + (" [superseded]" if e.superseded else ""),
+        t.add_row(*((i.layer,) if two else ()), e.id, render.terminal_safe(e.type),
+                  render.terminal_safe(e.title) + (" [superseded]" if e.superseded else ""),
                   str(e.importance), e.created[:10], (e.last_read or "never")[:10])
     c = Console()
     c.print(t)

@@ -55,8 +55,24 @@ def init_user_vault(*, example: bool = False, clock: Callable[[], datetime] = no
     return v
 
 
+def _enclosing_vault(base: Path) -> Path | None:
+    """The vault whose folders ``base`` is inside (a folder above it holding entries/ and acpmem.toml), or None."""
+    try:
+        real = base.resolve()
+    except (OSError, RuntimeError):
+        real = base
+    for d in real.parents:
+        if (d / layout.ENTRIES_DIR).is_dir() and (d / layout.SETTINGS_FILE).is_file():
+            return d
+    return None
+
+
 def _new_root(base: Path, *, named: bool) -> Path:
     """Where the new vault goes, or ``VaultExists`` saying why not there."""
+    outer = _enclosing_vault(base)
+    if outer is not None:   # a vault nested in another's folders would be committed into it, entry by entry
+        raise VaultExists(f"{base} is inside the vault at {outer}",
+                          f"use that vault, or run `acp memory init` in a folder outside {outer}")
     # PATH names the vault itself when it is new, empty or called .acp-memory; an existing folder with other
     # content (a project) gets its vault in PATH/.acp-memory, like `init` without PATH does in the current folder.
     if (base / layout.ENTRIES_DIR).is_dir() and (base / layout.SETTINGS_FILE).is_file():

@@ -266,6 +266,9 @@ def log_layered(vault: VaultReader, prefix: str | None, *, limit: int = 50, user
     the user vault's with ``user``."""
     from acpmem.vault.history import log
 
+    if prefix is not None and not prefix.strip().lstrip("#"):   # as `show ''` is: never the whole log by accident
+        raise UsageError("no entry id given", "pass an id or a unique prefix, e.g. `acp memory log k3f`; without "
+                                              "an id, the whole vault's history")
     if prefix:
         target = history_vault(vault, prefix, user=user)
     else:

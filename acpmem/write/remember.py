@@ -14,9 +14,20 @@ from acpmem.core.errors import Refused, SecretRefused, UsageError
 from acpmem.core.limits import breaks_line, clip, int_between
 
 
-def remember(vault, text: str, *, type: str, importance: int, title: str | None = None,
+DEFAULT_IMPORTANCE = 5
+
+
+def default_type(types, user: bool) -> str:
+    """The type of an entry a person writes without ``--type``: user-preference in the user vault, else fact —
+    when the vault defines it, else its first type."""
+    want = "user-preference" if user else "fact"
+    return want if want in types else types[0]
+
+
+def remember(vault, text: str, *, type: str | None = None, importance: int | None = None, title: str | None = None,
              user: bool = False) -> tuple[Entry, str]:
-    """Write ``text`` as a new entry of ``type`` and ``importance`` (title: ``title`` or the text's first line).
+    """Write ``text`` as a new entry of ``type`` (default: ``default_type``) and ``importance`` (default 5) (title:
+    ``title`` or the text's first line).
     ``user``: in the user vault read beside ``vault`` (``vault`` itself when it is the user vault). Returns the
     entry and the commit. Raises ``UsageError`` for bad arguments, for a missing user vault and for a user-vault
     text holding a path of this project, and ``SecretRefused`` when the text holds what looks like a secret;
@@ -32,6 +43,10 @@ def remember(vault, text: str, *, type: str, importance: int, title: str | None 
         vault = target
     vault.require_writable()
     settings = vault.settings
+    if type is None:
+        type = default_type(settings.types, user)
+    if importance is None:
+        importance = DEFAULT_IMPORTANCE
     if type not in settings.types:
         raise Refused(f"unknown entry type {clip(type)}", f"the types of this vault: {', '.join(settings.types)}")
     if not int_between(importance, 1, 10):
