@@ -119,3 +119,29 @@ def sync(ctx: typer.Context,
     tries = f" after {result.attempts} tries (the remote moved meanwhile)" if result.attempts > 1 else ""
     out(f"Synced with {result.remote}/{result.branch}: {result.incoming} commit(s) in{how}, {result.outgoing} out"
         f"{' and pushed' if result.pushed else ''}{tries}. HEAD {result.head[:12]}.")
+
+
+@app.command()
+def schema(name: Annotated[Optional[str], typer.Argument(metavar="COMMAND", show_default=False,
+                                                        help="A command (list, show, recall, …), or error / "
+                                                             "warning for what --json prints on stderr.")] = None,
+           json_: JsonOpt = False) -> None:
+    """The JSON Schema (draft 2020-12) of a command's --json output, shipped with acpmem; without COMMAND, the
+    list of schemas. `error` is the object every command prints on stderr when it fails under --json.
+
+    Example: acp memory schema recall > recall.schema.json
+
+    Example: acp memory schema error
+    """
+    from acpmem.cli.schemas import listing, schema_text
+
+    if name is not None:
+        out(schema_text(name).rstrip("\n"))
+        return
+    rows = listing()
+    if json_:
+        out_json({"schemas": rows})
+        return
+    for r in rows:
+        out(f"{r['name']:<12} {r['title']}")
+    out("`acp memory schema COMMAND` prints one.")

@@ -71,8 +71,8 @@ def dry_run(vault, reqs: list[Request], extractor: str | None) -> object:
             model = resolve_model_config(vault.settings.extraction).model or ""
         recorded = r.model if how == "llm" and not extractor else None
         shown.append({"request": r.id, "body": fork.build_body(vault, r, recorded or model or None)})
-    if len(shown) == 1:
-        return shown[0] if "body" not in shown[0] else shown[0]["body"]
+    if len(shown) == 1:   # one model request: its body as sent; one offline extract: the whole record
+        return shown[0] if shown[0].get("extractor") == "offline" else shown[0]["body"]
     return shown
 
 
