@@ -10,7 +10,7 @@ import typer
 from acpmem.cli import hot
 from acpmem.cli.app import (IdArg, JsonOpt, UserOpt, VaultOpt, app, as_path, complete_ids, open_user, open_vault,
                             params, vault_of)
-from acpmem.cli.output import emit_warnings, fail, out, out_json, warn
+from acpmem.cli.output import emit_warnings, fail, out, out_json
 from acpmem.core.limits import MAX_BUDGET_TOKENS, MAX_INT, MAX_TOP_N, MIN_INT
 
 
