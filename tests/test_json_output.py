@@ -161,6 +161,13 @@ def _error_cases(v: str, first: str, tmp_path: Path) -> list[tuple[int, str, lis
         (1, "not_found", ["extract", "r-zzzzzzzz", "--dry-run", "--json"]),
         (1, "transcript", ["show", first, "--source", "--transcript", "/dev/zero", "--json"]),
         (1, "transcript", ["blocks", str(tmp_path / "none.jsonl"), "--json"]),
+        (1, "transcript", ["extract", "--transcript", str(CHAT), "--note", "n", "--type", "fact", "--importance", "3",
+                        "--session", "s", "--seq", "1", "--host-tools", str(tmp_path / "none.json"), "--dry-run",
+                        "--json"]),
+        (1, "transcript", ["commit", "--type", "fact", "--note", "n", "--importance", "3", "--session", "s", "--seq",
+                           "1", "--transcript", str(CHAT), "--host-tools", str(tmp_path / "none.json"), "--json"]),
+        (1, "refused", ["commit", "--type", "fact", "--note", "n", "--importance", "3", "--session", "s", "--seq",
+                        "1", "--transcript", str(CHAT), "--host-tools", str(CHAT), "--json"]),
         (1, "vault_exists", ["init", v, "--json"]),
         (1, "git_state", ["sync", "--json"]),
     ]

@@ -176,7 +176,7 @@ def load_host_tools(path: str | None) -> list[dict]:
     try:
         doc = json.loads(Path(path).read_text("utf-8"))
     except FileNotFoundError:
-        raise Refused(f"{path}: no such tool definition file", "pass the host's tools as a JSON file") from None
+        raise TranscriptError(f"{path}: no such tool definition file", "pass the host's tools as a JSON file") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise Refused(f"{path}: not valid JSON ({exc})", "pass a JSON list of OpenAI function tools") from None
     tools = doc.get("tools") if isinstance(doc, dict) else doc
