@@ -1,5 +1,5 @@
 """Write throughput: P processes × N writes into one vault, each write one ``Vault.write_entries`` (one commit), all
-at once — the figure behind "8 × 50 writes" in the README — and the git child processes each write starts.
+at once — the figure behind "8 × 50 writes" in docs/performance.md — and the git child processes each write starts.
 
 1. Throughput. A fresh vault (``init_vault``); P writer processes start together and each writes N new entries.
    Reported: wall time, ms per write, writes kept (entries in HEAD), commits made (must be P × N + 1), and whether

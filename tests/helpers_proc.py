@@ -281,13 +281,22 @@ if __name__ == "__main__":
         raise SystemExit(f"unknown command {sys.argv[1]!r}")
 
 
+def doc_with(marker: str) -> str:
+    """The text of the one page (README.md or docs/*.md) that holds ``marker``."""
+    root = Path(__file__).resolve().parents[1]
+    hits = [t for t in (p.read_text("utf-8") for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
+            if marker in t]
+    assert len(hits) == 1, f"{marker!r} is in {len(hits)} pages of README.md and docs/, not one"
+    return hits[0]
+
+
 def run_readme_sh(marker: str, cwd: Path) -> subprocess.CompletedProcess:
-    """Run the first ```sh block after ``marker`` in the README as written (bash, pipefail), with this Python's
-    console scripts first on PATH, temporary files under ``cwd`` and no $ACPMEM_USER_VAULT (the conftest's HOME is
-    a temporary one)."""
+    """Run the first ```sh block after ``marker`` in the README or the docs/ page that holds it, as written (bash,
+    pipefail), with this Python's console scripts first on PATH, temporary files under ``cwd`` and no
+    $ACPMEM_USER_VAULT (the conftest's HOME is a temporary one)."""
     import re
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
+    readme = doc_with(marker)
     part = readme[readme.index(marker):]
     block = re.search(r"```sh\n(.*?)```", part, re.S).group(1)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", TMPDIR=str(cwd))

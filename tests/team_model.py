@@ -170,7 +170,7 @@ class TeamVault(RuleBasedStateMachine):
         toml.write_text(toml.read_text().replace('extractor = "auto"', 'extractor = "offline"'))
         git(a, "remote", "add", "origin", str(self.remote), check=True)
         assert run(a, "sync").code == 0
-        # B is what the README tells a teammate to do: a plain `git clone`
+        # B is what docs/team.md tells a teammate to do: a plain `git clone`
         subprocess.run(["git", "clone", "-q", str(self.remote), str(self.dir / "b")], check=True)
         self.roots = {"a": a, "b": self.dir / "b"}
 

@@ -78,7 +78,8 @@ def test_the_lazy_exports_of_the_package_exist():
 
 def test_no_comment_cites_a_document_outside_the_repository():
     for path in [*PKG.rglob("*.py"), *PKG.parent.joinpath("tests").glob("*.py"),
-                 *PKG.parent.joinpath("bench").glob("*.py"), PKG.parent / "README.md"]:
+                 *PKG.parent.joinpath("bench").glob("*.py"), PKG.parent / "README.md",
+                 *PKG.parent.joinpath("docs").glob("*.md")]:
         assert not re.search(r"SPEC\s*§", path.read_text("utf-8")), path
 
 
@@ -155,3 +156,43 @@ def test_every_module_imports_on_its_own():
         r = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, (name, r.stderr[-500:])
     assert importlib.import_module("acpmem.cli.main").main
+
+
+# ------------------------------------------------------------------------------------------ the per-turn commands
+
+PER_TURN_PROBE = """
+import json, sys
+from acpmem.cli.fast import try_fast
+code = try_fast(sys.argv[1:], "acpmem")
+sys.stderr.write("\\n" + json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+# what a per-turn command never loads: the heavy libraries, the write machinery, the progress bars, and the typing
+# and dataclasses modules (a few ms each, with what they generate)
+PER_TURN_BANNED = HEAVY | {"acpmem.vault.writer", "acpmem.vault.gitlib", "acpmem.vault.gitrun", "acpmem.vault.review",
+                           "acpmem.cli.bars", "dataclasses", "inspect", "typing"}
+
+
+def test_the_per_turn_commands_load_nothing_heavy(tmp_path):
+    """Each per-turn read — ``list``, ``show``, ``surface``, ``score``, ``stats``, ``recall`` — is answered by the fast
+    path (never typer) and loads none of ``PER_TURN_BANNED``; the search index's stemmer only where the command
+    searches or its index is checked (``recall``, ``surface``)."""
+    import json
+
+    from acpmem.vault.create import init_vault
+
+    v = init_vault(tmp_path / "vault", example=True)
+    first = v.load().entries[0].id
+    v.close()
+    env = {**__import__("os").environ, "ACPMEM_USER_VAULT": "none"}
+    stemmer = {"Stemmer", "snowballstemmer"}
+    for argv, allowed in ((["list", "--format", "prompt"], set()), (["list"], set()), (["show", first], set()),
+                          (["show", first, "--json"], set()), (["surface", "--session", "t1"], stemmer),
+                          (["score", "--explain"], set()), (["stats"], set()), (["stats", "--json"], set()),
+                          (["recall", "upload"], stemmer)):
+        for _ in range(2):   # the first call builds the derived index; the second is a turn like any other
+            r = subprocess.run([sys.executable, "-c", PER_TURN_PROBE, *argv, "--vault", str(v.root)],
+                               capture_output=True, text=True, timeout=120, env=env)
+        report = json.loads(r.stderr.rsplit("\n", 1)[-1])
+        assert report["code"] == 0, (argv, r.stderr)
+        loaded = {m for m in report["modules"] if m in PER_TURN_BANNED or m.split(".")[0] in PER_TURN_BANNED}
+        assert loaded <= allowed, (argv, sorted(loaded - allowed))

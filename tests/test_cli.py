@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -138,6 +139,23 @@ def _editor(tmp_path: Path, script: str) -> str:
     p.write_text("#!/bin/sh\n" + script)
     p.chmod(p.stat().st_mode | stat.S_IEXEC)
     return str(p)
+
+
+def test_edit_without_editor_variables_uses_the_editor_the_machine_has(example_vault, cli, tmp_path):
+    """No $VISUAL or $EDITOR: vi, else nano, when the machine has one; with neither, the error names the variable."""
+    v = example_vault
+    e = sorted(v.load().entries, key=lambda e: e.id)[0]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(shutil.which("git"))
+    env = {"PATH": str(bin_dir), "VISUAL": "", "EDITOR": ""}
+    r = cli("memory", "edit", e.id, "--vault", str(v.root), env=env)
+    assert r.returncode == 2 and "editor 'vi' not found" in r.stderr and "set $EDITOR" in r.stderr, r.stderr
+    sed = shutil.which("sed")
+    (bin_dir / "nano").symlink_to(_editor(tmp_path, f'{sed} -i "s/^importance: .*/importance: 10/" "$1"\n'))
+    r = cli("memory", "edit", e.id, "--vault", str(v.root), env=env)
+    assert r.returncode == 0 and "Saved" in r.stdout, r.stderr
+    assert v.resolve(e.id).importance == 10
 
 
 def test_edit_through_editor_validates_and_commits(example_vault, cli, tmp_path):

@@ -588,7 +588,7 @@ def test_python_api_reads_both_layers(proj):
 
 
 def test_the_readme_two_layers_example_runs_as_written(tmp_path):
-    r = run_readme_sh("## Two layers", tmp_path)
+    r = run_readme_sh("# Two layers: your memory and the project's", tmp_path)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     assert "Error" not in r.stderr and "Warning" not in r.stderr and '{"error"' not in r.stderr and not warnings_said(r.stderr)
     assert "['project', 'user']" in r.stdout and "[redacted: project-path]" in r.stdout

@@ -270,8 +270,11 @@ def test_fast_frontmatter_reads_exactly_what_yaml_reads():
                                                         "'a, b'", "x}", " y"]))
     flow = st.lists(st.tuples(st.sampled_from(keys), flow_value), max_size=3).map(
         lambda kvs: "{" + ", ".join(f"{k}: {v}" for k, v in kvs) + "}")
+    seq = st.lists(st.one_of(flow_value, st.sampled_from(["src/a.py", ".github/ci.yml", "a b.md", "-x", "x]"])),
+                   max_size=3).map(lambda vs: "[" + ", ".join(vs) + "]")
     flow = st.one_of(flow, flow.map(lambda f: f.replace(", ", ",")), flow.map(lambda f: f + " "),
-                     flow.map(lambda f: f.replace("{", "{ ", 1)))
+                     flow.map(lambda f: f.replace("{", "{ ", 1)), seq, seq.map(lambda f: f.replace(", ", ",")),
+                     seq.map(lambda f: f + " "), seq.map(lambda f: f.replace("[", "[ ", 1)))
 
     @st.composite
     def text(draw):
@@ -316,7 +319,9 @@ def test_fast_frontmatter_takes_what_acpmem_writes():
     e = Entry(id="k3f9x2", title="Retry: uploads #3 — don't give up", type="lesson", importance=7,
               created="2026-11-01T10:00:00Z", body="b\n", citation=(Citation("a41f0c2e", 213),
                                                                       Citation("s-2", "1270-1290")),
-              superseded_by="q8z", source={"request": "r-k3f9q2ab", "extractor": "llm:gpt-4.1-mini"})
+              superseded_by="q8z", source={"request": "r-k3f9q2ab", "extractor": "llm:gpt-4.1-mini"},
+              extra={"files": ["src/auth/login.ts", ".github/ci.yml", "docs/a b.md"],
+                     "commit": "3f2a9c1e0b7d4a5c6e8f9a0b1c2d3e4f5a6b7c8d"})
     fm = new_entry_text(e).split("---\n")[1]
     assert frontmatter._fast_mapping(fm) is not None
     assert parse_entry(new_entry_text(e)).meta() == e.meta()

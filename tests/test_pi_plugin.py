@@ -1,5 +1,5 @@
 """The pi extension (integrations/pi) inside the real pi host: pi 0.83.0 from npm in its RPC mode, installed with
-`pi install` as the README says, the model played by pi-ai's faux provider from a script, the fork going to the
+`pi install` as docs/hosts.md says, the model played by pi-ai's faux provider from a script, the fork going to the
 loopback OpenAI server. What is asserted is what pi itself wrote (its session file) and sent (every model request,
 recorded by the scripted model), and what acpmem wrote (the vault).
 

@@ -1,4 +1,4 @@
-"""The README's sections on compression, the two layers and review, run as a stranger runs them: the real console
+"""The docs' sections on compression (docs/write-path.md) and review (docs/review.md), run as a stranger runs them: the real console
 script in a fresh folder with its own HOME (so no real ~/.acp-memory is read or written), each block as written."""
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers_proc import doc_with
+
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text("utf-8")
 
 
 def _block(after: str, nth: int = 0) -> str:
-    return re.findall(r"```sh\n(.*?)```", README[README.index(after):], re.S)[nth]
+    text = doc_with(after)
+    return re.findall(r"```sh\n(.*?)```", text[text.index(after):], re.S)[nth]
 
 
 def _env(tmp_path: Path, **extra: str) -> dict:
@@ -48,7 +50,7 @@ def test_the_compression_block_runs_as_written(tmp_path):
     proj = _project(tmp_path)
     env = _env(tmp_path)
     assert _run("acp memory init >/dev/null", proj, env).returncode == 0
-    block = _block("### Memory grows out of compression")
+    block = _block("## Memory grows out of compression")
     assert "$SID" in block and "SID=" in block          # every variable it uses is set in it
     r = _run(block, proj, env)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
@@ -65,8 +67,9 @@ def test_the_review_and_remember_blocks_run_as_written(tmp_path):
     editor.write_text("#!/bin/sh\nprintf 'Run the migrations before the deploy, never after.\\n' > \"$1\"\n")
     editor.chmod(editor.stat().st_mode | stat.S_IEXEC)
     env = _env(tmp_path, EDITOR=str(editor), VISUAL=str(editor))
-    part = README[README.index("## Deciding what counts"):]
-    review, remember, consolidate = (_block("## Deciding what counts", i) for i in range(3))
+    text = doc_with("# Deciding what counts")
+    part = text[text.index("# Deciding what counts"):]
+    review, remember, consolidate = (_block("# Deciding what counts", i) for i in range(3))
     assert "**Remember it yourself**" in part and "acp memory consolidate" in consolidate
     r = _run(review, proj, env)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])

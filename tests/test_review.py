@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -80,7 +81,8 @@ def test_review_policy_turns_fork_writes_into_proposals_no_reader_sees(reviewing
 
     (item,) = rv.queue(v)
     assert (item.id, item.kind, item.note, item.request) == (pid, "proposal", req.note, req.id)
-    assert [c.to_dict() for c in item.entry.citation] == [{"session": "s1", "seq": 6}]
+    (cite,) = item.entry.citation
+    assert (cite.session, cite.seq) == ("s1", 6) and re.fullmatch(r"[0-9a-f]{32}", cite.hash)   # the cited turn's digest
     (sup,) = item.supersedes
     assert sup["id"] == "old001" and "-- A boolean `appending` flag" in sup["diff"] and "+- Use the per-session" \
         in sup["diff"]

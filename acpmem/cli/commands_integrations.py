@@ -12,7 +12,7 @@ import typer
 
 from acpmem.cli import hot
 from acpmem.cli.app import JsonOpt, UserOpt, VaultOpt, app, hook_app, open_user, open_vault, params, vault_of
-from acpmem.cli.output import emit_warnings, is_tty, out, out_json, warn
+from acpmem.cli.output import emit_warnings, out, out_json, warn
 
 
 @app.command()
@@ -95,14 +95,7 @@ def sync(ctx: typer.Context,
 
     v = open_user(ctx, vault) if user else open_vault(ctx, vault)
     try:
-        if is_tty() and not json_:
-            from rich.console import Console
-
-            console = Console(stderr=True)
-            with console.status("Syncing…") as status:
-                result = run_sync(v, remote, progress=lambda msg: status.update(f"{msg}…"))
-        else:
-            result = run_sync(v, remote)
+        result = run_sync(v, remote)   # on a terminal, its steps are counted (cli.progress)
     except SyncConflict as exc:
         if not json_:   # under --json the error object's details name them
             for p in exc.data.get("paths", []):

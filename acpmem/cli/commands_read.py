@@ -6,8 +6,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from acpmem.cli import hot
-from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault, params, vault_of
-from acpmem.cli.output import emit_warnings, out, out_json
+from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, params, vault_of
 from acpmem.core.limits import MAX_INT, MIN_INT
 
 
@@ -38,21 +37,10 @@ def surface(ctx: typer.Context,
             seed: Annotated[Optional[int], typer.Option(min=MIN_INT, max=MAX_INT, show_default=False,
                                                         help="Seed the jitter instead of the session id.")] = None,
             at: Annotated[Optional[str], typer.Option(help="Score as of this ISO time instead of now.")] = None,
-            json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+            json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """Per-turn surfacing: the top entries by score not yet surfaced in this session, in full (each capped),
     within the session's byte budget ([surface] in acpmem.toml). Marks them read.
 
     Example: acp memory surface --session "$SESSION_ID"
     """
-    from acpmem.vault.reader import parse_at
-    from acpmem.vault.retrieval import surface as do_surface, surface_text
-
-    v = open_vault(ctx, vault)
-    result = do_surface(v, session, at=parse_at(at) if at else None, seed=seed)
-    emit_warnings(v)
-    if json_:
-        out_json(result.to_json())
-    else:
-        text = surface_text(v, result)
-        if text:
-            out(text)
+    return hot.call("surface", params(locals()), vault_of(ctx, None))

@@ -143,12 +143,16 @@ def _from_editor(type_: str | None, importance: int | None, user: bool) -> str:
 def review(ctx: typer.Context,
            action: Annotated[Optional[str], typer.Argument(metavar="ACTION", show_default=False,
                                                            help="accept or reject: decide without prompts on the "
-                                                                "named ids.")] = None,
+                                                                "named ids; confirm (still true) or forget: a stale "
+                                                                "entry's.")] = None,
            ids: Annotated[Optional[list[str]], typer.Argument(metavar="ID", show_default=False,
                                                               help="Ids (or unique prefixes) from the queue.")] = None,
            reason: Annotated[Optional[str], typer.Option("--reason", "-r", show_default=False,
                                                          help="Why (required to reject; goes into the "
                                                               "commit).")] = None,
+           stale_: Annotated[bool, typer.Option("--stale", help="Review the stale entries instead (see `acp memory "
+                                                                "stale`): confirm each still true, or forget it.")]
+           = False,
            json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """Review what needs a person: proposals (under [write] policy = "review") and, under "auto", what the forks
     wrote since this clone last reviewed — in the project vault and in your user vault, each item with its layer.
@@ -166,13 +170,27 @@ def review(ctx: typer.Context,
     Example: acp memory review accept k3f9q2 m2x8aa
 
     Example: acp memory review reject k3f9q2 --reason "wrong: the queue moved to Postgres"
+
+    Stale entries (their project files changed since they were written): --stale shows each with the files and
+    the commits that changed them, and you answer confirm (still true: the entry records the project's current
+    commit) / forget (with a reason) / skip / quit; `review confirm ID…` and `review forget ID… --reason …` decide
+    without prompts.
+
+    Example: acp memory review --stale
+
+    Example: acp memory review confirm k3f9q2
     """
     from acpmem.vault import review as rv
 
-    if action is not None and action not in ("accept", "reject"):
-        raise UsageError(f"unknown action {action!r}", "use `review accept ID…` or `review reject ID… --reason …`")
+    if action is not None and action not in ("accept", "reject", "confirm", "forget"):
+        raise UsageError(f"unknown action {action!r}", "use `review accept ID…`, `review reject ID… --reason …`, "
+                                                       "`review confirm ID…` or `review forget ID… --reason …`")
     if action is None and ids:
-        raise UsageError("ids go after accept or reject", "e.g. `acp memory review accept k3f9q2`")
+        raise UsageError("ids go after accept, reject, confirm or forget", "e.g. `acp memory review accept k3f9q2`")
+    if action in ("confirm", "forget"):
+        return _stale_decide(ctx, vault, action, list(ids or []), reason, json_)
+    if stale_:
+        return _stale_review(ctx, vault, json_)
     v = open_vault(ctx, vault)
     try:
         if action is not None:
@@ -196,6 +214,148 @@ def review(ctx: typer.Context,
         return _interactive(v, pairs)
     finally:
         v.close()
+
+
+def _stale_decide(ctx, vault, action: str, ids: list[str], reason: str | None, json_: bool) -> int:
+    """``review confirm|forget ID…``: each id decided, one commit each."""
+    from acpmem.vault.projectgit import confirm
+
+    if not ids:
+        raise UsageError(f"name the entries to {action}", f"e.g. `acp memory review {action} k3f9q2`"
+                         + (" --reason '…'" if action == "forget" else ""))
+    if action == "forget" and not (reason or "").strip():
+        raise UsageError("forget needs --reason", "say why, e.g. --reason 'the parser was rewritten'")
+    v = open_vault(ctx, vault)
+    done = []
+    try:
+        for i in ids:
+            if action == "confirm":
+                e, head, sha = confirm(v, i)
+                done.append({"id": e.id, "decision": "confirm", "project_commit": head, "commit": sha})
+            else:
+                e, sha = v.forget(i, reason)
+                done.append({"id": e.id, "decision": "forget", "commit": sha})
+    finally:
+        v.close()
+    emit_warnings(v)
+    if json_:
+        out_json({"decisions": done})
+    else:
+        for d in done:
+            what = f"Confirmed #{d['id']} still true at project commit {d['project_commit'][:12]}" \
+                if d["decision"] == "confirm" else f"Forgot #{d['id']}"
+            out(f"{what} (commit {d['commit'][:12]}).")
+    return 0
+
+
+def _stale_review(ctx, vault, json_: bool) -> int:
+    """``review --stale``: each stale entry shown with its changed files and commits; confirm / forget / skip."""
+    from acpmem.core.errors import AcpmemError
+    from acpmem.vault.projectgit import confirm, stale_report
+
+    v = open_vault(ctx, vault)
+    try:
+        entries = {e.id: e for e in v.load(with_reads=False).entries}
+        report = stale_report(v)
+        if json_:
+            out_json({"stale": [s.to_json() for s in report]})
+            return 0
+        emit_warnings(v)
+        if not report:
+            out("No stale entries.")
+            return 0
+        counts = {"confirm": 0, "forget": 0, "skip": 0}
+        for n, s in enumerate(report, 1):
+            e = entries.get(s.id)
+            out(f"\n[{n}/{len(report)}] #{s.id} {e.title if e else ''}")
+            for line in (e.body.rstrip("\n").splitlines() if e else ()):
+                out(f"    {line}")
+            out(f"  Files changed since project commit {s.commit[:12]}: {', '.join(s.files)}")
+            for c in s.commits:
+                out(f"    {c['commit'][:12]} {c['subject']}")
+            while True:
+                answer = _ask("[c]onfirm still true  [f]orget  [s]kip  [q]uit > ")
+                if answer is None or answer.lower() in ("q", "quit"):
+                    out(_summary(counts, len(report) - n + 1))
+                    return 0
+                choice = {"c": "confirm", "f": "forget", "s": "skip"}.get(answer.lower()[:1])
+                if choice is None:
+                    out("Answer c, f, s or q.")
+                    continue
+                try:
+                    if choice == "confirm":
+                        _, head, sha = confirm(v, s.id)
+                        out(f"  confirmed at project commit {head[:12]} (commit {sha[:12]})")
+                    elif choice == "forget":
+                        why = _ask("Reason: ")
+                        if not why:
+                            out("Forgetting needs a reason (or answer s to skip).")
+                            continue
+                        _, sha = v.forget(s.id, why)
+                        out(f"  forgotten (commit {sha[:12]})")
+                except AcpmemError as exc:
+                    warn(exc.line())
+                    continue
+                counts[choice] += 1
+                break
+        out(_summary(counts, 0))
+        return 0
+    finally:
+        v.close()
+
+
+# --------------------------------------------------------------------------------------------- stale
+
+@app.command()
+def stale(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+    """Name the entries whose project files changed in git since they were written, with the commits that changed
+    them.
+
+    An entry the fork writes records the project files its cited turns read or changed (`files:`) and the
+    project's commit at the time (`commit:`); both are plain frontmatter you can edit. An entry is stale when one
+    of its files differs between that commit and the project's HEAD. `list`, `recall` and the resident index mark
+    stale entries; `acp memory review --stale` confirms each (still true: it records the current commit) or
+    forgets it. Without a git project around the vault, nothing is ever stale.
+
+    Example: acp memory stale
+
+    Example: acp memory stale --json
+    """
+    from acpmem.vault.projectgit import checks_on, project_head, stale_report, unknown_commits
+
+    v = open_vault(ctx, vault)
+    try:
+        titles = {e.id: e.title for e in v.load(with_reads=False, light=True).entries}
+        ph = project_head(v)
+        report = stale_report(v)
+        unknown = unknown_commits(v) if ph is not None else []
+    finally:
+        v.close()
+    emit_warnings(v)
+    if json_:
+        out_json({"project": str(ph[0]) if ph else None, "head": ph[1] if ph else None, "checks": checks_on(),
+                  "stale": [{**s.to_json(), "title": titles.get(s.id)} for s in report],
+                  "unknown_commit": [{"id": i, "commit": c} for i, c in unknown]})
+        return 0
+    if not checks_on():
+        out("The staleness check is off (ACPMEM_CHECKS=off).")
+        return 0
+    if ph is None:
+        out("No git project around this vault (or it has no commit yet): no entry can be stale.")
+        return 0
+    if not report:
+        out(f"No stale entries (project {ph[0]} at {ph[1][:12]}).")
+    for s in report:
+        out(f"#{s.id} {titles.get(s.id, '')}")
+        out(f"  files changed since {s.commit[:12]}: {', '.join(s.files)}")
+        for c in s.commits:
+            out(f"    {c['commit'][:12]} {c['subject']}")
+    for i, c in unknown:
+        out(f"#{i} {titles.get(i, '')}: its commit {c[:12]} is not in this clone's project history; not checked")
+    if report:
+        out(f"\n{len(report)} stale {'entry' if len(report) == 1 else 'entries'}: `acp memory review --stale` "
+            "confirms or forgets each.")
+    return 0
 
 
 def _show(item, n: int, total: int) -> None:

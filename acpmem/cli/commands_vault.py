@@ -101,7 +101,7 @@ def show(ctx: typer.Context, entry_id: IdArg, json_: JsonOpt = False, vault: Vau
          transcript: Annotated[Optional[str], typer.Option("--transcript", metavar="FILE", show_default=False,
                                                            help="With --source: read the turns from this file "
                                                                 "instead of the transcript recorded for the "
-                                                                "session.")] = None) -> None:
+                                                                "session.")] = None) -> int:
     """One entry in full, with its citations and its layer (project or user). Marks it read.
 
     The id of a proposal waiting for review (either layer) shows the proposal, says so, and how to accept it.
@@ -113,30 +113,7 @@ def show(ctx: typer.Context, entry_id: IdArg, json_: JsonOpt = False, vault: Vau
 
     Example: acp memory show k3f --source
     """
-    from acpmem.core import render
-    from acpmem.vault.review import show_or_proposal
-
-    v = open_vault(ctx, vault)
-    if source:
-        from acpmem.write.sources import entry_source, source_text
-
-        src = entry_source(v, entry_id, transcript=transcript)
-        out_json(src.to_json()) if json_ else out(source_text(src).rstrip("\n"))
-        return
-    if transcript:
-        from acpmem.core.errors import UsageError
-
-        raise UsageError("--transcript goes with --source", "add --source to read the cited turns")
-    layer, e, proposal = show_or_proposal(v, entry_id)
-    emit_warnings(v)
-    accept = f"acp memory review accept {e.id}"
-    if json_:
-        out_json(render.entry_json(e, {"layer": layer, **({"proposal": True, "accept": accept} if proposal else {})}))
-        return
-    if proposal:
-        out(f"Proposal awaiting review ({layer} layer): not in the memory until accepted — `{accept}`, or "
-            f"`acp memory review reject {e.id} --reason …`.")
-    out(render.show_text(e, v.clock(), layer if len(v.layers()) > 1 else None))
+    return hot.call("show", params(locals()), vault_of(ctx, None))
 
 
 # --------------------------------------------------------------------------------------------- score
@@ -151,37 +128,14 @@ def score(ctx: typer.Context,
           top: Annotated[Optional[int], typer.Option("--top", "-n", min=0, max=MAX_TOP_N,
                                                      help="How many are selected (default: [score] top_n, 5).")]
           = None,
-          json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+          json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """The selection table: importance + min(days_since_last_read / 30, 5) + uniform(0, 0.5).
 
     Without --seed the jitter is stable within one --session and differs between sessions.
 
     Example: acp memory score --explain --seed 7 --at 2026-12-01T00:00:00Z
     """
-    from acpmem.vault import reader
-    from acpmem.vault.layers import scores_layered
-
-    v = open_vault(ctx, vault)
-    when = reader.parse_at(at) if at else None
-    layered = scores_layered(v, at=when, seed=seed, session=session, top_n=top)
-    emit_warnings(v)
-    if json_:
-        out_json({"at": (when or v.clock()).isoformat(),
-                  "rows": [{**r.to_json(), "layer": layer} for layer, r in layered]})
-        return
-    two = len(v.layers()) > 1
-    lay = (lambda layer: f"{layer:<8}") if two else (lambda layer: "")
-    if explain:
-        out(f"{'':2}{'layer   ' if two else ''}{'id':<10}{'importance':>11}{'days':>9}{'anti-rec':>10}{'jitter':>9}"
-            f"{'total':>9}  title")
-        for layer, r in layered:
-            mark = "* " if r.selected else "  "
-            out(f"{mark}{lay(layer)}{r.entry.id:<10}{r.importance:>11.2f}{r.days_since_read:>9.2f}"
-                f"{r.anti_recency:>10.4f}{r.jitter:>9.4f}{r.total:>9.4f}  {r.entry.title[:60]}")
-    else:
-        for layer, r in layered:
-            out(f"{'*' if r.selected else ' '} {r.total:7.3f}  {lay(layer)}#{r.entry.id}  {r.entry.title[:70]}")
-    out(f"(* = selected: top {sum(r.selected for _, r in layered)})")
+    return hot.call("score", params(locals()), vault_of(ctx, None))
 
 
 # --------------------------------------------------------------------------------------------- edit / forget / log
@@ -300,3 +254,35 @@ def doctor(ctx: typer.Context, fix: Annotated[bool, typer.Option("--fix", help="
     return fail(f"{errors} problem{'s' if errors != 1 else ''} found in the vault",
                 "each finding says how to fix it" + ("" if fix else "; `--fix` repairs what is safe"),
                 code="problems_found")
+
+
+# --------------------------------------------------------------------------------------------- embed
+
+@app.command()
+def embed(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+    """Run the embedding pass now, in this process: embed every entry text that has no vector of [embeddings]
+    model (all of them after a new model, document_prefix or dimensions), then prune the vectors no entry needs.
+
+    The background pass does the same after writes and recalls; this one is for a person who wants it done now,
+    and on a terminal it counts the texts. Exits 1 when the endpoint failed (what is embedded is kept).
+
+    Example: acp memory embed
+    """
+    from acpmem.vault.embedding import embed_now
+
+    v = open_vault(ctx, vault)
+    try:
+        result = embed_now(v)
+    finally:
+        v.close()
+    emit_warnings(v)
+    if json_:
+        out_json(result)
+    else:
+        out(f"Embedded {result['embedded']} text(s); {result['missing']} missing, {result['pruned']} vector(s) "
+            "pruned.")
+    if result["error"]:
+        return fail(f"the embedding pass stopped: {result['error']}",
+                    "check [embeddings] base_url and model; `acp memory embed` again embeds what is missing",
+                    code="embedding_failed")
+    return 0

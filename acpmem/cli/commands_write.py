@@ -12,7 +12,7 @@ import typer
 
 from acpmem.cli import hot
 from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault, params, vault_of
-from acpmem.cli.output import emit_warnings, fail, is_tty, out, out_json, warn
+from acpmem.cli.output import emit_warnings, fail, out, out_json, warn
 from acpmem.core.errors import AcpmemError, UsageError
 from acpmem.write.requests import MAX_SEQ
 
@@ -120,8 +120,8 @@ def extract(ctx: typer.Context,
     """Run the fork now: named pending requests, all of them (--pending), those that failed for good (--failed), or
     a new one from --note and a transcript.
 
-    Shows progress, the entries written, the commit, tokens and cache hits. A request that fails stays pending
-    with the error recorded (exit 1).
+    On a terminal it counts the requests and shows each result as it finishes; then the entries written, the commit,
+    tokens and cache hits. A request that fails stays pending with the error recorded (exit 1).
 
     With --note, --block names a compression block of the transcript as the focus, checked before anything is
     queued, as `commit --block` does.
@@ -169,7 +169,7 @@ def extract(ctx: typer.Context,
         if not ids:
             out("No pending requests.") if not json_ else out_json({"outcomes": [], "totals": ex.totals([])})
             return 0
-        outcomes = _run(v, ids, ex_name, show_progress=is_tty() and not json_)
+        outcomes = ex.run(v, ids, extractor=ex_name)   # on a terminal, a count and each result (cli.progress)
         who = None
         if any(o.status == "retry" for o in outcomes):   # what stays pending is retried on its schedule
             from acpmem.write.worker import hand_over
@@ -203,20 +203,6 @@ def extract(ctx: typer.Context,
         return fail(f"{len(bad)} of {len(outcomes)} request(s) not extracted: {what}{more}",
                     f"{later}; `acp memory doctor` shows them", code="not_extracted")
     return 0
-
-
-def _run(v, ids: list[str], extractor: str | None, *, show_progress: bool):
-    from acpmem.write import extract as ex
-
-    if not show_progress:
-        return ex.run(v, ids, extractor=extractor)
-    from rich.progress import Progress, SpinnerColumn, TextColumn
-
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), transient=True) as bar:
-        task = bar.add_task("waiting for the worker lock", total=len(ids))
-        return ex.run(v, ids, extractor=extractor,
-                      progress=lambda rid, what: bar.update(task, description=f"{rid}: {what}"),
-                      after_each=lambda: bar.advance(task))
 
 
 # --------------------------------------------------------------------------------------------- tools / nudge
@@ -319,83 +305,10 @@ def blocks(transcript: Annotated[str, typer.Argument(metavar="FILE", show_defaul
 # --------------------------------------------------------------------------------------------- stats
 
 @app.command()
-def stats(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+def stats(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """Counts and costs: entries by type, sizes on disk, the index, session budgets used, pending and failed
     requests, and what extraction has cost so far (tokens, cache hits, latency).
 
     Example: acp memory stats --json
     """
-    from acpmem.write.stats import stats as collect
-
-    v = open_vault(ctx, vault)
-    try:
-        s = collect(v)
-    finally:
-        v.close()
-    emit_warnings(v)
-    if json_:
-        out_json(s)
-        return
-    e = s["entries"]
-    out(f"Entries: {e['live']} live, {e['superseded']} superseded, {e['invalid']} invalid"
-        + (" (project layer)" if s.get("user") else ""))
-    for t, n in e["by_type"].items():
-        out(f"  {t:<18}{n:>6}")
-    if s.get("user"):
-        u = s["user"]
-        ue = u["entries"]
-        out(f"User layer ({u['vault']}): {ue['live']} live, {ue['superseded']} superseded, {ue['invalid']} invalid; "
-            f"entries {_size(u['disk']['entries_bytes'])}, git {_size(u['disk']['git_bytes'])}")
-        for t, n in ue["by_type"].items():
-            if n:
-                out(f"  {t:<18}{n:>6}")
-        ur = u["review"]
-        out(f"  write policy: {ur['policy']}; {ur['proposals']} proposal(s) waiting for review")
-    d = s["disk"]
-    out(f"Disk: entries {_size(d['entries_bytes'])}, git {_size(d['git_bytes'])}, "
-        f"local state {_size(d['state_bytes'])}, index {_size(d['index_bytes'])}")
-    ss = s["sessions"]
-    out(f"Sessions: {ss['count']} with local state ({_size(ss['bytes'])})")
-    for row in ss["budgets"]:
-        out(f"  {row['session']:<30} surfaced {_size(row['used_bytes'])} of {_size(row['budget_bytes'])}")
-    r = s["requests"]
-    out(f"Requests: {r['pending']} pending, {r['failed']} failed, {r['done']} done")
-    for item in r["items"]:
-        err = f" — {item['last_error']}" if item.get("last_error") else ""
-        nxt = f", next try {item['next_attempt']}" if item["status"] == "pending" and item.get("next_attempt") else ""
-        err += f" — deferred: {item['deferred']}" if item.get("deferred") else ""
-        out(f"  {item['id']} {item['status']:<8} attempts {item['attempts']}{nxt}  {item['note'][:50]}{err}")
-    if r["next_retry"]:
-        who = f"process {r['retry_waiter']} waits for it" if r["retry_waiter"] else \
-            "no process waits for it: the next commit's worker, or `acp memory extract --pending`, runs it"
-        out(f"  next scheduled retry {r['next_retry']} ({who})")
-    b = s.get("budget")
-    if b:
-        state = f"over budget: {b['reason']}; {b['deferred_requests']} request(s) deferred until {b['frees_at']}" \
-            if b["over"] else "within budget"
-        out(f"Budget: {b['tokens_24h']} tokens in 24 h (max {b['max_tokens_per_day'] or 'none'}), {b['calls_1h']} "
-            f"calls in the last hour (max {b['max_requests_per_hour'] or 'none'}); {state}")
-    rv = s["review"]
-    out(f"Write policy{' (project layer)' if s.get('user') else ''}: {rv['policy']}; {rv['proposals']} proposal(s) "
-        "waiting for review")
-    c = s["costs"]
-    out(f"Extraction: {c['calls']} model calls ({c['failed']} failed), {c['prompt_tokens']} prompt tokens "
-        f"({c['cache_hit_rate']:.0%} cached), {c['completion_tokens']} completion tokens, {c['latency_s']:.1f} s")
-    if "embeddings" in s:
-        m = s["embeddings"]
-        ec = m["costs"]
-        out(f"Embeddings: model {m['model']} at {m['base_url']}: {m['present']} entries with vectors, "
-            f"{m['missing']} missing; {ec['calls']} call(s) ({ec['failed']} failed), {ec['texts']} texts, "
-            f"{ec['prompt_tokens']} tokens, {ec['latency_s']:.1f} s")
-    if "rerank" in s:
-        r = s["rerank"]
-        out(f"Rerank: model {r['model']} at {r['base_url'] or '(no base_url)'} reorders recall's best "
-            f"{r['candidates']}")
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
+    return hot.call("stats", params(locals()), vault_of(ctx, None))

@@ -12,7 +12,7 @@ import sys
 import typing
 from pathlib import Path
 
-FAST = ("list", "recall", "commit", "hook claude-code")   # the per-turn commands
+FAST = ("list", "recall", "commit", "hook claude-code", "show", "surface", "score", "stats")   # per turn
 SPEC_FILE = Path(__file__).with_name("fastspec.py")
 HEADER = '''"""The per-turn commands' parameters, for the fast path (``acpmem.cli.fast``).
 

@@ -44,4 +44,31 @@ COMMANDS = {
 'hook claude-code': {"params": [
     {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
 ]},
+'show': {"params": [
+    {'name': 'entry_id', 'kind': 'argument', 'opts': [], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': True, 'default': None},
+    {'name': 'json_', 'kind': 'option', 'opts': ['--json'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
+    {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+    {'name': 'source', 'kind': 'option', 'opts': ['--source'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
+    {'name': 'transcript', 'kind': 'option', 'opts': ['--transcript'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+]},
+'surface': {"params": [
+    {'name': 'session', 'kind': 'option', 'opts': ['--session'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': True, 'default': None},
+    {'name': 'seed', 'kind': 'option', 'opts': ['--seed'], 'off': [], 'flag': False, 'multiple': False, 'type': 'int', 'choices': None, 'min': -9223372036854775808, 'max': 9223372036854775807, 'required': False, 'default': None},
+    {'name': 'at', 'kind': 'option', 'opts': ['--at'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+    {'name': 'json_', 'kind': 'option', 'opts': ['--json'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
+    {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+]},
+'score': {"params": [
+    {'name': 'explain', 'kind': 'option', 'opts': ['--explain'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
+    {'name': 'seed', 'kind': 'option', 'opts': ['--seed'], 'off': [], 'flag': False, 'multiple': False, 'type': 'int', 'choices': None, 'min': -9223372036854775808, 'max': 9223372036854775807, 'required': False, 'default': None},
+    {'name': 'at', 'kind': 'option', 'opts': ['--at'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+    {'name': 'session', 'kind': 'option', 'opts': ['--session'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+    {'name': 'top', 'kind': 'option', 'opts': ['--top', '-n'], 'off': [], 'flag': False, 'multiple': False, 'type': 'int', 'choices': None, 'min': 0, 'max': 1000000, 'required': False, 'default': None},
+    {'name': 'json_', 'kind': 'option', 'opts': ['--json'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
+    {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+]},
+'stats': {"params": [
+    {'name': 'json_', 'kind': 'option', 'opts': ['--json'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
+    {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+]},
 }

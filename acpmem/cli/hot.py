@@ -1,4 +1,5 @@
-"""The per-turn commands — ``list``, ``recall``, ``commit`` and ``hook claude-code`` — as plain functions.
+"""The per-turn commands — ``list``, ``recall``, ``commit`` and ``hook claude-code`` — as plain functions (and, from
+``acpmem.cli.reads``, ``show``, ``surface``, ``score`` and ``stats``).
 
 Each typer command of these (``acpmem.cli.commands_*``) passes its parameters through to the function here
 unchanged, and the fast path (``acpmem.cli.fast``) calls the same function with the same parameters parsed from a
@@ -14,6 +15,7 @@ import sys
 from enum import Enum
 from pathlib import Path
 
+from acpmem.cli import reads
 from acpmem.cli.output import emit_warnings, fail, is_tty, out, out_json, warn
 
 
@@ -27,40 +29,54 @@ def list_output(vault, fmt: str, *, include_all: bool = False, session: str | No
 
         return resident_index(vault, session=session, refresh=refresh, budget_tokens=budget)
     from acpmem.vault.layers import list_layered
+    from acpmem.vault.projectgit import stale_map
 
     items, problems = list_layered(vault, include_superseded=include_all, light=fmt != "json")
     items = sorted(items, key=lambda i: (i.entry.created, i.entry.id), reverse=True)
+    stale = stale_map(vault)
     two = len(vault.layers()) > 1   # then every text line names its layer too (JSON always does)
     for layer, p in problems:
         where = f"{layer} vault: " if two else ""
         warn(f"Warning: skipped {where}{p.path}: {p.reason} (see `acp memory doctor`)")
+
+    def marks(e):
+        return stale[e.id] if e.id in stale else None
+
     if fmt == "json":
-        return json.dumps({"entries": [render.entry_json(i.entry, {"layer": i.layer}) for i in items],
+        return json.dumps({"entries": [render.entry_json(i.entry, {"layer": i.layer, "stale": s.to_json() if (
+                                           s := marks(i.entry)) else None}) for i in items],
                            "problems": [{**p.to_json(), "layer": layer} for layer, p in problems]},
                           ensure_ascii=False, indent=2) + "\n"
     if fmt == "markdown":
         return render.markdown_list([i.entry for i in items], [i.layer for i in items] if two else None)
-    return "\n".join(render.line(i.entry, i.layer if two else None) for i in items) + ("\n" if items else
-                                                                                     "(no entries)\n")
+    return "\n".join(render.line(i.entry, i.layer if two else None, s.files if (s := marks(i.entry)) else None)
+                     for i in items) + ("\n" if items else "(no entries)\n")
 
 
 def _rich_table(v, include_all: bool) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
     from acpmem.core import render
     from rich.table import Table
 
+    from acpmem.core.render import stale_flag as render_stale
     from acpmem.vault.layers import list_layered
+    from acpmem.vault.projectgit import stale_map
 
     items, problems = list_layered(v, include_superseded=include_all)
+    stale = stale_map(v)
     two = len(v.layers()) > 1
     t = Table(show_header=True, header_style="bold")
     for col in (("layer",) if two else ()) + ("id", "type", "title", "imp", "created", "last read"):
         t.add_column(col, overflow="fold" if col == "title" else None)
     for i in sorted(items, key=lambda i: (i.entry.created, i.entry.id), reverse=True):
         e = i.entry
-        t.add_row(*((i.layer,) if two else ()), e.id, render.terminal_safe(e.type),
-                  render.terminal_safe(e.title) + (" [superseded]" if e.superseded else ""),
+        # escaped: rich reads "[superseded]", "[stale: …]" and a bracket in a title as markup and drops them;
+        # terminal_safe: what a reader cannot see is shown as \uXXXX
+        t.add_row(*((i.layer,) if two else ()), e.id, escape(render.terminal_safe(e.type)),
+                  escape(render.terminal_safe(e.title) + (" [superseded]" if e.superseded else "")
+                         + (render_stale(stale[e.id].files) if e.id in stale else "")),
                   str(e.importance), e.created[:10], (e.last_read or "never")[:10])
     c = Console()
     c.print(t)
@@ -110,11 +126,15 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
         report: dict = {}
         hits = recall_layered(v, query, limit=limit if limit is not None else v.settings.recall.limit,
                                types=type_ or None, include_superseded=all_, session=session, report=report)
+        from acpmem.write.citecheck import served
+
+        checks = served(v, [(h.entry, h.layer) for h in hits])
         if json_:
-            out(json.dumps({"query": query, "hits": [h.to_json() for h in hits], **report}, ensure_ascii=False,
-                           indent=2))
+            out(json.dumps({"query": query, "hits": [{**h.to_json(), **(checks[h.entry.id].to_json()
+                                                                          if h.entry.id in checks else {})}
+                                                     for h in hits], **report}, ensure_ascii=False, indent=2))
         else:
-            out(recall_text(v, hits))
+            out(recall_text(v, hits, {i: c.attrs() for i, c in checks.items()}))
     finally:
         v.close()
     emit_warnings(v)
@@ -184,7 +204,8 @@ def hook_claude_code(*, vault: Path | None) -> int:
     return a.exit_code
 
 
-IMPLS = {"list": list_cmd, "recall": recall_cmd, "commit": commit_cmd, "hook claude-code": hook_claude_code}
+IMPLS = {"list": list_cmd, "recall": recall_cmd, "commit": commit_cmd, "hook claude-code": hook_claude_code,
+         **reads.IMPLS}
 
 
 def call(name: str, params: dict, group_vault: str | None = None) -> int:

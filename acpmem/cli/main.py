@@ -1,9 +1,10 @@
 """Console-script entry points: ``acp`` (``acp memory …``), ``acpmem`` (= ``acp memory``) and ``python -m acpmem``.
 
-A per-turn command (``list``, ``recall``, ``commit``, ``hook claude-code``) whose arguments the fast path can parse
-exactly is answered without importing typer (``acpmem.cli.fast``, from a table derived from the typer definitions);
-everything else — help, completion, anything unusual, any usage error — goes to typer, which prints the same bytes
-for what both can do (a property test compares them). ``ACPMEM_NO_FASTPATH=1`` forces typer.
+A per-turn command (``list``, ``recall``, ``commit``, ``hook claude-code``, ``show``, ``surface``, ``score``,
+``stats``) whose arguments the fast path can parse exactly is answered without importing typer (``acpmem.cli.fast``,
+from a table derived from the typer definitions); everything else — help, completion, anything unusual, any usage
+error — goes to typer, which prints the same bytes for what both can do (a property test compares them).
+``ACPMEM_NO_FASTPATH=1`` forces typer.
 """
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ def main(argv: list[str], prog: str) -> int:
     """Run one command line (``argv`` after the program name); ``prog`` is ``acp`` or ``acpmem``. The exit code."""
     from acpmem.cli.fast import try_fast
     from acpmem.cli.output import json_errors, standard_output, wants_json
+    from acpmem.cli.progress import install
 
     # the output's own failures and encoding, for every command; with --json, failures as JSON (``cli.output``)
     with standard_output(), json_errors(wants_json(argv)):
+        install(argv)         # progress bars on a terminal only (``cli.progress``)
         code = try_fast(argv, prog)
         return run_typer(argv, prog) if code is None else code
 

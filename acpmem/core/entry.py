@@ -18,6 +18,10 @@ DEFAULT_TYPES = ("decision", "lesson", "fact", "user-preference", "reference")
 KNOWN_KEYS = ("id", "title", "type", "importance", "created", "last_read", "citation", "tier", "source",
               "supersedes", "superseded_by")
 MAX_TITLE_CHARS = 300
+HASH_RE = re.compile(r"[0-9a-f]{16,64}\Z")
+COMMIT_RE = re.compile(r"[0-9a-f]{7,64}\Z")
+MAX_ABOUT_FILES = 64
+MAX_ABOUT_PATH = 400
 ISO_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})\Z")
 
 
@@ -26,7 +30,8 @@ class Citation(Value):
 
     A citation of a compression block adds ``block`` (``b12``), its ``tier``, the host's stable id ``compaction``
     (DSH's ``compactionId``) and the ``turns`` it covers (``"2-5,10"``, ``acpmem.core.blocks.turns_text``); all
-    optional, so a plain ``{session, seq}`` stays a valid citation."""
+    optional, so a plain ``{session, seq}`` stays a valid citation. ``hash``: a digest of the cited turns' text when
+    the entry was written (``acpmem.write.citecheck``), so serving the entry can say whether they changed."""
 
     session: str
     seq: int | str
@@ -34,9 +39,10 @@ class Citation(Value):
     tier: int | None = None
     compaction: str | None = None
     turns: str | None = None
+    hash: str | None = None
 
     def __init__(self, session: str, seq: int | str, block: str | None = None, tier: int | None = None,
-                 compaction: str | None = None, turns: str | None = None) -> None:
+                 compaction: str | None = None, turns: str | None = None, hash: str | None = None) -> None:
         d = self.__dict__
         d["session"] = session
         d["seq"] = seq
@@ -44,10 +50,11 @@ class Citation(Value):
         d["tier"] = tier
         d["compaction"] = compaction
         d["turns"] = turns
+        d["hash"] = hash
 
     def to_dict(self) -> dict:
         out = {"session": self.session, "seq": self.seq}
-        for key in ("block", "tier", "compaction", "turns"):
+        for key in ("block", "tier", "compaction", "turns", "hash"):
             value = self.__dict__[key]
             if value is not None:
                 out[key] = value
@@ -56,7 +63,8 @@ class Citation(Value):
     @classmethod
     def from_dict(cls, c: dict) -> "Citation":
         """From ``to_dict`` output (trusted: the derived index)."""
-        return cls(c["session"], c["seq"], c.get("block"), c.get("tier"), c.get("compaction"), c.get("turns"))
+        return cls(c["session"], c["seq"], c.get("block"), c.get("tier"), c.get("compaction"), c.get("turns"),
+                   c.get("hash"))
 
     def __str__(self) -> str:
         return f"{self.session}#{self.seq}" + (f" ({self.block})" if self.block else "")
@@ -199,7 +207,11 @@ def _citations(value: object, path: str) -> tuple[Citation, ...]:
         if not valid_seq(seq):
             raise EntryInvalid(path, "citation", f"item {i + 1}: seq must be an integer 0..{MAX_SEQ}, a range like "
                                                  f"1270-1290 or a kernel ref like m12 / b3, got {clip(seq)}")
-        out.append(Citation(session, seq, *_block_fields(c, path, i)))
+        digest = c.get("hash")
+        if digest is not None and not (isinstance(digest, str) and HASH_RE.match(digest)):
+            raise EntryInvalid(path, "citation", f"item {i + 1}: hash must be the 16-64 hex digits acpmem wrote, "
+                                                 f"got {clip(digest)}", "delete the hash line to stop checking it")
+        out.append(Citation(session, seq, *_block_fields(c, path, i), digest))
     return tuple(out)
 
 
@@ -222,6 +234,49 @@ def _block_fields(c: dict, path: str, i: int) -> tuple:
         raise EntryInvalid(path, "citation", f"item {i + 1}: turns must be seqs and ranges like 2-5,10, got "
                                              f"{clip(turns)}")
     return block, tier, compaction, turns
+
+
+def about_path_problem(p: object) -> str | None:
+    """Why ``p`` is not a project file path as ``files`` holds them (relative to the project root, inside it), or
+    None."""
+    if not isinstance(p, str) or not p:
+        return "must be text"
+    if len(p) > MAX_ABOUT_PATH or breaks_line(p) or "\x00" in p:
+        return f"must be one line of at most {MAX_ABOUT_PATH} characters"
+    if p.startswith(("/", "~")) or "\\" in p or (len(p) > 1 and p[1] == ":"):
+        return "must be relative to the project root (like src/app.py)"
+    if any(part in ("", ".", "..") for part in p.split("/")):
+        return "must name a file inside the project (no '..', '.' or empty parts)"
+    return None
+
+
+def about_files(extra: dict | None) -> tuple[str, ...]:
+    """An entry's ``files`` as a tuple (a single path written by hand is a list of one)."""
+    files = (extra or {}).get("files")
+    if isinstance(files, str):
+        return (files,)
+    return tuple(f for f in files if isinstance(f, str)) if isinstance(files, list) else ()
+
+
+def _about_fields(extra: dict, path: str) -> None:
+    """``files`` (the project files the entry is about) and ``commit`` (the project commit they were seen at),
+    when present: checked here, kept in ``extra`` (``acpmem.vault.projectgit`` reads them)."""
+    files = extra.get("files")
+    if files is not None:
+        if isinstance(files, str):   # one file, written by hand: read as a list of one, kept as written
+            files = [files]
+        if not isinstance(files, list) or len(files) > MAX_ABOUT_FILES:
+            raise EntryInvalid(path, "files", f"must be a list of at most {MAX_ABOUT_FILES} project file paths",
+                               "e.g. files: [src/app.py, README.md]")
+        for f in files:
+            why = about_path_problem(f)
+            if why:
+                raise EntryInvalid(path, "files", f"{clip(f)} {why}", "e.g. files: [src/app.py, README.md]")
+    commit = extra.get("commit")
+    if commit is not None and not (isinstance(commit, str) and COMMIT_RE.match(commit)):
+        raise EntryInvalid(path, "commit", f"must be the project's git commit (hex digits), got {clip(commit)}",
+                           "e.g. commit: 3f2a9c1 (quote one of digits only: '1234567'), or delete the line to stop "
+                           "the staleness check")
 
 
 def validate_id(value: str, path: str = "") -> str:
@@ -267,6 +322,7 @@ def entry_from_meta(meta: dict, body: str, path: str, types: tuple[str, ...] | N
     if sup_by is not None and not (isinstance(sup_by, str) and ID_RE.match(sup_by)):
         raise EntryInvalid(path, "superseded_by", "must be an entry id")
     extra = {k: v for k, v in meta.items() if k not in KNOWN_KEYS}
+    _about_fields(extra, path)
     for k, v in (("source", source), *extra.items()):
         bad = bad_value({k: v})
         if bad is not None:   # stored as JSON in the derived index: a 64-bit integer, a finite float, text without NUL

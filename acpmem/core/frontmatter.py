@@ -77,8 +77,8 @@ def _needs_no_event_check(text: str) -> bool:
                 or "\n---" in text or "\n..." in text)
 
 
-# The frontmatter acpmem writes, read without PyYAML: ``key: scalar`` lines and block lists of flat mappings
-# (citations). Anything else — flow collections, block scalars, comments, blank or tab-indented lines, escapes in
+# The frontmatter acpmem writes, read without PyYAML: ``key: scalar`` lines, block lists of flat mappings
+# (citations), flat flow mappings (``source``) and flat flow sequences of scalars (``files``). Anything else — flow collections, block scalars, comments, blank or tab-indented lines, escapes in
 # double quotes, odd characters, a duplicate key — returns None and goes to the YAML loader, which stays the
 # definition (a test compares the two on generated input).
 _FAST_KEY = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -110,6 +110,9 @@ def _fast_re() -> dict:
             # a plain key, then a plain value without any flow indicator or ':' (else declined), or a quoted one
             "flow_item": re.compile(r"(" + _FAST_KEY + r"): ([^\s\-?:,\[\]{}#&*!|>'\"%@`][^:,\[\]{}#\s]*"
                                     r"(?: [^:,\[\]{}#\s]+)*|'(?:[^']|'')*'|\"[^\"\\]*\")(, |\}\Z)"),
+            # one item of a flat flow sequence ([src/a.py, README.md], how acpmem writes ``files``): the same values
+            "seq_item": re.compile(r"([^\s\-?:,\[\]{}#&*!|>'\"%@`][^:,\[\]{}#\s]*(?: [^:,\[\]{}#\s]+)*"
+                                   r"|'(?:[^']|'')*'|\"[^\"\\]*\")(, |\]\Z)"),
         }
     return _fast_res
 
@@ -163,6 +166,26 @@ def _fast_flow(raw: str, rx: dict):
     return _FAST_NO
 
 
+def _fast_seq(raw: str, rx: dict):
+    """A flat flow sequence of scalars, as the restricted loader reads it, or ``_FAST_NO``."""
+    if raw == "[]":
+        return []
+    out: list = []
+    pos, item = 1, rx["seq_item"]
+    while pos < len(raw):
+        m = item.match(raw, pos)
+        if m is None:
+            return _FAST_NO
+        value = _fast_scalar(m.group(1), rx)
+        if value is _FAST_NO:
+            return _FAST_NO
+        out.append(value)
+        pos = m.end()
+        if m.group(2) == "]":
+            return out if pos == len(raw) else _FAST_NO
+    return _FAST_NO
+
+
 def _fast_mapping(text: str) -> dict | None:
     if not text or "\r" in text:
         return None
@@ -204,6 +227,8 @@ def _fast_mapping(text: str) -> dict | None:
             continue
         if raw is not None and raw[:1] == "{":
             value = _fast_flow(raw, rx)
+        elif raw is not None and raw[:1] == "[":
+            value = _fast_seq(raw, rx)
         else:
             value = _fast_scalar("" if raw is None else raw, rx)
         if value is _FAST_NO or (raw is not None and raw == ""):

@@ -58,10 +58,20 @@ def ago(iso: str | None, at: datetime) -> str:
     return f"read {int(days / 30)}mo ago"
 
 
-def line(e: Entry, layer: str | None = None) -> str:
+STALE_MARK = "files changed since written"   # the resident index's and list's word for a stale entry
+
+
+def stale_flag(files) -> str:
+    """`` [stale: a.py, b.py]`` — what ``list`` appends to a stale entry's line (``acpmem.vault.projectgit``)."""
+    shown = ", ".join(clean_inline(f) for f in list(files)[:3]) + (" …" if len(files) > 3 else "")
+    return f" [stale: {shown} changed]"
+
+
+def line(e: Entry, layer: str | None = None, stale=None) -> str:
     """``#id [type] title (importance N, created, last_read)`` — the one-line form ``list`` prints; with ``layer``
-    (when a user vault is read beside the project's) the layer leads the line, padded to one width."""
-    flag = " [superseded]" if e.superseded else ""
+    (when a user vault is read beside the project's) the layer leads the line, padded to one width; ``stale``: the
+    entry's changed files (a flag at the end)."""
+    flag = (" [superseded]" if e.superseded else "") + (stale_flag(stale) if stale else "")
     return terminal_safe((f"{layer:<7} " if layer else "") + (f"#{e.id} [{e.type}] {e.title} (importance {e.importance}, created {e.created[:10]}, "
             f"last_read {e.last_read[:10] if e.last_read else 'never'}){flag}"))
 
@@ -90,10 +100,16 @@ def markdown_list(entries: list[Entry], layers: list[str] | None = None) -> str:
     return terminal_safe("\n".join(out) + "\n")
 
 
+def index_line(e: Entry, at: datetime, stale=()) -> str:
+    """One line of the resident index; an entry in ``stale`` (ids) says its files changed since it was written."""
+    mark = f", {STALE_MARK}" if e.id in stale else ""
+    return f"- [{e.type}] {clean_inline(e.title)} (#{e.id}, importance {e.importance}, {ago(e.last_read, at)}{mark})"
+
+
 def prompt_index(ranked: Iterable[Scored], at: datetime, settings: Settings, *, budget_tokens: int | None = None,
-                 total_entries: int | None = None) -> str:
+                 total_entries: int | None = None, stale=()) -> str:
     """The resident index: a notice, then one framed line per entry by score, cut to the token budget, and a line
-    saying how many entries were left out."""
+    saying how many entries were left out. ``stale``: the ids whose files changed in the project (marked)."""
     budget = settings.index.budget_tokens if budget_tokens is None else budget_tokens
     zh = settings.language == "zh"
     n = len(ranked) if total_entries is None else total_entries
@@ -106,8 +122,7 @@ def prompt_index(ranked: Iterable[Scored], at: datetime, settings: Settings, *, 
     used = estimate_tokens(head) + 40  # the frame lines and the closing note
     lines: list[str] = []
     for s in ranked:
-        e = s.entry
-        text = f"- [{e.type}] {clean_inline(e.title)} (#{e.id}, importance {e.importance}, {ago(e.last_read, at)})"
+        text = index_line(s.entry, at, stale)
         cost = estimate_tokens(text) + 1
         if used + cost > budget:
             break
@@ -126,8 +141,9 @@ def prompt_index(ranked: Iterable[Scored], at: datetime, settings: Settings, *, 
 class _Part:
     """One layer's share of a layered resident index, filled line by line."""
 
-    def __init__(self, layer: str, ranked: Iterable[Scored], total: int, budget: int) -> None:
+    def __init__(self, layer: str, ranked: Iterable[Scored], total: int, budget: int, stale=()) -> None:
         self.layer, self.ranked, self.total, self.budget = layer, iter(ranked), total, budget
+        self.stale = stale
         self.lines: list[str] = []
         self.used = 0
         self.exhausted = False
@@ -144,9 +160,7 @@ class _Part:
                 if s is None:
                     self.exhausted = True
                     break
-                e = s.entry
-                pending = f"- [{e.type}] {clean_inline(e.title)} (#{e.id}, importance {e.importance}, " \
-                          f"{ago(e.last_read, at)})"
+                pending = index_line(s.entry, at, self.stale)
             cost = estimate_tokens(pending) + 1
             if spent + cost > room:
                 break
@@ -163,7 +177,7 @@ _LAYER_NAMES = {"en": {"project": "this project", "user": "you, in every project
 
 
 def layered_prompt_index(layers: list[tuple[str, Iterable[Scored], int, float]], at: datetime,
-                         settings: Settings, *, budget_tokens: int | None = None) -> str:
+                         settings: Settings, *, budget_tokens: int | None = None, stale=()) -> str:
     """The resident index of several layers (the project vault, the user vault), each given as (layer, its entries
     ranked — taken lazily —, how many it has, its share of the token budget): one shared notice, then one framed
     part per layer with the layer in its frame, each cut to its share and saying what it cut. A share one part does
@@ -180,7 +194,7 @@ def layered_prompt_index(layers: list[tuple[str, Iterable[Scored], int, float]],
                 "To read one in full, call memory_recall with its id or words from it, or run `acp memory show ID`.")
     overhead = 60   # a part's heading, frame lines and cut note
     room = max(0, budget - estimate_tokens(head))
-    parts = [_Part(layer, ranked, total, int(room * share)) for layer, ranked, total, share in layers]
+    parts = [_Part(layer, ranked, total, int(room * share), stale) for layer, ranked, total, share in layers]
     parts[0].budget += room - sum(p.budget for p in parts)   # rounding: the first (project) part keeps the rest
     for p in parts:
         p.fill(at, max(0, p.budget - overhead))
@@ -226,7 +240,7 @@ def memory_md(entries: list[Entry], settings: Settings) -> str:
     return "\n".join(out)
 
 
-def show_text(e: Entry, at: datetime, layer: str | None = None) -> str:
+def show_text(e: Entry, at: datetime, layer: str | None = None, checks: list[str] | None = None) -> str:
     cites = ", ".join(str(c) for c in e.citation) or "none"
     src = e.source or {}
     lines = [f"#{e.id} [{e.type}] {e.title}",
@@ -239,6 +253,7 @@ def show_text(e: Entry, at: datetime, layer: str | None = None) -> str:
     if e.superseded_by:
         lines.append(f"superseded by: {e.superseded_by}")
     lines.append(f"file: {e.path}" + (f" ({layer} vault)" if layer else ""))
+    lines.extend(checks or ())
     lines.append("")
     lines.append(e.body.strip("\n"))
     return terminal_safe("\n".join(lines) + "\n")

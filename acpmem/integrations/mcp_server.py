@@ -192,7 +192,10 @@ class MemoryService:
         try:
             report: dict[str, Any] = {}
             hits = recall_layered(v, parsed.query, limit=parsed.limit, session=self.session, report=report)
-            text = recall_text(v, hits)
+            from acpmem.write.citecheck import served
+
+            checks = served(v, [(h.entry, h.layer) for h in hits])
+            text = recall_text(v, hits, {i: c.attrs() for i, c in checks.items()})
             if report.get("warning"):
                 text += "\n\n" + lexical_fallback_note(v)
             return text, {META_PREFIX + k: report[k] for k in ("vectors", "warning", "rerank") if k in report}

@@ -31,9 +31,10 @@ from acpmem.core.entryfile import parse_entry_bytes
 from acpmem.core.errors import EntryInvalid
 from acpmem.core.fasthash import sha256
 from acpmem.core.values import Value
-from acpmem.infra import db
+from acpmem.infra import db, progress
 
-SCHEMA_VERSION = 6  # raised when the entry parser refuses what it took before (5: conflict markers, 6: number ranges)
+SCHEMA_VERSION = 7  # raised when the entry parser refuses what it took before (5: conflict markers, 6: number
+# ranges, 7: `files`, `commit` and a citation's `hash` checked)
 DB_NAME = layout.DB_NAME
 RACY_NS = 3_000_000_000   # the coarsest timestamps (FAT: 2 s) and some clock step; rows this recent are read again
 
@@ -221,11 +222,14 @@ def _store(con: sqlite3.Connection, root: Path, t0: int, modified: list, todo: l
     ``partial`` refresh that changed rows, so that the next full scan compares signatures. Nothing is written when
     nothing differs from what is stored."""
     rows, mine = [], {}
-    for path, sig in todo:
-        data = _read(root, path, sig)
-        rows.append((path, sig) + _parse_row(path, data))
-        if _is_racy(sig, t0):
-            mine[path] = (sig, _fingerprint(data))
+    with progress.task("reading entries", len(todo), unit="entries", at_least=progress.index_min_entries()) as shown:
+        for n, (path, sig) in enumerate(todo, 1):
+            data = _read(root, path, sig)
+            rows.append((path, sig) + _parse_row(path, data))
+            if _is_racy(sig, t0):
+                mine[path] = (sig, _fingerprint(data))
+            if n % 100 == 0 or n == len(todo):
+                shown.advance(100 if n % 100 == 0 else n % 100)
     if again:
         stored = {r[0]: tuple(r[1:]) for r in con.execute(
             "SELECT path, entry_id, ok, data, title, type, importance, created, last_read, superseded_by FROM files "

@@ -26,7 +26,7 @@ from operator import itemgetter
 
 from acpmem.core.limits import MAX_INT, MIN_INT, int_between, valid_seq
 from acpmem.core.values import Value
-from acpmem.infra import db
+from acpmem.infra import db, progress
 from acpmem.search.analysis import FIELDS, SearchDoc, doc_fields, stemmer
 from acpmem.search.ranking import seq_range
 
@@ -294,7 +294,11 @@ def update(con: sqlite3.Connection, chunk: int = CHUNK) -> UpdateResult:
     indexed = dropped = skipped = 0
     cache: dict[str, int] | None = None
     my_gen = None
+    shown = None
     while con.execute("SELECT EXISTS (SELECT 1 FROM idx_dirty)").fetchone()[0]:
+        if shown is None:   # a first build of a large vault is counted on a terminal (``acpmem.infra.progress``)
+            dirty = con.execute("SELECT count(*) FROM idx_dirty").fetchone()[0] if progress.listening() else 0
+            shown = progress.task("indexing entries", dirty, unit="entries", at_least=progress.index_min_entries())
         con.execute("BEGIN IMMEDIATE")
         try:
             paths = [r[0] for r in con.execute("SELECT path FROM idx_dirty ORDER BY path LIMIT ?", (chunk,))]
@@ -313,7 +317,12 @@ def update(con: sqlite3.Connection, chunk: int = CHUNK) -> UpdateResult:
             con.execute("COMMIT")
         except BaseException:
             db.rollback(con)
+            if shown is not None:
+                shown.close()
             raise
         indexed += len(missing)
         dropped += len(stale)
+        shown.advance(len(paths))
+    if shown is not None:
+        shown.close()
     return UpdateResult(indexed=indexed - skipped, dropped=dropped, skipped=skipped, rebuilt=rebuilt)

@@ -21,8 +21,13 @@ from acpmem.vault.writer import KIND_EDIT, Vault
 
 
 def editor_command() -> list[str]:
-    """The person's editor: $VISUAL, else $EDITOR, else vi (split like a shell would)."""
-    cmd = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    """The person's editor: $VISUAL, else $EDITOR, else vi or nano, whichever the machine has (split like a shell
+    would). With none of them, ``vi``: running it fails with the error that says which variable to set."""
+    cmd = os.environ.get("VISUAL") or os.environ.get("EDITOR")
+    if not cmd:
+        import shutil
+
+        cmd = next((name for name in ("vi", "nano") if shutil.which(name)), "vi")
     return shlex.split(cmd)
 
 

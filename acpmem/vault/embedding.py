@@ -19,7 +19,7 @@ from pathlib import Path
 from acpmem.core.clock import utc_iso
 from acpmem.core.layout import LOCKS_DIR
 from acpmem.core.values import Value
-from acpmem.infra import embedclient, locks
+from acpmem.infra import embedclient, locks, progress
 from acpmem.infra.files import append_record
 from acpmem.search import watch
 
@@ -98,6 +98,25 @@ def embed_main(root: str, lock_fd: int, dim: int = 0) -> None:
         vault.close()
 
 
+def embed_now(vault, env: Mapping[str, str] | None = None) -> dict:
+    """``acp memory embed``: the pass, run by hand in this process under the embed lock (``run_pass``'s counts).
+    Refused while the channel is off or another pass (the background one) runs."""
+    from acpmem.core.errors import AcpmemError, UsageError
+
+    if not vault.settings.embeddings.model:
+        raise UsageError("the embedding channel is off: there is nothing to embed",
+                         "set [embeddings] model (and base_url) in acpmem.toml")
+    vault.ensure_state()
+    fd = locks.try_lock(lock_path(vault.state_dir))
+    if fd is None:
+        raise AcpmemError("an embedding pass is already running for this vault",
+                          f"wait for it (its log: {Path(vault.state_dir) / EMBED_LOG}), then run this again")
+    try:
+        return run_pass(vault, env)
+    finally:
+        os.close(fd)
+
+
 def _log(msg: str) -> None:
     sys.stderr.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} [{os.getpid()}] {msg}\n")
     sys.stderr.flush()
@@ -120,6 +139,7 @@ def run_pass(vault, env: Mapping[str, str] | None = None, log: Callable[[str], N
     cfg = vault.settings.embeddings
     key = ep.vector_key
     vcon = vectors.connect(vault.state_dir)
+    shown = progress.task("embedding", 0)
     try:
         def todo(con):
             watch.fresh(con, vault.root, vault.state_dir, vault.settings)
@@ -130,7 +150,9 @@ def run_pass(vault, env: Mapping[str, str] | None = None, log: Callable[[str], N
         texts = vault.with_db(todo)
         done, error, i = 0, None, 0
         size = cfg.batch_size
+        shown = progress.task("embedding", len(texts), unit="texts")   # a pass run by hand, on a terminal
         while i < len(texts):
+            shown.update(i)
             batch = texts[i:i + size]
             try:
                 got = embedclient.embed(ep, [ep.document_prefix + t for _, t in batch], cfg.batch_timeout_seconds)
@@ -158,10 +180,12 @@ def run_pass(vault, env: Mapping[str, str] | None = None, log: Callable[[str], N
                 continue
             i += len(batch)
             log(f"embedded {done} of {len(texts)}")
+        shown.close()
         missing = len(vault.with_db(todo)) if error else 0
         pruned = vectors.prune(vcon, key) if error is None else 0
         return {"embedded": done, "missing": missing, "pruned": pruned, "error": error}
     finally:
+        shown.close()
         vcon.close()
 
 
@@ -209,5 +233,5 @@ def channel_status(vault, env: Mapping[str, str] | None = None, *, probe: bool =
     return out
 
 
-__all__ = ["QueryVector", "query_vector", "start_background", "embed_main", "run_pass", "channel_status",
-           "endpoint"]
+__all__ = ["QueryVector", "query_vector", "start_background", "embed_main", "embed_now", "run_pass",
+           "channel_status", "endpoint"]

@@ -176,7 +176,9 @@ def scores_layered(vault: VaultReader, *, at: datetime | None = None, seed: int 
         rows += [(lv.layer, s) for s in rank(entries, at, salt, lv.settings.score, 0)]
     rows.sort(key=lambda r: (-r[1].total, -r[1].entry.importance, r[1].entry.id))
     n = vault.settings.score.top_n if top_n is None else top_n
-    return [(layer, s.with_changes(selected=i < n)) for i, (layer, s) in enumerate(rows)]
+    # a new value only where the flag changes: a thousand copies are a tenth of `score`'s own work
+    return [(layer, s if s.selected == (i < n) else s.with_changes(selected=i < n))
+            for i, (layer, s) in enumerate(rows)]
 
 
 
@@ -248,10 +250,26 @@ def history_vault(vault: VaultReader, prefix: str, *, user: bool = False) -> Vau
 def show_layered(vault: VaultReader, prefix: str) -> tuple[str, Entry]:
     """``show`` across the layers: the entry with this id (or unique prefix) and its layer; marked read in its own
     vault."""
-    from acpmem.vault.reader import show
+    from acpmem.vault.reader import shown
 
     lv, found = resolve_layer(vault, prefix)
-    return lv.layer, show(lv, found.id)
+    return lv.layer, shown(lv, found)
+
+
+def show_or_proposal(vault: VaultReader, prefix: str) -> tuple[str, Entry, bool]:
+    """``show`` of an entry (``show_layered``) — or, when no entry has this id, of a proposal awaiting review in
+    either layer (``acpmem.vault.proposals.find_proposal``): (layer, entry, whether it is a
+    proposal). A proposal is not marked read: it is not in the memory yet."""
+    try:
+        layer, e = show_layered(vault, prefix)
+        return layer, e, False
+    except EntryNotFound:
+        from acpmem.vault.proposals import find_proposal
+
+        hit = find_proposal(vault, prefix)
+        if hit is None:
+            raise
+        return hit[0], hit[1], True
 
 
 def forget_layered(vault, prefix: str, reason: str):
@@ -287,8 +305,8 @@ def edit_layered(vault, prefix: str, *, user: bool = False, **kw) -> str:
 
 
 __all__ = ["LayerEntry", "two_layers", "list_layered", "resolve_layer", "vault_for_layer", "recall_layered",
-           "scores_layered", "open_user_vault", "edit_target", "history_vault", "project_path_forms", "show_layered", "forget_layered",
-           "log_layered", "edit_layered"]
+           "scores_layered", "open_user_vault", "edit_target", "history_vault", "project_path_forms", "show_layered",
+           "show_or_proposal", "forget_layered", "log_layered", "edit_layered"]
 
 
 def project_path_forms(vault: VaultReader) -> tuple[str, ...]:

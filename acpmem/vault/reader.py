@@ -218,11 +218,12 @@ class VaultReader:
         prefix = (prefix or "").strip().lstrip("#")
         if not prefix:
             raise UsageError("no entry id given", "pass an id or a unique prefix, e.g. `acp memory show k3f`")
-        loaded = self.load() if entries is None else None
+        # by the index columns (no JSON parsed for a thousand entries), then the one found in full
+        loaded = self.load(light=True) if entries is None else None
         entries = loaded.entries if loaded is not None else entries
         exact = [e for e in entries if e.id == prefix]
         if exact:
-            return exact[0]
+            return exact[0] if loaded is None else self._in_full(exact[0])
         matches = sorted((e for e in entries if e.id.startswith(prefix)), key=lambda e: e.id)
         if not matches:
             broken = [p for p in (loaded.problems if loaded is not None else ())
@@ -233,7 +234,18 @@ class VaultReader:
             raise EntryNotFound(f"no entry with id '{prefix}'", NOT_FOUND_HINT)
         if len(matches) > 1:
             raise AmbiguousId(prefix, [e.id for e in matches])
-        return matches[0]
+        return matches[0] if loaded is None else self._in_full(matches[0])
+
+    def _in_full(self, light: Entry) -> Entry:
+        """The entry of a light listing (``load(light=True)``) with its body, citations and every field: its row's
+        stored JSON, with the effective last_read the listing found."""
+        import json
+
+        row = self.with_db(lambda con: con.execute("SELECT data FROM files WHERE path = ? AND ok = 1",
+                                                   (light.path,)).fetchone())
+        if row is None:   # gone since the listing (another process refreshed the row): the whole vault once more
+            return next((e for e in self.load().entries if e.id == light.id), light)
+        return Entry.from_json(json.loads(row[0])).with_changes(last_read=light.last_read)
 
     def entry_path(self, entry: Entry) -> Path:
         return self.root / (entry.path or f"{layout.ENTRIES_DIR}/{entry.id}.md")
@@ -288,10 +300,13 @@ def scores(vault: VaultReader, *, at: datetime | None = None, seed: int | None =
 def show(vault: VaultReader, prefix: str, *, mark_read: bool = True) -> Entry:
     """One entry by id or unique prefix (superseded ones too); marks it read."""
     entry = vault.resolve(prefix)
-    if mark_read:
-        vault.mark_read([entry.id])
-        entry = entry.with_changes(last_read=vault.now())
-    return entry
+    return shown(vault, entry) if mark_read else entry
+
+
+def shown(vault: VaultReader, entry: Entry) -> Entry:
+    """``entry`` (found in ``vault``) marked read: the read recorded, and its last_read now."""
+    vault.mark_read([entry.id])
+    return entry.with_changes(last_read=vault.now())
 
 
 def parse_at(at: str) -> datetime:
@@ -302,4 +317,4 @@ def parse_at(at: str) -> datetime:
         raise UsageError(f"--at {at!r} is not an ISO time", "use e.g. 2026-11-29T12:00:00Z") from None
 
 
-__all__ = ["VaultReader", "Loaded", "list_entries", "scores", "show", "parse_at", "jitter_salt"]
+__all__ = ["VaultReader", "Loaded", "list_entries", "scores", "show", "shown", "parse_at", "jitter_salt"]

@@ -37,7 +37,8 @@ def resident_index(vault: VaultReader, *, session: str | None = None, refresh: b
         entries, _ = list_entries(vault, light=True)
         # Scored lazily: the text stops at its token budget, long before the last entry of a large vault.
         ranked = rank_iter(entries, at, salt, vault.settings.score, top_n=len(entries))
-        text = prompt_index(ranked, at, vault.settings, budget_tokens=budget_tokens, total_entries=len(entries))
+        text = prompt_index(ranked, at, vault.settings, budget_tokens=budget_tokens, total_entries=len(entries),
+                            stale=_stale_ids(vault))
     else:
         from acpmem.core.render import layered_prompt_index
 
@@ -47,7 +48,7 @@ def resident_index(vault: VaultReader, *, session: str | None = None, refresh: b
             entries, _ = list_entries(lv, light=True)
             parts.append((lv.layer, rank_iter(entries, at, salt, lv.settings.score, top_n=len(entries)), len(entries),
                           share if lv is not vault else 1 - share))
-        text = layered_prompt_index(parts, at, vault.settings, budget_tokens=budget_tokens)
+        text = layered_prompt_index(parts, at, vault.settings, budget_tokens=budget_tokens, stale=_stale_ids(vault))
     if snap_path is not None:
         from acpmem.infra.files import atomic_write
 
@@ -60,6 +61,14 @@ def resident_index(vault: VaultReader, *, session: str | None = None, refresh: b
             except FileExistsError:
                 text = snap_path.read_text("utf-8")
     return text
+
+
+def _stale_ids(vault: VaultReader) -> frozenset[str]:
+    """The project entries whose files changed since written (``acpmem.vault.projectgit``; after the listing's
+    catalog refresh, so its cache key is current)."""
+    from acpmem.vault.projectgit import stale_map
+
+    return frozenset(stale_map(vault))
 
 
 __all__ = ["resident_index"]

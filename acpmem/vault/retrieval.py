@@ -22,9 +22,8 @@ from types import MappingProxyType
 
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.errors import Refused, UsageError
-from acpmem.core.ids import ID_RE
 from acpmem.core.layout import LAYER_PROJECT
-from acpmem.core.limits import MAX_INT, MAX_RECALL_LIMIT, clip, int_between, is_utf8
+from acpmem.core.limits import MAX_RECALL_LIMIT, clip, int_between, is_utf8
 from acpmem.core.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
 from acpmem.core.values import Value
 from acpmem.infra import locks
@@ -32,9 +31,9 @@ from acpmem.infra.files import atomic_write
 from acpmem.search import watch
 from acpmem.search.query import light_rows, search as search_index
 from acpmem.vault import readlog
+from acpmem.vault.ledger import LEDGER, read_ledger
 from acpmem.vault.reader import VaultReader, jitter_salt   # the read side is all recall and surfacing need
 
-LEDGER = "surfaced.json"
 DEFERRED_NOTE_CHARS = 100    # room kept for the line saying entries wait for a later turn
 MIN_SURFACED_CHARS = 200     # less room than this for a first entry: it waits too
 _NO_EXPLAIN = MappingProxyType({})
@@ -280,23 +279,6 @@ def _session_lock(sdir: Path):
     return locks.held(sdir / "surface.lock", 30.0, what="another process is surfacing in this session")
 
 
-def read_ledger(sdir: Path) -> dict:
-    """A session's surfacing ledger: the ids surfaced and recalled in it, and the bytes surfaced so far."""
-    try:
-        data = json.loads((sdir / LEDGER).read_text("utf-8"))
-        if isinstance(data, dict):
-            used = int(data.get("used_bytes", 0))
-            lists = data.get("surfaced", []), data.get("recalled", [])
-            if not 0 <= used <= MAX_INT or not all(isinstance(ids, list) for ids in lists):
-                raise ValueError(used)
-            # entry ids only: the ledger is written back, and anything else (a lone surrogate) could not be
-            surfaced, recalled = ([i for i in ids if isinstance(i, str) and ID_RE.match(i)] for ids in lists)
-            return {"surfaced": surfaced, "recalled": recalled, "used_bytes": used}
-    except (OSError, ValueError, TypeError, OverflowError):
-        pass  # missing or unreadable: a fresh ledger (worst case an entry is shown once more)
-    return {"surfaced": [], "recalled": [], "used_bytes": 0}
-
-
 def cap_text(text: str, cap: int, entry_id: str) -> tuple[str, bool]:
     """``text`` cut to at most ``cap`` UTF-8 bytes (on a character boundary), the note about the rest included."""
     raw = text.encode("utf-8")
@@ -349,13 +331,16 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
         where = {id(e): (lv, path) for lv, path, e in light}
         ranked = rank([e for _, _, e in light], at, jitter_salt(vault, seed, session), vault.settings.score,
                       top_n=cfg.top_n)
-        chosen: list[tuple[float, Entry, VaultReader]] = []
-        for sc in ranked[: cfg.top_n]:
-            lv, path = where[id(sc.entry)]
-            entry = _with_index(lv, lambda con, path=path: _entry_at(con, path))
-            if entry is not None:
-                chosen.append((sc.total, _effective_last_read(entry, readlog.last_reads(lv.root, lv.state_dir)),
-                               lv))
+        top = ranked[: cfg.top_n]
+        full: dict[int, Entry | None] = {}
+        for lv in layers:   # the chosen ones in full: one query each, on the index just brought up to date
+            mine = [sc.entry for sc in top if where[id(sc.entry)][0] is lv]
+            if mine:
+                got = lv.with_db(lambda con, mine=mine: [_entry_at(con, where[id(e)][1]) for e in mine])
+                lr = readlog.last_reads(lv.root, lv.state_dir)
+                full.update((id(e), None if f is None else _effective_last_read(f, lr)) for e, f in zip(mine, got))
+        chosen: list[tuple[float, Entry, VaultReader]] = [(sc.total, full[id(sc.entry)], where[id(sc.entry)][0])
+                                                          for sc in top if full[id(sc.entry)] is not None]
         if not chosen:
             return SurfaceResult(session, (), used, budget, "every live entry was already surfaced or recalled "
                                  "in this session" if seen else "the vault has no live entries")
@@ -404,11 +389,14 @@ def _notice(vault: VaultReader) -> str:
     return DATA_NOTICE_ZH if vault.settings.language == "zh" else DATA_NOTICE_EN
 
 
-def recall_text(vault: VaultReader, hits: list[RecallHit]) -> str:
-    """The data notice, then each hit's title and body framed as data (what a model reads)."""
+def recall_text(vault: VaultReader, hits: list[RecallHit], checks: dict | None = None) -> str:
+    """The data notice, then each hit's title and body framed as data (what a model reads). ``checks``: by id, the
+    attributes the serve-time checks add (``acpmem.write.citecheck.Served.attrs``)."""
     if not hits:
         return "未找到相关记忆。" if vault.settings.language == "zh" else "No memory matches that query."
-    blocks = [frame("recall", f"{h.entry.title}\n\n{h.entry.body}", attrs=_attrs(h.entry, h.layer)) for h in hits]
+    checks = checks or {}
+    blocks = [frame("recall", f"{h.entry.title}\n\n{h.entry.body}",
+                    attrs={**_attrs(h.entry, h.layer), **checks.get(h.entry.id, {})}) for h in hits]
     return "\n\n".join([_notice(vault), *blocks])
 
 

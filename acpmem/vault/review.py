@@ -31,12 +31,13 @@ from pathlib import Path
 
 from acpmem.core import layout
 from acpmem.core.entry import Entry
-from acpmem.core.entryfile import MAX_FILE_BYTES, dump_entry, parse_entry_bytes
+from acpmem.core.entryfile import dump_entry, parse_entry_bytes
 from acpmem.core.errors import AcpmemError, EntryInvalid, EntryNotFound, Refused, UsageError
 from acpmem.core.limits import one_line
 from acpmem.core.values import Value
-from acpmem.infra.files import NotRegularFile, read_exact, read_regular
+from acpmem.infra.files import read_exact, read_regular
 from acpmem.vault import readlog
+from acpmem.vault.proposals import find_proposal, proposals
 from acpmem.vault.readlog import MAX_LOG_BYTES
 from acpmem.vault.gitrun import git
 from acpmem.vault.writer import KIND_CONSOLIDATE, KIND_FORK, KIND_REVIEW, Vault
@@ -183,33 +184,6 @@ def _supersedes(entry: Entry, known: dict[str, Entry]) -> tuple[dict, ...]:
             fromfile=f"#{old.id}", tofile=f"#{entry.id}"))
         out.append({"id": sid, "title": old.title, "diff": diff, "missing": False})
     return tuple(out)
-
-
-def proposals(vault) -> tuple[list[Entry], list[tuple[str, str]]]:
-    """The proposals (valid ones, oldest file name first) and the files under ``proposals/`` that do not parse
-    (path, reason)."""
-    folder = vault.root / layout.PROPOSALS_DIR
-    good, bad = [], []
-    try:
-        names = sorted(n for n in os.listdir(folder) if n.endswith(".md") and not n.startswith("."))
-    except (FileNotFoundError, NotADirectoryError):
-        return [], []
-    for name in names:
-        rel = f"{layout.PROPOSALS_DIR}/{name}"
-        p = folder / name
-        if p.is_symlink():
-            bad.append((rel, "a symlink"))
-            continue
-        try:
-            data = read_regular(p, MAX_FILE_BYTES + 1)
-            good.append(parse_entry_bytes(data, rel, vault.settings.types).with_changes(path=rel))
-        except EntryInvalid as exc:
-            bad.append((rel, exc.message))
-        except NotRegularFile as exc:   # a FIFO would hang the review: never opened
-            bad.append((rel, f"{exc.strerror} (acpmem reads only regular files); remove it"))
-        except OSError as exc:
-            bad.append((rel, f"cannot be read ({exc.strerror})"))
-    return good, bad
 
 
 def queue(vault, *, include_fork_writes: bool | None = None) -> list[ReviewItem]:
@@ -437,22 +411,6 @@ def decide_ids(vault: Vault, ids: list[str], decision: str, *, reason: str | Non
     return out
 
 
-def show_or_proposal(vault, prefix: str) -> tuple[str, Entry, bool]:
-    """``show`` of an entry (``acpmem.vault.layers.show_layered``) — or, when no entry has this id, of a proposal
-    awaiting review in either layer: (layer, entry, whether it is a proposal). A proposal is not marked read: it is
-    not in the memory yet."""
-    from acpmem.vault.layers import show_layered
-
-    try:
-        layer, e = show_layered(vault, prefix)
-        return layer, e, False
-    except EntryNotFound:
-        hit = find_proposal(vault, prefix)
-        if hit is None:
-            raise
-        return hit[0], hit[1], True
-
-
 def forget_or_reject(vault, prefix: str, reason: str) -> tuple[Vault, Entry, str, bool]:
     """``forget`` of an entry (``acpmem.vault.layers.forget_layered``) — or, when no entry has this id, of a proposal
     awaiting review in either layer: a proposal is not in the memory, so there is nothing to forget; it is rejected
@@ -473,17 +431,6 @@ def forget_or_reject(vault, prefix: str, reason: str) -> tuple[Vault, Entry, str
     (d,) = decide_ids(vault, [entry.id], "reject", reason=reason)
     lv = next(v for v in vault.layers() if v.layer == layer)
     return lv, entry, d.commit or "", True
-
-
-def find_proposal(vault, prefix: str) -> tuple[str, Entry] | None:
-    """The proposal (in either layer) with this id or unique id prefix, and its layer; None when there is none
-    (``show`` of a proposal says it awaits review instead of "no entry")."""
-    wanted = (prefix or "").strip().lstrip("#")
-    if not wanted:
-        return None
-    found = [(lv.layer, e) for lv in vault.layers() for e in proposals(lv)[0]]
-    hits = [p for p in found if p[1].id == wanted] or [p for p in found if p[1].id.startswith(wanted)]
-    return hits[0] if len(hits) == 1 else None
 
 
 def editor_draft(vault, item: ReviewItem) -> Path:

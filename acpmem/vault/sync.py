@@ -35,6 +35,7 @@ from acpmem.core.entryfile import has_conflict_markers, parse_entry_bytes
 from acpmem.core.errors import EntryInvalid, GitStateError, SyncConflict
 from acpmem.core.layout import ENTRIES_DIR, LAYER_USER, MEMORY_FILE, PROPOSALS_DIR
 from acpmem.core.values import Value
+from acpmem.infra import progress as shown_progress
 from acpmem.infra.files import atomic_write
 from acpmem.vault.gitrun import error_text, git
 from acpmem.vault.writer import KIND_READS, KIND_SYNC, Vault
@@ -77,10 +78,19 @@ def sync(vault: Vault, remote: str | None = None, *,
     when both sides changed the same entry (the merge is left for a person), ``GitStateError`` for a missing
     remote, a detached HEAD, a failing git command or a remote that kept moving for ``[git] sync_seconds``."""
     remote = remote or vault.settings.git.remote
+    with shown_progress.task(f"sync with {remote}", 3, unit="steps") as shown:   # fetch, merge, push (cli.progress)
+        def say(msg: str) -> None:
+            shown.describe(msg)
+            progress(msg)
+
+        return _sync(vault, remote, say, shown, clock, sleep, rng)
+
+
+def _sync(vault: Vault, remote: str, progress: Callable[[str], None], shown, clock, sleep, rng) -> SyncResult:
     rng = rng or random.Random()
     budget = vault.settings.git.sync_seconds
     started = clock()
-    state = _Exchange()
+    state = _Exchange(shown)
     rejections = 0
     while True:
         with vault.lock():
@@ -88,6 +98,7 @@ def sync(vault: Vault, remote: str | None = None, *,
                 state.begin(vault, remote, progress)
             res = state.attempt(vault, remote, progress)
             if isinstance(res, SyncResult):
+                shown.update(3)
                 return res
             outgoing = state.outgoing
         reason = push_reason(res)
@@ -150,7 +161,8 @@ def _push_hint(res, vault: Vault, remote: str) -> str:
 class _Exchange:
     """What one sync learns across its attempts."""
 
-    def __init__(self) -> None:
+    def __init__(self, shown) -> None:
+        self.shown = shown   # the count of steps on a terminal (``acpmem.infra.progress.Task``)
         self.local: list[str] = []
         self.branch = ""
         self.finishing = False
@@ -189,7 +201,9 @@ class _Exchange:
         branch = self.branch
         upstream = f"{remote}/{branch}"
         progress(f"Fetching from {remote}")
+        self.shown.update(0)
         _git(vault, "fetch", "--quiet", "--no-tags", remote)
+        self.shown.update(1)
         has_remote_branch = git(root, "rev-parse", "--verify", "-q", f"refs/remotes/{upstream}",
                                 check=False).code == 0
         if has_remote_branch:
@@ -202,12 +216,14 @@ class _Exchange:
                     self.how = step
                 self.merge_commit = sha or self.merge_commit
                 self.regenerated = regen or self.regenerated
+            self.shown.update(2)
             self.outgoing = _count(vault, f"{upstream}..HEAD")
             if not self.outgoing:
                 return self.result(remote, False, vault)
         else:
             self.how = self.how or "first-push"
             self.outgoing = _count(vault, "HEAD")
+            self.shown.update(2)
         _refuse_markers(vault, upstream if has_remote_branch else None)
         _refuse_unsafe(vault, remote, branch, upstream if has_remote_branch else None)
         progress(f"Pushing {self.outgoing} commit(s) to {upstream}")

@@ -16,7 +16,7 @@ def doctor(vault, *, fix: bool = False) -> Report:
     errors of the project: an error there is reported as a warning (the project vault works without it)."""
     user = vault.user if vault.layer == "project" else None
     theirs = set(user.warnings) if user is not None else set()
-    rep = vault_doctor(vault, fix=fix, more=(check_requests,))
+    rep = vault_doctor(vault, fix=fix, more=(check_requests, check_staleness))
     found = [f.with_changes(layer="user" if f.what.startswith("the user vault ") else vault.layer)
              for f in rep.findings if not (f.level == "warning" and f.what in theirs)]   # said below, as its own
     if user is not None:
@@ -65,7 +65,7 @@ def check_requests(vault, add) -> None:
         add("warning", f"{len(deferred)} request(s) deferred: over the extraction budget ({why}); they are "
             f"extracted from {min(r.next_attempt or '' for r in deferred)} on",
             "wait, or raise [extraction] max_tokens_per_day / max_requests_per_hour in acpmem.toml")
-    from acpmem.vault.review import proposals
+    from acpmem.vault.proposals import proposals
 
     good, bad = proposals(vault)
     for rel, why in bad:
@@ -75,3 +75,28 @@ def check_requests(vault, add) -> None:
     waiting = [r for r in reqs if r.status == "pending" and not r.attempts and not r.deferred]
     if waiting:
         add("info", f"{len(waiting)} request(s) waiting for extraction")
+
+
+def check_staleness(vault, add) -> None:
+    """Entries whose project files changed since they were written (``acpmem.vault.projectgit``), and entries whose
+    cited transcript is gone, changed or unreadable (``acpmem.write.citecheck``). Said only when there are some."""
+    from acpmem.vault.projectgit import checks_on, stale_map
+    from acpmem.write.citecheck import check_entries
+
+    if not checks_on():
+        return
+    entries = vault.load(with_reads=False).live()
+    stale = stale_map(vault)
+    if stale:
+        ids = ", ".join(f"#{i}" for i in sorted(stale)[:5]) + (" …" if len(stale) > 5 else "")
+        add("info", f"{len(stale)} {'entry' if len(stale) == 1 else 'entries'} may be stale: project files "
+            f"{'it is' if len(stale) == 1 else 'they are'} about changed since written ({ids})",
+            "`acp memory stale` names the commits; `acp memory review --stale` confirms or forgets each")
+    checked = check_entries(vault, entries)
+    for status, said in (("gone", "a transcript that is gone"), ("changed", "turns that changed since written"),
+                         ("unreadable", "a transcript that does not read")):
+        ids = sorted(i for i, c in checked.items() if c.status == status)
+        if ids:
+            add("warning", f"{len(ids)} {'entry cites' if len(ids) == 1 else 'entries cite'} {said} "
+                f"({', '.join('#' + i for i in ids[:5])}{' …' if len(ids) > 5 else ''})",
+                "`acp memory show ID` says which citation; the entry is still served, marked")

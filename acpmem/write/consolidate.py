@@ -15,6 +15,7 @@ from acpmem.core.entry import Citation, Entry
 from acpmem.core.errors import AcpmemError, EntryInvalid, ExtractionError
 from acpmem.core.layout import PROPOSALS_DIR
 from acpmem.core.values import Value
+from acpmem.infra import progress
 from acpmem.search.similar import Cluster
 from acpmem.write import costs
 
@@ -80,17 +81,22 @@ def consolidate(vault, *, dry_run: bool = False, types=None, env=None) -> Consol
     mode = "propose" if vault.settings.write.policy == "review" else "commit"
     outcomes = []
     stop = None
-    for c in found:
-        if stop is not None:
-            outcomes.append(ClusterOutcome(c, "deferred", error=stop))
-            continue
-        try:
-            outcomes.append(_merge(vault, c, config, mode))
-        except _OverBudget as exc:
-            stop = str(exc)
-            outcomes.append(ClusterOutcome(c, "deferred", error=stop))
-        except (ExtractionError, EntryInvalid) as exc:
-            outcomes.append(ClusterOutcome(c, "failed", error=exc.message))
+    with progress.task("merging", len(found), unit="clusters") as shown:   # on a terminal (cli.progress)
+        for c in found:
+            shown.describe(f"{c.kind} of {len(c.ids)}")
+            if stop is not None:
+                outcomes.append(ClusterOutcome(c, "deferred", error=stop))
+            else:
+                try:
+                    outcomes.append(_merge(vault, c, config, mode))
+                except _OverBudget as exc:
+                    stop = str(exc)
+                    outcomes.append(ClusterOutcome(c, "deferred", error=stop))
+                except (ExtractionError, EntryInvalid) as exc:
+                    outcomes.append(ClusterOutcome(c, "failed", error=exc.message))
+            o = outcomes[-1]
+            shown.advance(note=f"{c.kind} {', '.join('#' + i for i in c.ids)}: {o.status}"
+                               + (f" #{o.entry['id']}" if o.entry else "") + (f" ({o.error})" if o.error else ""))
     return ConsolidateResult(mode, None, tuple(outcomes), n)
 
 

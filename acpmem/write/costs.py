@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from acpmem.core.errors import ExtractionError
 from acpmem.core.limits import MAX_INT, int_between, is_number
 from acpmem.infra.files import append_record, read_records
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False   # typing costs a few ms at start-up (``stats`` runs per turn); annotations only
 if TYPE_CHECKING:
+    from typing import Any
+
     from acpmem.write.llm import ChatResult
 
 COSTS_FILE = "costs.jsonl"

@@ -42,11 +42,24 @@ def select(vault, ids: list[str], *, pending: bool, failed: bool = False) -> tup
 
 
 def run(vault, ids: list[str], *, extractor: str | None = None,
-        progress: Callable[[str, str], None] | None = None, after_each: Callable[[], None] | None = None) -> list:
-    """Extract the requests one by one in this process (``acpmem.write.worker.process_now``); their outcomes."""
+        progress: Callable[[str, str], None] | None = None, after_each: Callable[..., None] | None = None) -> list:
+    """Extract the requests one by one in this process (``acpmem.write.worker.process_now``); their outcomes. On a
+    terminal each request's result is shown as it finishes, above the count (``acpmem.infra.progress``)."""
+    from acpmem.infra import progress as shown
     from acpmem.write.worker import process_now
 
-    return process_now(vault, ids, extractor=extractor, progress=progress, after_each=after_each)
+    with shown.task("extracting", len(ids), unit="requests") as bar:
+        def say(rid: str, what: str) -> None:
+            bar.describe(f"{rid} {what}")
+            if progress:
+                progress(rid, what)
+
+        def each(outcome) -> None:
+            bar.advance(note=outcome.summary())
+            if after_each:
+                after_each(outcome)
+
+        return process_now(vault, ids, extractor=extractor, progress=say, after_each=each)
 
 
 def dry_run(vault, reqs: list[Request], extractor: str | None) -> object:

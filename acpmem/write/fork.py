@@ -730,6 +730,9 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
             out = Outcome(req.id, "nothing", label, None, (), (), tuple(draft.unknown), tuple(draft.redacted),
                           tuple(draft.ignored), None, usage, req.attempts + 1, tuple(draft.notes))
             return _finish(vault, req, out)
+        from acpmem.write.about import annotate
+
+        draft.entries = annotate(vault, t, draft.entries, draft.layer_of)
         say(req.id, "committing")
         sha = commit_draft(vault, req, draft, config.model if config else "offline", label)
         proposed = all(e.path.startswith(PROPOSALS_DIR + "/") for e in draft.entries) and bool(draft.entries)

@@ -25,6 +25,7 @@ from typing import Any
 from acpmem.core.errors import ExtractionError, SettingsError
 from acpmem.core.limits import MAX_INT, int_between
 from acpmem.core.values import Value
+from acpmem.infra import progress
 
 OPENAI_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4.1-mini"   # only used against OpenAI itself; any other endpoint must name its model
@@ -296,7 +297,8 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
             attempts += 1
             wait = None
             try:
-                data = client.post("/chat/completions", body=body, cast_to=object)
+                with progress.waiting("waiting for the model"):   # said on a terminal after a few seconds
+                    data = client.post("/chat/completions", body=body, cast_to=object)
             except (ValueError, openai.APIResponseValidationError) as exc:   # a body that is not JSON at all
                 raise _fail(f"Malformed answer from the endpoint: not JSON ({str(exc)[:80]})", "bad_response",
                             attempts, 200, "check the endpoint speaks OpenAI chat completions") from None

@@ -3,21 +3,33 @@ extraction has cost so far.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from acpmem.core.layout import SESSIONS_DIR
-from acpmem.vault.retrieval import read_ledger
+from acpmem.vault.ledger import read_ledger
 from acpmem.write import costs, requests
 
 
 def _tree_bytes(path: Path) -> int:
+    """The bytes of the regular files under ``path`` (symbolic links neither counted nor followed): one ``lstat``
+    per file — a vault's .git holds thousands."""
     total = 0
-    for p in path.rglob("*") if path.exists() else ():
+    todo = [path]
+    while todo:
         try:
-            if p.is_file() and not p.is_symlink():
-                total += p.stat().st_size
+            it = os.scandir(todo.pop())
         except OSError:
             continue
+        with it:
+            for de in it:
+                try:
+                    if de.is_dir(follow_symlinks=False):
+                        todo.append(de.path)
+                    elif de.is_file(follow_symlinks=False):
+                        total += de.stat(follow_symlinks=False).st_size
+                except OSError:
+                    continue
     return total
 
 
@@ -102,7 +114,7 @@ def _budget(vault, reqs) -> dict | None:
 
 def _review(vault) -> dict:
     """The write policy and how many proposals wait for a person."""
-    from acpmem.vault.review import proposals
+    from acpmem.vault.proposals import proposals
 
     good, bad = proposals(vault)
     return {"policy": vault.settings.write.policy, "proposals": len(good), "invalid_proposals": len(bad)}

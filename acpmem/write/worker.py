@@ -57,11 +57,11 @@ def start_worker(root: Path, state_dir: Path) -> bool:
 
 def process_now(vault, ids: list[str], *, extractor: str | None = None, env=None,
                 progress: Callable[[str, str], None] | None = None,
-                after_each: Callable[[], None] | None = None, lock_timeout: float = 300.0,
+                after_each: Callable[..., None] | None = None, lock_timeout: float = 300.0,
                 then_hand_over: bool = True) -> list:
     """Extract the named requests in this process (``commit --wait``, ``extract``), holding the worker lock so no
     worker works on them at the same time; runs them even when they wait for their backoff or failed for good.
-    Returns their ``fork.Outcome`` values. Then (unless ``then_hand_over`` is false: the caller does it) a worker
+    Returns their ``fork.Outcome`` values; ``after_each`` gets each as it is done. Then (unless ``then_hand_over`` is false: the caller does it) a worker
     is started for what stays pending (``hand_over``)."""
     from acpmem.write.fork import process_request
 
@@ -74,7 +74,7 @@ def process_now(vault, ids: list[str], *, extractor: str | None = None, env=None
             outcomes.append(process_request(vault, rid, extractor=extractor, explicit=True, env=env,
                                             progress=progress))
             if after_each:
-                after_each()
+                after_each(outcomes[-1])
     if then_hand_over:
         hand_over(vault)
     return outcomes

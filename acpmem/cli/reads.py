@@ -1,0 +1,198 @@
+"""The read commands a model or a hook may run every turn — ``show``, ``surface``, ``score`` and ``stats`` — as plain
+functions, beside ``list`` and ``recall`` in ``acpmem.cli.hot``.
+
+Their typer commands (``acpmem.cli.commands_*``) pass their parameters through unchanged, and the fast path
+(``acpmem.cli.fast``) calls the same functions with the same parameters, so both print the same bytes. Kept free of
+typer, rich and the write machinery: each reads through ``VaultReader``; only ``show --source`` imports more.
+
+Each function prints its output and returns the exit code, or raises ``AcpmemError``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from acpmem.cli.output import emit_warnings, out, out_json
+
+
+def show_cmd(*, entry_id: str, json_: bool, vault: Path | None, source: bool, transcript: str | None) -> int:
+    from acpmem.vault.reader import VaultReader
+
+    v = VaultReader.open(vault)
+    try:
+        if source:
+            from acpmem.write.sources import entry_source, source_text
+
+            src = entry_source(v, entry_id, transcript=transcript)
+            out_json(src.to_json()) if json_ else out(source_text(src).rstrip("\n"))
+            return 0
+        if transcript:
+            from acpmem.core.errors import UsageError
+
+            raise UsageError("--transcript goes with --source", "add --source to read the cited turns")
+        from acpmem.core import render
+        from acpmem.vault.layers import show_or_proposal
+
+        layer, e, proposal = show_or_proposal(v, entry_id)
+        emit_warnings(v)
+        accept = f"acp memory review accept {e.id}"
+        from acpmem.write.citecheck import served
+
+        check = None if proposal else served(v, [(e, layer)]).get(e.id)   # staleness and the cited source
+        if json_:
+            out_json(render.entry_json(e, {"layer": layer, **({"proposal": True, "accept": accept} if proposal
+                                                               else {}),
+                                           **(check.to_json() if check is not None else {})}))
+            return 0
+        if proposal:
+            out(f"Proposal awaiting review ({layer} layer): not in the memory until accepted — `{accept}`, or "
+                f"`acp memory review reject {e.id} --reason …`.")
+        out(render.show_text(e, v.clock(), layer if len(v.layers()) > 1 else None,
+                             check.lines() if check is not None else None))
+        return 0
+    finally:
+        v.close()
+
+
+def surface_cmd(*, session: str, seed: int | None, at: str | None, json_: bool, vault: Path | None) -> int:
+    from acpmem.vault.reader import VaultReader, parse_at
+    from acpmem.vault.retrieval import surface as do_surface, surface_text
+
+    v = VaultReader.open(vault)
+    try:
+        result = do_surface(v, session, at=parse_at(at) if at else None, seed=seed)
+        emit_warnings(v)
+        if json_:
+            out_json(result.to_json())
+        else:
+            text = surface_text(v, result)
+            if text:
+                out(text)
+        return 0
+    finally:
+        v.close()
+
+
+def score_cmd(*, explain: bool, seed: int | None, at: str | None, session: str | None, top: int | None,
+              json_: bool, vault: Path | None) -> int:
+    from acpmem.vault import reader
+    from acpmem.vault.layers import scores_layered
+
+    v = reader.VaultReader.open(vault)
+    try:
+        when = reader.parse_at(at) if at else None
+        layered = scores_layered(v, at=when, seed=seed, session=session, top_n=top)
+        emit_warnings(v)
+        if json_:
+            out_json({"at": (when or v.clock()).isoformat(),
+                      "rows": [{**r.to_json(), "layer": layer} for layer, r in layered]})
+            return 0
+        two = len(v.layers()) > 1
+    finally:
+        v.close()
+    lay = (lambda layer: f"{layer:<8}") if two else (lambda layer: "")
+    lines = []
+    if explain:
+        lines.append(f"{'':2}{'layer   ' if two else ''}{'id':<10}{'importance':>11}{'days':>9}{'anti-rec':>10}"
+                     f"{'jitter':>9}{'total':>9}  title")
+        for layer, r in layered:
+            mark = "* " if r.selected else "  "
+            lines.append(f"{mark}{lay(layer)}{r.entry.id:<10}{r.importance:>11.2f}{r.days_since_read:>9.2f}"
+                         f"{r.anti_recency:>10.4f}{r.jitter:>9.4f}{r.total:>9.4f}  {r.entry.title[:60]}")
+    else:
+        for layer, r in layered:
+            lines.append(f"{'*' if r.selected else ' '} {r.total:7.3f}  {lay(layer)}#{r.entry.id}  "
+                         f"{r.entry.title[:70]}")
+    lines.append(f"(* = selected: top {sum(r.selected for _, r in layered)})")
+    out("\n".join(lines))   # one write: a thousand rows are a thousand calls otherwise
+    return 0
+
+
+def stats_cmd(*, json_: bool, vault: Path | None) -> int:
+    from acpmem.vault.reader import VaultReader
+    from acpmem.write.stats import stats as collect
+
+    v = VaultReader.open(vault)
+    try:
+        s = collect(v)
+    finally:
+        v.close()
+    emit_warnings(v)
+    if json_:
+        out_json(s)
+        return 0
+    out("\n".join(stats_lines(s)))
+    return 0
+
+
+def stats_lines(s: dict) -> list[str]:
+    """The text of ``stats``, line by line, from what ``acpmem.write.stats.stats`` collected."""
+    lines = []
+    add = lines.append
+    e = s["entries"]
+    add(f"Entries: {e['live']} live, {e['superseded']} superseded, {e['invalid']} invalid"
+        + (" (project layer)" if s.get("user") else ""))
+    for t, n in e["by_type"].items():
+        add(f"  {t:<18}{n:>6}")
+    if s.get("user"):
+        u = s["user"]
+        ue = u["entries"]
+        add(f"User layer ({u['vault']}): {ue['live']} live, {ue['superseded']} superseded, {ue['invalid']} invalid; "
+            f"entries {size_text(u['disk']['entries_bytes'])}, git {size_text(u['disk']['git_bytes'])}")
+        for t, n in ue["by_type"].items():
+            if n:
+                add(f"  {t:<18}{n:>6}")
+        ur = u["review"]
+        add(f"  write policy: {ur['policy']}; {ur['proposals']} proposal(s) waiting for review")
+    d = s["disk"]
+    add(f"Disk: entries {size_text(d['entries_bytes'])}, git {size_text(d['git_bytes'])}, "
+        f"local state {size_text(d['state_bytes'])}, index {size_text(d['index_bytes'])}")
+    ss = s["sessions"]
+    add(f"Sessions: {ss['count']} with local state ({size_text(ss['bytes'])})")
+    for row in ss["budgets"]:
+        add(f"  {row['session']:<30} surfaced {size_text(row['used_bytes'])} of {size_text(row['budget_bytes'])}")
+    r = s["requests"]
+    add(f"Requests: {r['pending']} pending, {r['failed']} failed, {r['done']} done")
+    for item in r["items"]:
+        err = f" — {item['last_error']}" if item.get("last_error") else ""
+        nxt = f", next try {item['next_attempt']}" if item["status"] == "pending" and item.get("next_attempt") else ""
+        err += f" — deferred: {item['deferred']}" if item.get("deferred") else ""
+        add(f"  {item['id']} {item['status']:<8} attempts {item['attempts']}{nxt}  {item['note'][:50]}{err}")
+    if r["next_retry"]:
+        who = f"process {r['retry_waiter']} waits for it" if r["retry_waiter"] else \
+            "no process waits for it: the next commit's worker, or `acp memory extract --pending`, runs it"
+        add(f"  next scheduled retry {r['next_retry']} ({who})")
+    b = s.get("budget")
+    if b:
+        state = f"over budget: {b['reason']}; {b['deferred_requests']} request(s) deferred until {b['frees_at']}" \
+            if b["over"] else "within budget"
+        add(f"Budget: {b['tokens_24h']} tokens in 24 h (max {b['max_tokens_per_day'] or 'none'}), {b['calls_1h']} "
+            f"calls in the last hour (max {b['max_requests_per_hour'] or 'none'}); {state}")
+    rv = s["review"]
+    add(f"Write policy{' (project layer)' if s.get('user') else ''}: {rv['policy']}; {rv['proposals']} proposal(s) "
+        "waiting for review")
+    c = s["costs"]
+    add(f"Extraction: {c['calls']} model calls ({c['failed']} failed), {c['prompt_tokens']} prompt tokens "
+        f"({c['cache_hit_rate']:.0%} cached), {c['completion_tokens']} completion tokens, {c['latency_s']:.1f} s")
+    if "embeddings" in s:
+        m = s["embeddings"]
+        ec = m["costs"]
+        add(f"Embeddings: model {m['model']} at {m['base_url']}: {m['present']} entries with vectors, "
+            f"{m['missing']} missing; {ec['calls']} call(s) ({ec['failed']} failed), {ec['texts']} texts, "
+            f"{ec['prompt_tokens']} tokens, {ec['latency_s']:.1f} s")
+    if "rerank" in s:
+        rr = s["rerank"]
+        add(f"Rerank: model {rr['model']} at {rr['base_url'] or '(no base_url)'} reorders recall's best "
+            f"{rr['candidates']}")
+    return lines
+
+
+def size_text(n: float) -> str:
+    """A byte count for a person: B, KB, MB or GB."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+IMPLS = {"show": show_cmd, "surface": surface_cmd, "score": score_cmd, "stats": stats_cmd}

@@ -1,0 +1,99 @@
+"""Whole-process timing of the commands a model or a hook may run every turn: `show ID`, `surface`, `score`, `stats`,
+`list` and `list --format prompt`, each as a ratio to the same run's `python -c pass`.
+
+Builds a vault of generated entries (``bench/list_speed.py``'s generator), warms its derived caches once, then runs
+the commands round-robin as fresh processes (so a busy machine slows them all alike) and prints, for each, the
+median wall time and the median CPU time (user + system of the child, steadier than wall time on a loaded machine),
+both also as a multiple of `python -c pass`. The modules' .pyc files are written by the warm-up run, as an
+installed package has them (``PYTHONDONTWRITEBYTECODE`` is dropped for the commands). The user vault is turned off (``ACPMEM_USER_VAULT=none``) unless
+``--user`` builds one of the same size beside it. ``--typer`` measures the typer path too (``ACPMEM_NO_FASTPATH=1``).
+
+    python bench/read_speed.py [--entries 1000] [--runs 15] [--keep DIR] [--user] [--typer]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from list_speed import build  # noqa: E402
+
+from acpmem.search import catalog  # noqa: E402
+
+
+def timed(cmd: list[str], env: dict) -> tuple[float, float]:
+    """(wall ms, CPU ms) of one run of ``cmd``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env)
+    wall = (time.perf_counter() - t) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+    return wall, cpu
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--entries", type=int, default=1000)
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--keep", type=Path, help="build the vault here and keep it")
+    ap.add_argument("--user", action="store_true", help="a user vault of the same size beside it")
+    ap.add_argument("--typer", action="store_true", help="also measure the typer path (ACPMEM_NO_FASTPATH=1)")
+    args = ap.parse_args()
+    n = args.entries
+    acp = str(Path(sys.executable).parent / "acp")
+    base = args.keep or Path(tempfile.mkdtemp(prefix="acpmem-bench-"))
+    root, user = base / f"v{n}", base / f"u{n}"
+    for path, is_user in ((root, False),) + (((user, True),) if args.user else ()):
+        if not (path / "entries").is_dir():
+            build(path, n, seed=2 if is_user else 1, user=is_user)
+            time.sleep(catalog.RACY_NS / 1e9)   # the steady state a later turn sees (no racily clean rows)
+    env = {**os.environ, "ACPMEM_USER_VAULT": str(user) if args.user else "none"}
+    env.pop("ACPMEM_NO_FASTPATH", None)
+    # an installed acpmem has its modules compiled (.pyc): without them every run compiles the sources again
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    first = sorted(p.name for p in (root / "entries").glob("*.md"))[0][:6]
+    v = ["--vault", str(root)]
+    runs = iter(range(10**9))
+    commands = {
+        "show ID": lambda: [acp, "memory", "show", first, *v],
+        "surface --session": lambda: [acp, "memory", "surface", "--session", f"bench-{next(runs)}", *v],
+        "score": lambda: [acp, "memory", "score", *v],
+        "stats": lambda: [acp, "memory", "stats", *v],
+        "list": lambda: [acp, "memory", "list", *v],
+        "list --format prompt": lambda: [acp, "memory", "list", "--format", "prompt", *v],
+    }
+    cases = [("python -c pass", lambda: [sys.executable, "-c", "pass"], env)]
+    cases += [(name, make, env) for name, make in commands.items()]
+    if args.typer:
+        slow = {**env, "ACPMEM_NO_FASTPATH": "1"}
+        cases += [(f"{name} (typer)", make, slow) for name, make in commands.items()]
+    for _, make, e in cases:   # warm the derived caches (and the OS's file cache) once
+        subprocess.run(make(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=e)
+    got: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in cases}
+    for _ in range(args.runs):
+        for name, make, e in cases:
+            got[name].append(timed(make(), e))
+    wall0 = statistics.median(w for w, _ in got["python -c pass"])
+    cpu0 = statistics.median(c for _, c in got["python -c pass"])
+    print(f"python {sys.version.split()[0]}, {n} entries{' + a user vault of as many' if args.user else ''}, "
+          f"runs={args.runs} (median, whole process, round-robin)")
+    print(f"{'command':<32}{'wall':>9}{'ratio':>8}{'cpu':>9}{'ratio':>8}")
+    for name, rows in got.items():
+        wall = statistics.median(w for w, _ in rows)
+        cpu = statistics.median(c for _, c in rows)
+        print(f"{name:<32}{wall:>6.0f} ms{wall / wall0:>7.1f}x{cpu:>6.0f} ms{cpu / cpu0:>7.1f}x")
+    if not args.keep:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
