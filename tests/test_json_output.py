@@ -106,7 +106,8 @@ def test_every_command_json_output_validates_against_its_schema(example_vault, c
     subprocess.run(["git", "-C", v, "remote", "add", "origin", str(bare)], check=True)
     check("sync", "sync", "--json")
     check("init", "init", str(tmp_path / "another"), "--json", cwd=tmp_path)
-    assert seen == set(NAMES) - {"schema", "error", "warning"}
+    check("stale", "stale", "--json")
+    assert seen == set(NAMES) - {"schema", "error", "warning", "embed"}   # embed: in test_progress (a model server)
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -170,6 +171,7 @@ def _error_cases(v: str, first: str, tmp_path: Path) -> list[tuple[int, str, lis
                         "1", "--transcript", str(CHAT), "--host-tools", str(CHAT), "--json"]),
         (1, "vault_exists", ["init", v, "--json"]),
         (1, "git_state", ["sync", "--json"]),
+        (1, "settings", ["embed", "--json"]),
     ]
 
 
