@@ -243,7 +243,14 @@ def assert_one_error_line(code: int, err: str, allowed=(0, 1, 2), *, prefix: str
     assert code in allowed, (code, err)
     assert "Traceback" not in err and "internal error" not in err, err
     if code != 0:
-        assert err.count("\n") == 1 and err.startswith(prefix), err
+        assert err.count("\n") == 1, err
+        if err.startswith('{"error": ') and prefix == "Error: ":   # asked for --json: the error object
+            import json
+
+            e = json.loads(err)["error"]
+            assert e["exit"] == code and e["message"] and e["hint"] and e["code"], err
+            return
+        assert err.startswith(prefix), err
         if prefix == "Error: ":
             assert " — " in err, err
 

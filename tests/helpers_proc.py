@@ -303,3 +303,17 @@ def run_readme_sh(marker: str, cwd: Path) -> subprocess.CompletedProcess:
     env.pop("ACPMEM_USER_VAULT", None)
     return subprocess.run(["bash", "-c", "set -euo pipefail\n" + block], capture_output=True, text=True, env=env,
                           cwd=cwd, timeout=120)
+
+
+def warnings_said(stderr: str) -> list[str]:
+    """The warnings a command printed on stderr, as ``Warning: …`` lines: a plain line, or under ``--json`` the
+    object ``{"warning": {"message": …}}`` on its line."""
+    import json
+
+    said = []
+    for line in stderr.splitlines():
+        if line.startswith("Warning:"):
+            said.append(line)
+        elif line.startswith('{"warning": '):
+            said.append("Warning: " + json.loads(line)["warning"]["message"])
+    return said

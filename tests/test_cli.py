@@ -150,7 +150,8 @@ def test_edit_without_editor_variables_uses_the_editor_the_machine_has(example_v
     (bin_dir / "git").symlink_to(shutil.which("git"))
     env = {"PATH": str(bin_dir), "VISUAL": "", "EDITOR": ""}
     r = cli("memory", "edit", e.id, "--vault", str(v.root), env=env)
-    assert r.returncode == 2 and "editor 'vi' not found" in r.stderr and "set $EDITOR" in r.stderr, r.stderr
+    # the machine, not the command line: exit 1
+    assert r.returncode == 1 and "editor 'vi' not found" in r.stderr and "set $EDITOR" in r.stderr, r.stderr
     sed = shutil.which("sed")
     (bin_dir / "nano").symlink_to(_editor(tmp_path, f'{sed} -i "s/^importance: .*/importance: 10/" "$1"\n'))
     r = cli("memory", "edit", e.id, "--vault", str(v.root), env=env)
@@ -285,7 +286,8 @@ def test_completion_outside_a_vault_offers_the_default_types_and_no_ids(tmp_path
 def test_json_with_another_format_is_a_usage_error(example_vault, cli):
     for fmt in ("prompt", "markdown"):
         r = cli("memory", "list", "--json", "--format", fmt, "--vault", str(example_vault.root))
-        assert r.returncode == 2 and r.stdout == "" and r.stderr.startswith("Error: --json and --format")
+        assert r.returncode == 2 and r.stdout == ""   # --json asked for: the error is the JSON object
+        assert json.loads(r.stderr)["error"]["message"] == f"--json and --format {fmt} ask for two different outputs"
     assert cli("memory", "list", "--json", "--format", "json", "--vault", str(example_vault.root)).returncode == 0
 
 
@@ -303,7 +305,12 @@ def _acp(args: list[str], *, fast: bool = True, **kw) -> subprocess.CompletedPro
 
 def _one_error(r: subprocess.CompletedProcess, words: str) -> None:
     lines = r.stderr.strip().splitlines()
-    assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith("Error: ") and words in lines[0], r.stderr
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    if "--json" in r.args:   # the error as the JSON object
+        err = json.loads(lines[0])["error"]
+        assert err["exit"] == 1 and words in err["message"], r.stderr
+    else:
+        assert lines[0].startswith("Error: ") and words in lines[0], r.stderr
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr and "Exception ignored" not in r.stderr
 
 

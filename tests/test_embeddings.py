@@ -22,6 +22,7 @@ from acpmem.vault import embedding
 from acpmem.vault.reader import VaultReader
 from acpmem.vault.retrieval import recall
 from embeddings_server import embeddings_server
+from helpers_proc import warnings_said
 
 # "keep agent runs alive across redeploys" means the entry about session persistence; no word is shared
 SYNONYMS = {"alive": "persist", "persistence": "persist", "persistent": "persist", "redeploys": "deploy",
@@ -191,7 +192,7 @@ def test_a_failing_endpoint_falls_back_to_lexical_with_one_warning(vault, failur
         reader = configure(vault, srv, dimensions=64, timeout_seconds=1.0, batch_timeout_seconds=1.0)
         embedding.run_pass(reader)
         lexical = cli("memory", "--vault", str(vault.root), "recall", "--json", "retry uploads backoff")
-        assert "Warning" not in lexical.stderr
+        assert not warnings_said(lexical.stderr)
         if failure == "slow":
             srv.delay = 3.0
         elif failure == "error":
@@ -205,7 +206,7 @@ def test_a_failing_endpoint_falls_back_to_lexical_with_one_warning(vault, failur
         assert want in data["warning"] and "lexical search alone" in data["warning"]
         assert data["vectors"]["used"] is False and data["vectors"]["missing"] == 0
         assert [h["id"] for h in data["hits"]][0] == [h["id"] for h in before["hits"]][0]
-        assert "Warning" not in got.stderr                       # --json carries it in the document only
+        assert not warnings_said(got.stderr)                      # --json carries it in the document only
         text = cli("memory", "--vault", str(vault.root), "recall", "retry uploads backoff")
         assert text.returncode == 0 and "Retry uploads with exponential backoff" in text.stdout
         warned = [line for line in text.stderr.splitlines() if line.startswith("Warning: ")]

@@ -282,9 +282,9 @@ def test_text_from_an_endless_source_is_read_to_the_limit_and_refused(vault, tmp
     with open("/dev/zero", "rb") as zero:
         r = subprocess.run([acp, "memory", "--vault", str(root), "remember", "--type", "fact", "--importance", "3"],
                            stdin=zero, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and r.stderr.startswith("Error: the text on stdin is over 1,000,000 bytes"), r.stderr
+    assert r.returncode == 1 and r.stderr.startswith("Error: the text on stdin is over 1,000,000 bytes"), r.stderr
     r = subprocess.run([acp, "memory", "--vault", str(root), "edit", "good01", "--from", "/dev/zero"],
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and "/dev/zero holds more than 1,000,000 bytes" in r.stderr, r.stderr
+    assert r.returncode == 1 and "/dev/zero holds more than 1,000,000 bytes" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert hp.git_out(root, "rev-parse", "HEAD") == before and hp.status_porcelain(root) == ""

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from helpers_proc import git_out, make_entry, run_readme_sh
+from helpers_proc import git_out, make_entry, run_readme_sh, warnings_said
 from openai_server import reply
 from acpmem.core.layout import USER_ID_PREFIX
 from acpmem.vault.create import init_user_vault, init_vault
@@ -369,7 +369,7 @@ def test_offline_extraction_routes_by_type(proj, user_vault):
 # --------------------------------------------------------------------------------------------- a broken user vault
 
 def _warnings(r) -> list[str]:
-    return [ln for ln in r.stderr.splitlines() if ln.startswith("Warning:")]
+    return warnings_said(r.stderr)
 
 
 def test_a_default_user_vault_never_created_is_silent(tmp_path, clock, cli, monkeypatch):
@@ -591,7 +591,7 @@ def test_python_api_reads_both_layers(proj):
 def test_the_readme_two_layers_example_runs_as_written(tmp_path):
     r = run_readme_sh("# Two layers: your memory and the project's", tmp_path)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
-    assert "Error" not in r.stderr and "Warning" not in r.stderr
+    assert "Error" not in r.stderr and "Warning" not in r.stderr and '{"error"' not in r.stderr and not warnings_said(r.stderr)
     assert "['project', 'user']" in r.stdout and "[redacted: project-path]" in r.stdout
     assert re.search(r'layer="user" entries="1" of="1"', r.stdout) and "User layer (" in r.stdout
     assert re.search(r"^user +#u-\w+ \[user-preference\] .*<project path>", r.stdout, re.M)

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from helpers_proc import git_out, run_readme_sh
+from helpers_proc import git_out, run_readme_sh, warnings_said
 from openai_server import reply
 from test_consolidate import DUPLICATES
 from test_fork import configure as set_toml
 from test_layers import configure, ids, project, put, run, submit
 import test_layers
 
-from acpmem.core.errors import AmbiguousId, EntryNotFound, UsageError
+from acpmem.core.errors import AmbiguousId, EntryNotFound, Refused
 from acpmem.vault import review as rv
 from acpmem.vault.writer import Vault
 from acpmem.write.remember import remember
@@ -79,7 +79,7 @@ def test_a_project_path_is_refused_in_the_user_vault_and_nothing_is_written(proj
         assert r.returncode != 0 and r.stdout == ""
         assert r.stderr.strip().startswith("Error: the text holds a path of this project") and \
             "drop --user" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    with pytest.raises(UsageError, match="path of this project"):
+    with pytest.raises(Refused, match="path of this project"):
         remember(proj, "x", type="user-preference", importance=5, title=f"Notes in {ws}/docs", user=True)
     assert (_head(proj.root), _head(user_vault.root)) == heads
     # the same text is fine in the project vault, and a path elsewhere is fine in the user vault
@@ -95,7 +95,7 @@ def test_a_project_path_is_refused_in_the_user_vault_and_nothing_is_written(proj
        before=st.text(string.ascii_letters + " :", max_size=20))
 def test_any_path_under_the_project_is_refused_for_the_user_vault(proj, user_vault, tail, before):
     head = _head(user_vault.root)
-    with pytest.raises(UsageError, match="path of this project"):
+    with pytest.raises(Refused, match="path of this project"):
         remember(proj, f"{before} {proj.root.parent}/{tail} end", type="user-preference", importance=5, user=True)
     assert _head(user_vault.root) == head
 
@@ -322,7 +322,8 @@ def test_doctor_with_a_user_vault_that_is_not_a_git_repository(proj, user_vault,
     # review still works from the project, and says once why the user vault's items are missing
     r = cli("memory", "--vault", str(proj.root), "review", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["policies"] == {"project": "auto"}
-    assert r.stderr.count("Warning: the user vault") == 1 and "not a git repository" in r.stderr
+    said = warnings_said(r.stderr)   # --json: the warning is a JSON object on its line
+    assert len(said) == 1 and said[0].startswith("Warning: the user vault") and "not a git repository" in said[0]
 
 
 def test_stats_reports_policy_and_proposals_per_layer(user_reviews, cli):
@@ -339,7 +340,7 @@ def test_stats_reports_policy_and_proposals_per_layer(user_reviews, cli):
 def test_the_readme_both_layers_example_runs_as_written(tmp_path):
     r = run_readme_sh("**Both layers.**", tmp_path)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
-    assert "Error" not in r.stderr and "Warning" not in r.stderr
+    assert "Error" not in r.stderr and "Warning" not in r.stderr and '{"error"' not in r.stderr and not warnings_said(r.stderr)
     assert "[('user', 'proposal')]" in r.stdout
     assert re.search(r"^Proposal awaiting review \(user layer\).*acp memory review accept u-\w+", r.stdout, re.M)
     assert re.search(r"^Accepted proposal #u-\w+ in the user vault", r.stdout, re.M)

@@ -185,3 +185,8 @@ def test_embed_by_hand_counts_the_texts_on_a_terminal(vault):
         assert srv.texts == len(entries)
         r = piped("memory", "--vault", str(vault.root), "embed", "--json")
         assert r.returncode == 0 and r.stderr == "" and json.loads(r.stdout)["embedded"] == 0   # nothing new
+        import jsonschema
+
+        from acpmem.cli.schemas import schema
+
+        jsonschema.validate(json.loads(r.stdout), schema("embed"))   # the shipped schema holds (docs/json.md)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from acpmem.core.errors import UsageError
+from acpmem.core.errors import Refused, UsageError
 from acpmem.core.framing import CLOSE, DATA_NOTICE_EN, OPEN
 from acpmem.core.entry import Citation, Entry
 from acpmem.vault.retrieval import cap_text, recall, recall_text, surface, surface_text
@@ -71,7 +71,7 @@ def test_superseded_types_limit_and_bad_arguments(vault):
     assert len(recall(v, "friday", limit=1)) == 1
     with pytest.raises(UsageError):
         recall(v, "   ")
-    with pytest.raises(UsageError):
+    with pytest.raises(Refused):   # a type this vault does not define: content, exit 1
         recall(v, "friday", types=["opinion"])
     with pytest.raises(UsageError):
         recall(v, "friday", limit=0)

@@ -17,6 +17,7 @@ from acpmem.vault.reader import VaultReader
 from acpmem.vault.retrieval import recall
 from embeddings_server import embeddings_server
 from test_embeddings import SYNONYMS, TOPICS, configure as configure_embeddings, write
+from helpers_proc import warnings_said
 
 # Six notes that all match "deploy notes", in a known lexical order, for the model to reorder
 NOTES = [(f"Deploy notes {name}", f"Deploy notes about {topic}.")
@@ -124,7 +125,7 @@ def test_a_failing_model_leaves_recalls_order_with_one_warning(vault, failure, c
         env = {"OPENAI_BASE_URL": ""}
         data = cli("memory", "--vault", str(vault.root), "recall", "--json", "deploy notes", env=env)
         assert data.returncode == 0 and want in json.loads(data.stdout)["rerank"]["warning"]
-        assert "Warning" not in data.stderr
+        assert not warnings_said(data.stderr)
         text = cli("memory", "--vault", str(vault.root), "recall", "deploy notes", env=env)
         warned = [ln for ln in text.stderr.splitlines() if ln.startswith("Warning: ")]
         assert text.returncode == 0 and len(warned) == 1 and want in warned[0], text.stderr

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers_proc import git_out, make_entry
+from helpers_proc import git_out, make_entry, warnings_said
 
 from acpmem.vault.writer import Vault
 from acpmem.vault.create import init_vault
@@ -157,7 +157,8 @@ def test_an_invalid_human_edit_stays_local_and_is_reported(clones, cli):
     a.mark_read(["base01"])
     r = _sync(cli, a.root, "--json")
     assert r.returncode == 0, r.stderr
-    assert "Warning: not committed:" in r.stderr and "importance" in r.stderr
+    said = warnings_said(r.stderr)   # --json: each warning a JSON object on its line
+    assert any(w.startswith("Warning: not committed:") and "importance" in w for w in said), r.stderr
     rel = str(path.relative_to(a.root))
     assert "eleven" not in git_out(bare, "show", f"main:{rel}")
     assert path.read_text() == broken  # the person's text is untouched, still uncommitted

@@ -26,14 +26,17 @@ def serve(ctx: typer.Context,
                                                                  "(OpenAI/Anthropic JSON, JSONL, Claude Code JSONL).")]
           = None,
           vault: VaultOpt = None) -> None:
-    """MCP server over stdio: memory_commit and memory_recall as tools, the index as memory://index.
+    """MCP server over stdio: memory_commit and memory_recall as tools, the index as the resource memory://index,
+    and an entry's cited turns as memory://entry/{id}/source (what `show ID --source` prints).
 
-    Only the main conversation's tools, never memory_write (only the fork writes).
+    Only the main conversation's tools, never memory_write (only the fork writes). A tool call takes only the
+    arguments its schema lists (anything else is refused).
 
-    A client may add `session`, `seq` and `transcript` to a memory_commit call's arguments. Otherwise: the session is
-    --session, else $ACPMEM_SESSION, else $CLAUDE_CODE_SESSION_ID (set by Claude Code), else one per process; the
-    transcript is --transcript, else the one the Claude Code SessionStart hook recorded for that session; seq is
-    the transcript's last message, else a count of this server's commits.
+    A harness that knows the session may pass it in the request's _meta: acpmem/session, acpmem/seq and
+    acpmem/transcript. Otherwise: the session is --session, else $ACPMEM_SESSION, else $CLAUDE_CODE_SESSION_ID
+    (set by Claude Code), else one per process; the transcript is --transcript, else the one the Claude Code
+    SessionStart hook recorded for that session; seq is the transcript's last message, else a count of this
+    server's commits.
 
     Example: claude mcp add acpmem -- acp memory serve
     """
@@ -94,8 +97,9 @@ def sync(ctx: typer.Context,
     try:
         result = run_sync(v, remote)   # on a terminal, its steps are counted (cli.progress)
     except SyncConflict as exc:
-        for p in exc.data.get("paths", []):
-            warn(f"conflict: {p}")
+        if not json_:   # under --json the error object's details name them
+            for p in exc.data.get("paths", []):
+                warn(f"conflict: {p}")
         raise
     finally:
         emit_warnings(v)
@@ -108,3 +112,29 @@ def sync(ctx: typer.Context,
     tries = f" after {result.attempts} tries (the remote moved meanwhile)" if result.attempts > 1 else ""
     out(f"Synced with {result.remote}/{result.branch}: {result.incoming} commit(s) in{how}, {result.outgoing} out"
         f"{' and pushed' if result.pushed else ''}{tries}. HEAD {result.head[:12]}.")
+
+
+@app.command()
+def schema(name: Annotated[Optional[str], typer.Argument(metavar="COMMAND", show_default=False,
+                                                        help="A command (list, show, recall, …), or error / "
+                                                             "warning for what --json prints on stderr.")] = None,
+           json_: JsonOpt = False) -> None:
+    """The JSON Schema (draft 2020-12) of a command's --json output, shipped with acpmem; without COMMAND, the
+    list of schemas. `error` is the object every command prints on stderr when it fails under --json.
+
+    Example: acp memory schema recall > recall.schema.json
+
+    Example: acp memory schema error
+    """
+    from acpmem.cli.schemas import listing, schema_text
+
+    if name is not None:
+        out(schema_text(name).rstrip("\n"))
+        return
+    rows = listing()
+    if json_:
+        out_json({"schemas": rows})
+        return
+    for r in rows:
+        out(f"{r['name']:<12} {r['title']}")
+    out("`acp memory schema COMMAND` prints one.")

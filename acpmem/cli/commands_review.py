@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 import typer
 
 from acpmem.cli.app import JsonOpt, UserOpt, VaultOpt, app, complete_types, open_for_user, open_user, open_vault
-from acpmem.cli.output import emit_warnings, out, out_json, warn
-from acpmem.core.errors import UsageError
+from acpmem.cli.output import emit_warnings, fail, out, out_json, warn
+from acpmem.core.errors import AcpmemError, Refused, UsageError
 
 
 # --------------------------------------------------------------------------------------------- remember
@@ -22,11 +22,15 @@ def remember(ctx: typer.Context,
              text: Annotated[Optional[str], typer.Argument(metavar="TEXT", show_default=False,
                                                            help="The entry, verbatim; '-' or nothing reads stdin "
                                                                 "(or opens $EDITOR on a terminal).")] = None,
-             type_: Annotated[str, typer.Option("--type", "-t", autocompletion=complete_types,
-                                                help="One of the vault's types (decision, lesson, fact, "
-                                                     "user-preference, reference by default).")] = ...,
-             importance: Annotated[int, typer.Option("--importance", "-i", min=1, max=10,
-                                                     help="1-10: how much a future session loses without it.")] = ...,
+             type_: Annotated[Optional[str], typer.Option("--type", "-t", autocompletion=complete_types,
+                                                          show_default=False,
+                                                          help="One of the vault's types (decision, lesson, fact, "
+                                                               "user-preference, reference by default). Default: "
+                                                               "fact; with --user, user-preference.")] = None,
+             importance: Annotated[Optional[int], typer.Option("--importance", "-i", min=1, max=10,
+                                                               show_default=False,
+                                                               help="1-10: how much a future session loses without "
+                                                                    "it. Default: 5.")] = None,
              title: Annotated[Optional[str], typer.Option("--title", help="One line (default: the text's first "
                                                                           "line).", show_default=False)] = None,
              edit: Annotated[bool, typer.Option("--edit", help="Write the text in $EDITOR.")] = False,
@@ -56,7 +60,7 @@ def remember(ctx: typer.Context,
     if text == "-" or (text is None and not edit and not sys.stdin.isatty()):
         text = _from_stdin()
     elif text is None:
-        text = _from_editor()
+        text = _from_editor(type_, importance, user)
     v = open_for_user(ctx, vault) if user else open_vault(ctx, vault)
     try:
         entry, sha = write(v, text, type=type_, importance=importance, title=title, user=user)
@@ -79,15 +83,36 @@ def _from_stdin() -> str:
 
     data = read_bounded(sys.stdin.buffer, MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
-        raise UsageError(f"the text on stdin is over {MAX_FILE_BYTES:,} bytes, more than an entry may hold",
+        raise Refused(f"the text on stdin is over {MAX_FILE_BYTES:,} bytes, more than an entry may hold",
                          "pipe in the entry's text, a few KB; nothing was written")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise UsageError("the text on stdin is not UTF-8", "pipe in UTF-8 text; nothing was written") from None
+        raise Refused("the text on stdin is not UTF-8", "pipe in UTF-8 text; nothing was written") from None
 
 
-def _from_editor() -> str:
+EDITOR_TEMPLATE_END = "-->"
+
+
+def editor_template(type_: str | None, importance: int | None, user: bool) -> str:
+    """The draft ``remember --edit`` opens: a comment saying what to write, dropped from what is saved."""
+    kind = type_ or ("user-preference" if user else "fact (or the vault's first type)")
+    return (f"<!-- acpmem remember: write the memory below this comment, then save and close the editor.\n"
+            f"     The first line is the title (unless --title is given); the rest is the body, kept verbatim.\n"
+            f"     Type: {kind}; importance: {importance or 5} (--type / --importance change them).\n"
+            f"     This comment is dropped. An empty text writes nothing. {EDITOR_TEMPLATE_END}\n\n")
+
+
+def strip_template(text: str) -> str:
+    """The person's text without the template's comment (when it is still at the top)."""
+    if text.startswith("<!-- acpmem remember:"):
+        end = text.find(EDITOR_TEMPLATE_END)
+        if end >= 0:
+            return text[end + len(EDITOR_TEMPLATE_END):].lstrip("\n")
+    return text
+
+
+def _from_editor(type_: str | None, importance: int | None, user: bool) -> str:
     import os
     import subprocess
     import tempfile
@@ -95,16 +120,19 @@ def _from_editor() -> str:
     from acpmem.vault.edit import editor_command
 
     fd, path = tempfile.mkstemp(prefix="acpmem-remember-", suffix=".md")
+    os.write(fd, editor_template(type_, importance, user).encode("utf-8"))
     os.close(fd)
     try:
         try:
             rc = subprocess.call([*editor_command(), path])
         except FileNotFoundError:
-            raise UsageError(f"editor {editor_command()[0]!r} not found", "set $EDITOR, e.g. EDITOR=nano") from None
+            raise AcpmemError(f"editor {editor_command()[0]!r} not found", "set $EDITOR, e.g. EDITOR=nano",
+                              code="editor") from None
         if rc != 0:
-            raise UsageError(f"the editor exited with status {rc}; nothing was written", "run the command again")
+            raise AcpmemError(f"the editor exited with status {rc}; nothing was written", "run the command again",
+                              code="editor")
         with open(path, encoding="utf-8") as f:
-            return f.read()
+            return strip_template(f.read())
     finally:
         os.unlink(path)
 
@@ -477,7 +505,7 @@ def consolidate(ctx: typer.Context,
     try:
         unknown = [t for t in type_ or () if t not in v.settings.types]
         if unknown:
-            raise UsageError(f"unknown entry type '{unknown[0]}'", f"the types of this vault: "
+            raise Refused(f"unknown entry type '{unknown[0]}'", f"the types of this vault: "
                                                                    f"{', '.join(v.settings.types)}")
         res = run(v, dry_run=dry_run, types=type_ or None, similarity=similarity)
         titles = {e.id: e.title for e in v.load(with_reads=False, light=True).entries}
@@ -487,7 +515,10 @@ def consolidate(ctx: typer.Context,
     if json_:
         out_json(res.to_json())
     else:
-        head = f"{len(res.outcomes)} cluster(s) among {res.entries} live entries, by {res.similarity}"
+        from acpmem.core.render import count_entries
+
+        head = (f"{len(res.outcomes)} cluster(s) among {count_entries(res.entries).replace(' entr', ' live entr')}"
+                f", by {res.similarity}")
         if res.judge_calls:
             head += f" ({res.judge_calls} model call(s) judged the candidate pairs)"
         out(head + (f" (report only: {res.reason})." if res.reason else "."))
@@ -505,7 +536,6 @@ def consolidate(ctx: typer.Context,
                 out(f"  → {o.status}: {o.error}")
     failed = [o for o in res.outcomes if o.status == "failed"]
     if failed:
-        warn(f"Error: {len(failed)} cluster(s) not merged: {failed[0].error} — run it again, or "
-             "`acp memory consolidate --dry-run` to see the clusters")
-        return 1
+        return fail(f"{len(failed)} cluster(s) not merged: {failed[0].error}",
+                    "run it again, or `acp memory consolidate --dry-run` to see the clusters", code="not_merged")
     return 0

@@ -10,15 +10,14 @@ import typer
 from acpmem.cli import hot
 from acpmem.cli.app import (IdArg, JsonOpt, UserOpt, VaultOpt, app, as_path, complete_ids, open_user, open_vault,
                             params, vault_of)
-from acpmem.cli.output import emit_warnings, out, out_json, warn
-from acpmem.core.errors import error_line
+from acpmem.cli.output import emit_warnings, fail, out, out_json
 from acpmem.core.limits import MAX_BUDGET_TOKENS, MAX_INT, MAX_TOP_N, MIN_INT
 
 
 # --------------------------------------------------------------------------------------------- init
 
 @app.command()
-def init(path: Annotated[Optional[str], typer.Argument(metavar="[PATH]", show_default=False,
+def init(path: Annotated[Optional[str], typer.Argument(metavar="PATH", show_default=False,
                                                        help="Where to create the vault (default: ./.acp-memory).")]
          = None,
          example: Annotated[bool, typer.Option("--example", help="Seed ten realistic example entries.")] = False,
@@ -50,7 +49,9 @@ def init(path: Annotated[Optional[str], typer.Argument(metavar="[PATH]", show_de
     if json_:
         out_json({"vault": str(v.root), "entries": n})
         return
-    out(f"Created the vault at {v.root} ({n} entries).")
+    from acpmem.core.render import count_entries
+
+    out(f"Created the vault at {v.root} ({count_entries(n)}).")
     if user:   # `list` here would fail outside a project: the user vault is read beside a project's vault
         out("Next: in a project, `acp memory init` creates its vault and `acp memory list` there shows both layers; "
             "`acp memory remember TEXT --type user-preference --importance 7 --user` writes here from anywhere.")
@@ -147,11 +148,14 @@ def edit(ctx: typer.Context, entry_id: IdArg,
          message: Annotated[Optional[str], typer.Option("--message", "-m", help="Why (goes into the commit).")]
          = None,
          user: UserOpt = False, vault: VaultOpt = None) -> None:
-    """Correct an entry by hand: opens $VISUAL / $EDITOR, validates, commits the correction as a human edit.
+    """Correct an entry by hand: opens $VISUAL, else $EDITOR, else vi; validates; commits the correction (kind
+    `edit` in `acp memory log`).
 
-    An invalid edit is refused with the reason; your text is kept and the editor can be re-opened. The entry is
-    found by id in the project vault or the user vault; --user looks in the user vault only. In the user vault
-    this project's paths are redacted from the text and secrets are refused.
+    An invalid edit is refused with the reason and nothing changes; your text is kept in a draft under
+    .acpmem/edit/, re-opened on a terminal (you are asked) or by running the command again, or passed with --from.
+    Text holding what looks like a secret is refused in every vault. The entry is found by id in the project vault
+    or the user vault; --user looks in the user vault only. In the user vault, text holding a path of this project
+    is refused (the user vault is read in every project).
 
     Example: EDITOR=nano acp memory edit k3f -m "the limit is 20/s now"
 
@@ -196,7 +200,7 @@ def forget(ctx: typer.Context, entry_id: IdArg,
 
 @app.command()
 def log(ctx: typer.Context,
-        entry_id: Annotated[Optional[str], typer.Argument(metavar="[ID]", autocompletion=complete_ids,
+        entry_id: Annotated[Optional[str], typer.Argument(metavar="ID", autocompletion=complete_ids,
                                                           help="An entry id or prefix; without it, the whole "
                                                                "vault.")] = None,
         limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=100_000, help="At most this many changes.")]
@@ -247,9 +251,9 @@ def doctor(ctx: typer.Context, fix: Annotated[bool, typer.Option("--fix", help="
     if rep.ok:
         return 0
     errors = sum(f.level == "error" for f in rep.findings)
-    warn(error_line(f"{errors} problem{'s' if errors != 1 else ''} found in the vault",
-                    "each finding says how to fix it" + ("" if fix else "; `--fix` repairs what is safe")))
-    return 1
+    return fail(f"{errors} problem{'s' if errors != 1 else ''} found in the vault",
+                "each finding says how to fix it" + ("" if fix else "; `--fix` repairs what is safe"),
+                code="problems_found")
 
 
 # --------------------------------------------------------------------------------------------- embed
@@ -278,7 +282,7 @@ def embed(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) ->
         out(f"Embedded {result['embedded']} text(s); {result['missing']} missing, {result['pruned']} vector(s) "
             "pruned.")
     if result["error"]:
-        warn(error_line(f"the embedding pass stopped: {result['error']}",
-                        "check [embeddings] base_url and model; `acp memory embed` again embeds what is missing"))
-        return 1
+        return fail(f"the embedding pass stopped: {result['error']}",
+                    "check [embeddings] base_url and model; `acp memory embed` again embeds what is missing",
+                    code="embedding_failed")
     return 0

@@ -12,8 +12,8 @@ import typer
 
 from acpmem.cli import hot
 from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault, params, vault_of
-from acpmem.cli.output import emit_warnings, out, out_json, warn
-from acpmem.core.errors import UsageError, error_line
+from acpmem.cli.output import emit_warnings, fail, out, out_json, warn
+from acpmem.core.errors import AcpmemError, UsageError
 from acpmem.write.requests import MAX_SEQ
 
 
@@ -102,7 +102,7 @@ def commit(ctx: typer.Context, type_: TypeOpt = None, note: NoteOpt = None, impo
 
 @app.command()
 def extract(ctx: typer.Context,
-            requests: Annotated[Optional[list[str]], typer.Argument(metavar="[REQUEST]...",
+            requests: Annotated[Optional[list[str]], typer.Argument(metavar="REQUEST",
                                                                      help="Pending request ids (r-…).",
                                                                      show_default=False)] = None,
             pending: Annotated[bool, typer.Option("--pending", help="Every pending request, due or not (not those "
@@ -163,7 +163,8 @@ def extract(ctx: typer.Context,
                 warn(f"Warning: {pending_dir(v.state_dir) / name} is not a valid request file (left as it is)")
             unknown = [i for i in ids if i not in {r.id for r in reqs}]
             if dry_run and unknown:
-                raise UsageError(f"no pending request {unknown[0]}", "`acp memory stats --json` lists them")
+                raise AcpmemError(f"no pending request {unknown[0]}", "`acp memory stats --json` lists them",
+                                  code="not_found")
         if dry_run:
             out_json(ex.dry_run(v, reqs, ex_name))
             return 0
@@ -201,9 +202,9 @@ def extract(ctx: typer.Context,
             later = "those not failed for good stay pending and the background worker retries them on their schedule"
         else:
             later = "those not failed for good stay pending; `acp memory extract --pending` retries them"
-        warn(error_line(f"{len(bad)} of {len(outcomes)} request(s) not extracted: {what}{more}",
-                        f"{later}; `acp memory doctor` shows them"))
-    return 1 if bad else 0
+        return fail(f"{len(bad)} of {len(outcomes)} request(s) not extracted: {what}{more}",
+                    f"{later}; `acp memory doctor` shows them", code="not_extracted")
+    return 0
 
 
 # --------------------------------------------------------------------------------------------- tools / nudge

@@ -16,7 +16,7 @@ from enum import Enum
 from pathlib import Path
 
 from acpmem.cli import reads
-from acpmem.cli.output import emit_warnings, is_tty, out, out_json, warn
+from acpmem.cli.output import emit_warnings, fail, is_tty, out, out_json, warn
 
 
 def list_output(vault, fmt: str, *, include_all: bool = False, session: str | None = None,
@@ -37,7 +37,8 @@ def list_output(vault, fmt: str, *, include_all: bool = False, session: str | No
     two = len(vault.layers()) > 1   # then every text line names its layer too (JSON always does)
     for layer, p in problems:
         where = f"{layer} vault: " if two else ""
-        sys.stderr.write(f"Warning: skipped {where}{p.path}: {p.reason} (see `acp memory doctor`)\n")
+        warn(f"Warning: skipped {where}{p.path}: {p.reason} (see `acp memory doctor`)")
+
     def marks(e):
         return stale[e.id] if e.id in stale else None
 
@@ -55,6 +56,8 @@ def list_output(vault, fmt: str, *, include_all: bool = False, session: str | No
 def _rich_table(v, include_all: bool) -> None:
     from rich.console import Console
     from rich.markup import escape
+
+    from acpmem.core import render
     from rich.table import Table
 
     from acpmem.core.render import stale_flag as render_stale
@@ -69,9 +72,11 @@ def _rich_table(v, include_all: bool) -> None:
         t.add_column(col, overflow="fold" if col == "title" else None)
     for i in sorted(items, key=lambda i: (i.entry.created, i.entry.id), reverse=True):
         e = i.entry
-        # escaped: rich reads "[superseded]", "[stale: …]" and a bracket in a title as markup and drops them
-        t.add_row(*((i.layer,) if two else ()), e.id, e.type, escape(e.title + (" [superseded]" if e.superseded else "")
-                  + (render_stale(stale[e.id].files) if e.id in stale else "")),
+        # escaped: rich reads "[superseded]", "[stale: …]" and a bracket in a title as markup and drops them;
+        # terminal_safe: what a reader cannot see is shown as \uXXXX
+        t.add_row(*((i.layer,) if two else ()), e.id, escape(render.terminal_safe(e.type)),
+                  escape(render.terminal_safe(e.title) + (" [superseded]" if e.superseded else "")
+                         + (render_stale(stale[e.id].files) if e.id in stale else "")),
                   str(e.importance), e.created[:10], (e.last_read or "never")[:10])
     c = Console()
     c.print(t)
@@ -170,12 +175,9 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
         if ack.outcome is not None:
             out(ack.outcome.summary())
     if ack.outcome is not None and not ack.outcome.ok:
-        from acpmem.core.errors import error_line
-
         o = ack.outcome
-        warn(error_line(f"{o.request} was not extracted: {(o.error or {}).get('message') or o.status}",
-                        f"{retry_line(ack.retry)}; `acp memory doctor` shows it"))
-        return 1
+        return fail(f"{o.request} was not extracted: {(o.error or {}).get('message') or o.status}",
+                    f"{retry_line(ack.retry)}; `acp memory doctor` shows it", code="not_extracted")
     return 0
 
 

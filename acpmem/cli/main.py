@@ -14,10 +14,11 @@ import sys
 def main(argv: list[str], prog: str) -> int:
     """Run one command line (``argv`` after the program name); ``prog`` is ``acp`` or ``acpmem``. The exit code."""
     from acpmem.cli.fast import try_fast
-    from acpmem.cli.output import standard_output
+    from acpmem.cli.output import json_errors, standard_output, wants_json
     from acpmem.cli.progress import install
 
-    with standard_output():   # the output's own failures and encoding, for every command (``cli.output``)
+    # the output's own failures and encoding, for every command; with --json, failures as JSON (``cli.output``)
+    with standard_output(), json_errors(wants_json(argv)):
         install(argv)         # progress bars on a terminal only (``cli.progress``)
         code = try_fast(argv, prog)
         return run_typer(argv, prog) if code is None else code
@@ -40,13 +41,13 @@ def typer_command(prog: str):
 
 
 def run_typer(argv: list[str], prog: str) -> int:
-    """The full command line. Usage errors are one ``Error: … — …`` line with exit 2, like every other error."""
-    from acpmem.cli.output import guarded, warn
-    from acpmem.core.errors import error_line
+    """The full command line. Usage errors are one ``Error: … — …`` line with exit 2, like every other error (with
+    ``--json``, the JSON error object)."""
+    from acpmem.cli.output import fail, guarded, interrupted, warn
 
     def work() -> int:
         import typer
-        from typer._click.exceptions import NoArgsIsHelpError, UsageError
+        from typer._click.exceptions import NoArgsIsHelpError, NoSuchOption, UsageError
 
         command = typer_command(prog)
         try:
@@ -56,19 +57,33 @@ def run_typer(argv: list[str], prog: str) -> int:
             return exc.exit_code
         except UsageError as exc:
             where = exc.ctx.command_path if exc.ctx is not None else prog
-            warn(error_line(exc.format_message(), f"see `{where} --help`"))
-            return exc.exit_code
+            hint = f"see `{where} --help`"
+            if isinstance(exc, NoSuchOption) and exc.ctx is not None and _takes_text(exc.ctx.command) \
+                    and not (exc.option_name or "").startswith("--"):
+                hint += f"; a value that starts with '-' goes last, after `--`: `{where} [OPTIONS] -- '- text'`"
+            return fail(usage_message(exc.format_message()), hint, code="usage", exit_code=exc.exit_code)
         except typer.Abort:
-            warn("Aborted.")
-            return 1
+            return fail("aborted", None, code="aborted")
         except typer.TyperException as exc:
-            warn(error_line(exc.format_message()))
-            return getattr(exc, "exit_code", 1)
+            return fail(exc.format_message(), None, code="usage" if getattr(exc, "exit_code", 1) == 2 else "error",
+                        exit_code=getattr(exc, "exit_code", 1))
         if rv == 130:   # typer turns Ctrl-C into a silent exit 130; every acpmem command says it
-            warn("Interrupted.")
+            return interrupted()
         return rv if isinstance(rv, int) else 0
 
     return guarded(work)
+
+
+def usage_message(text: str) -> str:
+    """A usage error of the parser in our words: no pydantic phrasing ("Value error, ", "Input should be …")."""
+    return (text.replace("Value error, ", "")
+            .replace("Input should be a valid integer, unable to parse string as an integer", "not an integer")
+            .replace("Input should be ", "it should be "))
+
+
+def _takes_text(command) -> bool:
+    """Whether a command has a positional argument (text, a query, an id), which could start with '-'."""
+    return any(type(p).__name__ == "TyperArgument" for p in getattr(command, "params", ()))
 
 
 def acpmem_main() -> None:

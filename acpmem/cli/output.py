@@ -1,9 +1,12 @@
 """What every command prints, and how every failure becomes an exit code — one place for both, shared by the typer
 commands and the fast path (``acpmem.cli.fast``). Free of typer and rich: the per-turn commands import it.
 
-Exit codes: 0 success; 1 a domain error, printed as one line ``Error: what happened — what to do next`` on stderr;
-2 a usage error, in the same form; 130 interrupted. Nothing a user can cause prints a traceback: an unexpected
-exception is one ``Error: internal error: …`` line (``ACPMEM_DEBUG=1`` shows the traceback).
+Exit codes: 0 success; 1 a content error, printed as one line ``Error: what happened — what to do next`` on stderr;
+2 a usage error, in the same form; 130 interrupted (the rule: ``acpmem.core.errors``, docs/json.md). With ``--json``
+on the command line every failure is one JSON object on stderr instead, ``{"error": {"code", "message", "hint",
+"exit"}}`` (``acpmem/schemas/error.json``), and so is every warning, ``{"warning": {"message"}}``, one per line.
+Nothing a user can cause prints a traceback: an unexpected exception is one ``internal error`` (``ACPMEM_DEBUG=1``
+shows the traceback).
 """
 from __future__ import annotations
 
@@ -14,7 +17,9 @@ import os
 import sys
 from collections.abc import Callable
 
-from acpmem.core.errors import AcpmemError, error_line
+from acpmem.core.errors import AcpmemError, error_json, error_line
+
+_JSON = [False]   # whether this command line asked for --json: its failures and warnings are then JSON (``json_errors``)
 
 
 class OutputFailed(Exception):
@@ -140,8 +145,54 @@ def out_json(data) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
 
 
+def wants_json(argv: list[str]) -> bool:
+    """Whether a command line asks for JSON output: ``--json`` (or ``--format json``) before any ``--``."""
+    for i, tok in enumerate(argv):
+        if tok == "--":
+            return False
+        if tok == "--json" or tok == "--format=json" or tok in ("--format", "-f") and argv[i + 1:i + 2] == ["json"]:
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def json_errors(on: bool):
+    """While on, ``fail``, ``guarded`` and ``warn`` speak JSON on stderr (one object a line)."""
+    saved = _JSON[0]
+    _JSON[0] = on
+    try:
+        yield
+    finally:
+        _JSON[0] = saved
+
+
 def warn(text: str) -> None:
+    """A line on stderr. Under ``--json`` an ``Error: …`` or ``Warning: …`` line is said as a JSON object instead
+    (an error line that reaches here has no code of its own: ``error``)."""
+    if _JSON[0]:
+        if text.startswith("Warning: "):
+            text = json.dumps({"warning": {"message": " ".join(text[9:].split())}}, ensure_ascii=False)
+        elif text.startswith("Error: "):
+            message, _, hint = text[7:].partition(" — ")
+            text = json.dumps(error_json("error", message, hint or None, 1), ensure_ascii=False)
     sys.stderr.write(text + "\n")
+
+
+def fail(message: str, hint: str | None = None, *, code: str = "error", exit_code: int = 1) -> int:
+    """Say a failure — one ``Error: …`` line, or under ``--json`` one JSON object — and return its exit code."""
+    if _JSON[0]:
+        sys.stderr.write(json.dumps(error_json(code, message, hint, exit_code), ensure_ascii=False) + "\n")
+    else:
+        sys.stderr.write(error_line(message, hint) + "\n")
+    return exit_code
+
+
+def fail_error(exc: AcpmemError) -> int:
+    if _JSON[0]:
+        sys.stderr.write(json.dumps(exc.to_json(), ensure_ascii=False) + "\n")
+    else:
+        sys.stderr.write(exc.line() + "\n")
+    return exc.exit_code
 
 
 def is_tty() -> bool:
@@ -160,50 +211,54 @@ def guarded(work: Callable[[], int | None]) -> int:
         sys.stdout.flush()
         return code or 0
     except AcpmemError as exc:
-        warn(exc.line())
-        return exc.exit_code
+        return fail_error(exc)
     except (BrokenPipeError, OutputFailed) as exc:
         _silence_stdout()
         cause = exc.cause if isinstance(exc, OutputFailed) else exc
         if isinstance(cause, BrokenPipeError):   # the reader went away (`| head`): nothing more to say
             return 1
-        warn(error_line(f"could not write the output: {cause.strerror or cause}",
-                        "check where standard output goes (a full disk, a closed descriptor); whatever the command "
-                        "changed in the vault is done"))
-        return 1
+        return fail(f"could not write the output: {cause.strerror or cause}",
+                    "check where standard output goes (a full disk, a closed descriptor); whatever the command "
+                    "changed in the vault is done", code="output_failed")
     except KeyboardInterrupt:
-        warn("Interrupted.")
-        return 130
+        return interrupted()
     except Exception as exc:  # a bug: say so in one line, keep the traceback behind a switch
         if os.environ.get("ACPMEM_DEBUG"):
             raise
         said = reachable(exc)
         if said is not None:
-            warn(said)
-            return 1
-        warn(error_line(f"internal error: {type(exc).__name__}: {exc}",
-                        "please report it; set ACPMEM_DEBUG=1 to see the traceback"))
-        return 1
+            return fail(*said[:2], code=said[2])
+        return fail(f"internal error: {type(exc).__name__}: {exc}",
+                    "please report it; set ACPMEM_DEBUG=1 to see the traceback", code="internal")
 
 
-def reachable(exc: BaseException) -> str | None:
-    """The one line for a failure a user's situation causes, not a bug: the current folder was deleted, the disk is
-    full, a file cannot be written. None for anything else."""
+def interrupted() -> int:
+    """Ctrl-C: ``Interrupted.`` (under ``--json`` the error object, code ``interrupted``), exit 130."""
+    if _JSON[0]:
+        return fail("interrupted", "run the command again; what it finished before is kept", code="interrupted",
+                    exit_code=130)
+    sys.stderr.write("Interrupted.\n")
+    return 130
+
+
+def reachable(exc: BaseException) -> tuple[str, str, str] | None:
+    """(message, hint, code) for a failure a user's situation causes, not a bug: the current folder was deleted, the
+    disk is full, a file cannot be written. None for anything else."""
     if isinstance(exc, OSError):
         try:
             os.getcwd()
         except FileNotFoundError:
-            return error_line("the current folder no longer exists (it was deleted or moved)",
-                              "cd to an existing folder, or pass --vault PATH")
+            return ("the current folder no longer exists (it was deleted or moved)",
+                    "cd to an existing folder, or pass --vault PATH", "no_folder")
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             where = f" ({exc.filename})" if exc.filename else ""
-            return error_line(f"the disk is full{where}", "free some space, then run the command again")
+            return f"the disk is full{where}", "free some space, then run the command again", "disk_full"
         if exc.errno == errno.EROFS:
-            return error_line(f"{exc.filename or 'a file'} is on a read-only file system",
-                              "work in a writable copy of the vault")
+            return (f"{exc.filename or 'a file'} is on a read-only file system",
+                    "work in a writable copy of the vault", "read_only")
         return None
     text = str(exc)
     if type(exc).__name__ == "OperationalError" and ("disk is full" in text or "disk I/O error" in text):
-        return error_line(f"the disk is full, or the vault's index cannot be written ({text})",
-                          "free some space, then run the command again")
+        return (f"the disk is full, or the vault's index cannot be written ({text})",
+                "free some space, then run the command again", "disk_full")
     return None

@@ -478,6 +478,9 @@ def parse_write_args(args: Mapping[str, Any], max_content_bytes: int = 8192, *, 
         raise EntryInvalid("memory_write", "layer", f"must be project or user, got {clip(layer)}",
                            "leave it out for the default, or pass \"project\" or \"user\"")
     content = args.get("content")
+    if content is not None and not isinstance(content, str):
+        raise EntryInvalid("memory_write", "content", f"must be text, got {type(content).__name__} {clip(content)}",
+                           "send the entry text as a JSON string")
     if not isinstance(content, str) or not content.strip():
         raise EntryInvalid("memory_write", "content", "is missing or empty", "the fork must send the entry text")
     if "\x00" in content or not is_utf8(content):
@@ -513,6 +516,9 @@ def _no_extra(args: Mapping[str, Any], allowed: tuple[str, ...], tool: str) -> N
 
 def _text(args: Mapping[str, Any], name: str, tool: str, limit: int, *, single_line: bool) -> str:
     value = args.get(name)
+    if value is not None and not isinstance(value, str):
+        raise EntryInvalid(tool, name, f"must be text, got {type(value).__name__} {clip(value)}",
+                           f"send the {name} as a JSON string")
     if not isinstance(value, str) or not value.strip():
         raise EntryInvalid(tool, name, "is missing or empty", f"give a {name}")
     if "\x00" in value or not is_utf8(value):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from acpmem.core import layout
 from acpmem.core.clock import now_utc
-from acpmem.core.errors import AcpmemError, UsageError, VaultExists
+from acpmem.core.errors import AcpmemError, SettingsError, UsageError, VaultExists
 from acpmem.core.limits import clip, path_problem
 from acpmem.vault.gitrun import git, no_repository
 from acpmem.vault.writer import KIND_FORK, KIND_INIT, Vault
@@ -48,15 +48,31 @@ def init_user_vault(*, example: bool = False, clock: Callable[[], datetime] = no
 
     path, _ = user_vault_location(None)
     if path is None:
-        raise UsageError("ACPMEM_USER_VAULT is none: the user vault is turned off",
+        raise SettingsError("ACPMEM_USER_VAULT is none: the user vault is turned off",
                          "unset it (for ~/.acp-memory) or set it to the folder to create the user vault in")
     v = init_vault(path, example=example, clock=clock, rng=rng)
     v.layer = layout.LAYER_USER
     return v
 
 
+def _enclosing_vault(base: Path) -> Path | None:
+    """The vault whose folders ``base`` is inside (a folder above it holding entries/ and acpmem.toml), or None."""
+    try:
+        real = base.resolve()
+    except (OSError, RuntimeError):
+        real = base
+    for d in real.parents:
+        if (d / layout.ENTRIES_DIR).is_dir() and (d / layout.SETTINGS_FILE).is_file():
+            return d
+    return None
+
+
 def _new_root(base: Path, *, named: bool) -> Path:
     """Where the new vault goes, or ``VaultExists`` saying why not there."""
+    outer = _enclosing_vault(base)
+    if outer is not None:   # a vault nested in another's folders would be committed into it, entry by entry
+        raise VaultExists(f"{base} is inside the vault at {outer}",
+                          f"use that vault, or run `acp memory init` in a folder outside {outer}")
     # PATH names the vault itself when it is new, empty or called .acp-memory; an existing folder with other
     # content (a project) gets its vault in PATH/.acp-memory, like `init` without PATH does in the current folder.
     if (base / layout.ENTRIES_DIR).is_dir() and (base / layout.SETTINGS_FILE).is_file():

@@ -13,7 +13,7 @@ from pathlib import Path
 from collections.abc import Callable
 
 from acpmem.core.entryfile import MAX_FILE_BYTES, parse_entry_bytes
-from acpmem.core.errors import AcpmemError, EntryInvalid, EntryNotFound, SecretRefused, UsageError
+from acpmem.core.errors import AcpmemError, EntryInvalid, EntryNotFound, Refused, SecretRefused
 from acpmem.core.layout import ENTRIES_DIR
 from acpmem.infra.files import NotRegularFile, atomic_write, read_bounded, read_exact, read_regular
 from acpmem.search.catalog import secret_kind
@@ -131,9 +131,9 @@ def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message:
                 data = read_bounded(fh, MAX_FILE_BYTES + 1)
             text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read {from_file}: {exc}", "pass a UTF-8 file") from None
+            raise AcpmemError(f"cannot read {from_file}: {exc}", "pass a UTF-8 file", code="unreadable") from None
         if len(data) > MAX_FILE_BYTES:
-            raise UsageError(f"{from_file} holds more than {MAX_FILE_BYTES:,} bytes, more than an entry file may",
+            raise Refused(f"{from_file} holds more than {MAX_FILE_BYTES:,} bytes, more than an entry file may",
                              "pass the entry's text: its frontmatter and a body of a few KB; nothing was changed")
     else:
         if not draft.exists():
@@ -142,10 +142,11 @@ def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message:
             try:
                 rc = subprocess.call([*_editor(), str(draft)])
             except FileNotFoundError:
-                raise UsageError(f"editor {_editor()[0]!r} not found", "set $EDITOR, e.g. EDITOR=nano") from None
+                raise AcpmemError(f"editor {_editor()[0]!r} not found", "set $EDITOR, e.g. EDITOR=nano",
+                                  code="editor") from None
             if rc != 0:
                 raise AcpmemError(f"the editor exited with status {rc}; nothing was changed",
-                                  f"your draft is kept in {draft}")
+                                  f"your draft is kept in {draft}", code="editor")
             text = draft.read_text("utf-8")
             try:
                 _validate(v, target, text, forbid_paths)

@@ -101,10 +101,10 @@ def embed_main(root: str, lock_fd: int, dim: int = 0) -> None:
 def embed_now(vault, env: Mapping[str, str] | None = None) -> dict:
     """``acp memory embed``: the pass, run by hand in this process under the embed lock (``run_pass``'s counts).
     Refused while the channel is off or another pass (the background one) runs."""
-    from acpmem.core.errors import AcpmemError, UsageError
+    from acpmem.core.errors import AcpmemError, SettingsError
 
-    if not vault.settings.embeddings.model:
-        raise UsageError("the embedding channel is off: there is nothing to embed",
+    if not vault.settings.embeddings.model:   # the vault's settings, not the command line: exit 1
+        raise SettingsError("the embedding channel is off: there is nothing to embed",
                          "set [embeddings] model (and base_url) in acpmem.toml")
     vault.ensure_state()
     fd = locks.try_lock(lock_path(vault.state_dir))

@@ -74,7 +74,9 @@ def path_in_history(vault: VaultReader, prefix: str) -> str:
                 return mine[0]
             if mine:
                 break
-        raise
+        raise EntryNotFound(f"no entry with id '{want}', now or in this vault's history",
+                            "`acp memory log` without an id lists every change, `acp memory list --all` the ids "
+                            "there are") from None
 
 
 def proposal_paths(vault: VaultReader, prefix: str) -> list[str]:

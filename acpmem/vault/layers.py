@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from acpmem.core.entry import Entry
-from acpmem.core.errors import AmbiguousId, EntryNotFound, UsageError
+from acpmem.core.errors import AmbiguousId, EntryNotFound, Refused, UsageError, VaultNotFound
 from acpmem.core.layout import LAYER_PROJECT, LAYER_USER, USER_ID_PREFIX
 from acpmem.core.values import Value
 from acpmem.vault.reader import NOT_FOUND_HINT, VaultReader, jitter_salt, list_entries
@@ -108,8 +108,8 @@ def vault_for_layer(vault: VaultReader, layer: str) -> VaultReader:
         for w in vault.warnings:   # a user vault that is there but broken: say why, not "create one"
             if w.startswith("the user vault ") and " — " in w:
                 what, _, hint = w.partition(" — ")
-                raise UsageError(what.split(": only this project")[0] + "; nothing was written", hint)
-        raise UsageError("there is no user vault to write to",
+                raise VaultNotFound(what.split(": only this project")[0] + "; nothing was written", hint)
+        raise VaultNotFound("there is no user vault to write to",
                          "create it with `acp memory init --user` (or set ACPMEM_USER_VAULT to a vault)")
     return vault
 
@@ -131,7 +131,7 @@ def recall_layered(vault: VaultReader, query: str, limit: int = 5, types: Iterab
         known = {t for lv in layers for t in lv.settings.types}
         unknown = [t for t in wanted if t not in known]
         if unknown:
-            raise UsageError(f"unknown entry type '{unknown[0]}'", f"the types of this vault: "
+            raise Refused(f"unknown entry type '{unknown[0]}'", f"the types of this vault: "
                              f"{', '.join(dict.fromkeys(t for lv in layers for t in lv.settings.types))}")
     sdir = vault.session_dir(session) if session else None   # checks the session id before any work
     hits: list[tuple[int, RecallHit]] = []
@@ -206,7 +206,7 @@ def open_user_vault(explicit=None, *, cwd=None, cls=None):
     else:
         path, _ = user_vault_location(None)
     if path is None:
-        raise UsageError("the user vault is turned off (ACPMEM_USER_VAULT or [layers] user_vault is none)",
+        raise VaultNotFound("the user vault is turned off (ACPMEM_USER_VAULT or [layers] user_vault is none)",
                          "set it to a path, or unset it for ~/.acp-memory")
     why = user_vault_problem(path)
     if why is not None:
@@ -284,6 +284,9 @@ def log_layered(vault: VaultReader, prefix: str | None, *, limit: int = 50, user
     the user vault's with ``user``."""
     from acpmem.vault.history import log
 
+    if prefix is not None and not prefix.strip().lstrip("#"):   # as `show ''` is: never the whole log by accident
+        raise UsageError("no entry id given", "pass an id or a unique prefix, e.g. `acp memory log k3f`; without "
+                                              "an id, the whole vault's history")
     if prefix:
         target = history_vault(vault, prefix, user=user)
     else:

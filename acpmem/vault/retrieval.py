@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from acpmem.core.entry import Citation, Entry
-from acpmem.core.errors import UsageError
+from acpmem.core.errors import Refused, UsageError
 from acpmem.core.layout import LAYER_PROJECT
 from acpmem.core.limits import MAX_RECALL_LIMIT, clip, int_between, is_utf8
 from acpmem.core.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
@@ -129,7 +129,7 @@ def _check_types(vault: VaultReader, types: Iterable[str] | None) -> tuple[str, 
     types = tuple(dict.fromkeys(types))
     unknown = [t for t in types if t not in allowed]
     if unknown:
-        raise UsageError(f"unknown entry type '{unknown[0]}'", f"the types of this vault: {', '.join(allowed)}")
+        raise Refused(f"unknown entry type '{unknown[0]}'", f"the types of this vault: {', '.join(allowed)}")
     return types
 
 

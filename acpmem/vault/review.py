@@ -32,7 +32,7 @@ from pathlib import Path
 from acpmem.core import layout
 from acpmem.core.entry import Entry
 from acpmem.core.entryfile import dump_entry, parse_entry_bytes
-from acpmem.core.errors import AcpmemError, EntryInvalid, EntryNotFound, UsageError
+from acpmem.core.errors import AcpmemError, EntryInvalid, EntryNotFound, Refused, UsageError
 from acpmem.core.limits import one_line
 from acpmem.core.values import Value
 from acpmem.infra.files import read_exact, read_regular
@@ -238,7 +238,7 @@ def find(vault, prefix: str, items: list[ReviewItem] | None = None) -> ReviewIte
         raise EntryNotFound(f"nothing to review with id '{wanted}'",
                             "`acp memory review --json` lists the queue") from None
     if not ({"request", "consolidate"} & set(e.source or {})):
-        raise UsageError(f"#{e.id} was not written by the fork, so there is no fork write to review",
+        raise Refused(f"#{e.id} was not written by the fork, so there is no fork write to review",
                          f"to remove it: acp memory forget {e.id} --reason '…'")
     return ReviewItem(e.id, "fork-write", e, e.path, None, None, (e.source or {}).get("request"), (), vault.layer)
 

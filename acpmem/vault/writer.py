@@ -312,8 +312,8 @@ class Vault(VaultReader):
         if rel.startswith((layout.ENTRIES_DIR + "/", layout.PROPOSALS_DIR + "/")) and rel.endswith(".md"):
             try:
                 e = parse_entry_bytes(p.read_bytes(), rel, self.settings.types)
-            except EntryInvalid as exc:
-                return str(exc.message)
+            except EntryInvalid as exc:   # the reason alone: the caller names the path ("not committed: PATH: …")
+                return f"field '{exc.field}' {exc.reason}" if exc.field else exc.reason
             from acpmem.search.catalog import secret_kind
 
             kind = secret_kind(e)  # what acpmem redacted itself does not count
@@ -333,7 +333,7 @@ class Vault(VaultReader):
                 try:
                     load_settings(self.root, None)
                 except SettingsError as exc:
-                    return exc.message
+                    return exc.message.removeprefix(f"{self.root / rel}: ").removeprefix(f"{rel}: ")
         return None
 
     def id_problem(self, rel: str, new_id: str, old_id: str | None) -> str | None:

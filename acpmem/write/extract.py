@@ -88,8 +88,8 @@ def dry_run(vault, reqs: list[Request], extractor: str | None) -> object:
         notes: list[str] = []
         body = fork.fork_body(vault, r, cfg, notes=notes)   # trimmed to the model's context as the real call is
         shown.append({"request": r.id, "body": body, **({"notes": notes} if notes else {})})
-    if len(shown) == 1:
-        return shown[0] if "body" not in shown[0] else shown[0]["body"]
+    if len(shown) == 1:   # one model request: its body as sent; one offline extract: the whole record
+        return shown[0] if shown[0].get("extractor") == "offline" else shown[0]["body"]
     return shown
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from acpmem.core.clock import utc_iso
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.entryfile import defuse_conflict_markers
-from acpmem.core.errors import AcpmemError, EntryInvalid, ExtractionError, TranscriptError, UsageError
+from acpmem.core.errors import AcpmemError, EntryInvalid, ExtractionError, Refused, TranscriptError, UsageError
 from acpmem.core.layout import LAYER_PROJECT, LAYER_USER, PROPOSALS_DIR
 from acpmem.core.limits import one_line
 from acpmem.core.values import Value
@@ -187,22 +187,23 @@ def related_plain(entries: list[Entry]) -> str:
 
 
 def load_host_tools(path: str | None) -> list[dict]:
-    """The host's tool definitions (OpenAI function tools, a JSON list or ``{"tools": [...]}``), unchanged."""
+    """The host's tool definitions (OpenAI function tools, a JSON list or ``{"tools": [...]}``), unchanged. A file
+    that is missing or not such a list is ``Refused`` (its content, not the command line: exit 1)."""
     if not path:
         return []
     try:
         doc = json.loads(Path(path).read_text("utf-8"))
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such tool definition file", "pass the host's tools as a JSON file") from None
+        raise TranscriptError(f"{path}: no such tool definition file", "pass the host's tools as a JSON file") from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc})", "pass a JSON list of OpenAI function tools") from None
+        raise Refused(f"{path}: not valid JSON ({exc})", "pass a JSON list of OpenAI function tools") from None
     tools = doc.get("tools") if isinstance(doc, dict) else doc
     if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("function"), dict)
                                               and t["function"].get("name") for t in tools):
-        raise UsageError(f"{path}: expected a list of OpenAI function tools",
+        raise Refused(f"{path}: expected a list of OpenAI function tools",
                          'each item: {"type": "function", "function": {"name": ..., "parameters": ...}}')
     if any(t["function"]["name"] == "memory_write" for t in tools):
-        raise UsageError(f"{path}: the host's tools include memory_write", "memory_write is the fork's own tool")
+        raise Refused(f"{path}: the host's tools include memory_write", "memory_write is the fork's own tool")
     return tools
 
 

@@ -10,13 +10,24 @@ would surprise them (``docs/design.md``, "Layers and review together").
 from __future__ import annotations
 
 from acpmem.core.entry import MAX_TITLE_CHARS, Entry
-from acpmem.core.errors import SecretRefused, UsageError
+from acpmem.core.errors import Refused, SecretRefused, UsageError
 from acpmem.core.limits import breaks_line, clip, int_between
 
 
-def remember(vault, text: str, *, type: str, importance: int, title: str | None = None,
+DEFAULT_IMPORTANCE = 5
+
+
+def default_type(types, user: bool) -> str:
+    """The type of an entry a person writes without ``--type``: user-preference in the user vault, else fact —
+    when the vault defines it, else its first type."""
+    want = "user-preference" if user else "fact"
+    return want if want in types else types[0]
+
+
+def remember(vault, text: str, *, type: str | None = None, importance: int | None = None, title: str | None = None,
              user: bool = False) -> tuple[Entry, str]:
-    """Write ``text`` as a new entry of ``type`` and ``importance`` (title: ``title`` or the text's first line).
+    """Write ``text`` as a new entry of ``type`` (default: ``default_type``) and ``importance`` (default 5) (title:
+    ``title`` or the text's first line).
     ``user``: in the user vault read beside ``vault`` (``vault`` itself when it is the user vault). Returns the
     entry and the commit. Raises ``UsageError`` for bad arguments, for a missing user vault and for a user-vault
     text holding a path of this project, and ``SecretRefused`` when the text holds what looks like a secret;
@@ -32,8 +43,12 @@ def remember(vault, text: str, *, type: str, importance: int, title: str | None 
         vault = target
     vault.require_writable()
     settings = vault.settings
+    if type is None:
+        type = default_type(settings.types, user)
+    if importance is None:
+        importance = DEFAULT_IMPORTANCE
     if type not in settings.types:
-        raise UsageError(f"unknown type {clip(type)}", f"use one of: {', '.join(settings.types)}")
+        raise Refused(f"unknown entry type {clip(type)}", f"the types of this vault: {', '.join(settings.types)}")
     if not int_between(importance, 1, 10):
         raise UsageError(f"importance must be an integer 1..10, got {clip(importance)}", "e.g. --importance 6")
     if not isinstance(text, str) or not text.strip():
@@ -41,7 +56,7 @@ def remember(vault, text: str, *, type: str, importance: int, title: str | None 
     body = text.strip("\n") + "\n"
     limit = settings.extraction.max_entry_bytes
     if len(body.encode("utf-8", "surrogatepass")) > limit:
-        raise UsageError(f"the text is {len(body.encode('utf-8', 'surrogatepass')):,} bytes; entries hold at most "
+        raise Refused(f"the text is {len(body.encode('utf-8', 'surrogatepass')):,} bytes; entries hold at most "
                          f"{limit:,} (extraction.max_entry_bytes)", "shorten it, or split it into several entries")
     if title is not None:
         title = title.strip()
@@ -63,7 +78,7 @@ def remember(vault, text: str, *, type: str, importance: int, title: str | None 
         from acpmem.core.projectpaths import redact_project_paths
 
         if redact_project_paths(title + "\n" + body, forbid)[1]:
-            raise UsageError("the text holds a path of this project, and the user vault is read in every project; "
+            raise Refused("the text holds a path of this project, and the user vault is read in every project; "
                              "nothing was written", "remove the path, or drop --user to remember it in this "
                                                     "project's vault")
     from acpmem.vault.writer import KIND_REMEMBER

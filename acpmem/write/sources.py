@@ -136,6 +136,13 @@ def entry_source(vault, entry_id: str, *, transcript: str | None = None) -> Entr
     out = []
     for c in entry.citation:
         out.append(_one(vault, c, transcript, cache))
+    bad = next((s for s in out if s.status in ("gone", "unreadable")), None) if transcript else None
+    if bad is not None:   # a file the person named that cannot be read is their error, not a finding to report
+        from acpmem.core.errors import TranscriptError
+
+        why = (bad.problem or "does not exist").removeprefix(f"{transcript}: ")
+        raise TranscriptError(f"--transcript {transcript}: {why}",
+                              "name a transcript file acpmem reads (`acp memory blocks FILE` checks one)")
     return EntrySource(entry, tuple(out))
 
 

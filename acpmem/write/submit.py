@@ -115,10 +115,7 @@ def check_host_tools(path: str | os.PathLike | None) -> None:
     check_readable(path, "tool definition file", "pass the host's tools as a JSON file")
     from acpmem.write.fork import load_host_tools
 
-    try:
-        load_host_tools(str(Path(path).expanduser()))
-    except UsageError as exc:   # the file's content, not the command line: exit 1 like a bad transcript
-        raise AcpmemError(exc.message, exc.hint) from None
+    load_host_tools(str(Path(path).expanduser()))   # Refused: the file's content, exit 1 like a bad transcript
 
 
 def submit(vault, *, type: str, note: str, importance: int, session: str, seq: int,

@@ -1,0 +1,194 @@
+"""The small defects a new user's trial found (issue 26), each held by a test: real processes on real vaults."""
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers_proc import git_out, make_entry, warnings_said
+
+
+def _editor(tmp_path: Path, script: str) -> str:
+    p = tmp_path / "editor.sh"
+    p.write_text("#!/bin/sh\n" + script)
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return str(p)
+
+
+def _put(v, ident: str, title: str, body: str = "- x") -> None:
+    e = make_entry(ident, title, body)
+    v.write_entries([e.with_changes(path=v.path_for(ident, title))], subject="put", why="test")
+
+
+def test_remember_defaults_type_and_importance(vault, cli):
+    r = cli("memory", "--vault", str(vault.root), "remember", "Releases are cut on Mondays.", "--json")
+    assert r.returncode == 0, r.stderr
+    e = vault.resolve(json.loads(r.stdout)["id"])
+    assert (e.type, e.importance) == ("fact", 5)
+    assert cli("memory", "init", "--user").returncode == 0
+    r = cli("memory", "--vault", str(vault.root), "remember", "Answer briefly.", "--user", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    shown = json.loads(cli("memory", "--vault", str(vault.root), "show", d["id"], "--json").stdout)
+    assert (d["layer"], shown["type"], shown["importance"]) == ("user", "user-preference", 5)
+    help_text = cli("memory", "remember", "--help").stdout
+    assert "Default: 5" in help_text and "required" not in help_text.lower()
+
+
+def test_usage_errors_have_no_pydantic_wording(example_vault, cli):
+    for args in (["list", "--format", "yaml"], ["tools", "--for", "x"], ["recall", "x", "--limit", "abc"]):
+        r = cli("memory", "--vault", str(example_vault.root), *args)
+        assert r.returncode == 2 and r.stderr.startswith("Error: "), r.stderr
+        assert "Value error" not in r.stderr and "Input should" not in r.stderr and "unable to parse" not in r.stderr
+    r = cli("memory", "--vault", str(example_vault.root), "list", "--format", "yaml")
+    assert "'yaml' is not one of 'table', 'json', 'prompt', 'markdown'" in r.stderr
+
+
+def test_log_of_an_unknown_id_does_not_advise_log_id(example_vault, cli):
+    r = cli("memory", "--vault", str(example_vault.root), "log", "nosuch")
+    assert r.returncode == 1 and r.stderr.startswith("Error: no entry with id 'nosuch'"), r.stderr
+    assert "acp memory log ID" not in r.stderr and "`acp memory log` without an id" in r.stderr
+
+
+def test_log_of_an_empty_id_is_an_error_like_show(example_vault, cli):
+    v = str(example_vault.root)
+    for cmd in ("show", "log"):
+        r = cli("memory", "--vault", v, cmd, "")
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.startswith("Error: no entry id given"), (cmd, r)
+    assert cli("memory", "--vault", v, "log").stdout.count("\n") >= 2   # without an id: the whole log
+
+
+def test_an_invalid_hand_edit_names_its_path_once(example_vault, cli):
+    v = example_vault
+    e = sorted(v.load().entries, key=lambda e: e.id)[0]
+    p = v.root / e.path
+    p.write_text(p.read_text("utf-8").replace(f"importance: {e.importance}", "importance: eleven"), "utf-8")
+    r = cli("memory", "--vault", str(v.root), "remember", "Something else", "--json")
+    assert r.returncode == 0, r.stderr
+    said = [w for w in warnings_said(r.stderr) if "not committed" in w]
+    assert len(said) == 1 and said[0].count(e.path) == 1 and "field 'importance'" in said[0], said
+
+
+def test_remember_edit_opens_a_template_that_is_dropped(vault, cli, tmp_path):
+    seen = tmp_path / "draft.txt"
+    editor = _editor(tmp_path, f'cp "$1" "{seen}"\nprintf "Deploy freeze in December\\n- from the 15th\\n" >> "$1"\n')
+    r = cli("memory", "--vault", str(vault.root), "remember", "--edit", "--type", "decision", "--json",
+            env={"EDITOR": editor})
+    assert r.returncode == 0, r.stderr
+    draft = seen.read_text("utf-8")
+    assert draft.startswith("<!-- acpmem remember:") and "Type: decision; importance: 5" in draft
+    e = vault.resolve(json.loads(r.stdout)["id"])
+    assert e.title == "Deploy freeze in December" and e.body == "Deploy freeze in December\n- from the 15th\n"
+    # saved untouched (only the template): nothing is written
+    head = git_out(vault.root, "rev-parse", "HEAD")
+    r = cli("memory", "--vault", str(vault.root), "remember", "--edit", env={"EDITOR": _editor(tmp_path, "exit 0\n")})
+    assert r.returncode == 2 and r.stderr.startswith("Error: nothing to remember"), r.stderr
+    assert git_out(vault.root, "rev-parse", "HEAD") == head
+
+
+def test_text_starting_with_a_dash_gets_a_hint_about_double_dash(vault, cli):
+    r = cli("memory", "--vault", str(vault.root), "remember", "- a bullet first")
+    assert r.returncode == 2 and "after `--`" in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+    r = cli("memory", "--vault", str(vault.root), "remember", "--type", "fact", "--json", "--", "- a bullet first")
+    assert r.returncode == 0, r.stderr
+    assert vault.resolve(json.loads(r.stdout)["id"]).body.startswith("- a bullet first")
+    # a mistyped long option gets no such hint: it is not text
+    r = cli("memory", "--vault", str(vault.root), "remember", "x", "--tpye", "fact")
+    assert r.returncode == 2 and "after `--`" not in r.stderr
+
+
+@pytest.mark.parametrize("where", ["entries", "entries/deeper", "reads"])
+def test_init_inside_a_vault_s_folders_is_refused(vault, cli, where):
+    folder = vault.root / where
+    folder.mkdir(parents=True, exist_ok=True)
+    before = sorted(p.relative_to(vault.root).as_posix() for p in vault.root.rglob("*") if ".git/" not in p.as_posix())
+    r = cli("memory", "init", cwd=folder)
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"Error: {folder} is inside the vault at {vault.root}")
+    r = cli("memory", "init", str(folder / "named"))
+    assert r.returncode == 1 and "is inside the vault" in r.stderr
+    after = sorted(p.relative_to(vault.root).as_posix() for p in vault.root.rglob("*") if ".git/" not in p.as_posix())
+    assert after == before
+
+
+def test_usage_lines_have_no_double_brackets(cli):
+    from acpmem.cli.main import typer_command
+
+    group = typer_command("acpmem")
+    names = [n for n in group.commands if n != "hook"] + ["hook claude-code"]
+    for name in names:
+        r = cli("memory", *name.split(), "--help")
+        usage = next(line for line in r.stdout.splitlines() if line.startswith("Usage:"))
+        assert "[[" not in usage and "]]" not in usage, usage
+    assert "Usage: acp memory init [OPTIONS] [PATH]" in cli("memory", "init", "--help").stdout
+
+
+def test_show_source_with_a_transcript_that_cannot_be_read_fails(example_vault, cli, tmp_path):
+    v = str(example_vault.root)
+    first = sorted(e.id for e in example_vault.load().entries)[0]
+    for bad in ("/dev/zero", str(tmp_path / "missing.jsonl")):
+        r = cli("memory", "--vault", v, "show", first, "--source", "--transcript", bad)
+        assert r.returncode == 1 and r.stdout == "" and r.stderr.startswith(f"Error: --transcript {bad}: "), r.stderr
+        assert r.stderr.count(bad) == 1
+    # no --transcript and none recorded: a finding, not an error
+    r = cli("memory", "--vault", v, "show", first, "--source")
+    assert r.returncode == 0 and "not recorded" in r.stdout
+
+
+def test_bidi_zero_width_and_control_characters_are_escaped_in_list_and_show_text(vault, cli):
+    title = "Pay \u202eevil\u202c with a zero\u200bwidth"   # a title holds no control character; a body may
+    _put(vault, "bidi01", title, "- body \u2066isolated\u2069 and \u200d and \x1b[31mred")
+    v = str(vault.root)
+    for args in (["list"], ["list", "--format", "markdown"], ["show", "bidi01"]):
+        r = cli("memory", "--vault", v, *args)
+        assert r.returncode == 0, r.stderr
+        for ch in "\u202e\u202c\u200b\x1b\u2066\u2069\u200d":
+            assert ch not in r.stdout, (args, ch)
+        assert "Pay \\u202eevil\\u202c with a zero\\u200bwidth" in r.stdout, args
+    shown = cli("memory", "--vault", v, "show", "bidi01").stdout
+    assert "\\u2066isolated\\u2069" in shown and "\\u001b[31mred" in shown
+    # JSON keeps the text as stored
+    d = json.loads(cli("memory", "--vault", v, "show", "bidi01", "--json").stdout)
+    assert d["title"] == title and "\u2066" in d["body"]
+
+
+def test_one_entry_is_one_entry(vault, cli, tmp_path):
+    _put(vault, "only01", "The only entry")
+    r = cli("memory", "--vault", str(vault.root), "consolidate", "--dry-run")
+    assert r.returncode == 0 and "among 1 live entry" in r.stdout and "1 live entries" not in r.stdout, r.stdout
+    r = cli("memory", "--vault", str(vault.root), "list", "--format", "prompt")
+    assert "(1 entry from earlier sessions" in r.stdout
+    r = cli("memory", "init", str(tmp_path / "fresh"))
+    assert "(0 entries)" in r.stdout
+
+
+def test_a_content_that_is_not_text_says_so():
+    from acpmem.core.errors import EntryInvalid
+    from acpmem.core.tools import parse_commit_args, parse_write_args
+
+    with pytest.raises(EntryInvalid) as info:
+        parse_write_args({"content": 12345})
+    assert "must be text, got int 12345" in info.value.message and "missing" not in info.value.message
+    with pytest.raises(EntryInvalid) as info:
+        parse_write_args({"content": "  "})
+    assert "is missing or empty" in info.value.message
+    with pytest.raises(EntryInvalid) as info:
+        parse_commit_args({"type": "fact", "note": 42, "importance": 5})
+    assert "field 'note' must be text, got int 42" in info.value.message
+
+
+def test_serve_and_edit_help_describe_what_they_do(cli):
+    serve = " ".join(cli("memory", "serve", "--help").stdout.split())
+    assert "_meta" in serve and "acpmem/session" in serve and "memory://entry/{id}/source" in serve
+    assert "to a memory_commit call's arguments" not in serve
+    from acpmem.core.tools import tool_definitions
+
+    (commit,) = [t for t in tool_definitions("main", "mcp", "en", ("fact",)) if t["name"] == "memory_commit"]
+    assert commit["inputSchema"]["additionalProperties"] is False and "session" not in commit["inputSchema"][
+        "properties"]
+    edit = " ".join(cli("memory", "edit", "--help").stdout.split())
+    assert "redacted" not in edit and "paths are refused" not in edit and "is refused" in edit
+    assert ".acpmem/edit/" in edit and "kind `edit`" in edit
