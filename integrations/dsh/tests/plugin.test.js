@@ -261,7 +261,8 @@ test('memory_commit hands acpmem the session log as DSH wrote it, flushed up to 
   const requestId = /^Noted \((r-[a-z0-9]+)\)/u.exec(result.text)?.[1]
   assert.ok(requestId, result.text)
   // The request is pending, or already finished by acpmem's background worker.
-  const pending = join(p.vault, '.acpmem', 'pending', `${requestId}.json`)
+  // (acpmem keeps its queue in the vault's git folder, .git/acpmem/pending/)
+  const pending = join(p.vault, '.git', 'acpmem', 'pending', `${requestId}.json`)
   const record = existsSync(pending)
     ? JSON.parse(readFileSync(pending, 'utf8'))
     : readFileSync(join(p.vault, '.acpmem', 'done.jsonl'), 'utf8').trim().split('\n').map((line) => JSON.parse(line)).find((r) => r.request === requestId)
