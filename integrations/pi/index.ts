@@ -47,6 +47,16 @@ function settingOff(value: string | undefined): boolean {
 
 function firstErrorLine(stderr: string, fallback: string): string {
 	const lines = stderr.split("\n").map((l) => l.trim()).filter(Boolean);
+	for (const l of lines) {
+		// under --json acpmem says its error as one object: {"error": {"message", "hint", ...}}
+		if (!l.startsWith('{"error"')) continue;
+		try {
+			const e = JSON.parse(l).error;
+			if (e && typeof e.message === "string") return `Error: ${e.message}${e.hint ? ` — ${e.hint}` : ""}`;
+		} catch {
+			// not acpmem's object: fall through to the plain lines
+		}
+	}
 	return lines.find((l) => l.startsWith("Error:")) ?? lines[lines.length - 1] ?? fallback;
 }
 
