@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -20,6 +21,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 openai_server = pytest.fixture(openai_server_fixture)
 
+
+# A test run started in the background of a non-interactive shell (`cmd &`, nohup) inherits SIGINT ignored, and so
+# would every acp it starts: the Ctrl-C tests would see their SIGINT ignored. Python's own handler again, so the
+# processes the tests start get the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path_factory, monkeypatch):

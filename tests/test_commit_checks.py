@@ -255,7 +255,7 @@ def _ctrl_c(cmd: list[str], env: dict, ready) -> subprocess.CompletedProcess:
 def test_ctrl_c_during_the_model_call_uses_no_attempt(vault, cli, tmp_path, how):
     """The endpoint holds its answer until the test lets go; Ctrl-C meanwhile: "Interrupted.", exit 130, the
     request pending with no attempt counted and no error, nothing written; the next run writes it once."""
-    v = configure(vault, extractor="llm")
+    v = configure(vault, extractor="llm", timeout_seconds=600.0)   # the answer is held until after the Ctrl-C
     status = subprocess.run(["git", "-C", str(v.root), "status", "--porcelain"], capture_output=True, text=True).stdout
     gate = threading.Event()
     with fake_openai([reply.held(gate, reply.writes(reply.write("- never sent")))]) as srv:

@@ -327,7 +327,9 @@ def test_without_git_on_path_reads_work_and_writes_fail_in_one_line_keeping_the_
     r = _acp(cli, root, "commit", "--type", "lesson", "--note", "appends must be re-entrant", "--importance", "6",
              "--session", "s1", "--seq", "6", "--transcript", str(CHAT), "--wait", "--extractor", "offline",
              "--json", env=env)
-    assert r.returncode == 1 and "git was not found" in _one_line(r)
+    (line,) = r.stderr.strip().splitlines()   # under --json: the error object, one line
+    err = json.loads(line)["error"]
+    assert r.returncode == 1 and err["exit"] == 1 and "git was not found" in err["message"], r.stderr
     pending = list(pending_dir(root / ".acpmem").glob("r-*.json"))
     assert len(pending) == 1
     # in the background: the worker stops with one line in its log, the requests stay

@@ -230,7 +230,8 @@ def test_a_failure_after_output_and_warnings_stays_json(example_vault, cli):
 
 def test_interrupted_under_json_is_the_error_object_and_exit_130(example_vault, cli, tmp_path):
     """Ctrl-C while the editor of `remember --edit` runs (the editor sends SIGINT to acp itself: no timing)."""
-    editor = _editor(tmp_path, 'kill -INT "$PPID"\nexit 0\n')
+    # it stays open after the signal (acp kills it when interrupted): acp is still waiting on it when it is told
+    editor = _editor(tmp_path, 'kill -INT "$PPID"\nexec sleep 60 </dev/null >/dev/null 2>&1\n')
     head = subprocess.run(["git", "-C", str(example_vault.root), "rev-parse", "HEAD"], capture_output=True,
                           text=True).stdout
     r = cli("memory", "--vault", str(example_vault.root), "remember", "--edit", "--json", env={"EDITOR": editor})
