@@ -149,21 +149,21 @@ def test_a_failing_model_leaves_the_words_verdict(vault, openai_server):
 def test_modes_by_configuration_and_their_errors(vault, cli, openai_server):
     pd.plant(vault, only=_issue_example)
     v = pd.configure(vault, similarity="embedding")
-    with pytest.raises(UsageError, match="no embeddings model"):
+    with pytest.raises(SettingsError, match="no embeddings model"):
         find(v)
     r = cli("memory", "--vault", str(v.root), "consolidate", "--dry-run")
-    assert r.returncode == 2 and r.stderr.startswith("Error: ") and "no embeddings model" in r.stderr
+    assert r.returncode == 1 and r.stderr.startswith("Error: ") and "no embeddings model" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     r = cli("memory", "--vault", str(v.root), "consolidate", "--dry-run", "--similarity", "lexical", "--json")
     doc = json.loads(r.stdout)
     assert r.returncode == 0 and doc["similarity"] == "lexical" and len(doc["clusters"]) == 1
     r = cli("memory", "--vault", str(v.root), "consolidate", "--dry-run", "--similarity", "fuzzy")
-    assert r.returncode != 0 and "Unknown similarity mode 'fuzzy'" in r.stderr
+    assert r.returncode == 2 and "unknown similarity mode 'fuzzy'" in r.stderr
     pd.set_section(v.root, "consolidate", {"similarity": "semantic"})
     with pytest.raises(SettingsError, match="consolidate.similarity must be auto, lexical, embedding or model"):
         pd.configure(v).settings
     pd.set_section(v.root, "consolidate", {"similarity": "model"})
-    with pytest.raises(UsageError, match="no model endpoint"):
+    with pytest.raises(SettingsError, match="no model endpoint"):
         find(pd.configure(v))
     v.close()
 

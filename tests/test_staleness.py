@@ -294,3 +294,15 @@ def test_a_plain_commit_records_the_files_of_the_turns_since_the_previous_commit
     off = cli("memory", "list", cwd=proj, env={"ACPMEM_CHECKS": "off"})
     assert off.returncode == 0 and "[stale:" not in off.stdout   # the switch the benchmark compares with
     assert "[stale:" in cli("memory", "list", cwd=proj).stdout
+
+
+def test_confirm_in_a_vault_outside_any_project_git_is_refused_by_the_vault_not_the_command_line(tmp_path, cli):
+    """The command line is right; this vault cannot record a commit: exit 1 (content), one line, nothing written."""
+    root = tmp_path / "v"
+    assert cli("memory", "init", "--example", str(root)).returncode == 0
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    ident = json.loads(cli("memory", "--vault", str(root), "list", "--json").stdout)["entries"][0]["id"]
+    r = cli("memory", "--vault", str(root), "review", "confirm", ident)
+    assert r.returncode == 1 and r.stderr.startswith("Error: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "not inside a git project" in r.stderr
+    assert subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout == head

@@ -311,19 +311,19 @@ def confirm(vault, prefix: str) -> tuple[object, str, str]:
     """A person says the entry is still true: its ``commit`` becomes the project's HEAD, in one commit of kind
     ``human-review`` that changes that one line. (the entry, the new project commit, the vault commit)."""
     from acpmem.core.entryfile import dump_entry, parse_entry
-    from acpmem.core.errors import UsageError
+    from acpmem.core.errors import Refused
     from acpmem.infra.files import read_exact
     from acpmem.vault.writer import KIND_REVIEW
 
     ph = project_head(vault)
     if ph is None:
-        raise UsageError(f"the vault at {vault.root} is not inside a git project with a commit, so there is no "
+        raise Refused(f"the vault at {vault.root} is not inside a git project with a commit, so there is no "
                          "commit to record", "confirm entries from a project vault (<project>/.acp-memory)")
     found = vault.resolve(prefix)
     text = read_exact(vault.root / found.path)
     entry = parse_entry(text, found.path, vault.settings.types)
     if not entry.extra.get("files"):
-        raise UsageError(f"#{entry.id} records no project files, so there is nothing to confirm",
+        raise Refused(f"#{entry.id} records no project files, so there is nothing to confirm",
                          "add `files: [path, …]` to it with `acp memory edit` to have it checked")
     new = entry.with_changes(extra={**entry.extra, "commit": ph[1]})
     sha = vault.replace_entry_text(entry, dump_entry(new), subject=f"confirm #{entry.id} {entry.title}",

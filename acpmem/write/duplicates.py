@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 
 from acpmem.core.entry import Entry
-from acpmem.core.errors import ExtractionError, UsageError
+from acpmem.core.errors import ExtractionError, SettingsError, UsageError
 from acpmem.core.values import Value
 from acpmem.search.similar import Cluster, Pair
 
@@ -51,27 +51,27 @@ def _model_config(vault, env):
 def resolve_mode(vault, env: Mapping[str, str] | None = None, override: str | None = None, *, config=None) -> str:
     """The mode to use: ``override`` > ``[consolidate] similarity``; ``auto`` → model when a model endpoint is
     configured, else embedding when an embeddings model is, else lexical. A mode asked for by name whose channel
-    is not configured is a ``UsageError``."""
+    is not configured is a ``SettingsError`` (exit 1: it depends on the vault, not the command line)."""
     from acpmem.core.settings import SIMILARITY_MODES
     from acpmem.vault.embedding import endpoint
 
     want = override or vault.settings.consolidate.similarity
     if want not in SIMILARITY_MODES:
-        raise UsageError(f"Unknown similarity mode '{want}'", "use auto, lexical, embedding or model")
+        raise UsageError(f"unknown similarity mode '{want}'", "use auto, lexical, embedding or model")
     embed_ok = endpoint(vault.settings, env) is not None
     if want in ("auto", "model"):
         cfg = config if config is not None else _model_config(vault, env)
         if cfg.configured:
             return "model"
         if want == "model":
-            raise UsageError("similarity = model, but no model endpoint is configured",
+            raise SettingsError("similarity = model, but no model endpoint is configured",
                              "set [extraction] base_url and model (or OPENAI_BASE_URL / OPENAI_MODEL), or use "
                              "similarity = auto")
     if want in ("auto", "embedding"):
         if embed_ok:
             return "embedding"
         if want == "embedding":
-            raise UsageError("similarity = embedding, but no embeddings model is configured",
+            raise SettingsError("similarity = embedding, but no embeddings model is configured",
                              "set [embeddings] model (and base_url), or use similarity = auto")
     return "lexical"
 
