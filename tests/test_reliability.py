@@ -659,3 +659,37 @@ def _settle_workers(root: Path, timeout: float = 240.0) -> None:
     while crashpoints.helpers_of(root):
         assert time.monotonic() < deadline, "a background worker did not finish"
         time.sleep(0.1)
+
+
+def test_making_a_folder_survives_it_being_deleted_meanwhile(tmp_path):
+    """``Path.mkdir(parents=True, exist_ok=True)`` raises FileExistsError when the folder vanishes between its
+    mkdir and its is_dir check (a person deleting ``.acpmem/`` while writers run: one CI run failed on exactly
+    this). ``files.ensure_dir`` makes it again instead."""
+    import shutil
+
+    from acpmem.infra import files
+
+    target = tmp_path / "state" / "locks"
+    stop = threading.Event()
+
+    def deleter():
+        while not stop.is_set():
+            shutil.rmtree(tmp_path / "state", ignore_errors=True)
+
+    t = threading.Thread(target=deleter)
+    t.start()
+    failures = []
+    try:
+        for _ in range(5000):
+            try:
+                files.ensure_dir(target)
+            except OSError as exc:
+                failures.append(repr(exc))
+    finally:
+        stop.set()
+        t.join()
+    assert failures == []
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "plain").write_text("x")
+    with pytest.raises(FileExistsError):            # a file where the folder should be is still an error
+        files.ensure_dir(tmp_path / "state" / "plain")

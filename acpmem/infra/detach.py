@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from acpmem.infra import files
 from acpmem.infra.locks import write_holder
 
 _spawned: list[int] = []
@@ -42,7 +43,7 @@ def spawn(lock_fd: int, code: str, log_path: Path, max_log_bytes: int) -> int:
             except FileNotFoundError:   # its folder (.acpmem/, derived state) was deleted meanwhile: made again
                 if attempt == 2:
                     raise
-                log_path.parent.mkdir(parents=True, exist_ok=True)
+                files.ensure_dir(log_path.parent)
         try:
             os.set_inheritable(lock_fd, True)
             actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),

@@ -23,6 +23,22 @@ def _write_all(fd: int, raw: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def ensure_dir(path: Path | str) -> Path:
+    """``mkdir -p`` that survives a person deleting the folder (or a parent) while it runs: ``Path.mkdir`` with
+    ``exist_ok`` raises ``FileExistsError`` when the folder vanishes between its ``mkdir`` and its ``is_dir`` check."""
+    path = Path(path)
+    for attempt in range(5):
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        except (FileExistsError, FileNotFoundError):
+            if path.is_dir():
+                return path
+            if attempt == 4 or (path.exists() and not path.is_dir()):
+                raise
+    return path
+
+
 def fsync_dir(path: Path) -> None:
     """Make a rename or an unlink in ``path`` durable (best effort: some file systems refuse a directory fsync)."""
     with contextlib.suppress(OSError):
@@ -53,7 +69,7 @@ def atomic_write(path: Path, data: str | bytes, *, durable: bool = True, replace
 
 
 def _atomic_write(path: Path, raw: bytes, durable: bool, replace: bool) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
@@ -172,7 +188,7 @@ def append_line(path: Path, line: str) -> None:
     from acpmem.infra.locks import flock_fd
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(path.parent)
     if not line.endswith("\n"):
         line += "\n"
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)

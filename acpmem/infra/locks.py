@@ -52,12 +52,14 @@ def flock_fd(fd: int, timeout: float = 30.0, *, what: str, hint: str = "retry in
 
 def _open(path: Path) -> int:
     path = Path(path)
-    for attempt in range(3):
-        path.parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(5):
         try:
+            # its folder (under .acpmem/, derived state) may be deleted at any moment, even between mkdir's own
+            # steps (FileExistsError, then gone): made again (files.ensure_dir's loop; files imports this module)
+            path.parent.mkdir(parents=True, exist_ok=True)
             return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except FileNotFoundError:   # its folder (under .acpmem/, derived state) was deleted in between: made again
-            if attempt == 2:
+        except (FileNotFoundError, FileExistsError):
+            if attempt == 4 or (path.parent.exists() and not path.parent.is_dir()):
                 raise
     raise AssertionError("unreachable")
 

@@ -13,6 +13,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+from acpmem.infra import files
 from acpmem.core.fasthash import sha256
 from acpmem.core.layout import DATA_DIR
 
@@ -115,7 +116,7 @@ def store():
         tag = sha256(f"{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
         path = _cache_dir() / f"cedict-{tag}.sqlite"
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
+            files.ensure_dir(path.parent)
             _build(path)
         return _SqliteStore(path)
     except (OSError, sqlite3.Error):

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from collections.abc import Callable
 
+from acpmem.infra import files
 from acpmem.core.entryfile import MAX_FILE_BYTES, parse_entry_bytes
 from acpmem.core.errors import AcpmemError, EntryInvalid, EntryNotFound, Refused, SecretRefused
 from acpmem.core.layout import ENTRIES_DIR
@@ -124,7 +125,7 @@ def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message:
     target = _target(v, prefix)
     original = target.original
     draft = v.state_dir / "edit" / (f"{target.entry_id}.md" if target.entry_id else target.path.rpartition("/")[2])
-    draft.parent.mkdir(parents=True, exist_ok=True)
+    files.ensure_dir(draft.parent)
     if from_file is not None:
         try:   # a pipe or a device may be named (`--from /dev/stdin`): read at most one byte past the limit
             with open(from_file, "rb") as fh:

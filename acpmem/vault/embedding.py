@@ -19,7 +19,7 @@ from pathlib import Path
 from acpmem.core.clock import utc_iso
 from acpmem.core.layout import LOCKS_DIR
 from acpmem.core.values import Value
-from acpmem.infra import embedclient, locks, progress
+from acpmem.infra import embedclient, files, locks, progress
 from acpmem.infra.files import append_record
 from acpmem.search import watch
 
@@ -73,7 +73,7 @@ def start_background(root: Path, state_dir: Path, dim: int = 0) -> bool:
     from acpmem.infra.detach import reap, spawn
 
     reap()
-    Path(state_dir, LOCKS_DIR).mkdir(parents=True, exist_ok=True)
+    files.ensure_dir(Path(state_dir, LOCKS_DIR))
     fd = locks.try_lock(lock_path(state_dir))
     if fd is None:
         return False

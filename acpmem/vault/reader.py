@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+from acpmem.infra import files
 from acpmem.core import layout
 from acpmem.core.clock import now_utc, parse_iso, utc_iso
 from acpmem.core.entry import Entry
@@ -138,7 +139,7 @@ class VaultReader:
 
     def ensure_state(self) -> None:
         for sub in ("", layout.LOCKS_DIR, layout.SESSIONS_DIR):
-            (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
+            files.ensure_dir(self.state_dir / sub)
         if self.read_only:
             (self.state_dir / READ_ONLY_NOTICE).touch()
 

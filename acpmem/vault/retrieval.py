@@ -26,7 +26,7 @@ from acpmem.core.layout import LAYER_PROJECT
 from acpmem.core.limits import MAX_RECALL_LIMIT, clip, int_between, is_utf8
 from acpmem.core.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
 from acpmem.core.values import Value
-from acpmem.infra import locks
+from acpmem.infra import files, locks
 from acpmem.infra.files import atomic_write
 from acpmem.search import watch
 from acpmem.search.query import light_rows, search as search_index
@@ -275,7 +275,7 @@ def _reranked(vault: VaultReader, query: str, found: list[tuple], sure: bool, wo
 
 def _session_lock(sdir: Path):
     """The session's ledger lock: held for milliseconds; released by the kernel if we die."""
-    sdir.mkdir(parents=True, exist_ok=True)
+    files.ensure_dir(sdir)
     return locks.held(sdir / "surface.lock", 30.0, what="another process is surfacing in this session")
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from acpmem.infra import files
 from acpmem.core import layout
 from acpmem.core.entry import Entry
 from acpmem.core.entryfile import dump_entry, parse_entry_bytes
@@ -438,7 +439,7 @@ def editor_draft(vault, item: ReviewItem) -> Path:
     from acpmem.infra.files import atomic_write
 
     draft = vault.state_dir / "review" / f"{item.id}.md"
-    draft.parent.mkdir(parents=True, exist_ok=True)
+    files.ensure_dir(draft.parent)
     if not draft.exists():
         atomic_write(draft, read_exact(vault.root / item.path) or "")
     return draft

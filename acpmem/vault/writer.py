@@ -34,7 +34,7 @@ from acpmem.core.entryfile import (CONFLICT_REASON, dump_entry, has_conflict_mar
 from acpmem.core.errors import AcpmemError, EntryInvalid, GitStateError, SettingsError, UsageError
 from acpmem.core.ids import random_id
 from acpmem.core.values import Value
-from acpmem.infra import locks
+from acpmem.infra import files, locks
 from acpmem.infra.files import atomic_write, read_exact, stale_temp_files
 from acpmem.infra.proc import held_open, pid_alive, read_pid
 from acpmem.vault import readlog
@@ -254,7 +254,7 @@ class Vault(VaultReader):
                 except FileNotFoundError:   # .acpmem/ deleted meanwhile (derived state): made again
                     if attempt == 2:
                         raise
-                    marker.parent.mkdir(parents=True, exist_ok=True)
+                    files.ensure_dir(marker.parent)
             yield
         finally:
             marker.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from acpmem.infra import files
 from acpmem.core.entry import Entry
 from acpmem.core.errors import ExtractionError, SettingsError, UsageError
 from acpmem.core.values import Value
@@ -131,7 +132,7 @@ def _embed_missing(vault, env) -> list[str]:
     from acpmem.vault import embedding
 
     path = embedding.lock_path(vault.state_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    files.ensure_dir(path.parent)
     fd = locks.try_lock(path)
     if fd is None:
         return ["the background embedding pass is running: entries it has not embedded yet are compared by words"]

@@ -13,6 +13,7 @@ import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from acpmem.infra import files
 from acpmem.core import limits
 from acpmem.core.blocks import valid_block_id
 from acpmem.core.clock import parse_iso, utc_iso
@@ -199,7 +200,7 @@ def _adopt(old: Path, new: Path) -> None:
         except FileNotFoundError:
             pass
         try:
-            new.parent.mkdir(parents=True, exist_ok=True)
+            files.ensure_dir(new.parent)
             os.replace(old, new)
         except OSError as exc:
             if exc.errno != errno.EXDEV:

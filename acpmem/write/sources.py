@@ -17,6 +17,7 @@ import json
 import os
 from pathlib import Path
 
+from acpmem.infra import files
 from acpmem.core.errors import AcpmemError
 from acpmem.core.limits import path_problem, seq_span
 from acpmem.core.values import Value
@@ -45,7 +46,7 @@ def record_transcript(vault, session: str, transcript: str | Path | None, origin
             return False
         if known and Path(known).exists():
             return False
-        folder.mkdir(parents=True, exist_ok=True)
+        files.ensure_dir(folder)
         data = json.dumps({"session": session, "transcript": path, "origin": origin}, ensure_ascii=False,
                           sort_keys=True)
         try:
