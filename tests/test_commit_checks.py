@@ -92,7 +92,7 @@ def test_commit_refuses_what_its_extraction_could_never_read(vault, cli, tmp_pat
         assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1 and " — " in r.stderr, (case, r.stderr)
         assert said in r.stderr, (case, r.stderr)
         assert not pending(v), case                                    # nothing recorded
-    assert not (v.state_dir / "done.jsonl").exists()
+    assert not (requests.queue_home(v.state_dir) / "done.jsonl").exists()
     assert subprocess.run(["git", "-C", str(v.root), "rev-parse", "HEAD"], capture_output=True,
                           text=True).stdout == head
     assert locks.holder(worker.lock_path(v.state_dir)) is None        # and no worker was started for nothing
@@ -217,7 +217,7 @@ def test_a_failed_commit_wait_is_retried_by_the_background_worker_as_it_says(vau
     assert r.stderr.count("\n") == 1
     wait_until(lambda: fork_commits(v) and not pending(v))
     assert len([q for q in openai_server.requests if q.method == "POST"]) == 2
-    (rec,) = [json.loads(line) for line in (v.state_dir / "done.jsonl").read_text().splitlines()]
+    (rec,) = [json.loads(line) for line in (requests.queue_home(v.state_dir) / "done.jsonl").read_text().splitlines()]
     assert rec["status"] == "written"
 
 
@@ -277,7 +277,7 @@ def test_ctrl_c_during_the_model_call_uses_no_attempt(vault, cli, tmp_path, how)
         (p,) = pending(v)
         rec = json.loads(p.read_text())
         assert rec["attempts"] == 0 and rec["errors"] == [] and rec["status"] == "pending"
-        assert not fork_commits(v) and not (v.root / ".acpmem" / "journal.json").exists()
+        assert not fork_commits(v) and not (v.root / ".git" / "acpmem" / "journal.json").exists()
         assert subprocess.run(["git", "-C", str(v.root), "status", "--porcelain"], capture_output=True,
                               text=True).stdout == status      # nothing half-written
         srv.enqueue(reply.writes(reply.write("- Guard session.append with the session lock.")))

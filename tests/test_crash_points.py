@@ -308,7 +308,7 @@ def _check(world, op: str, where: Path, k: int, killed: cp.Run, zygote: cp.Zygot
         assert r.returncode == 0, (ctx, root, r.stdout + r.stderr)
     for root in (vault, user):
         assert git_out(root, "status", "--porcelain=v1", "--untracked-files=all") == "", (ctx, root)
-        assert not (root / ".acpmem" / "journal.json").exists(), ctx
+        assert not (root / ".git" / "acpmem" / "journal.json").exists(), ctx
     # a person's edits: the committed one, the one not committed when the operation started and the one typed
     # after the crash, each on disk once and in HEAD
     for ident, line in (("base02", PERSON_COMMITTED), ("base03", PERSON_UNCOMMITTED), ("base03", PERSON_AFTER)):

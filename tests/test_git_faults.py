@@ -262,7 +262,7 @@ def test_a_change_killed_around_its_commit_is_finished_exactly_once(op, moment, 
                         *([KILLING_PYGIT2] if way == "in-process" else [])],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == -9 and "not killed" not in p.stdout, p.stderr
-    assert (root / ".acpmem" / "journal.json").exists()
+    assert (root / ".git" / "acpmem" / "journal.json").exists()
     if moment == "before-commit-staged":
         git_out(root, "add", "-A")  # all of it staged already (a person's `git add -A`, an older acpmem's add)
     if moment.startswith("before-commit"):

@@ -84,7 +84,7 @@ def test_a_fork_write_killed_between_its_file_and_its_commit_is_written_once(lay
     r = cp.run(commit_args(base, "the queue worker", "user-preference" if layer == "user" else "fact"),
                inside=[base, target], after=f"rename {target}/entries/")
     assert r.killed, r.err
-    assert (target / ".acpmem" / "journal.json").exists()
+    assert (target / ".git" / "acpmem" / "journal.json").exists()
     (rid,) = pending(base)
     assert rid not in request_commits(target)
 
@@ -92,7 +92,7 @@ def test_a_fork_write_killed_between_its_file_and_its_commit_is_written_once(lay
     assert r.returncode == 0, r.stdout + r.stderr
     assert request_commits(target).count(rid) == 1
     assert len(live_entries_of(target, rid)) == 1
-    assert pending(base) == [] and not (target / ".acpmem" / "journal.json").exists()
+    assert pending(base) == [] and not (target / ".git" / "acpmem" / "journal.json").exists()
     assert status_porcelain(target) == "" and fsck(target).returncode == 0
 
 
@@ -117,7 +117,7 @@ def test_a_two_layer_fork_write_killed_in_either_part_is_written_once(killed_in,
     for root in (user, base):
         assert request_commits(root).count(rid) == 1, root
         assert len(live_entries_of(root, rid)) == 1, root
-        assert status_porcelain(root) == "" and not (root / ".acpmem" / "journal.json").exists()
+        assert status_porcelain(root) == "" and not (root / ".git" / "acpmem" / "journal.json").exists()
 
 
 # --------------------------------------------------------------------------------------------- a stale journal
@@ -133,7 +133,7 @@ def _edit_killed_after_its_commit(base: Path, tmp_path: Path) -> tuple[str, str]
                after="libgit2 commit")
     assert r.killed, r.err
     assert "The worker exits" in git_out(base, "show", f"HEAD:{path}")
-    assert (base / ".acpmem" / "journal.json").exists()
+    assert (base / ".git" / "acpmem" / "journal.json").exists()
     return path, text
 
 
@@ -147,7 +147,7 @@ def test_a_stale_journal_keeps_a_persons_uncommitted_edit(then, base, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert (base / path).read_text() == mine
     assert git_out(base, "show", f"HEAD:{path}") == mine        # committed as the person's edit
-    assert not (base / ".acpmem" / "journal.json").exists()
+    assert not (base / ".git" / "acpmem" / "journal.json").exists()
     assert status_porcelain(base) == "" and leftovers(base) == []
 
 
@@ -201,7 +201,7 @@ BAD_JOURNALS = {
 
 @pytest.mark.parametrize("name", sorted(BAD_JOURNALS))
 def test_a_malformed_journal_is_named_and_set_aside_never_a_wedge(name, base, tmp_path):
-    jp = base / ".acpmem" / "journal.json"
+    jp = base / ".git" / "acpmem" / "journal.json"
     jp.write_text(BAD_JOURNALS[name])
     before = git_out(base, "rev-parse", "HEAD").strip()
     r = acp(base, "doctor")
@@ -342,3 +342,59 @@ def test_deleting_acpmem_at_every_step_of_a_write_loses_no_acknowledged_write(ba
             (k, probe.steps[k - 1], r.err, said)
         assert sum("Written while the other ran." in t for t in texts) <= 1, k
         shutil.rmtree(root)
+
+
+def test_a_fork_write_killed_at_each_step_after_its_journal_then_acpmem_deleted_is_written_once(base, tmp_path):
+    """A kill *and* a person deleting `.acpmem/` between a fork's journal and its commit: the journal lives beside
+    the queue in `.git/acpmem/`, so the next `extract --pending` finishes (or finds) that write — one commit with
+    the request, one live entry — instead of committing the orphaned file as a human edit and writing it again."""
+    template = tmp_path / "template"
+    shutil.copytree(base, template, symlinks=True)
+    probe_root = tmp_path / "probe"
+    shutil.copytree(template, probe_root, symlinks=True)
+    probe = cp.run(commit_args(probe_root, "the queue worker"), inside=[probe_root], count=tmp_path / "steps.json",
+                   cwd=tmp_path)
+    assert probe.code == 0, probe.err
+    steps = probe.steps
+    first = next(i for i, s in enumerate(steps, 1) if s.endswith("/journal.json") and s.startswith("rename"))
+    last = next(i for i, s in enumerate(steps, 1) if s.endswith("/journal.json") and s.startswith("remove"))
+    points = [k for k in cp.distinct_points(steps, probe.sites, probe_root) if first < k <= last + 1]
+    assert len(points) >= 8, points           # the entry file, MEMORY.md, the commit's own steps, the removal
+    for k in points:
+        root = tmp_path / f"k{k}"
+        shutil.copytree(template, root, symlinks=True)
+        r = cp.run(commit_args(root, "the queue worker"), inside=[root], at=k, cwd=tmp_path)
+        assert r.killed, (k, steps[k - 1], r.err)
+        (rid,) = pending(root)
+        shutil.rmtree(root / ".acpmem")
+        r = acp(root, "extract", "--pending")
+        assert r.returncode == 0, (k, steps[k - 1], r.stdout + r.stderr)
+        assert request_commits(root).count(rid) == 1, (k, steps[k - 1])
+        assert len(live_entries_of(root, rid)) == 1, (k, steps[k - 1])
+        assert pending(root) == [] and not (root / ".git" / "acpmem" / "journal.json").exists(), k
+        assert status_porcelain(root) == "" and fsck(root).returncode == 0, k
+        shutil.rmtree(root)
+
+
+def test_a_journal_an_older_acpmem_left_in_acpmem_is_finished_from_there(base):
+    """An older acpmem kept the journal in `.acpmem/journal.json`: the next write moves it beside the queue and
+    finishes it (exactly once), and `doctor` names it before that."""
+    v = Vault(base)
+    e = make_entry("old001", "Written by an older acpmem", "- An older acpmem wrote this.")
+    e = e.with_changes(path=v.path_for(e.id, e.title))
+    from acpmem.core.entryfile import new_entry_text
+    text = new_entry_text(e)
+    (base / e.path).write_text(text)
+    (base / ".acpmem" / "journal.json").write_text(json.dumps({
+        "writes": {e.path: text}, "deletes": [], "subject": "add an entry", "why": "an older acpmem was killed",
+        "trailers": {"Acpmem-Kind": "fork-write"}}))
+    v.close()
+    r = acp(base, "doctor")
+    assert r.returncode == 1 and "interrupted" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = acp(base, "remember", "A newer write.", "--type", "fact", "--importance", "3")
+    assert r.returncode == 0, r.stderr
+    assert not (base / ".acpmem" / "journal.json").exists()
+    assert not (base / ".git" / "acpmem" / "journal.json").exists()
+    log = git_out(base, "log", "--format=%s")
+    assert log.splitlines()[1] == "acpmem: fork-write: add an entry" and log.count("add an entry") == 1, log
+    assert status_porcelain(base) == ""

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from helpers_proc import git_out, make_entry, run_readme_sh, warnings_said
 from openai_server import reply
 from acpmem.core.layout import USER_ID_PREFIX
+from acpmem.infra.localstate import queue_home
 from acpmem.vault.create import init_user_vault, init_vault
 from acpmem.vault.layers import list_layered, recall_layered, resolve_layer
 from acpmem.vault.resident import resident_index
@@ -347,7 +348,7 @@ def test_exactly_once_across_the_layers_when_killed_between_the_two_commits(proj
     # the state a kill -9 after the user commit, before the project commit, leaves behind
     git_out(v.root, "reset", "-q", "--hard", "HEAD~1")
     (pending_dir(v.state_dir) / f"{req.id}.json").write_bytes(saved)
-    (v.state_dir / "done.jsonl").unlink()
+    (queue_home(v.state_dir) / "done.jsonl").unlink()
     user_commits = git_out(user_vault.root, "log", "--format=%H").split()
     again = run(Vault(v.root, clock=v.clock, rng=random.Random(5)), req)
     assert again.status == "written" and [e["layer"] for e in again.entries] == ["project"]

@@ -310,7 +310,7 @@ def test_foreign_index_lock_held_too_long_fails_clearly_and_keeps_the_write_out(
     assert lock.read_bytes() == b"foreign"  # never deleted, never touched
     assert hp.git_out(root, "rev-parse", "HEAD") == head
     assert not list((root / "entries").glob("late01*"))
-    assert not (root / ".acpmem" / "journal.json").exists()
+    assert not (root / ".git" / "acpmem" / "journal.json").exists()
     lock.unlink()  # the person's git finished
     v.write_entries([hp.make_entry("late01", "Too late", "Written now.")], subject="add", why="test")
     assert "entries/late01-too-late.md" in hp.head_files(root)

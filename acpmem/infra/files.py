@@ -39,6 +39,21 @@ def ensure_dir(path: Path | str) -> Path:
     return path
 
 
+def move_durably(old: Path, new: Path, limit: int) -> None:
+    """Move a regular file of at most ``limit`` bytes to ``new``, replacing what is there: a rename where both are
+    on one file system, else a durable copy first and the old file removed after it; the move made durable either
+    way. ``FileNotFoundError`` when ``old`` is gone (moved by another process meanwhile)."""
+    ensure_dir(new.parent)
+    try:
+        os.replace(old, new)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        atomic_write(new, read_regular(old, limit))
+        old.unlink()
+    fsync_dir(new.parent)
+
+
 def fsync_dir(path: Path) -> None:
     """Make a rename or an unlink in ``path`` durable (best effort: some file systems refuse a directory fsync)."""
     with contextlib.suppress(OSError):

@@ -84,7 +84,7 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
         add("warning", f"the vault lock is held right now by process {holder or '?'}", "wait for it to finish")
     index_lock = root / ".git" / "index.lock"
     objects = root / ".git" / "objects"
-    journal = vault.journal_path
+    journal = vault.pending_journal()
     merging = (root / ".git" / "MERGE_HEAD").exists()
     repaired = not fix
     if fix:
@@ -109,7 +109,7 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
         if junk:
             add("error", f"{len(junk)} empty or temporary git object file(s) left by a crash",
                 "run `acp memory doctor --fix`")
-        if journal.exists():
+        if journal is not None:
             bad = vault.journal_problem()
             if bad:
                 add("error", f"the journal of an interrupted change {journal} is malformed ({bad})",
@@ -171,7 +171,7 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
     return Report(tuple(found))
 
 
-def _fix(vault: Vault, add, objects: Path, journal: Path, merging: bool) -> None:
+def _fix(vault: Vault, add, objects: Path, journal: Path | None, merging: bool) -> None:
     """``doctor --fix``'s repairs, under the lock."""
     root = vault.root
     with vault.lock():
@@ -197,7 +197,7 @@ def _fix(vault: Vault, add, objects: Path, journal: Path, merging: bool) -> None
             elif blocked is not None:   # a rebase, a detached HEAD: a commit now would be lost; said below
                 pass
             else:
-                if journal.exists():
+                if journal is not None:
                     sha = vault.recover()
                     how = {"already committed": " (its commit existed already; its journal is removed)",
                            "dropped": " by dropping it (a file it changes was changed since; see the warning)",

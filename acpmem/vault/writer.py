@@ -35,7 +35,8 @@ from acpmem.core.errors import AcpmemError, EntryInvalid, GitStateError, Setting
 from acpmem.core.ids import random_id
 from acpmem.core.values import Value
 from acpmem.infra import files, locks
-from acpmem.infra.files import atomic_write, read_exact, stale_temp_files
+from acpmem.infra.files import atomic_write, move_durably, read_exact, stale_temp_files
+from acpmem.infra.localstate import queue_home
 from acpmem.infra.proc import held_open, pid_alive, read_pid
 from acpmem.vault import readlog
 from acpmem.vault.config import load_settings
@@ -385,12 +386,34 @@ class Vault(VaultReader):
     # ----------------------------------------------------------------- writing
     @property
     def journal_path(self) -> Path:
-        """Where a change is described before its files are written (``recover`` finishes it)."""
-        return self.state_dir / JOURNAL
+        """Where a change is described before its files are written (``recover`` finishes it): beside the request
+        queue in the vault's git folder (``.git/acpmem/journal.json``), never in ``.acpmem/``, which a person may
+        delete at any moment: a journal lost between a fork's files and its commit would write the entries twice."""
+        return queue_home(self.state_dir) / JOURNAL
+
+    def pending_journal(self) -> Path | None:
+        """The journal of an interrupted change, where it is (one an older acpmem left in ``.acpmem/`` included),
+        or None."""
+        for p in (self.journal_path, self.state_dir / JOURNAL):
+            if os.path.lexists(p):
+                return p
+        return None
+
+    def _adopt_old_journal(self) -> None:
+        """Move the journal an older acpmem left in ``.acpmem/`` to where it lives now (under the lock; never over
+        a journal there: that one is finished first, and this one on the next write)."""
+        old, new = self.state_dir / JOURNAL, self.journal_path
+        if old == new or not os.path.lexists(old) or os.path.lexists(new):
+            return
+        with contextlib.suppress(FileNotFoundError):
+            move_durably(old, new, 1 << 30)   # a journal holds whole entries: bounded by the vault
 
     def _journal_paths(self) -> set[str]:
+        jp = self.pending_journal()
+        if jp is None:
+            return set()
         try:
-            j = json.loads(self.journal_path.read_text("utf-8"))
+            j = json.loads(jp.read_text("utf-8"))
             return set(j.get("writes", {})) | set(j.get("deletes", []))
         except (OSError, ValueError, AttributeError, TypeError):
             return set()
@@ -406,6 +429,7 @@ class Vault(VaultReader):
         since, and that change wins — the files this change had written already are put back, and the journal is
         dropped with a note (a fork request stays pending and is extracted again). A journal that is not one acpmem
         writes is set aside (``journal.json.bad-TIME``) with its path said, never replayed."""
+        self._adopt_old_journal()
         jp = self.journal_path
         try:
             raw = jp.read_bytes()
@@ -465,8 +489,11 @@ class Vault(VaultReader):
 
     def journal_problem(self) -> str | None:
         """Why the pending journal cannot be replayed as it is (malformed), or None (none, or a sound one)."""
+        jp = self.pending_journal()
+        if jp is None:
+            return None
         try:
-            _parse_journal(self.journal_path.read_bytes(), self.root)
+            _parse_journal(jp.read_bytes(), self.root)
         except OSError:
             return None
         except _BadJournal as exc:
@@ -476,7 +503,7 @@ class Vault(VaultReader):
     def finish_interrupted(self) -> str | None:
         """Take the lock and finish (or drop) what a killed process left half-done (``recover``): before an
         operation decides whether its own work was already done (a fork request's commit, a consolidate cluster)."""
-        if not self.journal_path.exists() or self.read_only or not (self.root / ".git").exists():
+        if self.pending_journal() is None or self.read_only or not (self.root / ".git").exists():
             return None
         with self.lock():
             if (self.root / ".git" / "MERGE_HEAD").exists():

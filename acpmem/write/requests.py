@@ -1,12 +1,11 @@
 """Pending commit requests: one durable JSON file per ``memory_commit`` under ``.git/acpmem/pending/`` (``queue_home``:
 kept when ``.acpmem/`` is deleted), written atomically and fsynced before the caller is answered; the retry
-bookkeeping (attempts, backoff, failed); and the log of finished requests (``.acpmem/done.jsonl``).
+bookkeeping (attempts, backoff, failed); and the log of finished requests (``.git/acpmem/done.jsonl``).
 
 Kept light on purpose (no typer, no git, no openai at import): ``commit`` must answer in well under 250 ms.
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -19,8 +18,9 @@ from acpmem.core.blocks import valid_block_id
 from acpmem.core.clock import parse_iso, utc_iso
 from acpmem.core.errors import AcpmemError, UsageError
 from acpmem.core.ids import random_id
-from acpmem.core.layout import GIT_STATE_DIRNAME, PENDING_DIR, STATE_DIRNAME
+from acpmem.core.layout import PENDING_DIR
 from acpmem.core.values import Value
+from acpmem.infra.localstate import queue_home
 from acpmem.infra.files import (NotRegularFile, append_record, atomic_write, fsync_dir, read_records, read_regular,
                                 stale_temp_files)
 
@@ -153,30 +153,6 @@ class Request(Value):
         return self.status == "pending" and (self.next_attempt is None or self.next_attempt <= now)
 
 
-def queue_home(state_dir: Path) -> Path:
-    """Where the local state that is not derived lives — the acknowledged requests and the worker's locks:
-    ``acpmem/`` in the vault's git folder (``.git/acpmem/``; a linked worktree's own git folder). Never committed,
-    never synced, and kept when a person deletes ``.acpmem/``, which holds derived state only and may go at any
-    moment, even while writers run (``docs/design.md``, "The request queue"). Without a git folder (no repository
-    yet, or a read-only vault whose state lives in the user's cache): ``state_dir`` itself."""
-    state = Path(state_dir)
-    if state.name != STATE_DIRNAME:
-        return state
-    dotgit = state.parent / ".git"
-    try:
-        if dotgit.is_dir():
-            return dotgit / GIT_STATE_DIRNAME
-        text = read_regular(dotgit, 4097).decode("utf-8", "replace")   # a linked worktree: "gitdir: PATH"
-    except (OSError, ValueError):
-        return state
-    if text.startswith("gitdir:") and len(text) <= 4096:
-        gd = Path(text[len("gitdir:"):].strip())
-        gd = gd if gd.is_absolute() else state.parent / gd
-        if gd.is_dir():
-            return gd / GIT_STATE_DIRNAME
-    return state
-
-
 def pending_dir(state_dir: Path) -> Path:
     """The folder of the pending request files (``queue_home``)."""
     return queue_home(state_dir) / PENDING_DIR
@@ -199,15 +175,7 @@ def _adopt(old: Path, new: Path) -> None:
                 return
         except FileNotFoundError:
             pass
-        try:
-            files.ensure_dir(new.parent)
-            os.replace(old, new)
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                raise
-            atomic_write(new, read_regular(old, 64_000_001))
-            old.unlink()
-        fsync_dir(new.parent)
+        files.move_durably(old, new, 64_000_001)
     except (FileNotFoundError, NotRegularFile):
         return   # moved or finished by another process meanwhile; a FIFO is never read
 
@@ -342,13 +310,17 @@ def defer(state_dir: Path, req: Request, reason: str, until: str) -> Request:
 
 
 def append_done(state_dir: Path, record: dict) -> None:
-    """One line per finished request in ``.acpmem/done.jsonl`` (outcome, commit, entries): the record of requests that
-    wrote nothing, and what ``extract`` shows for a request that is already done."""
-    append_record(Path(state_dir) / DONE_LOG, record)
+    """One line per finished request in ``.git/acpmem/done.jsonl`` (``queue_home``; outcome, commit, entries): the
+    record of requests that wrote nothing, and what ``extract`` shows for a request that is already done. Beside
+    the queue, so that deleting ``.acpmem/`` does not forget that a request was done."""
+    append_record(queue_home(state_dir) / DONE_LOG, record)
 
 
 def read_done(state_dir: Path) -> list[dict]:
-    return read_records(Path(state_dir) / DONE_LOG)
+    """The finished requests, oldest first (those an older acpmem logged in ``.acpmem/done.jsonl`` first)."""
+    home = queue_home(state_dir) / DONE_LOG
+    old = Path(state_dir) / DONE_LOG
+    return (read_records(old) if old != home else []) + read_records(home)
 
 
 def find_done(state_dir: Path, request_id: str) -> dict | None:
