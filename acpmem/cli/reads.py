@@ -59,7 +59,7 @@ def surface_cmd(*, session: str, seed: int | None, at: str | None, json_: bool, 
 
     v = VaultReader.open(vault)
     try:
-        result = do_surface(v, session, at=parse_at(at) if at else None, seed=seed)
+        result = do_surface(v, session, at=parse_at(at) if at is not None else None, seed=seed)
         emit_warnings(v)
         if json_:
             out_json(result.to_json())
@@ -79,7 +79,7 @@ def score_cmd(*, explain: bool, seed: int | None, at: str | None, session: str |
 
     v = reader.VaultReader.open(vault)
     try:
-        when = reader.parse_at(at) if at else None
+        when = reader.parse_at(at) if at is not None else None
         layered = scores_layered(v, at=when, seed=seed, session=session, top_n=top)
         emit_warnings(v)
         if json_:

@@ -200,7 +200,8 @@ class Vault(VaultReader):
         object files from that moment. A file counts as ours only if nobody holds it open: a person's git started
         since then (or an orphaned git child of ours still finishing) keeps its files open."""
         for d in (self.root, self.entries_dir, self.root / layout.READS_DIR, self.root / layout.PROPOSALS_DIR,
-                  self.root / layout.REVIEWS_DIR, self.state_dir):
+                  self.root / layout.REVIEWS_DIR, self.state_dir, queue_home(self.state_dir),
+                  queue_home(self.state_dir) / layout.PENDING_DIR):
             for p in stale_temp_files(d):
                 p.unlink(missing_ok=True)
         marker = self.state_dir / layout.LOCKS_DIR / GIT_MARKER
