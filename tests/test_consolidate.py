@@ -232,3 +232,62 @@ def test_a_model_that_merges_nothing_fails_the_cluster_and_budgets_defer_the_res
     r = cli("memory", "--vault", str(v.root), "consolidate")
     assert r.returncode == 1 and r.stderr.startswith("Error: ") and len(r.stderr.strip().splitlines()) == 1
     assert "failed: the model wrote no merged entry" in r.stdout
+
+
+@pytest.mark.parametrize("between", ["the newer member's file", "the older member's file"])
+def test_a_merge_keeps_the_files_and_a_commit_that_is_stale_exactly_when_a_member_was(between, tmp_path, clock,
+                                                                                      openai_server):
+    """A merged entry is about every file its members were about, at one commit: the newest member's when nothing
+    an older member is about changed since it was written (the merge is not stale), else their common ancestor
+    (still stale for that file, as the older member was)."""
+    import subprocess
+
+    from acpmem.vault.create import init_vault
+    from acpmem.vault.projectgit import stale_map
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(proj), *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    proj = tmp_path / "proj"
+    (proj / "src").mkdir(parents=True)
+    (proj / "tests").mkdir()
+    (proj / "src" / "state.ts").write_text("export const lock = 1\n")
+    (proj / "tests" / "state.test.ts").write_text("test('lock')\n")
+    subprocess.run(["git", "init", "-q", str(proj)], check=True)
+    git("add", "-A")
+    git("commit", "-qm", "start")
+    c1 = git("rev-parse", "HEAD")
+    changed = "tests/state.test.ts" if between == "the newer member's file" else "src/state.ts"
+    with open(proj / changed, "a") as f:
+        f.write("// changed\n")
+    git("commit", "-qam", "a change between the two writes")
+    c2 = git("rev-parse", "HEAD")
+    v = init_vault(proj / ".acp-memory", clock=clock, rng=random.Random(7))
+    (a_title, a_body), (b_title, b_body) = DUPLICATES[0]
+    entries = []
+    for n, (title, body, rel, commit) in enumerate(((a_title, a_body, "src/state.ts", c1),
+                                                    (b_title, b_body, "tests/state.test.ts", c2))):
+        ident = v.new_id({e.id for e in entries})
+        e = Entry(id=ident, title=title, type="fact", importance=5, created=f"2026-11-1{n}T12:00:00Z",
+                  body=body + "\n", citation=(Citation(f"s-{n}", 1),), extra={"files": [rel], "commit": commit})
+        entries.append(e.with_changes(path=v.path_for(ident, title)))
+    v.write_entries(entries, subject="two writes of one fact", why="test")
+    older, newer = (e.id for e in entries)
+    assert set(stale_map(v, force=True)) == ({older} if changed == "src/state.ts" else set())
+    v = configure(v, openai_server)
+    _merge_reply(openai_server, 1)
+    (o,) = consolidate(v).outcomes
+    assert o.status == "written", o
+    merged = next(e for e in v.load().entries if e.id == o.entry["id"])
+    assert merged.extra["files"] == ["src/state.ts", "tests/state.test.ts"]
+    if changed == "tests/state.test.ts":
+        assert merged.extra["commit"] == c2 and o.entry["id"] not in stale_map(v, force=True)
+    else:
+        assert merged.extra["commit"] == c1
+        assert stale_map(v, force=True)[o.entry["id"]].files == ("src/state.ts",)
+    with open(proj / "tests" / "state.test.ts", "a") as f:   # a later change to any of its files marks it
+        f.write("// later\n")
+    git("commit", "-qam", "later")
+    assert "tests/state.test.ts" in stale_map(v, force=True)[o.entry["id"]].files
+    v.close()

@@ -20,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-from acpmem.core.entry import COMMIT_RE
+from acpmem.core.entry import COMMIT_RE, MAX_ABOUT_FILES, about_files
 from acpmem.core.layout import LAYER_PROJECT, VAULT_DIRNAME
 from acpmem.core.values import Value
 
@@ -334,3 +334,32 @@ def confirm(vault, prefix: str) -> tuple[object, str, str]:
 
 __all__ = ["Stale", "confirm", "checks_on", "project_root", "read_head", "project_head", "relative_file", "stale_map",
            "stale_report", "stale_of", "unknown_commits", "changed_files"]
+
+
+def merged_about(vault, members) -> dict:
+    """``files`` and ``commit`` for an entry merged from ``members`` (``consolidate``): every file any of them is
+    about (first seen first, at most the limit), and one commit for all, chosen so that the merged entry is stale
+    exactly when a member would be: the newest member's commit when no other member's files changed between its
+    own commit and that one; else their common ancestor (``git merge-base``: what changed since any member was
+    written still marks it, at the price of also naming files a newer member had already seen changed); without
+    the project's git or the commits in its history, the oldest member's. Empty when no member records files."""
+    files = list(dict.fromkeys(f for e in members for f in about_files(e.extra)))[:MAX_ABOUT_FILES]
+    if not files:
+        return {}
+    dated = sorted((e for e in members if about_files(e.extra) and isinstance((e.extra or {}).get("commit"), str)
+                    and COMMIT_RE.match(e.extra["commit"])), key=lambda e: e.created)
+    commits = list(dict.fromkeys(e.extra["commit"] for e in dated))
+    if len(commits) <= 1:
+        return {"files": files, "commit": commits[0]} if commits else {"files": files}
+    root = project_root(vault)
+    if root is None:
+        return {"files": files, "commit": commits[0]}
+    newest = dated[-1].extra["commit"]
+    seen = [changed_files(root, e.extra["commit"], newest) for e in dated[:-1]]
+    if all(ch is not None and not (ch & set(about_files(e.extra))) for e, ch in zip(dated[:-1], seen)):
+        return {"files": files, "commit": newest}
+    from acpmem.vault.gitrun import git
+
+    r = git(root, "merge-base", "--octopus", *commits, check=False)
+    base = r.out.strip()
+    return {"files": files, "commit": base if r.code == 0 and COMMIT_RE.match(base) else commits[0]}

@@ -121,6 +121,7 @@ def _merge(vault, cluster: Cluster, config, mode: str) -> ClusterOutcome:
     from acpmem.core.framing import frame
     from acpmem.core.tools import consolidate_instruction, parse_write_args, tool_definitions
     from acpmem.write import budget, llm
+    from acpmem.vault.projectgit import merged_about
     from acpmem.write.fork import derive_title
 
     known = {e.id: e for e in vault.load(with_reads=False).entries}
@@ -161,7 +162,8 @@ def _merge(vault, cluster: Cluster, config, mode: str) -> ClusterOutcome:
     ident = vault.new_id()
     entry = Entry(id=ident, title=title, type=typ, importance=max(e.importance for e in members),
                   created=now, body=defuse_conflict_markers(content.strip("\n") + "\n"), citation=tuple(cites),
-                  source={"consolidate": cluster.kind, "extractor": label}, supersedes=cluster.ids)
+                  source={"consolidate": cluster.kind, "extractor": label}, supersedes=cluster.ids,
+                  extra=merged_about(vault, members))
     from acpmem.vault.writer import KIND_CONSOLIDATE, KIND_PROPOSE
 
     ids = ", ".join(f"#{i}" for i in cluster.ids)
