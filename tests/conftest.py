@@ -89,3 +89,14 @@ from hypothesis import settings as _hsettings  # noqa: E402
 _hsettings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     _hsettings.load_profile("ci")
+
+
+# The longest tests first (longest-processing-time-first scheduling): run last on one of the workers, a minute-long
+# test would leave the others idle at the end. Files by their measured time, the rest in their usual order.
+_FIRST = ("test_team_model.py", "test_team_sync.py", "test_crash_points.py", "test_reliability.py", "test_journal.py",
+          "test_json_output.py", "test_readme.py", "test_fuzz_boundaries.py", "test_vector_model.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(_FIRST)))
