@@ -398,3 +398,16 @@ def test_a_journal_an_older_acpmem_left_in_acpmem_is_finished_from_there(base):
     log = git_out(base, "log", "--format=%s")
     assert log.splitlines()[1] == "acpmem: fork-write: add an entry" and log.count("add an entry") == 1, log
     assert status_porcelain(base) == ""
+
+
+def test_a_request_is_still_known_as_done_after_acpmem_is_deleted(base):
+    """The log of finished requests lives beside the queue: `extract ID` of a request written before `.acpmem/`
+    was deleted says it is already done (with its commit), never that it does not exist."""
+    r = acp(base, *commit_args(base, "the queue worker")[3:], "--json")
+    assert r.returncode == 0, r.stderr
+    rid = json.loads(r.stdout)["request"]
+    (sha,) = [line.split()[0] for line in git_out(base, "log", "--format=%H %(trailers:key=Acpmem-Request,valueonly)")
+              .splitlines() if line.endswith(rid)]
+    shutil.rmtree(base / ".acpmem")
+    r = acp(base, "extract", rid)
+    assert r.returncode == 0 and "already done" in r.stdout and sha[:12] in r.stdout, r.stdout + r.stderr
