@@ -35,7 +35,8 @@ from acpmem.core.errors import AcpmemError, EntryInvalid, GitStateError, Setting
 from acpmem.core.ids import random_id
 from acpmem.core.values import Value
 from acpmem.infra import files, locks
-from acpmem.infra.files import atomic_write, move_durably, read_exact, stale_temp_files
+from acpmem.infra.files import (NotRegularFile, atomic_write, move_durably, read_exact, read_regular,
+                                stale_temp_files)
 from acpmem.infra.localstate import queue_home
 from acpmem.infra.proc import held_open, pid_alive, read_pid
 from acpmem.vault import readlog
@@ -49,6 +50,7 @@ REPO_LOCK = "repo.lock"
 REPO_FLOCK = "acpmem-repo.flock"   # in .git/: not *.lock, which git and acpmem's clean-up take for leftovers
 GIT_MARKER = "git-running"
 JOURNAL = "journal.json"
+JOURNAL_MAX_BYTES = 1 << 30   # a journal holds whole entries: bounded by the vault
 JOURNAL_TRAILER = "Acpmem-Journal"   # in the commit of a journaled change: recovery knows it happened
 GIT_SETUP = "git-setup"   # under .acpmem: this clone's git config is set up (``setup_git``)
 
@@ -406,15 +408,15 @@ class Vault(VaultReader):
         old, new = self.state_dir / JOURNAL, self.journal_path
         if old == new or not os.path.lexists(old) or os.path.lexists(new):
             return
-        with contextlib.suppress(FileNotFoundError):
-            move_durably(old, new, 1 << 30)   # a journal holds whole entries: bounded by the vault
+        with contextlib.suppress(FileNotFoundError, NotRegularFile):   # a FIFO across file systems stays
+            move_durably(old, new, JOURNAL_MAX_BYTES)
 
     def _journal_paths(self) -> set[str]:
         jp = self.pending_journal()
         if jp is None:
             return set()
         try:
-            j = json.loads(jp.read_text("utf-8"))
+            j = json.loads(read_regular(jp, JOURNAL_MAX_BYTES))
             return set(j.get("writes", {})) | set(j.get("deletes", []))
         except (OSError, ValueError, AttributeError, TypeError):
             return set()
@@ -433,12 +435,16 @@ class Vault(VaultReader):
         self._adopt_old_journal()
         jp = self.journal_path
         try:
-            raw = jp.read_bytes()
+            raw = read_regular(jp, JOURNAL_MAX_BYTES)
         except FileNotFoundError:
             return None
+        except NotRegularFile as exc:   # a FIFO would hang the read: set aside like any journal acpmem did not write
+            raw = exc
         except OSError as exc:
             raise storage_error(exc, "the interrupted change is kept pending") from None
         try:
+            if isinstance(raw, NotRegularFile):
+                raise _BadJournal(raw.strerror)
             j = _parse_journal(raw, self.root)
         except _BadJournal as exc:
             aside = jp.with_name(f"{JOURNAL}.bad-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}")
@@ -494,7 +500,9 @@ class Vault(VaultReader):
         if jp is None:
             return None
         try:
-            _parse_journal(jp.read_bytes(), self.root)
+            _parse_journal(read_regular(jp, JOURNAL_MAX_BYTES), self.root)
+        except NotRegularFile as exc:
+            return exc.strerror
         except OSError:
             return None
         except _BadJournal as exc:
