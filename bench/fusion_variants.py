@@ -132,7 +132,7 @@ def main() -> None:
 
     from acpmem.infra import embedclient
     from acpmem.search import query as index_query, ranking, vectors, watch
-    from acpmem.vault import embedding
+    from acpmem.read import embedding
 
     data = json.loads(Path(args.data).read_text(encoding="utf-8"))
     chosen = {int(x) for x in args.conversations.split(",") if x.strip()} or set(range(len(data)))

@@ -9,7 +9,7 @@ all of them), and one a tenth as long, then, each in a fresh process so peak RSS
 * ``block check``: what ``commit --block`` does before it queues: the blocks only (event lines that name no
   compaction are skipped unparsed);
 * ``last seq``: the seq the MCP server cites when the host passes none — by reading the whole log, and by the
-  bounded scan (``acpmem.write.transcripts.last_seq``: no message built); ``check_dsh`` is the same scan;
+  bounded scan (``acpmem.hosts.transcripts.last_seq``: no message built); ``check_dsh`` is the same scan;
 * ``commit``: ``acp memory commit --block b2 --wait --extractor offline`` (reads the log to check the block, then
   the fork reads it again);
 * ``show --source``: the entry's cited turns read back from the log.
@@ -93,20 +93,20 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = {}
     rows["python -c pass"] = [measure("pass") for _ in range(args.repeat)]
-    read_code = ("from acpmem.write.transcripts import read_transcript\n"
+    read_code = ("from acpmem.hosts.transcripts import read_transcript\n"
                  f"t = read_transcript({str(log)!r})\n"
                  "print(len(t.events), len(t.messages), [(b.id, b.tier, len(b.seqs)) for b in t.blocks])")
     rows["read_transcript (whole log)"] = [measure(read_code) for _ in range(args.repeat)]
     print(f"  read: {rows['read_transcript (whole log)'][0][2].strip()}")
     for name, path in (("", log), (" (small log)", small)):
-        check_code = ("from acpmem.write.transcripts import read_transcript\n"
+        check_code = ("from acpmem.hosts.transcripts import read_transcript\n"
                       f"print(read_transcript({str(path)!r}, turns=()).block('b2').label())")
         rows["block check at commit" + name] = [measure(check_code) for _ in range(args.repeat)]
-        last_scan = ("from acpmem.write.transcripts import last_seq\n"
+        last_scan = ("from acpmem.hosts.transcripts import last_seq\n"
                      f"print(last_seq({str(path)!r}))")
         rows["last seq: scan" + name] = [measure(last_scan) for _ in range(args.repeat)]
 
-    last_read = ("from acpmem.write.transcripts import read_transcript\n"
+    last_read = ("from acpmem.hosts.transcripts import read_transcript\n"
                  f"print(read_transcript({str(log)!r}).last_seq)")
     rows["last seq: read whole log"] = [measure(last_read) for _ in range(args.repeat)]
     a, b = (rows[k][0][2].strip() for k in ("last seq: read whole log", "last seq: scan"))

@@ -11,7 +11,7 @@ chat-completions answer (``--record DIR`` saves them: the fixtures of tests/fixt
 Coding session: 48 messages of a made-up project (a Python CLI), 8 ``memory_commit`` calls of the five types, two of
 them with Chinese notes; one request per commit, in order, each with its conversation prefix. A commit counts as
 on-topic when an entry it wrote names one of its keywords. Run once per prompt style (``--styles``;
-``acpmem.write.fork.PROMPT_STYLES``), each in a fresh vault.
+``acpmem.write.context.PROMPT_STYLES``), each in a fresh vault.
 
 LoCoMo (``--locomo``, bounded by ``--conversations`` and ``--sessions``): each session of a conversation becomes a
 transcript (speaker A as user, B as assistant) closed by a ``memory_commit`` with a generic note; after all of a
@@ -353,9 +353,9 @@ def _attempt(vault, transcript: Path, session: str, seq: int, kind: str, note: s
 
 
 def run_coding(base: Path, url: str, model: str, style: str, proxy: Proxy, log) -> list[dict]:
-    from acpmem.write import fork
+    from acpmem.write import context
 
-    fork.PROMPT_STYLE = style
+    context.PROMPT_STYLE = style
     msgs, commits = coding_messages()
     tpath = base / f"coding-{style}.json"
     tpath.write_text(json.dumps({"messages": msgs}, ensure_ascii=False, indent=1), "utf-8")
@@ -402,10 +402,10 @@ def run_locomo(base: Path, data: list[dict], url: str, model: str, n_conv: int, 
 
     from acpmem.core.entry import Citation, Entry
     from acpmem.vault.create import init_vault
-    from acpmem.vault.retrieval import recall
+    from acpmem.read.retrieval import recall
     from acpmem.vault.writer import Vault
     from acpmem.write.fork import overlap
-    from acpmem.write.sources import cited_seqs
+    from acpmem.read.sources import cited_seqs
 
     forks, scores = [], {"fork (session)": [], "fork (turn)": [], "fork (words)": [], "observations": [],
                          "raw turns": []}

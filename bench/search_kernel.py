@@ -21,7 +21,7 @@ from pathlib import Path
 
 from acpmem.core.settings import EmbeddingsSettings
 from acpmem.search.kernel import KernelDoc, kernel_search
-from acpmem.search.memory import MemoryIndex
+from acpmem.search.reference import MemoryIndex
 from acpmem.search.ranking import SearchDoc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,7 +144,7 @@ def embedded_rows(args, corpus: dict, index: MemoryIndex, queries: list[dict], s
     text = {d["id"]: f"{d['topic']}\n{d['summary']}".strip() for d in corpus["docs"]}
 
     def rerank_rows(name: str, ranked: list[list[str]]) -> None:
-        from acpmem.vault import reranking
+        from acpmem.read import reranking
 
         n = settings.rerank.candidates
         rows = []

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 from acpmem.search import english
-from acpmem.search.memory import MemoryIndex
+from acpmem.search.reference import MemoryIndex
 from acpmem.search.ranking import SearchDoc
 
 ROOT = Path(__file__).resolve().parent.parent

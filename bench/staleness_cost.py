@@ -46,9 +46,9 @@ def build(proj: Path, n: int, seed: int = 1) -> tuple[int, int]:
     from acpmem.core.entry import Citation, Entry
     from acpmem.vault.create import init_vault
     from acpmem.vault.writer import KIND_FORK
-    from acpmem.write.citecheck import turns_digest
-    from acpmem.write.sources import record_transcript
-    from acpmem.write.transcripts import read_transcript
+    from acpmem.read.citecheck import turns_digest
+    from acpmem.read.sources import record_transcript
+    from acpmem.hosts.transcripts import read_transcript
 
     rng = random.Random(seed)
     files = [f"src/pkg{i % 12}/mod{i}.py" for i in range(300)]

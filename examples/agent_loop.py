@@ -82,7 +82,7 @@ class Agent:
                 return ack.text
             if name == "memory_recall":
                 from acpmem import recall
-                from acpmem.vault.retrieval import recall_text
+                from acpmem.read.retrieval import recall_text
 
                 a = parse_recall_args(args)
                 hits = recall(self.vault, a.query, limit=a.limit, session=self.session)

@@ -113,8 +113,9 @@ def check_vault(root: Path, *, bad: set[str] = frozenset(), doctor: bool = False
     those), every other entry is listed and valid, recall finds the good entry, every pending request is valid, the
     index holds only storable numbers, and with ``doctor`` its errors name exactly the bad files."""
     from acpmem.core import limits
-    from acpmem.vault import health, resident
-    from acpmem.vault.retrieval import recall
+    from acpmem.upkeep import doctor as health
+    from acpmem.read import resident
+    from acpmem.read.retrieval import recall
     from acpmem.vault.writer import Vault
     from acpmem.write import requests
 
@@ -138,7 +139,7 @@ def check_vault(root: Path, *, bad: set[str] = frozenset(), doctor: bool = False
             for p in (r.transcript, r.host_tools):
                 assert p is None or (limits.is_utf8(p) and "\x00" not in p), r
         if doctor:
-            rep = health.doctor(v)
+            rep = health.check_vault(v)
             named = set()
             for f in rep.findings:
                 if f.level == "error":
@@ -424,7 +425,8 @@ def fuzz_api(ctx: Ctx, n: int) -> int:
     """The Python API (``submit``, ``make_request``, ``recall``, ``resident_index``, ``scores``, ``surface``,
     ``show``) with generated arguments: a result or an ``AcpmemError``."""
     from acpmem.core.errors import AcpmemError
-    from acpmem.vault import reader, resident, retrieval
+    from acpmem.vault import reader
+    from acpmem.read import resident, retrieval
     from acpmem.vault.writer import Vault
     from acpmem.write import requests
     from acpmem.write.submit import submit
@@ -474,7 +476,7 @@ def fuzz_fork(ctx: Ctx, n: int) -> int:
     """Generated ``memory_write`` argument objects through ``draft_from_calls`` (and, when they make entries, the
     commit): entries or a malformed-call ``ExtractionError``; what is written parses and is findable."""
     from acpmem.core.errors import ExtractionError
-    from acpmem.write import fork, requests
+    from acpmem.write import draft as drafting, fork, requests
     from acpmem.write.llm import ToolCall
     from acpmem.vault.writer import Vault
 
@@ -494,7 +496,7 @@ def fuzz_fork(ctx: Ctx, n: int) -> int:
                                    None if isinstance(args, dict) else "arguments must be a JSON object")
                           for i, (name, args) in enumerate(calls)]
             try:
-                draft = fork.draft_from_calls(v, req, tool_calls, "llm:fuzz", {"host_read"})
+                draft = drafting.draft_from_calls(v, req, tool_calls, "llm:fuzz", {"host_read"})
             except ExtractionError as exc:
                 assert exc.data.get("reason") == "malformed_call"
                 ctx.note("malformed_call")
@@ -749,7 +751,7 @@ def fuzz_transcripts(ctx: Ctx, n: int) -> int:
     from acpmem.core import limits
     from acpmem.core.errors import TranscriptError
     from acpmem.write.offline import extract_offline
-    from acpmem.write.transcripts import close_tool_calls, openai_messages, read_transcript
+    from acpmem.hosts.transcripts import close_tool_calls, openai_messages, read_transcript
 
     from acpmem.core.blocks import valid_block_id
 
@@ -889,7 +891,8 @@ def fuzz_settings(ctx: Ctx, n: int) -> int:
     """Generated ``acpmem.toml``: a ``SettingsError`` (one line on the command line), or settings whose every number
     is in range — and then listing, the prompt index, recall, scores and surfacing all work."""
     from acpmem.core.errors import SettingsError
-    from acpmem.vault import reader, resident, retrieval
+    from acpmem.vault import reader
+    from acpmem.read import resident, retrieval
     from acpmem.vault.writer import Vault
 
     root = ctx.root
@@ -962,9 +965,11 @@ def fuzz_state_files(ctx: Ctx, n: int) -> int:
     request file, the cost ledger: listing, the prompt index, recall, scores, surfacing, stats and doctor keep
     working; a request either is extracted into valid entries or is reported broken, never anything in between."""
     from acpmem.core.errors import AcpmemError
-    from acpmem.vault import reader, resident, retrieval
+    from acpmem.vault import reader
+    from acpmem.read import resident, retrieval
     from acpmem.vault.writer import Vault
-    from acpmem.write import requests, stats, worker
+    from acpmem.write import requests, worker
+    from acpmem.upkeep import stats
 
     root, state = ctx.root, ctx.root / ".acpmem"
     ctx.close()   # extraction runs here, under the worker lock

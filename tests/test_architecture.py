@@ -13,8 +13,10 @@ from pathlib import Path
 import archcheck
 
 PKG = Path(__file__).resolve().parents[1] / "acpmem"
-# core → infra → search → vault → write → integrations → cli: each layer may import the layers before it.
-LAYERS = {"core": 0, "infra": 1, "search": 2, "vault": 3, "write": 4, "integrations": 5, "cli": 6}
+# core → infra → search → hosts → vault → read → write → upkeep → integrations → cli: each layer may import the layers
+# before it.
+LAYERS = {"core": 0, "infra": 1, "search": 2, "hosts": 3, "vault": 4, "read": 5, "write": 6, "upkeep": 7,
+          "integrations": 8, "cli": 9}
 IO = {"os", "io", "subprocess", "sqlite3", "shutil", "socket", "fcntl", "tempfile", "glob", "urllib", "http",
       "select", "signal", "ctypes", "random", "time"}
 HEAVY = {"openai", "mcp", "mcp_types", "anyio", "rjieba", "jieba", "detect_secrets", "httpx", "rich", "typer",
@@ -168,7 +170,7 @@ sys.stderr.write("\\n" + json.dumps({"code": code, "modules": sorted(sys.modules
 """
 # what a per-turn command never loads: the heavy libraries, the write machinery, the progress bars, and the typing
 # and dataclasses modules (a few ms each, with what they generate)
-PER_TURN_BANNED = HEAVY | {"acpmem.vault.writer", "acpmem.vault.gitlib", "acpmem.vault.gitrun", "acpmem.vault.review",
+PER_TURN_BANNED = HEAVY | {"acpmem.vault.writer", "acpmem.vault.gitlib", "acpmem.vault.gitrun", "acpmem.upkeep.review",
                            "acpmem.cli.bars", "dataclasses", "inspect", "typing"}
 
 

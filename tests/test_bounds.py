@@ -179,7 +179,8 @@ def test_a_hand_edited_request_file_with_a_huge_seq_is_broken_not_extracted(vaul
 
 
 def test_read_api_numbers_are_bounded(example_vault):
-    from acpmem.vault import reader, resident, retrieval
+    from acpmem.vault import reader
+    from acpmem.read import resident, retrieval
 
     v = example_vault
     for limit in (0, -1, 2**63, 10**30, 1.5, "5", True, None):
@@ -203,7 +204,7 @@ def test_read_api_numbers_are_bounded(example_vault):
 
 @pytest.mark.parametrize("seq", [2**63, 10**20, -1, -(2**63) - 1])
 def test_a_transcript_seq_out_of_range_is_refused(seq):
-    from acpmem.write.transcripts import read_transcript
+    from acpmem.hosts.transcripts import read_transcript
 
     for text in (json.dumps([{"role": "user", "content": "hi", "seq": seq}]),
                  json.dumps({"role": "user", "content": "hi", "seq": seq}) + "\n"):
@@ -224,7 +225,7 @@ def test_the_offline_extractor_cites_only_seqs_it_can_store(vault, tmp_path):
     assert ack.outcome.status == "written", ack.outcome
     e = vault.load().entries[0]
     assert {c.seq for c in e.citation} <= {limits.MAX_SEQ - 1, limits.MAX_SEQ}
-    from acpmem.vault.retrieval import recall
+    from acpmem.read.retrieval import recall
     assert [h.entry.id for h in recall(vault, "sqlite queue")] == [e.id]
 
 
@@ -423,7 +424,7 @@ def test_a_database_built_with_the_old_validation_is_rebuilt(example_vault):
     try:
         loaded = v2.load()
         assert [p.path for p in loaded.problems] == ["entries/bad001-hand-edited.md"]
-        from acpmem.vault.retrieval import recall
+        from acpmem.read.retrieval import recall
         assert recall(v2, "sqlite queue")
     finally:
         v2.close()

@@ -14,9 +14,9 @@ from planted_duplicates import set_section
 from test_fork import configure as configure_fork
 
 from acpmem.core.entry import Citation, Entry
-from acpmem.vault import review as rv
+from acpmem.upkeep import review as rv
 from acpmem.vault.writer import Vault
-from acpmem.write.consolidate import consolidate, find_clusters
+from acpmem.upkeep.consolidate import consolidate, find_clusters
 
 # Distinct facts: none of these may be clustered with another.
 BACKGROUND = [
@@ -159,7 +159,7 @@ def test_auto_merges_each_cluster_in_one_commit_keeping_every_citation(vault, op
     assert res.mode == "commit" and [o.status for o in res.outcomes] == [
         "proposed" if o.cluster.kind == "contradiction" else "written" for o in res.outcomes]
     assert {o.status for o in res.outcomes} == {"written", "proposed"}
-    from acpmem.vault import review as rv
+    from acpmem.upkeep import review as rv
 
     for item in [i for i in rv.queue(v) if i.kind == "proposal"]:
         rv.decide(v, item, "accept")

@@ -16,7 +16,7 @@ from helpers_proc import git_out
 from openai_server import reply
 
 from acpmem.core.errors import SettingsError, UsageError
-from acpmem.write.consolidate import consolidate
+from acpmem.upkeep.consolidate import consolidate
 from acpmem.write.duplicates import find, read_verdicts
 from acpmem.write.llm import ToolCall
 
@@ -180,7 +180,7 @@ def test_a_contradiction_is_proposed_never_merged_on_its_own(vault, openai_serve
     live = {e.id for e in v.load().live()}
     assert set(kinds["contradiction"].cluster.ids) <= live             # untouched until a person decides
     assert not set(kinds["duplicate"].cluster.ids) & live
-    from acpmem.vault import review as rv
+    from acpmem.upkeep import review as rv
 
     assert [i.kind for i in rv.queue(v) if i.id == kinds["contradiction"].entry["id"]] == ["proposal"]
     assert "Never deploy on Fridays" in {truth[i][2].splitlines()[0] for i in kinds["contradiction"].cluster.ids}

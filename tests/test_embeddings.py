@@ -17,10 +17,10 @@ from acpmem.infra import embedclient
 from acpmem.search import vectors
 from acpmem.search.analysis import analyze
 from acpmem.search.ranking import plan_query, vector_share
-from acpmem.search.memory import Vocabulary
-from acpmem.vault import embedding
+from acpmem.search.reference import Vocabulary
+from acpmem.read import embedding
 from acpmem.vault.reader import VaultReader
-from acpmem.vault.retrieval import recall
+from acpmem.read.retrieval import recall
 from embeddings_server import embeddings_server
 from helpers_proc import warnings_said
 
@@ -76,11 +76,11 @@ def test_channel_off_is_lexical_and_imports_nothing_of_it(vault, cli):
     data = json.loads(offline.stdout)
     assert set(data) == {"query", "hits"}                  # no vectors field, no warning: today's output
     # the same bytes as the engine alone (no fusion code on the path) and no numpy / vector module imported
-    probe = ("import sys, json; from acpmem.vault.reader import VaultReader; from acpmem.vault.retrieval import "
+    probe = ("import sys, json; from acpmem.vault.reader import VaultReader; from acpmem.read.retrieval import "
              f"recall; v = VaultReader({str(vault.root)!r}); r = {{}}; h = recall(v, 'sqlite deploy', report=r, "
              "mark_read=False); print(json.dumps([x.entry.id for x in h])); "
              "print(r, 'numpy' in sys.modules, 'acpmem.search.vectors' in sys.modules, "
-             "'acpmem.vault.embedding' in sys.modules)")
+             "'acpmem.read.embedding' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     ids, flags = p.stdout.splitlines()
     assert json.loads(ids) == [h["id"] for h in data["hits"]]

@@ -10,7 +10,7 @@ import pytest
 from pathlib import Path
 
 from openai_server import reply
-from acpmem.write import costs, fork, requests, worker
+from acpmem.write import context, costs, fork, requests, worker
 from acpmem.vault.writer import Vault
 from acpmem.write.requests import pending_dir
 
@@ -76,7 +76,7 @@ def test_several_writes_land_in_one_commit_and_the_body_is_the_conversation_then
         reply.write("- A boolean `appending` flag is not re-entrant: the post-tool hook fires mid-write.\n- Use the lock."),
         usage=reply.usage(1200, 80, cached=1000)))
     req = submit(v)
-    expected = fork.build_body(v, req, "test-model")                  # what --dry-run prints
+    expected = context.build_body(v, req, "test-model")                  # what --dry-run prints
     out = run(v, req)
 
     assert out.status == "written" and len(out.entries) == 2
@@ -306,7 +306,7 @@ def test_offline_extractor_cites_exactly_the_seqs_it_quotes(vault):
 
 def test_offline_extractor_is_deterministic_and_bounded():
     from acpmem.write.offline import extract_offline
-    from acpmem.write.transcripts import read_transcript
+    from acpmem.hosts.transcripts import read_transcript
 
     msgs = [{"role": "user", "content": f"message {i} about the pnpm lockfile " + "filler " * 400} for i in range(30)]
     t = read_transcript(json.dumps(msgs))

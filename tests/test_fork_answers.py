@@ -274,8 +274,8 @@ def test_the_same_note_twice_does_not_write_the_same_entry_twice(example_vault, 
 
 
 def test_an_entry_sharing_too_few_words_with_the_note_is_not_shown_as_related(example_vault, openai_server):
-    from acpmem.vault.layers import recall_layered
-    from acpmem.write.fork import related_entries, shares_words
+    from acpmem.read.layers import recall_layered
+    from acpmem.write.context import related_entries, shares_words
 
     v = configure(example_vault, openai_server)
     note = "release runs: tag push publishes the wheel"
@@ -312,7 +312,7 @@ def test_an_entry_cites_the_turns_it_rests_on_beside_the_commit(example_vault, o
     # turn 4 says why; turn 3 (the read file) shares too few words; the commit call (6) stays the seq
     assert [(c.session, c.seq, c.turns) for c in lock.citation] == [("s1", 6, "4")]
     assert [(c.session, c.seq, c.turns) for c in deploy.citation] == [("s1", 6, None)]   # nothing said it: the commit
-    from acpmem.write.sources import entry_source
+    from acpmem.read.sources import entry_source
     (src,) = entry_source(v, lock.id, transcript=str(CHAT)).sources
     assert [t.seq for t in src.turns] == [4] and "not re-entrant" in src.turns[0].text   # `source` shows that turn
 
@@ -356,7 +356,7 @@ def test_the_context_window_from_props_trims_the_oldest_turns_never_the_cited_on
     assert kept == [m for m in convo if m in kept]                             # order unchanged
     (note,) = [n for n in out.notes if "left out to fit" in n]
     assert "context of 4096 tokens" in note
-    from acpmem.write.fork import estimate_tokens
+    from acpmem.write.context import estimate_tokens
     assert sum(estimate_tokens(m) for m in sent) + estimate_tokens(openai_server.requests[0].body["tools"]) \
         <= 4096 - 1024
 

@@ -11,7 +11,7 @@ from embeddings_server import embeddings_server
 from openai_server import reply
 from test_fork import configure, run, submit
 
-from acpmem.vault import review as rv
+from acpmem.upkeep import review as rv
 
 
 def _vault(vault, srv, *, check=True, embeddings=None):
@@ -90,7 +90,7 @@ def test_the_words_miss_a_paraphrase_the_vectors_catch(vault, openai_server):
         v = pd.configure(v, similarity="auto")
         openai_server.enqueue(reply.writes(reply.write(text, title="Dates in the database are UTC")))
         before = len(v.load().live())
-        # the note shares two words with the old entry, so the fork is shown it (fork.shares_words)
+        # the note shares two words with the old entry, so the fork is shown it (context.shares_words)
         out = run(v, submit(v, note="timestamps stored as UTC dates", type="fact"))
         assert len(v.load().live()) == before, out.notes         # not a second entry: it took the old one's place
         assert out.superseded == tuple(e.id for e in v.load().entries if e.title == "Timestamps are stored in UTC")

@@ -31,7 +31,7 @@ def _one_error_line(r, codes=(1, 2), prefix="Error: "):
     '{"role": "user", "content": "x"}\n' + "[" * 100_000 + "\n",
 ])
 def test_a_transcript_number_or_nesting_json_cannot_read_is_a_transcript_error(text):
-    from acpmem.write.transcripts import read_transcript
+    from acpmem.hosts.transcripts import read_transcript
 
     with pytest.raises(TranscriptError):
         read_transcript(text)
@@ -56,7 +56,7 @@ ODD_SHAPES = [
 @pytest.mark.parametrize("text", ODD_SHAPES)
 def test_a_transcript_of_odd_shape_is_read_or_refused_never_a_crash(text):
     from acpmem.write.offline import extract_offline
-    from acpmem.write.transcripts import close_tool_calls, openai_messages, read_transcript
+    from acpmem.hosts.transcripts import close_tool_calls, openai_messages, read_transcript
 
     try:
         t = read_transcript(text)
@@ -71,7 +71,7 @@ def test_a_transcript_of_odd_shape_is_read_or_refused_never_a_crash(text):
 
 @pytest.mark.parametrize("path", ["\x00", "x\ud800.json", "a/" * 3000 + "t.json"])
 def test_a_transcript_path_that_is_no_file_name_is_a_transcript_error(path):
-    from acpmem.write.transcripts import read_transcript
+    from acpmem.hosts.transcripts import read_transcript
 
     with pytest.raises(TranscriptError):
         read_transcript(Path(path))
@@ -79,7 +79,7 @@ def test_a_transcript_path_that_is_no_file_name_is_a_transcript_error(path):
 
 def test_a_transcript_that_is_not_a_regular_file_is_refused_at_once():
     """/dev/zero reports size 0 and never ends: reading it used to hang and eat memory."""
-    code = ("from acpmem.write.transcripts import read_transcript\n"
+    code = ("from acpmem.hosts.transcripts import read_transcript\n"
             "from acpmem.core.errors import TranscriptError\n"
             "try:\n    read_transcript('/dev/zero')\nexcept TranscriptError as e:\n    print(e.message)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
@@ -163,7 +163,8 @@ def test_a_settings_number_python_cannot_read_is_one_error_line(vault, cli, toml
 # --------------------------------------------------------------------------------------------------------- the read API
 
 def test_a_session_or_query_of_the_wrong_type_is_a_usage_error(example_vault):
-    from acpmem.vault import reader, resident, retrieval
+    from acpmem.vault import reader
+    from acpmem.read import resident, retrieval
 
     for call in (lambda: resident.resident_index(example_vault, session=5),
                  lambda: reader.scores(example_vault, session="\ud800"),   # salts the jitter's hash
@@ -195,13 +196,13 @@ def test_a_commit_note_of_undecodable_bytes_is_refused_before_anything_is_writte
 # ---------------------------------------------------------------------------------------------------------- fork output
 
 def _draft(vault, arguments: dict):
-    from acpmem.write import fork, requests
+    from acpmem.write import draft, requests
     from acpmem.write.llm import ToolCall
 
     req = requests.make_request(types=vault.settings.types, type="fact", note="n", importance=5, session="s", seq=1,
                                 transcript=None, host_tools=None, lang="en", created=vault.now(),
                                 request_id=requests.new_request_id(vault.rng))
-    return req, fork.draft_from_calls(vault, req, [ToolCall("c1", "memory_write", arguments, json.dumps(arguments))],
+    return req, draft.draft_from_calls(vault, req, [ToolCall("c1", "memory_write", arguments, json.dumps(arguments))],
                                       "llm:test", set())
 
 
@@ -287,7 +288,7 @@ def test_token_counts_beyond_64_bits_never_reach_the_cost_ledger():
 
 
 def test_a_content_block_type_that_is_a_list_does_not_crash_the_dialect_guess():
-    from acpmem.write.transcripts import read_transcript
+    from acpmem.hosts.transcripts import read_transcript
 
     t = read_transcript('[{"role": "user", "content": [{"type": []}]}]')
     assert t.format == "openai"
@@ -328,7 +329,8 @@ def test_a_hand_edited_request_file_is_broken_and_the_worker_does_not_spin(vault
     """A request whose id is not its file name made the worker process the same missing request for ever, holding
     the worker lock (every `commit --wait` then waited 300 s); a next_attempt of "zzzz" stopped it with a
     ValueError; attempts of 1e400 crashed every listing of requests, stats included."""
-    from acpmem.write import requests, stats
+    from acpmem.write import requests
+    from acpmem.upkeep import stats
 
     path = _request_file(vault, **changes)
     reqs, broken = requests.list_requests(vault.state_dir)
@@ -365,7 +367,7 @@ def test_write_entries_never_writes_an_entry_the_vault_would_refuse(vault):
 @pytest.mark.parametrize("ledger", ['{"used_bytes": 1e400}', '{"used_bytes": -1e400}', '{"recalled": "\\ud800"}',
                                     '{"surfaced": ["\\udcff"]}'])
 def test_a_hand_edited_surfacing_ledger_is_a_fresh_one(example_vault, ledger):
-    from acpmem.vault import retrieval
+    from acpmem.read import retrieval
 
     sdir = example_vault.session_dir("led")
     sdir.mkdir(parents=True)
@@ -374,7 +376,7 @@ def test_a_hand_edited_surfacing_ledger_is_a_fresh_one(example_vault, ledger):
 
 
 def test_a_cost_ledger_line_nested_past_the_stack_is_skipped(vault):
-    from acpmem.write import stats
+    from acpmem.upkeep import stats
 
     vault.ensure_state()
     (vault.state_dir / "costs.jsonl").write_text("[" * 100_000 + "\n" + json.dumps(

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 import helpers_proc as hp
-from acpmem.vault import health, reader, resident
+from acpmem.upkeep import doctor as health
+from acpmem.vault import reader
+from acpmem.read import resident
 from acpmem.core.errors import AcpmemError, EntryInvalid, UsageError
 from acpmem.core.entry import validate_id
-from acpmem.vault.retrieval import recall
+from acpmem.read.retrieval import recall
 from acpmem.vault.writer import Vault
 
 GOOD = hp.make_entry("good01", "Good entry about sqlite wal", "The good entry stays findable.")
@@ -76,7 +78,7 @@ def _use_the_vault(root: Path, cli, *, commands: tuple[tuple[str, ...], ...] = (
         assert "good01" in {e.id for e in entries}
         assert [h.entry.id for h in recall(v, "sqlite wal")] == ["good01"]
         assert "#good01" in resident.resident_index(v)
-        health.doctor(v)
+        health.check_vault(v)
         v.write_entries([hp.make_entry(f"new{len(entries):03d}", "Another good one", "Written meanwhile.")],
                         subject="add", why="hostile neighbours")
     finally:
@@ -106,7 +108,7 @@ def test_hostile_entry_file_is_quarantined_with_a_clear_reason(name, vault, tmp_
         _, problems = reader.list_entries(v)
         (prob,) = [p for p in problems if p.path == rel]
         assert words.lower() in (prob.reason + " " + str(prob.field)).lower(), prob
-        rep = health.doctor(v)
+        rep = health.check_vault(v)
         assert any(rel in f.what and f.level == "error" for f in rep.findings)
     finally:
         v.close()

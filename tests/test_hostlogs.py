@@ -13,9 +13,10 @@ import zstandard
 from acpmem.core.blocks import parse_turns, summary_message, turns_text
 from acpmem.core.entryfile import parse_entry
 from acpmem.core.errors import EntryInvalid, TranscriptError, UsageError
-from acpmem.write import fork, requests, sources, worker
+from acpmem.write import context, requests, worker
+from acpmem.read import sources
 from acpmem.write.submit import submit as real_submit
-from acpmem.write.transcripts import openai_messages, read_transcript
+from acpmem.hosts.transcripts import openai_messages, read_transcript
 from openai_server import reply
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -542,9 +543,9 @@ def test_dry_run_body_of_a_block_request_matches_the_fork(example_vault, tmp_pat
     log = make_session.write(tmp_path / "s.jsonl.zstd")
     t = read_transcript(log)
     req = _request(example_vault, str(log), t.last_seq, block="b1")
-    body = fork.build_body(example_vault, req, "m")
+    body = context.build_body(example_vault, req, "m")
     assert 'id="b1" tier="1" topic="JWT auth design"' in body["messages"][-1]["content"]
-    assert fork.request_citations(req, t)[0].turns == turns_text(t.block("b1").seqs)
+    assert context.request_citations(req, t)[0].turns == turns_text(t.block("b1").seqs)
 
 
 def test_the_worked_example_runs_offline(tmp_path):
@@ -673,7 +674,7 @@ def test_concurrent_first_sightings_leave_one_valid_record(vault, tmp_path):
         p = tmp_path / f"t{i}.json"
         p.write_text("[]")
         paths.append(p)
-    code = ("import sys; from acpmem.vault.reader import VaultReader; from acpmem.write.sources import "
+    code = ("import sys; from acpmem.vault.reader import VaultReader; from acpmem.read.sources import "
             "record_transcript; v = VaultReader(sys.argv[1]); print(record_transcript(v, 'race', sys.argv[2], 'x'))")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(vault.root), str(p)], stdout=subprocess.PIPE,
                               text=True) for p in paths]
@@ -688,7 +689,7 @@ def test_concurrent_first_sightings_leave_one_valid_record(vault, tmp_path):
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_the_fork_instruction_names_the_block_before_the_rules(lang):
-    from acpmem.core.tools import fork_instruction
+    from acpmem.write.prompts import fork_instruction
 
     block = '<<acpmem-data kind="block" id="b2" tier="2" topic="t" nonce="ab">>\nsum\n<</acpmem-data nonce="ab">>'
     text = fork_instruction("auth design", "decision", 8, None, lang, block)
@@ -793,7 +794,7 @@ def _event_lines(plan, compact_json: bool) -> tuple[list[str], Log]:
 def test_the_scanned_last_seq_is_the_read_transcripts(tmp_path, plan, compact_json, cut, frames):
     """A generated DSH log (any mix of events, key order, JSON spacing, frames, a last line cut or whole without its
     newline): the bounded scan the MCP server uses finds the same last message seq as reading the whole log."""
-    from acpmem.write.transcripts import last_seq
+    from acpmem.hosts.transcripts import last_seq
 
     lines, g = _event_lines(plan, compact_json)
     if cut == "half":
@@ -810,7 +811,7 @@ def test_the_scanned_last_seq_is_the_read_transcripts(tmp_path, plan, compact_js
 
 
 def test_the_scanned_last_seq_of_a_plain_transcript_and_of_a_log_without_messages(tmp_path):
-    from acpmem.write.transcripts import last_seq
+    from acpmem.hosts.transcripts import last_seq
 
     chat = tmp_path / "chat.json"
     chat.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]))
@@ -826,7 +827,7 @@ def test_the_scanned_last_seq_of_a_plain_transcript_and_of_a_log_without_message
     ("bad_json_mid", "not valid JSON"),
     ("corrupt", "corrupt zstd data")])
 def test_the_last_seq_scan_refuses_hostile_logs_like_the_reader(tmp_path, case, message):
-    from acpmem.write.transcripts import last_seq
+    from acpmem.hosts.transcripts import last_seq
 
     good = five_users()
     path = tmp_path / "bad.zst"

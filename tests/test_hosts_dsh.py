@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from acpmem.write import hostlogs
-from acpmem.write.hostlogs import last_message_seq, read_dsh
-from acpmem.write.transcripts import openai_messages, read_transcript
+from acpmem.hosts import dsh as hostlogs
+from acpmem.hosts.dsh import last_message_seq, read_dsh
+from acpmem.hosts.transcripts import openai_messages, read_transcript
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hosts" / "dsh"
 ROLES = {"user/message": "user", "assistant/message": "assistant", "tool/result": "tool"}
@@ -247,7 +247,7 @@ def test_a_broken_host_log_is_one_line_and_the_streaming_check_finds_it(tmp_path
     """A real log with one line damaged, or cut before its last message: the reader and the cheap check both
     answer one ``TranscriptError`` line naming the file and line."""
     from acpmem.core.errors import TranscriptError
-    from acpmem.write.hostlogs import check_dsh
+    from acpmem.hosts.dsh import check_dsh
 
     lines = (FIXTURES / "plain-session.jsonl").read_text("utf-8").split("\n")
     assert check_dsh(FIXTURES / "plain-session.jsonl", "x") == _truth("dsh-session1.truth.json")["messageEvents"][-1]["seq"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from acpmem.core.errors import TranscriptError
-from acpmem.write.transcripts import read_transcript
+from acpmem.hosts.transcripts import read_transcript
 
 OMP = Path(__file__).parent / "fixtures" / "hosts" / "omp"
 TRUTH = json.loads((OMP / "truth.json").read_text())

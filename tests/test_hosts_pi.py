@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from acpmem.core.errors import TranscriptError
-from acpmem.write.transcripts import openai_messages, read_transcript
+from acpmem.hosts.transcripts import openai_messages, read_transcript
 
 PI = Path(__file__).parent / "fixtures" / "hosts" / "pi"
 _ACP_PREFIX = re.compile(r'<acp tokens="[0-9]+" type="[a-z-]+">m[0-9]+</acp>\n')

@@ -16,7 +16,7 @@ from acpmem.infra import db
 from acpmem.search import catalog, store, watch
 from acpmem.search import query as index_query
 from acpmem.core.entry import Citation, Entry
-from acpmem.search.memory import MemoryIndex
+from acpmem.search.reference import MemoryIndex
 from acpmem.search.ranking import analyze
 from acpmem.vault.writer import Vault, git
 
@@ -292,7 +292,7 @@ def test_rebuilds_after_corruption(example_vault, damage):
 _RECALLER = """
 import sys
 from acpmem.vault.writer import Vault
-from acpmem.vault.retrieval import recall
+from acpmem.read.retrieval import recall
 v = Vault(sys.argv[1])
 hits = recall(v, sys.argv[2])
 print(hits[0].entry.id if hits else "-")

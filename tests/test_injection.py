@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import helpers_proc as hp
-from acpmem.vault import resident
-from acpmem.write.fork import related_entries, related_text
+from acpmem.read import resident
+from acpmem.write.context import related_entries, related_text
 from acpmem.core.framing import CLOSE, OPEN
 from acpmem.core.entryfile import new_entry_text, parse_entry
-from acpmem.vault.retrieval import recall, recall_text, surface, surface_text
+from acpmem.read.retrieval import recall, recall_text, surface, surface_text
 
 OPEN_RE = re.compile(r'^<<acpmem-data kind="([a-z][a-z0-9_-]*)"((?: [a-z][a-z0-9_-]*="[^"<>]*")*) '
                      r'nonce="([0-9a-f]{16})">>$')

@@ -20,12 +20,12 @@ from openai_server import reply
 from acpmem.core.layout import USER_ID_PREFIX
 from acpmem.infra.localstate import queue_home
 from acpmem.vault.create import init_user_vault, init_vault
-from acpmem.vault.layers import list_layered, recall_layered, resolve_layer
-from acpmem.vault.resident import resident_index
-from acpmem.vault.retrieval import surface
+from acpmem.read.layers import list_layered, recall_layered, resolve_layer
+from acpmem.read.resident import resident_index
+from acpmem.read.retrieval import surface
 from acpmem.vault.writer import Vault
 from acpmem.write import requests, worker
-from acpmem.write.fork import related_entries
+from acpmem.write.context import related_entries
 from acpmem.write.requests import pending_dir
 
 FIX = Path(__file__).parent / "fixtures" / "transcripts"
@@ -646,8 +646,8 @@ def test_a_block_committed_as_a_user_preference_lands_in_the_user_vault_and_its_
     with a u- id, cites the block, and `show --source` finds the u- id."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "dsh"))
     import make_session
-    from acpmem.write import sources
-    from acpmem.write.transcripts import read_transcript
+    from acpmem.read import sources
+    from acpmem.hosts.transcripts import read_transcript
 
     log = make_session.write(tmp_path / "s.jsonl.zstd")
     t = read_transcript(log)

@@ -23,7 +23,7 @@ from test_layers import configure, ids, project, put, run, submit
 import test_layers
 
 from acpmem.core.errors import AmbiguousId, EntryNotFound, Refused
-from acpmem.vault import review as rv
+from acpmem.upkeep import review as rv
 from acpmem.vault.writer import Vault
 from acpmem.write.remember import remember
 
@@ -229,7 +229,7 @@ def test_an_edit_of_a_user_item_may_not_add_a_project_path(user_reviews, user_va
     (lv, item) = next(p for p in rv.queue_layered(v) if p[1].layer == "user")
     text = (user_vault.root / item.path).read_text().replace("<project path>", f"{v.root.parent}/x")
     from acpmem.core.errors import EntryInvalid
-    from acpmem.vault.layers import project_path_forms
+    from acpmem.read.layers import project_path_forms
 
     with pytest.raises(EntryInvalid, match="path of this project"):
         rv.decide(lv, item, "edit", text=text, forbid_paths=project_path_forms(v))

@@ -6,7 +6,8 @@ import json
 import subprocess
 import sys
 
-from acpmem.vault import reader, resident
+from acpmem.vault import reader
+from acpmem.read import resident
 from acpmem.vault.reader import VaultReader
 from conftest import PINNED
 

@@ -271,8 +271,10 @@ def test_config_from_the_vault_settings_object():
 def test_fork_pieces_compose_and_the_prefix_is_byte_identical_on_the_wire():
     from pathlib import Path
 
-    from acpmem.core.tools import fork_instruction, parse_write_args, tool_definitions
-    from acpmem.write.transcripts import close_tool_calls, openai_messages, read_transcript
+    from acpmem.core.tools import parse_write_args, tool_definitions
+
+    from acpmem.write.prompts import fork_instruction
+    from acpmem.hosts.transcripts import close_tool_calls, openai_messages, read_transcript
 
     fixture = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
     conversation = json.loads(fixture.read_text())

@@ -199,8 +199,8 @@ def test_recall_tells_the_client_what_the_embedding_channel_did_and_the_model_on
     warning too (and in the server's stderr), and the text the model reads gains exactly one closing line."""
     from embeddings_server import embeddings_server
     from test_embeddings import SYNONYMS, TOPICS, configure, write
-    from acpmem.vault import embedding
-    from acpmem.vault.retrieval import lexical_fallback_note
+    from acpmem.read import embedding
+    from acpmem.read.retrieval import lexical_fallback_note
 
     write(vault)
     query = {"query": "retry uploads backoff"}

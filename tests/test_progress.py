@@ -23,7 +23,7 @@ from test_consolidate import _merge_reply, planted
 from test_embeddings import configure as configure_embeddings, write as write_entries
 from test_fork import CHAT, configure, submit
 
-from acpmem.write.consolidate import find_clusters
+from acpmem.upkeep.consolidate import find_clusters
 
 ACP = str(Path(sys.executable).parent / "acp")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")

@@ -16,7 +16,7 @@ import pytest
 from helpers_proc import wait_until
 from openai_server import reply, wait_for_requests
 from acpmem.write import requests, submit, worker
-from acpmem.write.stats import stats as vault_stats
+from acpmem.upkeep.stats import stats as vault_stats
 from acpmem.core.errors import EntryInvalid, UsageError
 from acpmem.vault.writer import Vault
 from test_fork import CHAT, configure, fork_commits

@@ -10,7 +10,7 @@ import pytest
 from acpmem.core.errors import Refused, UsageError
 from acpmem.core.framing import CLOSE, DATA_NOTICE_EN, OPEN
 from acpmem.core.entry import Citation, Entry
-from acpmem.vault.retrieval import cap_text, recall, recall_text, surface, surface_text
+from acpmem.read.retrieval import cap_text, recall, recall_text, surface, surface_text
 from acpmem.vault.writer import Vault, git
 
 
@@ -146,7 +146,7 @@ def test_surface_budget_and_recalled_entries(example_vault):
 _SURFACER = """
 import json, sys
 from acpmem.vault.writer import Vault
-from acpmem.vault.retrieval import surface
+from acpmem.read.retrieval import surface
 r = surface(Vault(sys.argv[1]), "shared-session", seed=5)
 print(json.dumps([e.entry.id for e in r.entries]))
 """
@@ -204,7 +204,7 @@ def test_a_second_file_with_the_same_id_is_not_returned(vault):
 
 
 def test_acpmems_own_lookups_do_not_mark_read(example_vault):
-    from acpmem.write.fork import related_entries
+    from acpmem.write.context import related_entries
 
     v = example_vault
     before = {e.id: e.last_read for e in v.load().entries}

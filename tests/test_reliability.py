@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 
 import helpers_proc as hp
-from acpmem.vault import health, reader, resident
+from acpmem.upkeep import doctor as health
+from acpmem.vault import reader
+from acpmem.read import resident
 from acpmem.core.errors import AcpmemError, GitStateError
 from acpmem.vault.writer import Vault
 from acpmem.write.requests import pending_dir
@@ -186,7 +188,7 @@ def test_eight_processes_times_ten_commits_through_the_real_cli(vault, tmp_path)
     # the search index answers the same after a rebuild from nothing
     from acpmem.core.layout import DB_NAME
     from acpmem.infra import db
-    from acpmem.vault.retrieval import recall
+    from acpmem.read.retrieval import recall
 
     def ids(query: str) -> list[str]:
         v = Vault(root, clock=lambda: hp.PINNED)
@@ -466,7 +468,7 @@ def test_disk_full_gives_a_clean_error_keeps_old_content_and_recovers(tiny_fs, t
         on_disk = list((root / "entries").glob(f"full0{k}-*.md"))
         assert len(on_disk) == len([p for p in head_files if p.startswith(f"entries/full0{k}-")])
     # git leaves tmp_obj_* files when it cannot write an object; doctor --fix removes them
-    res = health.doctor(Vault(root), fix=True)
+    res = health.check_vault(Vault(root), fix=True)
     assert res.ok, [f.what for f in res.findings]
     _assert_clean(root)
 
@@ -506,7 +508,7 @@ def _disk_full_by_rlimit(tmp_path: Path) -> None:
 def test_two_thousand_operations_keep_children_and_descriptors_bounded(vault):
     """A host process doing writes, lists, shows, recalls and resident indexes: no git child outlives its call and
     the number of open descriptors does not grow."""
-    from acpmem.vault.retrieval import recall
+    from acpmem.read.retrieval import recall
 
     v = vault
     ops = {"write": 0, "read": 0}

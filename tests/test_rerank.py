@@ -12,9 +12,9 @@ from hypothesis import given, settings as hsettings, strategies as st
 from acpmem.core.errors import SettingsError
 from acpmem.core.settings import settings_from_mapping
 from acpmem.infra import rerankclient
-from acpmem.vault import reranking
+from acpmem.read import reranking
 from acpmem.vault.reader import VaultReader
-from acpmem.vault.retrieval import recall
+from acpmem.read.retrieval import recall
 from embeddings_server import embeddings_server
 from test_embeddings import SYNONYMS, TOPICS, configure as configure_embeddings, write
 from helpers_proc import warnings_said
@@ -50,9 +50,9 @@ def text_of(reader, title: str) -> str:
 
 def test_off_by_default_and_nothing_of_it_imported(vault, cli):
     write(vault, NOTES)
-    probe = ("import sys; from acpmem.vault.reader import VaultReader; from acpmem.vault.retrieval import recall; "
+    probe = ("import sys; from acpmem.vault.reader import VaultReader; from acpmem.read.retrieval import recall; "
              f"v = VaultReader({str(vault.root)!r}); r = {{}}; recall(v, 'deploy notes', report=r, mark_read=False); "
-             "print(r, 'acpmem.vault.reranking' in sys.modules, 'acpmem.infra.rerankclient' in sys.modules)")
+             "print(r, 'acpmem.read.reranking' in sys.modules, 'acpmem.infra.rerankclient' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert p.stdout.strip() == "{} False False"
     data = json.loads(cli("memory", "--vault", str(vault.root), "recall", "--json", "deploy notes").stdout)
@@ -169,7 +169,7 @@ def test_with_the_embedding_channel_the_model_reorders_the_fused_ranking(vault):
     with embeddings_server(synonyms=SYNONYMS) as srv:
         configure_embeddings(vault, srv)
         reader = configure(vault, srv)
-        from acpmem.vault import embedding
+        from acpmem.read import embedding
 
         embedding.run_pass(reader)
         got, _, report = recalled(reader, "keep agent runs alive across redeploys")
@@ -181,7 +181,7 @@ def test_both_layers_are_reranked_and_merged_by_score(tmp_path, clock, monkeypat
     import random
 
     from acpmem.vault.create import init_user_vault, init_vault
-    from acpmem.vault.layers import recall_layered
+    from acpmem.read.layers import recall_layered
 
     monkeypatch.setenv("ACPMEM_USER_VAULT", str(tmp_path / "me" / ".acp-memory"))
     user = init_user_vault(clock=clock, rng=random.Random(3))

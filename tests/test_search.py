@@ -11,7 +11,7 @@ from acpmem.search import cedict
 from acpmem.core.errors import AcpmemError
 from acpmem.search.ranking import CorpusStats, SearchDoc, analyze, latin_words, plan_query, query_dates, rank
 from acpmem.search.kernel import KernelDoc, kernel_search, kernel_stem, kernel_tokenize
-from acpmem.search.memory import MemoryIndex, Vocabulary
+from acpmem.search.reference import MemoryIndex, Vocabulary
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernel"
 CORPUS = json.loads((FIXTURES / "kernel-search-corpus.json").read_text(encoding="utf-8"))
@@ -102,7 +102,7 @@ def test_a_chinese_query_does_not_load_jieba(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from acpmem.search.memory import Vocabulary; from acpmem.search.ranking import plan_query; "
+    code = ("import sys; from acpmem.search.reference import Vocabulary; from acpmem.search.ranking import plan_query; "
             "v = Vocabulary(['身份验证', '失败', 'login']); "
             "g = plan_query('身份验证失败 login', v); "
             "print([x.word for x in g], 'rjieba' in sys.modules)")

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import helpers_proc as hp
 from openai_server import reply
-from acpmem.vault import health, reader, resident
-from acpmem.vault.retrieval import recall
+from acpmem.upkeep import doctor as health
+from acpmem.vault import reader
+from acpmem.read import resident
+from acpmem.read.retrieval import recall
 from acpmem.core.redact import find_secrets
 from acpmem.vault.writer import Vault
 
@@ -91,7 +93,7 @@ def test_hand_written_entries_with_secrets_are_never_committed_indexed_or_logged
         assert all("secret" in p.reason for p in problems)
         assert recall(v, "zebra-marker") == []
         assert "hand01" not in resident.resident_index(v)
-        rep = health.doctor(v, fix=True)
+        rep = health.check_vault(v, fix=True)
         assert any("secret" in f.what for f in rep.findings)
     finally:
         v.close()

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from acpmem.search import query as index_query
 from acpmem.search import watch
 from acpmem.search.analysis import SearchDoc
-from acpmem.search.memory import MemoryIndex
+from acpmem.search.reference import MemoryIndex
 from acpmem.search.ranking import SPREAD_CITES, SPREAD_RADIUS, SPREAD_ROWS, SPREAD_TOP
 
 BOUND = SPREAD_TOP * (SPREAD_CITES + SPREAD_ROWS)     # the most one recall may read for spreading

@@ -1,5 +1,5 @@
 """Memory that stays true: entries that record the project files their cited turns touched and the project's
-commit (``acpmem.vault.projectgit``), and citations checked when served (``acpmem.write.citecheck``).
+commit (``acpmem.vault.projectgit``), and citations checked when served (``acpmem.read.citecheck``).
 
 Real parts: a real project git repository with the vault at ``<project>/.acp-memory``, the real console script,
 the hosts' own session logs from ``tests/fixtures/hosts`` (a DSH log, a pi log), and a ``git`` on PATH that logs
@@ -243,7 +243,7 @@ def test_files_and_commit_are_checked_strictly_and_kept_as_written():
 def test_tool_calls_name_their_files_in_each_hosts_shape(tmp_path):
     from acpmem.core.toolfiles import tool_files
     from acpmem.vault.projectgit import relative_file
-    from acpmem.write.transcripts import read_transcript
+    from acpmem.hosts.transcripts import read_transcript
 
     cc = read_transcript(CLAUDE)
     assert ("/repo/state.ts", False) in tool_files(m.raw for m in cc.messages)
@@ -259,10 +259,10 @@ def test_tool_calls_name_their_files_in_each_hosts_shape(tmp_path):
 
 
 def test_the_citation_digest_reads_the_same_from_a_partial_dsh_read():
-    from acpmem.write.citecheck import cited_turn_seqs, turns_digest
-    from acpmem.write.fork import request_citations
+    from acpmem.read.citecheck import cited_turn_seqs, turns_digest
+    from acpmem.write.context import request_citations
     from acpmem.write.requests import Request
-    from acpmem.write.transcripts import read_transcript
+    from acpmem.hosts.transcripts import read_transcript
 
     full = read_transcript(DSH).upto(3135)
     req = Request(id="r-x", created="2026-11-29T12:00:00Z", type="fact", note="n", importance=5, session="s",

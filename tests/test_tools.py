@@ -5,7 +5,8 @@ import jsonschema
 import pytest
 
 from acpmem.core.errors import EntryInvalid, UsageError
-from acpmem.core.tools import fork_instruction, nudge_text, parse_commit_args, parse_recall_args, parse_write_args, tool_definitions
+from acpmem.core.tools import nudge_text, parse_commit_args, parse_recall_args, parse_write_args, tool_definitions
+from acpmem.write.prompts import fork_instruction
 
 TYPES = ("decision", "lesson", "gotcha")
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from acpmem.core.errors import TranscriptError
-from acpmem.write.transcripts import close_tool_calls, openai_messages, read_transcript
+from acpmem.hosts.transcripts import close_tool_calls, openai_messages, read_transcript
 
 FIX = Path(__file__).parent / "fixtures" / "transcripts"
 

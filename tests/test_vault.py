@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from acpmem.vault import health, history, readlog, reader
+from acpmem.upkeep import doctor as health
+from acpmem.vault import history, readlog, reader
 from acpmem.core.errors import AmbiguousId, EntryNotFound, GitStateError, VaultExists, VaultNotFound
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.entryfile import parse_entry
@@ -159,7 +160,7 @@ def test_invalid_human_edit_is_not_committed_and_left_alone(vault):
     assert path.read_bytes() == broken
     assert any("importance" in w for w in vault.warnings)
     assert f" M {e.path}" in g(vault.root, "status", "--porcelain")
-    rep = health.doctor(vault)
+    rep = health.check_vault(vault)
     assert not rep.ok and any(e.path in f.what and "importance" in f.what for f in rep.findings)
 
 
@@ -170,7 +171,7 @@ def test_hand_deleted_and_hand_added_entries_are_recorded_as_human_edits(vault):
     new = vault.entries_dir / "handmade.md"
     new.write_text("---\nid: handmade\ntitle: Written by a person\ntype: fact\nimportance: 4\n"
                    "created: 2026-11-29T10:00:00Z\n---\n- by hand\n")
-    rep = health.doctor(vault, fix=True)
+    rep = health.check_vault(vault, fix=True)
     assert any(f.level == "fixed" and "human edit" in f.what for f in rep.findings)
     assert g(vault.root, "status", "--porcelain") == ""
     assert [x.title for x in vault.load().entries] == ["Written by a person"]
@@ -230,9 +231,9 @@ def test_doctor_finishes_an_interrupted_change(vault):
     (vault.state_dir / "journal.json").write_text(json.dumps({
         "writes": {e.path: __import__("acpmem.core.entryfile", fromlist=["x"]).new_entry_text(e)}, "deletes": [],
         "subject": "interrupted write", "why": "a process was killed", "trailers": {"Acpmem-Kind": "fork-write"}}))
-    rep = health.doctor(vault)
+    rep = health.check_vault(vault)
     assert not rep.ok and any("interrupted" in f.what for f in rep.findings)
-    rep = health.doctor(vault, fix=True)
+    rep = health.check_vault(vault, fix=True)
     assert rep.ok, rep.findings
     assert vault.resolve(e.id).title == "Interrupted"
     assert g(vault.root, "status", "--porcelain") == ""

@@ -20,10 +20,10 @@ from acpmem.core.entry import Citation, Entry
 from acpmem.core.entryfile import parse_entry
 from acpmem.infra import embedclient, locks
 from acpmem.search import query as index_query, vectors, watch
-from acpmem.vault import embedding
+from acpmem.read import embedding
 from acpmem.vault.create import init_vault
 from acpmem.vault.reader import VaultReader
-from acpmem.vault.retrieval import recall
+from acpmem.read.retrieval import recall
 from embeddings_server import embeddings_server, vector
 from test_embeddings import configure
 

@@ -95,7 +95,7 @@ def open_vault(ctx: typer.Context, vault: str | None):
 
 def open_user(ctx: typer.Context, vault: str | None):
     """The user vault for a ``--user`` command: the one the project vault here reads, else the default one."""
-    from acpmem.vault.layers import open_user_vault
+    from acpmem.read.layers import open_user_vault
 
     return open_user_vault(vault_of(ctx, vault))
 

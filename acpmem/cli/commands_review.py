@@ -1,6 +1,6 @@
 """The commands a person uses to control what the memory holds: ``remember``, ``review`` and ``consolidate``.
 
-Each parses its arguments, makes library calls (``write.remember``, ``vault.review``, ``write.consolidate``) and
+Each parses its arguments, makes library calls (``write.remember``, ``upkeep.review``, ``upkeep.consolidate``) and
 renders the result; ``review`` without an action is a loop over the queue that asks for one decision per item.
 """
 from __future__ import annotations
@@ -180,7 +180,7 @@ def review(ctx: typer.Context,
 
     Example: acp memory review confirm k3f9q2
     """
-    from acpmem.vault import review as rv
+    from acpmem.upkeep import review as rv
 
     if action is not None and action not in ("accept", "reject", "confirm", "forget"):
         raise UsageError(f"unknown action {action!r}", "use `review accept ID…`, `review reject ID… --reason …`, "
@@ -387,8 +387,8 @@ def _ask(prompt: str) -> str | None:
 
 def _interactive(v, pairs) -> int:
     from acpmem.core.errors import AcpmemError
-    from acpmem.vault import review as rv
-    from acpmem.vault.layers import project_path_forms
+    from acpmem.upkeep import review as rv
+    from acpmem.read.layers import project_path_forms
 
     emit_warnings(v)
     if not pairs:
@@ -444,7 +444,7 @@ def _interactive(v, pairs) -> int:
 def _edit(v, item) -> str | None:
     import subprocess
 
-    from acpmem.vault import review as rv
+    from acpmem.upkeep import review as rv
     from acpmem.vault.edit import editor_command
 
     draft = rv.editor_draft(v, item)
@@ -499,7 +499,7 @@ def consolidate(ctx: typer.Context,
 
     Example: acp memory consolidate --dry-run --similarity lexical
     """
-    from acpmem.write.consolidate import consolidate as run
+    from acpmem.upkeep.consolidate import consolidate as run
 
     v = open_user(ctx, vault) if user else open_vault(ctx, vault)
     try:

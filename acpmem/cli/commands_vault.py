@@ -161,7 +161,7 @@ def edit(ctx: typer.Context, entry_id: IdArg,
 
     Example: acp memory edit u-k3f --user --from fixed.md
     """
-    from acpmem.vault.layers import edit_layered
+    from acpmem.read.layers import edit_layered
 
     v = open_vault(ctx, vault)
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
@@ -182,7 +182,7 @@ def forget(ctx: typer.Context, entry_id: IdArg,
 
     Example: acp memory forget k3f --reason "the queue moved to Postgres"
     """
-    from acpmem.vault.review import forget_or_reject
+    from acpmem.upkeep.review import forget_or_reject
 
     v = open_vault(ctx, vault)
     lv, entry, sha, proposal = forget_or_reject(v, entry_id, reason)
@@ -214,7 +214,7 @@ def log(ctx: typer.Context,
 
     Example: acp memory log k3f
     """
-    from acpmem.vault.layers import log_layered
+    from acpmem.read.layers import log_layered
 
     v = open_user(ctx, vault) if user and not entry_id else open_vault(ctx, vault)
     items = log_layered(v, entry_id, limit=limit, user=user)
@@ -239,7 +239,7 @@ def doctor(ctx: typer.Context, fix: Annotated[bool, typer.Option("--fix", help="
 
     Example: acp memory doctor --fix
     """
-    from acpmem.write.checkup import doctor as check
+    from acpmem.upkeep.doctor import doctor as check
 
     v = open_vault(ctx, vault)
     rep = check(v, fix=fix)
@@ -268,7 +268,7 @@ def embed(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) ->
 
     Example: acp memory embed
     """
-    from acpmem.vault.embedding import embed_now
+    from acpmem.read.embedding import embed_now
 
     v = open_vault(ctx, vault)
     try:

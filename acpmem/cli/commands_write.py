@@ -1,7 +1,7 @@
 """The write-path commands of ``acp memory``: commit, extract, tools, nudge, blocks, stats.
 
 Each command parses its arguments, makes one library call (``write.submit``, ``write.worker.process_now``,
-``core.tools``, ``write.stats``) and renders the result.
+``core.tools``, ``upkeep.stats``) and renders the result.
 """
 from __future__ import annotations
 
@@ -284,7 +284,7 @@ def blocks(transcript: Annotated[str, typer.Argument(metavar="FILE", show_defaul
     Example: acp memory blocks ~/.dsh/sessions/p/session-3aa366c3/session.jsonl.zstd
     """
     from acpmem.core.blocks import turns_text
-    from acpmem.write.transcripts import read_transcript
+    from acpmem.hosts.transcripts import read_transcript
 
     from pathlib import Path
 

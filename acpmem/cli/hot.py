@@ -25,10 +25,10 @@ def list_output(vault, fmt: str, *, include_all: bool = False, session: str | No
     from acpmem.core import render
 
     if fmt == "prompt":
-        from acpmem.vault.resident import resident_index
+        from acpmem.read.resident import resident_index
 
         return resident_index(vault, session=session, refresh=refresh, budget_tokens=budget)
-    from acpmem.vault.layers import list_layered
+    from acpmem.read.layers import list_layered
     from acpmem.vault.projectgit import stale_map
 
     items, problems = list_layered(vault, include_superseded=include_all, light=fmt != "json")
@@ -61,7 +61,7 @@ def _rich_table(v, include_all: bool) -> None:
     from rich.table import Table
 
     from acpmem.core.render import stale_flag as render_stale
-    from acpmem.vault.layers import list_layered
+    from acpmem.read.layers import list_layered
     from acpmem.vault.projectgit import stale_map
 
     items, problems = list_layered(v, include_superseded=include_all)
@@ -95,7 +95,7 @@ def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget
     if fmt == "prompt" and session and not refresh:
         # The frozen index of a running session (every turn): one file read, no vault machinery.
         from acpmem.vault.discovery import discover, state_location
-        from acpmem.vault.snapshot import frozen_index
+        from acpmem.read.snapshot import frozen_index
 
         text = frozen_index(state_location(discover(vault))[0], session)
         if text is not None:
@@ -117,16 +117,16 @@ def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget
 
 def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: bool, session: str | None,
                json_: bool, vault: Path | None) -> int:
-    from acpmem.vault.layers import recall_layered
+    from acpmem.read.layers import recall_layered
     from acpmem.vault.reader import VaultReader
-    from acpmem.vault.retrieval import recall_text
+    from acpmem.read.retrieval import recall_text
 
     v = VaultReader.open(vault)
     try:
         report: dict = {}
         hits = recall_layered(v, query, limit=limit if limit is not None else v.settings.recall.limit,
                                types=type_ or None, include_superseded=all_, session=session, report=report)
-        from acpmem.write.citecheck import served
+        from acpmem.read.citecheck import served
 
         checks = served(v, [(h.entry, h.layer) for h in hits])
         if json_:

@@ -20,7 +20,7 @@ def show_cmd(*, entry_id: str, json_: bool, vault: Path | None, source: bool, tr
     v = VaultReader.open(vault)
     try:
         if source:
-            from acpmem.write.sources import entry_source, source_text
+            from acpmem.read.sources import entry_source, source_text
 
             src = entry_source(v, entry_id, transcript=transcript)
             out_json(src.to_json()) if json_ else out(source_text(src).rstrip("\n"))
@@ -30,12 +30,12 @@ def show_cmd(*, entry_id: str, json_: bool, vault: Path | None, source: bool, tr
 
             raise UsageError("--transcript goes with --source", "add --source to read the cited turns")
         from acpmem.core import render
-        from acpmem.vault.layers import show_or_proposal
+        from acpmem.read.layers import show_or_proposal
 
         layer, e, proposal = show_or_proposal(v, entry_id)
         emit_warnings(v)
         accept = f"acp memory review accept {e.id}"
-        from acpmem.write.citecheck import served
+        from acpmem.read.citecheck import served
 
         check = None if proposal else served(v, [(e, layer)]).get(e.id)   # staleness and the cited source
         if json_:
@@ -55,7 +55,7 @@ def show_cmd(*, entry_id: str, json_: bool, vault: Path | None, source: bool, tr
 
 def surface_cmd(*, session: str, seed: int | None, at: str | None, json_: bool, vault: Path | None) -> int:
     from acpmem.vault.reader import VaultReader, parse_at
-    from acpmem.vault.retrieval import surface as do_surface, surface_text
+    from acpmem.read.retrieval import surface as do_surface, surface_text
 
     v = VaultReader.open(vault)
     try:
@@ -75,7 +75,7 @@ def surface_cmd(*, session: str, seed: int | None, at: str | None, json_: bool, 
 def score_cmd(*, explain: bool, seed: int | None, at: str | None, session: str | None, top: int | None,
               json_: bool, vault: Path | None) -> int:
     from acpmem.vault import reader
-    from acpmem.vault.layers import scores_layered
+    from acpmem.read.layers import scores_layered
 
     v = reader.VaultReader.open(vault)
     try:
@@ -109,7 +109,7 @@ def score_cmd(*, explain: bool, seed: int | None, at: str | None, session: str |
 
 def stats_cmd(*, json_: bool, vault: Path | None) -> int:
     from acpmem.vault.reader import VaultReader
-    from acpmem.write.stats import stats as collect
+    from acpmem.upkeep.stats import stats as collect
 
     v = VaultReader.open(vault)
     try:
@@ -125,7 +125,7 @@ def stats_cmd(*, json_: bool, vault: Path | None) -> int:
 
 
 def stats_lines(s: dict) -> list[str]:
-    """The text of ``stats``, line by line, from what ``acpmem.write.stats.stats`` collected."""
+    """The text of ``stats``, line by line, from what ``acpmem.upkeep.stats.stats`` collected."""
     lines = []
     add = lines.append
     e = s["entries"]

@@ -3,7 +3,7 @@
 A compression host (acp-kernel and the hosts that run it) replaces consumed turns with a summary block: ``bN``, a tier
 (1 condenses messages, 2 condenses tier-1 blocks, 3 condenses tier-2 blocks), an optional topic, the summary text, the
 turns it covers and the blocks it consumed. ``Block`` is that, host-independent; the readers in
-``acpmem.write.hostlogs`` and ``acpmem.write.transcripts`` build it. Also here: the compact text form of a set of
+``acpmem.hosts.dsh`` and ``acpmem.hosts.transcripts`` build it. Also here: the compact text form of a set of
 turns (``"2-5,10,12-14"``, what an entry's citation stores), and the recognition of a kernel-rendered summary
 message. Pure: no I/O.
 """

@@ -31,7 +31,7 @@ class Citation(Value):
     A citation of a compression block adds ``block`` (``b12``), its ``tier``, the host's stable id ``compaction``
     (DSH's ``compactionId``) and the ``turns`` it covers (``"2-5,10"``, ``acpmem.core.blocks.turns_text``); all
     optional, so a plain ``{session, seq}`` stays a valid citation. ``hash``: a digest of the cited turns' text when
-    the entry was written (``acpmem.write.citecheck``), so serving the entry can say whether they changed."""
+    the entry was written (``acpmem.read.citecheck``), so serving the entry can say whether they changed."""
 
     session: str
     seq: int | str

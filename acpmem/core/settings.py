@@ -76,7 +76,7 @@ class ExtractionSettings(Section):
 
 
 class WriteSettings(Section):
-    policy: str = "auto"              # auto | review | off (``acpmem.vault.review``)
+    policy: str = "auto"              # auto | review | off (``acpmem.upkeep.review``)
 
 
 class EmbeddingsSettings(Section):
@@ -126,7 +126,7 @@ class GitSettings(Section):
 
 
 class LayersSettings(Section):
-    """The user vault beside this project vault (``acpmem.vault.layers``)."""
+    """The user vault beside this project vault (``acpmem.read.layers``)."""
     user_vault: str = ""          # "" the default (~/.acp-memory), "none" off, else a path; $ACPMEM_USER_VAULT wins
     user_share: float = 0.3       # the user layer's share of the resident index's token budget
 

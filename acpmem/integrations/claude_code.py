@@ -6,7 +6,7 @@ Claude Code runs the command with the event as JSON on stdin (``session_id``, ``
 * ``SessionStart`` (startup, resume, clear, compact) → the resident index of that ``session_id`` (frozen: the same
   bytes every time, so a ``compact`` re-injects exactly what the session started with) as
   ``{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": …}}``;
-* ``UserPromptSubmit`` → surfacing (``acpmem.vault.retrieval.surface``) as additional context when ``[surface] enabled = true`` in
+* ``UserPromptSubmit`` → surfacing (``acpmem.read.retrieval.surface``) as additional context when ``[surface] enabled = true`` in
   acpmem.toml, otherwise nothing;
 * any other event → nothing, exit 0.
 
@@ -145,13 +145,13 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
             return HookAnswer("", "", EXIT_OK)
         try:
             if name == "SessionStart":
-                from acpmem.vault.resident import resident_index
+                from acpmem.read.resident import resident_index
 
                 record_session(v, session, event)
                 return _context(name, resident_index(v, session=session))
             if not v.settings.surface.enabled:
                 return HookAnswer("", "", EXIT_OK)
-            from acpmem.vault.retrieval import surface, surface_text
+            from acpmem.read.retrieval import surface, surface_text
 
             result = surface(v, session, max_chars=MAX_CONTEXT_CHARS)
             if not result.entries:  # nothing new, or the session's budget is spent: add nothing to the prompt

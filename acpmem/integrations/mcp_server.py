@@ -20,9 +20,9 @@ Session and seq of a ``memory_commit`` (the citation of what it produces):
 * seq: the last message's seq of the transcript when there is one, else a counter of this server's commits (1, 2, …).
 
 Both layers are read: the project vault the server was started on and the user vault beside it
-(``acpmem.vault.layers``); the index names each part's layer, every recalled entry its own.
+(``acpmem.read.layers``); the index names each part's layer, every recalled entry its own.
 
-The transcript a commit names is recorded for its session (``acpmem.write.sources.record_transcript``), as is the
+The transcript a commit names is recorded for its session (``acpmem.read.sources.record_transcript``), as is the
 server's own ``--transcript`` when it starts, so ``show --source`` finds the turns later.
 
 With the embedding channel on, a ``memory_recall`` result's ``_meta`` carries ``acpmem/vectors`` (model, present,
@@ -31,7 +31,7 @@ stderr); the model's text then ends with one line saying so (``MemoryService.ans
 ``acpmem/rerank`` (model, candidates, used, and ``skipped`` or its ``warning``, written to stderr too); a failed
 rerank changes nothing the model needs to know (recall's own order stands), so its text is unchanged.
 
-The same session freezes the ``memory://index`` text (``acpmem.vault.resident``) and is passed to recall. Every call
+The same session freezes the ``memory://index`` text (``acpmem.read.resident``) and is passed to recall. Every call
 opens the vault afresh (cheap), so edits, syncs and settings changes made while the server runs are seen.
 """
 from __future__ import annotations
@@ -89,7 +89,7 @@ class MemoryService:
             v.close()
 
     def index(self) -> str:
-        from acpmem.vault.resident import resident_index
+        from acpmem.read.resident import resident_index
 
         v = self.open()
         try:
@@ -142,7 +142,7 @@ class MemoryService:
         """Record the server's own transcript for its session (when it starts)."""
         if not self.transcript:
             return
-        from acpmem.write.sources import record_transcript
+        from acpmem.read.sources import record_transcript
 
         v = self.open()
         try:
@@ -158,7 +158,7 @@ class MemoryService:
         m = _SOURCE_URI.match(uri)
         if m is None:
             return None
-        from acpmem.write.sources import entry_source, source_text
+        from acpmem.read.sources import entry_source, source_text
 
         v = self.open()
         try:
@@ -168,7 +168,7 @@ class MemoryService:
 
     def _next_seq(self, transcript: str | None) -> int:
         if transcript:
-            from acpmem.write.transcripts import last_seq
+            from acpmem.hosts.transcripts import last_seq
 
             last = last_seq(Path(transcript))   # a DSH log is scanned, not read whole
             if last is not None:
@@ -184,15 +184,15 @@ class MemoryService:
         the query fell back to lexical search, the text ends with one line saying so (``lexical_fallback_note``);
         the details (the endpoint's error) go only to the client, never to the model."""
         from acpmem.core.tools import parse_recall_args
-        from acpmem.vault.layers import recall_layered
-        from acpmem.vault.retrieval import lexical_fallback_note, recall_text
+        from acpmem.read.layers import recall_layered
+        from acpmem.read.retrieval import lexical_fallback_note, recall_text
 
         parsed = parse_recall_args(args)
         v = self.open()
         try:
             report: dict[str, Any] = {}
             hits = recall_layered(v, parsed.query, limit=parsed.limit, session=self.session, report=report)
-            from acpmem.write.citecheck import served
+            from acpmem.read.citecheck import served
 
             checks = served(v, [(h.entry, h.layer) for h in hits])
             text = recall_text(v, hits, {i: c.attrs() for i, c in checks.items()})

@@ -8,7 +8,7 @@ candidates itself (``acpmem.search.query.IndexSource.candidates``) has only thos
 works on a bounded pool of the best candidates: a share of a hit's score spreads to entries citing neighbouring
 turns of the same session; entries tagged with a word of the query (a person's name) and entries dated near a date
 the query names are boosted; an entry whose citations repeat those of an entry already chosen steps back. Anything
-that implements ``PostingSource`` can be ranked (``acpmem.search.memory.MemoryIndex`` is the reference).
+that implements ``PostingSource`` can be ranked (``acpmem.search.reference.MemoryIndex`` is the reference).
 
 The weights below were set on the kernel corpus and LoCoMo (bench/search_*.py) as general rules, never per query.
 """

@@ -4,7 +4,7 @@ Two tables: ``vec`` holds one unit-length float32 vector per (model, content has
 embedded, so an entry whose text did not change is never embedded again, and a model change re-embeds everything
 under the new name; ``at`` says which content hash each entry file had at which stat signature (the catalog's),
 so a recall knows, without reading any file, which vectors are current: an edited file's signature differs and its
-vector counts as missing until the background pass (``acpmem.vault.embedding``) embeds the new text; a deleted file
+vector counts as missing until the background pass (``acpmem.read.embedding``) embeds the new text; a deleted file
 has no index row, and its vector is ignored, then pruned.
 
 A separate file rather than tables in ``index.sqlite``: the index is dropped and rebuilt whenever its schema or the

@@ -1,2 +1,2 @@
 """The vault: discovery, settings, the reader and the writer, git, locks, the read log, recall and surfacing,
-history, health, edit, sync and init. The only layer that touches the vault's files and git."""
+history, edit, sync and init. The only layer that touches the vault's files and git."""

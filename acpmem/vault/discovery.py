@@ -87,7 +87,7 @@ def user_vault_location(configured: str | None, env: dict | None = None) -> tupl
     """Where the user vault is, and whether that place was named explicitly: ``$ACPMEM_USER_VAULT`` > ``[layers]
     user_vault`` (``configured``) > ``~/.acp-memory``. ``none`` (either way) turns it off: ``(None, True)``.
 
-    Explicit matters for the warnings (``acpmem.vault.layers``): a default user vault that was never created is
+    Explicit matters for the warnings (``acpmem.read.layers``): a default user vault that was never created is
     silent, a named one that is missing or broken is said."""
     env = os.environ if env is None else env
     for value in (env.get(ENV_USER_VAULT), configured):

@@ -120,7 +120,7 @@ def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message:
     """Edit one entry — by id or unique prefix, or an entry file that does not parse, by its path or file name;
     ``confirm(question)`` (a terminal prompt, from the CLI) decides whether to re-open the editor after an invalid
     edit — without it the draft is kept and the edit refused. ``forbid_paths``: spellings of the project's folders
-    the text may not hold (editing the user vault from a project, ``acpmem.vault.layers.project_path_forms``)."""
+    the text may not hold (editing the user vault from a project, ``acpmem.read.layers.project_path_forms``)."""
     v.require_writable()
     target = _target(v, prefix)
     original = target.original

@@ -1,5 +1,5 @@
 """The proposals of a vault (``proposals/``, under ``[write] policy = "review"``) as the read side sees them: the
-list, and one found by id. What ``show`` and ``stats`` need, without the review machinery (``acpmem.vault.review``,
+list, and one found by id. What ``show`` and ``stats`` need, without the review machinery (``acpmem.upkeep.review``,
 which decides them and imports the writer).
 """
 from __future__ import annotations

@@ -29,29 +29,27 @@ from pathlib import Path
 
 from acpmem.core import layout
 from acpmem.core.entry import Entry, validate_id
-from acpmem.core.entryfile import (CONFLICT_REASON, dump_entry, has_conflict_markers, new_entry_text,
-                                   parse_entry_bytes, slugify)
+from acpmem.core.entryfile import (CONFLICT_REASON, dump_entry, has_conflict_markers, new_entry_text, parse_entry_bytes,
+                                   slugify)
 from acpmem.core.errors import AcpmemError, EntryInvalid, GitStateError, SettingsError, UsageError
 from acpmem.core.ids import random_id
 from acpmem.core.values import Value
 from acpmem.infra import files, locks
-from acpmem.infra.files import (NotRegularFile, atomic_write, move_durably, read_exact, read_regular,
-                                stale_temp_files)
+from acpmem.infra.files import NotRegularFile, atomic_write, move_durably, read_exact, read_regular, stale_temp_files
 from acpmem.infra.localstate import queue_home
 from acpmem.infra.proc import held_open, pid_alive, read_pid
 from acpmem.vault import readlog
 from acpmem.vault.config import load_settings
 from acpmem.vault.gitrun import (FALLBACK_IDENTITY, failure, git, identity_warning, no_repository, took_fallback,
                                  writes_blocked)
+from acpmem.vault.journal import (JOURNAL, JOURNAL_MAX_BYTES, JOURNAL_TRAILER, UNKNOWN, BadJournal, file_hash,
+                                  hash_bytes, inside, parse_journal)
 from acpmem.vault.reader import VaultReader
 
 GENERATED = (layout.MEMORY_FILE,)
 REPO_LOCK = "repo.lock"
 REPO_FLOCK = "acpmem-repo.flock"   # in .git/: not *.lock, which git and acpmem's clean-up take for leftovers
 GIT_MARKER = "git-running"
-JOURNAL = "journal.json"
-JOURNAL_MAX_BYTES = 1 << 30   # a journal holds whole entries: bounded by the vault
-JOURNAL_TRAILER = "Acpmem-Journal"   # in the commit of a journaled change: recovery knows it happened
 GIT_SETUP = "git-setup"   # under .acpmem: this clone's git config is set up (``setup_git``)
 
 # Commit kinds, written as the ``Acpmem-Kind`` trailer and shown by ``log``.
@@ -70,18 +68,6 @@ KIND_CONSOLIDATE = "consolidate"  # one merged entry superseding a cluster (``co
 
 
 # --------------------------------------------------------------------------------------------- paths
-
-def _inside(root: Path, rel: str) -> Path:
-    """Resolve a vault-relative path, refusing anything that leaves the vault."""
-    if not rel or "\x00" in rel or os.path.isabs(rel) or ".." in Path(rel).parts:
-        raise UsageError(f"path {rel!r:.60} leaves the vault", "paths are relative to the vault, without '..'")
-    p = root / rel
-    parent = p.parent.resolve()
-    if parent != root.resolve() and root.resolve() not in parent.parents:
-        raise UsageError(f"path {rel!r:.60} leads out of the vault through a symlink", "remove the symlink")
-    if p.is_symlink():
-        raise UsageError(f"{rel} is a symlink; acpmem does not write through symlinks", "replace it with a file")
-    return p
 
 
 # --------------------------------------------------------------------------------------------- git
@@ -127,7 +113,7 @@ class Vault(VaultReader):
     # ----------------------------------------------------------------- ids
     def new_id(self, taken: set[str] | None = None) -> str:
         """A fresh id: 6 random characters, after ``u-`` in the user vault (ids stay unique across the layers,
-        ``acpmem.vault.layers``); none of ``taken`` (default: this vault's ids) nor a prefix of one."""
+        ``acpmem.read.layers``); none of ``taken`` (default: this vault's ids) nor a prefix of one."""
         taken = taken if taken is not None else {e.id for e in self.load(with_reads=False, light=True).entries}
         self.user   # noqa: B018 - opening the user vault tells whether this vault is the user vault itself
         pre = layout.USER_ID_PREFIX if self.layer == layout.LAYER_USER else ""
@@ -444,9 +430,9 @@ class Vault(VaultReader):
             raise storage_error(exc, "the interrupted change is kept pending") from None
         try:
             if isinstance(raw, NotRegularFile):
-                raise _BadJournal(raw.strerror)
-            j = _parse_journal(raw, self.root)
-        except _BadJournal as exc:
+                raise BadJournal(raw.strerror)
+            j = parse_journal(raw, self.root)
+        except BadJournal as exc:
             aside = jp.with_name(f"{JOURNAL}.bad-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}")
             os.replace(jp, aside)
             self.recovery = "set aside"
@@ -460,12 +446,12 @@ class Vault(VaultReader):
             return None
         changed = []
         for rel in list(j["writes"]) + list(j["deletes"]):
-            cur = _file_hash(self.root / rel)
-            after = j["after"].get(rel, _UNKNOWN)
-            before = j["before"].get(rel, _UNKNOWN)
+            cur = file_hash(self.root / rel)
+            after = j["after"].get(rel, UNKNOWN)
+            before = j["before"].get(rel, UNKNOWN)
             if cur == after or cur == before:
                 continue
-            if before is _UNKNOWN and (cur is None if rel in j["writes"] else cur == self._head_hash(rel)):
+            if before is UNKNOWN and (cur is None if rel in j["writes"] else cur == self._head_hash(rel)):
                 continue   # an older journal (no hashes): a file not written yet, one still as committed
             changed.append(rel)
         if changed:
@@ -478,11 +464,11 @@ class Vault(VaultReader):
             self.recovery = "dropped"
             return None
         for rel, text in j["writes"].items():
-            if _file_hash(self.root / rel) != j["after"].get(rel):
-                atomic_write(_inside(self.root, rel), text)
+            if file_hash(self.root / rel) != j["after"].get(rel):
+                atomic_write(inside(self.root, rel), text)
         for rel in j["deletes"]:
             with contextlib.suppress(FileNotFoundError):
-                _inside(self.root, rel).unlink()
+                inside(self.root, rel).unlink()
         trailers = dict(j["trailers"])
         if ident:
             trailers[JOURNAL_TRAILER] = ident
@@ -500,12 +486,12 @@ class Vault(VaultReader):
         if jp is None:
             return None
         try:
-            _parse_journal(read_regular(jp, JOURNAL_MAX_BYTES), self.root)
+            parse_journal(read_regular(jp, JOURNAL_MAX_BYTES), self.root)
         except NotRegularFile as exc:
             return exc.strerror
         except OSError:
             return None
-        except _BadJournal as exc:
+        except BadJournal as exc:
             return str(exc)
         return None
 
@@ -536,22 +522,22 @@ class Vault(VaultReader):
 
     def _head_hash(self, rel: str) -> str | None:
         blob = self._head_blob(rel)
-        return None if blob is None else _hash_bytes(blob)
+        return None if blob is None else hash_bytes(blob)
 
     def _undo(self, j: dict) -> None:
         """Put back the files an interrupted, dropped change had already written (those that hold its new content):
         to their old content where HEAD has it, removed where they did not exist before."""
         for rel in list(j["writes"]) + list(j["deletes"]):
             p = self.root / rel
-            before = j["before"].get(rel, _UNKNOWN)
-            if before is _UNKNOWN or _file_hash(p) != j["after"].get(rel, _UNKNOWN) or before == j["after"][rel]:
+            before = j["before"].get(rel, UNKNOWN)
+            if before is UNKNOWN or file_hash(p) != j["after"].get(rel, UNKNOWN) or before == j["after"][rel]:
                 continue
             if before is None:
                 p.unlink(missing_ok=True)
                 continue
             blob = self._head_blob(rel)
-            if blob is not None and _hash_bytes(blob) == before:
-                atomic_write(_inside(self.root, rel), blob)
+            if blob is not None and hash_bytes(blob) == before:
+                atomic_write(inside(self.root, rel), blob)
 
     def apply(self, writes: dict[str, str], deletes: list[str], *, subject: str, why: str, kind: str,
               trailers: dict[str, str] | None = None, check: Callable[["Vault"], None] | None = None) -> str:
@@ -560,7 +546,7 @@ class Vault(VaultReader):
         ``check`` runs under the lock, after human edits are committed and before anything is written; it may
         raise to refuse the change (e.g. the entry it updates has changed meanwhile)."""
         for rel in list(writes) + list(deletes):
-            _inside(self.root, rel)
+            inside(self.root, rel)
         trailers = {"Acpmem-Kind": kind, **(trailers or {})}
         journaled = False
         try:
@@ -577,9 +563,9 @@ class Vault(VaultReader):
                 paths = list(writes) + list(deletes)
                 journal = {"version": 2, "id": ident, "writes": writes, "deletes": list(deletes),
                            "subject": subject, "why": why, "trailers": trailers,
-                           "before": {rel: _file_hash(self.root / rel) for rel in paths},
+                           "before": {rel: file_hash(self.root / rel) for rel in paths},
                            "after": {**{rel: None for rel in deletes},
-                                     **{rel: _hash_bytes(text.encode("utf-8")) for rel, text in writes.items()}}}
+                                     **{rel: hash_bytes(text.encode("utf-8")) for rel, text in writes.items()}}}
                 trailers = {**trailers, JOURNAL_TRAILER: ident}
                 atomic_write(self.journal_path, json.dumps(journal, ensure_ascii=False))
                 journaled = True
@@ -607,7 +593,7 @@ class Vault(VaultReader):
             folded = readlog.fold(self.root, self.state_dir)
             if folded:
                 rel, text, claimed = folded
-                atomic_write(_inside(self.root, rel), text)  # reads/ could be a symlink out of a cloned vault
+                atomic_write(inside(self.root, rel), text)  # reads/ could be a symlink out of a cloned vault
                 paths.append(rel)
         if regen:
             from acpmem.core.render import memory_md
@@ -770,78 +756,6 @@ def storage_error(exc: Exception, outcome: str) -> AcpmemError:
     full = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or "full" in str(exc)
     what = "the disk is full" if full else f"the vault cannot be written ({getattr(exc, 'strerror', None) or exc})"
     return AcpmemError(f"{what}: {outcome}", "free some space (or fix the file system), then run the command again")
-
-
-class _BadJournal(Exception):
-    pass
-
-
-_UNKNOWN = object()   # a journal of an older acpmem records no hashes
-
-
-def _hash_bytes(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
-
-
-def _file_hash(p: Path) -> str | None:
-    """The hash of a file's bytes; None when there is no file."""
-    try:
-        return _hash_bytes(p.read_bytes())
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except IsADirectoryError:
-        return "a folder"
-
-
-def _parse_journal(raw: bytes, root: Path) -> dict:
-    """A journal as ``apply`` writes it (or as an older acpmem wrote it, without id and hashes), checked whole:
-    ``_BadJournal`` says what is wrong — a journal is only replayed when every part of it is what acpmem writes."""
-    try:
-        j = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise _BadJournal("not JSON; cut short or written by hand") from None
-    if not isinstance(j, dict):
-        raise _BadJournal("not a JSON object")
-    writes, deletes = j.get("writes"), j.get("deletes")
-    if not isinstance(writes, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in writes.items()):
-        raise _BadJournal("'writes' is not a map of paths to texts")
-    if not isinstance(deletes, list) or not all(isinstance(x, str) for x in deletes):
-        raise _BadJournal("'deletes' is not a list of paths")
-    if not writes and not deletes and "id" not in j:
-        raise _BadJournal("it names no file")
-    for key in ("subject", "why"):
-        if not isinstance(j.get(key), str):
-            raise _BadJournal(f"{key!r} is not text")
-    trailers = j.get("trailers")
-    if not isinstance(trailers, dict) or not all(isinstance(k, str) and re.fullmatch(r"Acpmem-[A-Za-z-]{1,40}", k)
-                                                 and isinstance(v, (str, int, type(None))) for k, v in trailers.items()):
-        raise _BadJournal("'trailers' is not a map of Acpmem-* keys to texts")
-    for rel in list(writes) + deletes:
-        try:
-            _inside(root, rel)
-        except UsageError as exc:
-            raise _BadJournal(exc.message) from None
-        if rel.split("/")[0] in (".git", layout.STATE_DIRNAME):
-            raise _BadJournal(f"path {rel!r:.60} is not a vault file")
-    ident = j.get("id")
-    if ident is not None and not (isinstance(ident, str) and re.fullmatch(r"[0-9a-f]{16}", ident)):
-        raise _BadJournal("'id' is not a journal id")
-    out = {"id": ident, "writes": writes, "deletes": deletes, "subject": j["subject"], "why": j["why"],
-           "trailers": trailers, "before": {}, "after": {}}
-    if ident is not None:
-        for key in ("before", "after"):
-            m = j.get(key)
-            if not isinstance(m, dict) or set(m) != set(writes) | set(deletes) or not all(
-                    v is None or (isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v)) for v in m.values()):
-                raise _BadJournal(f"{key!r} is not a hash for each of its files")
-            out[key] = m
-    else:   # an older acpmem's journal: its new contents are known, its old ones not
-        out["after"] = {**{rel: None for rel in deletes},
-                        **{rel: _hash_bytes(t.encode("utf-8", "surrogatepass")) for rel, t in writes.items()}}
-        out["before"] = {rel: _UNKNOWN for rel in out["after"]}
-    return out
 
 
 def _one_line(value: object) -> str:

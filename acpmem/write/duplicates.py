@@ -54,7 +54,7 @@ def resolve_mode(vault, env: Mapping[str, str] | None = None, override: str | No
     configured, else embedding when an embeddings model is, else lexical. A mode asked for by name whose channel
     is not configured is a ``SettingsError`` (exit 1: it depends on the vault, not the command line)."""
     from acpmem.core.settings import SIMILARITY_MODES
-    from acpmem.vault.embedding import endpoint
+    from acpmem.read.embedding import endpoint
 
     want = override or vault.settings.consolidate.similarity
     if want not in SIMILARITY_MODES:
@@ -80,7 +80,7 @@ def resolve_mode(vault, env: Mapping[str, str] | None = None, override: str | No
 def find(vault, types=None, *, mode: str | None = None, env: Mapping[str, str] | None = None) -> Found:
     """The clusters of the vault's live entries by ``mode`` (``resolve_mode``)."""
     from acpmem.search import similar
-    from acpmem.vault.retrieval import with_index
+    from acpmem.read.retrieval import with_index
 
     config = _model_config(vault, env)
     mode = resolve_mode(vault, env, mode, config=config)
@@ -88,7 +88,7 @@ def find(vault, types=None, *, mode: str | None = None, env: Mapping[str, str] |
     notes: list[str] = []
     ep = None
     if mode in ("embedding", "model"):
-        from acpmem.vault.embedding import endpoint
+        from acpmem.read.embedding import endpoint
 
         ep = endpoint(vault.settings, env)
         if ep is not None:
@@ -129,7 +129,7 @@ def _embed_missing(vault, env) -> list[str]:
     """Run the embedding pass for entries without a vector (unless the background one is running): a note when
     some stay without one."""
     from acpmem.infra import locks
-    from acpmem.vault import embedding
+    from acpmem.read import embedding
 
     path = embedding.lock_path(vault.state_dir)
     files.ensure_dir(path.parent)
@@ -216,7 +216,8 @@ def judge_pairs(vault, config, items: list[tuple[str, str]]) -> tuple[list[str |
     notes on what was not judged."""
     from acpmem.core.clock import utc_iso
     from acpmem.core.framing import frame
-    from acpmem.core.tools import judge_instruction, judge_tool
+    from acpmem.core.tools import judge_tool
+    from acpmem.write.prompts import judge_instruction
     from acpmem.write import budget, costs, llm
 
     verdicts: list[str | None] = [None] * len(items)
@@ -369,7 +370,7 @@ def _index_idf(vault, terms: set[str]):
 def _vector_matches(vault, text: str, fa, shown: list[Entry], env, notes) -> list[Match]:
     from acpmem.infra import embedclient
     from acpmem.search import similar
-    from acpmem.vault.embedding import endpoint
+    from acpmem.read.embedding import endpoint
 
     ep = endpoint(vault.settings, env)
     if ep is None:

@@ -65,7 +65,7 @@ def run(vault, ids: list[str], *, extractor: str | None = None,
 def dry_run(vault, reqs: list[Request], extractor: str | None) -> object:
     """What extraction would do, as JSON data: the offline extract, or the exact chat-completions body — for each
     request as it would run (``extractor``, else what the request recorded, else the vault's settings)."""
-    from acpmem.write import fork
+    from acpmem.write import context
     from acpmem.write.llm import resolve_model_config
 
     config = None
@@ -75,7 +75,7 @@ def dry_run(vault, reqs: list[Request], extractor: str | None) -> object:
         if how == "offline":
             from acpmem.write.offline import extract_offline
 
-            d = extract_offline(fork.conversation(r), r.note, max_bytes=vault.settings.extraction.max_entry_bytes,
+            d = extract_offline(context.conversation(r), r.note, max_bytes=vault.settings.extraction.max_entry_bytes,
                                 lang=vault.settings.language)
             shown.append({"request": r.id, "extractor": "offline", "title": d.title, "body": d.body,
                           "seqs": list(d.seqs)})
@@ -86,7 +86,7 @@ def dry_run(vault, reqs: list[Request], extractor: str | None) -> object:
         if how == "llm" and not extractor:   # as the fork runs it: the endpoint and model the request recorded
             cfg = config.with_changes(base_url=r.base_url, model=r.model or config.model)
         notes: list[str] = []
-        body = fork.fork_body(vault, r, cfg, notes=notes)   # trimmed to the model's context as the real call is
+        body = context.fork_body(vault, r, cfg, notes=notes)   # trimmed to the model's context as the real call is
         shown.append({"request": r.id, "body": body, **({"notes": notes} if notes else {})})
     if len(shown) == 1:   # one model request: its body as sent; one offline extract: the whole record
         return shown[0] if shown[0].get("extractor") == "offline" else shown[0]["body"]

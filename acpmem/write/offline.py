@@ -41,7 +41,7 @@ def extract_offline(transcript, note: str, *, max_bytes: int = 8192, lang: str =
                     max_messages: int = MAX_MESSAGES) -> OfflineText:
     """The entry the offline extractor writes for ``note`` from ``transcript`` (a ``Transcript`` prefix, or None)."""
     from acpmem.search.analysis import SearchDoc
-    from acpmem.search.memory import MemoryIndex
+    from acpmem.search.reference import MemoryIndex
 
     words = _TEXT.get(lang, _TEXT["en"])
     title = _clip(note, TITLE_CHARS)

@@ -35,7 +35,7 @@ def remember(vault, text: str, *, type: str | None = None, importance: int | Non
     forbid: tuple[str, ...] = ()
     if user:
         from acpmem.core.layout import LAYER_USER
-        from acpmem.vault.layers import project_path_forms, vault_for_layer
+        from acpmem.read.layers import project_path_forms, vault_for_layer
 
         target = vault_for_layer(vault, LAYER_USER)
         if target is not vault:
@@ -64,7 +64,7 @@ def remember(vault, text: str, *, type: str | None = None, importance: int | Non
             raise UsageError(f"a title is one line of 1..{MAX_TITLE_CHARS} characters, got {clip(title)}",
                              "e.g. --title 'We deploy on Tuesdays'")
     else:
-        from acpmem.write.fork import derive_title
+        from acpmem.write.draft import derive_title
 
         title = derive_title(body)
     from acpmem.core.redact import find_secrets

@@ -73,7 +73,7 @@ def check_block(transcript: str | os.PathLike | None, block: str):
     if transcript is None or transcript == "":
         raise UsageError(f"block {block} is named without a transcript",
                          "pass the session log that has the block (--transcript), or commit without --block")
-    from acpmem.write.transcripts import read_transcript
+    from acpmem.hosts.transcripts import read_transcript
 
     t = read_transcript(Path(transcript).expanduser(), turns=())
     t.block(block)
@@ -90,7 +90,7 @@ def check_transcript(transcript: str | os.PathLike | None, seq: int | None, bloc
         if block not in (None, ""):
             check_block(transcript, block)   # a block without a transcript: the UsageError saying so
         return
-    from acpmem.write.transcripts import last_seq
+    from acpmem.hosts.transcripts import last_seq
 
     path = Path(transcript).expanduser()
     last = None
@@ -108,12 +108,12 @@ def check_transcript(transcript: str | os.PathLike | None, seq: int | None, bloc
 
 
 def check_host_tools(path: str | os.PathLike | None) -> None:
-    """A ``--host-tools`` file must be what the fork sends (``acpmem.write.fork.load_host_tools``): now, not when a
+    """A ``--host-tools`` file must be what the fork sends (``acpmem.write.context.load_host_tools``): now, not when a
     worker builds the request."""
     if path is None or path == "":
         return
     check_readable(path, "tool definition file", "pass the host's tools as a JSON file")
-    from acpmem.write.fork import load_host_tools
+    from acpmem.write.context import load_host_tools
 
     load_host_tools(str(Path(path).expanduser()))   # Refused: the file's content, exit 1 like a bad transcript
 
@@ -186,7 +186,7 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
     else:  # pragma: no cover - 20 collisions of 40 random bits
         raise AcpmemError("could not pick a free request id", "retry")
     if req.transcript:
-        from acpmem.write.sources import record_transcript
+        from acpmem.read.sources import record_transcript
 
         record_transcript(vault, req.session, req.transcript, "commit")
     if wait:

@@ -109,7 +109,7 @@ def worker_main(root: str, lock_fd: int | None = None) -> None:
     try:
         run_worker(vault, lock_fd)
         if vault.settings.embeddings.model:     # what was written gets its vectors in the background
-            from acpmem.vault.embedding import start_background
+            from acpmem.read.embedding import start_background
 
             start_background(vault.root, vault.state_dir)
     finally:

@@ -12,7 +12,7 @@ from datetime import datetime
 from acpmem.core.errors import UsageError
 from acpmem.core.limits import MAX_BUDGET_TOKENS, clip, int_between
 from acpmem.vault.reader import VaultReader, jitter_salt, list_entries
-from acpmem.vault.snapshot import SNAPSHOT
+from acpmem.read.snapshot import SNAPSHOT
 
 
 def resident_index(vault: VaultReader, *, session: str | None = None, refresh: bool = False,

@@ -1,7 +1,7 @@
 """Reading the compression hosts' session logs: DSH's event log (pi's session log and kernel state: ``pilogs``).
 
 Returns plain parts (``HostLog``: the message events as OpenAI chat messages with their seqs, the surface changes,
-the compression blocks, warnings); ``acpmem.write.transcripts`` turns them into a ``Transcript`` and finds them by
+the compression blocks, warnings); ``acpmem.hosts.transcripts`` turns them into a ``Transcript`` and finds them by
 content, like its other formats.
 
 **DSH** (``session.jsonl.zstd``): one JSON event per line, zstd-compressed, append-only. ``seq`` is the event's

@@ -130,7 +130,7 @@ def entry_source(vault, entry_id: str, *, transcript: str | None = None) -> Entr
     """The turns an entry cites, read from each session's recorded transcript (or ``transcript``, for all of
     them). Does not mark the entry read. The id may be in either layer; transcripts are looked up where this
     session's vault recorded them, so a user-layer entry written in another project says "not recorded" here."""
-    from acpmem.vault.layers import resolve_layer
+    from acpmem.read.layers import resolve_layer
 
     _, entry = resolve_layer(vault, entry_id)
     cache: dict[str, object] = {}
@@ -149,7 +149,7 @@ def entry_source(vault, entry_id: str, *, transcript: str | None = None) -> Entr
 
 def _one(vault, c, override: str | None, cache: dict) -> CitedSource:
     from acpmem.core.errors import TranscriptError
-    from acpmem.write.transcripts import read_transcript
+    from acpmem.hosts.transcripts import read_transcript
 
     path = override or recorded_transcript(vault, c.session)
     if not path:

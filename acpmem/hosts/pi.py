@@ -50,7 +50,7 @@ from acpmem.core.blocks import BLOCK_RE, SUMMARY_HEAD, Block, valid_block_id
 from acpmem.core.errors import TranscriptError
 from acpmem.core.limits import MAX_SEQ, clip, int_between, one_line
 from acpmem.core.values import Value
-from acpmem.write.hostlogs import text_of
+from acpmem.hosts.dsh import text_of
 
 STATE_SUFFIX = ".acp.json"
 COMPACTION_PREFIX = "pi-compaction-"

@@ -278,7 +278,7 @@ def decide(vault: Vault, item: ReviewItem, decision: str, *, reason: str | None 
     """Record one decision on ``item`` in one commit (kind ``human-review``). ``text``: the person's version (the
     ``edit`` decision). ``through``: the commit this clone's marker moves to (every fork write up to it decided).
     ``forbid_paths``: for an item of the user vault, the project's paths the edited text must not hold
-    (``acpmem.vault.layers.project_path_forms``)."""
+    (``acpmem.read.layers.project_path_forms``)."""
     if decision not in DECISIONS:
         raise UsageError(f"unknown decision {decision!r}", "accept, edit or reject")
     reason = one_line(reason or "")
@@ -368,9 +368,9 @@ def queue_layered(vault) -> list[tuple[Vault, ReviewItem]]:
 def find_layered(vault, prefix: str, pairs: list[tuple[Vault, ReviewItem]] | None = None) -> tuple[Vault, ReviewItem]:
     """``find`` across the layers: the queued item (proposal or fork write, in either vault) with this id or unique
     id prefix, and the vault that holds it; else, for ``reject``, an entry the fork wrote earlier in either layer
-    (``acpmem.vault.layers.resolve_layer``). An ambiguous prefix names the candidates with their layers."""
+    (``acpmem.read.layers.resolve_layer``). An ambiguous prefix names the candidates with their layers."""
     from acpmem.core.errors import AmbiguousId
-    from acpmem.vault.layers import resolve_layer
+    from acpmem.read.layers import resolve_layer
 
     wanted = (prefix or "").strip().lstrip("#")
     if not wanted:
@@ -413,11 +413,11 @@ def decide_ids(vault: Vault, ids: list[str], decision: str, *, reason: str | Non
 
 
 def forget_or_reject(vault, prefix: str, reason: str) -> tuple[Vault, Entry, str, bool]:
-    """``forget`` of an entry (``acpmem.vault.layers.forget_layered``) — or, when no entry has this id, of a proposal
+    """``forget`` of an entry (``acpmem.read.layers.forget_layered``) — or, when no entry has this id, of a proposal
     awaiting review in either layer: a proposal is not in the memory, so there is nothing to forget; it is rejected
     with the reason (``decide_ids``, exactly as ``review reject ID --reason``). (the vault that held it, the entry,
     the commit, whether it was a proposal)."""
-    from acpmem.vault.layers import forget_layered
+    from acpmem.read.layers import forget_layered
 
     try:
         lv, entry, sha = forget_layered(vault, prefix, reason)

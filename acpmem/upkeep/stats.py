@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from acpmem.core.layout import SESSIONS_DIR
-from acpmem.vault.ledger import read_ledger
+from acpmem.read.ledger import read_ledger
 from acpmem.write import costs, requests
 
 
@@ -124,7 +124,7 @@ def _embeddings(vault, ledger: list[dict]) -> dict:
     """The embedding channel, when on: model, endpoint, vectors present and missing, what embedding has cost."""
     if not vault.settings.embeddings.model:
         return {}
-    from acpmem.vault.embedding import channel_status
+    from acpmem.read.embedding import channel_status
 
     return {"embeddings": {**channel_status(vault, probe=False), "costs": costs.summarize_embeddings(ledger)}}
 
@@ -133,6 +133,6 @@ def _rerank(vault) -> dict:
     """The rerank stage, when on: model, endpoint, how many candidates it reorders."""
     if not vault.settings.rerank.model:
         return {}
-    from acpmem.vault.reranking import status
+    from acpmem.read.reranking import status
 
     return {"rerank": status(vault.settings, probe=False)}

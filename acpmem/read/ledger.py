@@ -1,5 +1,5 @@
 """A session's surfacing ledger (``.acpmem/sessions/<session>/surfaced.json``): the entries surfaced and recalled
-in it and the bytes surfaced so far. ``acpmem.vault.retrieval`` keeps it; ``stats`` reads it.
+in it and the bytes surfaced so far. ``acpmem.read.retrieval`` keeps it; ``stats`` reads it.
 """
 from __future__ import annotations
 

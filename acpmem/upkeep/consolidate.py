@@ -2,7 +2,7 @@
 
 The clusters come from ``acpmem.write.duplicates`` (the words, the vectors, a model's verdicts: ``[consolidate]
 similarity``). For each, the fork's model is asked for one
-merged entry (``core.tools.consolidate_instruction``, the fork's own ``memory_write`` tool); acpmem — not the model
+merged entry (``write.prompts.consolidate_instruction``, the fork's own ``memory_write`` tool); acpmem — not the model
 — makes it supersede every entry of the cluster and carry every citation of them, so no fact loses its source. The
 superseded entries stay in the vault (``list --all``, ``show``). Under ``[write] policy = "review"`` the merged
 entries are proposals, under ``auto`` commits of kind ``consolidate`` — except a contradiction's, always a proposal
@@ -119,10 +119,11 @@ class _OverBudget(Exception):
 
 def _merge(vault, cluster: Cluster, config, mode: str) -> ClusterOutcome:
     from acpmem.core.framing import frame
-    from acpmem.core.tools import consolidate_instruction, parse_write_args, tool_definitions
+    from acpmem.core.tools import parse_write_args, tool_definitions
+    from acpmem.write.prompts import consolidate_instruction
     from acpmem.write import budget, llm
     from acpmem.vault.projectgit import merged_about
-    from acpmem.write.fork import derive_title
+    from acpmem.write.draft import derive_title
 
     known = {e.id: e for e in vault.load(with_reads=False).entries}
     members = [known.get(i) for i in cluster.ids]

@@ -1,7 +1,7 @@
 """A session's frozen resident index on disk: where it is, and reading it without loading anything else.
 
 Every later turn of a session asks for the same bytes, so this path is the hottest in acpmem: one file read, and
-only the discovery module imported (``acpmem.vault.resident`` writes the snapshot).
+only the discovery module imported (``acpmem.read.resident`` writes the snapshot).
 """
 from __future__ import annotations
 

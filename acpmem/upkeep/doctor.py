@@ -1,4 +1,4 @@
-"""``acp memory doctor``: check every entry, the git state, locks, pending work and the derived index; with ``fix``,
+"""``acp memory doctor``, in one place: check every entry, the git state, locks, pending work and the derived index; with ``fix``,
 repair what is safe — finish an interrupted change, commit valid human edits, remove what a killed acpmem process
 left (never a lock a live process holds), drop empty object files a crash left, rebuild a corrupt index.
 """
@@ -13,13 +13,14 @@ from acpmem.infra import locks
 from acpmem.infra.files import disk_full
 from acpmem.vault.gitrun import git, index_corrupt, no_repository, writes_blocked
 from acpmem.vault.writer import Vault
+from acpmem.write import requests, worker
 
 
 class Finding(Value):
     level: str      # error | warning | info | fixed
     what: str
     fix: str | None = None
-    layer: str = "project"   # the vault it is about: project, or user (``acpmem.write.checkup``)
+    layer: str = "project"   # the vault it is about: project, or user (``acpmem.upkeep.doctor``)
 
     def to_json(self) -> dict:
         return {"level": self.level, "what": self.what, "fix": self.fix, "layer": self.layer}
@@ -60,7 +61,7 @@ def _crash_objects(objects: Path) -> list[Path]:
         list(objects.glob("??/tmp_obj_*"))
 
 
-def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
+def check_vault(vault: Vault, *, fix: bool = False, more=()) -> Report:
     """Check every entry, the git state, locks, pending work and the derived index; with ``fix``, repair what
     is safe: finish an interrupted change, commit valid human edits, remove our own stale locks, drop empty
     object files a crash left behind, rebuild a corrupt git index or derived index. During a sync merge nothing is
@@ -166,7 +167,7 @@ def doctor(vault: Vault, *, fix: bool = False, more=()) -> Report:
     _check_watcher(vault, add)
     _check_embeddings(vault, add)
     _check_rerank(vault, add)
-    for check in more:   # the layers above add theirs (pending extraction requests: acpmem.write.checkup)
+    for check in more:   # the layers above add theirs (pending extraction requests: acpmem.upkeep.doctor)
         check(vault, add)
     return Report(tuple(found))
 
@@ -257,7 +258,7 @@ def _check_embeddings(vault: Vault, add) -> None:
     """The embedding channel, when on: the endpoint answers (one short probe), and how many entries lack vectors."""
     if not vault.settings.embeddings.model:
         return
-    from acpmem.vault.embedding import channel_status
+    from acpmem.read.embedding import channel_status
 
     st = channel_status(vault)
     where = f"model {st['model']} at {st['base_url']}"
@@ -277,7 +278,7 @@ def _check_rerank(vault: Vault, add) -> None:
     """The rerank stage, when on: the endpoint answers (one short probe)."""
     if not vault.settings.rerank.model:
         return
-    from acpmem.vault.reranking import status
+    from acpmem.read.reranking import status
 
     st = status(vault.settings)
     where = f"model {st['model']} at {st['base_url'] or '(no base_url)'}"
@@ -303,3 +304,97 @@ def _check_watcher(vault: Vault, add) -> None:
     else:
         add("warning", f"the index watcher (process {pid}) does not answer; recall checks every file meanwhile",
             f"see {vault.state_dir / watch.LOG}; `kill {pid}` stops it, the next recall starts another")
+
+
+# The whole vault: the checks above, the pending extraction work (requests) and staleness, in both layers.
+
+def doctor(vault, *, fix: bool = False) -> Report:
+    """Check (and with ``fix`` repair what is safe in) the vault, its git state, the index and the pending work —
+    and the same in the user vault read beside it. The user vault's findings carry ``layer = "user"`` and are never
+    errors of the project: an error there is reported as a warning (the project vault works without it)."""
+    user = vault.user if vault.layer == "project" else None
+    theirs = set(user.warnings) if user is not None else set()
+    rep = check_vault(vault, fix=fix, more=(check_requests, check_staleness))
+    found = [f.with_changes(layer="user" if f.what.startswith("the user vault ") else vault.layer)
+             for f in rep.findings if not (f.level == "warning" and f.what in theirs)]   # said below, as its own
+    if user is not None:
+        found += user_findings(user, fix=fix)
+    return Report(tuple(found))
+
+
+def user_findings(user, *, fix: bool = False) -> list[Finding]:
+    """The user vault's doctor findings, labelled ``user``, its errors demoted to warnings (``error`` → ``warning``
+    with "user vault:" in front, so the text says what it is about)."""
+    try:
+        rep = check_vault(user, fix=fix, more=(check_requests,))
+        found = list(rep.findings)
+    except AcpmemError as exc:   # e.g. --fix in a user vault whose repository is broken
+        found = [Finding("error", exc.message, exc.hint)]
+    return [f.with_changes(level="warning" if f.level == "error" else f.level, what=f"user vault: {f.what}",
+                           layer="user") for f in found]
+
+
+def check_requests(vault, add) -> None:
+    """Pending work: requests whose extraction failed (and when they are tried again), those that failed for
+    good, and request files that do not parse."""
+    reqs, broken = requests.list_requests(vault.state_dir)
+    pending = requests.pending_dir(vault.state_dir)
+    for name in broken:
+        add("error", f"{pending / name} is not a valid request file",
+            "fix it by hand, or delete it to drop that request")
+    waiter = worker.retry_waiter(vault.state_dir)
+    for r in reqs:
+        last = (r.last_error or {}).get("message", "")
+        if r.status == "failed":
+            add("error", f"request {r.id} failed for good after {r.attempts} attempts: {last}",
+                f"fix the cause, then `acp memory extract {r.id}` (or `--failed` for all); delete "
+                f"{pending / (r.id + '.json')} to drop it")
+        elif r.attempts:
+            when = f"tried again at {r.next_attempt}" if r.next_attempt else "tried again by the next worker"
+            who = f" (process {waiter} waits for it)" if waiter else ""
+            add("warning", f"request {r.id} failed {r.attempts} time(s) ({last}); {when}{who}",
+                f"`acp memory extract {r.id}` tries it now")
+    deferred = [r for r in reqs if r.status == "pending" and r.deferred]
+    if deferred:
+        from acpmem.write import budget
+
+        st = budget.current(vault.state_dir, vault.clock(), vault.settings.extraction)
+        why = st.reason if st is not None and st.over else deferred[0].deferred
+        add("warning", f"{len(deferred)} request(s) deferred: over the extraction budget ({why}); they are "
+            f"extracted from {min(r.next_attempt or '' for r in deferred)} on",
+            "wait, or raise [extraction] max_tokens_per_day / max_requests_per_hour in acpmem.toml")
+    from acpmem.vault.proposals import proposals
+
+    good, bad = proposals(vault)
+    for rel, why in bad:
+        add("error", f"{rel} is not a valid proposal: {why}", f"fix it by hand, or `git -C {vault.root} rm {rel}`")
+    if good:
+        add("info", f"{len(good)} proposal(s) wait for review", "`acp memory review`")
+    waiting = [r for r in reqs if r.status == "pending" and not r.attempts and not r.deferred]
+    if waiting:
+        add("info", f"{len(waiting)} request(s) waiting for extraction")
+
+
+def check_staleness(vault, add) -> None:
+    """Entries whose project files changed since they were written (``acpmem.vault.projectgit``), and entries whose
+    cited transcript is gone, changed or unreadable (``acpmem.read.citecheck``). Said only when there are some."""
+    from acpmem.vault.projectgit import checks_on, stale_map
+    from acpmem.read.citecheck import check_entries
+
+    if not checks_on():
+        return
+    entries = vault.load(with_reads=False).live()
+    stale = stale_map(vault)
+    if stale:
+        ids = ", ".join(f"#{i}" for i in sorted(stale)[:5]) + (" …" if len(stale) > 5 else "")
+        add("info", f"{len(stale)} {'entry' if len(stale) == 1 else 'entries'} may be stale: project files "
+            f"{'it is' if len(stale) == 1 else 'they are'} about changed since written ({ids})",
+            "`acp memory stale` names the commits; `acp memory review --stale` confirms or forgets each")
+    checked = check_entries(vault, entries)
+    for status, said in (("gone", "a transcript that is gone"), ("changed", "turns that changed since written"),
+                         ("unreadable", "a transcript that does not read")):
+        ids = sorted(i for i, c in checked.items() if c.status == status)
+        if ids:
+            add("warning", f"{len(ids)} {'entry cites' if len(ids) == 1 else 'entries cite'} {said} "
+                f"({', '.join('#' + i for i in ids[:5])}{' …' if len(ids) > 5 else ''})",
+                "`acp memory show ID` says which citation; the entry is still served, marked")

@@ -77,7 +77,7 @@ def start_background(root: Path, state_dir: Path, dim: int = 0) -> bool:
     fd = locks.try_lock(lock_path(state_dir))
     if fd is None:
         return False
-    spawn(fd, f"from acpmem.vault.embedding import embed_main; embed_main({str(root)!r}, {{fd}}, {int(dim)})",
+    spawn(fd, f"from acpmem.read.embedding import embed_main; embed_main({str(root)!r}, {{fd}}, {int(dim)})",
           Path(state_dir) / EMBED_LOG, MAX_LOG_BYTES)
     return True
 

@@ -1,6 +1,6 @@
 """What the fork records beside an entry so it can be checked later: the project files the cited turns read or
 changed and the project's commit (``files``, ``commit``: ``acpmem.vault.projectgit``), and a digest of the cited turns
-in each citation (``hash``: ``acpmem.write.citecheck``).
+in each citation (``hash``: ``acpmem.read.citecheck``).
 
 The files come from the transcript: the tool calls of the cited turns (``acpmem.core.toolfiles``) and, for a
 compression block, the files its host recorded for it (pi's compaction ``details.readFiles`` / ``modifiedFiles``).
@@ -38,7 +38,7 @@ def entry_files(transcript, citations, root, cwd: str | None = None) -> tuple[st
     """The project files (relative to ``root``) the cited turns read or changed, changed ones first."""
     from acpmem.core.toolfiles import tool_files
     from acpmem.vault.projectgit import relative_file
-    from acpmem.write.citecheck import cited_turn_seqs
+    from acpmem.read.citecheck import cited_turn_seqs
 
     if transcript is None:
         return ()
@@ -75,7 +75,7 @@ def annotate(vault, transcript, entries: list, layer_of: dict) -> list:
     """``entries`` with each citation's ``hash`` and, for project-layer entries in a git project, ``files`` and
     ``commit`` (when any file was found). Anything that cannot be read leaves the entry as it was."""
     from acpmem.vault.projectgit import checks_on, project_head
-    from acpmem.write.citecheck import cited_turn_seqs, turns_digest
+    from acpmem.read.citecheck import cited_turn_seqs, turns_digest
 
     if transcript is None or not checks_on():
         return entries

@@ -31,7 +31,7 @@ from acpmem.infra.files import atomic_write
 from acpmem.search import watch
 from acpmem.search.query import light_rows, search as search_index
 from acpmem.vault import readlog
-from acpmem.vault.ledger import LEDGER, read_ledger
+from acpmem.read.ledger import LEDGER, read_ledger
 from acpmem.vault.reader import VaultReader, jitter_salt   # the read side is all recall and surfacing need
 
 DEFERRED_NOTE_CHARS = 100    # room kept for the line saying entries wait for a later turn
@@ -48,7 +48,7 @@ class RecallHit(Value):
     preview: str
     citations: tuple[Citation, ...]
     explain: Mapping = _NO_EXPLAIN       # why it scored (left out of comparison)
-    layer: str = LAYER_PROJECT           # the vault it came from: project or user (``acpmem.vault.layers``)
+    layer: str = LAYER_PROJECT           # the vault it came from: project or user (``acpmem.read.layers``)
     _hidden = ("explain",)
 
     def to_json(self) -> dict:
@@ -147,8 +147,8 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
     With the embedding channel on (``[embeddings] model``), the query's vector joins the ranking and ``report``
     (when given) receives ``vectors`` (model, present, missing, used) and, when the query could not be embedded,
     one ``warning``; recall then ranks lexically. Missing entry vectors start the background pass
-    (``acpmem.vault.embedding``); recall never waits for them. With the rerank stage on (``[rerank] model``), a
-    rerank model reorders the best ``[rerank] candidates`` (``acpmem.vault.reranking``) and ``report`` receives
+    (``acpmem.read.embedding``); recall never waits for them. With the rerank stage on (``[rerank] model``), a
+    rerank model reorders the best ``[rerank] candidates`` (``acpmem.read.reranking``) and ``report`` receives
     ``rerank`` (model, candidates, used, and ``skipped`` or its own ``warning``). With both off ``report`` stays
     empty."""
     query = "" if query is None else query
@@ -215,7 +215,7 @@ def note_recalled(sdir: Path, ids: Iterable[str]) -> None:
 def _query_vector(vault: VaultReader, query: str):
     if not vault.settings.embeddings.model:       # the channel is off: nothing of it is imported
         return None
-    from acpmem.vault import embedding
+    from acpmem.read import embedding
 
     return embedding.query_vector(vault.settings, query)
 
@@ -225,7 +225,7 @@ def _vector_side(vault: VaultReader, con: sqlite3.Connection, qv, allowed, inclu
     """The vector channel's candidates for one recall (empty when the query has no vector), reported in
     ``report``; starts the background pass when entries lack vectors."""
     from acpmem.search import vectors
-    from acpmem.vault import embedding
+    from acpmem.read import embedding
 
     model = qv.endpoint.vector_key
     if qv.vector is not None:
@@ -256,10 +256,10 @@ def _vector_side(vault: VaultReader, con: sqlite3.Connection, qv, allowed, inclu
 
 def _reranked(vault: VaultReader, query: str, found: list[tuple], sure: bool, words: int,
               report: dict | None) -> list[tuple]:
-    """``found`` (entry, hit) in the rerank stage's order (``acpmem.vault.reranking``), reported in ``report``.
+    """``found`` (entry, hit) in the rerank stage's order (``acpmem.read.reranking``), reported in ``report``.
     The hits keep the scores of recall's order, handed out in the new order, so scores still fall down the list
     and compare with another layer's."""
-    from acpmem.vault import reranking
+    from acpmem.read import reranking
 
     texts = [f"{e.title}\n{e.body}".strip() for e, _ in found]
     order, said = reranking.rerank(vault.settings, query, texts, sure, words)
@@ -391,7 +391,7 @@ def _notice(vault: VaultReader) -> str:
 
 def recall_text(vault: VaultReader, hits: list[RecallHit], checks: dict | None = None) -> str:
     """The data notice, then each hit's title and body framed as data (what a model reads). ``checks``: by id, the
-    attributes the serve-time checks add (``acpmem.write.citecheck.Served.attrs``)."""
+    attributes the serve-time checks add (``acpmem.read.citecheck.Served.attrs``)."""
     if not hits:
         return "未找到相关记忆。" if vault.settings.language == "zh" else "No memory matches that query."
     checks = checks or {}

@@ -59,7 +59,7 @@ class Transcript(Value):
     blocks: tuple = ()
     ops: tuple | None = None
     warnings: tuple[str, ...] = ()
-    host: object = None      # pi: the session read (``acpmem.write.pilogs.PiLog``), replayed by upto()
+    host: object = None      # pi: the session read (``acpmem.hosts.pi.PiLog``), replayed by upto()
     _hidden = ("events", "links", "ops", "warnings", "host")   # left out of comparison and repr
 
     def upto(self, seq: int) -> "Transcript":
@@ -128,7 +128,7 @@ def read_transcript(path_or_text: str | Path, format: str = "auto", *, turns=Non
         raise TranscriptError(f"Unknown transcript format '{format}'", f"use one of: {', '.join(FORMATS)}")
     dsh = _dsh_file(path_or_text, format)
     if dsh is not None:
-        from acpmem.write.hostlogs import read_dsh
+        from acpmem.hosts.dsh import read_dsh
 
         only = frozenset(turns) if turns is not None else None
         return _from_hostlog(read_dsh(dsh, str(dsh), only=only), str(dsh), "dsh", partial=only is not None)
@@ -148,7 +148,7 @@ def read_transcript(path_or_text: str | Path, format: str = "auto", *, turns=Non
         if isinstance(doc, list) or (isinstance(doc, dict) and "messages" in doc):
             return _from_chat_doc(doc, format, source)
         if format == "auto" and isinstance(doc, dict) and ("payload" in doc or "messageRefs" in doc):
-            from acpmem.write.pilogs import looks_like_fold
+            from acpmem.hosts.pi import looks_like_fold
 
             if looks_like_fold(doc):
                 return _from_fold(Path(source), doc)
@@ -163,7 +163,7 @@ def read_transcript(path_or_text: str | Path, format: str = "auto", *, turns=Non
         raise TranscriptError(f"{source}: expected a JSON list of messages or an object with \"messages\"",
                               "pass --format jsonl or claude-code for line-per-record files")
     if format == "dsh":
-        from acpmem.write.hostlogs import read_dsh
+        from acpmem.hosts.dsh import read_dsh
 
         return _from_hostlog(read_dsh(None, source, text), source, "dsh")
     return _from_jsonl(text, format, source)
@@ -171,11 +171,11 @@ def read_transcript(path_or_text: str | Path, format: str = "auto", *, turns=Non
 
 def last_seq(path: str | Path) -> int | None:
     """The seq of the last message of the transcript at ``path``: ``read_transcript(path).last_seq``, with the same
-    errors. A DSH log is scanned, not read (``acpmem.write.hostlogs.last_message_seq``: no message is built, memory
+    errors. A DSH log is scanned, not read (``acpmem.hosts.dsh.last_message_seq``: no message is built, memory
     stays flat however long the log); other formats are read."""
     dsh = _dsh_file(path, "auto")
     if dsh is not None:
-        from acpmem.write.hostlogs import last_message_seq
+        from acpmem.hosts.dsh import last_message_seq
 
         last = last_message_seq(dsh, str(dsh))
         if last is None:
@@ -391,13 +391,13 @@ def _from_jsonl(text: str, format: str, source: str) -> Transcript:
         rows.append((n, obj))
     if not rows:
         raise TranscriptError(f"{source}: transcript has no records", "pass the file the host wrote for this session")
-    from acpmem.write.hostlogs import looks_like_dsh
-    from acpmem.write.pilogs import looks_like_pi
+    from acpmem.hosts.dsh import looks_like_dsh
+    from acpmem.hosts.pi import looks_like_pi
 
     if format == "pi" or (format == "auto" and looks_like_pi([o for _, o in rows[:50]])):
         return _from_pi(rows, source)
     if format == "auto" and all(looks_like_dsh(o) or o.get("type") == "session" for _, o in rows[:20]):
-        from acpmem.write.hostlogs import read_dsh
+        from acpmem.hosts.dsh import read_dsh
 
         return _from_hostlog(read_dsh(None, source, text), source, "dsh")
     is_cc = any("role" not in o and isinstance(o.get("type"), str) and ("message" in o or "uuid" in o or
@@ -487,7 +487,7 @@ def _dsh_file(path_or_text: str | Path, format: str) -> Path | None:
             head = fh.read(1 << 16)
     except (OSError, ValueError):
         return None   # _load says what is wrong
-    from acpmem.write.hostlogs import is_zstd, looks_like_dsh
+    from acpmem.hosts.dsh import is_zstd, looks_like_dsh
 
     if is_zstd(head):
         return path
@@ -519,7 +519,7 @@ def _from_hostlog(log, source: str, container: str, partial: bool = False) -> Tr
 
 
 def _surface_messages(events: tuple[Message, ...], ops: tuple, upto: int | None) -> tuple[Message, ...]:
-    from acpmem.write.hostlogs import surface
+    from acpmem.hosts.dsh import surface
 
     by_seq = {m.seq: m for m in events}
     return tuple(by_seq[s] for s in surface(ops, upto) if s in by_seq)
@@ -527,7 +527,7 @@ def _surface_messages(events: tuple[Message, ...], ops: tuple, upto: int | None)
 
 def _from_pi(rows: list[tuple[int, dict]], source: str) -> Transcript:
     """A pi session log: the live path of its tree as ``events``, the view the model saw as ``messages``."""
-    from acpmem.write.pilogs import read_pi
+    from acpmem.hosts.pi import read_pi
 
     log = read_pi(rows, Path(source) if source != "<text>" else None, source)
     events = tuple(_pi_message(m) for m in log.events)
@@ -542,7 +542,7 @@ def _pi_message(m) -> Message:
 
 
 def _pi_view(log, upto: int | None) -> tuple[Message, ...]:
-    from acpmem.write.pilogs import view
+    from acpmem.hosts.pi import view
 
     return tuple(_pi_message(m) for m in view(log, upto))
 
@@ -564,7 +564,7 @@ def _pi_joined(messages: tuple[Message, ...]) -> list[dict]:
 
 def _from_fold(path: Path, doc: dict) -> Transcript:
     """An omp fold file: its blocks, and the stream it stored as the conversation (seq = position in it)."""
-    from acpmem.write.pilogs import read_fold
+    from acpmem.hosts.pi import read_fold
 
     fold = read_fold(path, doc)
     msgs = []

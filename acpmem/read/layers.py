@@ -6,7 +6,7 @@ opens another project's vault, so nothing from one project can reach another pro
 projects share is the user vault, and only entries routed to it (``acpmem.write.fork``) with project paths redacted
 are written there.
 
-Recall is merged *above* the search: each layer's vault is searched by ``acpmem.vault.retrieval.recall`` on its own
+Recall is merged *above* the search: each layer's vault is searched by ``acpmem.read.retrieval.recall`` on its own
 index, and the hits are merged by score — the search internals do not know about layers.
 
 User-layer ids start with ``u-`` (``acpmem.core.layout.USER_ID_PREFIX``) so they can never meet a project id: the
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from acpmem.core.score import Scored
     from acpmem.search.catalog import Problem
-    from acpmem.vault.retrieval import RecallHit
+    from acpmem.read.retrieval import RecallHit
 
 
 class LayerEntry(Value):
@@ -117,11 +117,11 @@ def vault_for_layer(vault: VaultReader, layer: str) -> VaultReader:
 def recall_layered(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] | None = None,
                    include_superseded: bool = False, session: str | None = None, *,
                    mark_read: bool = True, report: dict | None = None) -> list[RecallHit]:
-    """``recall`` over every layer: each vault searched on its own index (``acpmem.vault.retrieval.recall``), the
+    """``recall`` over every layer: each vault searched on its own index (``acpmem.read.retrieval.recall``), the
     hits merged by score (project first on a tie), cut to ``limit``; only the returned ones are marked read (in
     their own vault) and noted in the session's ledger (the project vault's). ``report`` receives what the layers'
     embedding channels say (``recall``): the first layer's ``vectors``, and the first ``warning`` of any layer."""
-    from acpmem.vault.retrieval import note_recalled, recall
+    from acpmem.read.retrieval import note_recalled, recall
 
     layers = vault.layers()
     if len(layers) == 1:

@@ -56,7 +56,7 @@ class CiteCheck(Value):
 def cited_turn_seqs(transcript, citation) -> tuple[int, ...]:
     """The seqs a citation names: its turns, else its seq or range, else its block's covered turns."""
     from acpmem.core.blocks import valid_block_id
-    from acpmem.write.sources import cited_seqs
+    from acpmem.read.sources import cited_seqs
 
     seqs = cited_seqs(citation)
     if not seqs and transcript is not None:
@@ -94,9 +94,9 @@ def _key(c) -> str:
 def _digest_now(path: str, c, memo: dict) -> str | Exception:
     """The digest of ``c``'s turns in the transcript at ``path`` as it is now, or the error reading it."""
     from acpmem.core.errors import TranscriptError
-    from acpmem.write.transcripts import read_transcript
+    from acpmem.hosts.transcripts import read_transcript
 
-    from acpmem.write.sources import cited_seqs
+    from acpmem.read.sources import cited_seqs
 
     seqs = cited_seqs(c)
     want = frozenset(sorted(set(seqs))[:MAX_HASHED_TURNS]) if seqs else None
@@ -111,8 +111,8 @@ def _digest_now(path: str, c, memo: dict) -> str | Exception:
 
 def check_entries(vault, entries) -> dict[str, CiteCheck]:
     """Each entry's ``CiteCheck`` by id. Transcripts are looked up where this vault recorded them
-    (``acpmem.write.sources``); one cache read and at most one write for the whole call."""
-    from acpmem.write.sources import recorded_transcript
+    (``acpmem.read.sources``); one cache read and at most one write for the whole call."""
+    from acpmem.read.sources import recorded_transcript
 
     cache_path = Path(vault.state_dir) / CACHE
     try:

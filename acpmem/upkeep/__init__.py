@@ -1,0 +1,1 @@
+"""What tends a vault: doctor, review, stats, consolidate."""
