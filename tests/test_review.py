@@ -16,9 +16,9 @@ from helpers_proc import git_out, make_entry
 from openai_server import reply
 from test_fork import CHAT, configure, submit
 
-from acpmem.vault import review as rv
+from acpmem.upkeep import review as rv
 from acpmem.vault.reader import list_entries
-from acpmem.vault.retrieval import recall, surface
+from acpmem.read.retrieval import recall, surface
 from acpmem.vault.writer import Vault
 from acpmem.write import fork, requests, worker
 from acpmem.write.submit import submit as submit_commit
@@ -324,8 +324,8 @@ def test_budgets_defer_requests_with_the_reason_and_resume_when_they_free(vault,
                         wait=True)
     assert "deferred" in ack.text and ack.deferred and ack.outcome.status == "deferred"
     assert len(requests.list_requests(v.state_dir)[0]) == 2
-    from acpmem.write.checkup import doctor
-    from acpmem.write.stats import stats
+    from acpmem.upkeep.doctor import doctor
+    from acpmem.upkeep.stats import stats
 
     s = stats(v)
     assert s["budget"]["over"] and "max_requests_per_hour" in s["budget"]["reason"]
@@ -397,7 +397,8 @@ def test_remember_takes_any_input_verbatim_or_refuses_it_cleanly(vault, text, ti
         assert git_out(vault.root, "rev-parse", "HEAD") == head and git_out(vault.root, "status", "--porcelain") == ""
         return
     got = vault.resolve(entry.id)
-    assert got.body == text.strip("\n") + "\n" and got.type == typ and got.importance == importance
+    # no importance given means the documented default, 5
+    assert got.body == text.strip("\n") + "\n" and got.type == typ and got.importance == (5 if importance is None else importance)
     assert git_out(vault.root, "status", "--porcelain") == ""
 
 
