@@ -1,5 +1,7 @@
 """Whole-process timing of the commands a model or a hook may run every turn: `show ID`, `surface`, `score`, `stats`,
-`list` and `list --format prompt`, each as a ratio to the same run's `python -c pass`.
+`list`, `list --format prompt` (fresh and frozen for a session) and `recall` (at 1,000 entries and, with
+``--recall-entries``, at 10,000), each as a ratio to the same run's `python -c pass`, beside its target (3x for the
+per-turn reads at 1,000 entries, 4x for `recall` at 10,000).
 
 Builds a vault of generated entries (``bench/list_speed.py``'s generator), warms its derived caches once, then runs
 the commands round-robin as fresh processes (so a busy machine slows them all alike) and prints, for each, the
@@ -8,7 +10,7 @@ both also as a multiple of `python -c pass`. The modules' .pyc files are written
 installed package has them (``PYTHONDONTWRITEBYTECODE`` is dropped for the commands). The user vault is turned off (``ACPMEM_USER_VAULT=none``) unless
 ``--user`` builds one of the same size beside it. ``--typer`` measures the typer path too (``ACPMEM_NO_FASTPATH=1``).
 
-    python bench/read_speed.py [--entries 1000] [--runs 15] [--keep DIR] [--user] [--typer]
+    python bench/read_speed.py [--entries 1000] [--recall-entries 10000] [--runs 15] [--keep DIR] [--user] [--typer]
 """
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="build the vault here and keep it")
     ap.add_argument("--user", action="store_true", help="a user vault of the same size beside it")
     ap.add_argument("--typer", action="store_true", help="also measure the typer path (ACPMEM_NO_FASTPATH=1)")
+    ap.add_argument("--recall-entries", type=int, default=10000,
+                    help="a second vault of this size for `recall` (0: none)")
     args = ap.parse_args()
     n = args.entries
     acp = str(Path(sys.executable).parent / "acp")
@@ -56,6 +60,10 @@ def main() -> None:
         if not (path / "entries").is_dir():
             build(path, n, seed=2 if is_user else 1, user=is_user)
             time.sleep(catalog.RACY_NS / 1e9)   # the steady state a later turn sees (no racily clean rows)
+    big = base / f"v{args.recall_entries}" if args.recall_entries else None
+    if big is not None and not (big / "entries").is_dir():
+        build(big, args.recall_entries, seed=3)
+        time.sleep(catalog.RACY_NS / 1e9)
     env = {**os.environ, "ACPMEM_USER_VAULT": str(user) if args.user else "none"}
     env.pop("ACPMEM_NO_FASTPATH", None)
     # an installed acpmem has its modules compiled (.pyc): without them every run compiles the sources again
@@ -70,7 +78,13 @@ def main() -> None:
         "stats": lambda: [acp, "memory", "stats", *v],
         "list": lambda: [acp, "memory", "list", *v],
         "list --format prompt": lambda: [acp, "memory", "list", "--format", "prompt", *v],
+        "list --format prompt --session": lambda: [acp, "memory", "list", "--format", "prompt", "--session", "S1",
+                                                   *v],
+        f"recall ({n:,})": lambda: [acp, "memory", "recall", "deploy gateway retry", *v],
     }
+    if big is not None:
+        commands[f"recall ({args.recall_entries:,})"] = lambda: [acp, "memory", "recall", "deploy gateway retry",
+                                                                 "--vault", str(big)]
     cases = [("python -c pass", lambda: [sys.executable, "-c", "pass"], env)]
     cases += [(name, make, env) for name, make in commands.items()]
     if args.typer:
@@ -86,11 +100,14 @@ def main() -> None:
     cpu0 = statistics.median(c for _, c in got["python -c pass"])
     print(f"python {sys.version.split()[0]}, {n} entries{' + a user vault of as many' if args.user else ''}, "
           f"runs={args.runs} (median, whole process, round-robin)")
-    print(f"{'command':<32}{'wall':>9}{'ratio':>8}{'cpu':>9}{'ratio':>8}")
+    print(f"{'command':<34}{'wall':>9}{'ratio':>8}{'cpu':>9}{'ratio':>8}{'target':>8}")
     for name, rows in got.items():
         wall = statistics.median(w for w, _ in rows)
         cpu = statistics.median(c for _, c in rows)
-        print(f"{name:<32}{wall:>6.0f} ms{wall / wall0:>7.1f}x{cpu:>6.0f} ms{cpu / cpu0:>7.1f}x")
+        target = ("" if name == "python -c pass" or "typer" in name or name in ("score", "stats")
+                  else "4x" if name.startswith("recall")
+                  else "3x")
+        print(f"{name:<34}{wall:>6.0f} ms{wall / wall0:>7.1f}x{cpu:>6.0f} ms{cpu / cpu0:>7.1f}x{target:>8}")
     if not args.keep:
         shutil.rmtree(base, ignore_errors=True)
 
