@@ -4,9 +4,11 @@ integrations/install-hosts.sh), run as `codex exec` against a scripted OpenAI Re
 CODEX_HOME, and acpmem wired exactly as README.md's Codex section says (the `[mcp_servers.acpmem]` table and the
 SessionStart hook, both in config.toml). Nothing reaches the internet: the only provider is the loopback one.
 
-Session one: the model states a decision and calls memory_commit; the fork (the offline extractor: Codex starts the
-MCP server without any OPENAI_* variable) writes an entry from the real rollout Codex wrote — the entry holds the
-decision's reason, which only the conversation had, and cites the Codex thread at the line of the call. Session two:
+Session one: the model states a decision and calls memory_commit; the fork — its model the loopback OpenAI server
+(tests/openai_server.py), named in the vault's [extraction] settings since Codex passes the MCP server no OPENAI_*
+variable — is sent the conversation from the real rollout Codex wrote, and writes an entry that holds the decision's
+reason only when its request held it (the note never said it); the entry cites the Codex thread at the line of the
+call. Session two:
 the first request already carries the index (the hook's context) with the entry, and memory_recall returns it.
 
 `npm ci` in integrations/codex installs the host (.ci/run does, and sets ACPMEM_REQUIRE_CODEX=1 so a missing host
@@ -26,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from helpers_proc import wait_until
+from openai_server import fake_openai, reply
 from responses_server import call, input_text, outputs, responses_server, say
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,7 +88,21 @@ def rollouts(home: Path) -> list[Path]:
     return sorted((home / ".codex" / "sessions").glob("*/*/*/rollout-*.jsonl"))
 
 
-def test_codex_commits_from_its_rollout_and_the_next_session_gets_the_index_and_recalls(tmp_path):
+def fork_answer(body: dict):
+    """The fork's model: it writes the reason only when the conversation it was sent holds it."""
+    seen = json.dumps(body.get("messages"), ensure_ascii=False)
+    content = f"- Uploads are capped at 100 MB: {REASON}." if REASON in seen else "- Uploads are capped at 100 MB."
+    return reply.writes(reply.write(content, title="Upload limit is 100 MB"))
+
+
+@pytest.fixture
+def fork_model():
+    with fake_openai() as srv:
+        srv.responder = fork_answer
+        yield srv
+
+
+def test_codex_commits_from_its_rollout_and_the_next_session_gets_the_index_and_recalls(tmp_path, fork_model):
     home = tmp_path / "home"
     (home / ".codex").mkdir(parents=True)
     project = tmp_path / "project"
@@ -94,6 +111,10 @@ def test_codex_commits_from_its_rollout_and_the_next_session_gets_the_index_and_
     r = subprocess.run([str(BIN / "acp"), "memory", "init", str(project / ".acp-memory")], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+    settings = project / ".acp-memory" / "acpmem.toml"
+    text = settings.read_text("utf-8")
+    text = text.replace('base_url = ""', f'base_url = "{fork_model.base_url}"', 1).replace('model = ""', 'model = "m"', 1)
+    settings.write_text(text, "utf-8")
 
     def first_session(body: dict) -> list[dict]:
         if not outputs(body):
@@ -130,7 +151,12 @@ def test_codex_commits_from_its_rollout_and_the_next_session_gets_the_index_and_
         vault = project / ".acp-memory"
         entry = wait_until(lambda: next(iter((vault / "entries").glob("*.md")), None), timeout=120)
         text = entry.read_text("utf-8")
+        [fork] = [q.body for q in fork_model.requests if q.path.endswith("/chat/completions")]
+        sent = json.dumps(fork["messages"], ensure_ascii=False)
+        assert "We settled the upload limit" in sent and DECISION in sent   # the rollout, up to the commit's turn
+        assert "Saved to long-term memory." not in sent                       # and not past it
         assert REASON in text            # only the conversation had it: the note did not
+        assert "extractor: offline" not in text   # the model wrote it
         assert f"session: {thread}" in text
         assert re.search(rf"session: {thread}\n  seq: {call_line}\n", text), text   # the call's own line
         title = re.search(r"^title: (.*)$", text, re.M)[1]
