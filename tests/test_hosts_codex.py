@@ -160,3 +160,28 @@ def test_arguments_clients_add_to_every_tool_are_dropped_and_no_others(vault):
     with pytest.raises(AcpmemError, match="bogus"):
         svc.call("memory_commit", {"type": "decision", "note": "n", "importance": 5, "bogus": 1,
                                    "wait_for_previous": True})
+
+
+@pytest.mark.parametrize("payload", [
+    {"type": "message", "role": "user", "content": 7},
+    {"type": "message", "role": ["user"], "content": "x"},
+    {"type": "message", "role": "user", "content": [1, None, {"type": "input_text", "text": 5}]},
+    {"type": "function_call", "name": None, "arguments": "{}", "call_id": "c"},
+    {"type": "function_call", "name": "f", "arguments": {"a": 1}, "call_id": 3},
+    {"type": "function_call_output", "call_id": "c", "output": {"content": {"content": "deep"}}},
+    {"type": "function_call_output", "call_id": None, "output": "x"},
+    {"type": "custom_tool_call", "name": "apply_patch", "input": None, "call_id": "c"},
+    {"type": "reasoning", "encrypted_content": "…"},
+])
+def test_odd_rollout_items_are_read_or_named_never_a_crash(payload):
+    head = json.dumps({"timestamp": "t", "type": "session_meta", "payload": {"id": THREAD}})
+    user = json.dumps({"timestamp": "t", "type": "response_item",
+                       "payload": {"type": "message", "role": "user", "content": "hi"}})
+    odd = json.dumps({"timestamp": "t", "type": "response_item", "payload": payload})
+    try:
+        t = read_transcript(f"{head}\n{user}\n{odd}\n")
+    except TranscriptError as exc:
+        assert ":3:" in exc.message      # the odd line, named
+    else:
+        assert t.container == "codex" and t.messages[0].content == "hi"
+        openai_messages(t)

@@ -154,7 +154,9 @@ def _output(output: object) -> str:
     if isinstance(output, str):
         return output
     if isinstance(output, dict):   # older rollouts: {content, success}
-        return _output(output.get("content"))
+        output = output.get("content")
+        if isinstance(output, str):
+            return output
     if isinstance(output, list):
         return "\n".join(c["text"] for c in output if isinstance(c, dict) and isinstance(c.get("text"), str))
     return ""
