@@ -113,7 +113,8 @@ def test_codex_commits_from_its_rollout_and_the_next_session_gets_the_index_and_
     assert r.returncode == 0, r.stderr
     settings = project / ".acp-memory" / "acpmem.toml"
     text = settings.read_text("utf-8")
-    text = text.replace('base_url = ""', f'base_url = "{fork_model.base_url}"', 1).replace('model = ""', 'model = "m"', 1)
+    text = text.replace('base_url = ""', f'base_url = "{fork_model.base_url}"', 1)
+    text = text.replace('model = ""', 'model = "m"', 1)
     settings.write_text(text, "utf-8")
 
     def first_session(body: dict) -> list[dict]:

@@ -10,7 +10,8 @@ showed: task_started, item_completed, token_count … — copies of what the mod
 ``function_call_output`` (``output``: text or ``input_text`` parts), ``custom_tool_call``/``custom_tool_call_output``
 (freeform tools such as ``apply_patch``), ``local_shell_call``, ``reasoning`` (encrypted: not sent back),
 ``web_search_call``; and lines of other types (``world_state``, ``token_usage_record`` …: Codex adds kinds; they are
-skipped like ``event_msg``). ``seq`` = the line (0-based): every line is an event, so seqs stay stable while Codex appends.
+skipped like ``event_msg``). ``seq`` = the line (0-based): every line is an event, so seqs stay stable while Codex
+appends.
 
 Read as OpenAI chat messages: ``user`` and ``assistant`` messages, each call an assistant message with one
 ``tool_calls`` entry (named ``<namespace>__<name>`` for a namespaced tool, as the model knows it), each output a
@@ -22,8 +23,8 @@ text and the calls that follow it back into the one message the provider returne
 (the thread id, the last part of the rollout's file name), ``callId`` (the ``call_id`` of the function call that
 made this tool call) and ``x-codex-turn-metadata`` (``session_id``, ``turn_id`` …). ``meta_values`` reads them;
 ``find_rollout`` finds the thread's file under ``$CODEX_HOME/sessions`` (``~/.codex`` by default); ``call_seq``
-waits for the line of the call — Codex writes the call to the rollout as the model returns it, which can be a moment
-after the MCP request arrives — so a commit cites the turn that made it.
+finds the line of the call, waiting a while in case Codex has not written it yet when the request arrives, so a
+commit cites the turn that made it (in the runs measured, the line was always there already).
 """
 from __future__ import annotations
 
