@@ -185,3 +185,11 @@ def test_odd_rollout_items_are_read_or_named_never_a_crash(payload):
     else:
         assert t.container == "codex" and t.messages[0].content == "hi"
         openai_messages(t)
+
+
+def test_a_recall_from_codex_is_noted_under_its_thread(example_vault):
+    svc = MemoryService(example_vault.root, "mcp-server-own-session")
+    text = svc.call("memory_recall", {"query": "rate limit search API"}, _meta())
+    assert "<<acpmem-data" in text
+    assert any(example_vault.session_dir(THREAD).iterdir())          # the thread's ledger, as the hook's index
+    assert not example_vault.session_dir("mcp-server-own-session").exists()

@@ -14,8 +14,9 @@ Session and seq of a ``memory_commit`` (the citation of what it produces):
   importance: anything else is refused, as ``additionalProperties: false`` says — except ``CLIENT_ARGS``, which
   clients add to every tool by themselves and are dropped), so the model never invents them;
 * Codex sends its thread id (``threadId``) and the call's ``callId`` in every ``tools/call``'s ``_meta``: the
-  session is the thread, the transcript its rollout (recorded by the SessionStart hook, else found under
-  ``$CODEX_HOME/sessions``), the seq the line of the call in it (``acpmem.hosts.codex``);
+  session is the thread (for ``memory_recall``'s read ledger too), the transcript its rollout (recorded by the
+  SessionStart hook, else found under ``$CODEX_HOME/sessions``), the seq the line of the call in it
+  (``acpmem.hosts.codex``);
 * otherwise the server's own session: ``--session``, else ``ACPMEM_SESSION``, else ``CLAUDE_CODE_SESSION_ID`` (Claude
   Code sets it for the MCP servers it starts), else an id generated per server process
   (``mcp-YYYYMMDDTHHMMSS-xxxxxx``);
@@ -118,7 +119,9 @@ class MemoryService:
         if name == "memory_commit":
             return self.commit(args, host_values(meta), meta), {}
         if name == "memory_recall":
-            return self.recall_answer(args)
+            from acpmem.hosts.codex import meta_values
+
+            return self.recall_answer(args, meta_values(meta).get("session"))
         raise AcpmemError(f"unknown tool '{name}'", "this server offers memory_commit and memory_recall")
 
     def commit(self, args: dict[str, Any], host: dict[str, Any] | None = None,
@@ -194,7 +197,7 @@ class MemoryService:
     def recall(self, args: dict[str, Any]) -> str:
         return self.recall_answer(args)[0]
 
-    def recall_answer(self, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def recall_answer(self, args: dict[str, Any], session: str | None = None) -> tuple[str, dict[str, Any]]:
         """The recall text for the model, and what the embedding channel said for the client (``answer``). When
         the query fell back to lexical search, the text ends with one line saying so (``lexical_fallback_note``);
         the details (the endpoint's error) go only to the client, never to the model."""
@@ -206,7 +209,8 @@ class MemoryService:
         v = self.open()
         try:
             report: dict[str, Any] = {}
-            hits = recall_layered(v, parsed.query, limit=parsed.limit, session=self.session, report=report)
+            hits = recall_layered(v, parsed.query, limit=parsed.limit, session=session or self.session,
+                                  report=report)
             from acpmem.read.citecheck import served
 
             checks = served(v, [(h.entry, h.layer) for h in hits])
