@@ -73,6 +73,15 @@ def developer_text(body: dict) -> str:
                      for c in i.get("content") or () if isinstance(c, dict))
 
 
+def index_message(body: dict) -> str | None:
+    """The text of the developer message that carries acpmem's index (the SessionStart hook's context)."""
+    for i in body["input"]:
+        for c in i.get("content") or () if i.get("role") == "developer" else ():
+            if isinstance(c, dict) and c.get("text", "").startswith("# Long-term memory"):
+                return c["text"]
+    return None
+
+
 def tools_of(body: dict) -> dict:
     """{namespace or "": {tool name: tool}} of a request."""
     out: dict = {}
@@ -141,7 +150,7 @@ def test_codex_commits_from_its_rollout_and_the_next_session_gets_the_index_and_
         first = srv.bodies[0]
         acp_tools = tools_of(first).get("mcp__acpmem", {})
         assert set(acp_tools) == {"memory_commit", "memory_recall"}, tools_of(first).keys()   # on the first request
-        assert "Long-term memory" in developer_text(first)                                   # the hook's index
+        assert index_message(first) is not None                                              # the hook's index
         acked = outputs(srv.bodies[1])[0]
         assert "Noted" in json.dumps(acked["output"]), acked
         [rollout] = rollouts(home)
@@ -161,6 +170,10 @@ def test_codex_commits_from_its_rollout_and_the_next_session_gets_the_index_and_
         assert f"session: {thread}" in text
         assert re.search(rf"session: {thread}\n  seq: {call_line}\n", text), text   # the call's own line
         title = re.search(r"^title: (.*)$", text, re.M)[1]
+        entry_id = re.search(r"^id: (.*)$", text, re.M)[1]
+        shown = subprocess.run([str(BIN / "acp"), "memory", "show", entry_id, "--source"], cwd=project,
+                               capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0 and REASON in shown.stdout, shown.stdout + shown.stderr   # the cited turns
 
         # Session two: the index carries the entry from the first request on; recall returns it.
         script["turn"] = second_session
@@ -168,6 +181,7 @@ def test_codex_commits_from_its_rollout_and_the_next_session_gets_the_index_and_
         run_codex(home, project, "What is our upload limit?")
         second = srv.bodies[n_before:]
         assert title in developer_text(second[0])
+        assert index_message(second[0]) and index_message(second[0]) == index_message(second[1])   # same bytes
         assert set(tools_of(second[0]).get("mcp__acpmem", {})) == {"memory_commit", "memory_recall"}
         recalled = json.dumps(outputs(second[1])[0]["output"])
         assert REASON in recalled, recalled
