@@ -2,8 +2,8 @@
 
 Owns four input shapes — OpenAI chat JSON (a list or ``{"messages": [...]}``), Anthropic Messages JSON (content blocks and a
 top-level ``system``), JSONL with one message per line (either dialect), and Claude Code session JSONL (one event per line,
-the message nested under ``"message"``, events chained by ``uuid``/``parentUuid``) — plus the hosts' own logs (DSH, pi, Codex rollouts: ``acpmem.hosts``) — and one output shape: OpenAI chat
-messages. Pure functions over text; the only I/O is reading the one file named by the caller.
+the message nested under ``"message"``, events chained by ``uuid``/``parentUuid``) — plus the hosts' own logs (DSH,
+pi, Codex rollouts: ``acpmem.hosts``) — and one output shape: OpenAI chat messages. Pure functions over text; the only I/O is reading the one file named by the caller.
 
 Seq: a message's ``seq`` is the host's event index when the host wrote one (a ``seq`` key on the message), else its
 position: the index in the message list for JSON and plain JSONL, the 0-based line number for Claude Code (every line is an
@@ -121,8 +121,9 @@ def read_transcript(path_or_text: str | Path, format: str = "auto", *, turns=Non
 
     ``format`` is ``auto`` (detect), ``openai``, ``anthropic``, ``jsonl`` (one message per line, dialect detected),
     ``claude-code``, ``dsh`` (a DSH event log, zstd-compressed or not), ``pi`` (a pi session log; its kernel state
-    is read from ``<log>.acp.json`` beside it) or ``codex`` (a Codex rollout, ``acpmem.hosts.codex``). ``turns``: a set of seqs — for a DSH log, read only those messages
-    (and every block; the result has no surface to replay): what checking a block or showing cited turns needs.
+    is read from ``<log>.acp.json`` beside it) or ``codex`` (a Codex rollout, ``acpmem.hosts.codex``). ``turns``: a
+    set of seqs — for a DSH log, read only those messages (and every block; the result has no surface to replay):
+    what checking a block or showing cited turns needs.
     Raises ``TranscriptError`` naming the file and line.
     """
     if format not in FORMATS:
@@ -408,8 +409,8 @@ def _from_jsonl(text: str, format: str, source: str) -> Transcript:
     if format == "codex" or (format == "auto" and looks_like_codex([o for _, o in rows[:20]])):
         return _from_codex(rows, source)   # a torn last line is the item Codex is writing now: not there yet
     if torn is not None:
-        raise TranscriptError(f"{source}:{torn[0] + 1}: not valid JSON ({torn[1].msg})",
-                              "each line must be one JSON object; a half-written last line means the host is still writing")
+        raise TranscriptError(f"{source}:{torn[0] + 1}: not valid JSON ({torn[1].msg})", "each line must be one "
+                              "JSON object; a half-written last line means the host is still writing")
 
     if format == "pi" or (format == "auto" and looks_like_pi([o for _, o in rows[:50]])):
         return _from_pi(rows, source)
