@@ -3,7 +3,8 @@
 Owns four input shapes — OpenAI chat JSON (a list or ``{"messages": [...]}``), Anthropic Messages JSON (content blocks and a
 top-level ``system``), JSONL with one message per line (either dialect), and Claude Code session JSONL (one event per line,
 the message nested under ``"message"``, events chained by ``uuid``/``parentUuid``) — plus the hosts' own logs (DSH,
-pi, Codex rollouts: ``acpmem.hosts``) — and one output shape: OpenAI chat messages. Pure functions over text; the only I/O is reading the one file named by the caller.
+pi, Codex rollouts: ``acpmem.hosts``) — and one output shape: OpenAI chat messages. Pure functions over text; the
+only I/O is reading the one file named by the caller.
 
 Seq: a message's ``seq`` is the host's event index when the host wrote one (a ``seq`` key on the message), else its
 position: the index in the message list for JSON and plain JSONL, the 0-based line number for Claude Code (every line is an
