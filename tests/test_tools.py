@@ -136,3 +136,20 @@ def test_parse_recall_and_write_args():
         with pytest.raises(EntryInvalid) as info:
             parse_write_args(args)
         assert info.value.field == field
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_every_schema_bound_is_in_the_description_too(lang):
+    """Codex (and other clients) strip minimum/maximum/maxLength/pattern from the schema they send the model: the
+    description must still say them."""
+    from acpmem.core.tools import tool_definitions
+
+    for tool in tool_definitions(for_="main", format="mcp", lang=lang):
+        for name, prop in tool["inputSchema"]["properties"].items():
+            desc = prop["description"]
+            if "minimum" in prop or "maximum" in prop:
+                assert f"{prop['minimum']}-{prop['maximum']}" in desc, (tool["name"], name, desc)
+            if "maxLength" in prop:
+                assert str(prop["maxLength"]) in desc, (tool["name"], name, desc)
+            if "pattern" in prop:
+                assert "b12" in desc and "pi-compaction-" in desc, (tool["name"], name, desc)

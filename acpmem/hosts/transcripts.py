@@ -2,8 +2,9 @@
 
 Owns four input shapes — OpenAI chat JSON (a list or ``{"messages": [...]}``), Anthropic Messages JSON (content blocks and a
 top-level ``system``), JSONL with one message per line (either dialect), and Claude Code session JSONL (one event per line,
-the message nested under ``"message"``, events chained by ``uuid``/``parentUuid``) — and one output shape: OpenAI chat
-messages. Pure functions over text; the only I/O is reading the one file named by the caller.
+the message nested under ``"message"``, events chained by ``uuid``/``parentUuid``) — plus the hosts' own logs (DSH,
+pi, Codex rollouts: ``acpmem.hosts``) — and one output shape: OpenAI chat messages. Pure functions over text; the
+only I/O is reading the one file named by the caller.
 
 Seq: a message's ``seq`` is the host's event index when the host wrote one (a ``seq`` key on the message), else its
 position: the index in the message list for JSON and plain JSONL, the 0-based line number for Claude Code (every line is an
@@ -19,7 +20,7 @@ from acpmem.core.errors import TranscriptError
 from acpmem.core.limits import MAX_SEQ, clip, int_between
 from acpmem.core.values import Value
 
-FORMATS = ("auto", "openai", "anthropic", "jsonl", "claude-code", "dsh", "pi")
+FORMATS = ("auto", "openai", "anthropic", "jsonl", "claude-code", "dsh", "pi", "codex")
 MAX_BYTES = 256 * 1024 * 1024
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 # Keys the host adds for its own bookkeeping; the model never saw them, so they are not sent.
@@ -42,7 +43,8 @@ class Transcript(Value):
     """A conversation in the order the model saw it.
 
     ``format`` is the message dialect: ``openai``, ``anthropic`` or ``claude-code``; ``container`` is ``json``,
-    ``jsonl``, ``dsh`` (a DSH event log) or ``pi`` (a pi session log: both read as OpenAI messages);
+    ``jsonl``, ``dsh`` (a DSH event log), ``pi`` (a pi session log) or ``codex`` (a Codex rollout: all three read as
+    OpenAI messages);
     ``system`` is the Anthropic top-level system prompt (OpenAI keeps it as a message). ``blocks``: the compression
     blocks found (``acpmem.core.blocks.Block``); ``events``: for Claude Code, DSH and pi every message event, shadowed
     ones too (``turns`` reads from them); ``ops``: DSH's surface changes, replayed by ``upto``.
@@ -119,9 +121,10 @@ def read_transcript(path_or_text: str | Path, format: str = "auto", *, turns=Non
     """Read a transcript from a file path (``Path`` or an existing path string) or from the text itself.
 
     ``format`` is ``auto`` (detect), ``openai``, ``anthropic``, ``jsonl`` (one message per line, dialect detected),
-    ``claude-code``, ``dsh`` (a DSH event log, zstd-compressed or not) or ``pi`` (a pi session log; its kernel state
-    is read from ``<log>.acp.json`` beside it). ``turns``: a set of seqs — for a DSH log, read only those messages
-    (and every block; the result has no surface to replay): what checking a block or showing cited turns needs.
+    ``claude-code``, ``dsh`` (a DSH event log, zstd-compressed or not), ``pi`` (a pi session log; its kernel state
+    is read from ``<log>.acp.json`` beside it) or ``codex`` (a Codex rollout, ``acpmem.hosts.codex``). ``turns``: a
+    set of seqs — for a DSH log, read only those messages (and every block; the result has no surface to replay):
+    what checking a block or showing cited turns needs.
     Raises ``TranscriptError`` naming the file and line.
     """
     if format not in FORMATS:
@@ -195,6 +198,10 @@ def openai_messages(transcript: Transcript) -> list[dict]:
     """
     if transcript.format == "openai" and transcript.container == "pi":
         return _pi_joined(transcript.messages)
+    if transcript.container == "codex":
+        from acpmem.hosts.codex import join
+
+        return join([m.raw for m in transcript.messages])
     if transcript.format == "openai":
         return [_strip_bookkeeping(m.raw) for m in transcript.messages]
     out: list[dict] = []
@@ -377,12 +384,17 @@ def _dialect(records: list[dict], system: object) -> str:
 
 def _from_jsonl(text: str, format: str, source: str) -> Transcript:
     rows: list[tuple[int, dict]] = []
-    for n, line in enumerate(text.splitlines()):
+    lines = text.splitlines()
+    torn = None   # a last line cut short, when the file does not end with a newline (the host is still writing)
+    for n, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             obj = _loads(line, f"{source}:{n + 1}")
         except json.JSONDecodeError as exc:
+            if n == len(lines) - 1 and not text.endswith("\n") and rows:
+                torn = (n, exc)
+                break
             raise TranscriptError(f"{source}:{n + 1}: not valid JSON ({exc.msg})",
                                   "each line must be one JSON object; a half-written last line means the host is still writing") from None
         if not isinstance(obj, dict):
@@ -391,8 +403,15 @@ def _from_jsonl(text: str, format: str, source: str) -> Transcript:
         rows.append((n, obj))
     if not rows:
         raise TranscriptError(f"{source}: transcript has no records", "pass the file the host wrote for this session")
+    from acpmem.hosts.codex import looks_like_codex
     from acpmem.hosts.dsh import looks_like_dsh
     from acpmem.hosts.pi import looks_like_pi
+
+    if format == "codex" or (format == "auto" and looks_like_codex([o for _, o in rows[:20]])):
+        return _from_codex(rows, source)   # a torn last line is the item Codex is writing now: not there yet
+    if torn is not None:
+        raise TranscriptError(f"{source}:{torn[0] + 1}: not valid JSON ({torn[1].msg})", "each line must be one "
+                              "JSON object; a half-written last line means the host is still writing")
 
     if format == "pi" or (format == "auto" and looks_like_pi([o for _, o in rows[:50]])):
         return _from_pi(rows, source)
@@ -414,6 +433,18 @@ def _from_jsonl(text: str, format: str, source: str) -> Transcript:
     _check_seqs(messages, source)
     dialect = _dialect([o for _, o in rows], None)
     return Transcript(messages, dialect, "jsonl", None, source, blocks=_summary_blocks(messages, dialect))
+
+
+def _from_codex(rows: list[tuple[int, dict]], source: str) -> Transcript:
+    """A Codex rollout: its model-context items as OpenAI messages (``acpmem.hosts.codex``), seq = line."""
+    from acpmem.hosts.codex import read_codex
+
+    log = read_codex(rows, source)
+    msgs = tuple(Message(e.seq, e.role, e.message.get("content"), e.message) for e in log.events)
+    if not msgs:
+        raise TranscriptError(f"{source}: no user or assistant items in this Codex rollout",
+                              "pass the session's rollout-*.jsonl file")
+    return Transcript(msgs, "openai", "codex", None, source, warnings=log.warnings)
 
 
 def _from_claude_code(rows: list[tuple[int, dict]], source: str) -> Transcript:

@@ -11,7 +11,12 @@ Session and seq of a ``memory_commit`` (the citation of what it produces):
 
 * a client that knows them (a harness, not the model) passes them in the request's ``_meta``: ``acpmem/session``,
   ``acpmem/seq`` and ``acpmem/transcript``. The tool's arguments are only what its schema advertises (type, note,
-  importance: anything else is refused, as ``additionalProperties: false`` says), so the model never invents them;
+  importance: anything else is refused, as ``additionalProperties: false`` says — except ``CLIENT_ARGS``, which
+  clients add to every tool by themselves and are dropped), so the model never invents them;
+* Codex sends its thread id (``threadId``) and the call's ``callId`` in every ``tools/call``'s ``_meta``: the
+  session is the thread (for ``memory_recall``'s read ledger too), the transcript its rollout (recorded by the
+  SessionStart hook, else found under ``$CODEX_HOME/sessions``), the seq the line of the call in it
+  (``acpmem.hosts.codex``);
 * otherwise the server's own session: ``--session``, else ``ACPMEM_SESSION``, else ``CLAUDE_CODE_SESSION_ID`` (Claude
   Code sets it for the MCP servers it starts), else an id generated per server process
   (``mcp-YYYYMMDDTHHMMSS-xxxxxx``);
@@ -53,6 +58,9 @@ SOURCE_TEMPLATE = "memory://entry/{id}/source"
 _SOURCE_URI = re.compile(r"memory://entry/([A-Za-z0-9][A-Za-z0-9_-]{0,63})/source\Z")
 META_PREFIX = "acpmem/"            # the host's own values ride in a request's _meta: acpmem/session, /seq, /transcript
 HOST_ARGS = ("session", "seq", "transcript")
+# Arguments some clients add to every tool call on their own (Gemini CLI: wait_for_previous); dropped before acpmem's
+# checks, which still refuse any other argument the schema does not name.
+CLIENT_ARGS = frozenset({"wait_for_previous"})
 RESOURCE_NOT_FOUND = -32002       # the MCP error code for an unknown resource
 ENV_SESSION = "ACPMEM_SESSION"
 ENV_CLAUDE_SESSION = "CLAUDE_CODE_SESSION_ID"   # set by Claude Code in the stdio MCP servers it starts
@@ -107,29 +115,39 @@ class MemoryService:
         """``call``, with the result's ``_meta`` for the client: for ``memory_recall`` with the embedding channel
         on, ``acpmem/vectors`` (model, present, missing, used) and, when the query fell back to lexical search,
         ``acpmem/warning``; with the rerank stage on, ``acpmem/rerank``. Empty otherwise."""
-        args = dict(arguments or {})
+        args = {k: v for k, v in (arguments or {}).items() if k not in CLIENT_ARGS}
         if name == "memory_commit":
-            return self.commit(args, host_values(meta)), {}
+            return self.commit(args, host_values(meta), meta), {}
         if name == "memory_recall":
-            return self.recall_answer(args)
+            from acpmem.hosts.codex import meta_values
+
+            return self.recall_answer(args, meta_values(meta).get("session"))
         raise AcpmemError(f"unknown tool '{name}'", "this server offers memory_commit and memory_recall")
 
-    def commit(self, args: dict[str, Any], host: dict[str, Any] | None = None) -> str:
+    def commit(self, args: dict[str, Any], host: dict[str, Any] | None = None,
+               meta: dict[str, Any] | None = None) -> str:
         from acpmem.core.tools import parse_commit_args
+        from acpmem.hosts.codex import call_seq, find_rollout, meta_values
         from acpmem.write.requests import check_host_args
         from acpmem.write.submit import submit
 
         host = check_host_args(host or {})
+        codex = meta_values(meta)   # Codex's thread id and call id, from the request's _meta
         v = self.open()
         try:
             parsed = parse_commit_args(args, v.settings.types)
-            session = host.get("session") or self.session
+            session = host.get("session") or codex.get("session") or self.session
             transcript = host.get("transcript") or (self.transcript if session == self.session else None)
             if not transcript:
                 from acpmem.integrations.claude_code import recorded_transcript
 
                 transcript = recorded_transcript(v, str(session))
+            if not transcript and codex.get("session") == session:
+                found = find_rollout(session)
+                transcript = str(found) if found else None
             seq = host.get("seq")
+            if seq is None and transcript and codex.get("call_id") and codex.get("session") == session:
+                seq = call_seq(transcript, codex["call_id"])   # the commit's own line, once Codex has written it
             if seq is None:
                 seq = self._next_seq(transcript)
             ack = submit(v, type=parsed.type, note=parsed.note, importance=parsed.importance, session=str(session),
@@ -179,7 +197,7 @@ class MemoryService:
     def recall(self, args: dict[str, Any]) -> str:
         return self.recall_answer(args)[0]
 
-    def recall_answer(self, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def recall_answer(self, args: dict[str, Any], session: str | None = None) -> tuple[str, dict[str, Any]]:
         """The recall text for the model, and what the embedding channel said for the client (``answer``). When
         the query fell back to lexical search, the text ends with one line saying so (``lexical_fallback_note``);
         the details (the endpoint's error) go only to the client, never to the model."""
@@ -191,7 +209,8 @@ class MemoryService:
         v = self.open()
         try:
             report: dict[str, Any] = {}
-            hits = recall_layered(v, parsed.query, limit=parsed.limit, session=self.session, report=report)
+            hits = recall_layered(v, parsed.query, limit=parsed.limit, session=session or self.session,
+                                  report=report)
             from acpmem.read.citecheck import served
 
             checks = served(v, [(h.entry, h.layer) for h in hits])
