@@ -37,6 +37,11 @@ def remember(ctx: typer.Context,
              user: Annotated[bool, typer.Option("--user", help="Write it to your user vault (~/.acp-memory, or "
                                                                "$ACPMEM_USER_VAULT), read in every project.")]
              = False,
+             branch: Annotated[bool, typer.Option("--branch", help="Tie it to the project branch checked out now: "
+                                                                   "seen there, in its children, and where it is "
+                                                                   "merged.")] = False,
+             global_: Annotated[bool, typer.Option("--global", help="Never tie it to a branch: seen in every "
+                                                                    "checkout.")] = False,
              json_: JsonOpt = False, vault: VaultOpt = None) -> None:
     """Write an entry yourself, verbatim — no model in between — in one commit marked as a human write.
 
@@ -52,27 +57,38 @@ def remember(ctx: typer.Context,
     Example: git log -1 --format=%B | acp memory remember --type fact --importance 4 --title "Why we pinned pnpm"
 
     Example: acp memory remember "Answer with the short version first." --type user-preference --importance 8 --user
+
+    On a project branch other than the default one, decisions, lessons and facts are tied to the branch ([branches]
+    scoped in acpmem.toml): seen only where its work is checked out, until it merges. --branch or --global decides.
+
+    Example: acp memory remember "The importer reads with pyarrow now" --type fact --branch
     """
     from acpmem.write.remember import remember as write
 
     if text is not None and edit:
         raise UsageError("give TEXT or --edit, not both", "drop one")
+    if branch and global_:
+        raise UsageError("--branch and --global ask for two different scopes", "pass one of them")
     if text == "-" or (text is None and not edit and not sys.stdin.isatty()):
         text = _from_stdin()
     elif text is None:
         text = _from_editor(type_, importance, user)
     v = open_for_user(ctx, vault) if user else open_vault(ctx, vault)
     try:
-        entry, sha = write(v, text, type=type_, importance=importance, title=title, user=user)
+        entry, sha = write(v, text, type=type_, importance=importance, title=title, user=user,
+                           scope="branch" if branch else "global" if global_ else None)
     finally:
         v.close()
     emit_warnings(v)
     layer = "user" if user else v.layer
     if json_:
-        out_json({"id": entry.id, "title": entry.title, "path": entry.path, "commit": sha, "layer": layer})
+        out_json({"id": entry.id, "title": entry.title, "path": entry.path, "commit": sha, "layer": layer,
+                  "branch": (entry.extra or {}).get("branch")})
     else:
         where = " in the user vault" if layer == "user" else ""
-        out(f"Remembered #{entry.id} {entry.title}{where} ({entry.path}, commit {sha[:12]}).")
+        b = (entry.extra or {}).get("branch")
+        on = f", on branch {b}" if b else ""
+        out(f"Remembered #{entry.id} {entry.title}{where} ({entry.path}, commit {sha[:12]}{on}).")
 
 
 def _from_stdin() -> str:

@@ -40,6 +40,8 @@ COMMANDS = {
     {'name': 'json_', 'kind': 'option', 'opts': ['--json'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
     {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
     {'name': 'block', 'kind': 'option', 'opts': ['--block'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+    {'name': 'branch', 'kind': 'option', 'opts': ['--branch'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
+    {'name': 'global_', 'kind': 'option', 'opts': ['--global'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
 ]},
 'hook claude-code': {"params": [
     {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},

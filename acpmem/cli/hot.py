@@ -147,13 +147,16 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
 
 def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, session: str | None,
                seq: int | None, transcript: str | None, host_tools: str | None, wait: bool,
-               extractor: str | None, json_: bool, vault: Path | None, block: str | None = None) -> int:
+               extractor: str | None, json_: bool, vault: Path | None, block: str | None = None,
+               branch: bool = False, global_: bool = False) -> int:
     from acpmem.core.errors import UsageError
 
     missing = [f"--{k}" for k, v in (("type", type_), ("note", note), ("importance", importance),
                                       ("session", session), ("seq", seq)) if v is None]
     if missing:
         raise UsageError(f"missing {', '.join(missing)}", "give --type, --note, --importance, --session and --seq")
+    if branch and global_:
+        raise UsageError("--branch and --global ask for two different scopes", "pass one of them")
     if wait:   # the fork runs in this process and writes: the whole vault
         from acpmem.vault.writer import Vault as Opened
     else:      # a durable request and a worker: the read side is enough, and cheap to import
@@ -164,7 +167,7 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
     try:
         ack = submit(v, type=type_, note=note, importance=importance, session=session, seq=seq,
                      transcript=_path(transcript), wait=wait, host_tools=_path(host_tools), extractor=extractor,
-                     block=block)
+                     block=block, scope="branch" if branch else "global" if global_ else None)
     finally:
         v.close()
     emit_warnings(v)

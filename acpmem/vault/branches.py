@@ -1,0 +1,446 @@
+"""Memory that follows the code's branches: which project branch an entry was learned on, and whether the checkout
+in hand holds that branch's work (``docs/branches.md``).
+
+An entry written while the project is on a branch other than its default one (types chosen by ``[branches]
+scoped``) records ``branch`` and ``commit`` (the project's HEAD then); when that HEAD was still a commit of the
+default branch (the branch had no commit of its own yet, the work not committed) it adds ``anchor: next``: the
+branch's work is its first commit after ``commit``. The entry is seen where
+
+* the checkout is on its branch (by name: a clone of the project on the same branch sees it too), or
+* the checkout's HEAD holds its anchor: ``git merge-base --is-ancestor`` (the branch, its children, and any branch
+  it was merged into), or the anchor's change is in HEAD under other commits: a rebase or a cherry-pick (every
+  commit of the branch up to the anchor has an equal patch in HEAD: ``git cherry``) or a squash merge (every file
+  the branch changed up to the anchor, or up to the branch's tip while it exists, reads in HEAD as it does there).
+
+Cost per turn: HEAD and the branch are read from the ref files, the branch-scoped rows from the catalog (one
+query); the verdicts are cached per HEAD in ``.acpmem/branches.json``, so a turn at an unchanged HEAD runs no git.
+When HEAD moved, git runs once per distinct anchor (entries learned in one session share theirs), never per entry.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from acpmem.core.entry import COMMIT_RE
+from acpmem.core.layout import LAYER_PROJECT
+from acpmem.core.values import Value
+from acpmem.vault.projectgit import current_branch, git_dirs, project_head, project_root, read_ref
+
+CACHE = "branches.json"   # {head, in: {anchor: true | false | null (unknown)}, next: {"<commit> <branch>": [tip, next]}}
+MAX_CHECKS = 256          # anchors checked at most per call; the rest stay hidden until the next call
+DETACHED = "HEAD"         # ``branch:`` of an entry learned on a detached HEAD: seen by ancestry only
+SCOPES = ("branch", "global")
+
+
+# --------------------------------------------------------------------------------------------- git facts
+
+def default_branch(root: Path, remote: str = "origin") -> str | None:
+    """The project's default branch: what ``refs/remotes/<remote>/HEAD`` points at, else ``init.defaultBranch``
+    when that branch exists, else ``main``, else ``master`` (when they exist); None when none of them does."""
+    dirs = git_dirs(root)
+    if dirs is None:
+        return None
+    try:
+        text = (dirs[1] / "refs" / "remotes" / remote / "HEAD").read_text("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        text = ""
+    prefix = f"ref: refs/remotes/{remote}/"
+    if text.startswith(prefix) and len(text) > len(prefix):
+        return text[len(prefix):]
+    from acpmem.vault.gitrun import git
+
+    r = git(root, "config", "--get", "init.defaultBranch", check=False)
+    names = [r.out.strip()] if r.code == 0 and r.out.strip() else []
+    for name in (*names, "main", "master"):
+        if read_ref(root, f"refs/heads/{name}") or read_ref(root, f"refs/remotes/{remote}/{name}"):
+            return name
+    return None
+
+
+def branch_tip(root: Path, branch: str, remote: str = "origin") -> str | None:
+    """The commit a branch name points at here: the local branch, else the remote's branch of that name."""
+    return read_ref(root, f"refs/heads/{branch}") or read_ref(root, f"refs/remotes/{remote}/{branch}")
+
+
+def is_ancestor(root: Path, a: str, b: str) -> bool | None:
+    """Whether commit ``a`` is in ``b``'s history; None when git does not know one of them."""
+    from acpmem.vault.gitrun import git
+
+    if a == b:
+        return True
+    r = git(root, "merge-base", "--is-ancestor", a, b, check=False)
+    return True if r.code == 0 else False if r.code == 1 else None
+
+
+def _lines(root: Path, *args: str) -> list[str] | None:
+    from acpmem.vault.gitrun import git
+
+    r = git(root, *args, check=False)
+    return [x for x in r.out.splitlines() if x.strip()] if r.code == 0 else None
+
+
+def _same_files(root: Path, base: str, tip: str, head: str) -> bool:
+    """Whether every file changed between ``base`` and ``tip`` reads in ``head`` as it does in ``tip`` (at least
+    one file): the change is in, whatever commits carried it (a squash merge)."""
+    from acpmem.vault.gitrun import git
+
+    files = _lines(root, "diff", "--name-only", "--no-renames", base, tip)
+    if not files:
+        return False
+    return git(root, "diff", "--quiet", "--no-renames", tip, head, "--", *files, check=False).code == 0
+
+
+def change_in(root: Path, anchor: str, head: str, tip: str | None = None) -> bool | None:
+    """Whether the branch's work up to ``anchor`` is in ``head``: by ancestry, else by equal patches (a rebase,
+    ``git cherry``: every commit since the merge base has its equal in ``head``), else by equal content (a squash
+    merge: the files changed since the merge base, at ``anchor`` or at the branch's ``tip``). None: ``anchor``
+    is not in this clone."""
+    known = is_ancestor(root, anchor, head)
+    if known is not False:
+        return known
+    base = _lines(root, "merge-base", anchor, head)
+    if not base:
+        return False   # no common history at all
+    cherry = _lines(root, "cherry", head, anchor, base[0])
+    if cherry and all(x.startswith("-") for x in cherry):
+        return True
+    if _same_files(root, base[0], anchor, head):
+        return True
+    if tip and tip != anchor and is_ancestor(root, anchor, tip):
+        tip_base = _lines(root, "merge-base", tip, head)
+        return bool(tip_base) and _same_files(root, tip_base[0], tip, head)
+    return False
+
+
+def next_commit(root: Path, commit: str, tip: str) -> str | None:
+    """The first commit after ``commit`` on the way to ``tip`` (the branch's first own commit), or None."""
+    if tip == commit:
+        return None
+    got = _lines(root, "rev-list", "--reverse", "--ancestry-path", f"{commit}..{tip}")
+    return got[0] if got else None
+
+
+# --------------------------------------------------------------------------------------------- at write
+
+def scope_for(vault, type: str, choice: str | None = None) -> dict:
+    """The frontmatter an entry of ``type`` written now gets: ``{branch, commit}`` (and ``anchor: next`` when the
+    branch has no commit of its own yet), or ``{}`` (global). ``choice``: ``branch`` or ``global`` overrides the
+    ``[branches] scoped`` default. Only project-layer entries in a git project are ever scoped; a user preference
+    is only when asked. Runs git (the default branch, one ancestry check): a write path, not a per-turn read."""
+    if choice not in (None, *SCOPES):
+        from acpmem.core.errors import UsageError
+
+        raise UsageError(f"a scope is branch or global, got {choice!r}", "pass --branch or --global")
+    if choice == "global" or getattr(vault, "layer", LAYER_PROJECT) != LAYER_PROJECT:
+        return {}
+    cfg = vault.settings.branches
+    if choice is None and (type not in cfg.scoped_types() or type == "user-preference"):
+        return {}
+    ph = project_head(vault)
+    if ph is None:
+        return {}
+    root, head = ph
+    here = current_branch(root)
+    default = default_branch(root, cfg.remote)
+    if choice is None and here is not None and here == default:
+        return {}
+    tip = branch_tip(root, default, cfg.remote) if default else None
+    on_default = bool(tip) and is_ancestor(root, head, tip) is True
+    if choice is None and here is None and on_default:
+        return {}   # a detached HEAD in the default branch's history (a bisect, a tag): what is true there is global
+    out = {"branch": here or DETACHED, "commit": head}
+    if on_default and here != default:
+        out["anchor"] = "next"
+    return out
+
+
+def with_scope(entry, fields: dict):
+    """``entry`` with the scope ``fields`` (``scope_for``) in its frontmatter; the files' ``commit`` (staleness)
+    is the same HEAD, so one key serves both."""
+    if not fields:
+        return entry
+    return entry.with_changes(extra={**(entry.extra or {}), **fields})
+
+
+# --------------------------------------------------------------------------------------------- at read
+
+class Hidden(Value):
+    """The branch-scoped entries a checkout does not see: their ids, and how many are waiting for their branch's
+    first commit (``pending``) among them."""
+
+    ids: frozenset = frozenset()
+    pending: int = 0
+    branch: str | None = None
+
+    def line(self) -> str:
+        """The one line the resident index and ``list`` say about them ('' when none)."""
+        n = len(self.ids)
+        if not n:
+            return ""
+        return (f"({n} {'entry' if n == 1 else 'entries'} learned on other branches hidden: "
+                f"{'its' if n == 1 else 'their'} work is not in this checkout; `acp memory list --all-branches` "
+                "shows them)")
+
+
+NONE = Hidden()
+
+
+def _rows(vault, con=None) -> list[tuple[str, str, str | None, str | None]]:
+    """(id, branch, commit, anchor) of every live branch-scoped entry, from the catalog."""
+    def q(c):
+        return c.execute("SELECT entry_id, json_extract(data, '$.branch'), json_extract(data, '$.commit'),"
+                         " json_extract(data, '$.anchor') FROM files WHERE ok AND superseded_by IS NULL"
+                         " AND instr(data, '\"branch\"') AND json_extract(data, '$.branch') IS NOT NULL"
+                         " ORDER BY path").fetchall()
+
+    rows = q(con) if con is not None else vault.with_db(q)
+    return [(i, b, c if isinstance(c, str) and COMMIT_RE.match(c) else None, a) for i, b, c, a in rows
+            if isinstance(b, str)]
+
+
+def _load(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _save(path: Path, doc: dict) -> None:
+    try:
+        from acpmem.infra.files import atomic_write
+
+        atomic_write(path, json.dumps(doc, sort_keys=True), durable=False)
+    except OSError:
+        pass   # a read-only state folder: computed again next time
+
+
+class _Checker:
+    """The verdicts at one HEAD, cached in ``CACHE``; git only for what the cache does not hold."""
+
+    def __init__(self, vault, root: Path, head: str, cache: bool = True) -> None:
+        self.root, self.head, self.remote = root, head, vault.settings.branches.remote
+        self.path = Path(vault.state_dir) / CACHE
+        doc = _load(self.path) if cache else {}
+        nxt = doc.get("next") if isinstance(doc.get("next"), dict) else {}
+        same = doc.get("head") == head and isinstance(doc.get("in"), dict)
+        self.doc = {"head": head, "in": doc["in"] if same else {}, "next": nxt}
+        self.dirty = False
+        self.budget = MAX_CHECKS
+
+    def anchor(self, branch: str, commit: str, anchor: str | None) -> str | None:
+        """The commit whose presence means the branch's work is here: ``commit``, or for ``anchor: next`` the
+        branch's first commit after it (found through the branch's ref, then kept for good), or None yet."""
+        if anchor != "next":
+            return commit
+        key = f"{commit} {branch}"
+        got = self.doc["next"].get(key)
+        if isinstance(got, list) and len(got) == 2 and isinstance(got[1], str):
+            return got[1]
+        tip = branch_tip(self.root, branch, self.remote) if branch != DETACHED else None
+        if tip is None or (isinstance(got, list) and got[:1] == [tip]):
+            return None   # no branch to look at, or no new commit on it since last looked
+        if self.budget <= 0:
+            return None
+        self.budget -= 1
+        first = next_commit(self.root, commit, tip)
+        self.doc["next"][key] = [tip, first]
+        self.dirty = True
+        return first
+
+    def holds(self, anchor: str, branch: str) -> bool:
+        verdict = self.doc["in"].get(anchor, "?")
+        if verdict == "?":
+            if self.budget <= 0:
+                return False
+            self.budget -= 1
+            tip = branch_tip(self.root, branch, self.remote) if branch != DETACHED else None
+            verdict = change_in(self.root, anchor, self.head, tip)
+            self.doc["in"][anchor] = verdict
+            self.dirty = True
+        return verdict is True
+
+    def save(self) -> None:
+        if self.dirty:
+            _save(self.path, self.doc)
+
+
+def visible_here(vault, rows, checker: _Checker, here: str | None) -> tuple[set[str], int]:
+    """(the ids among ``rows`` this checkout does not see, how many of them wait for their branch's first commit)."""
+    hidden: set[str] = set()
+    pending = 0
+    for ident, branch, commit, anchor in rows:
+        if here is not None and branch == here:
+            continue
+        if commit is None:
+            hidden.add(ident)
+            continue
+        a = checker.anchor(branch, commit, anchor)
+        if a is None:
+            hidden.add(ident)
+            pending += 1
+        elif not checker.holds(a, branch):
+            hidden.add(ident)
+    return hidden, pending
+
+
+def hidden(vault, con=None) -> Hidden:
+    """The live entries of this project vault that the checked-out project does not see (``Hidden``). Nothing
+    is hidden outside a git project (no checkout to compare with) nor in the user layer."""
+    if getattr(vault, "layer", LAYER_PROJECT) != LAYER_PROJECT:
+        return NONE
+    rows = _rows(vault, con)
+    if not rows:
+        return NONE
+    ph = project_head(vault)
+    if ph is None:
+        return NONE
+    root, head = ph
+    here = current_branch(root)
+    checker = _Checker(vault, root, head)
+    ids, pending = visible_here(vault, rows, checker, here)
+    checker.save()
+    return Hidden(frozenset(ids), pending, here)
+
+
+# --------------------------------------------------------------------------------------------- people's commands
+
+class Scoped(Value):
+    """A branch-scoped entry as ``diff`` and the orphan list show it."""
+
+    id: str
+    title: str
+    type: str
+    branch: str
+    commit: str | None
+    anchor: str | None = None
+    why: str = ""
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "title": self.title, "type": self.type, "branch": self.branch, "commit": self.commit,
+                "anchor": self.anchor, "why": self.why}
+
+
+def _entries(vault) -> dict:
+    return {e.id: e for e in vault.load(with_reads=False).live()}
+
+
+def _scoped(e, why: str = "") -> Scoped:
+    x = e.extra or {}
+    return Scoped(e.id, e.title, e.type, x.get("branch"), x.get("commit"), x.get("anchor"), why)
+
+
+def _need_project(vault) -> tuple[Path, str]:
+    from acpmem.core.errors import Refused
+
+    ph = project_head(vault)
+    if ph is None:
+        raise Refused(f"the vault at {vault.root} is not inside a git project with a commit, so no entry is "
+                      "tied to a branch", "use a project vault (<project>/.acp-memory)")
+    return ph
+
+
+def _resolve(root: Path, name: str) -> str:
+    from acpmem.core.errors import UsageError
+    from acpmem.core.limits import clip
+
+    if not name or name.startswith("-") or any(ch.isspace() for ch in name):
+        raise UsageError(f"not a branch or commit: {clip(name)}", "e.g. acp memory diff main..feature")
+    got = _lines(root, "rev-parse", "--verify", "-q", f"{name}^{{commit}}")
+    if not got:
+        raise UsageError(f"the project has no branch or commit {clip(name)}", "name a branch, e.g. main..feature")
+    return got[0]
+
+
+def merge_diff(vault, spec: str) -> dict:
+    """``acp memory diff BASE..BRANCH``: the entries a merge of BRANCH into BASE brings into BASE's memory (seen at
+    BRANCH's tip, not at BASE), as ``{base, branch, base_commit, branch_commit, entries}``."""
+    from acpmem.core.errors import UsageError
+
+    base, sep, branch = (spec or "").partition("..")
+    if not sep or not base or not branch or branch.startswith("."):
+        raise UsageError(f"diff takes BASE..BRANCH, got {spec!r}", "e.g. acp memory diff main..feature")
+    root, _ = _need_project(vault)
+    base_sha, branch_sha = _resolve(root, base), _resolve(root, branch)
+    rows = _rows(vault)
+    entries = _entries(vault)
+    at_base = _Checker(vault, root, base_sha, cache=False)
+    at_branch = _Checker(vault, root, branch_sha, cache=False)
+    at_base.budget = at_branch.budget = 10_000
+    hidden_base, _ = visible_here(vault, rows, at_base, base)
+    out = []
+    for ident, b, commit, anchor in rows:
+        if ident not in hidden_base or ident not in entries or commit is None:
+            continue
+        a = at_branch.anchor(b, commit, anchor)
+        if a is not None and at_branch.holds(a, b):
+            out.append(_scoped(entries[ident], f"learned on {b}"))
+    return {"base": base, "branch": branch, "base_commit": base_sha, "branch_commit": branch_sha,
+            "entries": [s.to_json() for s in out]}
+
+
+def orphans(vault) -> list[Scoped]:
+    """The branch-scoped entries no branch holds: their branch is gone (no local or remote branch of that name)
+    and no branch's history holds their work (nor its change, after a squash or a rebase). A person decides:
+    ``review keep ID --global`` or ``review drop ID``. Runs git per distinct anchor: ``doctor`` and ``review``."""
+    ph = project_head(vault) if project_root(vault) is not None else None
+    if ph is None:
+        return []
+    root, _ = ph
+    rows = _rows(vault)
+    if not rows:
+        return []
+    remote = vault.settings.branches.remote
+    refs = _lines(root, "for-each-ref", "--format=%(refname)", "refs/heads", f"refs/remotes/{remote}") or []
+    names = {r[len("refs/heads/"):] for r in refs if r.startswith("refs/heads/")}
+    names |= {r[len(f"refs/remotes/{remote}/"):] for r in refs if r.startswith(f"refs/remotes/{remote}/")}
+    tips = [sha for sha in (read_ref(root, r) for r in refs if not r.endswith("/HEAD")) if sha]
+    entries = _entries(vault)
+    checkers: dict[str, _Checker] = {}
+    out = []
+    for ident, branch, commit, anchor in rows:
+        if branch in names or ident not in entries:
+            continue
+        why = f"its branch {branch} is gone and no branch holds its work"
+        held = False
+        for tip in dict.fromkeys(tips):
+            ck = checkers.setdefault(tip, _Checker(vault, root, tip, cache=False))
+            ck.budget = 10_000
+            a = ck.anchor(branch, commit, anchor) if commit else None
+            if a is not None and ck.holds(a, branch):
+                held = True
+                break
+        if not held:
+            if commit and anchor == "next":
+                why = f"its branch {branch} is gone before its first commit was seen here"
+            out.append(_scoped(entries[ident], why))
+    return out
+
+
+def keep_global(vault, prefix: str) -> tuple[object, str]:
+    """A person keeps a branch's entry for every checkout: its ``branch`` and ``anchor`` lines go (the ``commit``
+    stays when it serves the staleness check of its ``files``), in one commit of kind ``human-review``."""
+    from acpmem.core.entryfile import dump_entry, parse_entry
+    from acpmem.core.errors import Refused
+    from acpmem.infra.files import read_exact
+    from acpmem.vault.writer import KIND_REVIEW
+
+    found = vault.resolve(prefix)
+    entry = parse_entry(read_exact(vault.root / found.path), found.path, vault.settings.types)
+    extra = dict(entry.extra or {})
+    branch = extra.get("branch")
+    if branch is None:
+        raise Refused(f"#{entry.id} is not tied to a branch", "it is already seen in every checkout")
+    for k in ("branch", "anchor"):
+        extra.pop(k, None)
+    if not extra.get("files"):
+        extra.pop("commit", None)
+    new = entry.with_changes(extra=extra)
+    sha = vault.replace_entry_text(entry, dump_entry(new), subject=f"keep #{entry.id} for every branch",
+                                   why=f"A person kept it for every checkout; it was learned on {branch}.",
+                                   kind=KIND_REVIEW)
+    return new, sha
+
+
+__all__ = ["Hidden", "Scoped", "default_branch", "branch_tip", "change_in", "scope_for", "with_scope", "hidden",
+           "merge_diff", "orphans", "keep_global", "SCOPES", "DETACHED"]
