@@ -172,11 +172,13 @@ class Hidden(Value):
     pending: int = 0
     branch: str | None = None
 
-    def line(self) -> str:
+    def line(self, lang: str = "en") -> str:
         """The one line the resident index and ``list`` say about them ('' when none)."""
         n = len(self.ids)
         if not n:
             return ""
+        if lang == "zh":
+            return f"（另有 {n} 条在其他分支上学到的记忆未列出：本检出不含其分支的工作；`acp memory list --all-branches` 可查看。）"
         return (f"({n} {'entry' if n == 1 else 'entries'} learned on other branches hidden: "
                 f"{'its' if n == 1 else 'their'} work is not in this checkout; `acp memory list --all-branches` "
                 "shows them)")
