@@ -160,7 +160,8 @@ def review(ctx: typer.Context,
            action: Annotated[Optional[str], typer.Argument(metavar="ACTION", show_default=False,
                                                            help="accept or reject: decide without prompts on the "
                                                                 "named ids; confirm (still true) or forget: a stale "
-                                                                "entry's.")] = None,
+                                                                "entry's; keep (with --global) or drop: an entry "
+                                                                "of a dead branch.")] = None,
            ids: Annotated[Optional[list[str]], typer.Argument(metavar="ID", show_default=False,
                                                               help="Ids (or unique prefixes) from the queue.")] = None,
            reason: Annotated[Optional[str], typer.Option("--reason", "-r", show_default=False,
@@ -169,6 +170,10 @@ def review(ctx: typer.Context,
            stale_: Annotated[bool, typer.Option("--stale", help="Review the stale entries instead (see `acp memory "
                                                                 "stale`): confirm each still true, or forget it.")]
            = False,
+           branches: Annotated[bool, typer.Option("--branches", help="List the entries of branches that died "
+                                                                     "unmerged (no branch holds them).")] = False,
+           global_: Annotated[bool, typer.Option("--global", help="With keep: the entry is seen in every "
+                                                                  "checkout.")] = False,
            json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """Review what needs a person: proposals (under [write] policy = "review") and, under "auto", what the forks
     wrote since this clone last reviewed — in the project vault and in your user vault, each item with its layer.
@@ -195,14 +200,33 @@ def review(ctx: typer.Context,
     Example: acp memory review --stale
 
     Example: acp memory review confirm k3f9q2
+
+    Entries of a branch deleted or abandoned unmerged (docs/branches.md): --branches lists them; `review keep ID
+    --global` keeps one for every checkout, `review drop ID` forgets it. Nothing else removes them.
+
+    Example: acp memory review --branches
+
+    Example: acp memory review keep k3f9q2 --global
     """
     from acpmem.upkeep import review as rv
 
-    if action is not None and action not in ("accept", "reject", "confirm", "forget"):
+    if action is not None and action not in ("accept", "reject", "confirm", "forget", "keep", "drop"):
         raise UsageError(f"unknown action {action!r}", "use `review accept ID…`, `review reject ID… --reason …`, "
-                                                       "`review confirm ID…` or `review forget ID… --reason …`")
+                                                       "`review confirm ID…`, `review forget ID… --reason …`, "
+                                                       "`review keep ID… --global` or `review drop ID…`")
     if action is None and ids:
-        raise UsageError("ids go after accept, reject, confirm or forget", "e.g. `acp memory review accept k3f9q2`")
+        raise UsageError("ids go after accept, reject, confirm, forget, keep or drop",
+                         "e.g. `acp memory review accept k3f9q2`")
+    if global_ and action != "keep":
+        raise UsageError("--global goes with keep", "e.g. `acp memory review keep k3f9q2 --global`")
+    if action in ("keep", "drop"):
+        from acpmem.cli.commands_branches import branch_decide
+
+        return branch_decide(ctx, vault, action, list(ids or []), reason, global_, json_)
+    if branches:
+        from acpmem.cli.commands_branches import branch_queue
+
+        return branch_queue(ctx, vault, json_)
     if action in ("confirm", "forget"):
         return _stale_decide(ctx, vault, action, list(ids or []), reason, json_)
     if stale_:
