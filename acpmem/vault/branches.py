@@ -26,7 +26,9 @@ from acpmem.core.layout import LAYER_PROJECT
 from acpmem.core.values import Value
 from acpmem.vault.projectgit import current_branch, git_dirs, project_head, project_root, read_ref
 
-CACHE = "branches.json"   # {head, in: {anchor: true | false | null (unknown)}, next: {"<commit> <branch>": [tip, next]}}
+# {head, in: {anchor: true | false | null (unknown)}, next: {"<commit> <branch>": [tip, next]},
+#  tips: {"<anchor> <branch>": the branch's last tip seen here}}
+CACHE = "branches.json"
 MAX_CHECKS = 256          # anchors checked at most per call; the rest stay hidden until the next call
 DETACHED = "HEAD"         # ``branch:`` of an entry learned on a detached HEAD: seen by ancestry only
 SCOPES = ("branch", "global")
@@ -218,17 +220,34 @@ def _save(path: Path, doc: dict) -> None:
 
 
 class _Checker:
-    """The verdicts at one HEAD, cached in ``CACHE``; git only for what the cache does not hold."""
+    """The verdicts at one HEAD, cached in ``CACHE``; git only for what the cache does not hold. ``per_head``
+    False (``diff``, ``orphans``: another HEAD than the checkout's) keeps its verdicts to itself, and shares only
+    what holds for good: the first commits found and the branch tips seen."""
 
-    def __init__(self, vault, root: Path, head: str, cache: bool = True) -> None:
+    def __init__(self, vault, root: Path, head: str, per_head: bool = True) -> None:
         self.root, self.head, self.remote = root, head, vault.settings.branches.remote
         self.path = Path(vault.state_dir) / CACHE
-        doc = _load(self.path) if cache else {}
-        nxt = doc.get("next") if isinstance(doc.get("next"), dict) else {}
-        same = doc.get("head") == head and isinstance(doc.get("in"), dict)
-        self.doc = {"head": head, "in": doc["in"] if same else {}, "next": nxt}
+        self.per_head = per_head
+        doc = _load(self.path)
+        same = per_head and doc.get("head") == head and isinstance(doc.get("in"), dict)
+        self.doc = {"head": head, "in": doc["in"] if same else {},
+                    "next": doc["next"] if isinstance(doc.get("next"), dict) else {},
+                    "tips": doc["tips"] if isinstance(doc.get("tips"), dict) else {}}
         self.dirty = False
         self.budget = MAX_CHECKS
+
+    def tip(self, anchor: str, branch: str) -> str | None:
+        """The branch's tip now, else the last one seen here (kept: a squash-merged branch is often deleted, and
+        what it changed after the anchor is still how its merge is recognised)."""
+        key = f"{anchor} {branch}"
+        now = branch_tip(self.root, branch, self.remote) if branch != DETACHED else None
+        if now is not None:
+            if self.doc["tips"].get(key) != now:
+                self.doc["tips"][key] = now
+                self.dirty = True
+            return now
+        kept = self.doc["tips"].get(key)
+        return kept if isinstance(kept, str) and COMMIT_RE.match(kept) else None
 
     def anchor(self, branch: str, commit: str, anchor: str | None) -> str | None:
         """The commit whose presence means the branch's work is here: ``commit``, or for ``anchor: next`` the
@@ -256,15 +275,21 @@ class _Checker:
             if self.budget <= 0:
                 return False
             self.budget -= 1
-            tip = branch_tip(self.root, branch, self.remote) if branch != DETACHED else None
-            verdict = change_in(self.root, anchor, self.head, tip)
+            verdict = change_in(self.root, anchor, self.head, self.tip(anchor, branch))
             self.doc["in"][anchor] = verdict
             self.dirty = True
         return verdict is True
 
     def save(self) -> None:
-        if self.dirty:
+        if not self.dirty:
+            return
+        if self.per_head:
             _save(self.path, self.doc)
+            return
+        doc = _load(self.path)   # the checkout's own verdicts stay as they are
+        for k in ("next", "tips"):
+            doc[k] = {**(doc[k] if isinstance(doc.get(k), dict) else {}), **self.doc[k]}
+        _save(self.path, doc)
 
 
 def visible_here(vault, rows, checker: _Checker, here: str | None) -> tuple[set[str], int]:
@@ -366,8 +391,8 @@ def merge_diff(vault, spec: str) -> dict:
     base_sha, branch_sha = _resolve(root, base), _resolve(root, branch)
     rows = _rows(vault)
     entries = _entries(vault)
-    at_base = _Checker(vault, root, base_sha, cache=False)
-    at_branch = _Checker(vault, root, branch_sha, cache=False)
+    at_base = _Checker(vault, root, base_sha, per_head=False)
+    at_branch = _Checker(vault, root, branch_sha, per_head=False)
     at_base.budget = at_branch.budget = 10_000
     hidden_base, _ = visible_here(vault, rows, at_base, base)
     out = []
@@ -377,15 +402,18 @@ def merge_diff(vault, spec: str) -> dict:
         a = at_branch.anchor(b, commit, anchor)
         if a is not None and at_branch.holds(a, b):
             out.append(_scoped(entries[ident], f"learned on {b}"))
+    at_base.save()
+    at_branch.save()
     return {"base": base, "branch": branch, "base_commit": base_sha, "branch_commit": branch_sha,
             "entries": [s.to_json() for s in out]}
 
 
 def orphans(vault) -> list[Scoped]:
     """The branch-scoped entries no branch holds: their branch is gone (no local or remote branch of that name)
-    and no branch's history holds their work (nor its change, after a squash or a rebase). A person decides:
-    ``review keep ID --global`` or ``review drop ID``. Runs git per distinct anchor: ``doctor`` and ``review``."""
-    ph = project_head(vault) if project_root(vault) is not None else None
+    and no branch's history holds their work, nor the default branch its change (after a squash or a rebase). A
+    person decides: ``review keep ID --global`` or ``review drop ID``. Runs git per distinct anchor (``doctor``
+    and ``review``, not a per-turn read)."""
+    ph = project_head(vault)
     if ph is None:
         return []
     root, _ = ph
@@ -396,26 +424,28 @@ def orphans(vault) -> list[Scoped]:
     refs = _lines(root, "for-each-ref", "--format=%(refname)", "refs/heads", f"refs/remotes/{remote}") or []
     names = {r[len("refs/heads/"):] for r in refs if r.startswith("refs/heads/")}
     names |= {r[len(f"refs/remotes/{remote}/"):] for r in refs if r.startswith(f"refs/remotes/{remote}/")}
-    tips = [sha for sha in (read_ref(root, r) for r in refs if not r.endswith("/HEAD")) if sha]
+    gone = [r for r in rows if r[1] not in names]
+    if not gone:
+        return []
+    default = default_branch(root, remote)
+    main_tip = branch_tip(root, default, remote) if default else None
+    ck = _Checker(vault, root, main_tip or ph[1], per_head=False)
+    ck.budget = 10_000
     entries = _entries(vault)
-    checkers: dict[str, _Checker] = {}
+    held: dict[str, bool] = {}
     out = []
-    for ident, branch, commit, anchor in rows:
-        if branch in names or ident not in entries:
+    for ident, branch, commit, anchor in gone:
+        if ident not in entries:
             continue
-        why = f"its branch {branch} is gone and no branch holds its work"
-        held = False
-        for tip in dict.fromkeys(tips):
-            ck = checkers.setdefault(tip, _Checker(vault, root, tip, cache=False))
-            ck.budget = 10_000
-            a = ck.anchor(branch, commit, anchor) if commit else None
-            if a is not None and ck.holds(a, branch):
-                held = True
-                break
-        if not held:
-            if commit and anchor == "next":
-                why = f"its branch {branch} is gone before its first commit was seen here"
+        a = ck.anchor(branch, commit, anchor) if commit else None
+        if a is not None and a not in held:
+            held[a] = bool(_lines(root, "for-each-ref", "--count=1", f"--contains={a}", "--format=%(refname)",
+                                  "refs/heads", f"refs/remotes/{remote}")) or ck.holds(a, branch)
+        if a is None or not held[a]:
+            why = (f"its branch {branch} is gone before a commit of its own was seen here" if a is None and commit
+                   else f"its branch {branch} is gone and no branch holds its work")
             out.append(_scoped(entries[ident], why))
+    ck.save()
     return out
 
 
