@@ -265,6 +265,20 @@ def test_per_turn_reads_run_no_git_at_an_unchanged_head_and_not_one_per_entry(pr
         r = cli("memory", *args, cwd=proj, env=env)
         assert r.returncode == 0
     assert not log.exists() or not log.read_text().strip()   # the same HEAD: the cache answers
+    # a commit on main: the verdicts carry over (is HEAD~ in HEAD, the new commits, the files they changed)
+    _commit(proj, "unrelated.txt")
+    r = cli("memory", "list", "--format", "prompt", cwd=proj, env=env)
+    assert r.returncode == 0 and "12 entries learned on other branches hidden" in r.stdout
+    calls = log.read_text().splitlines()
+    assert len(calls) <= 3 and not [c for c in calls if " cherry " in f" {c} "], calls
+    # to the branch and back: the verdicts at main are kept
+    _git(proj, "checkout", "-q", "feature")
+    assert "hidden" not in cli("memory", "list", "--format", "prompt", cwd=proj, env=env).stdout
+    _git(proj, "checkout", "-q", "main")
+    log.unlink()
+    r = cli("memory", "list", "--format", "prompt", cwd=proj, env=env)
+    assert "12 entries learned on other branches hidden" in r.stdout
+    assert not log.exists() or not log.read_text().strip()
 
 
 # --------------------------------------------------------------------------------------------- merge diff, dead

@@ -27,7 +27,8 @@ from acpmem.core.values import Value
 from acpmem.vault.projectgit import current_branch, git_dirs, project_head, project_root, read_ref
 
 # {head, in: {anchor: true | false | null (unknown)}, next: {"<commit> <branch>": [tip, next]},
-#  tips: {"<anchor> <branch>": the branch's last tip seen here}}
+#  tips: {"<anchor> <branch>": the branch's last tip seen here}, files: {anchor: the files its change is about},
+#  older: {head: its "in", for the last HEADs left}}
 CACHE = "branches.json"
 MAX_CHECKS = 256          # anchors checked at most per call; the rest stay hidden until the next call
 DETACHED = "HEAD"         # ``branch:`` of an entry learned on a detached HEAD: seen by ancestry only
@@ -81,37 +82,45 @@ def _lines(root: Path, *args: str) -> list[str] | None:
     return [x for x in r.out.splitlines() if x.strip()] if r.code == 0 else None
 
 
-def _same_files(root: Path, base: str, tip: str, head: str) -> bool:
-    """Whether every file changed between ``base`` and ``tip`` reads in ``head`` as it does in ``tip`` (at least
-    one file): the change is in, whatever commits carried it (a squash merge)."""
+def _changed(root: Path, base: str, tip: str) -> list[str]:
+    return _lines(root, "diff", "--name-only", "--no-renames", base, tip) or []
+
+
+def _reads_same(root: Path, files: list[str], tip: str, head: str) -> bool:
+    """Whether every one of ``files`` (at least one) reads in ``head`` as it does in ``tip``."""
     from acpmem.vault.gitrun import git
 
-    files = _lines(root, "diff", "--name-only", "--no-renames", base, tip)
-    if not files:
-        return False
-    return git(root, "diff", "--quiet", "--no-renames", tip, head, "--", *files, check=False).code == 0
+    return bool(files) and git(root, "diff", "--quiet", "--no-renames", tip, head, "--", *files,
+                               check=False).code == 0
+
+
+def equal_change(root: Path, anchor: str, head: str, tip: str | None = None) -> tuple[bool, list[str]]:
+    """For an ``anchor`` not in ``head``'s history: whether its branch's change is in ``head`` under other
+    commits — equal patches (a rebase or cherry-pick, ``git cherry``: every commit since the merge base has its
+    equal in ``head``), or equal content (a squash merge: the files the branch changed since the merge base read
+    the same, at ``anchor`` or at the branch's ``tip``). Also the files it compared: a later HEAD that changes none
+    of them cannot change the answer."""
+    base = _lines(root, "merge-base", anchor, head)
+    if not base:
+        return False, []   # no common history at all
+    files = _changed(root, base[0], anchor)
+    if _reads_same(root, files, anchor, head):
+        return True, files
+    if tip and tip != anchor and is_ancestor(root, anchor, tip):
+        tip_base = _lines(root, "merge-base", tip, head)
+        more = _changed(root, tip_base[0], tip) if tip_base else []
+        files = sorted(set(files) | set(more))
+        if _reads_same(root, more, tip, head):
+            return True, files
+    cherry = _lines(root, "cherry", head, anchor, base[0])   # last: it reads every patch on HEAD's side
+    return bool(cherry) and all(x.startswith("-") for x in cherry), files
 
 
 def change_in(root: Path, anchor: str, head: str, tip: str | None = None) -> bool | None:
-    """Whether the branch's work up to ``anchor`` is in ``head``: by ancestry, else by equal patches (a rebase,
-    ``git cherry``: every commit since the merge base has its equal in ``head``), else by equal content (a squash
-    merge: the files changed since the merge base, at ``anchor`` or at the branch's ``tip``). None: ``anchor``
-    is not in this clone."""
+    """Whether the branch's work up to ``anchor`` is in ``head``: by ancestry, else as an equal change
+    (``equal_change``). None: ``anchor`` is not in this clone."""
     known = is_ancestor(root, anchor, head)
-    if known is not False:
-        return known
-    base = _lines(root, "merge-base", anchor, head)
-    if not base:
-        return False   # no common history at all
-    cherry = _lines(root, "cherry", head, anchor, base[0])
-    if cherry and all(x.startswith("-") for x in cherry):
-        return True
-    if _same_files(root, base[0], anchor, head):
-        return True
-    if tip and tip != anchor and is_ancestor(root, anchor, tip):
-        tip_base = _lines(root, "merge-base", tip, head)
-        return bool(tip_base) and _same_files(root, tip_base[0], tip, head)
-    return False
+    return known if known is not False else equal_change(root, anchor, head, tip)[0]
 
 
 def next_commit(root: Path, commit: str, tip: str) -> str | None:
@@ -219,22 +228,84 @@ def _save(path: Path, doc: dict) -> None:
         pass   # a read-only state folder: computed again next time
 
 
+KEEP_HEADS = 4            # the verdicts of the last HEADs left are kept for a checkout back to one of them
+ANCESTRY_SPAN = 20_000    # commits of HEAD's history listed at once to answer ancestry for every anchor
+
+
 class _Checker:
-    """The verdicts at one HEAD, cached in ``CACHE``; git only for what the cache does not hold. ``per_head``
-    False (``diff``, ``orphans``: another HEAD than the checkout's) keeps its verdicts to itself, and shares only
-    what holds for good: the first commits found and the branch tips seen."""
+    """The verdicts at one HEAD, cached in ``CACHE``; git only for what the cache does not hold.
+
+    When HEAD moved forward (a commit, a pull: the old HEAD is in the new one's history), the old verdicts carry
+    over: what was in stays in, an anchor among the new commits comes in, and one that was out is looked at again
+    only when the new commits changed a file its change is about — three git runs, whatever the number of
+    entries. Otherwise one ``git rev-list`` answers ancestry for every anchor at once. ``per_head`` False
+    (``diff``, ``orphans``: another HEAD than the checkout's) keeps its verdicts to itself and shares only what
+    holds for good: the first commits found, the files of each anchor's change and the branch tips seen."""
 
     def __init__(self, vault, root: Path, head: str, per_head: bool = True) -> None:
         self.root, self.head, self.remote = root, head, vault.settings.branches.remote
         self.path = Path(vault.state_dir) / CACHE
         self.per_head = per_head
         doc = _load(self.path)
-        same = per_head and doc.get("head") == head and isinstance(doc.get("in"), dict)
-        self.doc = {"head": head, "in": doc["in"] if same else {},
-                    "next": doc["next"] if isinstance(doc.get("next"), dict) else {},
-                    "tips": doc["tips"] if isinstance(doc.get("tips"), dict) else {}}
+        keep = {k: doc[k] if isinstance(doc.get(k), dict) else {} for k in ("next", "tips", "files", "older")}
+        verdicts = doc["in"] if per_head and isinstance(doc.get("in"), dict) else {}
         self.dirty = False
+        if per_head and doc.get("head") != head:
+            older = keep["older"]
+            if isinstance(doc.get("head"), str) and verdicts:   # kept for a checkout back to it
+                older = {k: v for k, v in older.items() if k != doc["head"]}
+                older = dict(list(older.items())[-(KEEP_HEADS - 1):]) if KEEP_HEADS > 1 else {}
+                older[doc["head"]] = verdicts
+            back = older.pop(head, None)
+            keep["older"] = older
+            verdicts = back if isinstance(back, dict) else self._carried(doc.get("head"), verdicts, keep["files"])
+            self.dirty = True
+        self.doc = {"head": head, "in": verdicts, **keep}
+        self.ancestry: dict[str, bool | None] = {}
         self.budget = MAX_CHECKS
+
+    def _carried(self, old, verdicts: dict, files: dict) -> dict:
+        if not (isinstance(old, str) and COMMIT_RE.match(old) and verdicts):
+            return {}
+        if is_ancestor(self.root, old, self.head) is not True:
+            return {}   # another branch, a rebase, a reset: looked at afresh
+        new = _lines(self.root, "rev-list", f"--max-count={ANCESTRY_SPAN}", self.head, f"^{old}")
+        if new is None or len(new) >= ANCESTRY_SPAN:
+            return {}
+        new_set = set(new)
+        touched = set(_changed(self.root, old, self.head)) if new else set()
+        out = {}
+        for a, v in verdicts.items():
+            if v is True or a in new_set:
+                out[a] = True
+            elif v is False and isinstance(files.get(a), list) and not touched.intersection(files[a]):
+                out[a] = False
+        return out
+
+    def prime(self, anchors) -> None:
+        """Ancestry of every anchor not decided yet, in one ``git rev-list`` of HEAD's recent history (and one
+        ``git cat-file`` to tell an anchor this clone lacks from one outside that history)."""
+        missing = [a for a in dict.fromkeys(anchors) if a not in self.doc["in"] and a not in self.ancestry]
+        if not missing:
+            return
+        if len(missing) == 1:
+            return   # one ``merge-base --is-ancestor`` (in ``holds``) is cheaper than the listing
+        listed = _lines(self.root, "rev-list", f"--max-count={ANCESTRY_SPAN}", self.head)
+        if listed is None:
+            return
+        seen, complete = set(listed), len(listed) < ANCESTRY_SPAN
+        out_of = [a for a in missing if len(a) == 40 and a not in seen]
+        for a in missing:
+            if a in seen:
+                self.ancestry[a] = True
+        if complete and out_of:
+            from acpmem.vault.gitrun import git
+
+            r = git(self.root, "cat-file", "--batch-check", input="\n".join(out_of) + "\n", check=False)
+            there = {line.split()[0] for line in r.out.splitlines() if line.split()[1:2] == ["commit"]} \
+                if r.code == 0 else set()
+            for a in out_of:
+                self.ancestry[a] = False if a in there else None
 
     def tip(self, anchor: str, branch: str) -> str | None:
         """The branch's tip now, else the last one seen here (kept: a squash-merged branch is often deleted, and
@@ -275,7 +346,11 @@ class _Checker:
             if self.budget <= 0:
                 return False
             self.budget -= 1
-            verdict = change_in(self.root, anchor, self.head, self.tip(anchor, branch))
+            known = self.ancestry[anchor] if anchor in self.ancestry else is_ancestor(self.root, anchor, self.head)
+            if known is False:
+                known, files = equal_change(self.root, anchor, self.head, self.tip(anchor, branch))
+                self.doc["files"][anchor] = files
+            verdict = known
             self.doc["in"][anchor] = verdict
             self.dirty = True
         return verdict is True
@@ -287,7 +362,7 @@ class _Checker:
             _save(self.path, self.doc)
             return
         doc = _load(self.path)   # the checkout's own verdicts stay as they are
-        for k in ("next", "tips"):
+        for k in ("next", "tips", "files"):
             doc[k] = {**(doc[k] if isinstance(doc.get(k), dict) else {}), **self.doc[k]}
         _save(self.path, doc)
 
@@ -296,6 +371,7 @@ def visible_here(vault, rows, checker: _Checker, here: str | None) -> tuple[set[
     """(the ids among ``rows`` this checkout does not see, how many of them wait for their branch's first commit)."""
     hidden: set[str] = set()
     pending = 0
+    todo = []
     for ident, branch, commit, anchor in rows:
         if here is not None and branch == here:
             continue
@@ -306,7 +382,11 @@ def visible_here(vault, rows, checker: _Checker, here: str | None) -> tuple[set[
         if a is None:
             hidden.add(ident)
             pending += 1
-        elif not checker.holds(a, branch):
+        else:
+            todo.append((ident, branch, a))
+    checker.prime(a for _, _, a in todo)
+    for ident, branch, a in todo:
+        if not checker.holds(a, branch):
             hidden.add(ident)
     return hidden, pending
 
