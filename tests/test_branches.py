@@ -370,3 +370,51 @@ def test_two_clones_on_different_branches_each_see_their_own_branchs_memory(tmp_
     _git(b, "branch", "-q", "-D", "feature")
     _git(b, "pull", "-q", "--prune", "origin", "main")
     assert ea in _listed(cli, b) and eb not in _listed(cli, b)
+
+
+# --------------------------------------------------------------------------------------------- consolidate
+
+def test_consolidate_never_merges_entries_of_different_branches_and_keeps_one_branchs_scope(proj, openai_server,
+                                                                                            cli):
+    """A merged entry is seen where all its members were: entries of different scopes are not merged (a merge with
+    a global one would carry a branch's claim into main); entries of one branch merge into an entry of it."""
+    import random
+
+    from openai_server import reply
+    from planted_duplicates import set_section
+    from test_fork import configure
+
+    from acpmem.core.entry import Entry
+    from acpmem.upkeep.consolidate import consolidate
+    from acpmem.vault.writer import Vault
+
+    _git(proj, "checkout", "-qb", "feature")
+    head = _commit(proj, "worker.py")
+    v = Vault(proj / ".acp-memory", rng=random.Random(3))
+    set_section(v.root, "consolidate", {"similarity": "lexical"})
+    v = configure(v, openai_server)
+    pairs = [("The worker drains the queue once per vault",
+              "- One background worker per vault drains the pending queue and exits when it is empty."),
+             ("One worker per vault drains the pending queue",
+              "- A single background worker per vault drains the pending queue, then exits when empty.")]
+    entries = []
+    for n, (scope, (title, body)) in enumerate(zip(({"branch": "feature", "commit": head}, {}), pairs)):
+        ident = f"w{n}"
+        e = Entry(id=ident, title=title, type="fact", importance=5, created=f"2026-11-1{n}T12:00:00Z",
+                  body=body + "\n", extra=scope)
+        entries.append(e.with_changes(path=v.path_for(ident, title)))
+    v.write_entries(entries, subject="two scopes", why="test")
+    res = consolidate(v)
+    assert [o.status for o in res.outcomes] == ["skipped"] and "different branches" in res.outcomes[0].error
+    assert openai_server.requests == []
+    # both on the branch: merged, and the merged entry is the branch's
+    text = (v.root / entries[1].path).read_text()
+    (v.root / entries[1].path).write_text(text.replace("tier: 3\n", f"tier: 3\nbranch: feature\ncommit: {head}\n"))
+    openai_server.enqueue(reply.writes(reply.write("- One worker per vault drains the queue.", title="One worker")))
+    res = consolidate(v)
+    (done,) = res.outcomes
+    assert done.status == "written", done
+    assert _meta(proj, done.entry["id"])["branch"] == "feature"
+    v.close()
+    _git(proj, "checkout", "-q", "main")
+    assert done.entry["id"] not in _listed(cli, proj)
