@@ -418,3 +418,24 @@ def test_consolidate_never_merges_entries_of_different_branches_and_keeps_one_br
     v.close()
     _git(proj, "checkout", "-q", "main")
     assert done.entry["id"] not in _listed(cli, proj)
+
+
+def test_the_forks_entries_are_scoped_by_type_and_by_the_commits_branch_or_global(proj, cli):
+    chat = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
+    _git(proj, "checkout", "-qb", "feature")
+    head = _commit(proj, "queue.py")
+
+    def commit(seq: int, *flags: str) -> list[str]:
+        r = cli("memory", "commit", "--type", "fact", "--note", "the queue is sqlite", "--importance", "4",
+                "--session", "s-b", "--seq", str(seq), "--transcript", str(chat), "--extractor", "offline",
+                "--wait", "--json", *flags, cwd=proj)
+        assert r.returncode == 0, r.stderr
+        return [e["id"] for e in json.loads(r.stdout)["outcome"]["entries"]]
+
+    (scoped,) = commit(1)
+    assert _meta(proj, scoped)["branch"] == "feature" and _meta(proj, scoped)["commit"] == head
+    globals_ = commit(2, "--global")
+    assert globals_ and all("branch" not in _meta(proj, i) for i in globals_)
+    both = cli("memory", "commit", "--type", "fact", "--note", "n", "--importance", "4", "--session", "s-b",
+               "--seq", "3", "--transcript", str(chat), "--branch", "--global", cwd=proj)
+    assert both.returncode == 2 and both.stderr.startswith("Error: ")
