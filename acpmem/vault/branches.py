@@ -202,11 +202,10 @@ def _rows(vault, con=None) -> list[tuple[str, str, str | None, str | None]]:
     """(id, branch, commit, anchor) of every live branch-scoped entry, from the catalog."""
     def q(c):
         return c.execute("SELECT entry_id, json_extract(data, '$.branch'), json_extract(data, '$.commit'),"
-                         " json_extract(data, '$.anchor') FROM files WHERE ok AND superseded_by IS NULL"
-                         " AND instr(data, '\"branch\"') AND json_extract(data, '$.branch') IS NOT NULL"
-                         " ORDER BY path").fetchall()
+                         " json_extract(data, '$.anchor') FROM files WHERE json_extract(data, '$.branch') IS NOT NULL"
+                         " AND ok AND superseded_by IS NULL").fetchall()   # through the files_branch index
 
-    rows = q(con) if con is not None else vault.with_db(q)
+    rows = sorted(q(con) if con is not None else vault.with_db(q), key=lambda r: (r[0] or "", r[1] or ""))
     return [(i, b, c if isinstance(c, str) and COMMIT_RE.match(c) else None, a) for i, b, c, a in rows
             if isinstance(b, str)]
 
