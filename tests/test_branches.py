@@ -13,6 +13,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -439,3 +440,39 @@ def test_the_forks_entries_are_scoped_by_type_and_by_the_commits_branch_or_globa
     both = cli("memory", "commit", "--type", "fact", "--note", "n", "--importance", "4", "--session", "s-b",
                "--seq", "3", "--transcript", str(chat), "--branch", "--global", cwd=proj)
     assert both.returncode == 2 and both.stderr.startswith("Error: ")
+
+
+def test_the_mcp_tools_serve_only_what_the_checkout_holds(proj, cli):
+    """The MCP server (a real stdio session with the mcp client): memory_recall and the index resource on main
+    leave out the entry learned on feature, and serve it on feature."""
+    import anyio
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    _git(proj, "checkout", "-qb", "feature")
+    _commit(proj, "importer.py")
+    e = _remember(cli, proj, "The new importer reads parquet files with pyarrow", "--type", "fact")["id"]
+
+    def served() -> tuple[str, str]:
+        got = {}
+        exe = Path(sys.executable).parent / "acp"
+        params = StdioServerParameters(command=str(exe), args=["memory", "serve"], cwd=str(proj),
+                                       env={k: v for k, v in os.environ.items() if k != "ACPMEM_VAULT"})
+
+        async def main():
+            with open(os.devnull, "w") as errlog:
+                async with stdio_client(params, errlog=errlog) as (read, write):
+                    async with ClientSession(read, write) as s:
+                        await s.initialize()
+                        got["recall"] = (await s.call_tool("memory_recall", {"query": "pyarrow parquet"})
+                                         ).content[0].text
+                        got["index"] = (await s.read_resource("memory://index")).contents[0].text
+
+        anyio.run(main)
+        return got["recall"], got["index"]
+
+    recall, index = served()
+    assert f"#{e}" in index and "pyarrow" in recall
+    _git(proj, "checkout", "-q", "main")
+    recall, index = served()
+    assert f"#{e}" not in index and "pyarrow" not in recall
+    assert "1 entry learned on other branches hidden" in index
