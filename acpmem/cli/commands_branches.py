@@ -27,7 +27,7 @@ def diff(ctx: typer.Context,
 
     Example: acp memory diff main..feature/importer --json
     """
-    from acpmem.vault.branches import merge_diff
+    from acpmem.upkeep.branchreview import merge_diff
 
     v = open_vault(ctx, vault)
     try:
@@ -51,7 +51,7 @@ def diff(ctx: typer.Context,
 
 def branch_queue(ctx, vault, json_: bool) -> int:
     """``review --branches``: the entries no branch holds (their branch deleted or abandoned unmerged)."""
-    from acpmem.vault.branches import orphans
+    from acpmem.upkeep.branchreview import orphans
 
     v = open_vault(ctx, vault)
     try:
@@ -75,7 +75,7 @@ def branch_queue(ctx, vault, json_: bool) -> int:
 
 def branch_decide(ctx, vault, action: str, ids: list[str], reason: str | None, global_: bool, json_: bool) -> int:
     """``review keep ID… --global`` / ``review drop ID…``: one commit each."""
-    from acpmem.vault.branches import keep_global
+    from acpmem.upkeep.branchreview import keep_global
 
     if not ids:
         raise UsageError(f"name the entries to {action}", f"e.g. `acp memory review {action} k3f9q2`"

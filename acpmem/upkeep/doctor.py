@@ -403,7 +403,7 @@ def check_staleness(vault, add) -> None:
 def check_branches(vault, add) -> None:
     """Entries learned on a branch that died unmerged: no branch holds them, so no checkout sees them until a
     person decides (``acpmem.vault.branches.orphans``). Said only when there are some."""
-    from acpmem.vault.branches import orphans
+    from acpmem.upkeep.branchreview import orphans
 
     left = orphans(vault)
     if left:

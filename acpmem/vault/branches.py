@@ -24,7 +24,7 @@ from pathlib import Path
 from acpmem.core.entry import COMMIT_RE
 from acpmem.core.layout import LAYER_PROJECT
 from acpmem.core.values import Value
-from acpmem.vault.projectgit import current_branch, git_dirs, project_head, project_root, read_ref
+from acpmem.vault.projectgit import current_branch, git_dirs, project_head, read_ref
 
 # {head, in: {anchor: true | false | null (unknown)}, next: {"<commit> <branch>": [tip, next]},
 #  tips: {"<anchor> <branch>": the branch's last tip seen here}, files: {anchor: the files its change is about},
@@ -75,7 +75,8 @@ def is_ancestor(root: Path, a: str, b: str) -> bool | None:
     return True if r.code == 0 else False if r.code == 1 else None
 
 
-def _lines(root: Path, *args: str) -> list[str] | None:
+def git_lines(root: Path, *args: str) -> list[str] | None:
+    """The non-empty lines git prints, or None when it fails."""
     from acpmem.vault.gitrun import git
 
     r = git(root, *args, check=False)
@@ -83,7 +84,7 @@ def _lines(root: Path, *args: str) -> list[str] | None:
 
 
 def _changed(root: Path, base: str, tip: str) -> list[str]:
-    return _lines(root, "diff", "--name-only", "--no-renames", base, tip) or []
+    return git_lines(root, "diff", "--name-only", "--no-renames", base, tip) or []
 
 
 def _reads_same(root: Path, files: list[str], tip: str, head: str) -> bool:
@@ -100,19 +101,19 @@ def equal_change(root: Path, anchor: str, head: str, tip: str | None = None) -> 
     equal in ``head``), or equal content (a squash merge: the files the branch changed since the merge base read
     the same, at ``anchor`` or at the branch's ``tip``). Also the files it compared: a later HEAD that changes none
     of them cannot change the answer."""
-    base = _lines(root, "merge-base", anchor, head)
+    base = git_lines(root, "merge-base", anchor, head)
     if not base:
         return False, []   # no common history at all
     files = _changed(root, base[0], anchor)
     if _reads_same(root, files, anchor, head):
         return True, files
     if tip and tip != anchor and is_ancestor(root, anchor, tip):
-        tip_base = _lines(root, "merge-base", tip, head)
+        tip_base = git_lines(root, "merge-base", tip, head)
         more = _changed(root, tip_base[0], tip) if tip_base else []
         files = sorted(set(files) | set(more))
         if _reads_same(root, more, tip, head):
             return True, files
-    cherry = _lines(root, "cherry", head, anchor, base[0])   # last: it reads every patch on HEAD's side
+    cherry = git_lines(root, "cherry", head, anchor, base[0])   # last: it reads every patch on HEAD's side
     return bool(cherry) and all(x.startswith("-") for x in cherry), files
 
 
@@ -127,7 +128,7 @@ def next_commit(root: Path, commit: str, tip: str) -> str | None:
     """The first commit after ``commit`` on the way to ``tip`` (the branch's first own commit), or None."""
     if tip == commit:
         return None
-    got = _lines(root, "rev-list", "--reverse", "--ancestry-path", f"{commit}..{tip}")
+    got = git_lines(root, "rev-list", "--reverse", "--ancestry-path", f"{commit}..{tip}")
     return got[0] if got else None
 
 
@@ -198,7 +199,7 @@ class Hidden(Value):
 NONE = Hidden()
 
 
-def _rows(vault, con=None) -> list[tuple[str, str, str | None, str | None]]:
+def scoped_rows(vault, con=None) -> list[tuple[str, str, str | None, str | None]]:
     """(id, branch, commit, anchor) of every live branch-scoped entry, from the catalog."""
     def q(c):
         return c.execute("SELECT entry_id, json_extract(data, '$.branch'), json_extract(data, '$.commit'),"
@@ -231,7 +232,7 @@ KEEP_HEADS = 4            # the verdicts of the last HEADs left are kept for a c
 ANCESTRY_SPAN = 20_000    # commits of HEAD's history listed at once to answer ancestry for every anchor
 
 
-class _Checker:
+class Checker:
     """The verdicts at one HEAD, cached in ``CACHE``; git only for what the cache does not hold.
 
     When HEAD moved forward (a commit, a pull: the old HEAD is in the new one's history), the old verdicts carry
@@ -268,7 +269,7 @@ class _Checker:
             return {}
         if is_ancestor(self.root, old, self.head) is not True:
             return {}   # another branch, a rebase, a reset: looked at afresh
-        new = _lines(self.root, "rev-list", f"--max-count={ANCESTRY_SPAN}", self.head, f"^{old}")
+        new = git_lines(self.root, "rev-list", f"--max-count={ANCESTRY_SPAN}", self.head, f"^{old}")
         if new is None or len(new) >= ANCESTRY_SPAN:
             return {}
         new_set = set(new)
@@ -289,7 +290,7 @@ class _Checker:
             return
         if len(missing) == 1:
             return   # one ``merge-base --is-ancestor`` (in ``holds``) is cheaper than the listing
-        listed = _lines(self.root, "rev-list", f"--max-count={ANCESTRY_SPAN}", self.head)
+        listed = git_lines(self.root, "rev-list", f"--max-count={ANCESTRY_SPAN}", self.head)
         if listed is None:
             return
         seen, complete = set(listed), len(listed) < ANCESTRY_SPAN
@@ -366,7 +367,7 @@ class _Checker:
         _save(self.path, doc)
 
 
-def visible_here(vault, rows, checker: _Checker, here: str | None) -> tuple[set[str], int]:
+def visible_here(vault, rows, checker: Checker, here: str | None) -> tuple[set[str], int]:
     """(the ids among ``rows`` this checkout does not see, how many of them wait for their branch's first commit)."""
     hidden: set[str] = set()
     pending = 0
@@ -395,7 +396,7 @@ def hidden(vault, con=None) -> Hidden:
     is hidden outside a git project (no checkout to compare with) nor in the user layer."""
     if getattr(vault, "layer", LAYER_PROJECT) != LAYER_PROJECT:
         return NONE
-    rows = _rows(vault, con)
+    rows = scoped_rows(vault, con)
     if not rows:
         return NONE
     ph = project_head(vault)
@@ -403,155 +404,11 @@ def hidden(vault, con=None) -> Hidden:
         return NONE
     root, head = ph
     here = current_branch(root)
-    checker = _Checker(vault, root, head)
+    checker = Checker(vault, root, head)
     ids, pending = visible_here(vault, rows, checker, here)
     checker.save()
     return Hidden(frozenset(ids), pending, here)
 
 
-# --------------------------------------------------------------------------------------------- people's commands
-
-class Scoped(Value):
-    """A branch-scoped entry as ``diff`` and the orphan list show it."""
-
-    id: str
-    title: str
-    type: str
-    branch: str
-    commit: str | None
-    anchor: str | None = None
-    why: str = ""
-
-    def to_json(self) -> dict:
-        return {"id": self.id, "title": self.title, "type": self.type, "branch": self.branch, "commit": self.commit,
-                "anchor": self.anchor, "why": self.why}
-
-
-def _entries(vault) -> dict:
-    return {e.id: e for e in vault.load(with_reads=False).live()}
-
-
-def _scoped(e, why: str = "") -> Scoped:
-    x = e.extra or {}
-    return Scoped(e.id, e.title, e.type, x.get("branch"), x.get("commit"), x.get("anchor"), why)
-
-
-def _need_project(vault) -> tuple[Path, str]:
-    from acpmem.core.errors import Refused
-
-    ph = project_head(vault)
-    if ph is None:
-        raise Refused(f"the vault at {vault.root} is not inside a git project with a commit, so no entry is "
-                      "tied to a branch", "use a project vault (<project>/.acp-memory)")
-    return ph
-
-
-def _resolve(root: Path, name: str) -> str:
-    from acpmem.core.errors import UsageError
-    from acpmem.core.limits import clip
-
-    if not name or name.startswith("-") or any(ch.isspace() for ch in name):
-        raise UsageError(f"not a branch or commit: {clip(name)}", "e.g. acp memory diff main..feature")
-    got = _lines(root, "rev-parse", "--verify", "-q", f"{name}^{{commit}}")
-    if not got:
-        raise UsageError(f"the project has no branch or commit {clip(name)}", "name a branch, e.g. main..feature")
-    return got[0]
-
-
-def merge_diff(vault, spec: str) -> dict:
-    """``acp memory diff BASE..BRANCH``: the entries a merge of BRANCH into BASE brings into BASE's memory (seen at
-    BRANCH's tip, not at BASE), as ``{base, branch, base_commit, branch_commit, entries}``."""
-    from acpmem.core.errors import UsageError
-
-    base, sep, branch = (spec or "").partition("..")
-    if not sep or not base or not branch or branch.startswith("."):
-        raise UsageError(f"diff takes BASE..BRANCH, got {spec!r}", "e.g. acp memory diff main..feature")
-    root, _ = _need_project(vault)
-    base_sha, branch_sha = _resolve(root, base), _resolve(root, branch)
-    rows = _rows(vault)
-    entries = _entries(vault)
-    at_base = _Checker(vault, root, base_sha, per_head=False)
-    at_branch = _Checker(vault, root, branch_sha, per_head=False)
-    at_base.budget = at_branch.budget = 10_000
-    hidden_base, _ = visible_here(vault, rows, at_base, base)
-    out = []
-    for ident, b, commit, anchor in rows:
-        if ident not in hidden_base or ident not in entries or commit is None:
-            continue
-        a = at_branch.anchor(b, commit, anchor)
-        if a is not None and at_branch.holds(a, b):
-            out.append(_scoped(entries[ident], f"learned on {b}"))
-    at_base.save()
-    at_branch.save()
-    return {"base": base, "branch": branch, "base_commit": base_sha, "branch_commit": branch_sha,
-            "entries": [s.to_json() for s in out]}
-
-
-def orphans(vault) -> list[Scoped]:
-    """The branch-scoped entries no branch holds: their branch is gone (no local or remote branch of that name)
-    and no branch's history holds their work, nor the default branch its change (after a squash or a rebase). A
-    person decides: ``review keep ID --global`` or ``review drop ID``. Runs git per distinct anchor (``doctor``
-    and ``review``, not a per-turn read)."""
-    ph = project_head(vault)
-    if ph is None:
-        return []
-    root, _ = ph
-    rows = _rows(vault)
-    if not rows:
-        return []
-    remote = vault.settings.branches.remote
-    refs = _lines(root, "for-each-ref", "--format=%(refname)", "refs/heads", f"refs/remotes/{remote}") or []
-    names = {r[len("refs/heads/"):] for r in refs if r.startswith("refs/heads/")}
-    names |= {r[len(f"refs/remotes/{remote}/"):] for r in refs if r.startswith(f"refs/remotes/{remote}/")}
-    gone = [r for r in rows if r[1] not in names]
-    if not gone:
-        return []
-    default = default_branch(root, remote)
-    main_tip = branch_tip(root, default, remote) if default else None
-    ck = _Checker(vault, root, main_tip or ph[1], per_head=False)
-    ck.budget = 10_000
-    entries = _entries(vault)
-    held: dict[str, bool] = {}
-    out = []
-    for ident, branch, commit, anchor in gone:
-        if ident not in entries:
-            continue
-        a = ck.anchor(branch, commit, anchor) if commit else None
-        if a is not None and a not in held:
-            held[a] = bool(_lines(root, "for-each-ref", "--count=1", f"--contains={a}", "--format=%(refname)",
-                                  "refs/heads", f"refs/remotes/{remote}")) or ck.holds(a, branch)
-        if a is None or not held[a]:
-            why = (f"its branch {branch} is gone before a commit of its own was seen here" if a is None and commit
-                   else f"its branch {branch} is gone and no branch holds its work")
-            out.append(_scoped(entries[ident], why))
-    ck.save()
-    return out
-
-
-def keep_global(vault, prefix: str) -> tuple[object, str]:
-    """A person keeps a branch's entry for every checkout: its ``branch`` and ``anchor`` lines go (the ``commit``
-    stays when it serves the staleness check of its ``files``), in one commit of kind ``human-review``."""
-    from acpmem.core.entryfile import dump_entry, parse_entry
-    from acpmem.core.errors import Refused
-    from acpmem.infra.files import read_exact
-    from acpmem.vault.writer import KIND_REVIEW
-
-    found = vault.resolve(prefix)
-    entry = parse_entry(read_exact(vault.root / found.path), found.path, vault.settings.types)
-    extra = dict(entry.extra or {})
-    branch = extra.get("branch")
-    if branch is None:
-        raise Refused(f"#{entry.id} is not tied to a branch", "it is already seen in every checkout")
-    for k in ("branch", "anchor"):
-        extra.pop(k, None)
-    if not extra.get("files"):
-        extra.pop("commit", None)
-    new = entry.with_changes(extra=extra)
-    sha = vault.replace_entry_text(entry, dump_entry(new), subject=f"keep #{entry.id} for every branch",
-                                   why=f"A person kept it for every checkout; it was learned on {branch}.",
-                                   kind=KIND_REVIEW)
-    return new, sha
-
-
-__all__ = ["Hidden", "Scoped", "default_branch", "branch_tip", "change_in", "scope_for", "with_scope", "hidden",
-           "merge_diff", "orphans", "keep_global", "SCOPES", "DETACHED"]
+__all__ = ["Hidden", "Checker", "default_branch", "branch_tip", "change_in", "equal_change", "git_lines", "scope_for",
+           "scoped_rows", "visible_here", "with_scope", "hidden", "SCOPES", "DETACHED"]

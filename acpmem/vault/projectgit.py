@@ -389,7 +389,9 @@ def confirm(vault, prefix: str) -> tuple[object, str, str]:
     if not entry.extra.get("files"):
         raise Refused(f"#{entry.id} records no project files, so there is nothing to confirm",
                          "add `files: [path, …]` to it with `acp memory edit` to have it checked")
-    new = entry.with_changes(extra={**entry.extra, "commit": ph[1]})
+    extra = {**entry.extra, "commit": ph[1]}
+    extra.pop("anchor", None)   # a branch's entry confirmed at this commit is anchored at it (docs/branches.md)
+    new = entry.with_changes(extra=extra)
     sha = vault.replace_entry_text(entry, dump_entry(new), subject=f"confirm #{entry.id} {entry.title}",
                                    why=f"A person confirmed it is still true at the project's commit {ph[1][:12]}.",
                                    kind=KIND_REVIEW)
