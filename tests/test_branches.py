@@ -476,3 +476,15 @@ def test_the_mcp_tools_serve_only_what_the_checkout_holds(proj, cli):
     recall, index = served()
     assert f"#{e}" not in index and "pyarrow" not in recall
     assert "1 entry learned on other branches hidden" in index
+
+
+def test_confirming_a_pending_entry_anchors_it_at_the_confirmed_commit(proj, cli):
+    _git(proj, "checkout", "-qb", "feature")
+    base = _git(proj, "rev-parse", "HEAD")
+    (proj / ".acp-memory" / "entries" / "p1.md").write_text(
+        "---\nid: p1\ntitle: The reader is streaming\ntype: fact\nimportance: 5\ncreated: 2026-11-29T12:00:00Z\n"
+        f"files: [README.md]\nbranch: feature\ncommit: {base}\nanchor: next\n---\nbody\n")
+    _commit(proj, "README.md", "changed\n")
+    r = cli("memory", "review", "confirm", "p1", cwd=proj)
+    assert r.returncode == 0, r.stderr
+    assert _meta(proj, "p1") == {"files": ["README.md"], "branch": "feature", "commit": _git(proj, "rev-parse", "HEAD")}
