@@ -107,7 +107,41 @@ def test_every_command_json_output_validates_against_its_schema(example_vault, c
     check("sync", "sync", "--json")
     check("init", "init", str(tmp_path / "another"), "--json", cwd=tmp_path)
     check("stale", "stale", "--json")
-    assert seen == set(NAMES) - {"schema", "error", "warning", "embed"}   # embed: in test_progress (a model server)
+    # embed: in test_progress (a model server); diff: needs a project (below)
+    assert seen == set(NAMES) - {"schema", "error", "warning", "embed", "diff"}
+
+
+def test_the_branch_commands_json_validates_against_its_schema(tmp_path, cli):
+    """diff, list's hidden count, review --branches and review keep|drop, on a real project with a branch."""
+    proj = tmp_path / "proj"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(proj)], check=True)
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(proj), *args], check=True, capture_output=True)
+
+    def check(name, *args):
+        doc = _json(cli("memory", *args, "--json", cwd=proj))
+        _check(name, doc)
+        return doc
+
+    (proj / "a.py").write_text("a = 1\n")
+    git("add", "a.py")
+    git("commit", "-qm", "a")
+    assert cli("memory", "init", cwd=proj).returncode == 0
+    git("checkout", "-qb", "feature")
+    (proj / "b.py").write_text("b = 1\n")
+    git("add", "b.py")
+    git("commit", "-qm", "b")
+    made = check("remember", "remember", "Module b is new", "--type", "fact")
+    other = check("remember", "remember", "Module b is tested by hand", "--type", "lesson")
+    assert made["branch"] == "feature"
+    git("checkout", "-q", "main")
+    assert check("diff", "diff", "main..feature")["entries"][0]["id"] in (made["id"], other["id"])
+    assert check("list", "list")["hidden"]["count"] == 2
+    git("branch", "-D", "feature")
+    assert len(check("review", "review", "--branches")["orphans"]) == 2
+    assert check("review", "review", "keep", made["id"], "--global")["decisions"][0]["decision"] == "keep"
+    assert check("review", "review", "drop", other["id"])["decisions"][0]["decision"] == "drop"
 
 
 # --------------------------------------------------------------------------------------------- errors

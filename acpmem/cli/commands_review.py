@@ -37,6 +37,11 @@ def remember(ctx: typer.Context,
              user: Annotated[bool, typer.Option("--user", help="Write it to your user vault (~/.acp-memory, or "
                                                                "$ACPMEM_USER_VAULT), read in every project.")]
              = False,
+             branch: Annotated[bool, typer.Option("--branch", help="Tie it to the project branch checked out now: "
+                                                                   "seen there, in its children, and where it is "
+                                                                   "merged.")] = False,
+             global_: Annotated[bool, typer.Option("--global", help="Never tie it to a branch: seen in every "
+                                                                    "checkout.")] = False,
              json_: JsonOpt = False, vault: VaultOpt = None) -> None:
     """Write an entry yourself, verbatim — no model in between — in one commit marked as a human write.
 
@@ -52,27 +57,38 @@ def remember(ctx: typer.Context,
     Example: git log -1 --format=%B | acp memory remember --type fact --importance 4 --title "Why we pinned pnpm"
 
     Example: acp memory remember "Answer with the short version first." --type user-preference --importance 8 --user
+
+    On a project branch other than the default one, decisions, lessons and facts are tied to the branch ([branches]
+    scoped in acpmem.toml): seen only where its work is checked out, until it merges. --branch or --global decides.
+
+    Example: acp memory remember "The importer reads with pyarrow now" --type fact --branch
     """
     from acpmem.write.remember import remember as write
 
     if text is not None and edit:
         raise UsageError("give TEXT or --edit, not both", "drop one")
+    if branch and global_:
+        raise UsageError("--branch and --global ask for two different scopes", "pass one of them")
     if text == "-" or (text is None and not edit and not sys.stdin.isatty()):
         text = _from_stdin()
     elif text is None:
         text = _from_editor(type_, importance, user)
     v = open_for_user(ctx, vault) if user else open_vault(ctx, vault)
     try:
-        entry, sha = write(v, text, type=type_, importance=importance, title=title, user=user)
+        entry, sha = write(v, text, type=type_, importance=importance, title=title, user=user,
+                           scope="branch" if branch else "global" if global_ else None)
     finally:
         v.close()
     emit_warnings(v)
     layer = "user" if user else v.layer
     if json_:
-        out_json({"id": entry.id, "title": entry.title, "path": entry.path, "commit": sha, "layer": layer})
+        out_json({"id": entry.id, "title": entry.title, "path": entry.path, "commit": sha, "layer": layer,
+                  "branch": (entry.extra or {}).get("branch")})
     else:
         where = " in the user vault" if layer == "user" else ""
-        out(f"Remembered #{entry.id} {entry.title}{where} ({entry.path}, commit {sha[:12]}).")
+        b = (entry.extra or {}).get("branch")
+        on = f", on branch {b}" if b else ""
+        out(f"Remembered #{entry.id} {entry.title}{where} ({entry.path}, commit {sha[:12]}{on}).")
 
 
 def _from_stdin() -> str:
@@ -144,7 +160,8 @@ def review(ctx: typer.Context,
            action: Annotated[Optional[str], typer.Argument(metavar="ACTION", show_default=False,
                                                            help="accept or reject: decide without prompts on the "
                                                                 "named ids; confirm (still true) or forget: a stale "
-                                                                "entry's.")] = None,
+                                                                "entry's; keep (with --global) or drop: an entry "
+                                                                "of a dead branch.")] = None,
            ids: Annotated[Optional[list[str]], typer.Argument(metavar="ID", show_default=False,
                                                               help="Ids (or unique prefixes) from the queue.")] = None,
            reason: Annotated[Optional[str], typer.Option("--reason", "-r", show_default=False,
@@ -153,6 +170,10 @@ def review(ctx: typer.Context,
            stale_: Annotated[bool, typer.Option("--stale", help="Review the stale entries instead (see `acp memory "
                                                                 "stale`): confirm each still true, or forget it.")]
            = False,
+           branches: Annotated[bool, typer.Option("--branches", help="List the entries of branches that died "
+                                                                     "unmerged (no branch holds them).")] = False,
+           global_: Annotated[bool, typer.Option("--global", help="With keep: the entry is seen in every "
+                                                                  "checkout.")] = False,
            json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """Review what needs a person: proposals (under [write] policy = "review") and, under "auto", what the forks
     wrote since this clone last reviewed — in the project vault and in your user vault, each item with its layer.
@@ -179,14 +200,33 @@ def review(ctx: typer.Context,
     Example: acp memory review --stale
 
     Example: acp memory review confirm k3f9q2
+
+    Entries of a branch deleted or abandoned unmerged (docs/branches.md): --branches lists them; `review keep ID
+    --global` keeps one for every checkout, `review drop ID` forgets it. Nothing else removes them.
+
+    Example: acp memory review --branches
+
+    Example: acp memory review keep k3f9q2 --global
     """
     from acpmem.upkeep import review as rv
 
-    if action is not None and action not in ("accept", "reject", "confirm", "forget"):
+    if action is not None and action not in ("accept", "reject", "confirm", "forget", "keep", "drop"):
         raise UsageError(f"unknown action {action!r}", "use `review accept ID…`, `review reject ID… --reason …`, "
-                                                       "`review confirm ID…` or `review forget ID… --reason …`")
+                                                       "`review confirm ID…`, `review forget ID… --reason …`, "
+                                                       "`review keep ID… --global` or `review drop ID…`")
     if action is None and ids:
-        raise UsageError("ids go after accept, reject, confirm or forget", "e.g. `acp memory review accept k3f9q2`")
+        raise UsageError("ids go after accept, reject, confirm, forget, keep or drop",
+                         "e.g. `acp memory review accept k3f9q2`")
+    if global_ and action != "keep":
+        raise UsageError("--global goes with keep", "e.g. `acp memory review keep k3f9q2 --global`")
+    if action in ("keep", "drop"):
+        from acpmem.cli.commands_branches import branch_decide
+
+        return branch_decide(ctx, vault, action, list(ids or []), reason, global_, json_)
+    if branches:
+        from acpmem.cli.commands_branches import branch_queue
+
+        return branch_queue(ctx, vault, json_)
     if action in ("confirm", "forget"):
         return _stale_decide(ctx, vault, action, list(ids or []), reason, json_)
     if stale_:

@@ -79,11 +79,18 @@ def list_(ctx: typer.Context,
           budget: Annotated[Optional[int], typer.Option(min=1, max=MAX_BUDGET_TOKENS,
                                                         help="Token budget of the prompt form "
                                                         "(default: acpmem.toml [index] budget_tokens).")] = None,
-          json_: JsonOpt = False, vault: VaultOpt = None) -> int:
+          json_: JsonOpt = False, vault: VaultOpt = None,
+          all_branches: Annotated[bool, typer.Option("--all-branches", help="Include the entries learned on "
+                                                                            "branches whose work this checkout "
+                                                                            "lacks (hidden otherwise).")]
+          = False) -> int:
     """The resident index: one line per entry `#id [type] title (importance N, created, last_read)`.
 
     `--format prompt` is the text a host injects into the system prompt: framed as data, ordered by score, cut to
     the token budget, saying how many entries were left out.
+
+    An entry learned on another project branch is left out until that branch's work is in the checkout; a line
+    says how many (docs/branches.md). --all-branches lists them too.
 
     Example: acp memory list --format prompt --session "$SESSION_ID"
     """

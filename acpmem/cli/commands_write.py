@@ -82,7 +82,11 @@ def commit(ctx: typer.Context, type_: TypeOpt = None, note: NoteOpt = None, impo
            wait: Annotated[bool, typer.Option("--wait", help="Extract now, in this process, and say what was "
                                                              "written (default: in the background).")] = False,
            extractor: ExtractorOpt = None, json_: JsonOpt = False, vault: VaultOpt = None,
-           block: BlockOpt = None) -> int:
+           block: BlockOpt = None,
+           branch: Annotated[bool, typer.Option("--branch", help="Tie its entries to the project branch checked out "
+                                                                 "now, whatever [branches] scoped says.")] = False,
+           global_: Annotated[bool, typer.Option("--global", help="Never tie its entries to a branch: seen in every "
+                                                                  "checkout.")] = False) -> int:
     """Record the main conversation's intent to remember something, and extract it in the background.
 
     Writes a durable pending request under .git/acpmem/pending/, starts the vault's background worker if none is

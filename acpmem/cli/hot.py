@@ -20,18 +20,20 @@ from acpmem.cli.output import emit_warnings, fail, is_tty, out, out_json, warn
 
 
 def list_output(vault, fmt: str, *, include_all: bool = False, session: str | None = None,
-                refresh: bool = False, budget: int | None = None) -> str:
+                refresh: bool = False, budget: int | None = None, all_branches: bool = False) -> str:
     """The text of ``list`` in a non-terminal format: prompt, json, markdown or plain lines."""
     from acpmem.core import render
 
     if fmt == "prompt":
         from acpmem.read.resident import resident_index
 
-        return resident_index(vault, session=session, refresh=refresh, budget_tokens=budget)
+        return resident_index(vault, session=session, refresh=refresh, budget_tokens=budget,
+                              all_branches=all_branches)
     from acpmem.read.layers import list_layered
     from acpmem.vault.projectgit import stale_map
 
     items, problems = list_layered(vault, include_superseded=include_all, light=fmt != "json")
+    items, hidden = _on_branch(vault, items, all_branches)
     items = sorted(items, key=lambda i: (i.entry.created, i.entry.id), reverse=True)
     stale = stale_map(vault)
     two = len(vault.layers()) > 1   # then every text line names its layer too (JSON always does)
@@ -45,15 +47,30 @@ def list_output(vault, fmt: str, *, include_all: bool = False, session: str | No
     if fmt == "json":
         return json.dumps({"entries": [render.entry_json(i.entry, {"layer": i.layer, "stale": s.to_json() if (
                                            s := marks(i.entry)) else None}) for i in items],
-                           "problems": [{**p.to_json(), "layer": layer} for layer, p in problems]},
+                           "problems": [{**p.to_json(), "layer": layer} for layer, p in problems],
+                           "hidden": {"count": len(hidden.ids), "pending": hidden.pending,
+                                      "reason": "learned on other branches whose work this checkout lacks"}},
                           ensure_ascii=False, indent=2) + "\n"
     if fmt == "markdown":
         return render.markdown_list([i.entry for i in items], [i.layer for i in items] if two else None)
+    note = hidden.line() + "\n" if hidden.ids else ""
     return "\n".join(render.line(i.entry, i.layer if two else None, s.files if (s := marks(i.entry)) else None)
-                     for i in items) + ("\n" if items else "(no entries)\n")
+                     for i in items) + ("\n" if items else "(no entries)\n") + note
 
 
-def _rich_table(v, include_all: bool) -> None:
+def _on_branch(vault, items, all_branches: bool):
+    """The listed items this checkout sees, and the ``Hidden`` rest (``acpmem.vault.branches``)."""
+    from acpmem.vault.branches import NONE, hidden
+
+    if all_branches:
+        return items, NONE
+    h = hidden(vault)
+    if not h.ids:
+        return items, h
+    return [i for i in items if not (i.layer == vault.layer and i.entry.id in h.ids)], h
+
+
+def _rich_table(v, include_all: bool, all_branches: bool = False) -> None:
     from rich.console import Console
     from rich.markup import escape
 
@@ -65,6 +82,7 @@ def _rich_table(v, include_all: bool) -> None:
     from acpmem.vault.projectgit import stale_map
 
     items, problems = list_layered(v, include_superseded=include_all)
+    items, hidden = _on_branch(v, items, all_branches)
     stale = stale_map(v)
     two = len(v.layers()) > 1
     t = Table(show_header=True, header_style="bold")
@@ -80,19 +98,21 @@ def _rich_table(v, include_all: bool) -> None:
                   str(e.importance), e.created[:10], (e.last_read or "never")[:10])
     c = Console()
     c.print(t)
+    if hidden.ids:
+        c.print(escape(hidden.line()))
     for layer, p in problems:
         c.print(f"[yellow]skipped {f'{layer} vault: ' if two else ''}{p.path}: {p.reason}[/yellow]")
 
 
 def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget: int | None, json_: bool,
-             vault: Path | None) -> int:
+             vault: Path | None, all_branches: bool = False) -> int:
     if json_ and fmt not in ("table", "json"):
         from acpmem.core.errors import UsageError
 
         raise UsageError(f"--json and --format {fmt} ask for two different outputs", "pass one of them")
     if json_:
         fmt = "json"
-    if fmt == "prompt" and session and not refresh:
+    if fmt == "prompt" and session and not refresh and not all_branches:
         # The frozen index of a running session (every turn): one file read, no vault machinery.
         from acpmem.vault.discovery import discover, state_location
         from acpmem.read.snapshot import frozen_index
@@ -106,9 +126,10 @@ def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget
     v = VaultReader.open(vault)
     try:
         if fmt == "table" and is_tty():
-            _rich_table(v, all_)
+            _rich_table(v, all_, all_branches)
         else:
-            out(list_output(v, fmt, include_all=all_, session=session, refresh=refresh, budget=budget))
+            out(list_output(v, fmt, include_all=all_, session=session, refresh=refresh, budget=budget,
+                            all_branches=all_branches))
     finally:
         v.close()
     emit_warnings(v)
@@ -147,13 +168,16 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
 
 def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, session: str | None,
                seq: int | None, transcript: str | None, host_tools: str | None, wait: bool,
-               extractor: str | None, json_: bool, vault: Path | None, block: str | None = None) -> int:
+               extractor: str | None, json_: bool, vault: Path | None, block: str | None = None,
+               branch: bool = False, global_: bool = False) -> int:
     from acpmem.core.errors import UsageError
 
     missing = [f"--{k}" for k, v in (("type", type_), ("note", note), ("importance", importance),
                                       ("session", session), ("seq", seq)) if v is None]
     if missing:
         raise UsageError(f"missing {', '.join(missing)}", "give --type, --note, --importance, --session and --seq")
+    if branch and global_:
+        raise UsageError("--branch and --global ask for two different scopes", "pass one of them")
     if wait:   # the fork runs in this process and writes: the whole vault
         from acpmem.vault.writer import Vault as Opened
     else:      # a durable request and a worker: the read side is enough, and cheap to import
@@ -164,7 +188,7 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
     try:
         ack = submit(v, type=type_, note=note, importance=importance, session=session, seq=seq,
                      transcript=_path(transcript), wait=wait, host_tools=_path(host_tools), extractor=extractor,
-                     block=block)
+                     block=block, scope="branch" if branch else "global" if global_ else None)
     finally:
         v.close()
     emit_warnings(v)

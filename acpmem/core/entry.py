@@ -22,6 +22,9 @@ HASH_RE = re.compile(r"[0-9a-f]{16,64}\Z")
 COMMIT_RE = re.compile(r"[0-9a-f]{7,64}\Z")
 MAX_ABOUT_FILES = 64
 MAX_ABOUT_PATH = 400
+MAX_BRANCH_CHARS = 250
+ANCHORS = ("next",)   # ``anchor: next``: learned before the branch had a commit of its own (``acpmem.vault.branches``)
+_BRANCH_BAD = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock\Z|\.\Z|/\Z")
 ISO_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})\Z")
 
 
@@ -279,6 +282,37 @@ def _about_fields(extra: dict, path: str) -> None:
                            "the staleness check")
 
 
+def branch_problem(name: object) -> str | None:
+    """Why ``name`` is not a branch name as ``branch:`` holds it (a git branch name, or ``HEAD`` for a detached
+    checkout), or None. Stricter than git: no spaces, control characters or what git forbids in a ref name."""
+    if not isinstance(name, str) or not name:
+        return "must be text"
+    if len(name) > MAX_BRANCH_CHARS:
+        return f"must be at most {MAX_BRANCH_CHARS} characters"
+    if name.startswith(("-", "/", ".")) or _BRANCH_BAD.search(name):
+        return "must be a git branch name (no spaces, '..', '~', '^', ':', '?', '*', '[', '\\' or '@{')"
+    return None
+
+
+def _branch_fields(extra: dict, path: str) -> None:
+    """``branch`` (the project branch an entry was learned on; it is then seen only where that branch's work is)
+    and ``anchor`` (``next``: the branch had no commit of its own yet), checked when present."""
+    branch = extra.get("branch")
+    if branch is not None:
+        why = branch_problem(branch)
+        if why:
+            raise EntryInvalid(path, "branch", f"{clip(branch)} {why}",
+                               "e.g. branch: feature/importer, or delete the line to make the entry global")
+    anchor = extra.get("anchor")
+    if anchor is not None:
+        if anchor not in ANCHORS:
+            raise EntryInvalid(path, "anchor", f"must be next, got {clip(anchor)}", "delete the line, or write "
+                               "anchor: next")
+        if branch is None or extra.get("commit") is None:
+            raise EntryInvalid(path, "anchor", "needs a branch and a commit beside it",
+                               "delete the anchor line")
+
+
 def validate_id(value: str, path: str = "") -> str:
     if not isinstance(value, str) or not ID_RE.match(value):
         raise EntryInvalid(path, "id", f"must be 1–64 letters, digits, '-' or '_' starting with a letter or digit, "
@@ -323,6 +357,7 @@ def entry_from_meta(meta: dict, body: str, path: str, types: tuple[str, ...] | N
         raise EntryInvalid(path, "superseded_by", "must be an entry id")
     extra = {k: v for k, v in meta.items() if k not in KNOWN_KEYS}
     _about_fields(extra, path)
+    _branch_fields(extra, path)
     for k, v in (("source", source), *extra.items()):
         bad = bad_value({k: v})
         if bad is not None:   # stored as JSON in the derived index: a 64-bit integer, a finite float, text without NUL

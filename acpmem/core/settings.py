@@ -131,6 +131,16 @@ class LayersSettings(Section):
     user_share: float = 0.3       # the user layer's share of the resident index's token budget
 
 
+class BranchesSettings(Section):
+    """Which entries are tied to the project branch they were learned on (``docs/branches.md``)."""
+    scoped: str = "decision,lesson,fact"   # the types scoped by default, comma-separated ("" = none); the user
+                                           # layer and user preferences never are
+    remote: str = "origin"                 # whose HEAD names the default branch (refs/remotes/<remote>/HEAD)
+
+    def scoped_types(self) -> tuple[str, ...]:
+        return tuple(t.strip() for t in self.scoped.split(",") if t.strip())
+
+
 class Settings(Value):
     types: tuple[str, ...] = DEFAULT_TYPES
     language: str = "en"
@@ -145,6 +155,7 @@ class Settings(Value):
     embeddings: EmbeddingsSettings = EmbeddingsSettings()
     rerank: RerankSettings = RerankSettings()
     consolidate: ConsolidateSettings = ConsolidateSettings()
+    branches: BranchesSettings = BranchesSettings()
     unknown: tuple[str, ...] = ()   # settings and sections the file has that this acpmem does not know: ignored
 
     def unknown_warning(self, path: str = SETTINGS_FILE) -> str | None:
@@ -211,7 +222,8 @@ _MAX_TYPE_CHARS = 64
 _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceSettings,
              "recall": RecallSettings, "extraction": ExtractionSettings, "git": GitSettings,
              "layers": LayersSettings, "write": WriteSettings,
-             "embeddings": EmbeddingsSettings, "rerank": RerankSettings, "consolidate": ConsolidateSettings}
+             "embeddings": EmbeddingsSettings, "rerank": RerankSettings, "consolidate": ConsolidateSettings,
+             "branches": BranchesSettings}
 POLICIES = ("auto", "review", "off")
 SIMILARITY_MODES = ("auto", "lexical", "embedding", "model")
 STREAM_MODES = ("auto", "on", "off")
@@ -267,6 +279,9 @@ def _check_value(section: str, key: str, v: object, path: str) -> None:
         if key == "user_vault" and v.strip() != v:
             raise SettingsError(f"{path}: '{name}' must be a path, \"none\" or empty, without spaces around it",
                                 "e.g. user_vault = \"~/.acp-memory\"")
+        if key == "scoped" and not all(re.fullmatch(r"[^,\s]+", t.strip()) for t in v.split(",") if t.strip()):
+            raise SettingsError(f"{path}: '{name}' must be entry types separated by commas, got {clip(v)}",
+                                'e.g. scoped = "decision,lesson,fact", or "" for none')
         if key == "remote" and (not v.strip() or v.startswith("-") or " " in v):
             raise SettingsError(f"{path}: '{name}' must be the name of a git remote, got {clip(v)}",
                                 "e.g. remote = \"origin\"")

@@ -16,12 +16,15 @@ from acpmem.read.snapshot import SNAPSHOT
 
 
 def resident_index(vault: VaultReader, *, session: str | None = None, refresh: bool = False,
-                   at: datetime | None = None, seed: int | None = None, budget_tokens: int | None = None) -> str:
-    """The resident index text; frozen per session (the same bytes every call) until ``refresh``."""
+                   at: datetime | None = None, seed: int | None = None, budget_tokens: int | None = None,
+                   all_branches: bool = False) -> str:
+    """The resident index text; frozen per session (the same bytes every call) until ``refresh``. Entries learned
+    on branches whose work the checkout lacks are left out, with a line saying how many (``all_branches``: kept;
+    then nothing is frozen)."""
     if budget_tokens is not None and not int_between(budget_tokens, 1, MAX_BUDGET_TOKENS):
         raise UsageError(f"the token budget must be an integer 1..{MAX_BUDGET_TOKENS}, got {clip(budget_tokens)}",
                          "e.g. --budget 2000")
-    snap_path = vault.session_dir(session) / SNAPSHOT if session else None
+    snap_path = vault.session_dir(session) / SNAPSHOT if session and not all_branches else None
     if snap_path is not None and not refresh:
         try:
             return snap_path.read_text("utf-8")
@@ -33,8 +36,13 @@ def resident_index(vault: VaultReader, *, session: str | None = None, refresh: b
     at = at or vault.clock()
     salt = jitter_salt(vault, seed, session)
     layers = vault.layers()
+    from acpmem.vault.branches import NONE, hidden as hidden_of
+
+    hidden = NONE
     if len(layers) == 1:
         entries, _ = list_entries(vault, light=True)
+        hidden = NONE if all_branches else hidden_of(vault)   # after the listing: its catalog is up to date
+        entries = _seen(entries, hidden)
         # Scored lazily: the text stops at its token budget, long before the last entry of a large vault.
         ranked = rank_iter(entries, at, salt, vault.settings.score, top_n=len(entries))
         text = prompt_index(ranked, at, vault.settings, budget_tokens=budget_tokens, total_entries=len(entries),
@@ -46,9 +54,14 @@ def resident_index(vault: VaultReader, *, session: str | None = None, refresh: b
         parts = []
         for lv in layers:
             entries, _ = list_entries(lv, light=True)
+            if lv is vault and not all_branches:
+                hidden = hidden_of(vault)
+                entries = _seen(entries, hidden)
             parts.append((lv.layer, rank_iter(entries, at, salt, lv.settings.score, top_n=len(entries)), len(entries),
                           share if lv is not vault else 1 - share))
         text = layered_prompt_index(parts, at, vault.settings, budget_tokens=budget_tokens, stale=_stale_ids(vault))
+    if hidden.ids:
+        text = text.rstrip("\n") + "\n" + hidden.line(vault.settings.language) + "\n"
     if snap_path is not None:
         from acpmem.infra.files import atomic_write
 
@@ -61,6 +74,11 @@ def resident_index(vault: VaultReader, *, session: str | None = None, refresh: b
             except FileExistsError:
                 text = snap_path.read_text("utf-8")
     return text
+
+
+def _seen(entries, hidden):
+    """The entries of the project vault this checkout sees (``acpmem.vault.branches``)."""
+    return [e for e in entries if e.id not in hidden.ids] if hidden.ids else entries
 
 
 def _stale_ids(vault: VaultReader) -> frozenset[str]:

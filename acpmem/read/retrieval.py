@@ -169,6 +169,9 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
 
     def work(con: sqlite3.Connection) -> tuple[list[tuple], dict | None]:
         nonlocal similar
+        from acpmem.vault.branches import hidden
+
+        unseen = hidden(vault, con).ids   # learned on branches whose work this checkout lacks
         if qv is not None:
             similar = _vector_side(vault, con, qv, allowed, include_superseded, report)
         want = need
@@ -176,7 +179,8 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
         while True:
             hits = search_index(con, query, want, types=allowed, include_superseded=include_superseded,
                                 similar=similar, share=qv.share if qv is not None else 0.0, said=said)
-            found = [(e, h) for e, h in ((_entry_at(con, h.id), h) for h in hits) if e is not None]
+            found = [(e, h) for e, h in ((_entry_at(con, h.id), h) for h in hits)
+                     if e is not None and e.id not in unseen]
             if len(found) >= need or len(hits) < want:
                 break
             want = want * 2 + 5  # some hits were files that lose to another file with the same id
@@ -318,9 +322,12 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
             lr = readlog.last_reads(lv.root, lv.state_dir)
 
             def rows(con: sqlite3.Connection, lv=lv, lr=lr) -> list:
+                from acpmem.vault.branches import hidden
+
                 got: dict[str, tuple] = {}
+                unseen = hidden(lv, con).ids   # learned on branches whose work this checkout lacks
                 for path, ident, typ, imp, created, last_read in sorted(light_rows(con, types=lv.settings.types)):
-                    if ident in seen or ident in got:
+                    if ident in seen or ident in got or ident in unseen:
                         continue  # already in this session; or a second file with the id (the first path wins)
                     e = Entry(id=ident, title="", type=typ, importance=imp, created=created, body="",
                               last_read=last_read)

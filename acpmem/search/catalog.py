@@ -33,8 +33,8 @@ from acpmem.core.fasthash import sha256
 from acpmem.core.values import Value
 from acpmem.infra import db, progress
 
-SCHEMA_VERSION = 7  # raised when the entry parser refuses what it took before (5: conflict markers, 6: number
-# ranges, 7: `files`, `commit` and a citation's `hash` checked)
+SCHEMA_VERSION = 8  # raised when the entry parser refuses what it took before (5: conflict markers, 6: number
+# ranges, 7: `files`, `commit` and a citation's `hash` checked, 8: `branch` and `anchor` checked; the branch index)
 DB_NAME = layout.DB_NAME
 RACY_NS = 3_000_000_000   # the coarsest timestamps (FAT: 2 s) and some clock step; rows this recent are read again
 
@@ -90,6 +90,9 @@ def _create(con: sqlite3.Connection) -> None:
         title TEXT, type TEXT, importance INTEGER, created TEXT, last_read TEXT, superseded_by TEXT)""")
     con.execute("CREATE INDEX files_entry_id ON files(entry_id)")
     con.execute("CREATE INDEX files_sig ON files(path, sig)")  # covering: the staleness scan reads no rows
+    # the entries tied to a project branch (acpmem.vault.branches), found every turn without reading every row
+    con.execute("CREATE INDEX files_branch ON files(json_extract(data, '$.branch')) "
+                "WHERE json_extract(data, '$.branch') IS NOT NULL")
     con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
 
 

@@ -117,6 +117,16 @@ class _OverBudget(Exception):
     pass
 
 
+def _branch_of(members) -> dict:
+    """The branch scope of a merge of entries learned on one branch: the newest member's, so the merged entry is
+    seen where every member was (its commit holds the older ones')."""
+    newest = max(members, key=lambda e: e.created)
+    x = newest.extra or {}
+    if x.get("branch") is None:
+        return {}
+    return {k: x[k] for k in ("branch", "commit", "anchor") if x.get(k) is not None}
+
+
 def _merge(vault, cluster: Cluster, config, mode: str) -> ClusterOutcome:
     from acpmem.core.framing import frame
     from acpmem.core.tools import parse_write_args, tool_definitions
@@ -129,6 +139,9 @@ def _merge(vault, cluster: Cluster, config, mode: str) -> ClusterOutcome:
     members = [known.get(i) for i in cluster.ids]
     if any(e is None or e.superseded for e in members):
         return ClusterOutcome(cluster, "skipped", error="an entry of it was superseded or removed meanwhile")
+    if len({(e.extra or {}).get("branch") for e in members}) > 1:   # a merge would show one where it is false
+        return ClusterOutcome(cluster, "skipped", error="its entries were learned on different branches "
+                                                        "(docs/branches.md)")
     st = budget.current(vault.state_dir, vault.clock(), vault.settings.extraction)
     if st is not None and st.over:
         raise _OverBudget(f"{st.reason}; run it again after {st.frees_at}")
@@ -164,7 +177,7 @@ def _merge(vault, cluster: Cluster, config, mode: str) -> ClusterOutcome:
     entry = Entry(id=ident, title=title, type=typ, importance=max(e.importance for e in members),
                   created=now, body=defuse_conflict_markers(content.strip("\n") + "\n"), citation=tuple(cites),
                   source={"consolidate": cluster.kind, "extractor": label}, supersedes=cluster.ids,
-                  extra=merged_about(vault, members))
+                  extra={**merged_about(vault, members), **_branch_of(members)})
     from acpmem.vault.writer import KIND_CONSOLIDATE, KIND_PROPOSE
 
     ids = ", ".join(f"#{i}" for i in cluster.ids)

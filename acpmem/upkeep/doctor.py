@@ -314,7 +314,7 @@ def doctor(vault, *, fix: bool = False) -> Report:
     errors of the project: an error there is reported as a warning (the project vault works without it)."""
     user = vault.user if vault.layer == "project" else None
     theirs = set(user.warnings) if user is not None else set()
-    rep = check_vault(vault, fix=fix, more=(check_requests, check_staleness))
+    rep = check_vault(vault, fix=fix, more=(check_requests, check_staleness, check_branches))
     found = [f.with_changes(layer="user" if f.what.startswith("the user vault ") else vault.layer)
              for f in rep.findings if not (f.level == "warning" and f.what in theirs)]   # said below, as its own
     if user is not None:
@@ -398,3 +398,17 @@ def check_staleness(vault, add) -> None:
             add("warning", f"{len(ids)} {'entry cites' if len(ids) == 1 else 'entries cite'} {said} "
                 f"({', '.join('#' + i for i in ids[:5])}{' …' if len(ids) > 5 else ''})",
                 "`acp memory show ID` says which citation; the entry is still served, marked")
+
+
+def check_branches(vault, add) -> None:
+    """Entries learned on a branch that died unmerged: no branch holds them, so no checkout sees them until a
+    person decides (``acpmem.vault.branches.orphans``). Said only when there are some."""
+    from acpmem.upkeep.branchreview import orphans
+
+    left = orphans(vault)
+    if left:
+        ids = ", ".join(f"#{s.id}" for s in left[:5]) + (" …" if len(left) > 5 else "")
+        n = len(left)
+        add("warning", f"{n} {'entry was' if n == 1 else 'entries were'} learned on a branch that is gone unmerged "
+            f"and no checkout sees {'it' if n == 1 else 'them'} ({ids})",
+            "`acp memory review --branches` lists them; `review keep ID --global` or `review drop ID` decides")

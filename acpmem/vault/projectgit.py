@@ -58,8 +58,72 @@ def project_root(vault) -> Path | None:
         return None
     for d in (root.parent, *root.parent.parents):
         if os.path.exists(d / ".git"):
-            return d
+            return _worktree_here(d) or d
     return None
+
+
+def _worktree_here(project: Path) -> Path | None:
+    """The linked worktree of the project's repository that the current folder is in, when it is another one than
+    the project's own (a vault used from ``git worktree add`` checkouts through ``--vault``/``ACPMEM_VAULT``): its
+    HEAD is the checkout the session works on. None otherwise. Stats up the folders, no git process."""
+    try:
+        here = Path(os.getcwd())
+    except OSError:
+        return None
+    for d in (here, *here.parents):
+        if os.path.exists(d / ".git"):
+            if d == project:
+                return None
+            mine, theirs = git_dirs(d), git_dirs(project)
+            return d if mine and theirs and mine[1] == theirs[1] else None
+    return None
+
+
+def git_dirs(root: Path) -> tuple[Path, Path] | None:
+    """(the work tree's git folder, the repository's common folder): the same for the main work tree, two for a
+    linked worktree (whose ``.git`` file names its folder, and whose ``commondir`` names the shared one)."""
+    gd = _git_dir(root)
+    if gd is None:
+        return None
+    try:
+        common = (gd / (gd / "commondir").read_text("ascii").strip()).resolve()
+    except (OSError, UnicodeDecodeError):
+        common = gd.resolve()
+    return gd, common
+
+
+def read_ref(root: Path, ref: str) -> str | None:
+    """The commit a full ref name (``refs/heads/main``) names, from the loose ref or ``packed-refs``; no git."""
+    dirs = git_dirs(root)
+    if dirs is None or ".." in ref:
+        return None
+    for base in dict.fromkeys(dirs):
+        try:
+            sha = (base / ref).read_text("ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if len(sha) == 40 and COMMIT_RE.match(sha):
+            return sha
+    try:
+        packed = (dirs[1] / "packed-refs").read_text("ascii")
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in packed.splitlines():
+        if line.endswith(" " + ref) and len(line) == 41 + len(ref) and COMMIT_RE.match(line[:40]):
+            return line[:40]
+    return None
+
+
+def current_branch(root: Path) -> str | None:
+    """The branch checked out in the work tree at ``root`` (from its HEAD file), or None when detached."""
+    gd = _git_dir(root)
+    if gd is None:
+        return None
+    try:
+        head = (gd / "HEAD").read_text("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return head[16:] if head.startswith("ref: refs/heads/") else None
 
 
 def _git_dir(root: Path) -> Path | None:
@@ -325,14 +389,16 @@ def confirm(vault, prefix: str) -> tuple[object, str, str]:
     if not entry.extra.get("files"):
         raise Refused(f"#{entry.id} records no project files, so there is nothing to confirm",
                          "add `files: [path, …]` to it with `acp memory edit` to have it checked")
-    new = entry.with_changes(extra={**entry.extra, "commit": ph[1]})
+    extra = {**entry.extra, "commit": ph[1]}
+    extra.pop("anchor", None)   # a branch's entry confirmed at this commit is anchored at it (docs/branches.md)
+    new = entry.with_changes(extra=extra)
     sha = vault.replace_entry_text(entry, dump_entry(new), subject=f"confirm #{entry.id} {entry.title}",
                                    why=f"A person confirmed it is still true at the project's commit {ph[1][:12]}.",
                                    kind=KIND_REVIEW)
     return new, ph[1], sha
 
 
-__all__ = ["Stale", "confirm", "checks_on", "project_root", "read_head", "project_head", "relative_file", "stale_map",
+__all__ = ["Stale", "confirm", "git_dirs", "read_ref", "current_branch", "checks_on", "project_root", "read_head", "project_head", "relative_file", "stale_map",
            "stale_report", "stale_of", "unknown_commits", "changed_files"]
 
 

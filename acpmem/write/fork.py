@@ -162,6 +162,25 @@ def commit_draft(vault, req: Request, draft: Draft, model_label: str, extractor:
     return sha
 
 
+def _scoped(vault, req: Request, draft: Draft) -> list[Entry]:
+    """The draft's project entries tied to the project branch the request was made on, as ``[branches] scoped``
+    or the request's ``scope`` (``commit --branch/--global``) says (``acpmem.vault.branches``)."""
+    from acpmem.vault.branches import scope_for, with_scope
+
+    if vault.layer != LAYER_PROJECT:
+        return draft.entries
+    fields: dict[str, dict] = {}
+    out = []
+    for e in draft.entries:
+        if draft.layer_of.get(e.id, LAYER_PROJECT) != LAYER_PROJECT:
+            out.append(e)
+            continue
+        if e.type not in fields:
+            fields[e.type] = scope_for(vault, e.type, req.scope)
+        out.append(with_scope(e, fields[e.type]))
+    return out
+
+
 USER_PART_TRAILER = "Acpmem-Project-Part"   # in a user-vault commit: whether a project commit follows it
 
 
@@ -300,6 +319,7 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
         from acpmem.write.provenance import annotate
 
         draft.entries = annotate(vault, t, draft.entries, draft.layer_of)
+        draft.entries = _scoped(vault, req, draft)
         say(req.id, "committing")
         sha = commit_draft(vault, req, draft, config.model if config else "offline", label)
         proposed = all(e.path.startswith(PROPOSALS_DIR + "/") for e in draft.entries) and bool(draft.entries)

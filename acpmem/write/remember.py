@@ -25,14 +25,18 @@ def default_type(types, user: bool) -> str:
 
 
 def remember(vault, text: str, *, type: str | None = None, importance: int | None = None, title: str | None = None,
-             user: bool = False) -> tuple[Entry, str]:
+             user: bool = False, scope: str | None = None) -> tuple[Entry, str]:
     """Write ``text`` as a new entry of ``type`` (default: ``default_type``) and ``importance`` (default 5) (title:
     ``title`` or the text's first line).
     ``user``: in the user vault read beside ``vault`` (``vault`` itself when it is the user vault). Returns the
     entry and the commit. Raises ``UsageError`` for bad arguments, for a missing user vault and for a user-vault
     text holding a path of this project, and ``SecretRefused`` when the text holds what looks like a secret;
-    nothing is written then."""
+    nothing is written then. ``scope``: ``branch`` ties the entry to the project branch checked out now,
+    ``global`` never; None: as ``[branches] scoped`` says for its type (``acpmem.vault.branches``)."""
     forbid: tuple[str, ...] = ()
+    if user and scope == "branch":
+        raise UsageError("--branch and --user: the user vault is read in every project, never tied to a branch",
+                         "drop one of them")
     if user:
         from acpmem.core.layout import LAYER_USER
         from acpmem.read.layers import project_path_forms, vault_for_layer
@@ -87,6 +91,10 @@ def remember(vault, text: str, *, type: str | None = None, importance: int | Non
     entry = Entry(id=ident, title=title, type=type, importance=importance, created=vault.now(), body=body,
                   source={"by": "human", "command": "remember"})
     entry = entry.with_changes(path=vault.path_for(ident, title))
+    if not user:
+        from acpmem.vault.branches import scope_for, with_scope
+
+        entry = with_scope(entry, scope_for(vault, type, scope))
     sha = vault.write_entries([entry], subject=f"remember #{ident} {title}",
                               why="Written by a person with `acp memory remember`, verbatim.", kind=KIND_REMEMBER,
                               trailers={"Acpmem-Author": "human"})

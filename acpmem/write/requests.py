@@ -93,6 +93,7 @@ class Request(Value):
     extractor: str | None = None
     base_url: str | None = None
     model: str | None = None
+    scope: str | None = None   # "branch" | "global": how its entries are tied to the project branch; None: by type
 
     @property
     def last_error(self) -> dict | None:
@@ -105,7 +106,7 @@ class Request(Value):
                 "status": self.status, "attempts": self.attempts, "next_attempt": self.next_attempt,
                 "errors": list(self.errors), "redacted": list(self.redacted), "deferred": self.deferred,
                 **({"block": self.block} if self.block else {}),
-                **{k: getattr(self, k) for k in ("extractor", "base_url", "model") if getattr(self, k)}}
+                **{k: getattr(self, k) for k in ("extractor", "base_url", "model", "scope") if getattr(self, k)}}
 
     @classmethod
     def from_json(cls, d: dict) -> "Request":
@@ -135,6 +136,8 @@ class Request(Value):
         for key in ("base_url", "model"):
             if d.get(key) is not None and not (isinstance(d[key], str) and d[key] and len(d[key]) <= 2048):
                 raise ValueError(f"{key} must be text")
+        if d.get("scope") not in (None, "branch", "global"):
+            raise ValueError("scope must be branch or global")
         if d.get("next_attempt") is not None:
             parse_iso(d["next_attempt"])   # the worker computes with it: "zzzz" would stop it for good
         if d.get("status", "pending") not in ("pending", "failed", None) \
@@ -147,7 +150,8 @@ class Request(Value):
                    status=d.get("status") or "pending", attempts=attempts,
                    next_attempt=d.get("next_attempt"), errors=tuple(d.get("errors") or ()),
                    redacted=tuple(d.get("redacted") or ()), block=d.get("block"), deferred=d.get("deferred"),
-                   extractor=d.get("extractor"), base_url=d.get("base_url"), model=d.get("model"))
+                   extractor=d.get("extractor"), base_url=d.get("base_url"), model=d.get("model"),
+                   scope=d.get("scope"))
 
     def due(self, now: str) -> bool:
         return self.status == "pending" and (self.next_attempt is None or self.next_attempt <= now)
@@ -365,7 +369,8 @@ def make_request(*, types: tuple[str, ...], type: str, note: str, importance: in
                  seq: int | str, transcript: str | os.PathLike | None, host_tools: str | os.PathLike | None,
                  lang: str, created: str, request_id: str, cwd: Path | None = None, inline: bool = False,
                  block: str | None = None, policy: str = "auto", deferred: str | None = None,
-                 extractor: str | None = None, base_url: str | None = None, model: str | None = None) -> Request:
+                 extractor: str | None = None, base_url: str | None = None, model: str | None = None,
+                 scope: str | None = None) -> Request:
     """Validate a commit's arguments (the model's and the host's) and build the request. The note is redacted here,
     before it reaches any file; the secret kinds found are kept in ``redacted``. ``extractor`` (``offline`` or
     ``llm``), ``base_url`` and ``model``: how it is to be extracted (``Request``)."""
@@ -403,4 +408,5 @@ def make_request(*, types: tuple[str, ...], type: str, note: str, importance: in
                    redacted=tuple(f.kind for f in found), block=args.block,
                    extractor=extractor if extractor in RECORDED_EXTRACTORS else None,
                    base_url=(base_url or None) if extractor == "llm" else None,
-                   model=(model or None) if extractor == "llm" else None)
+                   model=(model or None) if extractor == "llm" else None,
+                   scope=scope if scope in ("branch", "global") else None)

@@ -121,13 +121,15 @@ def check_host_tools(path: str | os.PathLike | None) -> None:
 def submit(vault, *, type: str, note: str, importance: int, session: str, seq: int,
            transcript: str | os.PathLike | None = None, wait: bool = False,
            host_tools: str | os.PathLike | None = None, extractor: str | None = None,
-           block: str | None = None) -> Ack:
+           block: str | None = None, scope: str | None = None) -> Ack:
     """Record a ``memory_commit`` durably and have it extracted: in a detached background worker (the default; returns
     at once) or inline with ``wait``. ``vault`` is a ``VaultReader`` (a ``Vault`` with ``wait``). Never takes memory content: only the intent (type, note,
     importance) and where the conversation is (session, seq, transcript). ``block`` names a compression block of the
     transcript (``b12``) as the focus: it must be there now. Raises ``EntryInvalid``/``UsageError``/``TranscriptError``
     for bad arguments, before anything is written."""
     vault.require_writable()
+    if scope not in (None, "branch", "global"):
+        raise UsageError(f"a scope is branch or global, got {clip(scope)}", "pass --branch or --global")
     settings = vault.settings
     policy = settings.write.policy
     if policy == "off":   # checked first: nothing is validated, recorded or started
@@ -175,7 +177,7 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
                                     inline=wait, block=block, policy=policy,
                                     deferred=over.frees_at if over else None, extractor=how,
                                     base_url=config.base_url if config else None,
-                                    model=config.model if config else None)
+                                    model=config.model if config else None, scope=scope)
         if over is not None:   # waits, not attempted, until the budget frees (``acpmem.write.budget``)
             req = req.with_changes(deferred=over.reason, next_attempt=over.frees_at)
         try:
