@@ -208,14 +208,98 @@ def host_values(meta: dict[str, Any] | None) -> dict[str, Any]:
     return {k: meta[META_PREFIX + k] for k in HOST_ARGS if isinstance(meta, dict) and META_PREFIX + k in meta}
 
 
+# The MCP revisions the ``mcp`` package negotiates through ``initialize`` (its ``HANDSHAKE_PROTOCOL_VERSIONS``; a
+# test holds this copy to it): the early answer below must say what the package itself would.
+HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+SERVER_TITLE = "acpmem long-term memory"
+CAPABILITIES = {"resources": {"listChanged": False, "subscribe": False}, "tools": {"listChanged": False}}
+
+
+def early_answer(line: bytes) -> tuple[Any, bytes] | None:
+    """(the request id, the answer line) for the client's first line when it is a plain ``initialize`` request — the
+    same bytes the ``mcp`` package would send (a test compares them) — else None (the package answers it)."""
+    import json
+
+    try:
+        msg = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or msg.get("method") != "initialize":
+        return None
+    ident, params = msg.get("id"), msg.get("params")
+    if isinstance(ident, bool) or not isinstance(ident, (int, str)) or not isinstance(params, dict):
+        return None
+    info, version = params.get("clientInfo"), params.get("protocolVersion")
+    if (not isinstance(version, str) or not isinstance(params.get("capabilities"), dict) or not isinstance(info, dict)
+            or not isinstance(info.get("name"), str) or not isinstance(info.get("version"), str)):
+        return None
+    from acpmem import __version__
+
+    result = {"capabilities": CAPABILITIES,
+              "protocolVersion": version if version in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1],
+              "serverInfo": {"name": "acpmem", "title": SERVER_TITLE, "version": __version__}}
+    answer = json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}, separators=(",", ":"))
+    return ident, (answer + "\n").encode("utf-8")
+
+
+class _Wire:
+    """The process's stdin and stdout as the MCP connection, claimed for the server alone: fd 0 then reads the null
+    device and fd 1 writes to stderr, so nothing a handler or a child prints can break the JSON-RPC stream (what the
+    ``mcp`` package's own ``stdio_server`` does; restored by ``close``)."""
+
+    def __init__(self) -> None:
+        self._saved = (os.dup(0), os.dup(1))
+        self.inp = os.fdopen(os.dup(0), "rb")
+        self.out = os.fdopen(os.dup(1), "wb")
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(2, 1)
+
+    def close(self) -> None:
+        os.dup2(self._saved[0], 0)
+        os.dup2(self._saved[1], 1)
+        for fd in self._saved:
+            os.close(fd)
+        for f in (self.inp, self.out):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
 def serve(vault_path: Path, *, session: str | None = None, transcript: str | None = None,
           clock: Callable[[], datetime] | None = None, rng: random.Random | None = None) -> None:
-    """Run the MCP server on stdin/stdout until the client closes the connection."""
+    """Run the MCP server on stdin/stdout until the client closes the connection.
+
+    The client's ``initialize`` is answered before anything heavy is imported (``early_answer``): clients start
+    their MCP servers asynchronously, and one that has not answered yet is left out of the session (Claude Code and
+    Codex began sessions without acpmem's tools while ``mcp`` was still loading). The ``mcp`` package then gets the
+    same ``initialize`` replayed, and its own answer to it is not sent again."""
+    wire = _Wire()
+    try:
+        first = wire.inp.readline()
+        early = early_answer(first) if first else None
+        if early is not None:
+            wire.out.write(early[1])
+            wire.out.flush()
+        _run(wire, first, early, vault_path, session=session, transcript=transcript,
+             clock=clock, rng=rng)
+    finally:
+        wire.close()
+
+
+def _run(wire: _Wire, first: bytes, early: tuple[Any, bytes] | None, vault_path: Path, *, session: str | None,
+         transcript: str | None, clock: Callable[[], datetime] | None, rng: random.Random | None) -> None:
+    import io
+    import json
+
+    answered, early_said = early if early else (None, b"null")
     import anyio
     import mcp_types as types
     from mcp.server.lowlevel import Server
-    from mcp.shared.exceptions import MCPError
     from mcp.server.stdio import stdio_server
+    from mcp.shared.exceptions import MCPError
 
     from acpmem import __version__
 
@@ -276,16 +360,51 @@ def serve(vault_path: Path, *, session: str | None = None, transcript: str | Non
                                                                              text=text)])
 
     svc.record()
-    server = Server("acpmem", version=__version__, title="acpmem long-term memory",
+    server = Server("acpmem", version=__version__, title=SERVER_TITLE,
                     on_list_tools=list_tools, on_call_tool=call_tool,
                     on_list_resources=list_resources, on_list_resource_templates=list_templates,
                     on_read_resource=read_resource)
+    lines = anyio.wrap_file(io.TextIOWrapper(wire.inp, encoding="utf-8", errors="replace"))
+    out = anyio.wrap_file(io.TextIOWrapper(wire.out, encoding="utf-8"))
+
+    class Replayed:
+        """The client's lines, the first one (already read for the early answer) again in front."""
+
+        async def __aiter__(self):
+            if first:
+                yield first.decode("utf-8", "replace")
+            async for line in lines:
+                yield line
+
+    class Sent:
+        """The server's lines to the client, less the package's answer to the ``initialize`` answered early."""
+
+        def __init__(self) -> None:
+            self.pending = answered is not None
+
+        async def write(self, line: str) -> None:
+            if self.pending:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    msg = None
+                if isinstance(msg, dict) and msg.get("id") == answered and ("result" in msg or "error" in msg):
+                    self.pending = False
+                    if msg != json.loads(early_said):   # a newer mcp package: say so, the client got ours
+                        sys.stderr.write(f"Warning: the early initialize answer differs from the mcp package's "
+                                         f"({line.strip()}) — please report it\n")
+                        sys.stderr.flush()
+                    return
+            await out.write(line)
+
+        async def flush(self) -> None:
+            await out.flush()
 
     async def main() -> None:
-        async with stdio_server() as (read_stream, write_stream):
+        async with stdio_server(Replayed(), Sent()) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     anyio.run(main)
 
 
-__all__ = ["serve", "MemoryService", "new_session_id", "INDEX_URI"]
+__all__ = ["serve", "MemoryService", "new_session_id", "INDEX_URI", "early_answer", "HANDSHAKE_VERSIONS"]
