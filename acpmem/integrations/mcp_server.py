@@ -109,12 +109,17 @@ class MemoryService:
         ``acpmem/warning``; with the rerank stage on, ``acpmem/rerank``. Empty otherwise."""
         args = dict(arguments or {})
         if name == "memory_commit":
-            return self.commit(args, host_values(meta)), {}
+            from acpmem.hosts.claude_code import tool_use_id
+
+            return self.commit(args, host_values(meta), tool_use=tool_use_id(meta)), {}
         if name == "memory_recall":
             return self.recall_answer(args)
         raise AcpmemError(f"unknown tool '{name}'", "this server offers memory_commit and memory_recall")
 
-    def commit(self, args: dict[str, Any], host: dict[str, Any] | None = None) -> str:
+    def commit(self, args: dict[str, Any], host: dict[str, Any] | None = None, tool_use: str | None = None) -> str:
+        """``tool_use``: the call's id as Claude Code names it (``_meta["claudecode/toolUseId"]``): the commit's seq
+        is the transcript line that holds that call, waited for (bounded) while Claude Code is still writing the
+        turn, so the fork reads the whole commit turn (``acpmem.hosts.claude_code``)."""
         from acpmem.core.tools import parse_commit_args
         from acpmem.write.requests import check_host_args
         from acpmem.write.submit import submit
@@ -125,11 +130,19 @@ class MemoryService:
             parsed = parse_commit_args(args, v.settings.types)
             session = host.get("session") or self.session
             transcript = host.get("transcript") or (self.transcript if session == self.session else None)
+            seq = host.get("seq")
             if not transcript:
                 from acpmem.integrations.claude_code import recorded_transcript
 
-                transcript = recorded_transcript(v, str(session))
-            seq = host.get("seq")
+                transcript = recorded = recorded_transcript(v, str(session))
+            else:
+                recorded = None
+            if transcript and seq is None and tool_use:
+                from acpmem.hosts.claude_code import wait_for_tool_use
+
+                seq = wait_for_tool_use(transcript, tool_use)
+            if recorded and seq is None and not Path(recorded).is_file():
+                transcript = None   # recorded, never written: the note alone, and the answer says so
             if seq is None:
                 seq = self._next_seq(transcript)
             ack = submit(v, type=parsed.type, note=parsed.note, importance=parsed.importance, session=str(session),
