@@ -80,8 +80,9 @@ class MemoryService:
 
     def tools(self) -> list[dict]:
         from acpmem.core.tools import tool_definitions
+        from acpmem.vault.reader import VaultReader   # the settings only: answered before mcp is loaded
 
-        v = self.open()
+        v = VaultReader(self.vault_path, clock=self.clock)
         try:
             s = v.settings
             return tool_definitions(for_="main", format="mcp", lang=s.language, types=s.types)
@@ -222,22 +223,45 @@ def host_values(meta: dict[str, Any] | None) -> dict[str, Any]:
 
 
 # The MCP revisions the ``mcp`` package negotiates through ``initialize`` (its ``HANDSHAKE_PROTOCOL_VERSIONS``; a
-# test holds this copy to it): the early answer below must say what the package itself would.
+# test holds this copy to it): the early answers below must say what the package itself would.
 HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 SERVER_TITLE = "acpmem long-term memory"
 CAPABILITIES = {"resources": {"listChanged": False, "subscribe": False}, "tools": {"listChanged": False}}
+INDEX_RESOURCE = {
+    "uri": INDEX_URI, "name": "memory-index", "title": "Long-term memory index", "mimeType": "text/plain",
+    "description": "The resident index of long-term memories (frozen for this server's session): one line per entry, "
+                   "most relevant first. Read entries in full with memory_recall."}
+SOURCE_RESOURCE = {
+    "uriTemplate": SOURCE_TEMPLATE, "name": "memory-entry-source", "title": "The turns a memory cites",
+    "mimeType": "text/plain",
+    "description": "The conversation turns an entry cites (and, for a compression block, its summary and the turns it "
+                   "covers), read from the session's recorded transcript, framed as data."}
 
 
-def early_answer(line: bytes) -> tuple[Any, bytes] | None:
-    """(the request id, the answer line) for the client's first line when it is a plain ``initialize`` request — the
-    same bytes the ``mcp`` package would send (a test compares them) — else None (the package answers it)."""
+def _request(line: bytes) -> dict | None:
     import json
 
     try:
         msg = json.loads(line)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or msg.get("method") != "initialize":
+    if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or not isinstance(msg.get("method"), str):
+        return None
+    return msg
+
+
+def _result(ident: Any, result: dict) -> bytes:
+    import json
+
+    return (json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}, separators=(",", ":"),
+                       ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def early_answer(line: bytes) -> tuple[Any, bytes] | None:
+    """(the request id, the answer line) for the client's first line when it is a plain ``initialize`` request — what
+    the ``mcp`` package would send (a test compares them) — else None (the package answers it)."""
+    msg = _request(line)
+    if msg is None or msg["method"] != "initialize":
         return None
     ident, params = msg.get("id"), msg.get("params")
     if isinstance(ident, bool) or not isinstance(ident, (int, str)) or not isinstance(params, dict):
@@ -248,11 +272,30 @@ def early_answer(line: bytes) -> tuple[Any, bytes] | None:
         return None
     from acpmem import __version__
 
-    result = {"capabilities": CAPABILITIES,
-              "protocolVersion": version if version in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1],
-              "serverInfo": {"name": "acpmem", "title": SERVER_TITLE, "version": __version__}}
-    answer = json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}, separators=(",", ":"))
-    return ident, (answer + "\n").encode("utf-8")
+    return ident, _result(ident, {
+        "capabilities": CAPABILITIES,
+        "protocolVersion": version if version in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1],
+        "serverInfo": {"name": "acpmem", "title": SERVER_TITLE, "version": __version__}})
+
+
+def early_list(line: bytes, tools: Callable[[], list[dict]]) -> tuple[Any, bytes] | None:
+    """The answer to a plain ``tools/list``, ``resources/list`` or ``resources/templates/list`` (no cursor), else
+    None. ``tools``: the tool definitions (read from the vault's settings)."""
+    msg = _request(line)
+    if msg is None:
+        return None
+    ident, params = msg.get("id"), msg.get("params")
+    if isinstance(ident, bool) or not isinstance(ident, (int, str)):
+        return None
+    if params not in (None, {}) and not (isinstance(params, dict) and set(params) <= {"_meta"}):
+        return None   # a cursor, or anything else: the package's business
+    if msg["method"] == "tools/list":
+        return ident, _result(ident, {"tools": tools()})
+    if msg["method"] == "resources/list":
+        return ident, _result(ident, {"resources": [INDEX_RESOURCE]})
+    if msg["method"] == "resources/templates/list":
+        return ident, _result(ident, {"resourceTemplates": [SOURCE_RESOURCE]})
+    return None
 
 
 class _Wire:
@@ -281,33 +324,59 @@ class _Wire:
                 pass
 
 
+def _load_mcp() -> None:
+    import anyio  # noqa: F401
+    import mcp_types  # noqa: F401
+    from mcp.server.lowlevel import Server  # noqa: F401
+    from mcp.server.stdio import stdio_server  # noqa: F401
+
+
 def serve(vault_path: Path, *, session: str | None = None, transcript: str | None = None,
           clock: Callable[[], datetime] | None = None, rng: random.Random | None = None) -> None:
     """Run the MCP server on stdin/stdout until the client closes the connection.
 
-    The client's ``initialize`` is answered before anything heavy is imported (``early_answer``): clients start
-    their MCP servers asynchronously, and one that has not answered yet is left out of the session (Claude Code and
-    Codex began sessions without acpmem's tools while ``mcp`` was still loading). The ``mcp`` package then gets the
-    same ``initialize`` replayed, and its own answer to it is not sent again."""
+    The handshake does not wait for the ``mcp`` package: clients start their MCP servers asynchronously, and one
+    whose tools are not listed in time is left out of the session (Claude Code and Codex began sessions without
+    acpmem's tools while ``mcp`` was still loading). So the package is imported in a thread while this one answers
+    ``initialize`` (``early_answer``) and the plain ``tools/list``, ``resources/list`` and
+    ``resources/templates/list`` (``early_list``) itself; once it is loaded, every line read so far is replayed to
+    it and its own answers to the requests already answered are not sent again."""
+    import threading
+
+    clock = clock or now_utc
+    session = (session or os.environ.get(ENV_SESSION) or os.environ.get(ENV_CLAUDE_SESSION)
+               or new_session_id(clock, rng or random.Random()))
+    svc = MemoryService(Path(vault_path), session, transcript, clock)
     wire = _Wire()
+    loader = threading.Thread(target=_load_mcp, name="acpmem-load-mcp", daemon=True)
+    loader.start()
     try:
-        first = wire.inp.readline()
-        early = early_answer(first) if first else None
-        if early is not None:
-            wire.out.write(early[1])
-            wire.out.flush()
-        _run(wire, first, early, vault_path, session=session, transcript=transcript,
-             clock=clock, rng=rng)
+        read: list[bytes] = []
+        answered: dict[Any, bytes] = {}
+        while True:
+            line = wire.inp.readline()
+            if not line:
+                break
+            read.append(line)
+            said = early_answer(line) if len(read) == 1 else early_list(line, svc.tools) if answered else None
+            if said is not None and said[0] not in answered:
+                wire.out.write(said[1])
+                wire.out.flush()
+                answered[said[0]] = said[1]
+            elif not (answered and (_request(line) or {}).get("method", "").startswith("notifications/")):
+                break   # a request only the package answers: hand over now
+            if not loader.is_alive():
+                break
+        loader.join()
+        _run(wire, svc, read, answered)
     finally:
         wire.close()
 
 
-def _run(wire: _Wire, first: bytes, early: tuple[Any, bytes] | None, vault_path: Path, *, session: str | None,
-         transcript: str | None, clock: Callable[[], datetime] | None, rng: random.Random | None) -> None:
+def _run(wire: _Wire, svc: MemoryService, read: list[bytes], answered: dict[Any, bytes]) -> None:
     import io
     import json
 
-    answered, early_said = early if early else (None, b"null")
     import anyio
     import mcp_types as types
     from mcp.server.lowlevel import Server
@@ -316,10 +385,6 @@ def _run(wire: _Wire, first: bytes, early: tuple[Any, bytes] | None, vault_path:
 
     from acpmem import __version__
 
-    clock = clock or now_utc
-    session = (session or os.environ.get(ENV_SESSION) or os.environ.get(ENV_CLAUDE_SESSION)
-               or new_session_id(clock, rng or random.Random()))
-    svc = MemoryService(Path(vault_path), session, transcript, clock)
 
     def text(s: str, error: bool = False, meta: dict[str, Any] | None = None) -> types.CallToolResult:
         return types.CallToolResult(content=[types.TextContent(text=s)], is_error=error, meta=meta or None)
@@ -345,17 +410,11 @@ def _run(wire: _Wire, first: bytes, early: tuple[Any, bytes] | None, vault_path:
                                    "please report it; set ACPMEM_DEBUG=1 to see the traceback"), error=True)
 
     async def list_resources(ctx, params) -> types.ListResourcesResult:
-        return types.ListResourcesResult(resources=[types.Resource(
-            uri=INDEX_URI, name="memory-index", title="Long-term memory index", mime_type="text/plain",
-            description="The resident index of long-term memories (frozen for this server's session): one line "
-                        "per entry, most relevant first. Read entries in full with memory_recall.")])
+        return types.ListResourcesResult(resources=[types.Resource.model_validate(INDEX_RESOURCE)])
 
     async def list_templates(ctx, params) -> types.ListResourceTemplatesResult:
-        return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
-            uri_template=SOURCE_TEMPLATE, name="memory-entry-source", title="The turns a memory cites",
-            mime_type="text/plain",
-            description="The conversation turns an entry cites (and, for a compression block, its summary and the "
-                        "turns it covers), read from the session's recorded transcript, framed as data.")])
+        return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate.model_validate(
+            SOURCE_RESOURCE)])
 
     async def read_resource(ctx, params) -> types.ReadResourceResult:
         uri = str(params.uri)
@@ -381,31 +440,29 @@ def _run(wire: _Wire, first: bytes, early: tuple[Any, bytes] | None, vault_path:
     out = anyio.wrap_file(io.TextIOWrapper(wire.out, encoding="utf-8"))
 
     class Replayed:
-        """The client's lines, the first one (already read for the early answer) again in front."""
+        """The client's lines: those already read for the early answers first, again."""
 
         async def __aiter__(self):
-            if first:
-                yield first.decode("utf-8", "replace")
+            for line in read:
+                yield line.decode("utf-8", "replace")
             async for line in lines:
                 yield line
 
     class Sent:
-        """The server's lines to the client, less the package's answer to the ``initialize`` answered early."""
-
-        def __init__(self) -> None:
-            self.pending = answered is not None
+        """The server's lines to the client, less the package's answers to the requests answered early."""
 
         async def write(self, line: str) -> None:
-            if self.pending:
+            if answered:
                 try:
                     msg = json.loads(line)
                 except ValueError:
                     msg = None
-                if isinstance(msg, dict) and msg.get("id") == answered and ("result" in msg or "error" in msg):
-                    self.pending = False
-                    if msg != json.loads(early_said):   # a newer mcp package: say so, the client got ours
-                        sys.stderr.write(f"Warning: the early initialize answer differs from the mcp package's "
-                                         f"({line.strip()}) — please report it\n")
+                ident = msg.get("id") if isinstance(msg, dict) and ("result" in msg or "error" in msg) else None
+                if ident is not None and not isinstance(ident, bool) and ident in answered:
+                    ours = json.loads(answered.pop(ident))
+                    if msg != ours:   # a newer mcp package: say so (the client got ours)
+                        sys.stderr.write(f"Warning: an early answer differs from the mcp package's ({line.strip()[:400]})"
+                                         " — please report it\n")
                         sys.stderr.flush()
                     return
             await out.write(line)
@@ -420,4 +477,4 @@ def _run(wire: _Wire, first: bytes, early: tuple[Any, bytes] | None, vault_path:
     anyio.run(main)
 
 
-__all__ = ["serve", "MemoryService", "new_session_id", "INDEX_URI", "early_answer", "HANDSHAKE_VERSIONS"]
+__all__ = ["serve", "MemoryService", "new_session_id", "INDEX_URI", "early_answer", "early_list", "HANDSHAKE_VERSIONS"]
