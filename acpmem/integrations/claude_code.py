@@ -6,8 +6,10 @@ Claude Code runs the command with the event as JSON on stdin (``session_id``, ``
 * ``SessionStart`` (startup, resume, clear, compact) → the resident index of that ``session_id`` (frozen: the same
   bytes every time, so a ``compact`` re-injects exactly what the session started with) as
   ``{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": …}}``;
-* ``UserPromptSubmit`` → surfacing (``acpmem.read.retrieval.surface``) as additional context when ``[surface] enabled = true`` in
-  acpmem.toml, otherwise nothing;
+* ``UserPromptSubmit`` → the entries the user's prompt is about (``acpmem.read.prompted.surface_prompt``: recall on
+  the prompt's words, each entry once per session, within the byte budgets) as additional context — on by default,
+  ``[surface] prompt = false`` turns it off; then ``[surface] enabled = true`` surfaces the best-scored entries
+  whatever the prompt (``acpmem.read.retrieval.surface``); nothing new → nothing;
 * any other event → nothing, exit 0.
 
 SessionStart also records the session's ``transcript_path`` in the vault's local state: the MCP server started by
@@ -73,7 +75,7 @@ def parse_event(raw: str | bytes) -> dict:
     name = event.get("hook_event_name")
     if not isinstance(name, str) or not name:
         raise ValueError("the hook event has no hook_event_name")
-    for key in ("session_id", "cwd", "transcript_path"):
+    for key in ("session_id", "cwd", "transcript_path", "prompt"):
         if key in event and event[key] is not None and not isinstance(event[key], str):
             raise ValueError(f"the hook event's {key} must be a string")
         if isinstance(event.get(key), str) and ("\x00" in event[key] or not is_utf8(event[key])):
@@ -149,11 +151,17 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
 
                 record_session(v, session, event)
                 return _context(name, resident_index(v, session=session))
-            if not v.settings.surface.enabled:
-                return HookAnswer("", "", EXIT_OK)
+            cfg = v.settings.surface
             from acpmem.read.retrieval import surface, surface_text
 
-            result = surface(v, session, max_chars=MAX_CONTEXT_CHARS)
+            if cfg.prompt and event.get("prompt"):
+                from acpmem.read.prompted import surface_prompt
+
+                result = surface_prompt(v, session, event["prompt"], max_chars=MAX_CONTEXT_CHARS)
+            elif cfg.enabled:
+                result = surface(v, session, max_chars=MAX_CONTEXT_CHARS)
+            else:
+                return HookAnswer("", "", EXIT_OK)
             if not result.entries:  # nothing new, or the session's budget is spent: add nothing to the prompt
                 return HookAnswer("", "", EXIT_OK)
             return _context(name, surface_text(v, result))
