@@ -173,6 +173,9 @@ def test_the_readme_setup_commits_distils_the_commit_turn_and_the_next_session_r
                            capture_output=True, text=True, env=env, timeout=120).stdout.strip()
     placed = [[m for m in b["messages"] if index.splitlines()[0] in json.dumps(m)] for b in (first, second)]
     assert placed[0] and placed[0] == placed[1]
+    (where,) = placed[0]
+    at = first["messages"].index(where)
+    assert where["role"] == "system" and first["messages"][at - 1]["role"] == "user"   # right after the user's first
 
     # ---- session two: the index is in context on the first request, recall finds the entry
     def two(body):
