@@ -69,3 +69,13 @@ def test_only_a_well_formed_tool_use_id_is_taken_from_meta():
     for bad in ({}, None, {"claudecode/toolUseId": 5}, {"claudecode/toolUseId": "a/../b"},
                 {"claudecode/toolUseId": "x" * 200}, {"claudecode/toolUseId": ""}):
         assert tool_use_id(bad) is None
+
+
+def test_a_real_claude_code_compaction_is_read_as_a_block_covering_the_turns_before_it():
+    t = read_transcript(FIX / "compacted-session.jsonl")
+    (block,) = t.blocks
+    assert block.id == "b1"
+    assert "Files over 100 MB use /v2/uploads/chunked." in block.summary
+    said = [m.seq for m in t.events if m.role in ("user", "assistant") and m.seq < 26]
+    assert block.seqs == tuple(said) and block.seqs[0] == 2 and block.seqs[-1] == 21
+    assert t.block("b1") == block
