@@ -79,3 +79,22 @@ def test_a_real_claude_code_compaction_is_read_as_a_block_covering_the_turns_bef
     said = [m.seq for m in t.events if m.role in ("user", "assistant") and m.seq < 26]
     assert block.seqs == tuple(said) and block.seqs[0] == 2 and block.seqs[-1] == 21
     assert t.block("b1") == block
+
+
+def test_the_session_start_of_a_compaction_names_the_block_it_makes(tmp_path, vault):
+    from acpmem.hosts.claude_code import compactions
+    from acpmem.integrations.claude_code import claude_code
+
+    lines = (FIX / "compacted-session.jsonl").read_bytes().split(b"\n")
+    live = tmp_path / "s.jsonl"
+    live.write_bytes(b"\n".join(lines[:27]) + b"\n")   # as at the hook: the boundary written, the summary not yet
+    assert compactions(live) == 1 and compactions(FIX / "commit-session.jsonl") == 0
+    event = {"session_id": "s1", "transcript_path": str(live), "cwd": str(tmp_path), "hook_event_name": "SessionStart"}
+    start = claude_code(json.dumps({**event, "source": "startup"}), vault=vault.root, env={})
+    compact = claude_code(json.dumps({**event, "source": "compact"}), vault=vault.root, env={})
+    index = json.loads(start.stdout)["hookSpecificOutput"]["additionalContext"]
+    after = json.loads(compact.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert after.startswith(index) and after.endswith("Newest compression block: b1.")   # the index unchanged first
+    assert "memory_commit" in after[len(index):]
+    # and b1 is the block the finished file holds
+    assert read_transcript(FIX / "compacted-session.jsonl").block("b1").id == "b1"

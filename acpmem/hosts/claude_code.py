@@ -64,4 +64,27 @@ def wait_for_tool_use(path: str | Path, ident: str, *, timeout: float = WAIT_S,
         sleep(POLL_S)
 
 
-__all__ = ["tool_use_id", "tool_use_line", "wait_for_tool_use", "META_TOOL_USE", "WAIT_S"]
+def compactions(path: str | Path) -> int:
+    """How many times Claude Code has compacted the session in ``path``: its ``compact_boundary`` lines. At the
+    ``SessionStart`` hook of a compaction the boundary is written and the summary not yet (measured with 2.1.197), so
+    this is the number of the block the compaction makes: ``b{n}``, as ``acpmem.hosts.transcripts`` numbers Claude
+    Code's summaries (in file order). 0 when the file is missing or unreadable."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_SCAN_BYTES)
+    except OSError:
+        return 0
+    n = 0
+    for line in data.split(b"\n"):
+        if b"compact_boundary" not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("type") == "system" and event.get("subtype") == "compact_boundary":
+            n += 1
+    return n
+
+
+__all__ = ["compactions", "tool_use_id", "tool_use_line", "wait_for_tool_use", "META_TOOL_USE", "WAIT_S"]

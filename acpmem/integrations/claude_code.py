@@ -4,7 +4,8 @@ Claude Code runs the command with the event as JSON on stdin (``session_id``, ``
 ``hook_event_name``, …) and reads the answer from stdout and the exit code:
 
 * ``SessionStart`` (startup, resume, clear, compact) → the resident index of that ``session_id`` (frozen: the same
-  bytes every time, so a ``compact`` re-injects exactly what the session started with) as
+  bytes every time, so a ``compact`` re-injects exactly what the session started with; after a compaction followed
+  by acpmem's guidance and ``Newest compression block: bN.``, the block Claude Code's summary becomes) as
   ``{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": …}}``;
 * ``UserPromptSubmit`` → the entries the user's prompt is about (``acpmem.read.prompted.surface_prompt``: recall on
   the prompt's words, each entry once per session, within the byte budgets) as additional context — on by default,
@@ -128,6 +129,18 @@ def recorded_transcript(vault, session: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def compaction_note(vault, transcript: str) -> str:
+    """After a compaction: acpmem's guidance and the id of the block the compaction made (``Newest compression block:
+    bN.``), so the model can commit the summary with ``block``; empty when the transcript shows no compaction."""
+    from acpmem.core.tools import nudge_text
+    from acpmem.hosts.claude_code import compactions
+
+    n = compactions(transcript)
+    if not n:
+        return ""
+    return f"\n\n{nudge_text(vault.settings.language)}\nNewest compression block: b{n}."
+
+
 def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env: dict | None = None) -> HookAnswer:
     """Answer one Claude Code hook event. Never raises: every failure is an answer with exit 1 and a message."""
     env = os.environ if env is None else env
@@ -150,7 +163,10 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
                 from acpmem.read.resident import resident_index
 
                 record_session(v, session, event)
-                return _context(name, resident_index(v, session=session))
+                text = resident_index(v, session=session)
+                if event.get("source") == "compact" and event.get("transcript_path"):
+                    text += compaction_note(v, event["transcript_path"])
+                return _context(name, text)
             cfg = v.settings.surface
             from acpmem.read.retrieval import surface, surface_text
 
