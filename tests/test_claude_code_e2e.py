@@ -83,9 +83,17 @@ def _mcp_add(project: Path, env: dict, shell: str) -> None:
     _claude(project, env, *line.split()[1:])
 
 
+def _p_line(shell: str) -> str:
+    return next(x for x in shell.splitlines() if "claude -p" in x)
+
+
 def _allowed(shell: str) -> list[str]:
-    line = next(x for x in shell.splitlines() if x.startswith("claude -p"))
-    return ["--allowedTools", re.search(r"--allowedTools (\S+)", line).group(1)]
+    return ["--allowedTools", re.search(r"--allowedTools (\S+)", _p_line(shell)).group(1)]
+
+
+def _readme_env(shell: str) -> dict:
+    """The variables the README's `claude -p` line sets (MCP_CONNECTION_NONBLOCKING=0)."""
+    return dict(re.findall(r"(\w+)=(\S+)\s", _p_line(shell).split("claude -p")[0]))
 
 
 def _main(srv) -> list[dict]:
@@ -116,6 +124,7 @@ def _session_of(srv) -> str:
 
 def test_the_readme_setup_commits_distils_the_commit_turn_and_the_next_session_recalls(tmp_path, openai_server):
     settings, shell = readme_setup()
+    assert _readme_env(shell) == {"MCP_CONNECTION_NONBLOCKING": "0"}
     project = _project(tmp_path, settings)
     home = tmp_path / "home"
 
@@ -135,7 +144,7 @@ def test_the_readme_setup_commits_distils_the_commit_turn_and_the_next_session_r
                                          {"type": "decision", "note": NOTE, "importance": 8}, "toolu_commit")]
 
     with fake_anthropic(one) as srv:
-        env = _env(tmp_path, srv.base_url, openai_server)
+        env = {**_env(tmp_path, srv.base_url, openai_server), **_readme_env(shell)}
         _mcp_add(project, env, shell)
         _claude(project, env, "-p", "We settled how big uploads work; keep it.", *_allowed(shell))
     first, second = _main(srv)
@@ -184,7 +193,7 @@ def test_the_readme_setup_commits_distils_the_commit_turn_and_the_next_session_r
         return [tool_use("mcp__acpmem__memory_recall", {"query": "upload limit big files"}, "toolu_recall")]
 
     with fake_anthropic(two) as srv2:
-        env2 = _env(tmp_path, srv2.base_url, openai_server)
+        env2 = {**_env(tmp_path, srv2.base_url, openai_server), **_readme_env(shell)}
         _claude(project, env2, "-p", "What is the upload limit for big files?", *_allowed(shell))
     first2, second2 = _main(srv2)
     assert {t["name"] for t in first2["tools"]} >= set(TOOLS)
@@ -208,7 +217,7 @@ def test_permissions_under_p_allowed_tools_or_a_trusted_folder(tmp_path):
     answers = []
     for trusted in (False, True):
         with fake_anthropic(recall) as srv:
-            env = _env(tmp_path, srv.base_url)
+            env = {**_env(tmp_path, srv.base_url), **_readme_env(shell)}
             if not trusted:
                 _mcp_add(project, env, shell)
             else:   # what accepting the trust dialog of an interactive `claude` in this folder records

@@ -17,7 +17,7 @@ from pathlib import Path
 
 META_TOOL_USE = "claudecode/toolUseId"      # the key Claude Code sets in a tools/call request's _meta
 TOOL_USE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}\Z")
-WAIT_S = 5.0                                # Claude Code flushed the turn within ~0.1 s in every measured run
+WAIT_S = 10.0                               # Claude Code flushed the turn within ~0.1 s in every measured run
 POLL_S = 0.05
 MAX_SCAN_BYTES = 64 << 20
 
