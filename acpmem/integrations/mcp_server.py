@@ -358,7 +358,10 @@ def serve(vault_path: Path, *, session: str | None = None, transcript: str | Non
             if not line:
                 break
             read.append(line)
-            said = early_answer(line) if len(read) == 1 else early_list(line, svc.tools) if answered else None
+            try:
+                said = early_answer(line) if len(read) == 1 else early_list(line, svc.tools) if answered else None
+            except Exception:   # a broken acpmem.toml, say: the package answers it, with the error, as before
+                said = None
             if said is not None and said[0] not in answered:
                 wire.out.write(said[1])
                 wire.out.flush()
