@@ -59,3 +59,22 @@ def test_the_fork_without_a_conversation_is_told_it_has_only_the_note():
         text = fork_system("fact", 5, lang, conversation=False)
         assert "conversation above" not in text and "上面对话" not in text
     assert "from that note alone" in fork_system("fact", 5, conversation=False)
+
+
+def test_the_forks_request_for_a_commit_without_a_conversation(vault):
+    from acpmem.write.context import build_body
+    from acpmem.write.requests import make_request
+
+    def body(transcript):
+        req = make_request(types=vault.settings.types, type="fact", note="ci uses pnpm 9", importance=5,
+                           session="s1", seq=8, transcript=transcript, host_tools=None, lang="en",
+                           created="2026-12-04T00:00:00Z", request_id="r-test0001")
+        return build_body(vault, req, "m", related=[])
+
+    blind = body(None)
+    assert [m["role"] for m in blind["messages"]] == ["system", "user"]          # no conversation at all
+    assert "conversation above" not in blind["messages"][0]["content"]
+    assert "from that note alone" in blind["messages"][0]["content"]
+    seen = body(str(CHAT))
+    assert "conversation above" in seen["messages"][-2]["content"]
+    assert any("Decision: files over 100 MB" in json.dumps(m) for m in seen["messages"][:-2])
