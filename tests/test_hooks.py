@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,12 @@ def _hook(cli, stdin: str, *args: str, cwd: Path | None = None, env: dict | None
     return cli("memory", "hook", "claude-code", *args, input=stdin, cwd=cwd, env=env)
 
 
-def _enable_surface(root: Path) -> None:
+def _enable_surface(root: Path, enabled: str = "true", prompt: str = "false") -> None:
+    """The score-based surfacing on (and the prompt's relevance off), or any other pair of the two switches."""
     p = root / "acpmem.toml"
-    p.write_text(p.read_text().replace("[surface]\n", "[surface]\nenabled = true\n", 1).replace(
-        "enabled = false\n", "", 1))
+    text = re.sub(r"(?m)^enabled = \w+\nprompt = \w+\n", f"enabled = {enabled}\nprompt = {prompt}\n", p.read_text())
+    assert f"prompt = {prompt}" in text
+    p.write_text(text)
 
 
 @pytest.fixture
@@ -53,9 +56,10 @@ def test_session_start_answers_the_frozen_index_found_from_cwd(project, cli, tmp
     assert other.returncode == 0 and json.loads(other.stdout)["hookSpecificOutput"]["additionalContext"]
 
 
-def test_user_prompt_submit_surfaces_only_when_enabled(project, cli, tmp_path):
+def test_user_prompt_submit_surfaces_by_score_only_when_enabled(project, cli, tmp_path):
     proj, v = project
     ev = _event("UserPromptSubmit", proj, prompt="how do we deploy?")
+    _enable_surface(v.root, enabled="false", prompt="false")
     off = _hook(cli, ev, cwd=tmp_path)
     assert off.returncode == 0 and off.stdout == "" and off.stderr == ""
     _enable_surface(v.root)
@@ -171,3 +175,62 @@ def test_user_prompt_submit_stays_within_what_claude_code_shows_inline(project, 
             assert "wait for a later turn" in ctx
         seen |= {e.id for e in long if f'id="{e.id}"' in ctx}
     assert seen == {e.id for e in long}       # nothing that waited was lost
+
+
+def _upload_entries(v):
+    from acpmem.core.entry import Citation, Entry
+    from acpmem.vault.writer import KIND_FORK
+
+    made = []
+    for title, body, imp in (
+            ("Uploads over 100 MB use the chunked endpoint", "- Files over 100 MB go through /v2/uploads/chunked in "
+             "8 MB parts; the plain upload endpoint times out on big files.", 4),
+            ("Nightly backup runs at 02:00", "- The backup job runs at 02:00 UTC and keeps 14 days.", 10)):
+        ident = v.new_id()
+        e = Entry(id=ident, title=title, type="decision", importance=imp, created="2026-11-20T00:00:00Z",
+                  body=body + "\n", citation=(Citation("s", 1),))
+        made.append(e.with_changes(path=v.path_for(ident, e.title)))
+    v.write_entries(made, subject="notes", why="test", kind=KIND_FORK)
+    return made
+
+
+def test_user_prompt_submit_surfaces_what_the_prompt_is_about_by_default_once_per_session(project, cli, tmp_path):
+    proj, v = project
+    upload, backup = _upload_entries(v)
+    r = _hook(cli, _event("UserPromptSubmit", proj, prompt="What is the upload limit for big files?"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    ctx = json.loads(r.stdout)["hookSpecificOutput"]["additionalContext"]
+    first = re.search(r'id="([^"]+)"', ctx).group(1)
+    assert first == upload.id                        # the entry the words are about, first
+    assert backup.id not in ctx                      # the best-scored one is not what the prompt is about
+    assert "/v2/uploads/chunked" in ctx and "<<acpmem-data" in ctx
+    again = _hook(cli, _event("UserPromptSubmit", proj, prompt="upload limit for big files, again"), cwd=tmp_path)
+    assert again.returncode == 0 and upload.id not in again.stdout   # not twice in one session
+    other = _hook(cli, _event("UserPromptSubmit", proj, session="cc-2", prompt="big file upload limit"), cwd=tmp_path)
+    assert upload.id in other.stdout                 # another session gets it
+
+
+def test_user_prompt_submit_prompt_surfacing_stays_within_what_claude_code_shows_inline(project, cli, tmp_path):
+    from acpmem.core.entry import Citation, Entry
+    from acpmem.vault.writer import KIND_FORK
+
+    proj, v = project
+    long = []
+    for i in range(6):
+        ident = v.new_id()
+        body = "\n".join(f"- point {j} of a long note about the deploy pipeline and its stages" for j in range(60))
+        e = Entry(id=ident, title=f"Long deploy pipeline note {i}", type="fact", importance=5,
+                  created="2026-11-20T00:00:00Z", body=body + "\n", citation=(Citation("s", i),))
+        long.append(e.with_changes(path=v.path_for(ident, e.title)))
+    v.write_entries(long, subject="long notes", why="test", kind=KIND_FORK)
+    r = _hook(cli, _event("UserPromptSubmit", proj, prompt="the deploy pipeline stages"), cwd=tmp_path)
+    ctx = json.loads(r.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert len(ctx) <= 10_000 and 'id="' in ctx and "later turn" in ctx
+
+
+def test_user_prompt_submit_with_prompt_surfacing_off_and_nothing_enabled_is_silent(project, cli, tmp_path):
+    proj, v = project
+    _upload_entries(v)
+    _enable_surface(v.root, enabled="false", prompt="false")
+    r = _hook(cli, _event("UserPromptSubmit", proj, prompt="upload limit for big files"), cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")

@@ -40,19 +40,7 @@ def serve(ctx: typer.Context,
 
     Example: claude mcp add acpmem -- acp memory serve
     """
-    import os
-
-    from acpmem.core.layout import ENV_VAULT
-    from acpmem.integrations.mcp_server import serve as run_server
-    from acpmem.vault.discovery import discover
-
-    explicit = vault_of(ctx, vault)
-    project = os.environ.get("CLAUDE_PROJECT_DIR")  # Claude Code names the project of the MCP servers it starts
-    if not explicit and not os.environ.get(ENV_VAULT) and project:
-        root = discover(None, cwd=Path(project))
-    else:
-        root = discover(explicit)
-    run_server(root, session=session, transcript=str(Path(transcript).resolve()) if transcript else None)
+    return hot.call("serve", params(locals()), vault_of(ctx, None))
 
 
 @hook_app.command("claude-code")

@@ -12,7 +12,8 @@ import sys
 import typing
 from pathlib import Path
 
-FAST = ("list", "recall", "commit", "hook claude-code", "show", "surface", "score", "stats")   # per turn
+FAST = ("list", "recall", "commit", "hook claude-code", "show", "surface", "score", "stats",   # per turn
+        "serve")   # its MCP handshake must be as quick as a Python start
 SPEC_FILE = Path(__file__).with_name("fastspec.py")
 HEADER = '''"""The per-turn commands' parameters, for the fast path (``acpmem.cli.fast``).
 

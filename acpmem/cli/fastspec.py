@@ -74,4 +74,9 @@ COMMANDS = {
     {'name': 'json_', 'kind': 'option', 'opts': ['--json'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
     {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
 ]},
+'serve': {"params": [
+    {'name': 'session', 'kind': 'option', 'opts': ['--session'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+    {'name': 'transcript', 'kind': 'option', 'opts': ['--transcript'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+    {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+]},
 }

@@ -228,8 +228,26 @@ def hook_claude_code(*, vault: Path | None) -> int:
     return a.exit_code
 
 
+def serve_cmd(*, session: str | None, transcript: str | None, vault: Path | None) -> int:
+    """``acp memory serve``: on the fast path too, so the MCP handshake is not kept waiting for typer (clients that
+    start their servers asynchronously begin the session without the tools of one that answers late)."""
+    import os
+
+    from acpmem.core.layout import ENV_VAULT
+    from acpmem.integrations.mcp_server import serve
+    from acpmem.vault.discovery import discover
+
+    project = os.environ.get("CLAUDE_PROJECT_DIR")  # Claude Code names the project of the MCP servers it starts
+    if not vault and not os.environ.get(ENV_VAULT) and project:
+        root = discover(None, cwd=Path(project))
+    else:
+        root = discover(vault)
+    serve(root, session=session, transcript=str(Path(transcript).resolve()) if transcript else None)
+    return 0
+
+
 IMPLS = {"list": list_cmd, "recall": recall_cmd, "commit": commit_cmd, "hook claude-code": hook_claude_code,
-         **reads.IMPLS}
+         "serve": serve_cmd, **reads.IMPLS}
 
 
 def call(name: str, params: dict, group_vault: str | None = None) -> int:

@@ -45,6 +45,7 @@ class IndexSettings(Section):
 
 class SurfaceSettings(Section):
     enabled: bool = False
+    prompt: bool = True              # the Claude Code prompt hook surfaces what the prompt is about (recall)
     top_n: int = 5
     entry_cap_bytes: int = 4096
     session_budget_bytes: int = 61440

@@ -4,10 +4,13 @@ Claude Code runs the command with the event as JSON on stdin (``session_id``, ``
 ``hook_event_name``, …) and reads the answer from stdout and the exit code:
 
 * ``SessionStart`` (startup, resume, clear, compact) → the resident index of that ``session_id`` (frozen: the same
-  bytes every time, so a ``compact`` re-injects exactly what the session started with) as
+  bytes every time, so a ``compact`` re-injects exactly what the session started with; after a compaction followed
+  by acpmem's guidance and ``Newest compression block: bN.``, the block Claude Code's summary becomes) as
   ``{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": …}}``;
-* ``UserPromptSubmit`` → surfacing (``acpmem.read.retrieval.surface``) as additional context when ``[surface] enabled = true`` in
-  acpmem.toml, otherwise nothing;
+* ``UserPromptSubmit`` → the entries the user's prompt is about (``acpmem.read.prompted.surface_prompt``: recall on
+  the prompt's words, each entry once per session, within the byte budgets) as additional context — on by default,
+  ``[surface] prompt = false`` turns it off; then ``[surface] enabled = true`` surfaces the best-scored entries
+  whatever the prompt (``acpmem.read.retrieval.surface``); nothing new → nothing;
 * any other event → nothing, exit 0.
 
 SessionStart also records the session's ``transcript_path`` in the vault's local state: the MCP server started by
@@ -73,7 +76,7 @@ def parse_event(raw: str | bytes) -> dict:
     name = event.get("hook_event_name")
     if not isinstance(name, str) or not name:
         raise ValueError("the hook event has no hook_event_name")
-    for key in ("session_id", "cwd", "transcript_path"):
+    for key in ("session_id", "cwd", "transcript_path", "prompt"):
         if key in event and event[key] is not None and not isinstance(event[key], str):
             raise ValueError(f"the hook event's {key} must be a string")
         if isinstance(event.get(key), str) and ("\x00" in event[key] or not is_utf8(event[key])):
@@ -126,6 +129,18 @@ def recorded_transcript(vault, session: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def compaction_note(vault, transcript: str) -> str:
+    """After a compaction: acpmem's guidance and the id of the block the compaction made (``Newest compression block:
+    bN.``), so the model can commit the summary with ``block``; empty when the transcript shows no compaction."""
+    from acpmem.core.tools import nudge_text
+    from acpmem.hosts.claude_code import compactions
+
+    n = compactions(transcript)
+    if not n:
+        return ""
+    return f"\n\n{nudge_text(vault.settings.language)}\nNewest compression block: b{n}."
+
+
 def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env: dict | None = None) -> HookAnswer:
     """Answer one Claude Code hook event. Never raises: every failure is an answer with exit 1 and a message."""
     env = os.environ if env is None else env
@@ -148,12 +163,21 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
                 from acpmem.read.resident import resident_index
 
                 record_session(v, session, event)
-                return _context(name, resident_index(v, session=session))
-            if not v.settings.surface.enabled:
-                return HookAnswer("", "", EXIT_OK)
+                text = resident_index(v, session=session)
+                if event.get("source") == "compact" and event.get("transcript_path"):
+                    text += compaction_note(v, event["transcript_path"])
+                return _context(name, text)
+            cfg = v.settings.surface
             from acpmem.read.retrieval import surface, surface_text
 
-            result = surface(v, session, max_chars=MAX_CONTEXT_CHARS)
+            if cfg.prompt and event.get("prompt"):
+                from acpmem.read.prompted import surface_prompt
+
+                result = surface_prompt(v, session, event["prompt"], max_chars=MAX_CONTEXT_CHARS)
+            elif cfg.enabled:
+                result = surface(v, session, max_chars=MAX_CONTEXT_CHARS)
+            else:
+                return HookAnswer("", "", EXIT_OK)
             if not result.entries:  # nothing new, or the session's budget is spent: add nothing to the prompt
                 return HookAnswer("", "", EXIT_OK)
             return _context(name, surface_text(v, result))

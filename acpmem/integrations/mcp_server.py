@@ -88,8 +88,9 @@ class MemoryService:
 
     def tools(self) -> list[dict]:
         from acpmem.core.tools import tool_definitions
+        from acpmem.vault.reader import VaultReader   # the settings only: answered before mcp is loaded
 
-        v = self.open()
+        v = VaultReader(self.vault_path, clock=self.clock)
         try:
             s = v.settings
             return tool_definitions(for_="main", format="mcp", lang=s.language, types=s.types)
@@ -117,7 +118,9 @@ class MemoryService:
         ``acpmem/warning``; with the rerank stage on, ``acpmem/rerank``. Empty otherwise."""
         args = {k: v for k, v in (arguments or {}).items() if k not in CLIENT_ARGS}
         if name == "memory_commit":
-            return self.commit(args, host_values(meta), meta), {}
+            from acpmem.hosts.claude_code import tool_use_id
+
+            return self.commit(args, host_values(meta), meta, tool_use=tool_use_id(meta)), {}
         if name == "memory_recall":
             from acpmem.hosts.codex import meta_values
 
@@ -125,7 +128,11 @@ class MemoryService:
         raise AcpmemError(f"unknown tool '{name}'", "this server offers memory_commit and memory_recall")
 
     def commit(self, args: dict[str, Any], host: dict[str, Any] | None = None,
-               meta: dict[str, Any] | None = None) -> str:
+               meta: dict[str, Any] | None = None, tool_use: str | None = None) -> str:
+        """``meta``: the request's ``_meta`` (Codex's thread and call ids). ``tool_use``: the call's id as Claude
+        Code names it (``_meta["claudecode/toolUseId"]``): the commit's seq is the transcript line that holds that
+        call, waited for (bounded) while Claude Code is still writing the turn, so the fork reads the whole commit
+        turn (``acpmem.hosts.claude_code``)."""
         from acpmem.core.tools import parse_commit_args
         from acpmem.hosts.codex import call_seq, find_rollout, meta_values
         from acpmem.write.requests import check_host_args
@@ -138,16 +145,24 @@ class MemoryService:
             parsed = parse_commit_args(args, v.settings.types)
             session = host.get("session") or codex.get("session") or self.session
             transcript = host.get("transcript") or (self.transcript if session == self.session else None)
+            seq = host.get("seq")
             if not transcript:
                 from acpmem.integrations.claude_code import recorded_transcript
 
-                transcript = recorded_transcript(v, str(session))
+                transcript = recorded = recorded_transcript(v, str(session))
+            else:
+                recorded = None
             if not transcript and codex.get("session") == session:
                 found = find_rollout(session)
                 transcript = str(found) if found else None
-            seq = host.get("seq")
             if seq is None and transcript and codex.get("call_id") and codex.get("session") == session:
                 seq = call_seq(transcript, codex["call_id"])   # the commit's own line, once Codex has written it
+            if transcript and seq is None and tool_use:
+                from acpmem.hosts.claude_code import wait_for_tool_use
+
+                seq = wait_for_tool_use(transcript, tool_use)
+            if recorded and seq is None and not Path(recorded).is_file():
+                transcript = None   # recorded, never written: the note alone, and the answer says so
             if seq is None:
                 seq = self._next_seq(transcript)
             ack = submit(v, type=parsed.type, note=parsed.note, importance=parsed.importance, session=str(session),
@@ -227,21 +242,172 @@ def host_values(meta: dict[str, Any] | None) -> dict[str, Any]:
     return {k: meta[META_PREFIX + k] for k in HOST_ARGS if isinstance(meta, dict) and META_PREFIX + k in meta}
 
 
+# The MCP revisions the ``mcp`` package negotiates through ``initialize`` (its ``HANDSHAKE_PROTOCOL_VERSIONS``; a
+# test holds this copy to it): the early answers below must say what the package itself would.
+HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+SERVER_TITLE = "acpmem long-term memory"
+CAPABILITIES = {"resources": {"listChanged": False, "subscribe": False}, "tools": {"listChanged": False}}
+INDEX_RESOURCE = {
+    "uri": INDEX_URI, "name": "memory-index", "title": "Long-term memory index", "mimeType": "text/plain",
+    "description": "The resident index of long-term memories (frozen for this server's session): one line per entry, "
+                   "most relevant first. Read entries in full with memory_recall."}
+SOURCE_RESOURCE = {
+    "uriTemplate": SOURCE_TEMPLATE, "name": "memory-entry-source", "title": "The turns a memory cites",
+    "mimeType": "text/plain",
+    "description": "The conversation turns an entry cites (and, for a compression block, its summary and the turns it "
+                   "covers), read from the session's recorded transcript, framed as data."}
+
+
+def _request(line: bytes) -> dict | None:
+    import json
+
+    try:
+        msg = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or not isinstance(msg.get("method"), str):
+        return None
+    return msg
+
+
+def _result(ident: Any, result: dict) -> bytes:
+    import json
+
+    return (json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}, separators=(",", ":"),
+                       ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def early_answer(line: bytes) -> tuple[Any, bytes] | None:
+    """(the request id, the answer line) for the client's first line when it is a plain ``initialize`` request — what
+    the ``mcp`` package would send (a test compares them) — else None (the package answers it)."""
+    msg = _request(line)
+    if msg is None or msg["method"] != "initialize":
+        return None
+    ident, params = msg.get("id"), msg.get("params")
+    if isinstance(ident, bool) or not isinstance(ident, (int, str)) or not isinstance(params, dict):
+        return None
+    info, version = params.get("clientInfo"), params.get("protocolVersion")
+    if (not isinstance(version, str) or not isinstance(params.get("capabilities"), dict) or not isinstance(info, dict)
+            or not isinstance(info.get("name"), str) or not isinstance(info.get("version"), str)):
+        return None
+    from acpmem import __version__
+
+    return ident, _result(ident, {
+        "capabilities": CAPABILITIES,
+        "protocolVersion": version if version in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1],
+        "serverInfo": {"name": "acpmem", "title": SERVER_TITLE, "version": __version__}})
+
+
+def early_list(line: bytes, tools: Callable[[], list[dict]]) -> tuple[Any, bytes] | None:
+    """The answer to a plain ``tools/list``, ``resources/list`` or ``resources/templates/list`` (no cursor), else
+    None. ``tools``: the tool definitions (read from the vault's settings)."""
+    msg = _request(line)
+    if msg is None:
+        return None
+    ident, params = msg.get("id"), msg.get("params")
+    if isinstance(ident, bool) or not isinstance(ident, (int, str)):
+        return None
+    if params not in (None, {}) and not (isinstance(params, dict) and set(params) <= {"_meta"}):
+        return None   # a cursor, or anything else: the package's business
+    if msg["method"] == "tools/list":
+        return ident, _result(ident, {"tools": tools()})
+    if msg["method"] == "resources/list":
+        return ident, _result(ident, {"resources": [INDEX_RESOURCE]})
+    if msg["method"] == "resources/templates/list":
+        return ident, _result(ident, {"resourceTemplates": [SOURCE_RESOURCE]})
+    return None
+
+
+class _Wire:
+    """The process's stdin and stdout as the MCP connection, claimed for the server alone: fd 0 then reads the null
+    device and fd 1 writes to stderr, so nothing a handler or a child prints can break the JSON-RPC stream (what the
+    ``mcp`` package's own ``stdio_server`` does; restored by ``close``)."""
+
+    def __init__(self) -> None:
+        self._saved = (os.dup(0), os.dup(1))
+        self.inp = os.fdopen(os.dup(0), "rb")
+        self.out = os.fdopen(os.dup(1), "wb")
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(2, 1)
+
+    def close(self) -> None:
+        os.dup2(self._saved[0], 0)
+        os.dup2(self._saved[1], 1)
+        for fd in self._saved:
+            os.close(fd)
+        for f in (self.inp, self.out):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+def _load_mcp() -> None:
+    import anyio  # noqa: F401
+    import mcp_types  # noqa: F401
+    from mcp.server.lowlevel import Server  # noqa: F401
+    from mcp.server.stdio import stdio_server  # noqa: F401
+
+
 def serve(vault_path: Path, *, session: str | None = None, transcript: str | None = None,
           clock: Callable[[], datetime] | None = None, rng: random.Random | None = None) -> None:
-    """Run the MCP server on stdin/stdout until the client closes the connection."""
-    import anyio
-    import mcp_types as types
-    from mcp.server.lowlevel import Server
-    from mcp.shared.exceptions import MCPError
-    from mcp.server.stdio import stdio_server
+    """Run the MCP server on stdin/stdout until the client closes the connection.
 
-    from acpmem import __version__
+    The handshake does not wait for the ``mcp`` package: clients start their MCP servers asynchronously, and one
+    whose tools are not listed in time is left out of the session (Claude Code and Codex began sessions without
+    acpmem's tools while ``mcp`` was still loading). So the package is imported in a thread while this one answers
+    ``initialize`` (``early_answer``) and the plain ``tools/list``, ``resources/list`` and
+    ``resources/templates/list`` (``early_list``) itself; once it is loaded, every line read so far is replayed to
+    it and its own answers to the requests already answered are not sent again."""
+    import threading
 
     clock = clock or now_utc
     session = (session or os.environ.get(ENV_SESSION) or os.environ.get(ENV_CLAUDE_SESSION)
                or new_session_id(clock, rng or random.Random()))
     svc = MemoryService(Path(vault_path), session, transcript, clock)
+    wire = _Wire()
+    loader = threading.Thread(target=_load_mcp, name="acpmem-load-mcp", daemon=True)
+    loader.start()
+    try:
+        read: list[bytes] = []
+        answered: dict[Any, bytes] = {}
+        while True:
+            line = wire.inp.readline()
+            if not line:
+                break
+            read.append(line)
+            try:
+                said = early_answer(line) if len(read) == 1 else early_list(line, svc.tools) if answered else None
+            except Exception:   # a broken acpmem.toml, say: the package answers it, with the error, as before
+                said = None
+            if said is not None and said[0] not in answered:
+                wire.out.write(said[1])
+                wire.out.flush()
+                answered[said[0]] = said[1]
+            elif not (answered and (_request(line) or {}).get("method", "").startswith("notifications/")):
+                break   # a request only the package answers: hand over now
+            if not loader.is_alive():
+                break
+        loader.join()
+        _run(wire, svc, read, answered)
+    finally:
+        wire.close()
+
+
+def _run(wire: _Wire, svc: MemoryService, read: list[bytes], answered: dict[Any, bytes]) -> None:
+    import io
+    import json
+
+    import anyio
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.exceptions import MCPError
+
+    from acpmem import __version__
+
 
     def text(s: str, error: bool = False, meta: dict[str, Any] | None = None) -> types.CallToolResult:
         return types.CallToolResult(content=[types.TextContent(text=s)], is_error=error, meta=meta or None)
@@ -267,17 +433,11 @@ def serve(vault_path: Path, *, session: str | None = None, transcript: str | Non
                                    "please report it; set ACPMEM_DEBUG=1 to see the traceback"), error=True)
 
     async def list_resources(ctx, params) -> types.ListResourcesResult:
-        return types.ListResourcesResult(resources=[types.Resource(
-            uri=INDEX_URI, name="memory-index", title="Long-term memory index", mime_type="text/plain",
-            description="The resident index of long-term memories (frozen for this server's session): one line "
-                        "per entry, most relevant first. Read entries in full with memory_recall.")])
+        return types.ListResourcesResult(resources=[types.Resource.model_validate(INDEX_RESOURCE)])
 
     async def list_templates(ctx, params) -> types.ListResourceTemplatesResult:
-        return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
-            uri_template=SOURCE_TEMPLATE, name="memory-entry-source", title="The turns a memory cites",
-            mime_type="text/plain",
-            description="The conversation turns an entry cites (and, for a compression block, its summary and the "
-                        "turns it covers), read from the session's recorded transcript, framed as data.")])
+        return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate.model_validate(
+            SOURCE_RESOURCE)])
 
     async def read_resource(ctx, params) -> types.ReadResourceResult:
         uri = str(params.uri)
@@ -295,16 +455,49 @@ def serve(vault_path: Path, *, session: str | None = None, transcript: str | Non
                                                                              text=text)])
 
     svc.record()
-    server = Server("acpmem", version=__version__, title="acpmem long-term memory",
+    server = Server("acpmem", version=__version__, title=SERVER_TITLE,
                     on_list_tools=list_tools, on_call_tool=call_tool,
                     on_list_resources=list_resources, on_list_resource_templates=list_templates,
                     on_read_resource=read_resource)
+    lines = anyio.wrap_file(io.TextIOWrapper(wire.inp, encoding="utf-8", errors="replace"))
+    out = anyio.wrap_file(io.TextIOWrapper(wire.out, encoding="utf-8"))
+
+    class Replayed:
+        """The client's lines: those already read for the early answers first, again."""
+
+        async def __aiter__(self):
+            for line in read:
+                yield line.decode("utf-8", "replace")
+            async for line in lines:
+                yield line
+
+    class Sent:
+        """The server's lines to the client, less the package's answers to the requests answered early."""
+
+        async def write(self, line: str) -> None:
+            if answered:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    msg = None
+                ident = msg.get("id") if isinstance(msg, dict) and ("result" in msg or "error" in msg) else None
+                if ident is not None and not isinstance(ident, bool) and ident in answered:
+                    ours = json.loads(answered.pop(ident))
+                    if msg != ours:   # a newer mcp package: say so (the client got ours)
+                        sys.stderr.write(f"Warning: an early answer differs from the mcp package's ({line.strip()[:400]})"
+                                         " — please report it\n")
+                        sys.stderr.flush()
+                    return
+            await out.write(line)
+
+        async def flush(self) -> None:
+            await out.flush()
 
     async def main() -> None:
-        async with stdio_server() as (read_stream, write_stream):
+        async with stdio_server(Replayed(), Sent()) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     anyio.run(main)
 
 
-__all__ = ["serve", "MemoryService", "new_session_id", "INDEX_URI"]
+__all__ = ["serve", "MemoryService", "new_session_id", "INDEX_URI", "early_answer", "early_list", "HANDSHAKE_VERSIONS"]

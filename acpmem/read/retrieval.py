@@ -277,6 +277,11 @@ def _reranked(vault: VaultReader, query: str, found: list[tuple], sure: bool, wo
 
 # --------------------------------------------------------------------------------------------- surfacing
 
+def session_lock(sdir: Path):
+    """The session's ledger lock: held for milliseconds; released by the kernel if we die."""
+    return _session_lock(sdir)
+
+
 def _session_lock(sdir: Path):
     """The session's ledger lock: held for milliseconds; released by the kernel if we die."""
     files.ensure_dir(sdir)
@@ -431,5 +436,5 @@ def _framed(s: SurfacedEntry) -> str:
     return frame("surface", s.text, attrs=_attrs(s.entry, s.layer))
 
 
-__all__ = ["recall", "surface", "RecallHit", "SurfaceResult", "SurfacedEntry", "recall_text", "surface_text",
+__all__ = ["recall", "surface", "session_lock", "RecallHit", "SurfaceResult", "SurfacedEntry", "recall_text", "surface_text",
            "cap_text", "lexical_fallback_note"]

@@ -7,6 +7,9 @@ session's folder under ``.acpmem/sessions/`` (``transcript.json``, one small fil
 two writers at once both write the same first sighting, or the later one finds it there). It changes only when the
 recorded file is gone and a new one is named.
 
+A commit also records the file it named for its own request (``request-<id>.json``): an entry made from that
+request is read back from that file, whatever was sighted first for the session.
+
 ``entry_source`` reads an entry's citations back: for each, the transcript, the cited turns (a seq, a range, or a
 block's covered turns), and for a block its summary; ``source_text`` frames them as data. A transcript that was not
 recorded, is gone, or cannot be read is said plainly, never an error: the entry itself stays readable.
@@ -56,6 +59,37 @@ def record_transcript(vault, session: str, transcript: str | Path | None, origin
         return True
     except (OSError, AcpmemError):
         return False
+
+
+def record_request_transcript(vault, session: str, request_id: str, transcript: str | Path | None) -> bool:
+    """Record the transcript a commit named for its request (``request-<id>.json`` in the session's folder): the file
+    the fork distils from, so ``show --source`` reads the entries of that request from it even when the session's
+    first-sighted transcript (the hook's, the server's) is another file. Never raises for I/O."""
+    if not transcript or not session or not request_id or path_problem(str(transcript)):
+        return False
+    from acpmem.infra.files import atomic_write
+
+    path = os.path.abspath(Path(transcript).expanduser())
+    try:
+        folder = vault.session_dir(session)
+        files.ensure_dir(folder)
+        atomic_write(folder / f"request-{request_id}.json", json.dumps(
+            {"session": session, "request": request_id, "transcript": path}, ensure_ascii=False, sort_keys=True),
+            durable=False)
+        return True
+    except (OSError, AcpmemError, ValueError):
+        return False
+
+
+def request_transcript(vault, session: str, request_id: str | None) -> str | None:
+    """The transcript the commit of ``request_id`` named (``record_request_transcript``), if recorded."""
+    if not request_id or not isinstance(request_id, str) or "/" in request_id or request_id.startswith("."):
+        return None
+    try:
+        folder = vault.session_dir(session)
+    except AcpmemError:
+        return None
+    return _read(folder / f"request-{request_id}.json")
 
 
 def _read(path: Path) -> str | None:
@@ -135,8 +169,9 @@ def entry_source(vault, entry_id: str, *, transcript: str | None = None) -> Entr
     _, entry = resolve_layer(vault, entry_id)
     cache: dict[str, object] = {}
     out = []
+    request = entry.source.get("request") if isinstance(entry.source, dict) else None
     for c in entry.citation:
-        out.append(_one(vault, c, transcript, cache))
+        out.append(_one(vault, c, transcript, cache, request))
     bad = next((s for s in out if s.status in ("gone", "unreadable")), None) if transcript else None
     if bad is not None:   # a file the person named that cannot be read is their error, not a finding to report
         from acpmem.core.errors import TranscriptError
@@ -147,11 +182,12 @@ def entry_source(vault, entry_id: str, *, transcript: str | None = None) -> Entr
     return EntrySource(entry, tuple(out))
 
 
-def _one(vault, c, override: str | None, cache: dict) -> CitedSource:
+def _one(vault, c, override: str | None, cache: dict, request: str | None = None) -> CitedSource:
     from acpmem.core.errors import TranscriptError
     from acpmem.hosts.transcripts import read_transcript
 
-    path = override or recorded_transcript(vault, c.session)
+    # the file the commit named (what the fork read), else the session's first-sighted one
+    path = override or request_transcript(vault, c.session, request) or recorded_transcript(vault, c.session)
     if not path:
         return CitedSource(c, "not_recorded")
     if not Path(path).exists():

@@ -219,7 +219,8 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
         tail = [{"role": "user", "content": fork_instruction(req.note, req.type, req.importance, related_text(rel),
                                                              lang, btext, layers=layers)}]
     else:
-        tail = [{"role": "system", "content": fork_system(req.type, req.importance, lang, layers=layers)},
+        tail = [{"role": "system", "content": fork_system(req.type, req.importance, lang, layers=layers,
+                                                          conversation=bool(messages))},
                 {"role": "user", "content": fork_closing(req.note, related_plain(rel), lang, btext)}]
     tools = load_host_tools(req.host_tools) + tool_definitions("fork", "openai", lang, vault.settings.types,
                                                                layers=layers, nothing=True)

@@ -77,17 +77,25 @@ def fork_instruction(note: str, type: str, importance: int, related_entries_text
     ])
 
 
-def fork_system(type: str, importance: int, lang: str = "en", *, layers: bool = False) -> str:
+def fork_system(type: str, importance: int, lang: str = "en", *, layers: bool = False,
+                conversation: bool = True) -> str:
     """The fork's system message, sent after the unchanged conversation (so a prefix cache still hits): who the
     model is now, the writing rules, and the two ways to answer — ``memory_write`` calls, or ``memory_nothing`` (or
     the exact reply "nothing to keep"). Small models heed a system message where a long last user turn is lost
-    (``bench/real_model.py`` measures both)."""
+    (``bench/real_model.py`` measures both). ``conversation`` False: the commit came with no way to find its
+    conversation, so the model is told it has only the note (never "the conversation above", which is not there)."""
     check(lang, LANGS, "--lang")
     default = default_layer(type)
     if lang == "zh":
-        return "\n".join([
+        head = [
             "你现在是记忆提炼器，不再是上面对话里的助手。不要继续上面的任务，不要调用上面对话里的工具。",
             "你的工作：从上面的对话里，为下一条消息给出的重点写长期记忆条目，每个事实调用一次 memory_write。",
+        ] if conversation else [
+            "你是记忆提炼器。这次提交没有附带对话：你只有下一条消息里的重点（提交时写下的说明）。",
+            "你的工作：只根据这条说明写长期记忆条目，每个事实调用一次 memory_write；不要补充说明里没有的细节。",
+        ]
+        return "\n".join([
+            *head,
             "规则：",
             f"- 类别：{type}（重要度 {importance}）。只写重点要求的内容。",
             "- content：一到几条 markdown 要点（\"- ...\"），自足：写明文件、命令、组件和理由；不写“上面”“这个”“之前”。",
@@ -98,11 +106,19 @@ def fork_system(type: str, importance: int, lang: str = "en", *, layers: bool = 
             "- 不要写入任何密钥、令牌或密码。",
             "- 没有值得保留的内容时，调用 memory_nothing 并给出理由（或只回答：无需记录）。",
         ])
-    return "\n".join([
+    head = [
         "You are now the memory extractor, no longer the assistant of the conversation above. Do not continue its "
         "task and do not call its tools.",
         "Your job: from the conversation above, write long-term memory entries for the focus given in the next "
         "message: one memory_write call per fact.",
+    ] if conversation else [
+        "You are the memory extractor. This commit came without its conversation: all you have is the focus in the "
+        "next message (the note written at commit time).",
+        "Your job: write long-term memory entries from that note alone, one memory_write call per fact; add no "
+        "detail the note does not state.",
+    ]
+    return "\n".join([
+        *head,
         "Rules:",
         f"- Type: {type} (importance {importance}). Write only what the focus asks for.",
         "- content: one to a few markdown bullets (\"- ...\"), self-contained: name the files, commands, components "

@@ -35,12 +35,23 @@ _REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 def ack_text(request_id: str, lang: str = "en", *, inline: bool = False, policy: str = "auto",
-             deferred: str | None = None) -> str:
+             deferred: str | None = None, conversation: bool = True) -> str:
     """The acknowledgement the main model gets; the fork closes the open ``memory_commit`` call with these exact bytes.
     ``inline``: the extraction runs now, in the caller's process (``commit --wait``), not in the background.
     ``policy`` (``[write] policy``) says what the result becomes, so the model does not promise what will not happen:
     under ``review`` a proposal a person accepts first. ``deferred``: the extraction budget is spent (why), so the
-    request waits until it frees."""
+    request waits until it frees. ``conversation`` False: no transcript came with the commit, so the model is told
+    that only its note will be kept (the fork never sees the conversation)."""
+    text = _ack(request_id, lang, inline=inline, policy=policy, deferred=deferred)
+    if conversation:
+        return text
+    if lang == "zh":
+        return text + "只会保留这条说明：这次提交没有附带对话，条目只根据说明写成。"
+    return text + " Only the note will be kept: no conversation came with this commit, so the entry is written " \
+                  "from the note alone."
+
+
+def _ack(request_id: str, lang: str, *, inline: bool, policy: str, deferred: str | None) -> str:
     if lang == "zh":
         when = "现在" if inline else "将在后台"
         if deferred:
@@ -403,7 +414,8 @@ def make_request(*, types: tuple[str, ...], type: str, note: str, importance: in
 
     return Request(id=request_id, created=created, type=args.type, note=note_clean, importance=args.importance,
                    session=session.strip(), seq=seq,
-                   ack=ack_text(request_id, lang, inline=inline, policy=policy, deferred=deferred),
+                   ack=ack_text(request_id, lang, inline=inline, policy=policy, deferred=deferred,
+                                conversation=transcript not in (None, "")),
                    transcript=absolute(transcript), host_tools=absolute(host_tools), lang=lang,
                    redacted=tuple(f.kind for f in found), block=args.block,
                    extractor=extractor if extractor in RECORDED_EXTRACTORS else None,

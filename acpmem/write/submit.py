@@ -188,9 +188,10 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
     else:  # pragma: no cover - 20 collisions of 40 random bits
         raise AcpmemError("could not pick a free request id", "retry")
     if req.transcript:
-        from acpmem.read.sources import record_transcript
+        from acpmem.read.sources import record_request_transcript, record_transcript
 
         record_transcript(vault, req.session, req.transcript, "commit")
+        record_request_transcript(vault, req.session, req.id, req.transcript)
     if wait:
         from acpmem.write.worker import process_now
 

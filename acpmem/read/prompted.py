@@ -1,0 +1,75 @@
+"""Surfacing by what the user's prompt is about: the Claude Code ``UserPromptSubmit`` hook's answer.
+
+``surface`` (``acpmem.read.retrieval``) offers the entries with the best standing score, whatever the turn is about;
+a prompt says what it is about. ``surface_prompt`` runs recall on the prompt's words (both layers, as
+``memory_recall`` does) and puts the best hits that match its words (not those reached through an entry's links
+alone) and were not yet surfaced or recalled in this session into the turn, each
+capped at ``[surface] entry_cap_bytes``, within the session's ``session_budget_bytes`` and the host's ``max_chars``;
+they go into the session's ledger, so no entry is shown twice in one session.
+"""
+from __future__ import annotations
+
+import json
+
+from acpmem.core.errors import UsageError
+from acpmem.infra.files import atomic_write
+from acpmem.read.ledger import LEDGER, read_ledger
+from acpmem.read.retrieval import SurfacedEntry, SurfaceResult, cap_text, session_lock, surface_text
+
+MAX_QUERY_CHARS = 2000   # a prompt may hold a pasted file: its start says what it is about
+
+
+def surface_prompt(vault, session: str, prompt: str, *, max_chars: int | None = None) -> SurfaceResult:
+    """The entries ``prompt`` is about, new to ``session``, within the budgets (see the module). Marks them read."""
+    from acpmem.read.layers import recall_layered
+
+    cfg = vault.settings.surface
+    sdir = vault.session_dir(session)
+    with session_lock(sdir):
+        ledger = read_ledger(sdir)
+    used, budget = ledger["used_bytes"], cfg.session_budget_bytes
+    if used >= budget:
+        return SurfaceResult(session, (), used, budget,
+                             f"the session's surfacing budget is spent ({used} of {budget} bytes)")
+    seen = set(ledger["surfaced"]) | set(ledger["recalled"])
+    query = " ".join(str(prompt or "").split())[:MAX_QUERY_CHARS]
+    if not query or cfg.top_n == 0:
+        return SurfaceResult(session, (), used, budget, "the prompt has no words to look for")
+    try:
+        hits = recall_layered(vault, query, limit=min(cfg.top_n + len(seen), 100), mark_read=False)
+    except UsageError:
+        return SurfaceResult(session, (), used, budget, "the prompt has no words to look for")
+    # only what the words match: an entry reached through its links alone (spread) is recall's guess, not the prompt's
+    fresh = [h for h in hits if h.entry.id not in seen and (h.explain or {}).get("terms", True)][:cfg.top_n]
+    if not fresh:
+        return SurfaceResult(session, (), used, budget, "nothing in memory matches the prompt that this session "
+                             "has not seen" if hits else "nothing in memory matches the prompt")
+    picked: list[SurfacedEntry] = []
+    reason, deferred = None, 0
+    for n, h in enumerate(fresh):
+        text, cut = cap_text(f"{h.entry.title}\n\n{h.entry.body}".rstrip("\n"), cfg.entry_cap_bytes, h.entry.id)
+        item = SurfacedEntry(h.entry, h.score, text, cut, h.layer)
+        if used + item.size > budget:
+            reason = f"the session's surfacing budget would be exceeded ({used} of {budget} bytes used)"
+            break
+        if max_chars is not None and len(surface_text(vault, SurfaceResult(
+                session, (*picked, item), used, budget, None, len(fresh) - n - 1))) > max_chars:
+            deferred = len(fresh) - n
+            break
+        used += item.size
+        picked.append(item)
+    if picked:
+        with session_lock(sdir):
+            ledger = read_ledger(sdir)
+            ledger["surfaced"] = ledger["surfaced"] + [p.entry.id for p in picked if p.entry.id not in
+                                                       ledger["surfaced"]]
+            ledger["used_bytes"] = ledger["used_bytes"] + sum(p.size for p in picked)
+            atomic_write(sdir / LEDGER, json.dumps(ledger, ensure_ascii=False, indent=1))
+        for lv in vault.layers():
+            ids = [p.entry.id for p in picked if p.layer == lv.layer]
+            if ids:
+                lv.mark_read(ids)
+    return SurfaceResult(session, tuple(picked), used, budget, reason, deferred)
+
+
+__all__ = ["surface_prompt", "MAX_QUERY_CHARS"]
