@@ -1,0 +1,315 @@
+"""``acp memory import SOURCE``: what another harness remembers, brought into the vault with a pointer back to
+where each memory came from (``docs/import-export.md``).
+
+Two steps. ``plan`` reads the source (``acpmem.upkeep.importformats``) and decides, for each candidate, one action:
+
+* ``new`` — written as an entry;
+* ``unchanged`` — an entry imported from the same text is there already (its provenance hash): nothing to do,
+  also when a person has edited that entry since (their edit is kept);
+* ``update`` — the same place of the same file (its key, or its section and a close text) was imported before and
+  its text changed: the new text supersedes the old entry — unless a person edited that entry since it was
+  imported, then it is ``skipped`` (their edit is never replaced);
+* ``duplicate`` of #id / ``contradiction`` of #id — by meaning, through the vault's own duplicate check
+  (``acpmem.write.duplicates.check_write``, against the entries closest by words); a contradiction is written
+  only with ``supersede_contradicted``, superseding the entry it contradicts;
+* ``skipped`` — not memory-like (the format's rule), holding what looks like a secret, or over the entry size.
+
+``apply`` writes the plan in **one commit** (``Vault.write_entries``: journaled, so a killed import leaves nothing
+half-written). Each entry's ``source`` says where it came from: ``{by: import, harness, format, file, section,
+line, key, hash}``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from acpmem.core.entry import Entry
+from acpmem.core.errors import Refused
+from acpmem.core.values import Value
+from acpmem.upkeep.importformats import Candidate, read_source, text_hash
+
+NEIGHBOURS = 6            # entries closest by words that the meaning check compares a candidate with
+PLACE_SIMILARITY = 0.3    # how alike (words) a changed piece and the entry imported from its section must be
+ACTIONS = ("new", "update", "unchanged", "duplicate", "contradiction", "skipped")
+
+
+class Item(Value):
+    """One candidate and what the import does with it: ``action`` (``ACTIONS``), ``match`` (the entry it
+    duplicates, contradicts, updates or already is), ``why``; ``id`` once written."""
+
+    candidate: Candidate
+    action: str
+    why: str
+    match: str | None = None
+    id: str | None = None
+
+    def to_json(self) -> dict:
+        c = self.candidate
+        return {"action": self.action, "id": self.id, "match": self.match, "why": self.why,
+                "title": c.title or _title(c.text), "type": c.type if c.skip is None else None,
+                "importance": c.importance if c.skip is None else None, "format": c.format, "harness": c.harness,
+                "file": c.file, "section": c.section, "line": c.line, "hash": c.hash}
+
+
+class Plan(Value):
+    """What an import of ``source`` does: the files read, the format(s), and one ``Item`` per candidate;
+    ``commit`` once applied."""
+
+    source: str
+    format: str
+    files: tuple[str, ...]
+    items: tuple[Item, ...]
+    commit: str | None = None
+
+    def counts(self) -> dict[str, int]:
+        return {a: sum(1 for i in self.items if i.action == a) for a in ACTIONS}
+
+    def to_json(self, dry_run: bool) -> dict:
+        return {"source": self.source, "format": self.format, "files": list(self.files), "dry_run": dry_run,
+                "commit": self.commit, "counts": self.counts(), "items": [i.to_json() for i in self.items]}
+
+
+def _title(text: str) -> str:
+    from acpmem.write.draft import derive_title
+
+    return derive_title(text)
+
+
+def display_path(path: str, vault) -> str:
+    """A source path as provenance keeps it: relative to the project when inside it, ``~/…`` under the home
+    folder, else absolute — the same file gives the same string from anywhere in the project."""
+    p = Path(path).expanduser().resolve()
+    root = Path(vault.root).resolve()
+    for base in (root.parent if root.name == ".acp-memory" else root,):
+        try:
+            return p.relative_to(base).as_posix()
+        except ValueError:
+            pass
+    try:
+        return "~/" + p.relative_to(Path.home().resolve()).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
+# --------------------------------------------------------------------------------------------- plan
+
+def plan(vault, source: str, fmt: str | None = None, *, supersede_contradicted: bool = False,
+         env=None) -> Plan:
+    """Read ``source`` and decide what each of its memories becomes (see the module docstring). Reads the vault,
+    writes nothing."""
+    from acpmem.core.redact import find_secrets
+    from acpmem.search import similar
+    from acpmem.write.duplicates import check_write
+
+    files, fmt_name, cands = read_source(source, fmt)
+    settings = vault.settings
+    types = settings.types
+    limit = settings.extraction.max_entry_bytes
+    entries = [e for e in vault.load(with_reads=False).entries]
+    live = [e for e in entries if not e.superseded]
+    by_hash: dict[str, Entry] = {}
+    by_place: dict[tuple, list[Entry]] = {}
+    for e in entries:
+        src = e.source or {}
+        if src.get("by") != "import" or not isinstance(src.get("hash"), str):
+            continue
+        by_hash.setdefault(src["hash"], e)
+        if not e.superseded:
+            by_place.setdefault((src.get("file"), src.get("key") or src.get("section")), []).append(e)
+    index = _WordIndex(live)
+    items: list[Item] = []
+    batch: dict[str, Item] = {}          # hash -> the first item of this import with that text
+    batch_entries: list[Entry] = []      # this import's new candidates, for duplicates within the import
+    superseded_here: set[str] = set()
+    for c in cands:
+        c = c.with_changes(file=display_path(c.file, vault))
+        if c.skip is not None:
+            items.append(Item(c, "skipped", c.skip))
+            continue
+        if c.type not in types:
+            from acpmem.write.remember import default_type
+
+            c = c.with_changes(type=default_type(types, c.type == "user-preference"),
+                               rule=c.rule + f"; this vault has no type '{c.type}'")
+        body = c.text.strip("\n") + "\n"
+        if len(body.encode("utf-8", "surrogatepass")) > limit:
+            items.append(Item(c, "skipped", f"too large: {len(body.encode()):,} bytes, entries hold at most "
+                                            f"{limit:,} (extraction.max_entry_bytes)"))
+            continue
+        found = find_secrets((c.title or "") + "\n" + c.text, deep=False)
+        if found:
+            kinds = ", ".join(dict.fromkeys(f.kind for f in found))
+            items.append(Item(c, "skipped", f"holds what looks like a secret ({kinds}); secrets never enter the "
+                                            "vault"))
+            continue
+        h = c.hash
+        if h in batch:
+            items.append(Item(c, "duplicate", f"the same text as line {batch[h].candidate.line} of "
+                                              f"{batch[h].candidate.file}"))
+            continue
+        had = by_hash.get(h)
+        if had is not None:
+            items.append(Item(c, "unchanged", "imported before" + (" (superseded since)" if had.superseded else ""),
+                              match=had.id))
+            batch[h] = items[-1]
+            continue
+        old = _same_place(c, by_place, similar)
+        if old is not None and old.id not in superseded_here:
+            if _edited(old):
+                items.append(Item(c, "skipped", f"its source changed, and #{old.id} was edited by a person since "
+                                                "it was imported: their edit is kept (edit the entry to take the "
+                                                "new text)", match=old.id))
+            else:
+                superseded_here.add(old.id)
+                items.append(Item(c, "update", "its source changed since it was imported; the new text "
+                                               f"supersedes #{old.id}", match=old.id))
+                batch[h] = items[-1]
+                batch_entries.append(_pseudo(c, len(items)))
+            continue
+        text = f"{c.title or ''}\n{c.text}"
+        shown = index.nearest(text, NEIGHBOURS) + [e for e in batch_entries
+                                                   if similar.score(similar.features(text),
+                                                                    similar.features(f"{e.title}\n{e.body}"),
+                                                                    lambda t: 1.0) >= similar.CONTRADICTION_THRESHOLD]
+        match = check_write(vault, text, shown, env=env) if shown else None
+        if match is not None and match.entry.id.startswith("="):
+            n = int(match.entry.id[1:])
+            items.append(Item(c, "duplicate" if match.kind == "duplicate" else "contradiction",
+                              f"{match.why}: item {n} of this import"))
+            continue
+        if match is not None and match.kind == "duplicate":
+            items.append(Item(c, "duplicate", match.why, match=match.entry.id))
+            continue
+        if match is not None:
+            if supersede_contradicted and match.entry.id not in superseded_here and not match.entry.superseded:
+                superseded_here.add(match.entry.id)
+                items.append(Item(c, "update", f"contradicts #{match.entry.id} ({match.why}); supersedes it "
+                                               "(--supersede-contradicted)", match=match.entry.id))
+            else:
+                items.append(Item(c, "contradiction", f"{match.why}; not imported (resolve it by hand, or run "
+                                                      "again with --supersede-contradicted)", match=match.entry.id))
+            continue
+        items.append(Item(c, "new", c.rule))
+        batch[h] = items[-1]
+        batch_entries.append(_pseudo(c, len(items)))
+    return Plan(str(source), fmt_name, tuple(display_path(str(p), vault) for p in files), tuple(items))
+
+
+def _pseudo(c: Candidate, n: int) -> Entry:
+    """A candidate of this import as an entry the duplicate check can compare (its id ``=n`` names the item)."""
+    return Entry(id=f"={n}", title=c.title or _title(c.text), type=c.type, importance=c.importance,
+                 created="2000-01-01T00:00:00Z", body=c.text)
+
+
+def _edited(e: Entry) -> bool:
+    """Whether a person changed an imported entry's text since the import (its body no longer hashes to the
+    provenance hash)."""
+    return text_hash(e.body) != (e.source or {}).get("hash")
+
+
+def _same_place(c: Candidate, by_place: dict, similar) -> Entry | None:
+    """The live entry imported from the same place as ``c``: the same key (a unit: a topic file, a rule, a
+    summary, a block), or the same section with a text close by words (``PLACE_SIMILARITY``)."""
+    if c.key is not None:
+        got = by_place.get((c.file, c.key))
+        return got[0] if got else None
+    near = by_place.get((c.file, c.section)) or []
+    if not near:
+        return None
+    fa = similar.features(c.text)
+    best = max(near, key=lambda e: similar.score(fa, similar.features(e.body), lambda t: 1.0))
+    return best if similar.score(fa, similar.features(best.body), lambda t: 1.0) >= PLACE_SIMILARITY else None
+
+
+class _WordIndex:
+    """The live entries by their words, to find the few a candidate should be compared with."""
+
+    def __init__(self, entries: list[Entry]) -> None:
+        from acpmem.search import similar
+
+        self.entries = entries
+        self.feats = [similar.features(f"{e.title}\n{e.body}", segments=False) for e in entries]
+        self.postings: dict[str, list[int]] = {}
+        for i, f in enumerate(self.feats):
+            for t in f.terms:
+                self.postings.setdefault(t, []).append(i)
+
+    def nearest(self, text: str, k: int) -> list[Entry]:
+        import math
+
+        from acpmem.search import similar
+
+        fa = similar.features(text, segments=False)
+        n = max(1, len(self.entries))
+        weight: dict[int, float] = {}
+        for t in fa.terms:
+            post = self.postings.get(t, ())
+            if not post or len(post) > max(50, n // 4):   # a common word: not what makes two entries alike
+                continue
+            w = math.log(1 + n / len(post))
+            for i in post:
+                weight[i] = weight.get(i, 0.0) + w
+        best = sorted(weight, key=lambda i: -weight[i])[:k]
+        return [self.entries[i] for i in best]
+
+
+# --------------------------------------------------------------------------------------------- apply
+
+def apply(vault, p: Plan) -> Plan:
+    """Write the plan's new entries and updates in one commit (nothing when there is nothing to write). Returns
+    the plan with the ids and the commit."""
+    from acpmem.vault.writer import KIND_IMPORT
+
+    vault.require_writable()
+    todo = [i for i in p.items if i.action in ("new", "update")]
+    if not todo:
+        return p
+    known = {e.id: e for e in vault.load(with_reads=False).entries}
+    taken = set(known)
+    now = vault.now()
+    new: list[Entry] = []
+    updates: list[Entry] = []
+    ids: dict[int, str] = {}
+    for n, item in enumerate(p.items):
+        if item.action not in ("new", "update"):
+            continue
+        c = item.candidate
+        ident = vault.new_id(taken)
+        taken.add(ident)
+        ids[n] = ident
+        title = c.title or _title(c.text)
+        from acpmem.core.entry import MAX_TITLE_CHARS
+
+        title = " ".join(title.split())[:MAX_TITLE_CHARS] or "(untitled)"
+        source = {"by": "import", "harness": c.harness, "format": c.format, "file": c.file}
+        if c.section:
+            source["section"] = c.section
+        if c.line:
+            source["line"] = c.line
+        if c.key is not None:
+            source["key"] = c.key
+        source["hash"] = c.hash
+        sup: tuple[str, ...] = ()
+        if item.action == "update" and item.match in known:
+            old = known[item.match]
+            if old.superseded:
+                raise Refused(f"#{old.id} was superseded while the import was planned", "run the import again")
+            updates.append(old.with_changes(superseded_by=ident))
+            sup = (old.id,)
+        new.append(Entry(id=ident, title=title, type=c.type, importance=c.importance, created=now,
+                         body=c.text.strip("\n") + "\n", source=source, supersedes=sup,
+                         path=vault.path_for(ident, title)))
+    harnesses = ", ".join(sorted({i.candidate.harness for i in todo}))
+    n_up = sum(1 for i in todo if i.action == "update")
+    why = (f"Imported from {', '.join(p.files)} ({harnesses}) with `acp memory import`: {len(todo) - n_up} new, "
+           f"{n_up} updated. Each entry's source: names the file, the section or line and the content hash.")
+    sha = vault.write_entries(new, subject=f"import {len(todo)} entries from {harnesses}", why=why, kind=KIND_IMPORT,
+                              trailers={"Acpmem-Author": "human", "Acpmem-Import": p.format}, updates=updates)
+    items = tuple(i.with_changes(id=ids[n]) if n in ids else i for n, i in enumerate(p.items))
+    return p.with_changes(items=items, commit=sha)
+
+
+def import_source(vault, source: str, fmt: str | None = None, *, dry_run: bool = False,
+                  supersede_contradicted: bool = False, env=None) -> Plan:
+    """Plan the import of ``source`` and, unless ``dry_run``, apply it in one commit."""
+    p = plan(vault, source, fmt, supersede_contradicted=supersede_contradicted, env=env)
+    return p if dry_run else apply(vault, p)
