@@ -28,7 +28,7 @@ def typer_app(prog: str = "acpmem"):
     """The typer application of ``prog`` (``acp``, or ``acpmem`` = the ``memory`` group), every command registered."""
     from acpmem.cli import app
     # registering order is the order `acp memory --help` lists the commands in
-    from acpmem.cli import commands_vault, commands_read, commands_write, commands_review, commands_integrations  # noqa: F401, I001
+    from acpmem.cli import commands_vault, commands_read, commands_write, commands_review, commands_integrations, commands_porting  # noqa: F401, I001
 
     return app.root_app if prog == "acp" else app.app
 
