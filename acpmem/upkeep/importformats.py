@@ -46,8 +46,8 @@ FORMATS = {
 }
 
 _COMMAND_HEADING = re.compile(r"\b(build|builds|building|commands?|scripts?|setup|set up|install|installation|usage|"
-                              r"testing|tests?|run|running|development|dev workflow|getting started|quick ?start|"
-                              r"lint|linting|tooling|ci)\b", re.I)
+                              r"testing|tests?|run|running|development|dev|environment|workflow|getting started|"
+                              r"quick ?start|lint|linting|tooling|ci)\b", re.I)
 _IMPERATIVE = re.compile(r"^(run|use|execute|install|type|call|invoke|start|launch|npm|pnpm|yarn|make|pip|uv|cargo|"
                          r"go|python|pytest|docker)\b", re.I)
 _BULLET = re.compile(r"^(\s*)(?:[-*+]|\d+[.)])\s+")
@@ -56,7 +56,8 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _CODE_SPAN = re.compile(r"`[^`]*`")
 _WORD = re.compile(r"[^\W\d_]{2,}|[\u4e00-\u9fff]", re.U)
 _LINK_ONLY = re.compile(r"^\s*(?:[-*+]\s*)?\[[^\]]*\]\([^)]*\)\s*(?:[—–-].*)?$")
-_ABOUT_FILE = re.compile(r"^\s*(?:this file|this document)\b|\bprovides guidance to (?:claude|codex|gemini)", re.I)
+_ABOUT_FILE = re.compile(r"^\s*this (?:file|document) (?:provides|gives|contains) (?:guidance|instructions|context)|"
+                         r"\bprovides guidance to (?:claude|codex|gemini|ai|agents?)\b", re.I)
 _CLINE_FILES = ("projectbrief.md", "productContext.md", "activeContext.md", "systemPatterns.md", "techContext.md",
                 "progress.md")
 
@@ -235,20 +236,24 @@ def classify(text: str, section: str, fmt: str) -> tuple[str, int, str] | str:
         return "a note about the file itself (what it is for), not a memory"
     head = section.lower()
     last = section.rsplit(" > ", 1)[-1]
+    if re.search(r"\binstructions?\b", last, re.I):
+        return f"an instruction to the agent (under '{last}'), not a memory"
     if _COMMAND_HEADING.search(last) and (_CODE_SPAN.search(text) or _IMPERATIVE.match(text.lstrip("-*+ 0123456789.)"))):
         return f"an instruction for running the project (a command under '{last}'), not a memory"
     if words < MIN_WORDS:
         return f"too short to be a memory ({words} word{'s' if words != 1 else ''} of prose)"
     low = text.lower()
     body = low.lstrip("-*+ 0123456789.)")
-    if re.search(r"\b(pitfall|gotcha|lesson|known issue|troubleshoot|mistake|failure)", head) or \
+    if re.search(r"https?://", text) and words < 12:
+        typ, why = "reference", "mostly a link (reference)"
+    elif re.search(r"\b(we (?:chose|decided|picked|went with|settled on)|decided to|decision)\b", low):
+        typ, why = "decision", "a choice that was made (decision)"
+    elif re.search(r"\b(pitfall|gotcha|lesson|known issue|troubleshoot|mistake|failure)", head) or \
             re.search(r"\b(because|otherwise|beware|careful|gotcha|turned out|the hard way)\b", low):
         typ, why = "lesson", "a pitfall or a reason (lesson)"
     elif re.search(r"\b(prefer|style|convention|guideline|rule|standard|do and don)", head) or \
             re.match(r"(always|never|prefer|don't|do not|avoid|must)\b", body):
         typ, why = "decision", "a convention or a rule (decision)"
-    elif len(re.findall(r"https?://|\]\(", text)) >= 1 and words < 12:
-        typ, why = "reference", "mostly a link (reference)"
     else:
         typ, why = "fact", "a statement about the project (fact)"
     imp = 5
@@ -354,13 +359,13 @@ def _strip_bullet(text: str) -> str:
 def markdown_candidates(path: Path, text: str, fmt: str, *, user_level: bool = False,
                         section_prefix: str = "", first_line: int = 1) -> list[Candidate]:
     out = []
-    for piece, section, line, skip in markdown_pieces(text, first_line):
-        section = " > ".join(p for p in (section_prefix, section) if p)
+    for piece, heads, line, skip in markdown_pieces(text, first_line):
+        section = " > ".join(p for p in (section_prefix, heads) if p)
         body = _strip_bullet(piece)
         if skip is None and _LINK_ONLY.match(piece) and fmt == "claude-memory":
             skip = "an index line of MEMORY.md (the file it points to is imported itself)"
         if skip is None:
-            got = classify(body, section, fmt)
+            got = classify(body, heads, fmt)
             if isinstance(got, str):
                 skip = got
             else:
@@ -433,9 +438,11 @@ def _basic_observation(c: Candidate) -> Candidate:
     m = _OBSERVATION.match(c.text)
     if m:
         cat = m.group(1).strip().lower()
+        text = re.sub(r"(?:\s+#[\w-]+)+\s*$", "", m.group(2)).strip()
         typ = _BASIC_TYPES.get(cat)
         if typ:
-            return c.with_changes(type=typ, rule=f"basic-memory category [{cat}] → {typ}")
+            return c.with_changes(text=text, type=typ, rule=f"basic-memory category [{cat}] → {typ}")
+        return c.with_changes(text=text)
     return c
 
 

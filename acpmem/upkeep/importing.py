@@ -166,16 +166,14 @@ def plan(vault, source: str, fmt: str | None = None, *, supersede_contradicted: 
                 batch_entries.append(_pseudo(c, len(items)))
             continue
         text = f"{c.title or ''}\n{c.text}"
-        shown = index.nearest(text, NEIGHBOURS) + [e for e in batch_entries
-                                                   if similar.score(similar.features(text),
-                                                                    similar.features(f"{e.title}\n{e.body}"),
-                                                                    lambda t: 1.0) >= similar.CONTRADICTION_THRESHOLD]
-        match = check_write(vault, text, shown, env=env) if shown else None
-        if match is not None and match.entry.id.startswith("="):
-            n = int(match.entry.id[1:])
-            items.append(Item(c, "duplicate" if match.kind == "duplicate" else "contradiction",
-                              f"{match.why}: item {n} of this import"))
+        mine = [e for e in batch_entries if similar.score(similar.features(text), similar.features(
+            f"{e.title}\n{e.body}"), lambda t: 1.0) >= similar.DUPLICATE_THRESHOLD]
+        same = check_write(vault, text, mine, env=env) if mine else None
+        if same is not None and same.kind == "duplicate":   # a contradiction inside one source is its author's
+            items.append(Item(c, "duplicate", f"{same.why}: item {same.entry.id[1:]} of this import"))
             continue
+        shown = index.nearest(text, NEIGHBOURS)
+        match = check_write(vault, text, shown, env=env) if shown else None
         if match is not None and match.kind == "duplicate":
             items.append(Item(c, "duplicate", match.why, match=match.entry.id))
             continue
