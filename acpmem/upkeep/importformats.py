@@ -396,6 +396,7 @@ def claude_memory(path: Path, text: str) -> list[Candidate]:
     kind = meta.get("metadata", {}).get("type") if isinstance(meta.get("metadata"), dict) else None
     kind = kind or meta.get("type")
     typ, imp = _CLAUDE_TYPES.get(str(kind), ("fact", 5))
+    used += body[:len(body) - len(body.lstrip())].count("\n")   # the blank lines before the fact
     body = body.strip()
     title = meta.get("description") or meta.get("name")
     title = str(title).strip() if title else None
