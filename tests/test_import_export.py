@@ -292,3 +292,22 @@ def test_export_and_import_json_validate(vault, cli, tmp_path):
     doc = json.loads(r.stdout)
     jsonschema.Draft202012Validator(schema("export")).validate(doc)
     assert doc["entries"] == 4 and doc["changed"] is True
+
+
+def test_a_piece_left_out_stays_out_on_a_re_run_and_never_updates_its_neighbour(vault, tmp_path):
+    """A duplicate that was not imported is not the changed text of the other piece of its section (that piece is
+    still in the source, unchanged)."""
+    from acpmem.write.remember import remember
+
+    for text in ("The billing service stores invoices in Postgres.", "Search uses SQLite FTS5 with a porter "
+                 "tokenizer.", "The on-call rota changes every Monday morning."):
+        remember(vault, text)
+    mine, _ = remember(vault, "Deploys go out on Tuesdays; Friday deploys need a second reviewer.", type="fact")
+    f = tmp_path / "AGENTS.md"
+    f.write_text("## Project notes\n\n- Friday deploys go out only from the release branch.\n"
+                 "- Hotfix deploys go out only from the release branch after the build is green.\n")
+    first = import_source(vault, str(f))
+    assert [(i.action, i.match) for i in first.items] == [("duplicate", mine.id), ("new", None)]
+    head = _head(vault)
+    again = import_source(vault, str(f))
+    assert [i.action for i in again.items] == ["duplicate", "unchanged"] and _head(vault) == head

@@ -28,7 +28,7 @@ from acpmem.core.values import Value
 from acpmem.upkeep.importformats import Candidate, read_source, text_hash
 
 NEIGHBOURS = 6            # entries closest by words that the meaning check compares a candidate with
-PLACE_SIMILARITY = 0.3    # how alike (words) a changed piece and the entry imported from its section must be
+PLACE_SIMILARITY = 0.5    # how alike (words) a changed piece and the entry imported from its section must be
 ACTIONS = ("new", "update", "unchanged", "duplicate", "contradiction", "skipped")
 
 
@@ -115,10 +115,13 @@ def plan(vault, source: str, fmt: str | None = None, *, supersede_contradicted: 
         by_hash.setdefault(src["hash"], e)
         if not e.superseded:
             by_place.setdefault((src.get("file"), src.get("key") or src.get("section")), []).append(e)
+    present = {c.hash for c in cands}   # a piece still in the source was not changed: never the old side of an update
+    for place, olds in list(by_place.items()):
+        by_place[place] = [e for e in olds if e.source["hash"] not in present]
     index = _WordIndex(live)
+    batch_index = _WordIndex([])         # this import's new candidates, for duplicates within the import
     items: list[Item] = []
     batch: dict[str, Item] = {}          # hash -> the first item of this import with that text
-    batch_entries: list[Entry] = []      # this import's new candidates, for duplicates within the import
     superseded_here: set[str] = set()
     for c in cands:
         c = c.with_changes(file=display_path(c.file, vault))
@@ -163,11 +166,10 @@ def plan(vault, source: str, fmt: str | None = None, *, supersede_contradicted: 
                 items.append(Item(c, "update", "its source changed since it was imported; the new text "
                                                f"supersedes #{old.id}", match=old.id))
                 batch[h] = items[-1]
-                batch_entries.append(_pseudo(c, len(items)))
+                batch_index.add(_pseudo(c, len(items)))
             continue
         text = f"{c.title or ''}\n{c.text}"
-        mine = [e for e in batch_entries if similar.score(similar.features(text), similar.features(
-            f"{e.title}\n{e.body}"), lambda t: 1.0) >= similar.DUPLICATE_THRESHOLD]
+        mine = batch_index.nearest(text, NEIGHBOURS)
         same = check_write(vault, text, mine, env=env) if mine else None
         if same is not None and same.kind == "duplicate":   # a contradiction inside one source is its author's
             items.append(Item(c, "duplicate", f"{same.why}: item {same.entry.id[1:]} of this import"))
@@ -188,7 +190,7 @@ def plan(vault, source: str, fmt: str | None = None, *, supersede_contradicted: 
             continue
         items.append(Item(c, "new", c.rule))
         batch[h] = items[-1]
-        batch_entries.append(_pseudo(c, len(items)))
+        batch_index.add(_pseudo(c, len(items)))
     return Plan(str(source), fmt_name, tuple(display_path(str(p), vault) for p in files), tuple(items))
 
 
@@ -222,14 +224,18 @@ class _WordIndex:
     """The live entries by their words, to find the few a candidate should be compared with."""
 
     def __init__(self, entries: list[Entry]) -> None:
+        self.entries: list[Entry] = []
+        self.postings: dict[str, list[int]] = {}
+        for e in entries:
+            self.add(e)
+
+    def add(self, e: Entry) -> None:
         from acpmem.search import similar
 
-        self.entries = entries
-        self.feats = [similar.features(f"{e.title}\n{e.body}", segments=False) for e in entries]
-        self.postings: dict[str, list[int]] = {}
-        for i, f in enumerate(self.feats):
-            for t in f.terms:
-                self.postings.setdefault(t, []).append(i)
+        i = len(self.entries)
+        self.entries.append(e)
+        for t in similar.features(f"{e.title}\n{e.body}", segments=False).terms:
+            self.postings.setdefault(t, []).append(i)
 
     def nearest(self, text: str, k: int) -> list[Entry]:
         import math
