@@ -119,6 +119,11 @@ def plan(vault, source: str, fmt: str | None = None, *, supersede_contradicted: 
     for place, olds in list(by_place.items()):
         by_place[place] = [e for e in olds if e.source["hash"] not in present]
     index = _WordIndex(live)
+    from acpmem.write.duplicates import index_idf
+
+    # the weights of every term the checks below can meet, read from the index once
+    idf = index_idf(vault, set(index.postings).union(*(similar.features(f"{c.title or ''}\n{c.text}").terms
+                                                       for c in cands if c.skip is None)))
     batch_index = _WordIndex([])         # this import's new candidates, for duplicates within the import
     items: list[Item] = []
     batch: dict[str, Item] = {}          # hash -> the first item of this import with that text
@@ -170,12 +175,12 @@ def plan(vault, source: str, fmt: str | None = None, *, supersede_contradicted: 
             continue
         text = f"{c.title or ''}\n{c.text}"
         mine = batch_index.nearest(text, NEIGHBOURS)
-        same = check_write(vault, text, mine, env=env) if mine else None
+        same = check_write(vault, text, mine, env=env, idf=idf) if mine else None
         if same is not None and same.kind == "duplicate":   # a contradiction inside one source is its author's
             items.append(Item(c, "duplicate", f"{same.why}: item {same.entry.id[1:]} of this import"))
             continue
         shown = index.nearest(text, NEIGHBOURS)
-        match = check_write(vault, text, shown, env=env) if shown else None
+        match = check_write(vault, text, shown, env=env, idf=idf) if shown else None
         if match is not None and match.kind == "duplicate":
             items.append(Item(c, "duplicate", match.why, match=match.entry.id))
             continue
