@@ -311,3 +311,24 @@ def test_a_piece_left_out_stays_out_on_a_re_run_and_never_updates_its_neighbour(
     head = _head(vault)
     again = import_source(vault, str(f))
     assert [i.action for i in again.items] == ["duplicate", "unchanged"] and _head(vault) == head
+
+
+def test_claude_code_and_codex_read_the_exported_block_on_their_next_session():
+    """tests/fixtures/import/harness-reads/ (make.sh): the files `acp memory export` wrote, and the request the real
+    Claude Code 2.1.197 and Codex 0.171.0 sent to their model in the next session — the block is in it."""
+    from acpmem.core.entry import Entry
+    from acpmem.upkeep.exporting import render_block
+
+    here = FIX / "harness-reads"
+    for name, request in (("CLAUDE.md", "claude-code-request.txt"), ("AGENTS.md", "codex-request.txt")):
+        exported = (here / name).read_text()
+        block = exported.partition(BEGIN_MARK)[2].partition(END_MARK)[0].strip()
+        sent = (here / request).read_text()
+        assert block and block in sent, name
+        assert "- **The staging cluster is called zebra-7 and lives in eu-west-1.** (fact, importance 8," in sent
+    # and today's export renders that same block for that entry
+    ident = (here / "CLAUDE.md").read_text().split("importance 8, #")[1].split(")")[0]
+    e = Entry(id=ident, title="The staging cluster is called zebra-7 and lives in eu-west-1.", type="fact",
+              importance=8, created="2026-12-04T14:10:00Z",
+              body="The staging cluster is called zebra-7 and lives in eu-west-1.\n")
+    assert BEGIN_MARK + (here / "CLAUDE.md").read_text().partition(BEGIN_MARK)[2] == render_block([e], 1)

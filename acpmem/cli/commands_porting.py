@@ -130,6 +130,7 @@ def export(ctx: typer.Context,
 
     Example: acp memory export --to gemini --file docs/GEMINI.md --dry-run
     """
+    from acpmem.core.render import count_entries
     from acpmem.upkeep.exporting import export as run
 
     v = open_vault(ctx, vault)
@@ -144,6 +145,6 @@ def export(ctx: typer.Context,
         out(got.block.rstrip("\n"))
         out(f"(--dry-run: {got.path} {'would change' if got.changed else 'is up to date'}; nothing was written.)")
     elif got.changed:
-        out(f"Exported {len(got.ids)} entries to {got.path} (between the acpmem markers).")
+        out(f"Exported {count_entries(len(got.ids))} to {got.path} (between the acpmem markers).")
     else:
-        out(f"{got.path} is up to date ({len(got.ids)} entries); nothing changed.")
+        out(f"{got.path} is up to date ({count_entries(len(got.ids))}); nothing changed.")
