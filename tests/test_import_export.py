@@ -10,7 +10,7 @@ import pytest
 
 from acpmem.upkeep.exporting import export
 from acpmem.upkeep.importing import import_source, plan
-from acpmem.upkeep.importformats import BEGIN_MARK, END_MARK, text_hash
+from acpmem.upkeep.importrules import BEGIN_MARK, END_MARK, text_hash
 
 FIX = Path(__file__).parent / "fixtures" / "import"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from acpmem.core.entry import Entry
 from acpmem.core.errors import AcpmemError, UsageError
 from acpmem.core.values import Value
-from acpmem.upkeep.importformats import BEGIN_MARK, END_MARK
+from acpmem.upkeep.importrules import BEGIN_MARK, END_MARK
 
 TARGETS = {"claude-code": "CLAUDE.md", "codex": "AGENTS.md", "agents-md": "AGENTS.md", "gemini": "GEMINI.md"}
 BODY_CHARS = 400          # of each entry's text in the block

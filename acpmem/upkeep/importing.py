@@ -25,7 +25,8 @@ from pathlib import Path
 from acpmem.core.entry import Entry
 from acpmem.core.errors import Refused
 from acpmem.core.values import Value
-from acpmem.upkeep.importformats import Candidate, read_source, text_hash
+from acpmem.upkeep.importformats import read_source
+from acpmem.upkeep.importrules import Candidate, text_hash
 
 NEIGHBOURS = 6            # entries closest by words that the meaning check compares a candidate with
 PLACE_SIMILARITY = 0.5    # how alike (words) a changed piece and the entry imported from its section must be
