@@ -97,107 +97,119 @@ def plan(vault, source: str, fmt: str | None = None, *, supersede_contradicted: 
          env=None) -> Plan:
     """Read ``source`` and decide what each of its memories becomes (see the module docstring). Reads the vault,
     writes nothing."""
-    from acpmem.core.redact import find_secrets
-    from acpmem.search import similar
-    from acpmem.write.duplicates import check_write
-
     files, fmt_name, cands = read_source(source, fmt)
-    settings = vault.settings
-    types = settings.types
-    limit = settings.extraction.max_entry_bytes
-    entries = [e for e in vault.load(with_reads=False).entries]
-    live = [e for e in entries if not e.superseded]
-    by_hash: dict[str, Entry] = {}
-    by_place: dict[tuple, list[Entry]] = {}
-    for e in entries:
-        src = e.source or {}
-        if src.get("by") != "import" or not isinstance(src.get("hash"), str):
-            continue
-        by_hash.setdefault(src["hash"], e)
-        if not e.superseded:
-            by_place.setdefault((src.get("file"), src.get("key") or src.get("section")), []).append(e)
-    present = {c.hash for c in cands}   # a piece still in the source was not changed: never the old side of an update
-    for place, olds in list(by_place.items()):
-        by_place[place] = [e for e in olds if e.source["hash"] not in present]
-    index = _WordIndex(live)
-    from acpmem.write.duplicates import index_idf
-
-    # the weights of every term the checks below can meet, read from the index once
-    idf = index_idf(vault, set(index.postings).union(*(similar.features(f"{c.title or ''}\n{c.text}").terms
-                                                       for c in cands if c.skip is None)))
-    batch_index = _WordIndex([])         # this import's new candidates, for duplicates within the import
+    planner = _Planner(vault, cands, supersede_contradicted, env)
     items: list[Item] = []
-    batch: dict[str, Item] = {}          # hash -> the first item of this import with that text
-    superseded_here: set[str] = set()
     for c in cands:
-        c = c.with_changes(file=display_path(c.file, vault))
+        items.append(planner.decide(c.with_changes(file=display_path(c.file, vault)), len(items) + 1))
+    return Plan(str(source), fmt_name, tuple(display_path(str(p), vault) for p in files), tuple(items))
+
+
+class _Planner:
+    """The state one plan decides against: the vault's imported entries by content hash and by place, its live
+    entries by their words, this import's own items so far, and the index's term weights (read once)."""
+
+    def __init__(self, vault, cands: list[Candidate], supersede_contradicted: bool, env) -> None:
+        from acpmem.search import similar
+        from acpmem.write.duplicates import index_idf
+
+        self.vault, self.env, self.supersede_contradicted = vault, env, supersede_contradicted
+        entries = vault.load(with_reads=False).entries
+        self.by_hash: dict[str, Entry] = {}
+        self.by_place: dict[tuple, list[Entry]] = {}
+        present = {c.hash for c in cands}   # a piece still in the source was not changed: never an update's old side
+        for e in entries:
+            src = e.source or {}
+            if src.get("by") != "import" or not isinstance(src.get("hash"), str):
+                continue
+            self.by_hash.setdefault(src["hash"], e)
+            if not e.superseded and src["hash"] not in present:
+                self.by_place.setdefault((src.get("file"), src.get("key") or src.get("section")), []).append(e)
+        self.index = _WordIndex([e for e in entries if not e.superseded])
+        self.idf = index_idf(vault, set(self.index.postings).union(
+            *(similar.features(f"{c.title or ''}\n{c.text}").terms for c in cands if c.skip is None)))
+        self.mine = _WordIndex([])          # this import's new candidates, for duplicates within the import
+        self.seen: dict[str, Item] = {}     # hash -> the first item of this import with that text
+        self.superseded: set[str] = set()   # entries this import supersedes already
+
+    def decide(self, c: Candidate, n: int) -> Item:
+        """The item of candidate ``c``, the ``n``-th of the import."""
         if c.skip is not None:
-            items.append(Item(c, "skipped", c.skip))
-            continue
+            return Item(c, "skipped", c.skip)
+        c, refusal = self._admit(c)
+        if refusal is not None:
+            return Item(c, "skipped", refusal)
+        item = self._known(c) or self._by_meaning(c)
+        if item.action in ("new", "update", "unchanged"):
+            self.seen.setdefault(c.hash, item)
+            if item.action != "unchanged":
+                self.mine.add(_pseudo(c, n))
+        return item
+
+    def _admit(self, c: Candidate) -> tuple[Candidate, str | None]:
+        """The candidate with a type this vault has, or why it cannot be an entry (too large, a secret)."""
+        from acpmem.core.redact import find_secrets
+
+        types = self.vault.settings.types
         if c.type not in types:
             from acpmem.write.remember import default_type
 
             c = c.with_changes(type=default_type(types, c.type == "user-preference"),
                                rule=c.rule + f"; this vault has no type '{c.type}'")
-        body = c.text.strip("\n") + "\n"
-        if len(body.encode("utf-8", "surrogatepass")) > limit:
-            items.append(Item(c, "skipped", f"too large: {len(body.encode()):,} bytes, entries hold at most "
-                                            f"{limit:,} (extraction.max_entry_bytes)"))
-            continue
+        limit = self.vault.settings.extraction.max_entry_bytes
+        size = len((c.text.strip("\n") + "\n").encode("utf-8", "surrogatepass"))
+        if size > limit:
+            return c, f"too large: {size:,} bytes, entries hold at most {limit:,} (extraction.max_entry_bytes)"
         found = find_secrets((c.title or "") + "\n" + c.text, deep=False)
         if found:
             kinds = ", ".join(dict.fromkeys(f.kind for f in found))
-            items.append(Item(c, "skipped", f"holds what looks like a secret ({kinds}); secrets never enter the "
-                                            "vault"))
-            continue
-        h = c.hash
-        if h in batch:
-            items.append(Item(c, "duplicate", f"the same text as line {batch[h].candidate.line} of "
-                                              f"{batch[h].candidate.file}"))
-            continue
-        had = by_hash.get(h)
+            return c, f"holds what looks like a secret ({kinds}); secrets never enter the vault"
+        return c, None
+
+    def _known(self, c: Candidate) -> Item | None:
+        """By its provenance: a second copy in this import, imported before (unchanged), or the changed text of a
+        place imported before (an update — unless a person edited that entry since)."""
+        first = self.seen.get(c.hash)
+        if first is not None:
+            return Item(c, "duplicate", f"the same text as line {first.candidate.line} of {first.candidate.file}")
+        had = self.by_hash.get(c.hash)
         if had is not None:
-            items.append(Item(c, "unchanged", "imported before" + (" (superseded since)" if had.superseded else ""),
-                              match=had.id))
-            batch[h] = items[-1]
-            continue
-        old = _same_place(c, by_place, similar)
-        if old is not None and old.id not in superseded_here:
-            if _edited(old):
-                items.append(Item(c, "skipped", f"its source changed, and #{old.id} was edited by a person since "
-                                                "it was imported: their edit is kept (edit the entry to take the "
-                                                "new text)", match=old.id))
-            else:
-                superseded_here.add(old.id)
-                items.append(Item(c, "update", "its source changed since it was imported; the new text "
-                                               f"supersedes #{old.id}", match=old.id))
-                batch[h] = items[-1]
-                batch_index.add(_pseudo(c, len(items)))
-            continue
+            return Item(c, "unchanged", "imported before" + (" (superseded since)" if had.superseded else ""),
+                        match=had.id)
+        old = _same_place(c, self.by_place)
+        if old is None or old.id in self.superseded:
+            return None
+        if _edited(old):
+            return Item(c, "skipped", f"its source changed, and #{old.id} was edited by a person since it was "
+                                      "imported: their edit is kept (edit the entry to take the new text)",
+                        match=old.id)
+        self.superseded.add(old.id)
+        return Item(c, "update", f"its source changed since it was imported; the new text supersedes #{old.id}",
+                    match=old.id)
+
+    def _by_meaning(self, c: Candidate) -> Item:
+        """Through the vault's duplicate check: against this import's own items (a duplicate only: a contradiction
+        inside one source is its author's), then against the live entries closest by words."""
+        from acpmem.write.duplicates import check_write
+
         text = f"{c.title or ''}\n{c.text}"
-        mine = batch_index.nearest(text, NEIGHBOURS)
-        same = check_write(vault, text, mine, env=env, idf=idf) if mine else None
-        if same is not None and same.kind == "duplicate":   # a contradiction inside one source is its author's
-            items.append(Item(c, "duplicate", f"{same.why}: item {same.entry.id[1:]} of this import"))
-            continue
-        shown = index.nearest(text, NEIGHBOURS)
-        match = check_write(vault, text, shown, env=env, idf=idf) if shown else None
-        if match is not None and match.kind == "duplicate":
-            items.append(Item(c, "duplicate", match.why, match=match.entry.id))
-            continue
-        if match is not None:
-            if supersede_contradicted and match.entry.id not in superseded_here and not match.entry.superseded:
-                superseded_here.add(match.entry.id)
-                items.append(Item(c, "update", f"contradicts #{match.entry.id} ({match.why}); supersedes it "
-                                               "(--supersede-contradicted)", match=match.entry.id))
-            else:
-                items.append(Item(c, "contradiction", f"{match.why}; not imported (resolve it by hand, or run "
-                                                      "again with --supersede-contradicted)", match=match.entry.id))
-            continue
-        items.append(Item(c, "new", c.rule))
-        batch[h] = items[-1]
-        batch_index.add(_pseudo(c, len(items)))
-    return Plan(str(source), fmt_name, tuple(display_path(str(p), vault) for p in files), tuple(items))
+        ours = self.mine.nearest(text, NEIGHBOURS)
+        same = check_write(self.vault, text, ours, env=self.env, idf=self.idf) if ours else None
+        if same is not None and same.kind == "duplicate":
+            return Item(c, "duplicate", f"{same.why}: item {same.entry.id[1:]} of this import")
+        shown = self.index.nearest(text, NEIGHBOURS)
+        match = check_write(self.vault, text, shown, env=self.env, idf=self.idf) if shown else None
+        if match is None:
+            return Item(c, "new", c.rule)
+        old = match.entry
+        if match.kind == "duplicate":
+            return Item(c, "duplicate", match.why, match=old.id)
+        if self.supersede_contradicted and old.id not in self.superseded and not old.superseded:
+            self.superseded.add(old.id)
+            return Item(c, "update", f"contradicts #{old.id} ({match.why}); supersedes it (--supersede-contradicted)",
+                        match=old.id)
+        return Item(c, "contradiction", f"{match.why}; not imported (resolve it by hand, or run again with "
+                                        "--supersede-contradicted)", match=old.id)
 
 
 def _pseudo(c: Candidate, n: int) -> Entry:
@@ -212,9 +224,11 @@ def _edited(e: Entry) -> bool:
     return text_hash(e.body) != (e.source or {}).get("hash")
 
 
-def _same_place(c: Candidate, by_place: dict, similar) -> Entry | None:
+def _same_place(c: Candidate, by_place: dict) -> Entry | None:
     """The live entry imported from the same place as ``c``: the same key (a unit: a topic file, a rule, a
     summary, a block), or the same section with a text close by words (``PLACE_SIMILARITY``)."""
+    from acpmem.search import similar
+
     if c.key is not None:
         got = by_place.get((c.file, c.key))
         return got[0] if got else None
