@@ -332,3 +332,47 @@ def test_claude_code_and_codex_read_the_exported_block_on_their_next_session():
               importance=8, created="2026-12-04T14:10:00Z",
               body="The staging cluster is called zebra-7 and lives in eu-west-1.\n")
     assert BEGIN_MARK + (here / "CLAUDE.md").read_text().partition(BEGIN_MARK)[2] == render_block([e], 1)
+
+
+def test_a_project_folder_imports_every_known_file_at_once(vault, tmp_path):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    shutil.copy(FIX / "claude-code" / "CLAUDE.md", proj / "CLAUDE.md")
+    shutil.copy(FIX / "codex" / "AGENTS.md", proj / "AGENTS.md")
+    shutil.copytree(FIX / "cursor" / ".cursor", proj / ".cursor")
+    shutil.copytree(FIX / "cline" / "memory-bank", proj / "memory-bank")
+    p = import_source(vault, str(proj))
+    assert p.format == "agents-md,claude-md,cline,cursor" and len(p.files) == 5
+    by_format = {}
+    for e in _live(vault).values():
+        by_format[e.source["format"]] = by_format.get(e.source["format"], 0) + 1
+    assert by_format == {"claude-md": 8, "agents-md": 3, "cursor": 2, "cline": 5}
+    assert import_source(vault, str(proj)).commit is None
+
+
+def test_claude_codes_own_folders_are_named_from_home_and_user_level_rules_are_preferences(vault, tmp_path):
+    from acpmem.read.retrieval import recall
+
+    home = Path.home()
+    mem = home / ".claude" / "projects" / "-work-acme" / "memory"
+    shutil.copytree(FIX / "claude-code" / "memory", mem)
+    (home / ".claude" / "CLAUDE.md").write_text("## Preferences\n\n- Never use emoji in commit messages or code "
+                                                "comments.\n")
+    import_source(vault, str(mem))
+    import_source(vault, str(home / ".claude" / "CLAUDE.md"))
+    files = {e.source["file"] for e in _live(vault).values()}
+    assert "~/.claude/projects/-work-acme/memory/feedback_no_mocks.md" in files and "~/.claude/CLAUDE.md" in files
+    (pref,) = [e for e in _live(vault).values() if e.source["file"] == "~/.claude/CLAUDE.md"]
+    assert pref.type == "user-preference"
+    assert recall(vault, "emoji commit messages")[0].entry.id == pref.id
+
+
+def test_format_can_be_forced_and_rules_json_may_be_a_plain_list(vault, tmp_path):
+    notes = tmp_path / "decisions.txt"
+    notes.write_text("## Decisions\n\n- We chose Postgres over MySQL because the team runs it elsewhere.\n")
+    p = plan(vault, str(notes), "markdown")
+    assert [(i.action, i.candidate.type) for i in p.items] == [("new", "decision")]
+    rules = tmp_path / "rules.json"
+    rules.write_text('["Always answer with the command first.", "Never run migrations on Fridays."]')
+    p = plan(vault, str(rules))
+    assert p.format == "claude-recall" and [i.candidate.key for i in p.items] == ["rule1", "rule2"]
