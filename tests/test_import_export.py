@@ -376,3 +376,35 @@ def test_format_can_be_forced_and_rules_json_may_be_a_plain_list(vault, tmp_path
     rules.write_text('["Always answer with the command first.", "Never run migrations on Fridays."]')
     p = plan(vault, str(rules))
     assert p.format == "claude-recall" and [i.candidate.key for i in p.items] == ["rule1", "rule2"]
+
+
+def test_files_made_from_claude_codes_own_memory_template_import_with_their_types(vault, tmp_path):
+    """The template in the prompt Claude Code 2.1.197 really sent (fixtures/import/claude-code/memory-prompt.txt),
+    filled for each type, with the MEMORY.md line the same prompt asks for."""
+    import re
+
+    prompt = (FIX / "claude-code" / "memory-prompt.txt").read_text()
+    template = re.search(r"```markdown\n(.*?)```", prompt, re.S).group(1)
+    index_line = re.search(r"pointer in `MEMORY.md` \(`(.*?)`\)", prompt).group(1)
+    assert "~" not in index_line and index_line.startswith("- [Title](file.md)")
+    folder = tmp_path / "-work-acme" / "memory"
+    folder.mkdir(parents=True)
+    index = []
+    facts = {"user": "Maria leads the payments team and reads answers on her phone.",
+             "feedback": "Keep pull requests under 400 lines; reviewers asked for it twice.",
+             "project": "The checkout rewrite ships on 2027-03-01 behind the new-cart flag.",
+             "reference": "Incidents go to https://tracker.example.invalid/ops with the runbook linked."}
+    for kind in facts:
+        text = (template.replace("<short-kebab-case-slug>", f"{kind}-fact")
+                .replace("<one-line summary — used to decide relevance during recall>", f"The {kind} memory of Acme")
+                .replace("user | feedback | project | reference", kind))
+        text = re.sub(r"<the fact;[^>]*>", facts[kind], text)
+        (folder / f"{kind}_fact.md").write_text(text)
+        index.append(index_line.replace("Title", f"The {kind} memory").replace("file.md", f"{kind}_fact.md")
+                     .replace("hook", "why it matters"))
+    (folder / "MEMORY.md").write_text("\n".join(index) + "\n")
+    p = import_source(vault, str(folder))
+    assert p.format == "claude-memory" and p.counts()["skipped"] == 4 and p.counts()["new"] == 4
+    got = {e.title: (e.type, e.importance) for e in _live(vault).values()}
+    assert got == {"The user memory of Acme": ("user-preference", 7), "The feedback memory of Acme": ("lesson", 7),
+                   "The project memory of Acme": ("fact", 6), "The reference memory of Acme": ("reference", 5)}
