@@ -408,3 +408,21 @@ def test_files_made_from_claude_codes_own_memory_template_import_with_their_type
     got = {e.title: (e.type, e.importance) for e in _live(vault).values()}
     assert got == {"The user memory of Acme": ("user-preference", 7), "The feedback memory of Acme": ("lesson", 7),
                    "The project memory of Acme": ("fact", 6), "The reference memory of Acme": ("reference", 5)}
+
+
+def test_the_codex_memories_fixture_keeps_to_the_shape_codex_ships(vault, tmp_path):
+    prompt = (FIX / "codex" / "memories-prompt.txt").read_text()
+    ours = (FIX / "codex" / "memories" / "MEMORY.md").read_text()
+    for head in ("# Task Group:", "scope:", "applies_to:", "## Task 1:", "### rollout_summary_files", "### keywords",
+                 "## User preferences", "## Reusable knowledge", "## Failures and how to do differently"):
+        assert head in prompt and head in ours, head
+    # the template's own body shape (from "## Task 1:" on), read as a MEMORY.md: the bullets of its three
+    # consolidated sections become memories (three, two, two); the task routing is skipped
+    template = "# Task Group: the template\n" + prompt[prompt.index("## Task 1:"):]
+    f = tmp_path / "memories" / "MEMORY.md"
+    f.parent.mkdir()
+    f.write_text(template)
+    p = plan(vault, str(f))
+    assert p.format == "codex-memories"
+    assert sorted(i.candidate.type for i in p.items if i.action == "new") == \
+        ["fact", "fact", "lesson", "lesson", "user-preference", "user-preference", "user-preference"]
