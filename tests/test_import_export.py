@@ -292,6 +292,10 @@ def test_export_and_import_json_validate(vault, cli, tmp_path):
     doc = json.loads(r.stdout)
     jsonschema.Draft202012Validator(schema("export")).validate(doc)
     assert doc["entries"] == 4 and doc["changed"] is True
+    two = doc["ids"][:2]
+    r = cli("memory", "--vault", str(vault.root), "export", "--to", "gemini", "--file", str(tmp_path / "GEMINI.md"),
+            "--ids", ",".join(two), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["ids"] == two, r.stderr
 
 
 def test_a_piece_left_out_stays_out_on_a_re_run_and_never_updates_its_neighbour(vault, tmp_path):

@@ -111,9 +111,10 @@ def export(ctx: typer.Context,
            file: Annotated[Optional[str], typer.Option("--file", metavar="FILE", show_default=False,
                                                        help="The file to write (default: the harness's file in "
                                                             "the project root).")] = None,
-           ids: Annotated[Optional[list[str]], typer.Option("--id", metavar="ID", show_default=False,
-                                                            help="Export this entry (repeatable; default: the "
-                                                                 "resident index's entries).")] = None,
+           ids: Annotated[Optional[list[str]], typer.Option("--id", "--ids", metavar="ID", show_default=False,
+                                                            help="Export these entries: repeat it, or give ids "
+                                                                 "separated by commas (default: the resident "
+                                                                 "index's entries).")] = None,
            dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the block; write nothing.")] = False,
            json_: JsonOpt = False, vault: VaultOpt = None) -> None:
     """Write the vault's memory into a harness's own memory file, so a harness without acpmem reads it too.
@@ -126,7 +127,7 @@ def export(ctx: typer.Context,
 
     Example: acp memory export --to claude-code
 
-    Example: acp memory export --to codex --id k3f9q2 --id m2x8aa
+    Example: acp memory export --to codex --ids k3f9q2,m2x8aa
 
     Example: acp memory export --to gemini --file docs/GEMINI.md --dry-run
     """
@@ -135,7 +136,8 @@ def export(ctx: typer.Context,
 
     v = open_vault(ctx, vault)
     try:
-        got = run(v, to.value, file=file, ids=ids, dry_run=dry_run)
+        chosen = [i.strip() for value in ids or () for i in value.split(",") if i.strip()] or None
+        got = run(v, to.value, file=file, ids=chosen, dry_run=dry_run)
     finally:
         v.close()
     emit_warnings(v)
