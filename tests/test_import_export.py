@@ -430,3 +430,16 @@ def test_the_codex_memories_fixture_keeps_to_the_shape_codex_ships(vault, tmp_pa
     assert p.format == "codex-memories"
     assert sorted(i.candidate.type for i in p.items if i.action == "new") == \
         ["fact", "fact", "lesson", "lesson", "user-preference", "user-preference", "user-preference"]
+
+
+def test_a_source_that_is_a_link_is_read_through_it_and_a_fifo_is_refused(vault, cli, tmp_path):
+    import os
+
+    link = tmp_path / "linked" / "AGENTS.md"
+    link.parent.mkdir()
+    link.symlink_to(FIX / "codex" / "AGENTS.md")
+    assert plan(vault, str(link)).counts()["new"] == 3
+    fifo = tmp_path / "fifo" / "CLAUDE.md"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    assert "not a regular file" in _error(cli, vault, str(fifo))

@@ -29,6 +29,7 @@ def read_text(path: Path) -> str:
     UTF-8."""
     from acpmem.infra.files import NotRegularFile, read_regular
 
+    path = path.resolve() if path.is_symlink() else path   # a link a person made to their own memory file
     try:
         raw = read_regular(path, MAX_SOURCE_BYTES + 1)
     except FileNotFoundError:
