@@ -23,7 +23,7 @@ HEAVY = {"openai", "mcp", "mcp_types", "anyio", "rjieba", "jieba", "detect_secre
          "click", "yaml", "rapidfuzz", "pydantic", "numpy", "zstandard", "snowballstemmer", "Stemmer", "pygit2"}
 TYPER_MODULES = {"acpmem.cli.app", "acpmem.cli.commands_vault", "acpmem.cli.commands_read",
                  "acpmem.cli.commands_write", "acpmem.cli.commands_review", "acpmem.cli.commands_integrations",
-                 "acpmem.cli.commands_branches"}
+                 "acpmem.cli.commands_branches", "acpmem.cli.commands_porting"}
 
 
 def _mods():

@@ -72,6 +72,7 @@ OPS = {
     "sync": ["sync"],
     "doctor-fix": ["doctor", "--fix"],
     "two-layer": _fork_args("Crash note for both layers", "lesson", "llm"),
+    "import": ["import", str(Path(__file__).parent / "fixtures" / "import" / "codex" / "AGENTS.md")],
 }
 
 
@@ -376,6 +377,11 @@ def _exactly_once(op: str, entries: list[dict], vault: Path, user: Path, remote:
         assert git_out(vault, "log", "--format=%s").count("a person's own commit") == 1, ctx
     elif op == "doctor-fix":
         assert sum("Half-written before the crash." in b for b in bodies) <= 1, ctx
+    elif op == "import":   # the whole import (3 entries, once, in one commit) or none of it
+        imported = [e for e in entries if (e.get("source") or {}).get("by") == "import"]
+        kinds = git_out(vault, "log", "--format=%(trailers:key=Acpmem-Kind,valueonly)").split()
+        assert len(imported) in (0, 3) and kinds.count("import") == (1 if imported else 0), (ctx, imported)
+        assert len({e["source"]["hash"] for e in imported}) == len(imported), ctx
 
 
 # --------------------------------------------------------------------------------------------- the test

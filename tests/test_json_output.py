@@ -107,6 +107,10 @@ def test_every_command_json_output_validates_against_its_schema(example_vault, c
     check("sync", "sync", "--json")
     check("init", "init", str(tmp_path / "another"), "--json", cwd=tmp_path)
     check("stale", "stale", "--json")
+    imported = check("import", "import", str(FIXTURES / "import" / "codex" / "AGENTS.md"), "--json")
+    assert imported["counts"]["new"] == 3
+    check("import", "import", str(FIXTURES / "import" / "codex" / "AGENTS.md"), "--dry-run", "--json")
+    check("export", "export", "--to", "codex", "--file", str(tmp_path / "AGENTS.md"), "--json")
     # embed: in test_progress (a model server); diff: needs a project (below)
     assert seen == set(NAMES) - {"schema", "error", "warning", "embed", "diff"}
 

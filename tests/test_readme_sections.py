@@ -122,6 +122,7 @@ def test_every_example_in_command_help_starts_its_own_line(tmp_path):
     import typer
 
     import acpmem.cli.commands_integrations  # noqa: F401  (registers the commands)
+    import acpmem.cli.commands_porting  # noqa: F401
     import acpmem.cli.commands_read  # noqa: F401
     import acpmem.cli.commands_review  # noqa: F401
     import acpmem.cli.commands_vault  # noqa: F401

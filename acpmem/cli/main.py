@@ -29,7 +29,7 @@ def typer_app(prog: str = "acpmem"):
     from acpmem.cli import app
     # registering order is the order `acp memory --help` lists the commands in
     from acpmem.cli import commands_vault, commands_read, commands_write, commands_review, commands_integrations  # noqa: F401, I001
-    from acpmem.cli import commands_branches  # noqa: F401
+    from acpmem.cli import commands_branches, commands_porting  # noqa: F401
 
     return app.root_app if prog == "acp" else app.app
 

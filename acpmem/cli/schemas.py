@@ -10,7 +10,8 @@ from importlib import resources
 
 # the commands whose --json output has a schema (tools always prints JSON), then the stderr objects
 NAMES = ("init", "list", "show", "score", "forget", "log", "doctor", "recall", "surface", "commit", "extract", "tools",
-         "blocks", "stats", "remember", "review", "consolidate", "sync", "stale", "embed", "diff", "schema", "error", "warning")
+         "blocks", "stats", "remember", "review", "consolidate", "sync", "stale", "embed", "diff", "import", "export",
+         "schema", "error", "warning")
 
 
 def schema_text(name: str) -> str:

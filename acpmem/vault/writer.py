@@ -65,6 +65,7 @@ KIND_PROPOSE = "proposal"        # the fork's entries under ``[write] policy = "
 KIND_REVIEW = "human-review"     # a person's decision in ``review`` (accept, edit, reject)
 KIND_REMEMBER = "human-write"    # a person's entry, verbatim (``remember``)
 KIND_CONSOLIDATE = "consolidate"  # one merged entry superseding a cluster (``consolidate``)
+KIND_IMPORT = "import"           # entries brought from another harness's memory (``import``)
 
 
 # --------------------------------------------------------------------------------------------- paths

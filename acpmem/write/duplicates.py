@@ -324,17 +324,19 @@ class Match(Value):
 
 
 def check_write(vault, text: str, shown: list[Entry], env: Mapping[str, str] | None = None,
-                notes: list[str] | None = None) -> Match | None:
+                notes: list[str] | None = None, idf=None) -> Match | None:
     """The entry among ``shown`` the new ``text`` contradicts (first) or duplicates (the closest), by the words
     and — when an embeddings model is configured and the mode is not ``lexical`` — by the vectors (one call for
-    the new text and the shown entries). None when it is new."""
+    the new text and the shown entries). None when it is new. ``idf``: the term weights (``index_idf``) when the
+    caller checks many texts against one index (an import), read once instead of once per text."""
     from acpmem.search import similar
 
     if not shown:
         return None
     fa = similar.features(text)
     feats = [similar.features(f"{e.title}\n{e.body}") for e in shown]
-    idf = _index_idf(vault, set(fa.terms).union(*(f.terms for f in feats)))
+    if idf is None:
+        idf = index_idf(vault, set(fa.terms).union(*(f.terms for f in feats)))
     found: list[Match] = []
     for e, fb in zip(shown, feats):
         got = similar.judge(fa, fb, idf)
@@ -347,7 +349,7 @@ def check_write(vault, text: str, shown: list[Entry], env: Mapping[str, str] | N
     return max(found, key=lambda m: (m.kind == "contradiction", m.similarity))
 
 
-def _index_idf(vault, terms: set[str]):
+def index_idf(vault, terms: set[str]):
     """IDF of ``terms`` over the vault's index (the number of entries and each term's document frequency, read for
     these terms only): about the weights ``consolidate`` gives them, for a check that compares one text with a
     few."""
