@@ -254,14 +254,7 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
                 # the second pass: every write of the first repeated an entry shown as related (small models
                 # copy what they were shown instead of reading the conversation); asked once more without them,
                 # the repeats still checked against them
-                body = fork_body(vault, req, config, transcript=t, related=[] if again else rel, notes=notes)
-                say(req.id, f"calling {config.model}")
-                try:
-                    result = llm.call_chat(config, body)
-                except ExtractionError as exc:
-                    costs.append(state, costs.record(None, at=now, request=req.id, session=req.session, error=exc,
-                                                     model=config.model))
-                    raise
+                body, result = _call_fitted(vault, req, config, t, [] if again else rel, notes, now, say)
                 host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write",
                                                                                       "memory_nothing"}
                 try:
@@ -328,6 +321,32 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
                                       base_seconds=cfg.retry_base_seconds, max_attempts=cfg.max_attempts)
         return Outcome(req.id, "failed" if new.status == "failed" else "retry", label, error={**error},
                        usage=_usage(result), attempts=new.attempts)
+
+
+CONTEXT_SHRINKS = 3   # a prompt the endpoint says is over its window: sent again at half the size, this many times
+
+
+def _call_fitted(vault, req: Request, config, t, related: list[Entry], notes: list[str], now: str, say):
+    """One fork call: the body built to the model's window and sent; when the endpoint answers that the prompt is
+    over its context (reason ``context_length``), built again at half the size and sent, up to ``CONTEXT_SHRINKS``
+    times — never the same body again. Every call goes to the cost ledger. Returns the body sent and the answer."""
+    from acpmem.write import llm
+    from acpmem.write.context import shrunk_window
+
+    window = None
+    for shrink in range(CONTEXT_SHRINKS + 1):
+        body = fork_body(vault, req, config, transcript=t, related=related, notes=notes, context_tokens=window)
+        say(req.id, f"calling {config.model}")
+        try:
+            return body, llm.call_chat(config, body)
+        except ExtractionError as exc:
+            costs.append(vault.state_dir, costs.record(None, at=now, request=req.id, session=req.session, error=exc,
+                                                       model=config.model))
+            if exc.data.get("reason") != "context_length" or shrink == CONTEXT_SHRINKS:
+                raise
+            window = shrunk_window(body)
+            notes.append(f"the endpoint said the prompt was over its context: sent again within {window} tokens")
+    raise AssertionError("unreachable")
 
 
 def _over_budget(vault, req: Request, now: str) -> Outcome | None:

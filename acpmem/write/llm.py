@@ -283,7 +283,8 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
     never cut off. An endpoint that answers a streamed request with plain JSON is read as such; one that rejects
     streaming (HTTP 400/422 naming it) is asked again without it, in the same attempt. ``clock`` measures latency, ``sleep``
     waits between attempts, ``rng`` draws the jitter. Raises ``ExtractionError`` whose ``data`` has ``reason``
-    (no_endpoint, timeout, rate_limited, server_error, connection, rejected, bad_response, repetition: a streamed
+    (no_endpoint, timeout, rate_limited, server_error, connection, rejected, context_length — the endpoint said
+    the prompt is over its window: the caller sends a shorter one —, bad_response, repetition: a streamed
     answer caught repeating itself is stopped there, not at ``max_tokens``), ``attempts``,
     ``retryable``, ``status`` and ``latency_s`` (the time spent before giving up).
     """
@@ -337,6 +338,11 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
                     body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
                     attempts -= 1
                     continue
+                if status in (400, 413, 422) and _context_exceeded(exc):
+                    raise _fail(f"The prompt is over the model's context: HTTP {status} {_error_text(exc)}",
+                                "context_length", attempts, status,
+                                "it is sent again shorter; set [extraction] context_tokens to the model's window")\
+                        from None
                 if status != 429 and status < 500:
                     raise _fail(f"Endpoint rejected the request: HTTP {status} {_error_text(exc)}", "rejected",
                                 attempts, status, _rejected_hint(status)) from None
@@ -524,6 +530,22 @@ def _error_text(exc: Any) -> str:
     return str(getattr(exc, "message", "") or "")[:200]
 
 
+CONTEXT_EXCEEDED = ("context_length_exceeded", "context length", "context window", "maximum context",
+                    "prompt is too long", "too many tokens", "exceeds the available context", "exceed_context_size")
+
+
+def _context_exceeded(exc: Any) -> bool:
+    """True when a rejection says the prompt is over the model's context window (OpenAI's code
+    ``context_length_exceeded``, llama-server's ``exceed_context_size_error``, the usual wordings): a body to send
+    again shorter, never the same."""
+    body = getattr(exc, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else None
+    words = [str(err.get(k) or "") for k in ("code", "type", "message")] if isinstance(err, dict) else []
+    words.append(_error_text(exc))
+    text = " ".join(words).lower()
+    return any(w in text for w in CONTEXT_EXCEEDED)
+
+
 def _rejected_hint(status: int) -> str:
     if status in (401, 403):
         return "check the API key (OPENAI_API_KEY or [extraction] api_key_env)"
@@ -550,7 +572,7 @@ STREAM_BROKE = "stream: "
 
 
 def _fail(message: str, reason: str, attempts: int, status: int | None, hint: str) -> ExtractionError:
-    retryable = reason in ("timeout", "rate_limited", "server_error", "connection", "repetition")
+    retryable = reason in ("timeout", "rate_limited", "server_error", "connection", "repetition", "context_length")
     return ExtractionError(message, hint, reason=reason, attempts=attempts, retryable=retryable, status=status)
 
 
