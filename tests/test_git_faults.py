@@ -396,12 +396,15 @@ def test_a_vault_folder_without_git_gives_the_real_next_step_and_never_writes_el
         assert r.returncode == 0, r.stderr
     r = cli("memory", "list", cwd=root)  # found from inside the folder too
     assert r.returncode == 0 and "base01" in r.stdout, r.stderr
-    for args in (("forget", "base01", "--reason", "x"), ("doctor",), ("doctor", "--fix"), ("sync",)):
+    commit = ("commit", "--type", "fact", "--note", "a note", "--importance", "5", "--session", "s", "--seq", "1")
+    for args in (("forget", "base01", "--reason", "x"), ("doctor",), ("doctor", "--fix"), ("sync",), commit):
         r = _acp(cli, root, *args)
         text = _one_line(r) if args != ("doctor",) else r.stdout
         assert r.returncode == 1, (args, r.stdout, r.stderr)
         assert "no .git" in text and f"git -C {root} init -b main" in text, (args, text)
         assert "run `acp memory doctor`" not in text, (args, text)
+        assert "Noted" not in r.stdout, (args, r.stdout)
+    assert not list(pending_dir(root / ".acpmem").glob("r-*.json"))   # nothing left to fail in the background
     r = cli("memory", "init", cwd=root)
     assert r.returncode == 1 and "no .git" in _one_line(r)
     assert not (root / ".acp-memory").exists()

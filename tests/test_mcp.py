@@ -297,3 +297,19 @@ def test_memory_commit_refuses_what_its_extraction_could_never_read(vault, tmp_p
         assert "Noted" not in text
     assert "Traceback" not in errlog.read_text()
     assert not list(pending_dir(vault.root / ".acpmem").glob("r-*.json"))
+
+
+def test_memory_commit_in_a_vault_folder_without_git_is_refused_at_once(vault, tmp_path):
+    """The model must not be told "Noted" for a memory the worker can never write (no .git: no history)."""
+    import shutil
+
+    shutil.rmtree(vault.root / ".git")
+
+    async def body(s):
+        return await s.call_tool("memory_commit", {"type": "fact", "note": "pnpm is the package manager",
+                                                   "importance": 6}, meta={"acpmem/seq": 1})
+
+    r = _session_run(_server_params(vault.root, "--session", "s-mcp"), body)
+    text = r.content[0].text
+    assert r.is_error is True and text.startswith("Error: ") and "no .git folder" in text, text
+    assert not list(pending_dir(vault.root / ".acpmem").glob("r-*.json"))

@@ -135,6 +135,12 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
 
         parse_commit_args({"type": type, "note": note, "importance": importance}, settings.types)
         return Ack("", requests.off_text(settings.language), "", "off", None, policy)
+    if not (vault.root / ".git").exists():
+        # refused now, as remember is: "Noted" would tell the model its memory was kept, and the worker would then
+        # fail on its schedule in the background
+        from acpmem.vault.gitrun import no_repository
+
+        raise no_repository(vault.root)
     check_readable(transcript, "transcript", "pass the conversation file the host writes for this session")
     check_host_tools(host_tools)
     at = int_arg(seq, 0, requests.MAX_SEQ)   # an unusable seq is make_request's error, below
