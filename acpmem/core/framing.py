@@ -63,12 +63,12 @@ def _in_run(ch: str) -> bool:
 
 # Letters that look like those of "acpmem" and that NFKC leaves alone: Cyrillic, Greek, small capitals.
 _CONFUSABLE = str.maketrans({
-    "а": "a", "А": "a", "Α": "a", "α": "a", "ᴀ": "a", "ɑ": "a",
-    "с": "c", "С": "c", "ϲ": "c", "Ϲ": "c", "ᴄ": "c", "ⅽ": "c",
-    "р": "p", "Р": "p", "Ρ": "p", "ρ": "p", "ᴘ": "p",
-    "м": "m", "М": "m", "Μ": "m", "ᴍ": "m", "ⅿ": "m",
-    "е": "e", "Е": "e", "Ε": "e", "ᴇ": "e", "є": "e",
-    "∕": "/", "⁄": "/", "⧸": "/", "ǀ": "/",
+    "\u0430": "a", "\u0410": "a", "\u0391": "a", "\u03b1": "a", "\u1d00": "a", "\u0251": "a",
+    "\u0441": "c", "\u0421": "c", "\u03f2": "c", "\u03f9": "c", "\u1d04": "c", "\u217d": "c",
+    "\u0440": "p", "\u0420": "p", "\u03a1": "p", "\u03c1": "p", "\u1d18": "p",
+    "\u043c": "m", "\u041c": "m", "\u039c": "m", "\u1d0d": "m", "\u217f": "m",
+    "\u0435": "e", "\u0415": "e", "\u0395": "e", "\u1d07": "e", "\u0454": "e",
+    "\u2215": "/", "\u2044": "/", "\u29f8": "/", "\u01c0": "/",
 })
 
 
@@ -125,6 +125,18 @@ def _defuse_delimiters(text: str) -> str:
 
 def _neutralise(text: str) -> str:
     return _SPECIAL_TOKEN.sub("\u2039\\1\u203a", _defuse_delimiters(text))
+
+
+def without_invisible(text: str) -> tuple[str, list[int] | None]:
+    """``text`` with the characters ``clean_block`` removes as invisible taken out, and for each character kept its
+    index in ``text`` (None when nothing was removed): the secret scan reads what a framed prompt will show, so a
+    token split by a zero-width character is found, and its span maps back to the stored text."""
+    if not _SUSPECT.search(text):
+        return text, None
+    kept = [i for i, ch in enumerate(text) if ch == "\r" or _visible(ch)]
+    if len(kept) == len(text):
+        return text, None
+    return "".join(text[i] for i in kept), kept
 
 
 def clean_block(text: str) -> str:
