@@ -248,7 +248,9 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
             if deferred is not None:
                 return deferred
             notes: list[str] = []
-            rel = related_entries(vault, req.note)
+            # what this request itself wrote (its user part, when a run was killed between the two parts) is no
+            # "related" entry: shown it, the rerun dropped the project part as a repeat of the user part
+            rel = [e for e in related_entries(vault, req.note) if (e.source or {}).get("request") != req.id]
             shown = rel
             for again in (False, True):
                 # the second pass: every write of the first repeated an entry shown as related (small models
