@@ -19,6 +19,9 @@ from acpmem.cli import reads
 from acpmem.cli.output import emit_warnings, fail, is_tty, out, out_json, warn
 
 
+PROBLEMS_SHOWN = 5   # invalid files named by list, one warning each; the rest counted (doctor lists them all)
+
+
 def list_output(vault, fmt: str, *, include_all: bool = False, session: str | None = None,
                 refresh: bool = False, budget: int | None = None) -> str:
     """The text of ``list`` in a non-terminal format: prompt, json, markdown or plain lines."""
@@ -35,9 +38,12 @@ def list_output(vault, fmt: str, *, include_all: bool = False, session: str | No
     items = sorted(items, key=lambda i: (i.entry.created, i.entry.id), reverse=True)
     stale = stale_map(vault)
     two = len(vault.layers()) > 1   # then every text line names its layer too (JSON always does)
-    for layer, p in problems:
+    for layer, p in problems[:PROBLEMS_SHOWN]:
         where = f"{layer} vault: " if two else ""
-        warn(f"Warning: skipped {where}{p.path}: {p.reason} (see `acp memory doctor`)")
+        warn(f"Warning: skipped {where}{render.problem_line(p.path, p.field, p.reason)} (see `acp memory doctor`)")
+    if len(problems) > PROBLEMS_SHOWN:
+        warn(f"Warning: … and {len(problems) - PROBLEMS_SHOWN} more invalid file(s): `acp memory doctor` lists "
+             "them all")
 
     def marks(e):
         return stale[e.id] if e.id in stale else None
@@ -80,8 +86,12 @@ def _rich_table(v, include_all: bool) -> None:
                   str(e.importance), e.created[:10], (e.last_read or "never")[:10])
     c = Console()
     c.print(t)
-    for layer, p in problems:
-        c.print(f"[yellow]skipped {f'{layer} vault: ' if two else ''}{p.path}: {p.reason}[/yellow]")
+    for layer, p in problems[:PROBLEMS_SHOWN]:
+        c.print(f"[yellow]skipped {f'{layer} vault: ' if two else ''}"
+                f"{escape(render.problem_line(p.path, p.field, p.reason))}[/yellow]")
+    if len(problems) > PROBLEMS_SHOWN:
+        c.print(f"[yellow]… and {len(problems) - PROBLEMS_SHOWN} more invalid file(s): `acp memory doctor` lists "
+                "them all[/yellow]")
 
 
 def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget: int | None, json_: bool,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from acpmem.core.errors import AcpmemError
 from acpmem.core.layout import ENTRIES_DIR
+from acpmem.core.render import problem_line, quote_path
 from acpmem.core.values import Value
 from acpmem.infra import locks
 from acpmem.infra.files import disk_full
@@ -148,11 +149,16 @@ def check_vault(vault: Vault, *, fix: bool = False, more=()) -> Report:
                 "run `acp memory sync` to finish the merge and push it")
     elif (not fix or not repaired) and not corrupt:   # not repaired: what is still to do is said
         for h in vault.human_edits():
-            if h.problem:
-                add("error", f"uncommitted human edit {h.path} is invalid: {h.problem}",
-                    f"fix the file, or `git -C {root} checkout -- {h.path}` to drop the edit")
+            shown = quote_path(h.path)
+            if h.problem and h.status == "added":   # a new file: git has no version of it to go back to
+                add("error", f"uncommitted new file {shown} is invalid: {h.problem}",
+                    f"fix the file, or take it out of the vault: `git -C {root} rm -q --cached --ignore-unmatch -- "
+                    f"{shown} && mv {quote_path(str(root / h.path))} /tmp/`")
+            elif h.problem:
+                add("error", f"uncommitted human edit {shown} is invalid: {h.problem}",
+                    f"fix the file, or `git -C {root} checkout -- {shown}` to drop the edit")
             else:
-                add("warning", f"uncommitted human edit: {h.path} ({h.status})",
+                add("warning", f"uncommitted human edit: {shown} ({h.status})",
                     "it is committed before acpmem's next commit, or now with `acp memory doctor --fix`")
     for p in git_problems(root):
         if merging and p == "a git merge is in progress":
@@ -239,9 +245,10 @@ def _check_entries(vault: Vault, add, reported: set[str]) -> None:
     for prob in loaded.problems:
         if prob.path in reported:
             continue
-        fix = f"remove it (rm {vault.root / prob.path})" if "not a regular file" in prob.reason else \
-            f"fix it with `acp memory edit {prob.path}` (or any editor) — it is kept out of the index until then"
-        add("error", f"{prob.path}: {('field ' + repr(prob.field) + ' ') if prob.field else ''}{prob.reason}", fix)
+        shown = quote_path(prob.path)
+        fix = f"remove it (rm {quote_path(str(vault.root / prob.path))})" if "not a regular file" in prob.reason \
+            else f"fix it with `acp memory edit {shown}` (or any editor) — it is kept out of the index until then"
+        add("error", problem_line(prob.path, prob.field, prob.reason), fix)
     add("info", f"{len(loaded.entries)} valid entries, {len(loaded.problems)} invalid file(s)")
 
 
