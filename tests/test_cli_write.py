@@ -192,3 +192,32 @@ def test_an_endpoint_without_a_model_uses_the_one_it_serves_or_says_what_to_set(
     openai_server.enqueue(reply.text())
     assert cli(*commit, "--wait", env=env).returncode == 0
     assert len([r for r in openai_server.requests if r.method == "GET"]) == gets      # remembered, not asked again
+
+
+def test_ctrl_c_during_commit_wait_keeps_the_noted_line(vault, openai_server):
+    """The acknowledgement is printed before the model is waited for: Ctrl-C while it works loses no request id."""
+    import signal
+    import threading
+    from pathlib import Path
+
+    from openai_server import wait_for_requests
+
+    v = configure(vault, openai_server)
+    gate = threading.Event()     # the model's answer never comes until the test is over
+    openai_server.enqueue(reply.held(gate, reply.writes(reply.write("- never written"))))
+    exe = Path(sys.executable).parent / "acp"
+    proc = subprocess.Popen([str(exe), "memory", "--vault", str(v.root), "commit", *COMMIT, "--wait"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for_requests(openai_server, 1, timeout=120)             # the model is being waited for
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        gate.set()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("Noted (r-")]
+    rid = line.split("(", 1)[1].split(")", 1)[0]
+    assert f"Interrupted: request {rid} stays pending" in err, err
+    assert (pending_dir(v.state_dir) / f"{rid}.json").exists()

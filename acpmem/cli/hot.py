@@ -170,18 +170,33 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
         from acpmem.vault.reader import VaultReader as Opened
     from acpmem.write.submit import submit
 
+    said: list[str] = []
+
+    def recorded(request_id: str, text: str) -> None:
+        """Before the inline extraction: the acknowledgement now (a Ctrl-C meanwhile keeps the request pending)."""
+        said.append(request_id)
+        if wait and not json_:
+            out(text)
+            sys.stdout.flush()
+
     v = Opened.open(vault)
     try:
         ack = submit(v, type=type_, note=note, importance=importance, session=session, seq=seq,
                      transcript=_path(transcript), wait=wait, host_tools=_path(host_tools), extractor=extractor,
-                     block=block)
+                     block=block, on_recorded=recorded)
+    except KeyboardInterrupt:
+        if said:   # the request is durable: say which, and what becomes of it
+            sys.stderr.write(f"Interrupted: request {said[0]} stays pending; the next worker (or `acp memory "
+                             "extract --pending`) extracts it.\n")
+        raise
     finally:
         v.close()
     emit_warnings(v)
     if json_:
         out_json(ack.to_json())
     else:
-        out(ack.text)
+        if not (wait and said):
+            out(ack.text)
         if ack.outcome is not None:
             out(ack.outcome.summary())
     if ack.outcome is not None and not ack.outcome.ok:

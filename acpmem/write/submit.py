@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,11 +122,13 @@ def check_host_tools(path: str | os.PathLike | None) -> None:
 def submit(vault, *, type: str, note: str, importance: int, session: str, seq: int,
            transcript: str | os.PathLike | None = None, wait: bool = False,
            host_tools: str | os.PathLike | None = None, extractor: str | None = None,
-           block: str | None = None) -> Ack:
+           block: str | None = None, on_recorded: Callable[[str, str], None] | None = None) -> Ack:
     """Record a ``memory_commit`` durably and have it extracted: in a detached background worker (the default; returns
     at once) or inline with ``wait``. ``vault`` is a ``VaultReader`` (a ``Vault`` with ``wait``). Never takes memory content: only the intent (type, note,
     importance) and where the conversation is (session, seq, transcript). ``block`` names a compression block of the
-    transcript (``b12``) as the focus: it must be there now. Raises ``EntryInvalid``/``UsageError``/``TranscriptError``
+    transcript (``b12``) as the focus: it must be there now. ``on_recorded(request id, acknowledgement)``: called
+    once the request is durable, before ``wait`` extracts it (``commit --wait`` prints the acknowledgement then, so
+    a Ctrl-C while the model works cannot lose it). Raises ``EntryInvalid``/``UsageError``/``TranscriptError``
     for bad arguments, before anything is written."""
     vault.require_writable()
     settings = vault.settings
@@ -195,6 +198,8 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
         from acpmem.read.sources import record_transcript
 
         record_transcript(vault, req.session, req.transcript, "commit")
+    if on_recorded is not None:
+        on_recorded(req.id, req.ack)
     if wait:
         from acpmem.write.worker import process_now
 
