@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,22 @@ def test_doctor_advice_for_an_untracked_bad_file_works(vault, cli):
     assert done.returncode == 0, done.stderr
     r = cli("memory", "--vault", str(root), "doctor")
     assert r.returncode == 0 and "bad001" not in r.stdout, r.stdout
+
+
+def test_edit_with_no_editor_set_and_no_terminal_starts_no_editor(vault, cli, tmp_path):
+    import os
+
+    _put(vault, "ed0001", "An entry to edit")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    started = tmp_path / "started"
+    for name in ("vi", "nano", "vim"):   # what acpmem would fall back to: each says it was started
+        (bin_dir / name).write_text(f"#!/bin/sh\necho {name} >> {started}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("VISUAL", "EDITOR")}
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    r = subprocess.run([str(Path(sys.executable).parent / "acp"), "memory", "--vault", str(vault.root), "edit",
+                        "ed0001"], input="", capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 1 and not started.exists(), (r.stderr, started.exists())
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("Error: no editor is set") and "--from FILE" in line, line
