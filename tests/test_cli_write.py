@@ -221,3 +221,21 @@ def test_ctrl_c_during_commit_wait_keeps_the_noted_line(vault, openai_server):
     rid = line.split("(", 1)[1].split(")", 1)[0]
     assert f"Interrupted: request {rid} stays pending" in err, err
     assert (pending_dir(v.state_dir) / f"{rid}.json").exists()
+
+
+def test_extract_counts_every_model_call_it_made_re_asks_included(vault, openai_server, cli):
+    """A prompt the endpoint called too long is sent again shorter: two calls, as the cost ledger has them (the
+    summary counted one per request)."""
+    from acpmem.write import costs
+
+    v = configure(vault, openai_server)
+    too_long = reply.error(400, "maximum context length exceeded", kind="invalid_request_error")
+    too_long.body["error"]["code"] = "context_length_exceeded"
+    openai_server.enqueue(too_long, reply.writes(reply.write("- Appends hold the per-session lock."),
+                                                 usage=reply.usage(300, 20)))
+    r = cli("memory", "--vault", str(v.root), "extract", "--transcript", str(CHAT), "--note", "re-entrant append",
+            "--type", "lesson", "--importance", "6", "--session", "s1", "--seq", "6", "--json")
+    assert r.returncode == 0, r.stderr
+    totals = json.loads(r.stdout)["totals"]
+    assert len(openai_server.requests) == 2 and totals["calls"] == 2, totals
+    assert len(costs.read(v.state_dir)) == 2 and totals["prompt_tokens"] == 300

@@ -271,6 +271,11 @@ def test_the_same_note_twice_does_not_write_the_same_entry_twice(example_vault, 
         openai_server.requests[2].body["messages"][-1]["content"]
     assert "asked again without the related entries" in "; ".join(second.notes)
     assert sum(e.title == "The queue is sharded by tenant id" for e in v.load().entries) == 1
+    # extract's summary counts every call made, the re-ask included, as the cost ledger does
+    from acpmem.write.extract import totals
+
+    assert second.usage["calls"] == 2 and second.usage["prompt_tokens"] == 2 * first.usage["prompt_tokens"]
+    assert totals([first, second])["calls"] == 3 == len(openai_server.requests)
 
 
 def test_an_entry_sharing_too_few_words_with_the_note_is_not_shown_as_related(example_vault, openai_server):
