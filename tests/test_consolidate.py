@@ -332,3 +332,15 @@ def test_a_merge_keeps_the_files_and_a_commit_that_is_stale_exactly_when_a_membe
     git("commit", "-qam", "later")
     assert "tests/state.test.ts" in stale_map(v, force=True)[o.entry["id"]].files
     v.close()
+
+
+def test_two_identical_offline_extracts_are_duplicates_never_a_contradiction():
+    """The offline extractor's boilerplate ("no model was used", "not distilled") read as a negation made repeats
+    of one extract a "contradiction"; and it made extracts of unrelated notes look alike."""
+    from acpmem.search.similar import differs, features
+    from acpmem.write.offline import extract_offline
+
+    one = extract_offline(None, "the deploy script is make ship, not make deploy").body
+    other = extract_offline(None, "the queue is drained by one worker").body
+    assert differs(one, one) is None
+    assert not (features(one).terms & features(other).terms)             # only the boilerplate was shared

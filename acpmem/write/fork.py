@@ -411,10 +411,24 @@ def _offline_draft(vault, req: Request, transcript, extract_offline) -> Draft:
         cites = request_citations(req, transcript)
     else:
         cites = tuple(Citation(req.session, s) for s in text.seqs) or (Citation(req.session, req.seq),)
+    target = vault.user if layer == LAYER_USER and vault.layer != LAYER_USER and vault.user is not None else vault
+    same = _same_offline_extract(target, title, body)
+    if same is not None:   # the extractor is deterministic: the same commit gives the same extract, kept once
+        draft.notes.append(f"the same offline extract as #{same.id} ({one_line(same.title)[:60]}): not written again")
+        return draft
     taken = {e.id for lv in layers for e in lv.load(with_reads=False, light=True).entries}
     draft.entries.append(new_entry(vault, req, draft, taken, title=title, body=body, citations=cites,
                                     extractor="offline", layer=layer))
     return draft
+
+
+def _same_offline_extract(vault, title: str, body: str):
+    """The live offline entry of ``vault`` with this title and this body (spacing aside), or None."""
+    words = " ".join(body.split())
+    for e in vault.load(with_reads=False).live():
+        if e.title == title and (e.source or {}).get("extractor") == "offline" and " ".join(e.body.split()) == words:
+            return e
+    return None
 
 
 def _usage(result, spent: dict | None = None) -> dict | None:
