@@ -184,11 +184,6 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
         ack = submit(v, type=type_, note=note, importance=importance, session=session, seq=seq,
                      transcript=_path(transcript), wait=wait, host_tools=_path(host_tools), extractor=extractor,
                      block=block, on_recorded=recorded)
-    except KeyboardInterrupt:
-        if said:   # the request is durable: say which, and what becomes of it
-            sys.stderr.write(f"Interrupted: request {said[0]} stays pending; the next worker (or `acp memory "
-                             "extract --pending`) extracts it.\n")
-        raise
     finally:
         v.close()
     emit_warnings(v)
