@@ -216,7 +216,8 @@ def clip_messages(messages: list[dict], budget: int) -> list[dict]:
         over_chars = (total - max(budget, 0)) * 3   # estimate_tokens counts 3 UTF-8 bytes a token: a char is >= 1
         keep = max(CLIP_MIN_CHARS, len(content) - over_chars - 100)
         head, tail = content[:keep // 2], content[len(content) - keep // 2:]
-        clipped = f"{head}\n[… {len(content) - 2 * (keep // 2)} characters left out to fit the model's context …]\n{tail}"
+        gap = len(content) - 2 * (keep // 2)
+        clipped = f"{head}\n[… {gap} characters left out to fit the model's context …]\n{tail}"
         before = estimate_tokens(out[i])
         out[i] = {**out[i], "content": clipped}
         total += estimate_tokens(out[i]) - before
