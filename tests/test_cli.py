@@ -141,20 +141,46 @@ def _editor(tmp_path: Path, script: str) -> str:
     return str(p)
 
 
+def _on_a_terminal(*args: str, env: dict) -> subprocess.CompletedProcess:
+    """The console script with stdin and stdout on a pseudo-terminal (a person at a terminal), stderr captured."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    full = {**os.environ, **env}
+    try:
+        p = subprocess.run([str(Path(sys.executable).parent / "acp"), *args], stdin=slave, stdout=slave,
+                           stderr=subprocess.PIPE, text=True, env=full, timeout=120)
+    finally:
+        os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:   # EIO: the terminal's other end is closed and everything was read
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return subprocess.CompletedProcess(p.args, p.returncode, b"".join(chunks).decode("utf-8", "replace"), p.stderr)
+
+
 def test_edit_without_editor_variables_uses_the_editor_the_machine_has(example_vault, cli, tmp_path):
-    """No $VISUAL or $EDITOR: vi, else nano, when the machine has one; with neither, the error names the variable."""
+    """No $VISUAL or $EDITOR, on a terminal: vi, else nano, when the machine has one; with neither, the error names
+    the variable. (Without a terminal no editor is started: tests/test_cli_defects.py.)"""
     v = example_vault
     e = sorted(v.load().entries, key=lambda e: e.id)[0]
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "git").symlink_to(shutil.which("git"))
     env = {"PATH": str(bin_dir), "VISUAL": "", "EDITOR": ""}
-    r = cli("memory", "edit", e.id, "--vault", str(v.root), env=env)
+    r = _on_a_terminal("memory", "edit", e.id, "--vault", str(v.root), env=env)
     # the machine, not the command line: exit 1
     assert r.returncode == 1 and "editor 'vi' not found" in r.stderr and "set $EDITOR" in r.stderr, r.stderr
     sed = shutil.which("sed")
     (bin_dir / "nano").symlink_to(_editor(tmp_path, f'{sed} -i "s/^importance: .*/importance: 10/" "$1"\n'))
-    r = cli("memory", "edit", e.id, "--vault", str(v.root), env=env)
+    r = _on_a_terminal("memory", "edit", e.id, "--vault", str(v.root), env=env)
     assert r.returncode == 0 and "Saved" in r.stdout, r.stderr
     assert v.resolve(e.id).importance == 10
 

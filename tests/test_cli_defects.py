@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,66 @@ def test_serve_and_edit_help_describe_what_they_do(cli):
     edit = " ".join(cli("memory", "edit", "--help").stdout.split())
     assert "redacted" not in edit and "paths are refused" not in edit and "is refused" in edit
     assert ".acpmem/edit/" in edit and "kind `edit`" in edit
+
+
+# --------------------------------------------------------------------------------------------- issue 34
+
+BAD = "---\nid: {id}\ntitle: Bad\ntype: fact\nimportance: 99\ncreated: 2026-01-01T00:00:00Z\n---\nbody\n"
+OSC52 = "\x1b]52;c;aGk=\x07"   # a terminal escape that writes the clipboard
+
+
+def test_a_file_name_holding_terminal_escapes_is_quoted_in_list_and_doctor(vault, cli):
+    name = f"esc001-{OSC52}.md"
+    (vault.root / "entries" / name).write_text(BAD.format(id="esc001"))
+    quoted = '"entries/esc001-\\033]52;c;aGk=\\a.md"'
+    r = cli("memory", "--vault", str(vault.root), "list")
+    assert "\x1b" not in r.stderr + r.stdout and "\x07" not in r.stderr + r.stdout
+    assert f"Warning: skipped {quoted}: field 'importance' must be" in r.stderr, r.stderr
+    r = cli("memory", "--vault", str(vault.root), "doctor")
+    assert "\x1b" not in r.stdout + r.stderr and quoted in r.stdout, r.stdout
+
+
+def test_list_warnings_are_capped_and_name_the_field(vault, cli):
+    from acpmem.cli.hot import PROBLEMS_SHOWN
+
+    for i in range(PROBLEMS_SHOWN + 7):
+        (vault.root / "entries" / f"bad{i:03d}.md").write_text(BAD.format(id=f"bad{i:03d}"))
+    r = cli("memory", "--vault", str(vault.root), "list")
+    said = [ln for ln in r.stderr.splitlines() if ln.startswith("Warning:")]
+    assert len(said) == PROBLEMS_SHOWN + 1, r.stderr
+    assert all("field 'importance' must be an integer from 1 to 10" in ln for ln in said[:-1])
+    assert said[-1] == "Warning: … and 7 more invalid file(s): `acp memory doctor` lists them all"
+
+
+def test_doctor_advice_for_an_untracked_bad_file_works(vault, cli):
+    root = vault.root
+    (root / "entries" / "bad001.md").write_text(BAD.format(id="bad001"))
+    r = cli("memory", "--vault", str(root), "doctor")
+    (line,) = [ln for ln in r.stdout.splitlines() if "bad001" in ln and ln.startswith("error    uncommitted")]
+    fix = r.stdout.splitlines()[r.stdout.splitlines().index(line) + 1]
+    assert "checkout --" not in fix, fix                      # git has no version of a new file to go back to
+    command = fix.split("`")[1]
+    assert command.endswith(" /tmp/")
+    done = subprocess.run(command[:-len("/tmp/")] + f"{root.parent}/", shell=True, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    r = cli("memory", "--vault", str(root), "doctor")
+    assert r.returncode == 0 and "bad001" not in r.stdout, r.stdout
+
+
+def test_edit_with_no_editor_set_and_no_terminal_starts_no_editor(vault, cli, tmp_path):
+    import os
+
+    _put(vault, "ed0001", "An entry to edit")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    started = tmp_path / "started"
+    for name in ("vi", "nano", "vim"):   # what acpmem would fall back to: each says it was started
+        (bin_dir / name).write_text(f"#!/bin/sh\necho {name} >> {started}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("VISUAL", "EDITOR")}
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    r = subprocess.run([str(Path(sys.executable).parent / "acp"), "memory", "--vault", str(vault.root), "edit",
+                        "ed0001"], input="", capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 1 and not started.exists(), (r.stderr, started.exists())
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("Error: no editor is set") and "--from FILE" in line, line

@@ -192,3 +192,50 @@ def test_an_endpoint_without_a_model_uses_the_one_it_serves_or_says_what_to_set(
     openai_server.enqueue(reply.text())
     assert cli(*commit, "--wait", env=env).returncode == 0
     assert len([r for r in openai_server.requests if r.method == "GET"]) == gets      # remembered, not asked again
+
+
+def test_ctrl_c_during_commit_wait_keeps_the_noted_line(vault, openai_server):
+    """The acknowledgement is printed before the model is waited for: Ctrl-C while it works loses no request id."""
+    import signal
+    import threading
+    from pathlib import Path
+
+    from openai_server import wait_for_requests
+
+    v = configure(vault, openai_server)
+    gate = threading.Event()     # the model's answer never comes until the test is over
+    openai_server.enqueue(reply.held(gate, reply.writes(reply.write("- never written"))))
+    exe = Path(sys.executable).parent / "acp"
+    proc = subprocess.Popen([str(exe), "memory", "--vault", str(v.root), "commit", *COMMIT, "--wait"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for_requests(openai_server, 1, timeout=120)             # the model is being waited for
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        gate.set()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("Noted (r-")]
+    rid = line.split("(", 1)[1].split(")", 1)[0]
+    assert err == "Interrupted.\n", err
+    assert (pending_dir(v.state_dir) / f"{rid}.json").exists()
+
+
+def test_extract_counts_every_model_call_it_made_re_asks_included(vault, openai_server, cli):
+    """A prompt the endpoint called too long is sent again shorter: two calls, as the cost ledger has them (the
+    summary counted one per request)."""
+    from acpmem.write import costs
+
+    v = configure(vault, openai_server)
+    too_long = reply.error(400, "maximum context length exceeded", kind="invalid_request_error")
+    too_long.body["error"]["code"] = "context_length_exceeded"
+    openai_server.enqueue(too_long, reply.writes(reply.write("- Appends hold the per-session lock."),
+                                                 usage=reply.usage(300, 20)))
+    r = cli("memory", "--vault", str(v.root), "extract", "--transcript", str(CHAT), "--note", "re-entrant append",
+            "--type", "lesson", "--importance", "6", "--session", "s1", "--seq", "6", "--json")
+    assert r.returncode == 0, r.stderr
+    totals = json.loads(r.stdout)["totals"]
+    assert len(openai_server.requests) == 2 and totals["calls"] == 2, totals
+    assert len(costs.read(v.state_dir)) == 2 and totals["prompt_tokens"] == 300

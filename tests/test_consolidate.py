@@ -206,6 +206,47 @@ def test_review_policy_turns_merges_into_proposals(vault, openai_server):
     v.close()
 
 
+def test_consolidate_run_twice_proposes_each_merge_once(vault, openai_server):
+    planted(vault, random.Random(4))
+    v = configure(vault, openai_server, policy="review")
+    n = len(find_clusters(v))
+    _merge_reply(openai_server, n)
+    first = consolidate(v)
+    assert {o.status for o in first.outcomes} == {"proposed"}
+    _merge_reply(openai_server, n)                                       # the model would answer again
+    again = consolidate(v)
+    assert {o.status for o in again.outcomes} == {"skipped"}, [o.status for o in again.outcomes]
+    assert all(o.error.startswith("a merge of it awaits review: #") for o in again.outcomes)
+    assert len(rv.queue(v)) == n and len(openai_server.requests) == n   # no second proposal, no model call
+    v.close()
+
+
+def test_accepting_a_second_merge_of_entries_already_merged_is_refused(vault, openai_server):
+    from acpmem.core.errors import Refused
+    from acpmem.core.layout import PROPOSALS_DIR
+    from acpmem.vault.writer import KIND_PROPOSE
+
+    planted(vault, random.Random(4))
+    v = configure(vault, openai_server, policy="review")
+    _merge_reply(openai_server, len(find_clusters(v)))
+    consolidate(v)
+    item = rv.queue(v)[0]
+    # a second proposal of the same merge, as the consolidate of an older acpmem (or another clone) wrote it
+    twin_id = v.new_id()
+    twin = item.entry.with_changes(id=twin_id, path=v.path_for(twin_id, "twin " + item.entry.title, PROPOSALS_DIR),
+                                   title="twin " + item.entry.title)
+    v.write_entries([twin], subject="merge again", why="a second merge", kind=KIND_PROPOSE)
+    rv.decide(v, item, "accept")
+    twin_item = rv.find(v, twin_id)
+    with pytest.raises(Refused, match=f"merges entries already merged into #{item.id}"):
+        rv.decide(v, twin_item, "accept")
+    live_merges = [e for e in v.load().live() if (e.source or {}).get("consolidate")]
+    assert [e.id for e in live_merges if set(e.supersedes) & set(item.entry.supersedes)] == [item.id]
+    rv.decide(v, twin_item, "reject", reason="merged already")            # what the error says to do works
+    assert twin_id not in {i.id for i in rv.queue(v)}
+    v.close()
+
+
 @pytest.mark.parametrize("kind,a,b", [("contradiction", "listens on port 8080", "listens on port 9090"),
                                       ("contradiction", "deploys happen on fridays", "deploys never happen on fridays"),
                                       (None, "uses uv sync", "uses uv sync here")])
@@ -291,3 +332,15 @@ def test_a_merge_keeps_the_files_and_a_commit_that_is_stale_exactly_when_a_membe
     git("commit", "-qam", "later")
     assert "tests/state.test.ts" in stale_map(v, force=True)[o.entry["id"]].files
     v.close()
+
+
+def test_two_identical_offline_extracts_are_duplicates_never_a_contradiction():
+    """The offline extractor's boilerplate ("no model was used", "not distilled") read as a negation made repeats
+    of one extract a "contradiction"; and it made extracts of unrelated notes look alike."""
+    from acpmem.search.similar import differs, features
+    from acpmem.write.offline import extract_offline
+
+    one = extract_offline(None, "the deploy script is make ship, not make deploy").body
+    other = extract_offline(None, "the queue is drained by one worker").body
+    assert differs(one, one) is None
+    assert not (features(one).terms & features(other).terms)             # only the boilerplate was shared

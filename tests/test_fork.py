@@ -325,3 +325,17 @@ def test_a_model_quoting_a_merge_conflict_writes_a_valid_entry(vault, openai_ser
     assert out.status == "written", out
     (e,) = [x for x in v.load().entries if x.id == out.entries[0]["id"]]
     assert " <<<<<<< HEAD\n" in e.body and " >>>>>>> origin/main\n" in e.body and "\n=======\n" in e.body
+
+
+def test_identical_commits_with_the_offline_extractor_make_one_entry(vault):
+    """Twenty identical commits made twenty identical entries: the extractor is deterministic, so a repeat of a live
+    offline extract is not written again (the outcome says which entry it repeats)."""
+    v = configure(vault, extractor="offline")
+    before = len(v.load().live())
+    outs = [run(v, submit(v, note="the deploy script is make ship, not make deploy")) for _ in range(4)]
+    assert [o.status for o in outs] == ["written", "nothing", "nothing", "nothing"], [o.error for o in outs]
+    first = outs[0].entries[0]["id"]
+    assert all(f"the same offline extract as #{first}" in "; ".join(o.notes) for o in outs[1:])
+    assert len(v.load().live()) == before + 1
+    other = run(v, submit(v, note="the queue is drained by one worker per vault"))
+    assert other.status == "written"                                     # a different note still writes

@@ -271,6 +271,11 @@ def test_the_same_note_twice_does_not_write_the_same_entry_twice(example_vault, 
         openai_server.requests[2].body["messages"][-1]["content"]
     assert "asked again without the related entries" in "; ".join(second.notes)
     assert sum(e.title == "The queue is sharded by tenant id" for e in v.load().entries) == 1
+    # extract's summary counts every call made, the re-ask included, as the cost ledger does
+    from acpmem.write.extract import totals
+
+    assert second.usage["calls"] == 2 and second.usage["prompt_tokens"] == 2 * first.usage["prompt_tokens"]
+    assert totals([first, second])["calls"] == 3 == len(openai_server.requests)
 
 
 def test_an_entry_sharing_too_few_words_with_the_note_is_not_shown_as_related(example_vault, openai_server):
@@ -401,3 +406,75 @@ def test_a_local_endpoint_gets_the_local_timeout_unless_one_is_set():
     assert (local.timeout, remote.timeout, mine.timeout) == (900.0, 60.0, 20.0)
     assert resolve_model_config({"base_url": "http://[::1]:1/v1", "model": "q", "local_timeout_seconds": 300},
                                 env={}).timeout == 300.0
+
+
+def _long_conversation(root, turns: int, pad: int) -> tuple[list, object]:
+    convo = [{"role": "system", "content": "You are a coding agent."}]
+    for i in range(turns):
+        convo += [{"role": "user", "content": f"Question {i}: " + "padding words " * pad},
+                  {"role": "assistant", "content": f"Answer {i}: " + "more padding " * pad}]
+    convo += [{"role": "user", "content": "Remember: the queue is sharded by tenant id."},
+              {"role": "assistant", "content": None, "tool_calls": [{"id": "c9", "type": "function", "function": {
+                  "name": "memory_commit", "arguments": "{}"}}]}]
+    path = root.parent / "long.json"
+    path.write_text(json.dumps(convo))
+    return convo, path
+
+
+def test_an_endpoint_that_says_no_window_gets_the_default_window_not_the_whole_transcript(example_vault,
+                                                                                          openai_server):
+    from acpmem.write.context import DEFAULT_CONTEXT_TOKENS, estimate_tokens
+
+    convo, path = _long_conversation(example_vault.root, 300, 200)      # ~1.6 MB: far over the default window
+    v = configure(example_vault, openai_server)
+    assert openai_server.props is None                                   # /props: 404, as on hosted APIs
+    openai_server.enqueue(reply.writes(reply.write("- The queue is sharded by tenant id.")))
+    out = run(v, submit(v, note="queue sharded by tenant id", transcript=path, seq=len(convo) - 1))
+    assert out.status == "written", out.error
+    sent = openai_server.requests[0]
+    assert len(sent.raw) < len(path.read_bytes()) // 3
+    assert sum(estimate_tokens(m) for m in sent.body["messages"]) <= DEFAULT_CONTEXT_TOKENS
+    assert convo[-2] in sent.body["messages"]                            # the cited turn kept
+
+
+def test_one_message_bigger_than_the_window_is_clipped_not_sent_whole(example_vault, openai_server):
+    convo, path = _long_conversation(example_vault.root, 1, 20)
+    convo[-2]["content"] = "Remember: the queue is sharded by tenant id. " + "log line " * 20000   # 180 KB
+    path.write_text(json.dumps(convo))
+    v = configure(example_vault, openai_server, context_tokens=8192)
+    openai_server.enqueue(reply.writes(reply.write("- The queue is sharded by tenant id.")))
+    out = run(v, submit(v, note="queue sharded by tenant id", transcript=path, seq=len(convo) - 1))
+    assert out.status == "written", out.error
+    sent = openai_server.requests[0]
+    assert len(sent.raw) < 8192 * 4
+    (cited,) = [m for m in sent.body["messages"] if str(m.get("content", "")).startswith("Remember: the queue")]
+    assert "characters left out to fit the model's context" in cited["content"]
+
+
+def test_context_length_exceeded_is_sent_again_shorter_never_the_same(example_vault, openai_server):
+    convo, path = _long_conversation(example_vault.root, 60, 60)
+    v = configure(example_vault, openai_server)
+    too_long = reply.error(400, "This model's maximum context length is 4096 tokens. However, your messages "
+                                "resulted in 20000 tokens.", kind="invalid_request_error")
+    too_long.body["error"]["code"] = "context_length_exceeded"
+    openai_server.enqueue(too_long, too_long, reply.writes(reply.write("- The queue is sharded by tenant id.")))
+    out = run(v, submit(v, note="queue sharded by tenant id", transcript=path, seq=len(convo) - 1))
+    assert out.status == "written", out.error
+    sizes = [len(r.raw) for r in openai_server.requests]
+    assert len(sizes) == 3 and sizes[1] < sizes[0] * 0.6 and sizes[2] < sizes[1] * 0.6, sizes
+    assert any("over its context" in n for n in out.notes)
+
+
+def test_context_length_exceeded_every_time_gives_up_after_a_few_shorter_tries(example_vault, openai_server):
+    from acpmem.write.fork import CONTEXT_SHRINKS
+
+    convo, path = _long_conversation(example_vault.root, 60, 60)
+    v = configure(example_vault, openai_server)
+    openai_server.enqueue(reply.always(reply.error(400, "the request exceeds the available context size, try "
+                                                        "increasing it", kind="exceed_context_size_error")))
+    req = submit(v, note="queue sharded by tenant id", transcript=path, seq=len(convo) - 1)
+    out = run(v, req)
+    assert out.status == "retry" and out.error["reason"] == "context_length", out.error
+    sizes = [len(r.raw) for r in openai_server.requests]
+    assert len(sizes) == CONTEXT_SHRINKS + 1 and sizes == sorted(sizes, reverse=True) and len(set(sizes)) == len(sizes)
+    assert requests.load_request(v.state_dir, req.id) is not None       # kept pending

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from openai_server import reply, sse_chunks
+from openai_server import fake_openai, reply, sse_chunks
 from test_fork import configure, run, submit
 from acpmem.write import requests
 from acpmem.write.llm import _add_chunk
@@ -136,3 +136,52 @@ def test_a_long_answer_that_does_not_repeat_is_read_whole(example_vault, openai_
     v = configure(example_vault, openai_server)
     out = run(v, submit(v))
     assert out.status == "written", out.error
+
+
+def _release_after(srv, gate: threading.Event, chunks: int, stop: threading.Event) -> None:
+    """Set ``gate`` once the server has sent ``chunks`` chunks (counted, not timed): the old code, which read an
+    endless answer without end, then finishes instead of hanging the test."""
+    while srv.chunks_sent < chunks and not stop.wait(0.01):
+        pass
+    gate.set()
+
+
+def test_an_answer_that_never_ends_is_stopped_at_its_bound_and_the_queue_moves_on(example_vault, openai_server):
+    from acpmem.write import worker
+    from acpmem.write.llm import answer_bounds
+
+    v = configure(example_vault, openai_server, max_tokens=16)
+    gate, stop = threading.Event(), threading.Event()
+    # after three chunks, empty tokens without end (a model that never stops): bounded by chunks, not by time
+    openai_server.enqueue(reply.streamed(_write(), hold_after=3, gate=gate, tick=1e-6), _write())
+    limit, _ = answer_bounds({"max_tokens": 16})
+    helper = threading.Thread(target=_release_after, args=(openai_server, gate, limit * 20, stop))
+    helper.start()
+    first, second = submit(v), submit(v, note="the lock in state.ts")
+    try:
+        out1, out2 = worker.process_now(v, [first.id, second.id])
+    finally:
+        stop.set()
+        gate.set()
+        helper.join()
+    assert out1.status == "retry" and out1.error["reason"] == "runaway", out1.error
+    assert out1.error["message"] == f"The answer did not end: stopped after {limit} chunks"
+    assert requests.load_request(v.state_dir, first.id).attempts == 1          # kept pending, retried later
+    assert out2.status == "written", out2.error                                # the queue moved on
+    assert len(openai_server.requests) == 2
+
+
+def test_the_time_bound_of_one_answer_is_the_injected_clock():
+    from acpmem.core.errors import ExtractionError
+    from acpmem.write.llm import ModelConfig, call_chat, stream_body
+
+    ticks = iter(range(0, 10_000_000, 100))                                     # 100 s pass between two looks
+    config = ModelConfig("http://127.0.0.1:1/v1", "m", timeout=10.0, max_retries=0, stream=True, answer_seconds=250)
+    with fake_openai([_write()]) as srv:
+        config = config.with_changes(base_url=srv.base_url)
+        try:
+            call_chat(config, stream_body({"messages": [], "max_tokens": 1000}), clock=lambda: next(ticks))
+            raise AssertionError("not stopped")
+        except ExtractionError as exc:
+            assert exc.data["reason"] == "runaway" and exc.message.endswith("stopped after 250 s"), exc.message
+

@@ -396,12 +396,15 @@ def test_a_vault_folder_without_git_gives_the_real_next_step_and_never_writes_el
         assert r.returncode == 0, r.stderr
     r = cli("memory", "list", cwd=root)  # found from inside the folder too
     assert r.returncode == 0 and "base01" in r.stdout, r.stderr
-    for args in (("forget", "base01", "--reason", "x"), ("doctor",), ("doctor", "--fix"), ("sync",)):
+    commit = ("commit", "--type", "fact", "--note", "a note", "--importance", "5", "--session", "s", "--seq", "1")
+    for args in (("forget", "base01", "--reason", "x"), ("doctor",), ("doctor", "--fix"), ("sync",), commit):
         r = _acp(cli, root, *args)
         text = _one_line(r) if args != ("doctor",) else r.stdout
         assert r.returncode == 1, (args, r.stdout, r.stderr)
         assert "no .git" in text and f"git -C {root} init -b main" in text, (args, text)
         assert "run `acp memory doctor`" not in text, (args, text)
+        assert "Noted" not in r.stdout, (args, r.stdout)
+    assert not list(pending_dir(root / ".acpmem").glob("r-*.json"))   # nothing left to fail in the background
     r = cli("memory", "init", cwd=root)
     assert r.returncode == 1 and "no .git" in _one_line(r)
     assert not (root / ".acp-memory").exists()
@@ -491,3 +494,23 @@ def test_writes_on_a_detached_head_are_refused_and_doctor_names_it(team, tmp_pat
     r = _acp(cli, root, "extract", "--pending", "--extractor", "offline")
     assert r.returncode == 0, r.stderr
     assert git_out(root, "log", "main", "--format=%B").count("Acpmem-Request: r-") == 1
+
+
+def test_doctor_names_a_gitattributes_encoding_that_hides_every_entry_in_a_clone(team, tmp_path, cli):
+    a, _ = team
+    (a.root / ".gitattributes").write_text("entries/*.md working-tree-encoding=UTF-16\n")
+    git_out(a.root, "add", ".gitattributes")
+    git_out(a.root, "commit", "-q", "-m", "a teammate's attributes")
+    clone = tmp_path / "clone"
+    git_out(tmp_path, "clone", "-q", str(a.root), str(clone))
+    r = _acp(cli, clone, "doctor")
+    assert r.returncode == 1
+    (line,) = [ln for ln in r.stdout.splitlines() if "working-tree-encoding" in ln and ln.startswith("error")]
+    assert "working-tree-encoding=UTF-16 in .gitattributes" in line and "2 entry file(s)" in line, r.stdout
+    # the steps it gives work
+    (clone / ".gitattributes").write_text("")
+    git_out(clone, "commit", "-q", "-m", "entries are UTF-8", "--", ".gitattributes")
+    git_out(clone, "rm", "-r", "-q", "--cached", "entries")
+    git_out(clone, "checkout", "HEAD", "--", "entries")
+    r = _acp(cli, clone, "doctor")
+    assert r.returncode == 0 and "2 valid entries, 0 invalid" in r.stdout, r.stdout

@@ -297,3 +297,59 @@ def test_memory_commit_refuses_what_its_extraction_could_never_read(vault, tmp_p
         assert "Noted" not in text
     assert "Traceback" not in errlog.read_text()
     assert not list(pending_dir(vault.root / ".acpmem").glob("r-*.json"))
+
+
+def test_memory_commit_in_a_vault_folder_without_git_is_refused_at_once(vault, tmp_path):
+    """The model must not be told "Noted" for a memory the worker can never write (no .git: no history)."""
+    import shutil
+
+    shutil.rmtree(vault.root / ".git")
+
+    async def body(s):
+        return await s.call_tool("memory_commit", {"type": "fact", "note": "pnpm is the package manager",
+                                                   "importance": 6}, meta={"acpmem/seq": 1})
+
+    r = _session_run(_server_params(vault.root, "--session", "s-mcp"), body)
+    text = r.content[0].text
+    assert r.is_error is True and text.startswith("Error: ") and "no .git folder" in text, text
+    assert not list(pending_dir(vault.root / ".acpmem").glob("r-*.json"))
+
+
+def test_lines_that_are_not_one_json_rpc_message_get_an_error_answer_over_real_stdio(vault):
+    """The real server process over real pipes: each bad line gets its JSON-RPC error (a client must never wait
+    forever), and the server goes on answering."""
+    import queue
+    import subprocess
+    import threading
+
+    exe = Path(sys.executable).parent / "acp"
+    proc = subprocess.Popen([str(exe), "memory", "serve", "--vault", str(vault.root), "--session", "s-rpc"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=str(vault.root))
+    answers: queue.Queue = queue.Queue()
+    reader = threading.Thread(target=lambda: [answers.put(json.loads(ln)) for ln in proc.stdout], daemon=True)
+    reader.start()
+
+    def send(line: str) -> dict:
+        proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+        return answers.get(timeout=60)    # a bound for a hung server, not a measurement
+
+    try:
+        init = send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}))
+        assert init["id"] == 1 and "result" in init
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+        cases = [("this is not json", -32700, None), ("{}", -32600, None), ("[]", -32600, None),
+                 (json.dumps([{"jsonrpc": "2.0", "id": 2, "method": "ping"}]), -32600, None),
+                 (json.dumps({"jsonrpc": "2.0", "id": 3}), -32600, 3),
+                 (json.dumps({"jsonrpc": "2.0", "id": 4, "method": 7}), -32600, 4),
+                 (json.dumps({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}), -32600, None)]
+        for line, code, ident in cases:
+            got = send(line)
+            assert got["jsonrpc"] == "2.0" and got["error"]["code"] == code and got["id"] == ident, (line, got)
+        assert send(json.dumps({"jsonrpc": "2.0", "id": 9, "method": "ping"})) == {"jsonrpc": "2.0", "id": 9,
+                                                                                   "result": {}}
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)

@@ -168,11 +168,11 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-def _fill(folder: Path) -> None:
+def _fill(folder: Path, name: str = "filler") -> None:
     """Write until the file system refuses with ENOSPC (a real one, from the kernel)."""
     import errno
 
-    with open(folder / "filler", "wb", buffering=0) as fh:
+    with open(folder / name, "wb", buffering=0) as fh:
         try:
             while True:
                 fh.write(b"\0" * 4096)
@@ -255,3 +255,36 @@ def test_doctor_on_a_full_disk_says_so_and_still_checks_the_files(small_disk):
     head = subprocess.run(["git", "-C", str(root), "show", f"HEAD:{edited.relative_to(root)}"], capture_output=True,
                           text=True).stdout
     assert "Added by hand before the disk filled." in head
+
+
+def test_show_and_recall_on_a_full_disk_serve_the_entry_even_when_the_read_cannot_be_recorded(small_disk):
+    """The read log needs a new block just when the disk is full (it holds exactly one block): recording the read
+    failed with ENOSPC, so `show` and `recall` said "the disk is full" and exit 1 while `list` read the files; now
+    the entry is served, the read not recorded, with one warning."""
+    def acp(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(ACP), "memory", "--vault", str(root), *args], capture_output=True, text=True,
+                              timeout=300)
+
+    root = small_disk / "v"
+    r = subprocess.run([str(ACP), "memory", "init", "--example", str(root)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    first = json.loads(acp("list", "--json").stdout)["entries"][0]
+    assert acp("show", first["id"]).returncode == 0
+    log = root / ".acpmem" / "reads.log"
+    text = log.read_text("utf-8")
+    log.write_text(text + "#" * (4096 - len(text) - 1) + "\n", "utf-8")   # one full block: the next read needs more
+    entry = next((root / "entries").glob(f"{first['id']}*.md"))
+    entry.write_text(entry.read_text("utf-8") + "- A line added by hand: the index is behind the files.\n", "utf-8")
+    _fill(small_disk)
+    from acpmem.vault.reader import VaultReader
+
+    v = VaultReader(root)
+    v.mark_read([first["id"]])                 # the record's append is refused (ENOSPC): the read goes on
+    assert [w for w in v.warnings if "is full" in w] and log.stat().st_size == 4096
+    v.close()
+    for args in (("show", first["id"]), ("recall", first["title"])):
+        r = acp(*args)
+        assert r.returncode == 0 and first["title"] in r.stdout, (args, r.stderr)
+        said = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert len(said) == 1 and said[0].startswith("Warning: the disk holding") and "is full" in said[0], r.stderr

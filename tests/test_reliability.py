@@ -695,3 +695,32 @@ def test_making_a_folder_survives_it_being_deleted_meanwhile(tmp_path):
     (tmp_path / "state" / "plain").write_text("x")
     with pytest.raises(FileExistsError):            # a file where the folder should be is still an error
         files.ensure_dir(tmp_path / "state" / "plain")
+
+
+def test_a_foreign_index_lock_that_appears_after_the_check_is_waited_for_at_git_add(vault, monkeypatch):
+    """The person's git takes .git/index.lock between acpmem's check and its `git add` (the audit hook plays the
+    person: as acpmem's first `git add` starts, it takes the lock for a second). The old code failed at once; now
+    `git add` waits for the lock, as the check does, and never deletes it."""
+    monkeypatch.setenv("ACPMEM_GIT", "exe")           # the git executable's path (libgit2's is tried first else)
+    root = vault.root
+    seen: dict = {}
+    holders: list[threading.Thread] = []
+
+    def person(event: str, args: tuple) -> None:
+        if holders or event != "subprocess.Popen":
+            return
+        argv = [str(a) for a in (args[1] or ())]
+        if argv and "git" in argv[0] and "add" in argv and str(root) in argv:
+            holders.append(_hold_foreign_lock(root, 1.0, seen))
+
+    sys.addaudithook(person)   # inert once it has fired (audit hooks cannot be removed)
+    try:
+        sha = vault.write_entries([hp.make_entry("race01", "Raced", "A lock came in between.")], subject="add",
+                                  why="test")
+    finally:
+        for t in holders:
+            t.join()
+    assert holders and seen["still_there"] is True
+    assert "entries/race01-raced.md" in hp.head_files(root)
+    assert hp.git_out(root, "rev-parse", "HEAD").strip() == sha
+    _assert_clean(root)

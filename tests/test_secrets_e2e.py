@@ -179,3 +179,24 @@ def test_a_secret_in_the_commit_note_is_not_stored(vault, cli):
     for _, needle in planted().values():
         assert needle not in res.stdout + res.stderr
     assert_nowhere(root, {"github": planted()["github"]})
+
+
+def test_a_secret_split_by_a_zero_width_character_is_refused_on_remember_and_edit(vault, cli, tmp_path):
+    """Framing strips the zero-width character, so the model would be served the whole, working token: the scan
+    reads the text as framing shows it."""
+    root = vault.root
+    vault.write_entries([hp.make_entry("good01", "Deploy notes", "Deploys go through the queue.")],
+                        subject="add", why="t")
+    vault.close()
+    key = planted()["github"][0]
+    hidden = key[:10] + "\u200b" + key[10:]
+    assert find_secrets(hidden) and find_secrets(hidden)[0].end == len(hidden)   # the span covers the stored text
+    res = cli("memory", "--vault", str(root), "remember", f"The CI token is {hidden}")
+    assert res.returncode == 1 and "secret" in res.stderr, res.stdout + res.stderr
+    path = next((root / "entries").glob("good01-*.md"))
+    draft = tmp_path / "draft.md"
+    draft.write_text(path.read_text() + f"token {key[:4]}\u2060{key[4:]}\n")
+    res = cli("memory", "--vault", str(root), "edit", "good01", "--from", str(draft))
+    assert res.returncode == 1 and "secret" in res.stderr, res.stdout + res.stderr
+    assert key[10:] not in path.read_text()
+    assert len(hp.git_out(root, "log", "--format=%H").split()) == 2            # init and the add: nothing else

@@ -19,6 +19,9 @@ from acpmem.cli import reads
 from acpmem.cli.output import emit_warnings, fail, is_tty, out, out_json, warn
 
 
+PROBLEMS_SHOWN = 5   # invalid files named by list, one warning each; the rest counted (doctor lists them all)
+
+
 def list_output(vault, fmt: str, *, include_all: bool = False, session: str | None = None,
                 refresh: bool = False, budget: int | None = None, all_branches: bool = False) -> str:
     """The text of ``list`` in a non-terminal format: prompt, json, markdown or plain lines."""
@@ -37,9 +40,12 @@ def list_output(vault, fmt: str, *, include_all: bool = False, session: str | No
     items = sorted(items, key=lambda i: (i.entry.created, i.entry.id), reverse=True)
     stale = stale_map(vault)
     two = len(vault.layers()) > 1   # then every text line names its layer too (JSON always does)
-    for layer, p in problems:
+    for layer, p in problems[:PROBLEMS_SHOWN]:
         where = f"{layer} vault: " if two else ""
-        warn(f"Warning: skipped {where}{p.path}: {p.reason} (see `acp memory doctor`)")
+        warn(f"Warning: skipped {where}{render.problem_line(p.path, p.field, p.reason)} (see `acp memory doctor`)")
+    if len(problems) > PROBLEMS_SHOWN:
+        warn(f"Warning: … and {len(problems) - PROBLEMS_SHOWN} more invalid file(s): `acp memory doctor` lists "
+             "them all")
 
     def marks(e):
         return stale[e.id] if e.id in stale else None
@@ -100,8 +106,12 @@ def _rich_table(v, include_all: bool, all_branches: bool = False) -> None:
     c.print(t)
     if hidden.ids:
         c.print(escape(hidden.line()))
-    for layer, p in problems:
-        c.print(f"[yellow]skipped {f'{layer} vault: ' if two else ''}{p.path}: {p.reason}[/yellow]")
+    for layer, p in problems[:PROBLEMS_SHOWN]:
+        c.print(f"[yellow]skipped {f'{layer} vault: ' if two else ''}"
+                f"{escape(render.problem_line(p.path, p.field, p.reason))}[/yellow]")
+    if len(problems) > PROBLEMS_SHOWN:
+        c.print(f"[yellow]… and {len(problems) - PROBLEMS_SHOWN} more invalid file(s): `acp memory doctor` lists "
+                "them all[/yellow]")
 
 
 def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget: int | None, json_: bool,
@@ -184,18 +194,29 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
         from acpmem.vault.reader import VaultReader as Opened
     from acpmem.write.submit import submit
 
+    said: list[str] = []
+
+    def recorded(request_id: str, text: str) -> None:
+        """Before the inline extraction: the acknowledgement now (a Ctrl-C meanwhile keeps the request pending)."""
+        said.append(request_id)
+        if wait and not json_:
+            out(text)
+            sys.stdout.flush()
+
     v = Opened.open(vault)
     try:
         ack = submit(v, type=type_, note=note, importance=importance, session=session, seq=seq,
                      transcript=_path(transcript), wait=wait, host_tools=_path(host_tools), extractor=extractor,
-                     block=block, scope="branch" if branch else "global" if global_ else None)
+                     block=block, scope="branch" if branch else "global" if global_ else None,
+                     on_recorded=recorded)
     finally:
         v.close()
     emit_warnings(v)
     if json_:
         out_json(ack.to_json())
     else:
-        out(ack.text)
+        if not (wait and said):
+            out(ack.text)
         if ack.outcome is not None:
             out(ack.outcome.summary())
     if ack.outcome is not None and not ack.outcome.ok:

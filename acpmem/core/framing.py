@@ -61,21 +61,63 @@ def _in_run(ch: str) -> bool:
     return ch in _BRACKETS or ch in "/\\" or ch.isspace()
 
 
+# Letters that look like those of "acpmem" and that NFKC leaves alone: Cyrillic, Greek, small capitals.
+_CONFUSABLE = str.maketrans({
+    "\u0430": "a", "\u0410": "a", "\u0391": "a", "\u03b1": "a", "\u1d00": "a", "\u0251": "a",
+    "\u0441": "c", "\u0421": "c", "\u03f2": "c", "\u03f9": "c", "\u1d04": "c", "\u217d": "c",
+    "\u0440": "p", "\u0420": "p", "\u03a1": "p", "\u03c1": "p", "\u1d18": "p",
+    "\u043c": "m", "\u041c": "m", "\u039c": "m", "\u1d0d": "m", "\u217f": "m",
+    "\u0435": "e", "\u0415": "e", "\u0395": "e", "\u1d07": "e", "\u0454": "e",
+    "\u2215": "/", "\u2044": "/", "\u29f8": "/", "\u01c0": "/",
+})
+
+
+def _fold_char(ch: str) -> str:
+    """The one ASCII-like character ``ch`` is read as: its NFKC form when that is one character (fullwidth,
+    mathematical letters), then the confusables above, lowercased; ``ch`` itself otherwise."""
+    n = unicodedata.normalize("NFKC", ch)
+    n = (n if len(n) == 1 else ch).translate(_CONFUSABLE).lower()
+    return n if len(n) == 1 else ch
+
+
+class _Folds(dict):
+    """``str.translate``'s table for ``_fold``, filled as characters are met (bounded: a long-lived host sees many)."""
+
+    def __missing__(self, code: int) -> str:
+        f = _fold_char(chr(code))
+        if len(self) < 65536:
+            self[code] = f
+        return f
+
+
+_FOLDS = _Folds()
+
+
+def _fold(text: str) -> str:
+    """``text`` with each character folded (``_fold_char``), one for one, so positions carry over: a delimiter
+    spelled with homoglyphs (Cyrillic "\u0430", fullwidth "\uff41\uff43\uff50\uff4d\uff45\uff4d") is found like the
+    ASCII one."""
+    return text if text.isascii() else text.translate(_FOLDS)
+
+
 def _defuse_delimiters(text: str) -> str:
     """A delimiter look-alike is any opening bracket followed by brackets, slashes and spaces, then "acpmem" (any
-    case): its brackets become "\u2039", slashes go. Scanned backwards from each "acpmem", which keeps it linear
-    (a regex anchored on the bracket backtracks quadratically on a long run of "<")."""
+    case, any look-alike letters: found in the folded text, ``_fold``): its brackets become "\u2039", slashes go.
+    Scanned backwards from each "acpmem", which keeps it linear (a regex anchored on the bracket backtracks
+    quadratically on a long run of "<")."""
+    folded = _fold(text)
     out, pos = [], 0
-    for m in _ACPMEM.finditer(text):
+    for m in _ACPMEM.finditer(folded):
         j = m.start()
-        while j > pos and _in_run(text[j - 1]):
+        while j > pos and (_in_run(text[j - 1]) or _in_run(folded[j - 1])):
             j -= 1
         run = text[j:m.start()]
-        first = next((i for i, ch in enumerate(run) if ch in _BRACKETS), None)
+        frun = folded[j:m.start()]
+        first = next((i for i, ch in enumerate(frun) if ch in _BRACKETS or run[i] in _BRACKETS), None)
         if first is None:
             continue
         out.append(text[pos:j + first])
-        out.append("\u2039" * sum(ch in _BRACKETS for ch in run) + " ")
+        out.append("\u2039" * sum(ch in _BRACKETS or f in _BRACKETS for ch, f in zip(run, frun)) + " ")
         pos = m.start()
     out.append(text[pos:])
     return "".join(out)
@@ -83,6 +125,18 @@ def _defuse_delimiters(text: str) -> str:
 
 def _neutralise(text: str) -> str:
     return _SPECIAL_TOKEN.sub("\u2039\\1\u203a", _defuse_delimiters(text))
+
+
+def without_invisible(text: str) -> tuple[str, list[int] | None]:
+    """``text`` with the characters ``clean_block`` removes as invisible taken out, and for each character kept its
+    index in ``text`` (None when nothing was removed): the secret scan reads what a framed prompt will show, so a
+    token split by a zero-width character is found, and its span maps back to the stored text."""
+    if not _SUSPECT.search(text):
+        return text, None
+    kept = [i for i, ch in enumerate(text) if ch == "\r" or _visible(ch)]
+    if len(kept) == len(text):
+        return text, None
+    return "".join(text[i] for i in kept), kept
 
 
 def clean_block(text: str) -> str:

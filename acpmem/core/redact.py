@@ -289,13 +289,22 @@ def _ds_findings(text: str) -> list[tuple[int, SecretMatch]]:
 # --- public API ---------------------------------------------------------------------------------------------------
 
 def find_secrets(text: str, *, deep: bool | None = None) -> list[SecretMatch]:
-    """Every secret in ``text``, in order, overlapping detections merged into one span.
+    """Every secret in ``text``, in order, overlapping detections merged into one span. The scan reads ``text``
+    as a framed prompt shows it (invisible characters removed, ``framing.without_invisible``); spans refer to
+    ``text``.
 
     ``deep``: ``None`` (default) adds detect-secrets only if this process already imported it (free);
     ``True`` imports it (~250 ms once per process); ``False`` uses the regex layer alone.
     """
     if not text:
         return []
+    from acpmem.core.framing import without_invisible
+
+    shown, where = without_invisible(text)
+    if where is not None:
+        # what framing will show a model, scanned: a token split by a zero-width character is whole there
+        return [SecretMatch(f.kind, where[f.start], where[f.end - 1] + 1, f.preview)
+                for f in find_secrets(shown, deep=deep)]
     raw = _regex_findings(text)
     if deep or (deep is None and "detect_secrets.core.plugins.util" in sys.modules):
         raw.extend(_ds_findings(text))

@@ -35,6 +35,37 @@ def terminal_safe(text: str) -> str:
     return _MAYBE_HIDDEN.sub(lambda m: _shown(m.group()), text)
 
 
+_PATH_ESCAPES = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r",
+                 '"': '\\"', "\\": "\\\\"}
+
+
+def quote_path(path: str) -> str:
+    """A file name as git prints it with ``core.quotepath``: unchanged when it holds only characters a reader can
+    see; else between double quotes, with C escapes (``\\t``, ``\\"``, ``\\\\``) and each UTF-8 byte of a
+    character a reader cannot see (an escape sequence, zero-width, bidi) as octal ``\\ooo`` — a name holding
+    terminal escapes (OSC 52 writes the clipboard) shows instead of acting. Visible non-ASCII stays as it is."""
+    if not _MAYBE_HIDDEN.search(path) and '"' not in path and "\\" not in path:
+        return path
+    out, quoted = [], False
+    for ch in path:
+        if ch in _PATH_ESCAPES:
+            out.append(_PATH_ESCAPES[ch])
+            quoted = True
+        elif ch >= " " and ch != "\x7f" and unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Zl", "Zp", "Co",
+                                                                           "Cn"):
+            out.append(ch)
+        else:
+            out.append("".join(f"\\{b:03o}" for b in ch.encode("utf-8", "surrogatepass")))
+            quoted = True
+    return f'"{"".join(out)}"' if quoted else path
+
+
+def problem_line(path: str, field: str | None, reason: str) -> str:
+    """An invalid file as a person reads it: the path quoted (``quote_path``), the field named when one is at
+    fault, and the reason (made safe for a terminal)."""
+    return f"{quote_path(path)}: {f'field {field!r} ' if field else ''}{terminal_safe(reason)}"
+
+
 def count_entries(n: int) -> str:
     """"1 entry", "2 entries"."""
     return f"{n} entry" if n == 1 else f"{n} entries"

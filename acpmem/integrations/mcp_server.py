@@ -62,6 +62,8 @@ HOST_ARGS = ("session", "seq", "transcript")
 # checks, which still refuse any other argument the schema does not name.
 CLIENT_ARGS = frozenset({"wait_for_previous"})
 RESOURCE_NOT_FOUND = -32002       # the MCP error code for an unknown resource
+PARSE_ERROR = -32700              # JSON-RPC: the line is not JSON
+INVALID_REQUEST = -32600          # JSON-RPC: JSON, but not one message (a batch, no method, an id that is an object)
 ENV_SESSION = "ACPMEM_SESSION"
 ENV_CLAUDE_SESSION = "CLAUDE_CODE_SESSION_ID"   # set by Claude Code in the stdio MCP servers it starts
 
@@ -351,6 +353,67 @@ def _load_mcp() -> None:
     from mcp.server.stdio import stdio_server  # noqa: F401
 
 
+def rpc_error(line: str, validate: Callable[[object], object]) -> dict | None:
+    """The JSON-RPC error answer a line from the client gets instead of being handed to the session, or None when
+    it is one message ``validate`` accepts (the ``mcp`` package's message adapter). A line that is no JSON gets
+    ``PARSE_ERROR``, any other message that is not valid (``{}``, ``[]``, a batch, no ``method``, a ``method``
+    that is not text, an ``id`` that is an object) ``INVALID_REQUEST`` — with the line's ``id`` when it is one a
+    reply may carry, else null. The ``mcp`` package itself drops such lines without a word: the client waited
+    forever."""
+    import json
+
+    if not line.strip():
+        return None   # a blank line between messages: nothing was asked
+    try:
+        doc = json.loads(line)
+    except (ValueError, RecursionError):
+        return {"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": "Parse error: not JSON"}}
+    ident = doc.get("id") if isinstance(doc, dict) else None
+    bad_id = isinstance(doc, dict) and "id" in doc and (isinstance(ident, bool) or not isinstance(ident, (str, int)))
+    if not bad_id:   # an object id passes the package's check as a notification, and is never answered
+        try:
+            validate(doc)
+            return None
+        except Exception:  # noqa: BLE001 - pydantic's ValidationError and whatever a hostile line makes it raise
+            pass
+    if isinstance(ident, bool) or not isinstance(ident, (str, int)):
+        ident = None
+    what = ("a batch (this server takes one message a line)" if isinstance(doc, list)
+            else "no method" if isinstance(doc, dict) and "method" not in doc and "result" not in doc
+            and "error" not in doc else "not a JSON-RPC 2.0 message")
+    return {"jsonrpc": "2.0", "id": ident, "error": {"code": INVALID_REQUEST, "message": f"Invalid Request: {what}"}}
+
+
+class _CheckedLines:
+    """The client's lines as the ``mcp`` stdio transport reads them, each one checked first (``rpc_error``): an
+    invalid one is answered with its JSON-RPC error through the transport's own writer (so frames never tear) and
+    not passed on."""
+
+    def __init__(self, lines, types) -> None:
+        import anyio
+
+        self._lines = lines.__aiter__()
+        self._types = types
+        self.out = None
+        self.ready = anyio.Event()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> str:
+        from mcp.shared.message import SessionMessage
+
+        while True:
+            line = await self._lines.__anext__()
+            err = rpc_error(line, self._types.jsonrpc_message_adapter.validate_python)
+            if err is None:
+                if line.strip():
+                    return line
+                continue
+            await self.ready.wait()
+            await self.out.send(SessionMessage(self._types.JSONRPCError.model_validate(err)))
+
+
 def serve(vault_path: Path, *, session: str | None = None, transcript: str | None = None,
           clock: Callable[[], datetime] | None = None, rng: random.Random | None = None) -> None:
     """Run the MCP server on stdin/stdout until the client closes the connection.
@@ -494,7 +557,10 @@ def _run(wire: _Wire, svc: MemoryService, read: list[bytes], answered: dict[Any,
             await out.flush()
 
     async def main() -> None:
-        async with stdio_server(Replayed(), Sent()) as (read_stream, write_stream):
+        checked = _CheckedLines(Replayed(), types)   # an invalid line is answered with its JSON-RPC error
+        async with stdio_server(checked, Sent()) as (read_stream, write_stream):
+            checked.out = write_stream
+            checked.ready.set()
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
     anyio.run(main)

@@ -137,8 +137,10 @@ def _is_key(word: str) -> bool:
 def features(text: str, *, segments: bool = True) -> Features:
     """The features of a text; ``segments=False`` leaves the segments out (the costlier part, needed only to
     compare two texts that are a candidate pair: ``Corpus.full``)."""
+    from acpmem.core.boilerplate import without_boilerplate
     from acpmem.search.analysis import has_cjk, normalize_word
 
+    text = without_boilerplate(text)
     lowered = text.lower()
     ab = _abbreviations()
     segs = _segments(lowered) if segments else ()
@@ -204,10 +206,13 @@ def differs_features(fa: Features, fb: Features) -> str | None:
                 f"{', '.join(sorted(fb.numbers - fa.numbers)[:3]) or '…'})")
     if fa.cjk or fb.cjk:
         return "one negates what the other states" if fa.negated != fb.negated else None
+    in_a, in_b = set(fa.segments), set(fb.segments)
     for neg_a, sa in fa.segments:
         for neg_b, sb in fb.segments:
             if neg_a == neg_b:
                 continue
+            if (neg_a, sa) in in_b or (neg_b, sb) in in_a:
+                continue   # the other text says the same thing the same way too (a shared sentence): no dispute
             shared = sa & sb
             if len(shared) >= SEGMENT_SHARED_MIN and len(shared) / min(len(sa), len(sb)) >= SEGMENT_SHARE_MIN:
                 return f"one negates what the other states ({', '.join(sorted(shared)[:3])})"

@@ -93,11 +93,16 @@ def consolidate(vault, *, dry_run: bool = False, types=None, env=None,
     mode = "propose" if vault.settings.write.policy == "review" else "commit"
     outcomes = []
     stop = None
+    pending = pending_merges(vault)
     with progress.task("merging", len(found), unit="clusters") as shown:   # on a terminal (cli.progress)
         for c in found:
             shown.describe(f"{c.kind} of {len(c.ids)}")
+            waiting = sorted({pending[i] for i in c.ids if i in pending})
             if stop is not None:
                 outcomes.append(ClusterOutcome(c, "deferred", error=stop))
+            elif waiting:   # one merge per cluster: a second proposal, both accepted, left two live merges
+                outcomes.append(ClusterOutcome(c, "skipped", error="a merge of it awaits review: " + ", ".join(
+                    "#" + w for w in waiting)))
             else:
                 try:
                     # a contradiction is for a person to decide: its merge is a proposal, whatever the policy
@@ -125,6 +130,14 @@ def _branch_of(members) -> dict:
     if x.get("branch") is None:
         return {}
     return {k: x[k] for k in ("branch", "commit", "anchor") if x.get(k) is not None}
+
+
+def pending_merges(vault) -> dict[str, str]:
+    """Each entry a proposal under ``proposals/`` would supersede, and that proposal's id: an entry already in a
+    merge (or any proposal) that awaits review is not merged again."""
+    from acpmem.vault.proposals import proposals
+
+    return {sid: p.id for p in proposals(vault)[0] for sid in p.supersedes}
 
 
 def _merge(vault, cluster: Cluster, config, mode: str) -> ClusterOutcome:

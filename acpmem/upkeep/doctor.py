@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 
 from acpmem.core.errors import AcpmemError
+from acpmem.core.layout import ENTRIES_DIR
+from acpmem.core.render import problem_line, quote_path
 from acpmem.core.values import Value
 from acpmem.infra import locks
 from acpmem.infra.files import disk_full
@@ -147,11 +149,16 @@ def check_vault(vault: Vault, *, fix: bool = False, more=()) -> Report:
                 "run `acp memory sync` to finish the merge and push it")
     elif (not fix or not repaired) and not corrupt:   # not repaired: what is still to do is said
         for h in vault.human_edits():
-            if h.problem:
-                add("error", f"uncommitted human edit {h.path} is invalid: {h.problem}",
-                    f"fix the file, or `git -C {root} checkout -- {h.path}` to drop the edit")
+            shown = quote_path(h.path)
+            if h.problem and h.status == "added":   # a new file: git has no version of it to go back to
+                add("error", f"uncommitted new file {shown} is invalid: {h.problem}",
+                    f"fix the file, or take it out of the vault: `git -C {root} rm -q --cached --ignore-unmatch -- "
+                    f"{shown} && mv {quote_path(str(root / h.path))} /tmp/`")
+            elif h.problem:
+                add("error", f"uncommitted human edit {shown} is invalid: {h.problem}",
+                    f"fix the file, or `git -C {root} checkout -- {shown}` to drop the edit")
             else:
-                add("warning", f"uncommitted human edit: {h.path} ({h.status})",
+                add("warning", f"uncommitted human edit: {shown} ({h.status})",
                     "it is committed before acpmem's next commit, or now with `acp memory doctor --fix`")
     for p in git_problems(root):
         if merging and p == "a git merge is in progress":
@@ -234,13 +241,43 @@ def _check_disk(vault: Vault, add) -> bool:
 
 def _check_entries(vault: Vault, add, reported: set[str]) -> None:
     loaded = vault.load()  # a corrupt derived cache is rebuilt there; a busy one is left alone
+    _check_encoding(vault, add, [p.path for p in loaded.problems if "NUL" in p.reason or "UTF-8" in p.reason])
     for prob in loaded.problems:
         if prob.path in reported:
             continue
-        fix = f"remove it (rm {vault.root / prob.path})" if "not a regular file" in prob.reason else \
-            f"fix it with `acp memory edit {prob.path}` (or any editor) — it is kept out of the index until then"
-        add("error", f"{prob.path}: {('field ' + repr(prob.field) + ' ') if prob.field else ''}{prob.reason}", fix)
+        shown = quote_path(prob.path)
+        fix = f"remove it (rm {quote_path(str(vault.root / prob.path))})" if "not a regular file" in prob.reason \
+            else f"fix it with `acp memory edit {shown}` (or any editor) — it is kept out of the index until then"
+        add("error", problem_line(prob.path, prob.field, prob.reason), fix)
     add("info", f"{len(loaded.entries)} valid entries, {len(loaded.problems)} invalid file(s)")
+
+
+def _check_encoding(vault: Vault, add, paths: list[str]) -> None:
+    """Entry files unreadable as UTF-8 because git re-encodes them (a committed ``working-tree-encoding`` attribute:
+    every clone then writes them in, say, UTF-16): said once, naming the attribute and where it is set, with the
+    steps that write the entries out as UTF-8 again."""
+    if not paths:
+        return
+    got = git(vault.root, "check-attr", "working-tree-encoding", "--", *paths[:200], check=False)
+    hit = [(ln.rsplit(": ", 1)[-1], ln.split(": ", 1)[0]) for ln in got.out.splitlines()
+           if ln.rsplit(": ", 1)[-1] not in ("unspecified", "unset", "set", "")]
+    if not hit:
+        return
+    where = [w for w in (".gitattributes", f"{ENTRIES_DIR}/.gitattributes", ".git/info/attributes")
+             if "working-tree-encoding" in _read_text(vault.root / w)] or [".gitattributes"]
+    root = vault.root
+    add("error", f"{len(hit)} entry file(s) are written by git in {hit[0][0]}, not UTF-8: the attribute "
+                 f"working-tree-encoding={hit[0][0]} in {', '.join(where)} applies to them (e.g. {hit[0][1]})",
+        f"remove the working-tree-encoding line from {where[0]} and commit it (`git -C {root} commit -m "
+        f"'entries are UTF-8' -- {where[0]}`), then `git -C {root} rm -r -q --cached {ENTRIES_DIR} && git -C {root} "
+        f"checkout HEAD -- {ENTRIES_DIR}` writes the entries out as UTF-8")
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _rebuild_index(root: Path) -> str:

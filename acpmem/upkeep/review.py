@@ -322,6 +322,8 @@ def decide(vault: Vault, item: ReviewItem, decision: str, *, reason: str | None 
         if proposal:
             if (v.root / target).exists():
                 raise AcpmemError(f"{target} already exists", "rename the proposal's title, or reject it")
+            if (entry.source or {}).get("consolidate"):
+                _refuse_merged_again(v, entry)
             live = []
             for sid in entry.supersedes:
                 old = _path_of(v, sid)
@@ -350,6 +352,18 @@ def decide(vault: Vault, item: ReviewItem, decision: str, *, reason: str | None 
     sha = vault.apply(writes, deletes, subject=subject, why=why, kind=KIND_REVIEW, trailers=trailers,
                       check=under_lock)
     return Decision(item.id, decision, sha, item.kind, target, vault.layer)
+
+
+def _refuse_merged_again(v: Vault, entry: Entry) -> None:
+    """A merge proposal whose members another entry already supersedes (an earlier merge of the same cluster,
+    accepted): accepting it would leave two live merged entries. Refused; the person rejects it instead."""
+    known = {e.id: e for e in v.load(with_reads=False, light=True).entries}
+    taken = sorted({known[s].superseded_by for s in entry.supersedes
+                    if s in known and known[s].superseded_by and known[s].superseded_by != entry.id})
+    if taken:
+        raise Refused(f"proposal #{entry.id} merges entries already merged into "
+                      + ", ".join("#" + t for t in taken),
+                      f"reject it: acp memory review reject {entry.id} --reason 'merged already'")
 
 
 def _path_of(v: Vault, ident: str) -> str | None:

@@ -23,16 +23,30 @@ from acpmem.vault.writer import KIND_EDIT, Vault
 
 def editor_command() -> list[str]:
     """The person's editor: $VISUAL, else $EDITOR, else vi or nano, whichever the machine has (split like a shell
-    would). With none of them, ``vi``: running it fails with the error that says which variable to set."""
+    would). With none of them, ``vi``: running it fails with the error that says which variable to set. With no
+    editor set and no terminal (stdin or stdout not one: a script, a pipe, a host's tool call) a full-screen editor
+    would wait for keys nobody types: refused with one line instead."""
     cmd = os.environ.get("VISUAL") or os.environ.get("EDITOR")
     if not cmd:
         import shutil
+        import sys
+
+        if not (_isatty(sys.stdin) and _isatty(sys.stdout)):
+            raise AcpmemError("no editor is set ($VISUAL, $EDITOR) and this is not a terminal: no editor was "
+                              "started", "pass the new text with --from FILE, or set EDITOR", code="editor")
 
         cmd = next((name for name in ("vi", "nano") if shutil.which(name)), "vi")
     return shlex.split(cmd)
 
 
 _editor = editor_command
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (ValueError, OSError):   # closed
+        return False
 
 
 class _Target:

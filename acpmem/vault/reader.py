@@ -7,6 +7,8 @@ per-turn ``list --format prompt`` never imports.
 """
 from __future__ import annotations
 
+import errno
+
 import os
 import sqlite3
 from collections.abc import Callable
@@ -262,8 +264,18 @@ class VaultReader:
         """Record reads (never a commit, never a lock); folded into the next commit."""
         from acpmem.vault import readlog
 
-        self.ensure_state()
-        readlog.record(self.state_dir, ids, self.now())
+        try:
+            self.ensure_state()
+            readlog.record(self.state_dir, ids, self.now())
+        except OSError as exc:
+            from acpmem.infra.files import disk_full
+
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) and not disk_full(self.state_dir):
+                raise
+            # the read itself is served (from the files, as list is): only its record is lost, said once
+            if not any(w.startswith(f"the disk holding {self.state_dir} is full") for w in self.warnings):
+                self.warnings.append(f"the disk holding {self.state_dir} is full: this read is not recorded "
+                                     "(free some space)")
 
 
 def list_entries(vault: VaultReader, *, include_superseded: bool = False,

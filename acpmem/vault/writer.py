@@ -634,9 +634,11 @@ class Vault(VaultReader):
                 res = None
             else:
                 if on_disk:
-                    git(self.root, "add", "-A", "--", *on_disk)
+                    added = self._git_waiting("add", "-A", "--", *on_disk)
+                    if added.code != 0:
+                        raise failure(self.root, ("add",), added)
                 commit = ("commit", "-q", "--no-verify", "-F", "-", "--", *on_disk, *gone)
-                res = git(self.root, *commit, input=message, check=False)   # the fallback identity if need be
+                res = self._git_waiting(*commit, input=message)   # the fallback identity if need be
                 self.identity_taken()
             if res is None or res.code != 0:
                 if res is None or "nothing to commit" in res.out + res.err or "no changes added" in res.out + res.err:
@@ -647,6 +649,23 @@ class Vault(VaultReader):
         if claimed:
             claimed.unlink(missing_ok=True)
         return self.head()
+
+    def _git_waiting(self, *args: str, input: str | None = None):
+        """``git ARGS`` (unchecked), run again while it fails on a ``.git/index.lock`` that is not ours — a person's
+        git started after ``wait_for_index_lock`` looked — for up to ``[git] foreign_lock_wait_seconds``, as that
+        check waits; never deleting the lock."""
+        deadline = None
+        index_lock = self.root / ".git" / "index.lock"
+        while True:
+            res = git(self.root, *args, input=input, check=False)
+            if res.code == 0 or "index.lock" not in res.err + res.out:
+                return res
+            now = time.monotonic()
+            deadline = deadline if deadline is not None else now + self.settings.git.foreign_lock_wait_seconds
+            if now > deadline:
+                return res
+            while index_lock.exists() and time.monotonic() <= deadline:
+                time.sleep(0.05)
 
     def _known_to_git(self, paths: list[str]) -> set[str]:
         """Which of ``paths`` are in the index or in HEAD (what ``git commit -- PATHS`` accepts)."""

@@ -158,6 +158,10 @@ PROMPT_STYLE = "system"   # what build_body sends unless told; bench/real_model.
 CONTEXT_MARGIN_TOKENS = 256
 
 
+DEFAULT_CONTEXT_TOKENS = 128_000   # the window assumed when neither the settings nor the endpoint say one: hosted
+                                   # APIs serve no /props, and a transcript of 100 MB was otherwise sent whole
+
+
 def estimate_tokens(value: object) -> int:
     """A cautious token count of a message, tool list or text: its UTF-8 JSON bytes / 3 (English runs at about 4
     bytes a token, Chinese at about 3)."""
@@ -169,7 +173,7 @@ def fit_context(messages: list[dict], seqs: list[int | None], keep: set[int], bu
     """The conversation within ``budget`` tokens (``estimate_tokens``): whole turns (a user message and what
     follows it up to the next one) left out oldest first, a leading system message kept, never a turn holding a
     message whose seq is in ``keep`` (the cited ones) nor the last turn. Returns the messages and how many were left
-    out; when even that is over the budget, what is left is sent (the endpoint then says the prompt is too long)."""
+    out; when even that is over the budget, the longest texts left are clipped (``clip_messages``)."""
     total = sum(estimate_tokens(m) for m in messages)
     if total <= budget:
         return messages, 0
@@ -188,7 +192,43 @@ def fit_context(messages: list[dict], seqs: list[int | None], keep: set[int], bu
             continue
         drop.update(turn)
         total -= sum(estimate_tokens(messages[i]) for i in turn)
-    return [m for i, m in enumerate(messages) if i not in drop], len(drop)
+    kept = [m for i, m in enumerate(messages) if i not in drop]
+    if total > budget:
+        kept = clip_messages(kept, budget)
+    return kept, len(drop)
+
+
+CLIP_MIN_CHARS = 400   # what is left of a clipped message at the least: its start and its end
+
+
+def clip_messages(messages: list[dict], budget: int) -> list[dict]:
+    """``messages`` within ``budget`` tokens by shortening the text of the longest ones (their start and end kept,
+    a line saying how much was left out between): what whole turns could not make fit — one turn bigger than the
+    window, or the cited ones — is never sent whole. Messages without text content are left as they are."""
+    out = list(messages)
+    total = sum(estimate_tokens(m) for m in out)
+    for i in sorted(range(len(out)), key=lambda i: -estimate_tokens(out[i])):
+        if total <= budget:
+            break
+        content = out[i].get("content")
+        if not isinstance(content, str) or len(content) <= CLIP_MIN_CHARS:
+            continue
+        over_chars = (total - max(budget, 0)) * 3   # estimate_tokens counts 3 UTF-8 bytes a token: a char is >= 1
+        keep = max(CLIP_MIN_CHARS, len(content) - over_chars - 100)
+        head, tail = content[:keep // 2], content[len(content) - keep // 2:]
+        gap = len(content) - 2 * (keep // 2)
+        clipped = f"{head}\n[… {gap} characters left out to fit the model's context …]\n{tail}"
+        before = estimate_tokens(out[i])
+        out[i] = {**out[i], "content": clipped}
+        total += estimate_tokens(out[i]) - before
+    return out
+
+
+def shrunk_window(body: dict) -> int:
+    """The window to ask for after the endpoint said ``body`` was over its context: half of what it held (the
+    conversation, the tools and ``max_tokens``), so each retry sends at most half the one before."""
+    sent = sum(estimate_tokens(m) for m in body.get("messages") or ()) + estimate_tokens(body.get("tools") or [])
+    return max(1024, (sent + int(body.get("max_tokens") or 0)) // 2)
 
 
 def build_body(vault, req: Request, model: str | None, *, transcript=None,
@@ -249,13 +289,16 @@ RETRY_WARMER = 0.3   # added to [extraction] temperature for each attempt a requ
 
 
 def fork_body(vault, req: Request, config, *, transcript=None, related: list[Entry] | None = None,
-              notes: list[str] | None = None) -> dict:
+              notes: list[str] | None = None, context_tokens: int | None = None) -> dict:
     """The body the fork sends to ``config``'s endpoint, trimmed to the model's context window
-    (``[extraction] context_tokens``, else what the endpoint serves), streamed when ``config.stream``: the real
-    call and ``extract --dry-run`` both build it here, so the dry run shows what would be sent."""
+    (``context_tokens`` when given — a retry after the endpoint said the prompt was too long —, else
+    ``[extraction] context_tokens``, else what the endpoint serves, else ``DEFAULT_CONTEXT_TOKENS``), streamed when
+    ``config.stream``: the real call and ``extract --dry-run`` both build it here, so the dry run shows what would
+    be sent."""
     from acpmem.write import llm
 
-    ctx = vault.settings.extraction.context_tokens or llm.served_context(config)
+    ctx = context_tokens or vault.settings.extraction.context_tokens or llm.served_context(config) \
+        or DEFAULT_CONTEXT_TOKENS
     body = build_body(vault, req, config.model, transcript=transcript, related=related, context_tokens=ctx,
                       notes=notes)
     return llm.stream_body(body) if config.stream else body

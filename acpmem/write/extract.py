@@ -99,7 +99,7 @@ def totals(outcomes) -> dict:
          "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}
     for o in outcomes:
         if o.usage:
-            t["calls"] += 1
+            t["calls"] += o.usage.get("calls", 1)   # every call it made: re-asks and failed ones included
             for k in ("prompt_tokens", "cached_tokens", "completion_tokens"):
                 t[k] += o.usage.get(k, 0)
     t["cache_hit_rate"] = round(t["cached_tokens"] / t["prompt_tokens"], 4) if t["prompt_tokens"] else 0.0

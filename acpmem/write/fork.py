@@ -90,8 +90,9 @@ class Outcome(Value):
             line = f"{head}no such request"
         if self.usage:
             u = self.usage
-            line += f" [{u.get('model')}: {u.get('prompt_tokens', 0)} prompt ({u.get('cached_tokens', 0)} cached), " \
-                    f"{u.get('completion_tokens', 0)} completion tokens, {u.get('latency_s', 0):.2f} s]"
+            calls = f"{u['calls']} calls, " if u.get("calls", 1) > 1 else ""
+            line += f" [{u.get('model')}: {calls}{u.get('prompt_tokens', 0)} prompt ({u.get('cached_tokens', 0)} " \
+                    f"cached), {u.get('completion_tokens', 0)} completion tokens, {u.get('latency_s') or 0:.2f} s]"
         if self.redacted:
             line += f" [redacted: {', '.join(self.redacted)}]"
         if self.unknown_supersedes:
@@ -245,6 +246,7 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
             user_done = True   # killed between the two commits: this run writes the project part only
 
     result = None
+    spent = {"calls": 0, "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}   # over every model call
     kind, config = "offline", None
     label = "offline"
     try:
@@ -267,20 +269,15 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
             if deferred is not None:
                 return deferred
             notes: list[str] = []
-            rel = related_entries(vault, req.note)
+            # what this request itself wrote (its user part, when a run was killed between the two parts) is no
+            # "related" entry: shown it, the rerun dropped the project part as a repeat of the user part
+            rel = [e for e in related_entries(vault, req.note) if (e.source or {}).get("request") != req.id]
             shown = rel
             for again in (False, True):
                 # the second pass: every write of the first repeated an entry shown as related (small models
                 # copy what they were shown instead of reading the conversation); asked once more without them,
                 # the repeats still checked against them
-                body = fork_body(vault, req, config, transcript=t, related=[] if again else rel, notes=notes)
-                say(req.id, f"calling {config.model}")
-                try:
-                    result = llm.call_chat(config, body)
-                except ExtractionError as exc:
-                    costs.append(state, costs.record(None, at=now, request=req.id, session=req.session, error=exc,
-                                                     model=config.model))
-                    raise
+                body, result = _call_fitted(vault, req, config, t, [] if again else rel, notes, now, say, spent)
                 host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write",
                                                                                       "memory_nothing"}
                 try:
@@ -306,7 +303,7 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
             draft.notes = list(dict.fromkeys(draft.notes))
             if reading.nothing is not None:
                 draft.notes.append(f"memory_nothing: {reading.nothing}")
-        usage = _usage(result)
+        usage = _usage(result, spent)
         if user_done:
             drop = {e.id for e in draft.entries + list(draft.updates.values())
                     if draft.layer_of.get(e.id) == LAYER_USER}
@@ -347,7 +344,42 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
         new = requests.record_failure(state, req, error, vault.clock(), vault.rng,
                                       base_seconds=cfg.retry_base_seconds, max_attempts=cfg.max_attempts)
         return Outcome(req.id, "failed" if new.status == "failed" else "retry", label, error={**error},
-                       usage=_usage(result), attempts=new.attempts)
+                       usage=_usage(result, spent), attempts=new.attempts)
+
+
+CONTEXT_SHRINKS = 3   # a prompt the endpoint says is over its window: sent again at half the size, this many times
+
+
+def _call_fitted(vault, req: Request, config, t, related: list[Entry], notes: list[str], now: str, say,
+                 spent: dict | None = None):
+    """One fork call: the body built to the model's window and sent; when the endpoint answers that the prompt is
+    over its context (reason ``context_length``), built again at half the size and sent, up to ``CONTEXT_SHRINKS``
+    times — never the same body again. Every call goes to the cost ledger, and is counted in ``spent`` (calls and
+    tokens, what ``extract`` sums). Returns the body sent and the answer."""
+    from acpmem.write import llm
+    from acpmem.write.context import shrunk_window
+
+    window = None
+    for shrink in range(CONTEXT_SHRINKS + 1):
+        body = fork_body(vault, req, config, transcript=t, related=related, notes=notes, context_tokens=window)
+        say(req.id, f"calling {config.model}")
+        if spent is not None:
+            spent["calls"] += 1
+        try:
+            result = llm.call_chat(config, body)
+        except ExtractionError as exc:
+            costs.append(vault.state_dir, costs.record(None, at=now, request=req.id, session=req.session, error=exc,
+                                                       model=config.model))
+            if exc.data.get("reason") != "context_length" or shrink == CONTEXT_SHRINKS:
+                raise
+            window = shrunk_window(body)
+            notes.append(f"the endpoint said the prompt was over its context: sent again within {window} tokens")
+            continue
+        if spent is not None:
+            for k in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+                spent[k] += getattr(result, k)
+        return body, result
+    raise AssertionError("unreachable")
 
 
 def _over_budget(vault, req: Request, now: str) -> Outcome | None:
@@ -399,18 +431,41 @@ def _offline_draft(vault, req: Request, transcript, extract_offline) -> Draft:
         cites = request_citations(req, transcript)
     else:
         cites = tuple(Citation(req.session, s) for s in text.seqs) or (Citation(req.session, req.seq),)
+    target = vault.user if layer == LAYER_USER and vault.layer != LAYER_USER and vault.user is not None else vault
+    same = _same_offline_extract(target, title, body)
+    if same is not None:   # the extractor is deterministic: the same commit gives the same extract, kept once
+        draft.notes.append(f"the same offline extract as #{same.id} ({one_line(same.title)[:60]}): not written again")
+        return draft
     taken = {e.id for lv in layers for e in lv.load(with_reads=False, light=True).entries}
     draft.entries.append(new_entry(vault, req, draft, taken, title=title, body=body, citations=cites,
                                     extractor="offline", layer=layer))
     return draft
 
 
-def _usage(result) -> dict | None:
-    if result is None:
+def _same_offline_extract(vault, title: str, body: str):
+    """The live offline entry of ``vault`` with this title and this body (spacing aside), or None."""
+    words = " ".join(body.split())
+    for e in vault.load(with_reads=False).live():
+        if e.title == title and (e.source or {}).get("extractor") == "offline" and " ".join(e.body.split()) == words:
+            return e
+    return None
+
+
+def _usage(result, spent: dict | None = None) -> dict | None:
+    """What the request's model calls used: the tokens and ``calls`` summed over every call it made (``spent``:
+    a re-ask without the related entries, a shorter prompt after ``context_length_exceeded``, failed ones), the
+    model, latency and attempts of the last answer."""
+    if result is None and not (spent and spent["calls"]):
         return None
-    return {"model": result.model, "prompt_tokens": result.prompt_tokens, "cached_tokens": result.cached_tokens,
-            "completion_tokens": result.completion_tokens, "latency_s": round(result.latency_s, 3),
-            "attempts": result.attempts}
+    out = {"model": result.model if result is not None else None, "prompt_tokens": 0, "cached_tokens": 0,
+           "completion_tokens": 0, "latency_s": round(result.latency_s, 3) if result is not None else None,
+           "attempts": result.attempts if result is not None else None, "calls": 1}
+    if result is not None:
+        out.update(prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens,
+                   completion_tokens=result.completion_tokens)
+    if spent and spent["calls"]:
+        out.update({k: spent[k] for k in ("calls", "prompt_tokens", "cached_tokens", "completion_tokens")})
+    return out
 
 
 def _finish(vault, req: Request, out: Outcome) -> Outcome:

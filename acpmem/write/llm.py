@@ -35,6 +35,12 @@ DEFAULT_MAX_RETRIES = 3
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 20.0
 MAX_RETRY_AFTER = 60.0           # a server that asks for a longer wait is not waited for: the request stays pending
+ANSWER_SECONDS_MIN = 600.0       # the least a streamed answer is allowed in all (ModelConfig.answer_limit_s)
+ANSWER_CHUNKS_PER_TOKEN = 4      # chunks allowed per max_tokens (a server sends about one a token, plus keep-alives)
+ANSWER_BYTES_PER_TOKEN = 32      # bytes of text allowed per max_tokens (a token is rarely over 16)
+ANSWER_SLACK = 256               # chunks, and bytes x 16, allowed beyond those
+MAX_ANSWER_CHUNKS = 65_536       # without max_tokens in the body
+MAX_ANSWER_BYTES = 4_000_000
 _NOT_OURS = frozenset({"extractor", "max_entry_bytes", "retry_base_seconds", "max_attempts", "max_tokens_per_day",
                        "max_requests_per_hour", "max_tokens", "context_tokens",
                        "max_entries_per_answer", "temperature"})   # read elsewhere
@@ -49,7 +55,15 @@ class ModelConfig(Value):
     timeout: float = DEFAULT_TIMEOUT
     max_retries: int = DEFAULT_MAX_RETRIES
     stream: bool = False     # streamed: the timeout is the longest silence, not the whole answer
+    answer_seconds: float | None = None   # the longest a streamed answer may take in all; None: ``answer_limit_s``
     _hidden = ("api_key",)
+
+    @property
+    def answer_limit_s(self) -> float:
+        """How long one streamed answer may run in all, tokens arriving or not: ``answer_seconds``, else three
+        times the silence allowed and at least ``ANSWER_SECONDS_MIN`` (a looping model that never repeats exactly
+        otherwise held ``commit --wait`` and the worker without end)."""
+        return self.answer_seconds or max(ANSWER_SECONDS_MIN, 3 * self.timeout)
 
     @property
     def configured(self) -> bool:
@@ -283,8 +297,10 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
     never cut off. An endpoint that answers a streamed request with plain JSON is read as such; one that rejects
     streaming (HTTP 400/422 naming it) is asked again without it, in the same attempt. ``clock`` measures latency, ``sleep``
     waits between attempts, ``rng`` draws the jitter. Raises ``ExtractionError`` whose ``data`` has ``reason``
-    (no_endpoint, timeout, rate_limited, server_error, connection, rejected, bad_response, repetition: a streamed
-    answer caught repeating itself is stopped there, not at ``max_tokens``), ``attempts``,
+    (no_endpoint, timeout, rate_limited, server_error, connection, rejected, context_length — the endpoint said
+    the prompt is over its window: the caller sends a shorter one —, bad_response, repetition: a streamed
+    answer caught repeating itself is stopped there, not at ``max_tokens``; runaway: a streamed answer past
+    ``answer_bounds`` or ``config.answer_limit_s``), ``attempts``,
     ``retryable``, ``status`` and ``latency_s`` (the time spent before giving up).
     """
     if not config.configured:
@@ -309,7 +325,7 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
             wait = None
             try:
                 with progress.waiting("waiting for the model"):   # said on a terminal after a few seconds
-                    data = _streamed(client, body) if streamed else \
+                    data = _streamed(client, body, config.answer_limit_s, clock) if streamed else \
                         client.post("/chat/completions", body=body, cast_to=object)
             except (ValueError, openai.APIResponseValidationError) as exc:   # a body that is not JSON at all
                 raise _fail(f"Malformed answer from the endpoint: not JSON ({str(exc)[:80]})", "bad_response",
@@ -322,6 +338,12 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
                 reason, status, detail = "connection", None, str(exc.__cause__ or exc)
             except _StreamBroken as exc:
                 reason, status, detail = "connection", None, STREAM_BROKE + str(exc)
+            except _StreamRunaway as exc:
+                err = _fail(f"The answer did not end: stopped after {exc.args[0]}", "runaway", attempts, None,
+                            "the request stays pending and the queue moves on; a looping model: lower max_tokens "
+                            "or try another model")
+                err.data["text"] = exc.args[1]
+                raise err from None
             except _StreamLoop as exc:
                 err = _fail(f"The answer repeats itself: stopped after {exc.args[0]} chunks", "repetition",
                             attempts, None, "the request stays pending; its retry samples warmer")
@@ -337,6 +359,11 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
                     body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
                     attempts -= 1
                     continue
+                if status in (400, 413, 422) and _context_exceeded(exc):
+                    raise _fail(f"The prompt is over the model's context: HTTP {status} {_error_text(exc)}",
+                                "context_length", attempts, status,
+                                "it is sent again shorter; set [extraction] context_tokens to the model's window")\
+                        from None
                 if status != 429 and status < 500:
                     raise _fail(f"Endpoint rejected the request: HTTP {status} {_error_text(exc)}", "rejected",
                                 attempts, status, _rejected_hint(status)) from None
@@ -386,6 +413,20 @@ class _StreamLoop(Exception):
     """The streamed answer repeats itself: stopped."""
 
 
+class _StreamRunaway(Exception):
+    """The streamed answer went past its bound in chunks, bytes or total time: stopped."""
+
+
+def answer_bounds(body: dict) -> tuple[int, int]:
+    """The most chunks and bytes of text one streamed answer to ``body`` may send: from its ``max_tokens`` (a
+    server that ignores it, or keeps sending empty chunks, is stopped there), else ``MAX_ANSWER_CHUNKS`` and
+    ``MAX_ANSWER_BYTES``."""
+    n = body.get("max_tokens")
+    if not int_between(n, 1, MAX_INT):
+        return MAX_ANSWER_CHUNKS, MAX_ANSWER_BYTES
+    return n * ANSWER_CHUNKS_PER_TOKEN + ANSWER_SLACK, n * ANSWER_BYTES_PER_TOKEN + ANSWER_SLACK * 16
+
+
 class _StreamTimeout(Exception):
     """No chunk for the whole timeout."""
 
@@ -394,21 +435,29 @@ class _StreamBroken(Exception):
     """The stream ended or broke before the answer was complete."""
 
 
-def _streamed(client, body: dict) -> dict:
+def _streamed(client, body: dict, limit_s: float = math.inf, clock: Callable[[], float] = time.monotonic) -> dict:
     """One streamed call, its chunks put together into a chat completion (``_parse`` reads it like a plain one).
-    The client's read timeout is the silence allowed between chunks (and before the first)."""
+    The client's read timeout is the silence allowed between chunks (and before the first); ``answer_bounds`` and
+    ``limit_s`` (by ``clock``, from the request) bound the whole answer (``_StreamRunaway``)."""
     import openai
+
+    start = clock()
+    max_chunks, max_bytes = answer_bounds(body)
 
     httpx = _transport()
     stream = client.post("/chat/completions", body=body, cast_to=object, stream=True,
                          stream_cls=openai.Stream[object])
-    answer = {"content": [], "calls": {}, "finish": None, "usage": None, "model": None, "extra": {}}
+    answer = {"content": [], "calls": {}, "finish": None, "usage": None, "model": None, "extra": {}, "size": 0}
     try:
         kind = stream.response.headers.get("content-type", "")
         if "event-stream" not in kind:   # a server that ignored "stream": its plain answer
             return json.loads(stream.response.read())
         done = False
         for n, chunk in enumerate(stream):
+            if n >= max_chunks or answer["size"] > max_bytes or clock() - start > limit_s:
+                what = (f"{n} chunks" if n >= max_chunks else f"{answer['size']} bytes" if answer["size"] > max_bytes
+                        else f"{limit_s:g} s")
+                raise _StreamRunaway(what, "".join(answer["content"]))
             if not isinstance(chunk, dict):
                 continue
             _add_chunk(answer, chunk)
@@ -471,6 +520,7 @@ def _add_chunk(answer: dict, chunk: dict) -> None:
         delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
         if isinstance(delta.get("content"), str):
             answer["content"].append(delta["content"])
+            answer["size"] = answer.get("size", 0) + len(delta["content"].encode("utf-8"))
         for piece in delta.get("tool_calls") or ():
             if not isinstance(piece, dict):
                 continue
@@ -484,6 +534,7 @@ def _add_chunk(answer: dict, chunk: dict) -> None:
                 call["function"]["name"] += fn["name"]
             if isinstance(fn.get("arguments"), str):
                 call["function"]["arguments"] += fn["arguments"]
+                answer["size"] = answer.get("size", 0) + len(fn["arguments"].encode("utf-8"))
             elif isinstance(fn.get("arguments"), dict):   # some servers send the object whole
                 call["function"]["arguments"] = json.dumps(fn["arguments"], ensure_ascii=False)
 
@@ -524,6 +575,22 @@ def _error_text(exc: Any) -> str:
     return str(getattr(exc, "message", "") or "")[:200]
 
 
+CONTEXT_EXCEEDED = ("context_length_exceeded", "context length", "context window", "maximum context",
+                    "prompt is too long", "too many tokens", "exceeds the available context", "exceed_context_size")
+
+
+def _context_exceeded(exc: Any) -> bool:
+    """True when a rejection says the prompt is over the model's context window (OpenAI's code
+    ``context_length_exceeded``, llama-server's ``exceed_context_size_error``, the usual wordings): a body to send
+    again shorter, never the same."""
+    body = getattr(exc, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else None
+    words = [str(err.get(k) or "") for k in ("code", "type", "message")] if isinstance(err, dict) else []
+    words.append(_error_text(exc))
+    text = " ".join(words).lower()
+    return any(w in text for w in CONTEXT_EXCEEDED)
+
+
 def _rejected_hint(status: int) -> str:
     if status in (401, 403):
         return "check the API key (OPENAI_API_KEY or [extraction] api_key_env)"
@@ -550,7 +617,8 @@ STREAM_BROKE = "stream: "
 
 
 def _fail(message: str, reason: str, attempts: int, status: int | None, hint: str) -> ExtractionError:
-    retryable = reason in ("timeout", "rate_limited", "server_error", "connection", "repetition")
+    retryable = reason in ("timeout", "rate_limited", "server_error", "connection", "repetition", "context_length",
+                           "runaway")
     return ExtractionError(message, hint, reason=reason, attempts=attempts, retryable=retryable, status=status)
 
 

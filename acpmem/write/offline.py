@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from acpmem.core.boilerplate import OFFLINE_TEXT
 from acpmem.core.limits import without_surrogates
 from acpmem.core.values import Value
 
@@ -16,14 +17,7 @@ EXCERPT_CHARS = 500
 TITLE_CHARS = 120
 _COMMIT_CALL = re.compile(r"^memory_commit\(.*$", re.M)
 
-_TEXT = {
-    "en": {"head": "Offline extract (no model was used): the conversation's messages most relevant to the focus, "
-                   "quoted, not distilled.",
-           "focus": "Focus", "none": "No message in the conversation matched the focus; the focus itself is all "
-                                     "that was recorded."},
-    "zh": {"head": "离线摘录（未使用模型）：对话中与重点最相关的消息原文摘录，未经提炼。",
-           "focus": "重点", "none": "对话中没有与重点相关的消息；只记录了重点本身。"},
-}
+_TEXT = OFFLINE_TEXT
 
 
 class OfflineText(Value):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,11 +122,14 @@ def check_host_tools(path: str | os.PathLike | None) -> None:
 def submit(vault, *, type: str, note: str, importance: int, session: str, seq: int,
            transcript: str | os.PathLike | None = None, wait: bool = False,
            host_tools: str | os.PathLike | None = None, extractor: str | None = None,
-           block: str | None = None, scope: str | None = None) -> Ack:
+           block: str | None = None, scope: str | None = None,
+           on_recorded: Callable[[str, str], None] | None = None) -> Ack:
     """Record a ``memory_commit`` durably and have it extracted: in a detached background worker (the default; returns
     at once) or inline with ``wait``. ``vault`` is a ``VaultReader`` (a ``Vault`` with ``wait``). Never takes memory content: only the intent (type, note,
     importance) and where the conversation is (session, seq, transcript). ``block`` names a compression block of the
-    transcript (``b12``) as the focus: it must be there now. Raises ``EntryInvalid``/``UsageError``/``TranscriptError``
+    transcript (``b12``) as the focus: it must be there now. ``on_recorded(request id, acknowledgement)``: called
+    once the request is durable, before ``wait`` extracts it (``commit --wait`` prints the acknowledgement then, so
+    a Ctrl-C while the model works cannot lose it). Raises ``EntryInvalid``/``UsageError``/``TranscriptError``
     for bad arguments, before anything is written."""
     vault.require_writable()
     if scope not in (None, "branch", "global"):
@@ -137,6 +141,12 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
 
         parse_commit_args({"type": type, "note": note, "importance": importance}, settings.types)
         return Ack("", requests.off_text(settings.language), "", "off", None, policy)
+    if not (vault.root / ".git").exists():
+        # refused now, as remember is: "Noted" would tell the model its memory was kept, and the worker would then
+        # fail on its schedule in the background
+        from acpmem.vault.gitrun import no_repository
+
+        raise no_repository(vault.root)
     check_readable(transcript, "transcript", "pass the conversation file the host writes for this session")
     check_host_tools(host_tools)
     at = int_arg(seq, 0, requests.MAX_SEQ)   # an unusable seq is make_request's error, below
@@ -192,6 +202,8 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
 
         record_transcript(vault, req.session, req.transcript, "commit")
         record_request_transcript(vault, req.session, req.id, req.transcript)
+    if on_recorded is not None:
+        on_recorded(req.id, req.ack)
     if wait:
         from acpmem.write.worker import process_now
 
