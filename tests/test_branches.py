@@ -426,8 +426,8 @@ def test_the_forks_entries_are_scoped_by_type_and_by_the_commits_branch_or_globa
     _git(proj, "checkout", "-qb", "feature")
     head = _commit(proj, "queue.py")
 
-    def commit(seq: int, *flags: str) -> list[str]:
-        r = cli("memory", "commit", "--type", "fact", "--note", "the queue is sqlite", "--importance", "4",
+    def commit(seq: int, *flags: str, note: str = "the queue is sqlite") -> list[str]:
+        r = cli("memory", "commit", "--type", "fact", "--note", note, "--importance", "4",
                 "--session", "s-b", "--seq", str(seq), "--transcript", str(chat), "--extractor", "offline",
                 "--wait", "--json", *flags, cwd=proj)
         assert r.returncode == 0, r.stderr
@@ -435,7 +435,8 @@ def test_the_forks_entries_are_scoped_by_type_and_by_the_commits_branch_or_globa
 
     (scoped,) = commit(1)
     assert _meta(proj, scoped)["branch"] == "feature" and _meta(proj, scoped)["commit"] == head
-    globals_ = commit(2, "--global")
+    # another note: an exact repeat of the offline extractor's entry is not written twice
+    globals_ = commit(2, "--global", note="the queue's worker is one process per vault")
     assert globals_ and all("branch" not in _meta(proj, i) for i in globals_)
     both = cli("memory", "commit", "--type", "fact", "--note", "n", "--importance", "4", "--session", "s-b",
                "--seq", "3", "--transcript", str(chat), "--branch", "--global", cwd=proj)
