@@ -834,7 +834,8 @@ def _plausible() -> dict:
             "policy": ['"auto"', '"review"', '"off"'], "stream": ['"auto"', '"on"', '"off"'],
             "languages": ['"en"', '"en,zh"'], "query_prefix": ['""', '"query: "'],
             "document_prefix": ['""', '"passage: "', '"search_document: "'],
-            "similarity": ['"auto"', '"lexical"', '"embedding"', '"model"']}
+            "similarity": ['"auto"', '"lexical"', '"embedding"', '"model"'],
+            "scoped": ['"decision,lesson,fact"', '""', '"fact"']}
     out = {"vault": {"types": ['["fact", "lesson", "decision"]', '["decision", "lesson", "fact", "user-preference", '
                                '"reference"]'], "language": ['"en"', '"zh"']}}
     for name, section in Settings().to_json().items():

@@ -614,7 +614,8 @@ def test_the_claude_code_hook_gives_both_layers(proj, cli, tmp_path):
 
     start = hook("SessionStart", source="startup")
     assert 'layer="project"' in start and 'layer="user"' in start and "#u-short1" in start
-    turn = hook("UserPromptSubmit", prompt="how should you answer?")
+    # the prompt hook surfaces what the prompt is about: words of an entry in each layer
+    turn = hook("UserPromptSubmit", prompt="should the answer come first, and where does the job queue live?")
     assert 'id="u-short1" layer="user"' in turn and 'id="q7dec1" layer="project"' in turn
 
 
