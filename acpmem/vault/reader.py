@@ -147,11 +147,21 @@ class VaultReader:
     def settings(self) -> Settings:
         if self._settings is None:
             self.ensure_state()
-            self._settings = load_settings(self.root, self.state_dir)
-            said = self._settings.unknown_warning(str(self.root / layout.SETTINGS_FILE))
-            if said:
-                self.warnings.append(said)
+            self._settings = load_settings(self.root, self.state_dir, fallback=True)
+            path = str(self.root / layout.SETTINGS_FILE)
+            broken = None
+            if self._settings.broken:   # a teammate's broken push must not wedge the clone: sync brings the fix
+                broken = (f"{self._settings.broken} — using the last good settings until it is fixed "
+                          "(`acp memory sync` brings a fix; `acp memory doctor` says more)")
+            for said in (broken, self._settings.unknown_warning(path), self._settings.trust_warning(path)):
+                if said and said not in self.warnings:
+                    self.warnings.append(said)
         return self._settings
+
+    def reload_settings(self) -> Settings:
+        """Read ``acpmem.toml`` again (after a sync brought a new one), saying what the new one's warnings are."""
+        self._settings = None
+        return self.settings
 
     @property
     def db_path(self) -> Path:
