@@ -62,6 +62,7 @@ def team(tmp_path, clock):
 
 def push_settings(mate: Path, edit, message: str = "settings") -> None:
     """The teammate changes acpmem.toml (``edit(text) -> text``) and pushes it with plain git."""
+    git(mate, "pull", "-q", "--rebase", "origin", "main")
     p = mate / "acpmem.toml"
     p.write_text(edit(p.read_text("utf-8")), "utf-8")
     git(mate, "commit", "-qam", message)
@@ -69,16 +70,22 @@ def push_settings(mate: Path, edit, message: str = "settings") -> None:
 
 
 def set_in(text: str, section: str, lines: str) -> str:
+    """``lines`` (``key = value`` each) set in ``[section]`` of an acpmem.toml, replacing those keys there."""
     head, sep, tail = text.partition(f"[{section}]\n")
     assert sep, section
-    return head + sep + lines + tail
+    body, nxt, rest = tail.partition("\n[")
+    keys = {ln.split("=")[0].strip() for ln in lines.splitlines()}
+    kept = [ln for ln in body.splitlines() if ln.split("=")[0].strip().lstrip("# ") not in keys]
+    return head + sep + lines + "\n".join(kept) + nxt + rest
 
 
 def transcript(tmp_path: Path) -> Path:
     p = tmp_path / "conversation.json"
     p.write_text(json.dumps({"messages": [
         {"role": "user", "content": f"Remember how we rotate the zebra credentials ({MARKER})."},
-        {"role": "assistant", "content": f"Noted: rotation runs with the vault CLI ({MARKER})."}]}), "utf-8")
+        {"role": "assistant", "content": f"Noted: rotation runs with the vault CLI ({MARKER})."},
+        {"role": "user", "content": "And the staging credentials?"},
+        {"role": "assistant", "content": "The same CLI, with the staging profile."}]}), "utf-8")
     return p
 
 
@@ -120,10 +127,10 @@ def everyday(me: Path, env: dict, tmp_path: Path) -> dict[str, subprocess.Comple
            "prompt": run_cli(*v, "list", "--format", "prompt", "--session", "s-1", env=env),
            "hook": run_cli("memory", "hook", "claude-code", "--vault", str(me), input=hook_event, env=env),
            "recall": run_cli(*v, "recall", QUERY, env=env),
-           "remember": run_cli(*v, "remember", PREFERENCE, "--type", "user-preference", "--importance", "7",
+           "remember": run_cli(*v, "remember", PREFERENCE, "--type", "user-preference", "--importance", "7", "--user",
                                env=env),
            "commit": run_cli(*v, "commit", "--wait", "--extractor", "llm", "--note", "zebra rotation",
-                             "--session", "s-1", "--seq", "2", "--transcript", str(transcript(tmp_path)), env=env),
+                             "--type", "fact", "--importance", "5", "--session", "s-1", "--seq", "2", "--transcript", str(transcript(tmp_path)), env=env),
            "doctor": run_cli(*v, "doctor", env=env)}
     got["mcp"] = mcp_recall(me, env, QUERY)
     got["sync2"] = run_cli(*v, "sync", env=env)
@@ -183,8 +190,8 @@ def test_the_person_adopts_a_vaults_endpoint_deliberately_and_a_change_is_asked_
         assert r.returncode == 0 and f"extraction.base_url = '{shared.base_url}'" in r.stdout, r.stderr
         record = json.loads((Path(os.environ["HOME"]) / ".config" / "acpmem" / "trusted.json").read_text())
         assert list(record["vaults"]) == [os.path.realpath(me)]
-        args = ["commit", "--wait", "--extractor", "llm", "--session", "s-2", "--seq", "2", "--transcript",
-                str(transcript(tmp_path))]
+        args = ["commit", "--wait", "--extractor", "llm", "--type", "fact", "--importance", "5", "--note", "n",
+                "--session", "s-2", "--seq", "2", "--transcript", str(transcript(tmp_path))]
         r = run_cli(*v, *args, env=env)
         assert r.returncode == 0 and "ignored" not in r.stderr, r.stderr
         assert len(shared.requests) == 1 and shared.requests[0].body["model"] == "team"
@@ -192,14 +199,14 @@ def test_the_person_adopts_a_vaults_endpoint_deliberately_and_a_change_is_asked_
         push_settings(mate, lambda t: t.replace(shared.base_url, other.base_url))
         r = run_cli(*v, "sync", env=env)
         assert r.returncode == 0 and "ignored 'extraction.base_url', 'extraction.model'" in r.stderr, r.stderr
-        r = run_cli(*v, *args[:-4], "--seq", "3", "--transcript", str(transcript(tmp_path)), "--session", "s-3",
+        r = run_cli(*v, *args[:-4], "--seq", "2", "--transcript", str(transcript(tmp_path)), "--session", "s-3",
                     env=env)
         assert other.requests == [] and len(shared.requests) == 1
         # the person's OPENAI_BASE_URL wins over a trusted vault's endpoint
         assert run_cli(*v, "trust", env=env).returncode == 0
         with fake_openai() as own:
             own.responder = lambda body: reply.text()
-            r = run_cli(*v, *args[:-4], "--seq", "4", "--transcript", str(transcript(tmp_path)), "--session",
+            r = run_cli(*v, *args[:-4], "--seq", "2", "--transcript", str(transcript(tmp_path)), "--session",
                         "s-4", env=dict(env, OPENAI_BASE_URL=own.base_url))
             assert r.returncode == 0 and len(own.requests) == 1 and other.requests == [], r.stderr
         assert "ignored" not in run_cli(*v, "trust", "--revoke", env=env).stderr
@@ -213,7 +220,7 @@ def test_a_vault_never_moves_the_persons_user_layer(team, tmp_path):
     push_settings(mate, lambda t: t.replace('user_vault = ""', f'user_vault = "{me}"'))
     v = ["memory", "--vault", str(me)]
     assert run_cli(*v, "sync", env=env).returncode == 0
-    r = run_cli(*v, "remember", PREFERENCE, "--type", "user-preference", "--importance", "7", "--json", env=env)
+    r = run_cli(*v, "remember", PREFERENCE, "--type", "user-preference", "--importance", "7", "--user", "--json", env=env)
     assert r.returncode == 0 and "ignored 'layers.user_vault'" in r.stderr, r.stderr
     assert run_cli(*v, "sync", env=env).returncode == 0
     git(mate, "pull", "-q", "origin", "main")

@@ -65,6 +65,7 @@ class VaultReader:
         self.clock = clock
         self._rng = rng
         self._settings: Settings | None = None
+        self._said_of_settings: list[str] = []
         self._con = None
         self.warnings: list[str] = []
         if self.read_only and not (self.state_dir / READ_ONLY_NOTICE).exists():   # said once, not every turn
@@ -153,14 +154,16 @@ class VaultReader:
             if self._settings.broken:   # a teammate's broken push must not wedge the clone: sync brings the fix
                 broken = (f"{self._settings.broken} — using the last good settings until it is fixed "
                           "(`acp memory sync` brings a fix; `acp memory doctor` says more)")
-            for said in (broken, self._settings.unknown_warning(path), self._settings.trust_warning(path)):
-                if said and said not in self.warnings:
-                    self.warnings.append(said)
+            self._said_of_settings = [w for w in (broken, self._settings.unknown_warning(path),
+                                                  self._settings.trust_warning(path)) if w]
+            self.warnings.extend(w for w in self._said_of_settings if w not in self.warnings)
         return self._settings
 
     def reload_settings(self) -> Settings:
-        """Read ``acpmem.toml`` again (after a sync brought a new one), saying what the new one's warnings are."""
+        """Read ``acpmem.toml`` again (after a sync brought a new one): the old file's warnings give way to the new
+        one's."""
         self._settings = None
+        self.warnings[:] = [w for w in self.warnings if w not in self._said_of_settings]
         return self.settings
 
     @property
