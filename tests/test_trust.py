@@ -221,13 +221,14 @@ def test_a_vault_never_moves_the_persons_user_layer(team, tmp_path):
     v = ["memory", "--vault", str(me)]
     assert run_cli(*v, "sync", env=env).returncode == 0
     r = run_cli(*v, "remember", PREFERENCE, "--type", "user-preference", "--importance", "7", "--user", "--json", env=env)
-    assert r.returncode == 0 and "ignored 'layers.user_vault'" in r.stderr, r.stderr
+    assert r.returncode == 0, r.stderr
     assert run_cli(*v, "sync", env=env).returncode == 0
     git(mate, "pull", "-q", "origin", "main")
     shared = "".join(p.read_text() for p in (mate / "entries").glob("*.md"))
     assert PREFERENCE not in shared and PREFERENCE not in "".join(p.read_text() for p in (me / "entries").glob("*.md"))
     user = Path(os.environ["HOME"]) / ".acp-memory"
     assert PREFERENCE in "".join(p.read_text() for p in (user / "entries").glob("*.md"))
+    assert "ignored 'layers.user_vault'" in r.stderr, r.stderr
     # the person's own config may move it
     mine = tmp_path / "my-user-vault"
     set_person("layers", {"user_vault": str(mine)})
