@@ -277,3 +277,66 @@ def test_a_teammates_broken_settings_never_wedge_a_clone_and_the_fix_arrives(tea
     assert r.returncode == 0 and "last good" not in r.stderr, r.stderr
     r = run_cli(*v, "list", env=env)
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+# ------------------------------------------------------------------------------- the rules, in-process
+
+def _toml(vault, section: str, lines: str) -> None:
+    p = vault.root / "acpmem.toml"
+    p.write_text(set_in(p.read_text("utf-8"), section, lines), "utf-8")
+
+
+def test_which_value_wins_for_a_person_only_setting(vault, monkeypatch, tmp_path):
+    """Own config > environment > a trusted vault > the default; an untrusted vault's value never counts; the vault's
+    other settings always do."""
+    from acpmem.core.trust import claims
+    from acpmem.vault.config import load_settings, record_trust, vault_settings
+    from acpmem.write.llm import resolve_model_config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))   # honoured: the files go there
+    _toml(vault, "extraction", 'base_url = "http://team.invalid/v1"\nmodel = "team"\napi_key_env = "DEPLOY_TOKEN"\n'
+                               "max_retries = 1\n")
+    env = {"DEPLOY_TOKEN": DEPLOY_TOKEN, "OPENAI_API_KEY": PERSON_KEY, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    s = load_settings(vault.root, env=env)
+    assert s.ignored == ("extraction.api_key_env", "extraction.base_url", "extraction.model")
+    assert (s.extraction.base_url, s.extraction.model, s.extraction.api_key_env) == ("", "", "OPENAI_API_KEY")
+    assert s.extraction.max_retries == 1                                   # what the vault may decide, it does
+    cfg = resolve_model_config(s.extraction, env)
+    assert cfg.api_key == PERSON_KEY and cfg.base_url is None              # the person's own key, for OpenAI
+    path = record_trust(vault.root, claims(vault_settings(vault.root)), env)
+    assert path == tmp_path / "xdg" / "acpmem" / "trusted.json"
+    s = load_settings(vault.root, env=env)
+    assert s.ignored == () and s.extraction.base_url == "http://team.invalid/v1"
+    assert resolve_model_config(s.extraction, env).api_key == DEPLOY_TOKEN   # adopted deliberately
+    s = load_settings(vault.root, env=dict(env, OPENAI_BASE_URL="http://mine.invalid/v1"))
+    assert s.extraction.base_url == "" and s.extraction.model == "team"   # the person's OPENAI_BASE_URL wins
+    set_person("extraction", {"base_url": "http://own.invalid/v1", "api_key_env": "MY_KEY"})
+    s = load_settings(vault.root, env=env)
+    assert (s.extraction.base_url, s.extraction.model, s.extraction.api_key_env) == \
+        ("http://own.invalid/v1", "team", "MY_KEY")                        # own config first, per key
+    _toml(vault, "extraction", 'model = "team-2"\n')                       # changed: asked again
+    s = load_settings(vault.root, env=env)
+    assert s.ignored == ("extraction.api_key_env", "extraction.base_url", "extraction.model")
+    assert (s.extraction.base_url, s.extraction.model) == ("http://own.invalid/v1", "")
+
+
+@pytest.mark.parametrize("text,said", [
+    ('[score]\ntop_n = 3\n', "[score] does not belong in your own config"),
+    ('[extraction]\ntimeout_seconds = 5\n', "'extraction.timeout_seconds' does not belong in your own config"),
+    ('[extraction]\napi_key_env = "not a name"\n', "must be the name of an environment variable"),
+    ('[extraction]\nbase_url = 3\n', "'extraction.base_url' must be str"),
+    ('[extraction\n', "not valid TOML")])
+def test_the_persons_own_config_is_checked_and_said_with_its_path(vault, cli, text, said):
+    from helpers_person import config_path
+
+    p = config_path()
+    p.parent.mkdir(parents=True)
+    p.write_text(text)
+    r = cli("memory", "--vault", str(vault.root), "list")
+    assert r.returncode == 1 and r.stderr.startswith(f"Error: {p}: ") and said in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_trust_help_has_an_example(cli):
+    r = cli("memory", "trust", "--help")
+    assert r.returncode == 0 and "Example: acp memory trust" in r.stdout and "--revoke" in r.stdout

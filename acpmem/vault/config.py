@@ -122,14 +122,30 @@ def person_settings(env=None) -> dict[str, dict]:
         st = path.stat()
     except OSError:
         return {}
-    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
-    if key not in _PERSON_MEMO:   # read once per process: discovery and the settings both ask
-        _PERSON_MEMO.clear()
-        _PERSON_MEMO[key] = person_from_mapping(_read_toml(path), str(path))
-    return _PERSON_MEMO[key]
+    key = [str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    memo = _PERSON_MEMO.get("key") == key and _PERSON_MEMO.get("value")
+    if memo is not None and memo is not False:   # read once per process: discovery and the settings both ask
+        return memo
+    env_ = os.environ if env is None else env
+    cache = Path(env_.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")) / "acpmem" / \
+        "person-config.json"
+    try:   # the per-turn commands skip the TOML parser, as for acpmem.toml
+        cached = json.loads(cache.read_text("utf-8"))
+        value = cached["value"] if cached.get("key") == key and cached.get("v") == CACHE_VERSION else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        value = None
+    if not isinstance(value, dict):
+        value = person_from_mapping(_read_toml(path), str(path))
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(cache, json.dumps({"key": key, "v": CACHE_VERSION, "value": value}), durable=False)
+        except OSError:   # an optimisation: a read-only home must not fail the read
+            pass
+    _PERSON_MEMO.update(key=key, value=value)
+    return value
 
 
-_PERSON_MEMO: dict[tuple, dict] = {}
+_PERSON_MEMO: dict = {}
 
 
 def trust_records(env=None) -> dict[str, dict]:
