@@ -39,6 +39,7 @@ def _isolated_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(cfg))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     for var in ("ACPMEM_VAULT", "ACPMEM_USER_VAULT", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "ACPMEM_SESSION", "EDITOR",
+                "XDG_CONFIG_HOME",
                 "VISUAL"):
         monkeypatch.delenv(var, raising=False)
     yield

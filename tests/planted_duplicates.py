@@ -123,7 +123,13 @@ def oracle(style: str = "tool"):
 
 
 def set_section(root: Path, section: str, values: dict) -> None:
-    """Set ``values`` in the ``[section]`` table of the vault's acpmem.toml (the keys replaced or added)."""
+    """Set ``values`` in the ``[section]`` table of the vault's acpmem.toml (the keys replaced or added); those only
+    the person decides (endpoints, models) in the person's own config instead, where acpmem reads them."""
+    from helpers_person import set_person, split
+
+    mine, values = split(values)
+    if mine:
+        set_person(section, mine)
     path = Path(root) / "acpmem.toml"
     lines = path.read_text("utf-8").splitlines()
     try:

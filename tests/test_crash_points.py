@@ -40,6 +40,7 @@ import crashpoints as cp
 from helpers_proc import fsck, git_out, make_entry
 from openai_server import fake_openai, reply
 from acpmem.write.requests import pending_dir
+from helpers_person import set_person
 
 ACP = Path(sys.executable).parent / "acp"
 CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
@@ -143,8 +144,10 @@ def _build(t: Path, env: dict, model_url: str) -> None:
          "user-preference", "--importance", "6")
     toml = vault / "acpmem.toml"
     text = toml.read_text()
-    for key, val in (("base_url", model_url), ("model", "test-model"), ("timeout_seconds", 10.0),
-                     ("max_retries", 0)):
+    # the endpoint and model are the person's (their own config, under this world's HOME), the budgets the vault's
+    set_person("extraction", {"base_url": model_url, "model": "test-model"},
+               Path(env["HOME"]) / ".config" / "acpmem" / "config.toml")
+    for key, val in (("timeout_seconds", 10.0), ("max_retries", 0)):
         line = next(ln for ln in text.splitlines() if ln.startswith(f"{key} = "))
         text = text.replace(line, f"{key} = {json.dumps(val)}")
     toml.write_text(text)

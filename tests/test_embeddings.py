@@ -22,6 +22,7 @@ from acpmem.read import embedding
 from acpmem.vault.reader import VaultReader
 from acpmem.read.retrieval import recall
 from embeddings_server import embeddings_server
+from helpers_person import set_person, split
 from helpers_proc import warnings_said
 
 # "keep agent runs alive across redeploys" means the entry about session persistence; no word is shared
@@ -47,9 +48,11 @@ def write(vault, topics=TOPICS):
 
 
 def configure(vault, srv, **extra) -> VaultReader:
-    """Point the vault's [embeddings] at the server; returns a fresh reader (the settings are read anew). The query's
+    """Point [embeddings] at the server (the person's config: endpoint and model; the vault's: the rest); returns a fresh reader (the settings are read anew). The query's
     timeout is generous (a loaded machine must not turn a working endpoint into a fallback) unless a test sets it."""
     cfg = {"base_url": srv.base_url, "model": "hash-64", "timeout_seconds": 5.0, **extra}
+    mine, cfg = split(cfg)   # the endpoint and model are the person's (their config), the rest the vault's
+    set_person("embeddings", mine)
     lines = "".join(f"{k} = {json.dumps(v)}\n" for k, v in cfg.items())
     path = vault.root / "acpmem.toml"
     text = path.read_text("utf-8")
@@ -340,8 +343,7 @@ def test_doctor_and_stats_report_the_channel(vault, cli):
 
 
 def configure_off(reader) -> str:
-    path = reader.root / "acpmem.toml"
-    path.write_text(path.read_text("utf-8").replace('model = "hash-64"', 'model = ""'), "utf-8")
+    set_person("embeddings", {"model": ""})   # the model is the person's setting: no model, no channel
     return str(reader.root)
 
 

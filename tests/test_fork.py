@@ -13,6 +13,7 @@ from openai_server import reply
 from acpmem.write import context, costs, fork, requests, worker
 from acpmem.vault.writer import Vault
 from acpmem.write.requests import pending_dir
+from helpers_person import set_person, split
 
 FIX = Path(__file__).parent / "fixtures" / "transcripts"
 CHAT = FIX / "openai_chat.json"
@@ -33,6 +34,8 @@ def configure(v: Vault, srv=None, fork_check: bool = False, **extraction) -> Vau
     values = {"timeout_seconds": 10.0, "max_retries": 0, **extraction}
     if srv is not None:
         values.update(base_url=srv.base_url, model="test-model")
+    mine, values = split(values)   # the endpoint and model: the person's own config; the rest: the vault's
+    set_person("extraction", mine)
     for key, val in values.items():
         lines = [ln for ln in text.splitlines() if ln.startswith(f"{key} = ")]
         text = text.replace(lines[0], f"{key} = {json.dumps(val)}")

@@ -153,11 +153,11 @@ def test_every_settings_error_says_what_to_do(toml):
 
 @pytest.mark.parametrize("toml", ["[score]\ntop_n = " + HUGE + "\n", "[score]\nimportance_weight = " + "9" * 400 + "\n",
                                   "[score]\ntop_n = " + "[" * 100_000 + "\n"])
-def test_a_settings_number_python_cannot_read_is_one_error_line(vault, cli, toml):
+def test_a_settings_number_python_cannot_read_is_one_warning_line(vault, cli, toml):
     (vault.root / "acpmem.toml").write_text(toml)
     r = cli("memory", "--vault", str(vault.root), "list")
-    _one_error_line(r, (1,))
-    assert "acpmem.toml" in r.stderr
+    _one_error_line(r, (0,), prefix="Warning: ")   # the last good settings: a synced file never wedges a clone
+    assert "acpmem.toml" in r.stderr and "using the last good settings" in r.stderr
 
 
 # --------------------------------------------------------------------------------------------------------- the read API

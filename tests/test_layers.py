@@ -27,6 +27,7 @@ from acpmem.vault.writer import Vault
 from acpmem.write import requests, worker
 from acpmem.write.context import related_entries
 from acpmem.write.requests import pending_dir
+from helpers_person import set_person
 
 FIX = Path(__file__).parent / "fixtures" / "transcripts"
 KEY = "sk-proj-" + "Ab3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5oQ7s" + "T3BlbkFJ" + "u9wY1aC3eG5iK7mO9qS1uW3yA5cE7gI9"
@@ -69,8 +70,8 @@ def proj(tmp_path, clock, user_vault):
 def configure(v: Vault, srv) -> Vault:
     p = v.root / "acpmem.toml"
     text = p.read_text()
-    for key, val in {"base_url": srv.base_url, "model": "test-model", "timeout_seconds": 10.0,
-                     "max_retries": 0}.items():
+    set_person("extraction", {"base_url": srv.base_url, "model": "test-model"})   # the person's own endpoint
+    for key, val in {"timeout_seconds": 10.0, "max_retries": 0}.items():
         line = [ln for ln in text.splitlines() if ln.startswith(f"{key} = ")][0]
         text = text.replace(line, f"{key} = {json.dumps(val)}")
     p.write_text(text)
@@ -403,7 +404,8 @@ def _broken(kind: str, path: Path, clock) -> None:
 
 @pytest.mark.parametrize("kind,said", [("missing", "does not exist"), ("a file", "is not a folder"),
                                        ("not a git repository", "is not a git repository"),
-                                       ("bad settings", "cannot be read"), ("not a vault", "is not an acpmem vault"),
+                                       ("bad settings", "using the last good settings"),   # read, as defaults
+                                       ("not a vault", "is not an acpmem vault"),
                                        ("unreadable", "cannot be read")])
 def test_a_broken_user_vault_leaves_the_project_working_with_one_warning(tmp_path, clock, cli, monkeypatch, kind,
                                                                         said):
@@ -424,11 +426,10 @@ def test_a_broken_user_vault_leaves_the_project_working_with_one_warning(tmp_pat
 def test_a_broken_configured_user_vault_warns_and_none_turns_it_off(tmp_path, clock, cli, monkeypatch):
     v = project(tmp_path, "solo", clock)
     put(v, "k3f9q2", "Configured in acpmem.toml", "- x")
-    toml = v.root / "acpmem.toml"
-    toml.write_text(toml.read_text().replace('user_vault = ""', f'user_vault = "{tmp_path / "nowhere"}"'))
+    set_person("layers", {"user_vault": str(tmp_path / "nowhere")})   # the person's own config: never a vault's
     r = cli("memory", "--vault", str(v.root), "list")
     assert r.returncode == 0 and len(_warnings(r)) == 1 and "nowhere does not exist" in r.stderr
-    toml.write_text(toml.read_text().replace(f'user_vault = "{tmp_path / "nowhere"}"', 'user_vault = "none"'))
+    set_person("layers", {"user_vault": "none"})
     r = cli("memory", "--vault", str(v.root), "list")
     assert r.returncode == 0 and r.stderr == ""
     # $ACPMEM_USER_VAULT wins over the file

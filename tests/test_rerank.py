@@ -17,6 +17,7 @@ from acpmem.vault.reader import VaultReader
 from acpmem.read.retrieval import recall
 from embeddings_server import embeddings_server
 from test_embeddings import SYNONYMS, TOPICS, configure as configure_embeddings, write
+from helpers_person import set_person, split
 from helpers_proc import warnings_said
 
 # Six notes that all match "deploy notes", in a known lexical order, for the model to reorder
@@ -26,8 +27,11 @@ NOTES = [(f"Deploy notes {name}", f"Deploy notes about {topic}.")
 
 
 def configure(vault, srv, section: str = "rerank", **extra) -> VaultReader:
-    """Point the vault's [rerank] (or another section) at the server; returns a fresh reader."""
+    """Point [rerank] (or another section) at the server (the person's config: endpoint and model; the vault's: the
+    rest); returns a fresh reader."""
     cfg = {"base_url": srv.base_url, "model": "cross-test", "timeout_seconds": 5.0, **extra}
+    mine, cfg = split(cfg)   # the endpoint and model are the person's (their config), the rest the vault's
+    set_person(section, mine)
     lines = "".join(f"{k} = {json.dumps(v)}\n" for k, v in cfg.items())
     path = vault.root / "acpmem.toml"
     head, sep, tail = path.read_text("utf-8").partition(f"[{section}]\n")

@@ -20,6 +20,7 @@ from acpmem.read import resident
 from acpmem.read.retrieval import recall
 from acpmem.core.redact import find_secrets
 from acpmem.vault.writer import Vault
+from helpers_person import set_person
 
 CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
 
@@ -125,8 +126,8 @@ def test_fork_output_with_secrets_is_redacted_before_anything_is_stored(vault, o
 
     toml = vault.root / "acpmem.toml"
     text = toml.read_text()
-    text = text.replace('base_url = ""', f'base_url = "{openai_server.base_url}"').replace(
-        'model = ""', 'model = "test-model"').replace("max_retries = 3", "max_retries = 0")
+    set_person("extraction", {"base_url": openai_server.base_url, "model": "test-model"})   # the person's own
+    text = text.replace("max_retries = 3", "max_retries = 0")
     toml.write_text(text)
     hp.git_out(vault.root, "commit", "-q", "-m", "point at the fake server", "--", "acpmem.toml")
     vault.close()

@@ -1,4 +1,5 @@
-"""The integration commands of ``acp memory``: ``serve`` (MCP over stdio), ``hook claude-code`` and ``sync``.
+"""The integration commands of ``acp memory``: ``serve`` (MCP over stdio), ``hook claude-code``, ``sync`` and
+``trust``.
 
 Each is parse → one library call (``integrations.mcp_server.serve``, ``integrations.claude_code``,
 ``vault.sync.sync``) → render.
@@ -100,6 +101,46 @@ def sync(ctx: typer.Context,
     tries = f" after {result.attempts} tries (the remote moved meanwhile)" if result.attempts > 1 else ""
     out(f"Synced with {result.remote}/{result.branch}: {result.incoming} commit(s) in{how}, {result.outgoing} out"
         f"{' and pushed' if result.pushed else ''}{tries}. HEAD {result.head[:12]}.")
+
+
+@app.command()
+def trust(ctx: typer.Context,
+          revoke: Annotated[bool, typer.Option("--revoke", help="Forget the trust: the vault's values are ignored "
+                                                                "again.")] = False,
+          user: UserOpt = False, vault: VaultOpt = None) -> None:
+    """Adopt the settings in this vault's acpmem.toml that only you decide — endpoints (base_url), models,
+    api_key_env, [layers] user_vault — as they are now, like `direnv allow`.
+
+    A vault's acpmem.toml arrives from its remote, written by anyone who can push, so acpmem ignores those settings
+    in it (with a warning) unless you adopt them here: their digest is recorded in your own config folder
+    (~/.config/acpmem/trusted.json, or $XDG_CONFIG_HOME/acpmem). When the file changes any of them, they are
+    ignored again until you run this again. Your own ~/.config/acpmem/config.toml and OPENAI_BASE_URL still win.
+    Read the values this prints before you trust them: they say where your conversations, queries and the key in
+    the variable api_key_env names are sent.
+
+    Example: acp memory trust          (then `acp memory doctor` no longer lists them)
+
+    Example: acp memory trust --revoke
+    """
+    from acpmem.core import trust as model
+    from acpmem.vault.config import record_trust, vault_settings
+
+    v = open_user(ctx, vault) if user else open_vault(ctx, vault)
+    try:
+        path = v.root / "acpmem.toml"
+        found = {} if revoke else model.claims(vault_settings(v.root, v.state_dir))
+        where = record_trust(v.root, found)
+    finally:
+        v.close()
+    if revoke:
+        out(f"The person-only settings of {path} are ignored again (removed from {where}).")
+    elif not found:
+        out(f"Nothing to trust: {path} sets none of the settings only you decide.")
+    else:
+        out(f"Trusted for {v.root} (recorded in {where}), until the file changes them:")
+        for key, value in found.items():
+            out(f"  {key} = {value!r}")
+        out("Your own config.toml and OPENAI_BASE_URL still win over them; `acp memory trust --revoke` undoes this.")
 
 
 @app.command()

@@ -158,6 +158,8 @@ class Settings(Value):
     consolidate: ConsolidateSettings = ConsolidateSettings()
     branches: BranchesSettings = BranchesSettings()
     unknown: tuple[str, ...] = ()   # settings and sections the file has that this acpmem does not know: ignored
+    ignored: tuple[str, ...] = ()   # person-only settings the vault set and the person did not trust: ignored
+    broken: str = ""                # the file does not load (why): these are the last good settings, or defaults
 
     def unknown_warning(self, path: str = SETTINGS_FILE) -> str | None:
         """The one warning line about ``unknown``, or None."""
@@ -167,9 +169,19 @@ class Settings(Value):
         return (f"{path}: ignored what this acpmem does not know: {names} (set by a newer acpmem, or misspelt) — "
                 "upgrade acpmem to use it, or remove it; see the comments in the template acpmem.toml")
 
+    def trust_warning(self, path: str = SETTINGS_FILE) -> str | None:
+        """The one warning line about ``ignored`` (``acpmem.core.trust``), or None."""
+        if not self.ignored:
+            return None
+        names = ", ".join(f"'{n}'" for n in self.ignored)
+        return (f"{path}: ignored {names}: only you decide where your data and keys go and where your own layer "
+                "lives, not a vault — set them in your own config (~/.config/acpmem/config.toml), or adopt this "
+                "file's values with `acp memory trust` (see docs/security.md)")
+
     def to_json(self) -> dict:
         d = self.__dict__
-        return {n: d[n].to_json() if isinstance(d[n], Section) else d[n] for n in self._fields}
+        return {n: d[n].to_json() if isinstance(d[n], Section) else d[n] for n in self._fields
+                if n not in ("ignored", "broken")}
 
 
 # The range of every number (inclusive; ``open`` excludes the low end): a value outside it is refused when the file
@@ -335,4 +347,27 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
 
 def settings_from_json(d: dict) -> Settings:
     kwargs = {name: cls(**d.get(name, {})) for name, cls in _SECTIONS.items()}
-    return Settings(types=tuple(d["types"]), language=d["language"], unknown=tuple(d.get("unknown", ())), **kwargs)
+    return Settings(types=tuple(d["types"]), language=d["language"], unknown=tuple(d.get("unknown", ())),
+                    broken=d.get("broken", ""), **kwargs)
+
+
+def person_from_mapping(data: dict, path: str) -> dict[str, dict]:
+    """The person's own settings (their configuration file: ``acpmem.vault.config.person_config_path``): only the
+    settings a vault may not decide (``acpmem.core.trust.PERSON_ONLY``), each validated as in ``acpmem.toml``."""
+    from acpmem.core.trust import PERSON_ONLY
+
+    out: dict[str, dict] = {}
+    hint = "it holds only [extraction], [embeddings], [rerank] base_url / model / api_key_env and [layers] " \
+           "user_vault (see docs/configuration.md)"
+    for section, table in data.items():
+        if section not in PERSON_ONLY or not isinstance(table, dict):
+            raise SettingsError(f"{path}: [{section}] does not belong in your own config", hint)
+        for key, v in table.items():
+            if key not in PERSON_ONLY[section]:
+                raise SettingsError(f"{path}: '{section}.{key}' does not belong in your own config (a vault's "
+                                    "acpmem.toml decides it)", hint)
+            if not isinstance(v, str):
+                raise SettingsError(f"{path}: '{section}.{key}' must be str, got {clip(v)}", hint)
+            _check_value(section, key, v, path)
+        out[section] = dict(table)
+    return out

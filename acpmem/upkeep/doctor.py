@@ -120,6 +120,7 @@ def check_vault(vault: Vault, *, fix: bool = False, more=()) -> Report:
             else:
                 add("error", "a change was interrupted before its commit (a journal is pending)",
                     "run `acp memory doctor --fix` to finish it")
+    _check_settings(vault, add)
     for w in vault.warnings:
         if not (full and w.startswith("the disk holding")):   # said once, above, with the next step
             add("warning", w)
@@ -341,6 +342,31 @@ def _check_watcher(vault: Vault, add) -> None:
     else:
         add("warning", f"the index watcher (process {pid}) does not answer; recall checks every file meanwhile",
             f"see {vault.state_dir / watch.LOG}; `kill {pid}` stops it, the next recall starts another")
+
+
+def _check_settings(vault, add) -> None:
+    """The vault's acpmem.toml: one that does not load (read as the last good settings meanwhile) is an error; the
+    person-only settings it sets and the person did not trust (ignored, ``acpmem.core.trust``) are listed."""
+    from acpmem.core import trust
+    from acpmem.core.errors import SettingsError
+    from acpmem.vault.config import person_config_path, vault_settings
+
+    s = vault.settings
+    path = str(vault.root / "acpmem.toml")
+    said = s.trust_warning(path)
+    vault.warnings[:] = [w for w in vault.warnings if w != said and not (s.broken and w.startswith(s.broken))]
+    if s.broken:
+        add("error", f"{s.broken} (the last good settings are used meanwhile)",
+            "fix the file and commit it, or `acp memory sync` to take in a teammate's fix")
+    if s.ignored:
+        try:
+            found = trust.claims(vault_settings(vault.root, vault.state_dir))
+        except SettingsError:
+            found = {}
+        listed = ", ".join(f"{k} = {found[k]!r}" if k in found else k for k in s.ignored)
+        add("warning", f"{path} sets what only you decide, ignored (untrusted): {listed}",
+            f"set your own in {person_config_path()}, or adopt these values with `acp memory trust` once you have "
+            "read them")
 
 
 # The whole vault: the checks above, the pending extraction work (requests) and staleness, in both layers.

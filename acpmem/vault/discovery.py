@@ -85,11 +85,16 @@ def _resolved(p: Path) -> Path:
 
 def user_vault_location(configured: str | None, env: dict | None = None) -> tuple[Path | None, bool]:
     """Where the user vault is, and whether that place was named explicitly: ``$ACPMEM_USER_VAULT`` > ``[layers]
-    user_vault`` (``configured``) > ``~/.acp-memory``. ``none`` (either way) turns it off: ``(None, True)``.
+    user_vault`` (``configured``: the effective settings, whose value is the person's — ``acpmem.core.trust``; None:
+    read from the person's own config) > ``~/.acp-memory``. ``none`` (either way) turns it off: ``(None, True)``.
 
     Explicit matters for the warnings (``acpmem.read.layers``): a default user vault that was never created is
     silent, a named one that is missing or broken is said."""
     env = os.environ if env is None else env
+    if configured is None:   # no vault's settings at hand: the person's own config (a vault never decides it)
+        from acpmem.vault.config import person_settings
+
+        configured = person_settings(env).get("layers", {}).get("user_vault")
     for value in (env.get(ENV_USER_VAULT), configured):
         if value is None or value == "":
             continue

@@ -67,6 +67,7 @@ class VaultReader:
         self.clock = clock
         self._rng = rng
         self._settings: Settings | None = None
+        self._said_of_settings: list[str] = []
         self._con = None
         self.warnings: list[str] = []
         if self.read_only and not (self.state_dir / READ_ONLY_NOTICE).exists():   # said once, not every turn
@@ -149,11 +150,23 @@ class VaultReader:
     def settings(self) -> Settings:
         if self._settings is None:
             self.ensure_state()
-            self._settings = load_settings(self.root, self.state_dir)
-            said = self._settings.unknown_warning(str(self.root / layout.SETTINGS_FILE))
-            if said:
-                self.warnings.append(said)
+            self._settings = load_settings(self.root, self.state_dir, fallback=True)
+            path = str(self.root / layout.SETTINGS_FILE)
+            broken = None
+            if self._settings.broken:   # a teammate's broken push must not wedge the clone: sync brings the fix
+                broken = (f"{self._settings.broken} — using the last good settings until it is fixed "
+                          "(`acp memory sync` brings a fix; `acp memory doctor` says more)")
+            self._said_of_settings = [w for w in (broken, self._settings.unknown_warning(path),
+                                                  self._settings.trust_warning(path)) if w]
+            self.warnings.extend(w for w in self._said_of_settings if w not in self.warnings)
         return self._settings
+
+    def reload_settings(self) -> Settings:
+        """Read ``acpmem.toml`` again (after a sync brought a new one): the old file's warnings give way to the new
+        one's."""
+        self._settings = None
+        self.warnings[:] = [w for w in self.warnings if w not in self._said_of_settings]
+        return self.settings
 
     @property
     def db_path(self) -> Path:

@@ -85,7 +85,10 @@ def sync(vault: Vault, remote: str | None = None, *,
             shown.describe(msg)
             progress(msg)
 
-        return _sync(vault, remote, say, shown, clock, sleep, rng)
+        res = _sync(vault, remote, say, shown, clock, sleep, rng)
+    if res.incoming:   # a teammate's acpmem.toml: what of it is ignored, or that it does not load, is said now
+        vault.reload_settings()
+    return res
 
 
 def _sync(vault: Vault, remote: str, progress: Callable[[str], None], shown, clock, sleep, rng) -> SyncResult:

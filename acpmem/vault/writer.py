@@ -39,7 +39,7 @@ from acpmem.infra.files import NotRegularFile, atomic_write, move_durably, read_
 from acpmem.infra.localstate import queue_home
 from acpmem.infra.proc import held_open, pid_alive, read_pid
 from acpmem.vault import readlog
-from acpmem.vault.config import load_settings
+from acpmem.vault.config import vault_settings
 from acpmem.vault.gitrun import (FALLBACK_IDENTITY, failure, git, identity_warning, no_repository, took_fallback,
                                  writes_blocked)
 from acpmem.vault.journal import (JOURNAL, JOURNAL_MAX_BYTES, JOURNAL_TRAILER, UNKNOWN, BadJournal, file_hash,
@@ -322,7 +322,7 @@ class Vault(VaultReader):
                 return CONFLICT_REASON
             if rel == layout.SETTINGS_FILE:
                 try:
-                    load_settings(self.root, None)
+                    vault_settings(self.root, None)
                 except SettingsError as exc:
                     return exc.message.removeprefix(f"{self.root / rel}: ").removeprefix(f"{rel}: ")
         return None
