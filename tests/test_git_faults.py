@@ -283,6 +283,7 @@ def test_a_change_killed_around_its_commit_is_finished_exactly_once(op, moment, 
     assert status_porcelain(root) == ""
 
 
+@pytest.mark.real_process("the command is killed (-9) by its git")
 def test_a_forget_killed_before_its_commit_is_finished_by_the_next_write(team, tmp_path, cli):
     """The reported wedge: the journal left and the deletion already staged (a failed or killed commit after
     `git add -A`); replaying the journal added the deletion again and every later write failed."""
