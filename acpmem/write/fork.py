@@ -182,152 +182,210 @@ def _why(req: Request, extractor: str, note: str, updates: list[Entry], notes: l
 
 # --------------------------------------------------------------------------------------------- processing
 
+class _Attempt:
+    """What one attempt learned on its way, for the outcome and for the failure record: the extractor's label, the
+    model's configuration and last answer, the conversation read."""
+
+    def __init__(self) -> None:
+        self.label = "offline"
+        self.config = None
+        self.result = None
+        self.transcript = None
+
+    @property
+    def usage(self) -> dict | None:
+        return _usage(self.result)
+
+
 def process_request(vault, request_id: str, *, extractor: str | None = None, explicit: bool = False, env=None,
                     progress: Callable[[str, str], None] | None = None) -> Outcome:
     """Extract one request and write its entries in one commit. Call with the worker lock held."""
-    from acpmem.vault.history import commit_for_request
-    from acpmem.write import llm
-
     say = progress or (lambda rid, what: None)
-    state = vault.state_dir
-    req = requests.load_request(state, request_id)
+    req = requests.load_request(vault.state_dir, request_id)
     if req is None:
-        done = requests.find_done(state, request_id)
-        if done:
-            return Outcome(request_id, "already", done.get("extractor"), done.get("commit"))
-        return Outcome(request_id, "missing")
+        return _gone(vault, request_id)
     now = utc_iso(vault.clock())
     if not explicit and not req.due(now):
         why = "failed for good; name it to retry" if req.status == "failed" else f"next attempt {req.next_attempt}"
-        return Outcome(req.id, "skipped", error={"message": why}, attempts=req.attempts)
+        return Outcome(request=req.id, status="skipped", error={"message": why}, attempts=req.attempts)
+    _refuse_blocked_writes(vault)
+    done, user_done = _written_before(vault, req)
+    if done is not None:
+        return _finish(vault, req, done)
+    attempt = _Attempt()
+    try:
+        draft = _extract(vault, req, extractor, env, now, say, attempt)
+        if isinstance(draft, Outcome):   # deferred: an extraction budget is spent
+            return draft
+        if user_done:
+            _drop_user_part(draft)
+        if not draft.entries:
+            return _finish(vault, req, _outcome(req, "nothing", draft, attempt))
+        from acpmem.write.provenance import annotate
+
+        draft.entries = annotate(vault, attempt.transcript, draft.entries, draft.layer_of)
+        say(req.id, "committing")
+        sha = commit_draft(vault, req, draft, attempt.config.model if attempt.config else "offline", attempt.label)
+        proposed = all(e.path.startswith(PROPOSALS_DIR + "/") for e in draft.entries) and bool(draft.entries)
+        return _finish(vault, req, _outcome(req, "proposed" if proposed else "written", draft, attempt, commit=sha))
+    except Exception as exc:  # noqa: BLE001 - whatever it was, it is recorded and retried, never a stuck queue
+        return _failed(vault, req, exc, attempt)
+
+
+def _gone(vault, request_id: str) -> Outcome:
+    """A request no longer pending: ``already`` when the done log has it, else ``missing``."""
+    done = requests.find_done(vault.state_dir, request_id)
+    if done:
+        return Outcome(request=request_id, status="already", extractor=done.get("extractor"),
+                       commit=done.get("commit"))
+    return Outcome(request=request_id, status="missing")
+
+
+def _refuse_blocked_writes(vault) -> None:
+    """A rebase, a detached HEAD in any layer: refused before any model call, no attempt used."""
     from acpmem.vault.gitrun import writes_blocked
 
-    for layer in vault.layers():   # a rebase, a detached HEAD: refused before any model call, no attempt used
+    for layer in vault.layers():
         blocked = writes_blocked(layer.root)
         if blocked is not None:
             raise blocked
 
-    # a write of this request killed between its files and its commit is finished (or dropped) first: only then
-    # does the history say whether it happened
+
+def _written_before(vault, req: Request) -> tuple[Outcome | None, bool]:
+    """Whether the history already holds this request: (the ``already`` outcome, or None; whether only the user
+    part was committed — killed between the two commits, this run writes the project part only). A write of it
+    killed between its files and its commit is finished (or dropped) first: only then does the history say."""
+    from acpmem.vault.history import commit_for_request
+
     for layer_vault in dict.fromkeys(lv for lv in (vault.user, vault) if lv is not None):
         layer_vault.finish_interrupted()
     sha = commit_for_request(vault, requests.check_request_id(req.id))
     if sha:
-        return _finish(vault, req, Outcome(req.id, "already", commit=sha, attempts=req.attempts))
-    user_done = False
-    if not sha and vault.user is not None:   # the user part is committed first: done, or half done?
-        user_sha = commit_for_request(vault.user, req.id)
-        if user_sha:
-            from acpmem.vault.gitrun import git
+        return Outcome(request=req.id, status="already", commit=sha, attempts=req.attempts), False
+    if vault.user is None:
+        return None, False
+    user_sha = commit_for_request(vault.user, req.id)   # the user part is committed first: done, or half done?
+    if not user_sha:
+        return None, False
+    from acpmem.vault.gitrun import git
 
-            body = git(vault.user.root, "log", "-1", "--format=%B", user_sha, check=False).out
-            if f"{USER_PART_TRAILER}: yes" not in body:
-                return _finish(vault, req, Outcome(req.id, "already", commit=user_sha, attempts=req.attempts))
-            user_done = True   # killed between the two commits: this run writes the project part only
+    body = git(vault.user.root, "log", "-1", "--format=%B", user_sha, check=False).out
+    if f"{USER_PART_TRAILER}: yes" not in body:
+        return Outcome(request=req.id, status="already", commit=user_sha, attempts=req.attempts), False
+    return None, True
 
-    result = None
-    kind, config = "offline", None
-    label = "offline"
+
+def _extract(vault, req: Request, override: str | None, env, now: str, say, attempt: _Attempt) -> Draft | Outcome:
+    """The request's draft, offline or from the model (the ``deferred`` outcome when a budget is spent)."""
+    from acpmem.core.tools import parse_commit_args
+
+    # a request file is local state a person can edit, and the vault's types can change after the commit
+    parse_commit_args({"type": req.type, "note": req.note, "importance": req.importance}, vault.settings.types)
+    kind, attempt.config = choose_extractor(vault, override, env, req)
+    attempt.label = attempt.config.extractor if attempt.config else "offline"
+    say(req.id, "reading the transcript")
+    attempt.transcript = t = conversation(req)
+    cites = request_citations(req, t)
+    if kind == "offline":
+        from acpmem.write.offline import extract_offline
+
+        say(req.id, "offline extraction")
+        return _offline_draft(vault, req, t, extract_offline)
+    deferred = _over_budget(vault, req, now)
+    if deferred is not None:
+        return deferred
+    return _model_draft(vault, req, cites, now, say, attempt)
+
+
+def _model_draft(vault, req: Request, cites, now: str, say, attempt: _Attempt) -> Draft:
+    """Ask the model, once or twice: the second pass when every write of the first repeated an entry shown as
+    related (small models copy what they were shown instead of reading the conversation); asked once more without
+    them, the repeats still checked against them."""
+    notes: list[str] = []
+    rel = related_entries(vault, req.note)
+    for again in (False, True):
+        draft, reading = _ask_model(vault, req, cites, now, say, attempt, related=[] if again else rel, shown=rel,
+                                    notes=notes)
+        if again or not rel or draft.entries or not draft.writes or draft.repeats < draft.writes:
+            break
+        notes = [n for n in draft.notes] + ["every write repeated an entry shown as related: asked "
+                                            "again without the related entries"]
+    draft.notes = list(dict.fromkeys(draft.notes))
+    if reading.nothing is not None:
+        draft.notes.append(f"memory_nothing: {reading.nothing}")
+    return draft
+
+
+def _ask_model(vault, req: Request, cites, now: str, say, attempt: _Attempt, *, related, shown, notes):
+    """One model call and its reading: (the draft, the reading); each call a line in the cost ledger."""
+    from acpmem.write import llm
+
+    config, t, state = attempt.config, attempt.transcript, vault.state_dir
+    body = fork_body(vault, req, config, transcript=t, related=related, notes=notes)
+    say(req.id, f"calling {config.model}")
     try:
-        from acpmem.core.tools import parse_commit_args
+        attempt.result = result = llm.call_chat(config, body)
+    except ExtractionError as exc:
+        costs.append(state, costs.record(None, at=now, request=req.id, session=req.session, error=exc,
+                                         model=config.model))
+        raise
+    host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write", "memory_nothing"}
+    try:
+        reading = read_reply(result)
+        draft = draft_from_calls(vault, req, reading.calls, attempt.label, host_names, citations=cites, shown=shown,
+                                 from_text=reading.source != "tool_calls", turns=conversation_turns(req, t))
+        draft.notes[:0] = notes + list(reading.notes)
+        if not draft.writes and reading.nothing is None:
+            raise unusable(result, "the answer has no memory_write call and does not say nothing to keep"
+                           + (f" (it called {', '.join(sorted(set(draft.ignored)))})" if draft.ignored else ""))
+    except ExtractionError as exc:
+        costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=0, error=exc))
+        raise
+    costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
+                                     entries=len(draft.entries)))
+    return draft, reading
 
-        # a request file is local state a person can edit, and the vault's types can change after the commit
-        parse_commit_args({"type": req.type, "note": req.note, "importance": req.importance}, vault.settings.types)
-        kind, config = choose_extractor(vault, extractor, env, req)
-        label = config.extractor if config else "offline"
-        say(req.id, "reading the transcript")
-        t = conversation(req)
-        cites = request_citations(req, t)
-        if kind == "offline":
-            from acpmem.write.offline import extract_offline
 
-            say(req.id, "offline extraction")
-            draft = _offline_draft(vault, req, t, extract_offline)
-        else:
-            deferred = _over_budget(vault, req, now)
-            if deferred is not None:
-                return deferred
-            notes: list[str] = []
-            rel = related_entries(vault, req.note)
-            shown = rel
-            for again in (False, True):
-                # the second pass: every write of the first repeated an entry shown as related (small models
-                # copy what they were shown instead of reading the conversation); asked once more without them,
-                # the repeats still checked against them
-                body = fork_body(vault, req, config, transcript=t, related=[] if again else rel, notes=notes)
-                say(req.id, f"calling {config.model}")
-                try:
-                    result = llm.call_chat(config, body)
-                except ExtractionError as exc:
-                    costs.append(state, costs.record(None, at=now, request=req.id, session=req.session, error=exc,
-                                                     model=config.model))
-                    raise
-                host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write",
-                                                                                      "memory_nothing"}
-                try:
-                    reading = read_reply(result)
-                    draft = draft_from_calls(vault, req, reading.calls, label, host_names, citations=cites,
-                                             shown=shown, from_text=reading.source != "tool_calls",
-                                             turns=conversation_turns(req, t))
-                    draft.notes[:0] = notes + list(reading.notes)
-                    if not draft.writes and reading.nothing is None:
-                        raise unusable(result, "the answer has no memory_write call and does not say nothing to "
-                                        "keep" + (f" (it called {', '.join(sorted(set(draft.ignored)))})"
-                                                  if draft.ignored else ""))
-                except ExtractionError as exc:
-                    costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
-                                                     entries=0, error=exc))
-                    raise
-                costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
-                                                 entries=len(draft.entries)))
-                if again or not rel or draft.entries or not draft.writes or draft.repeats < draft.writes:
-                    break
-                notes = [n for n in draft.notes] + ["every write repeated an entry shown as related: asked "
-                                                    "again without the related entries"]
-            draft.notes = list(dict.fromkeys(draft.notes))
-            if reading.nothing is not None:
-                draft.notes.append(f"memory_nothing: {reading.nothing}")
-        usage = _usage(result)
-        if user_done:
-            drop = {e.id for e in draft.entries + list(draft.updates.values())
-                    if draft.layer_of.get(e.id) == LAYER_USER}
-            draft.entries = [e for e in draft.entries if e.id not in drop]
-            draft.updates = {k: e for k, e in draft.updates.items() if k not in drop}
-        if not draft.entries:
-            out = Outcome(req.id, "nothing", label, None, (), (), tuple(draft.unknown), tuple(draft.redacted),
-                          tuple(draft.ignored), None, usage, req.attempts + 1, tuple(draft.notes))
-            return _finish(vault, req, out)
-        from acpmem.write.provenance import annotate
+def _drop_user_part(draft: Draft) -> None:
+    """The user part is committed already (a run killed between the two commits): only the project part is left."""
+    drop = {e.id for e in draft.entries + list(draft.updates.values()) if draft.layer_of.get(e.id) == LAYER_USER}
+    draft.entries = [e for e in draft.entries if e.id not in drop]
+    draft.updates = {k: e for k, e in draft.updates.items() if k not in drop}
 
-        draft.entries = annotate(vault, t, draft.entries, draft.layer_of)
-        say(req.id, "committing")
-        sha = commit_draft(vault, req, draft, config.model if config else "offline", label)
-        proposed = all(e.path.startswith(PROPOSALS_DIR + "/") for e in draft.entries) and bool(draft.entries)
-        out = Outcome(req.id, "proposed" if proposed else "written", label, sha,
-                      tuple({"id": e.id, "title": e.title, "path": e.path, "type": e.type,
-                             "layer": draft.layer_of.get(e.id, LAYER_PROJECT)} for e in draft.entries),
-                      tuple(draft.updates), tuple(draft.unknown), tuple(dict.fromkeys(draft.redacted)),
-                      tuple(draft.ignored), None, usage, req.attempts + 1, tuple(draft.notes))
-        return _finish(vault, req, out)
-    except Exception as exc:  # noqa: BLE001 - whatever it was, it is recorded and retried, never a stuck queue
-        if isinstance(exc, AcpmemError):
-            error = {"message": exc.message, "hint": exc.hint, "kind": type(exc).__name__}
-            if "reason" in exc.data:
-                error["reason"] = exc.data["reason"]
-            if exc.data.get("text"):   # the model's own words, for doctor, stats and extract --failed
-                error["text"] = str(exc.data["text"])[:ANSWER_TEXT_CHARS]
-        elif isinstance(exc, (OSError, sqlite3.Error)):   # the machine's, not a bug: a deleted .acpmem/, a disk
-            error = {"message": f"the vault's files or its index could not be used ({type(exc).__name__}: "
-                                f"{exc})"[:500], "kind": "storage",
-                     "hint": "it is tried again on its schedule; `acp memory doctor` checks the vault"}
-        else:
-            error = {"message": f"unexpected {type(exc).__name__}: {exc}"[:500], "kind": "internal",
-                     "hint": "report this bug; the request is kept"}
-        cfg = vault.settings.extraction
-        new = requests.record_failure(state, req, error, vault.clock(), vault.rng,
-                                      base_seconds=cfg.retry_base_seconds, max_attempts=cfg.max_attempts)
-        return Outcome(req.id, "failed" if new.status == "failed" else "retry", label, error={**error},
-                       usage=_usage(result), attempts=new.attempts)
+
+def _outcome(req: Request, status: str, draft: Draft, attempt: _Attempt, *, commit: str | None = None) -> Outcome:
+    """The outcome of an attempt that got a draft: ``nothing``, ``written`` or ``proposed``."""
+    entries = () if status == "nothing" else tuple(
+        {"id": e.id, "title": e.title, "path": e.path, "type": e.type,
+         "layer": draft.layer_of.get(e.id, LAYER_PROJECT)} for e in draft.entries)
+    return Outcome(request=req.id, status=status, extractor=attempt.label, commit=commit, entries=entries,
+                   superseded=() if status == "nothing" else tuple(draft.updates),
+                   unknown_supersedes=tuple(draft.unknown),
+                   redacted=tuple(draft.redacted) if status == "nothing" else tuple(dict.fromkeys(draft.redacted)),
+                   ignored_calls=tuple(draft.ignored), usage=attempt.usage, attempts=req.attempts + 1,
+                   notes=tuple(draft.notes))
+
+
+def _failed(vault, req: Request, exc: Exception, attempt: _Attempt) -> Outcome:
+    """An attempt that failed: recorded on the request (retried with backoff, or failed for good)."""
+    if isinstance(exc, AcpmemError):
+        error = {"message": exc.message, "hint": exc.hint, "kind": type(exc).__name__}
+        if "reason" in exc.data:
+            error["reason"] = exc.data["reason"]
+        if exc.data.get("text"):   # the model's own words, for doctor, stats and extract --failed
+            error["text"] = str(exc.data["text"])[:ANSWER_TEXT_CHARS]
+    elif isinstance(exc, (OSError, sqlite3.Error)):   # the machine's, not a bug: a deleted .acpmem/, a disk
+        error = {"message": f"the vault's files or its index could not be used ({type(exc).__name__}: "
+                            f"{exc})"[:500], "kind": "storage",
+                 "hint": "it is tried again on its schedule; `acp memory doctor` checks the vault"}
+    else:
+        error = {"message": f"unexpected {type(exc).__name__}: {exc}"[:500], "kind": "internal",
+                 "hint": "report this bug; the request is kept"}
+    cfg = vault.settings.extraction
+    new = requests.record_failure(vault.state_dir, req, error, vault.clock(), vault.rng,
+                                  base_seconds=cfg.retry_base_seconds, max_attempts=cfg.max_attempts)
+    return Outcome(request=req.id, status="failed" if new.status == "failed" else "retry", extractor=attempt.label,
+                   error={**error}, usage=attempt.usage, attempts=new.attempts)
 
 
 def _over_budget(vault, req: Request, now: str) -> Outcome | None:
@@ -339,8 +397,8 @@ def _over_budget(vault, req: Request, now: str) -> Outcome | None:
     if st is None or not st.over:
         return None
     new = requests.defer(vault.state_dir, req, st.reason, st.frees_at)
-    return Outcome(req.id, "deferred", error={"message": f"{st.reason}; it waits until {st.frees_at}",
-                                              "reason": "budget"}, attempts=new.attempts)
+    return Outcome(request=req.id, status="deferred", error={"message": f"{st.reason}; it waits until {st.frees_at}",
+                                                             "reason": "budget"}, attempts=new.attempts)
 
 
 def _offline_draft(vault, req: Request, transcript, extract_offline) -> Draft:
