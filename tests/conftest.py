@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# the helpers shared by several test files live in tests/support/ (``from openai_server import fake_openai``)
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 
 from openai_server import openai_server_fixture  # noqa: E402
 
