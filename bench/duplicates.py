@@ -8,10 +8,10 @@ compared with the planted ones: precision and recall overall (any kind) and per 
 
 - lexical: the words alone;
 - embedding: that and the vectors of ``--embed``: ``minilm`` (all-MiniLM-L6-v2 served by bench/embed_server.py,
-  the default), ``hash`` (tests/embeddings_server.py: bags of words with the fixture's synonyms, dim 512;
+  the default), ``hash`` (tests/support/embeddings_server.py: bags of words with the fixture's synonyms, dim 512;
   ``[consolidate] embedding_threshold`` 0.45 for it) or ``none``;
 - model: the candidate pairs judged by a model: the loopback OpenAI server answering as the fixture says
-  (tests/openai_server.py; it measures acpmem's candidates, batching and reading, not a model), or with
+  (tests/support/openai_server.py; it measures acpmem's candidates, batching and reading, not a model), or with
   ``--base-url``/``--model`` any OpenAI-compatible endpoint (``--api-key-env`` names its key).
 
 Then the fork (``--fork``, on by default): a vault holding each group's first entry, and for every later entry a
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 sys.path.insert(0, str(HERE))
 
 

@@ -1,6 +1,6 @@
 """End-to-end extraction speed with a loopback fake OpenAI server: 1 queued request, and 20 queued requests.
 
-For each case: a fresh example vault pointed at the fake server (tests/openai_server.py, a real HTTP server on
+For each case: a fresh example vault pointed at the fake server (tests/support/openai_server.py, a real HTTP server on
 127.0.0.1 that answers every call at once with two memory_write calls), N requests queued with `submit.submit` while
 the worker lock is held (so no background worker starts), then one whole process `acp memory extract --pending --json`
 timed from start to exit. Reported: wall time, time per request, and the in-process split (model call vs the rest:
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 TRANSCRIPT = HERE.parent / "tests" / "fixtures" / "transcripts" / "openai_chat.json"
 ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "OPENAI_API_KEY",
                                                         "OPENAI_BASE_URL", "OPENAI_MODEL")}

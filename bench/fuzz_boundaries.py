@@ -1,7 +1,7 @@
 """Boundary fuzzing, longer than CI runs it: every input a user or a model controls (command lines, MCP tool
 arguments, the Python API, fork output, entry files, transcripts, acpmem.toml, the state files a person or a
 teammate's clone can change) with generated hostile values, each fuzzer on a fresh example vault. The generators
-and the property are ``tests/fuzzing.py``; the CI run is ``tests/test_fuzz_boundaries.py``.
+and the property are ``tests/support/fuzzing.py``; the CI run is ``tests/test_fuzz_boundaries.py``.
 
 Prints, per fuzzer, how many examples ran, how long it took, how the examples ended (success, or which clear error),
 and what it found: a broken property with hypothesis's falsifying example (the smallest input that breaks it).
@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 sys.path.insert(0, str(HERE.parent))
 
 

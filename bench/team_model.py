@@ -1,4 +1,4 @@
-"""A longer run of the team-vault state machine (tests/team_model.py): two clones and a bare remote driven through
+"""A longer run of the team-vault state machine (tests/support/team_model.py): two clones and a bare remote driven through
 the real command line, with the invariants checked after every step. CI runs a bounded version
 (tests/test_team_model.py); this explores further and prints how many steps ran and what it found.
 
@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 
 def main() -> None:

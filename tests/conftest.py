@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# the helpers shared by several test files live in tests/support/ (``from openai_server import fake_openai``)
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 
 from openai_server import openai_server_fixture  # noqa: E402
 
@@ -69,8 +71,18 @@ def example_vault(tmp_path, clock):
 
 
 def run_cli(*args: str, cwd: Path | None = None, input: str | None = None, env: dict | None = None,
-            prog: str = "acp") -> subprocess.CompletedProcess:
-    """Run the real console script (as a separate process) and capture its output."""
+            prog: str = "acp", process: bool = False) -> subprocess.CompletedProcess:
+    """Run one command line and capture its output, as a ``CompletedProcess``: in this process through
+    ``acpmem.cli.main.main`` (what the console scripts call), or with ``process=True`` as the real console script in a
+    separate process — for the tests where the process is the point (``real_process``)."""
+    if process:
+        return run_cli_process(*args, cwd=cwd, input=input, env=env, prog=prog)
+    return run_cli_inprocess(*args, cwd=cwd, input=input, env=env, prog=prog)
+
+
+def run_cli_process(*args: str, cwd: Path | None = None, input: str | None = None, env: dict | None = None,
+                    prog: str = "acp") -> subprocess.CompletedProcess:
+    """The real console script, as a separate process."""
     exe = Path(sys.executable).parent / prog
     cmd = [str(exe), *args] if exe.exists() else [sys.executable, "-m", "acpmem", *(args[1:] if args[:1] == ("memory",) else args)]
     full_env = dict(os.environ)
@@ -78,9 +90,110 @@ def run_cli(*args: str, cwd: Path | None = None, input: str | None = None, env: 
     return subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, text=True, env=full_env, timeout=120)
 
 
+def run_cli_inprocess(*args: str, cwd: Path | None = None, input: str | None = None, env: dict | None = None,
+                      prog: str = "acp") -> subprocess.CompletedProcess:
+    """``main(argv, prog)`` in this process, with what a process of its own would have: ``env`` over the current
+    environment, ``cwd`` as the current folder, ``input`` (or nothing) on a standard input that is not a terminal,
+    standard output and error as bytes in the interpreter's encoding (``PYTHONIOENCODING`` honoured), the exit code of
+    ``sys.exit`` or of an uncaught exception (its traceback on standard error). All of it is restored afterwards."""
+    import io
+    import traceback
+
+    from acpmem.cli.main import main
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_std = sys.stdin, sys.stdout, sys.stderr
+    os.environ.update(env or {})
+    encoding, _, errors = (os.environ.get("PYTHONIOENCODING") or "utf-8").partition(":")
+    out, err = io.BytesIO(), io.BytesIO()
+    streams = (io.TextIOWrapper(io.BytesIO((input or "").encode("utf-8")), encoding="utf-8"),
+               io.TextIOWrapper(out, encoding=encoding or "utf-8", errors=errors or "strict", write_through=True),
+               io.TextIOWrapper(err, encoding=encoding or "utf-8", errors="backslashreplace", write_through=True))
+    sys.stdin, sys.stdout, sys.stderr = streams
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        try:
+            code = main([os.fspath(a) for a in args], prog)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if exc.code is not None and not isinstance(exc.code, int):
+                sys.stderr.write(f"{exc.code}\n")
+        except KeyboardInterrupt:
+            traceback.print_exc()
+            code = 130
+        except Exception:
+            traceback.print_exc()
+            code = 1
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved_std
+        for stream in streams:    # detached: closing a wrapper must not close the bytes we read
+            try:
+                stream.flush()
+            except (ValueError, OSError):
+                pass
+            stream.detach()
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+    def text(data: bytes) -> str:   # what ``text=True`` makes of a pipe: UTF-8, universal newlines
+        return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()
+
+    return subprocess.CompletedProcess([prog, *map(os.fspath, args)], code, text(out.getvalue()), text(err.getvalue()))
+
+
 @pytest.fixture
-def cli():
+def cli(request):
+    """``run_cli``: in this process, or as a real process for a test marked ``real_process``."""
+    if request.node.get_closest_marker("real_process") is not None:
+        return run_cli_process
     return run_cli
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "real_process(why): its command lines run as real console-script processes "
+                                       "(the process itself is the point: a kill, a signal, concurrency, a worker)")
+
+
+_HELPERS = ("from acpmem.write.worker import", "from acpmem.search.watch import", "from acpmem.read.embedding import")
+
+
+@pytest.fixture(autouse=True)
+def _end_helpers(tmp_path_factory):
+    """A test that starts a vault's detached helper (the extraction worker, the watcher, the embedder) ends it: after
+    the test, every helper started on a folder of this test run is stopped, and the ones this process started are
+    collected."""
+    yield
+    base = str(tmp_path_factory.getbasetemp())
+    me = os.getuid()
+    stopped = []
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            if pid_dir.stat().st_uid != me:
+                continue
+            argv = (pid_dir / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) >= 3 and argv[1] == b"-c":
+            code = argv[2].decode("utf-8", "replace")
+            if code.startswith(_HELPERS) and base in code:
+                try:
+                    os.kill(int(pid_dir.name), signal.SIGKILL)
+                    stopped.append(int(pid_dir.name))
+                except OSError:
+                    pass
+    for pid in stopped:   # ours (started in this process): collected, no zombie left
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    if stopped:
+        from acpmem.infra.detach import reap
+
+        reap()
 
 
 # CI runs the property tests on Hypothesis's fixed seed: a run of a clean clone is reproducible, and an example found

@@ -1,4 +1,4 @@
-"""The house, checked by parsing every module (``tests/archcheck.py``): imports flow one way between the layers,
+"""The house, checked by parsing every module (``tests/support/archcheck.py``): imports flow one way between the layers,
 no module cycles, no private names taken across modules, a pure core, no heavy import at start-up, empty package
 ``__init__`` files — and each check shown once to catch a planted fault in a throwaway package."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every write operation killed at every one of its mutation steps (``tests/crashpoints.py``), then the follow-ups a
+"""Every write operation killed at every one of its mutation steps (``tests/support/crashpoints.py``), then the follow-ups a
 person or an agent would run, then the invariants:
 
 * the operation happened exactly once or not at all (a fork request: exactly once, once extracted again);

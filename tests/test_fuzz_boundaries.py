@@ -1,6 +1,6 @@
 """Boundary fuzzing of every input a user or a model controls — command lines, MCP tool arguments, the Python API,
 fork output, entry files, transcripts, acpmem.toml and the state files a person or a teammate's clone can change —
-with generated hostile values (``tests/fuzzing.py`` has the generators and the property). Sized for CI (the whole
+with generated hostile values (``tests/support/fuzzing.py`` has the generators and the property). Sized for CI (the whole
 module well under a minute on the 2-core machine); ``python bench/fuzz_boundaries.py --examples N`` runs the same
 fuzzers longer.
 

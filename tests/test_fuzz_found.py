@@ -1,4 +1,4 @@
-"""What the boundary fuzzers (``tests/fuzzing.py``) found, each pinned by the small input that showed it: every one
+"""What the boundary fuzzers (``tests/support/fuzzing.py``) found, each pinned by the small input that showed it: every one
 used to end in a traceback, an "internal error", a hang, or a bad value on disk."""
 from __future__ import annotations
 

@@ -258,7 +258,7 @@ def test_a_change_killed_around_its_commit_is_finished_exactly_once(op, moment, 
                ACPMEM_TEST_KILL=moment.replace("-staged", ""))
     if way == "exe":
         env["ACPMEM_GIT"] = "exe"
-    p = subprocess.run([sys.executable, "-c", OPERATION, str(root), op, str(Path(__file__).parent),
+    p = subprocess.run([sys.executable, "-c", OPERATION, str(root), op, str(Path(__file__).parent / "support"),
                         *([KILLING_PYGIT2] if way == "in-process" else [])],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == -9 and "not killed" not in p.stdout, p.stderr
@@ -283,6 +283,7 @@ def test_a_change_killed_around_its_commit_is_finished_exactly_once(op, moment, 
     assert status_porcelain(root) == ""
 
 
+@pytest.mark.real_process("the command is killed (-9) by its git")
 def test_a_forget_killed_before_its_commit_is_finished_by_the_next_write(team, tmp_path, cli):
     """The reported wedge: the journal left and the deletion already staged (a failed or killed commit after
     `git add -A`); replaying the journal added the deletion again and every later write failed."""

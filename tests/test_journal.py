@@ -3,7 +3,7 @@ vault, user vault, both layers); a journal left after its commit never overwrite
 since; a malformed journal is set aside with its path named, never a wedge; ``consolidate`` never merges a cluster
 twice; deleting ``.acpmem/`` while a write runs loses no acknowledged write.
 
-Real processes killed with SIGKILL at a chosen step (``tests/crashpoints.py``), real git, the real command line.
+Real processes killed with SIGKILL at a chosen step (``tests/support/crashpoints.py``), real git, the real command line.
 """
 from __future__ import annotations
 

@@ -266,6 +266,7 @@ def test_a_failure_after_output_and_warnings_stays_json(example_vault, cli):
     _check("list", json.loads(r.stdout))
 
 
+@pytest.mark.real_process("a SIGINT to the command's process")
 def test_interrupted_under_json_is_the_error_object_and_exit_130(example_vault, cli, tmp_path):
     """Ctrl-C while the editor of `remember --edit` runs (the editor sends SIGINT to acp itself: no timing)."""
     # it stays open after the signal (acp kills it when interrupted): acp is still waiting on it when it is told

@@ -2,7 +2,7 @@
 
 Every test counts what was acknowledged and finds it in HEAD: ``git fsck`` alone proves nothing (eight processes
 committing through plain GitPython lose most of their commits while fsck stays clean). Writers are real processes
-(``tests/helpers_proc.py``), git is the real executable, the catalog a real SQLite file. Bounded in count and time.
+(``tests/support/helpers_proc.py``), git is the real executable, the catalog a real SQLite file. Bounded in count and time.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A team's vault as a state machine (``tests/team_model.py``): two clones — one made by ``init``, one by a plain
+"""A team's vault as a state machine (``tests/support/team_model.py``): two clones — one made by ``init``, one by a plain
 ``git clone`` without a git identity — and a bare remote, driven through the real command line with fork writes,
 human edits (valid, invalid, conflict markers), ``edit``, ``forget``, ``sync`` from either side, conflicts and their
 resolution (including a person staging a file that still has its markers), ``doctor --fix`` and writes killed with

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import socket
 import stat
 import subprocess
@@ -174,7 +175,8 @@ def git_daemon(tmp_path):
     port = _free_port()
     proc = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--enable=receive-pack",
                              "--informative-errors", f"--base-path={tmp_path}", "--listen=127.0.0.1",
-                             f"--port={port}", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             f"--port={port}", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)   # git runs git-daemon as its child: the group is ended
     url = f"git://127.0.0.1:{port}/vault.git"
     try:
         for _ in range(600):   # until it answers (bounded; no outcome depends on how long it took)
@@ -185,7 +187,7 @@ def git_daemon(tmp_path):
             time.sleep(0.05)
         yield url
     finally:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
 

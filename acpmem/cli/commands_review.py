@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from acpmem.cli.app import JsonOpt, UserOpt, VaultOpt, app, complete_types, open_for_user, open_user, open_vault
-from acpmem.cli.output import emit_warnings, fail, out, out_json, warn
+from acpmem.cli.output import emit_warnings, fail, out, out_json, using, warn
 from acpmem.core.errors import AcpmemError, Refused, UsageError
 
 
@@ -73,13 +73,9 @@ def remember(ctx: typer.Context,
         text = _from_stdin()
     elif text is None:
         text = _from_editor(type_, importance, user)
-    v = open_for_user(ctx, vault) if user else open_vault(ctx, vault)
-    try:
+    with using(open_for_user(ctx, vault) if user else open_vault(ctx, vault)) as v:
         entry, sha = write(v, text, type=type_, importance=importance, title=title, user=user,
                            scope="branch" if branch else "global" if global_ else None)
-    finally:
-        v.close()
-    emit_warnings(v)
     layer = "user" if user else v.layer
     if json_:
         out_json({"id": entry.id, "title": entry.title, "path": entry.path, "commit": sha, "layer": layer,
@@ -231,8 +227,7 @@ def review(ctx: typer.Context,
         return _stale_decide(ctx, vault, action, list(ids or []), reason, json_)
     if stale_:
         return _stale_review(ctx, vault, json_)
-    v = open_vault(ctx, vault)
-    try:
+    with open_vault(ctx, vault) as v:
         if action is not None:
             done = rv.decide_ids(v, list(ids or []), action, reason=reason)
             emit_warnings(v)
@@ -252,8 +247,6 @@ def review(ctx: typer.Context,
                       "items": [i.to_json() for _, i in pairs]})
             return 0
         return _interactive(v, pairs)
-    finally:
-        v.close()
 
 
 def _stale_decide(ctx, vault, action: str, ids: list[str], reason: str | None, json_: bool) -> int:
@@ -265,9 +258,8 @@ def _stale_decide(ctx, vault, action: str, ids: list[str], reason: str | None, j
                          + (" --reason '…'" if action == "forget" else ""))
     if action == "forget" and not (reason or "").strip():
         raise UsageError("forget needs --reason", "say why, e.g. --reason 'the parser was rewritten'")
-    v = open_vault(ctx, vault)
     done = []
-    try:
+    with using(open_vault(ctx, vault)) as v:
         for i in ids:
             if action == "confirm":
                 e, head, sha = confirm(v, i)
@@ -275,9 +267,6 @@ def _stale_decide(ctx, vault, action: str, ids: list[str], reason: str | None, j
             else:
                 e, sha = v.forget(i, reason)
                 done.append({"id": e.id, "decision": "forget", "commit": sha})
-    finally:
-        v.close()
-    emit_warnings(v)
     if json_:
         out_json({"decisions": done})
     else:
@@ -293,8 +282,7 @@ def _stale_review(ctx, vault, json_: bool) -> int:
     from acpmem.core.errors import AcpmemError
     from acpmem.vault.projectgit import confirm, stale_report
 
-    v = open_vault(ctx, vault)
-    try:
+    with open_vault(ctx, vault) as v:
         entries = {e.id: e for e in v.load(with_reads=False).entries}
         report = stale_report(v)
         if json_:
@@ -340,8 +328,6 @@ def _stale_review(ctx, vault, json_: bool) -> int:
                 break
         out(_summary(counts, 0))
         return 0
-    finally:
-        v.close()
 
 
 # --------------------------------------------------------------------------------------------- stale
@@ -363,15 +349,11 @@ def stale(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) ->
     """
     from acpmem.vault.projectgit import checks_on, project_head, stale_report, unknown_commits
 
-    v = open_vault(ctx, vault)
-    try:
+    with using(open_vault(ctx, vault)) as v:
         titles = {e.id: e.title for e in v.load(with_reads=False, light=True).entries}
         ph = project_head(v)
         report = stale_report(v)
         unknown = unknown_commits(v) if ph is not None else []
-    finally:
-        v.close()
-    emit_warnings(v)
     if json_:
         out_json({"project": str(ph[0]) if ph else None, "head": ph[1] if ph else None, "checks": checks_on(),
                   "stale": [{**s.to_json(), "title": titles.get(s.id)} for s in report],
@@ -541,17 +523,13 @@ def consolidate(ctx: typer.Context,
     """
     from acpmem.upkeep.consolidate import consolidate as run
 
-    v = open_user(ctx, vault) if user else open_vault(ctx, vault)
-    try:
+    with using(open_user(ctx, vault) if user else open_vault(ctx, vault)) as v:
         unknown = [t for t in type_ or () if t not in v.settings.types]
         if unknown:
             raise Refused(f"unknown entry type '{unknown[0]}'", f"the types of this vault: "
                                                                    f"{', '.join(v.settings.types)}")
         res = run(v, dry_run=dry_run, types=type_ or None, similarity=similarity)
         titles = {e.id: e.title for e in v.load(with_reads=False, light=True).entries}
-    finally:
-        v.close()
-    emit_warnings(v)
     if json_:
         out_json(res.to_json())
     else:

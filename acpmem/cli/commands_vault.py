@@ -10,7 +10,7 @@ import typer
 from acpmem.cli import hot
 from acpmem.cli.app import (IdArg, JsonOpt, UserOpt, VaultOpt, app, as_path, complete_ids, open_user, open_vault,
                             params, vault_of)
-from acpmem.cli.output import emit_warnings, fail, out, out_json
+from acpmem.cli.output import fail, out, out_json, using
 from acpmem.core.limits import MAX_BUDGET_TOKENS, MAX_INT, MAX_TOP_N, MIN_INT
 
 
@@ -44,8 +44,8 @@ def init(path: Annotated[Optional[str], typer.Argument(metavar="PATH", show_defa
         v = init_user_vault(example=example)
     else:
         v = init_vault(path or None, example=example)
-    n = len(v.load().entries)
-    emit_warnings(v)   # no git identity: said here, with how to set one
+    with using(v):   # its warnings (no git identity) said here, with how to set one
+        n = len(v.load().entries)
     if json_:
         out_json({"vault": str(v.root), "entries": n})
         return
@@ -170,11 +170,10 @@ def edit(ctx: typer.Context, entry_id: IdArg,
     """
     from acpmem.read.layers import edit_layered
 
-    v = open_vault(ctx, vault)
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
-    result = edit_layered(v, entry_id, user=user, from_file=as_path(from_file), message=message,
-                          confirm=(lambda q: typer.confirm(q, default=True)) if interactive else None)
-    emit_warnings(v)
+    with using(open_vault(ctx, vault)) as v:
+        result = edit_layered(v, entry_id, user=user, from_file=as_path(from_file), message=message,
+                              confirm=(lambda q: typer.confirm(q, default=True)) if interactive else None)
     out(result)
 
 
@@ -191,9 +190,8 @@ def forget(ctx: typer.Context, entry_id: IdArg,
     """
     from acpmem.upkeep.review import forget_or_reject
 
-    v = open_vault(ctx, vault)
-    lv, entry, sha, proposal = forget_or_reject(v, entry_id, reason)
-    emit_warnings(v)
+    with using(open_vault(ctx, vault)) as v:
+        lv, entry, sha, proposal = forget_or_reject(v, entry_id, reason)
     if json_:
         out_json({"forgotten": entry.id, "commit": sha, "layer": lv.layer,
                   **({"proposal": True, "decision": "reject"} if proposal else {})})
@@ -277,12 +275,8 @@ def embed(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) ->
     """
     from acpmem.read.embedding import embed_now
 
-    v = open_vault(ctx, vault)
-    try:
+    with using(open_vault(ctx, vault)) as v:
         result = embed_now(v)
-    finally:
-        v.close()
-    emit_warnings(v)
     if json_:
         out_json(result)
     else:

@@ -12,7 +12,7 @@ import typer
 
 from acpmem.cli import hot
 from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault, params, vault_of
-from acpmem.cli.output import emit_warnings, fail, out, out_json, warn
+from acpmem.cli.output import fail, out, out_json, using, warn
 from acpmem.core.errors import AcpmemError, UsageError
 from acpmem.write.requests import MAX_SEQ
 
@@ -153,8 +153,7 @@ def extract(ctx: typer.Context,
     elif not requests and not pending and not failed:
         raise UsageError("nothing to extract", "name request ids, pass --pending or --failed, or pass --note and "
                                                "--transcript; `acp memory stats` lists pending requests")
-    v = open_vault(ctx, vault)
-    try:
+    with using(open_vault(ctx, vault)) as v:
         if note is not None:
             req = ex.new_request(v, type=type_, note=note, importance=importance, session=session, seq=seq,
                                  transcript=transcript, host_tools=host_tools, save=not dry_run, block=block)
@@ -181,9 +180,6 @@ def extract(ctx: typer.Context,
             from acpmem.write.worker import hand_over
 
             who = hand_over(v, retries=True)
-    finally:
-        v.close()
-    emit_warnings(v)
     totals = ex.totals(outcomes)
     if json_:
         out_json({"outcomes": [o.to_json() for o in outcomes], "totals": totals})
@@ -224,10 +220,8 @@ def _vault_defaults(ctx: typer.Context, vault: str | None):
         v = VaultReader.open(vault_of(ctx, vault))
     except VaultNotFound:
         return DEFAULT_TYPES, "en", False
-    try:
+    with v:
         return v.settings.types, v.settings.language, len(v.layers()) > 1
-    finally:
-        v.close()
 
 
 @app.command()

@@ -204,6 +204,15 @@ def emit_warnings(v) -> None:
         warn(f"Warning: {w}")
 
 
+@contextlib.contextmanager
+def using(v):
+    """A command's vault for the block: closed when the block ends, however it ends; then, when it succeeded, what
+    the vault noticed on the way said as warnings (``emit_warnings``)."""
+    with v:
+        yield v
+    emit_warnings(v)
+
+
 def guarded(work: Callable[[], int | None]) -> int:
     """Run a command; map what it raises to one line on stderr and an exit code."""
     try:

@@ -205,6 +205,12 @@ class VaultReader:
                              "are read from their files (slower) — free some space")
         return work(self._con)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self) -> None:
         if self._user is not _UNSET and self._user is not None:
             self._user.close()

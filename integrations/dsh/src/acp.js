@@ -1,3 +1,4 @@
+// @ts-check
 /**
  * Running the `acp` command: the one way this plugin talks to acpmem.
  *
@@ -23,13 +24,14 @@ import { execFile, spawnSync } from 'node:child_process'
  * @param {{ acp: string, vault?: string, timeoutMs: number, env?: Record<string, string> }} config
  */
 export function makeRunner(config) {
+  /** @param {string[]} args */
+  const argvOf = (args) => (config.vault ? ['memory', `--vault=${config.vault}`, ...args] : ['memory', ...args])
   /**
    * Run `acp memory <args>`.
    * @param {string[]} args - the words after `acp memory`.
    * @param {{ signal?: AbortSignal, timeoutMs?: number }} [options]
    * @returns {Promise<AcpResult>}
    */
-  const argvOf = (args) => (config.vault ? ['memory', `--vault=${config.vault}`, ...args] : ['memory', ...args])
   const runAcp = function runAcp(args, options = {}) {
     const argv = argvOf(args)
     return new Promise((resolve) => {

@@ -1,3 +1,4 @@
+// @ts-check
 /**
  * `/acp memory list` (and `/acp memory recall <words>`) for the person at the
  * keyboard. The answer goes to the UI, never into the model's history.

@@ -1,3 +1,4 @@
+// @ts-check
 /**
  * The plugin's configuration, with its defaults.
  * @module acpmem-dsh/config

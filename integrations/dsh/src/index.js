@@ -1,3 +1,4 @@
+// @ts-check
 /**
  * acpmem-dsh — acpmem's cross-session long-term memory inside the DeepSeek
  * Harness, as a Cordis plugin beside billion-context-dsh:

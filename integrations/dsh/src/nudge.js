@@ -1,3 +1,4 @@
+// @ts-check
 /**
  * The memory guidance, where compression happens.
  *
@@ -91,8 +92,9 @@ export function makeGuidance(env) {
     /**
      * The messages entering a step, with the guidance added where it belongs.
      * @param {object} session
-     * @param {readonly object[]} messages
+     * @param {import('@deepseek-ai/dsh-llm').UserMessage[]} messages
      * @param {AbortSignal} [signal]
+     * @returns {Promise<import('@deepseek-ai/dsh-llm').UserMessage[]>}
      */
     async place(session, messages, signal) {
       const blocks = blockIds(session.events)

@@ -1,3 +1,4 @@
+// @ts-check
 /**
  * The resident index in the system prompt.
  *

@@ -1,3 +1,4 @@
+// @ts-check
 /**
  * `memory_commit` and `memory_recall` as DSH tools.
  *
@@ -49,7 +50,11 @@ export function parseToolExport(exported) {
   return tools
 }
 
-/** The text output every memory tool returns: what acpmem printed. */
+/**
+ * The text output every memory tool returns: what acpmem printed.
+ * @returns {{ schema: { type: 'object', properties: { text: { type: 'string' } }, additionalProperties: false },
+ *   render: (args: unknown, value: { text: string }) => { type: 'text', text: string }[] }}
+ */
 function textOutput() {
   return {
     schema: { type: 'object', properties: { text: { type: 'string' } }, additionalProperties: false },
@@ -77,7 +82,7 @@ export function callSeq(session, callId) {
 /**
  * @typedef {object} ToolEnvironment
  * @property {import('./config.js').AcpmemConfig} config
- * @property {(args: string[], options?: { signal?: AbortSignal }) => Promise<import('./acp.js').AcpResult>} runAcp
+ * @property {(args: string[], options?: { signal?: AbortSignal, timeoutMs?: number }) => Promise<import('./acp.js').AcpResult>} runAcp
  * @property {(kind: string, message: string) => void} warnOnce
  * @property {(session: object) => string | undefined} transcriptOf - the session's log on disk, if the host keeps one.
  * @property {(session: object) => Promise<unknown>} flush - make the log on disk hold every event so far.

@@ -1,3 +1,4 @@
+// @ts-check
 /**
  * One visible warning per kind of trouble, for the life of the plugin: a user
  * whose acpmem is missing hears it once, not on every turn.

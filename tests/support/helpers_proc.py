@@ -1,7 +1,7 @@
 """Process helpers for the reliability tests: writer processes that record acknowledgements, and probes of a vault's
 git state (what HEAD holds, commit counts, leftover locks and temp files, fsck, every byte stored under .git).
 
-Also runnable as a script (``python tests/helpers_proc.py write VAULT TAG N ACKFILE``) so the tests can start real,
+Also runnable as a script (``python tests/support/helpers_proc.py write VAULT TAG N ACKFILE``) so the tests can start real,
 independent writer processes and kill them with ``kill -9``.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import zlib
 from datetime import datetime, timezone
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]   # tests/
 PINNED = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
 
 
@@ -283,7 +283,7 @@ if __name__ == "__main__":
 
 def doc_with(marker: str) -> str:
     """The text of the one page (README.md or docs/*.md) that holds ``marker``."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     hits = [t for t in (p.read_text("utf-8") for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
             if marker in t]
     assert len(hits) == 1, f"{marker!r} is in {len(hits)} pages of README.md and docs/, not one"

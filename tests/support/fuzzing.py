@@ -31,7 +31,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings, strategies as st
 from acpmem.write.requests import pending_dir
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]   # tests/
 CHAT = HERE / "fixtures" / "transcripts" / "openai_chat.json"
 MAX = 2**63 - 1
 GOOD_QUERY = "sqlite queue"                    # what generated inputs talk about

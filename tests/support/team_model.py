@@ -25,7 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from acpmem.write.requests import pending_dir
 
 ACP = Path(sys.executable).parent / "acp"
-CHAT = Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"
+CHAT = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "openai_chat.json"
 MARKER = re.compile(r"^(<{7}|>{7})( |$)", re.M)
 CLONES = ("a", "b")
 ID_LINE = re.compile(r"(?m)^id: .*\n?")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from acpmem.core.entry import Citation, Entry
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "duplicates" / "planted.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "duplicates" / "planted.json"
 
-# What the test embeddings server (tests/embeddings_server.py) takes as the same concept: the words a person would
+# What the test embeddings server (tests/support/embeddings_server.py) takes as the same concept: the words a person would
 # call synonyms in these entries. The bench measures the embedding mode with a real model instead.
 SYNONYMS = {"repo": "repository", "uses": "use", "dates": "timestamp",
             "timestamps": "timestamp", "database": "store", "stored": "store", "keeps": "store", "utc": "utc",
@@ -162,7 +162,7 @@ def configure(v, *, embeddings=None, model=None, **consolidate):
     return Vault(v.root, clock=v.clock, rng=random.Random(11))
 
 
-TRANSCRIPT = Path(__file__).resolve().parent / "fixtures" / "transcripts" / "openai_chat.json"
+TRANSCRIPT = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "openai_chat.json"
 
 
 def firsts(group, item) -> bool:

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]   # tests/
 
 # The audit hook, run first in the child. ACPMEM_CRASH (JSON): "at" (kill before this step, 1-based; 0 never),
 # "after" (kill at the first step after one whose description contains this text), "inside" (the folders whose
