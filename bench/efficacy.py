@@ -16,10 +16,11 @@ LoCoMo arms (the same questions for each):
   fork          index + recall over the vault the fork wrote on ``--base-url`` (only with ``--base-url``)
   raw-turns     the k best raw turns, each a one-turn entry, ranked by the same recall (the usual RAG baseline)
   observations  LoCoMo's human observations as entries, index + recall (the extraction ceiling)
-  full          the whole conversation of the sessions run, when it fits ``--window`` tokens (chars / 4)
+  full          the whole conversation of the sessions run, when it fits ``--window`` tokens (chars / 4); else
+                ``full (cut)``: its last turns that fit, the oldest left out, as a host's window does
 
 Measured per arm over every question (categories 1-4) of the sessions run, no model needed:
-  evidence@k    a recalled item cites a gold evidence turn (full: always; none: never)
+  evidence@k    a recalled item cites a gold evidence turn (full: every evidence turn is in the text; none: never)
   contained     LoCoMo's answer, normalised, appears in the context text
 With ``--answer-model`` (and ``--answer-base-url``, default ``--base-url``): a fixed-seed sample of ``--sample``
 questions answered by that model from each arm's context at temperature 0; F1 of its answer against LoCoMo's (SQuAD
@@ -374,6 +375,15 @@ def run_locomo(a, st: State, log) -> dict:
         vaults["raw-turns"] = entries_vault(st.root / f"locomo-{ci}-raw-turns", raw, "LoCoMo raw turns")
         full = "\n".join(texts[k] for k in sorted(texts))
         fits = len(full) / 4 <= a.window
+        kept = set(texts)
+        if not fits:   # as a host with a window does: the oldest turns left out until the rest fits
+            budget, kept = a.window * 4, set()
+            for key in sorted(texts, reverse=True):
+                budget -= len(texts[key]) + 1
+                if budget < 0:
+                    break
+                kept.add(key)
+            full = "\n".join(texts[k] for k in sorted(kept))
         n_q = 0
         for qi, qa in enumerate(conv["qa"]):
             cat = qa.get("category")
@@ -393,11 +403,11 @@ def run_locomo(a, st: State, log) -> dict:
                 hit = any(cited_turns(h.entry) & evidence for h in hits)
                 rows.append({**base, "arm": arm, "evidence": hit, "contained": contains(ctx, answer),
                              "context": ctx})
-            if fits:
-                rows.append({**base, "arm": "full", "evidence": True, "contained": contains(full, answer),
-                             "context": full})
+            rows.append({**base, "arm": "full" if fits else "full (cut)", "evidence": evidence <= kept,
+                         "contained": contains(full, answer), "context": full})
         log(f"  {sample}: {len(sessions)} sessions, {len(texts)} turns, {n_q} questions; full context "
-            f"{len(full) // 4} tokens ({'fits' if fits else 'over'} --window {a.window})")
+            f"{sum(len(t) for t in texts.values()) // 4} tokens ({'fits' if fits else 'over'} --window {a.window}: "
+            f"{'whole' if fits else f'the last {len(kept)} turns'})")
         for v in vaults.values():
             v.close()
     result = {"forks": forks, "rows": rows, "invented": invented_rows}
@@ -582,7 +592,7 @@ def table(head: list[str], body: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-ARM_ORDER = ["none", "offline", "fork", "raw-turns", "observations", "full", "hand-written"]
+ARM_ORDER = ["none", "offline", "fork", "raw-turns", "observations", "full", "full (cut)", "hand-written"]
 
 
 def arm_sorted(arms) -> list[str]:
