@@ -153,10 +153,9 @@ def make_vault(root: Path, extractor: str, base_url: str = "", model: str = "", 
     from acpmem.vault.create import init_vault
     from acpmem.vault.writer import Vault
 
-    if (root / "acpmem.toml").exists():
-        return Vault(root)
-    init_vault(root).close()
-    path = root / "acpmem.toml"
+    if not (root / "acpmem.toml").exists():
+        init_vault(root).close()
+    path = root / "acpmem.toml"   # set on every run: a resumed run may reach the endpoint through a new proxy port
     text = path.read_text("utf-8")
     # retries in the far future: the bench runs each request once, no background worker races it for the model
     values = {"extractor": extractor, "base_url": base_url, "model": model, "max_retries": 0,
@@ -339,7 +338,7 @@ def run_locomo(a, st: State, log) -> dict:
         vaults = {}
         for arm in arms_w:
             root = st.root / f"locomo-{ci}-{arm}"
-            vault = make_vault(root, "llm" if arm == "fork" else "offline", a.base_url if arm == "fork" else "",
+            vault = make_vault(root, "llm" if arm == "fork" else "offline", a.fork_url if arm == "fork" else "",
                                a.model if arm == "fork" else "", a.fork_settings if arm == "fork" else None)
             for s in sessions:
                 key = f"{arm}/{sample}/{s}"
@@ -512,7 +511,7 @@ def run_scenarios(a, st: State, log) -> dict:
     forks, invented_rows = [], []
     for arm in arms:
         vault = make_vault(st.root / f"coding-{arm}", "llm" if arm == "fork" else "offline",
-                           a.base_url if arm == "fork" else "", a.model if arm == "fork" else "",
+                           a.fork_url if arm == "fork" else "", a.model if arm == "fork" else "",
                            a.fork_settings if arm == "fork" else None)
         for sc in scs:
             msgs, commits = scenario_messages(sc)
@@ -696,6 +695,7 @@ def parse(argv: list[str] | None):
     p.add_argument("--no-scenarios", action="store_true", help="skip the coding scenarios")
     p.add_argument("--state", type=Path, default=Path("efficacy-state"), help="resumable state folder")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
+    p.add_argument("--record", type=Path, help="keep every raw request/answer of the fork as JSON files here")
     return p.parse_args(argv)
 
 
@@ -715,6 +715,14 @@ def main(argv: list[str] | None = None) -> int:
         if a.base_url:
             a.model = a.model or check_endpoint(a.base_url, "--base-url")
         a.fork_settings = {"temperature": a.temperature, "max_attempts": 1}
+        proxy = None
+        if a.base_url and a.record:   # every raw answer of the fork kept, as bench/real_model.py does
+            from real_model import Proxy
+
+            proxy = Proxy(a.base_url, a.record)
+            a.fork_url = proxy.base_url
+        else:
+            a.fork_url = a.base_url
         a.answerer = None
         if a.answer_model or a.answer_base_url:
             url = a.answer_base_url or a.base_url

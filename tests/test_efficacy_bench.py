@@ -35,7 +35,7 @@ def test_locomo_and_coding_end_to_end_and_resumed(openai_server, tmp_path):
     out = tmp_path / "r.json"
     args = ("--locomo", FIX / "locomo-tiny.json", "--scenarios", FIX / "scenarios", "--base-url",
             openai_server.base_url, "--answer-model", "fake-model", "--sample", 3, "--state", tmp_path / "st",
-            "--out", out)
+            "--out", out, "--record", tmp_path / "rec")
     r = run(*args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
@@ -47,6 +47,8 @@ def test_locomo_and_coding_end_to_end_and_resumed(openai_server, tmp_path):
     # the fork wrote through the real path: a request with tools per session, and entries that cite turns
     forks = [f for f in lo["forks"] if f["arm"] == "fork"]
     assert [f["status"] for f in forks] == ["written", "written"]
+    recorded = [json.loads(p.read_text("utf-8")) for p in sorted((tmp_path / "rec").glob("answer-*.json"))]
+    assert len(recorded) == 2 + 3 and all(x["request"]["tools"] for x in recorded)   # 2 sessions, 3 commits
     # observations cite the gold turns: evidence for every question; no memory: none
     by = lambda arm: [row for row in lo["rows"] if row["arm"] == arm]   # noqa: E731
     assert all(row["evidence"] for row in by("observations"))
