@@ -57,6 +57,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from invented import check_vault   # noqa: E402  (bench/invented.py: the "nothing invented" check)
+
 SEQ_BASE = 1000
 NOTE = "facts about {a} and {b} from this conversation: events with their dates, plans, preferences, people"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -113,38 +115,6 @@ def f1(prediction: str, truth: str) -> float:
 def contains(text: str, answer: str) -> bool:
     a = normalise(answer)
     return bool(a) and f" {a} " in f" {normalise(text)} "
-
-
-FACT = re.compile(r"\b\d[\d.,:/-]*\d\b|\b\d\b|\b[A-Z][a-z]+(?:[A-Z][a-z]+)*\b|`[^`]+`|\b\w+\.(?:py|js|ts|json|md|toml|yml|yaml)\b")
-STOP_CAPS = {"The", "A", "An", "This", "That", "It", "He", "She", "They", "We", "I", "In", "On", "At", "For", "And",
-             "But", "Or", "If", "When", "Use", "Uses", "Do", "Don", "Never", "Always", "Offline", "Focus", "No",
-             "Compression", "Facts", "Events", "Plans", "After", "Before", "With", "From", "To", "As", "Of", "By",
-             "Their", "His", "Her", "Our", "Its", "Is", "Are", "Was", "Were", "Be", "Has", "Have", "Had", "Not", "So",
-             "Also", "Both", "Each", "All", "One", "Two", "Then", "There", "These", "Those", "What", "Which", "Who",
-             "Why", "How", "Decision", "Lesson", "Fact", "Reference", "Preference", "User", "Note", "Keep", "Run",
-             "Tests", "Test"}
-
-
-SEQ_REF = re.compile(r"\bseq \d+\b")
-
-
-def facts_of(text: str) -> set[str]:
-    """The checkable facts of an entry's text: numbers, dates, capitalised names, `code`, file names."""
-    out = set()
-    for m in FACT.finditer(SEQ_REF.sub("", text)):
-        w = m[0].strip("`")
-        if w in STOP_CAPS or len(w) < 2 and not w.isdigit():
-            continue
-        out.add(w)
-    return out
-
-
-def invented(entry_text: str, cited_text: str, note: str = "") -> set[str]:
-    """The facts of ``entry_text`` found neither in the turns it cites nor in the commit's note (the host's own
-    words, given to the fork)."""
-    have = (cited_text + "\n" + note).lower()
-    entry_text = SEQ_REF.sub("", entry_text)   # the offline extract's "seq 12" names a turn: bookkeeping, not a fact
-    return {f for f in facts_of(entry_text) if f.lower() not in have}
 
 
 # ------------------------------------------------------------------------------------------------ the vaults
@@ -347,7 +317,7 @@ def run_locomo(a, st: State, log) -> dict:
                 msgs, seq = transcript_of(conv, s)
                 tpath = st.root / f"locomo-{ci}-s{s}.json"
                 tpath.write_text(json.dumps({"messages": msgs}, ensure_ascii=False), "utf-8")
-                r = commit(vault, tpath, sample, seq, "fact", NOTE.format(a=c["speaker_a"], b=c["speaker_b"]), 5,
+                r = commit(vault, tpath, f"{sample}-s{s}", seq, "fact", NOTE.format(a=c["speaker_a"], b=c["speaker_b"]), 5,
                            "llm" if arm == "fork" else "offline")
                 st.data["written"][key] = r
                 st.save()
@@ -355,21 +325,17 @@ def run_locomo(a, st: State, log) -> dict:
                     f"{r['error'] or ''}")
             forks += [dict(st.data["written"][f"{arm}/{sample}/{s}"], arm=arm) for s in sessions]
             vaults[arm] = vault
-            for e in vault.load().entries:   # nothing invented: every fact in the cited turns
-                cited = "\n".join(texts.get(t, "") for t in sorted(cited_turns(e)))
-                missing = invented(f"{e.title}\n{e.body}", cited, NOTE.format(a=c["speaker_a"], b=c["speaker_b"]))
-                invented_rows.append({"arm": arm, "entry": e.id, "facts": len(facts_of(f"{e.title}\n{e.body}")),
-                                      "missing": sorted(missing)})
+            invented_rows += [dict(r, arm=arm) for r in check_vault(vault)]   # nothing invented
         obs, raw = [], []
         for s in sessions:
             for speaker, items in ((conv.get("observation") or {}).get(f"session_{s}_observation") or {}).items():
                 for item in items:
                     text, ids = (item[0], item[1]) if isinstance(item, list) and len(item) > 1 else (str(item), "")
                     obs.append({"title": text, "body": text,
-                                "citations": [(sample, x * SEQ_BASE + t) for x, t in dia(ids)]})
+                                "citations": [(f"{sample}-s{x}", x * SEQ_BASE + t) for x, t in dia(ids)]})
             for (x, t), text in texts.items():
                 if x == s:
-                    raw.append({"title": text, "body": text, "citations": [(sample, x * SEQ_BASE + t)]})
+                    raw.append({"title": text, "body": text, "citations": [(f"{sample}-s{x}", x * SEQ_BASE + t)]})
         vaults["observations"] = entries_vault(st.root / f"locomo-{ci}-observations", obs, "LoCoMo observations")
         vaults["raw-turns"] = entries_vault(st.root / f"locomo-{ci}-raw-turns", raw, "LoCoMo raw turns")
         full = "\n".join(texts[k] for k in sorted(texts))
@@ -498,12 +464,6 @@ def scenario_messages(sc: dict) -> tuple[list[dict], list[dict]]:
     return msgs, commits
 
 
-def message_text(m: dict) -> str:
-    parts = [m.get("content") or ""]
-    parts += [c["function"]["arguments"] for c in m.get("tool_calls") or ()]
-    return "\n".join(parts)
-
-
 def run_scenarios(a, st: State, log) -> dict:
     scs = load_scenarios(a.scenarios)
     arms = ["offline"] + (["fork"] if a.base_url else [])
@@ -518,8 +478,9 @@ def run_scenarios(a, st: State, log) -> dict:
             for n, cm in enumerate(commits):
                 key = f"coding/{arm}/{sc['id']}/{n}"
                 if key not in st.data["written"]:
-                    tpath = st.root / f"coding-{sc['id']}-{n}.json"
-                    tpath.write_text(json.dumps({"messages": msgs[:cm["index"] + 1]}, ensure_ascii=False), "utf-8")
+                    # one file for the session, as a host keeps it: each commit reads it up to its own seq
+                    tpath = st.root / f"coding-{sc['id']}.json"
+                    tpath.write_text(json.dumps({"messages": msgs}, ensure_ascii=False), "utf-8")
                     r = commit(vault, tpath, f"{sc['id']}-s1", cm["seq"], cm["type"], cm["note"],
                                cm.get("importance", 6), "llm" if arm == "fork" else "offline", cm.get("block"))
                     st.data["written"][key] = r
@@ -527,17 +488,7 @@ def run_scenarios(a, st: State, log) -> dict:
                     log(f"  [{arm}] {sc['id']} commit {n + 1} ({sc['lang']}): {r['status']}, "
                         f"{len(r['entries'])} entries, {r['seconds']} s {r['error'] or ''}")
                 forks.append(dict(st.data["written"][key], arm=arm, scenario=sc["id"], lang=sc["lang"]))
-            texts = {m["seq"]: message_text(m) for m in msgs}
-            blocks = {m["id"][len("acp_summary_"):]: m["content"] for m in msgs if "id" in m}
-            for e in vault.load().entries:
-                if not any(c.session == f"{sc['id']}-s1" for c in e.citation):
-                    continue
-                cited = "\n".join([*(texts.get(x.seq, "") for x in e.citation if isinstance(x.seq, int)),
-                                    *(blocks.get(getattr(x, "block", None) or "", "") for x in e.citation)])
-                notes = " ".join(cm["note"] for cm in commits)
-                missing = invented(f"{e.title}\n{e.body}", cited, notes)
-                invented_rows.append({"arm": arm, "entry": e.id, "facts": len(facts_of(f"{e.title}\n{e.body}")),
-                                      "missing": sorted(missing)})
+        invented_rows += [dict(r, arm=arm) for r in check_vault(vault)]   # nothing invented
         vaults[arm] = vault
     hand = [{"title": m["title"], "body": m["body"], "type": m.get("type", "fact"),
              "importance": m.get("importance", 6), "citations": [(f"{sc['id']}-s1", 0)]}
@@ -656,7 +607,7 @@ def writes_line(name: str, part: dict) -> str:
     for arm in arm_sorted(f["arm"] for f in part["forks"]):
         fs = [f for f in part["forks"] if f["arm"] == arm]
         ok = [f for f in fs if f["status"] in ("written", "proposed")]
-        inv = [x for x in part["invented"] if x["arm"] == arm]
+        inv = [x for x in part["invented"] if x["arm"] == arm and x.get("checked", True)]
         clean = sum(not x["missing"] for x in inv)
         by_lang = ""
         if any("lang" in f for f in fs):

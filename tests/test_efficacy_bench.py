@@ -67,6 +67,10 @@ def test_locomo_and_coding_end_to_end_and_resumed(openai_server, tmp_path):
     assert {row["arm"] for row in co["rows"]} == {"none", "offline", "fork", "hand-written"}
     assert all(row["carried"] for row in co["rows"] if row["arm"] == "hand-written")
     assert "| fork |" in r.stdout and "evidence@5" in r.stdout and "nothing invented" in r.stdout
+    # the check on its own, over the fork's vault as it stands: the cited turns read back from the transcripts
+    alone = subprocess.run([sys.executable, str(ROOT / "bench" / "invented.py"), tmp_path / "st" / "locomo-0-fork"],
+                           capture_output=True, text=True, timeout=120)
+    assert alone.returncode == 0 and "Zebulon" in alone.stdout and "nothing invented: 0/2" in alone.stdout, alone
 
     # resumed: the same command again asks the model nothing more and prints the same tables
     calls = len(openai_server.requests)
@@ -105,6 +109,9 @@ def test_bad_input_is_one_line(tmp_path):
         assert len(lines) == 1 and lines[0].startswith("Error: ") and said in lines[0] and " — " in lines[0], r.stderr
         assert not r.stdout
     assert not (tmp_path / "st").exists()   # nothing written for bad input
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "invented.py"), tmp_path / "nowhere"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.startswith("Error: no vault at") and r.stderr.count("\n") == 1
 
 
 def test_state_of_another_run_is_refused(tmp_path):
