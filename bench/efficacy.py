@@ -7,8 +7,9 @@
 Everything goes through acpmem's real path: a vault made by ``init_vault``; after each session of a conversation its
 memory is written as a host writes it, one ``memory_commit`` (``acpmem.write.submit.submit`` with ``wait``: the
 request file, the worker lock, the fork, the git commit); the next session's context is what a host gives its model,
-the resident index frozen for a new session (``resident_index``) plus ``memory_recall`` with the question (``recall``,
-``--k`` entries).
+the resident index frozen for a new session (``resident_index``; one session per arm and conversation or scenario,
+so the index is one constant prefix a server's prompt cache keeps) plus ``memory_recall`` with the question
+(``recall``, ``--k`` entries).
 
 LoCoMo arms (the same questions for each):
   none          the question alone
@@ -361,7 +362,7 @@ def run_locomo(a, st: State, log) -> dict:
             base = {"qid": qid, "category": CATEGORIES[cat]}
             rows.append({**base, "arm": "none", "evidence": False, "contained": False, "context": ""})
             for arm, vault in vaults.items():
-                ctx, hits = context_for(vault, qa["question"], a.k, session=f"bench-{arm}-{qid}",
+                ctx, hits = context_for(vault, qa["question"], a.k, session=f"bench-{arm}-{sample}",
                                         index=arm != "raw-turns")
                 if arm == "raw-turns":
                     ctx = "\n".join(h.entry.body.strip() for h in hits)
@@ -501,7 +502,7 @@ def run_scenarios(a, st: State, log) -> dict:
             base = {"qid": qid, "scenario": sc["id"], "lang": sc["lang"]}
             rows.append({**base, "arm": "none", "carried": False, "recall_carried": False, "context": ""})
             for arm, vault in vaults.items():
-                ctx, hits = context_for(vault, p["prompt"], a.k, session=f"bench-{arm}-{sc['id']}-s2-{pi}")
+                ctx, hits = context_for(vault, p["prompt"], a.k, session=f"bench-{arm}-{sc['id']}-s2")
                 rec = "\n".join(f"{h.entry.title}\n{h.entry.body}" for h in hits)
                 rows.append({**base, "arm": arm, "carried": all(w.lower() in ctx.lower() for w in p["expect"]),
                              "recall_carried": all(w.lower() in rec.lower() for w in p["expect"]), "context": ctx})
