@@ -174,7 +174,9 @@ def commit(vault, transcript: Path, session: str, seq: int, kind: str, note: str
                  transcript=str(transcript), wait=True, extractor=extractor, block=block)
     out = ack.outcome
     return {"status": out.status if out else ack.state, "entries": [e["id"] for e in (out.entries if out else ())],
-            "error": ((out.error or {}).get("message") if out else None), "seconds": round(time.monotonic() - t0, 1)}
+            "error": ((out.error or {}).get("message") if out else None), "seconds": round(time.monotonic() - t0, 1),
+            "extractor": out.extractor if out else None,
+            "fallback": bool(out and any("block's summary" in n for n in out.notes))}
 
 
 def context_for(vault, question: str, k: int, session: str, index: bool = True) -> tuple[str, list]:
@@ -615,6 +617,8 @@ def writes_line(name: str, part: dict) -> str:
             by_lang = "; " + ", ".join(
                 f"{lang}: {sum(f['status'] in ('written', 'proposed') for f in fs if f.get('lang') == lang)}/"
                 f"{sum(f.get('lang') == lang for f in fs)}" for lang in ("en", "zh"))
+        fell = sum(bool(f.get("fallback")) for f in fs)
+        by_lang += f"; {fell} of them the block's summary after an unusable answer" if fell else ""
         lines.append(f"{name} writes, {arm}: {len(ok)}/{len(fs)} commits wrote entries{by_lang}; "
                      f"{sum(len(f['entries']) for f in fs)} entries; median {median([f['seconds'] for f in fs])} s; "
                      f"nothing invented: {clean}/{len(inv)} entries"
