@@ -88,8 +88,10 @@ def test_a_recorded_answer_of_the_real_model_becomes_what_it_says(name, vault, o
 
 
 @pytest.mark.parametrize("stream", ["on", "off"])
-def test_a_recorded_loop_is_stopped_when_streamed_and_a_truncation_when_not(stream, vault, openai_server, tmp_path):
-    recorded = json.loads((FIX / "loop-locomo-answer.json").read_text("utf-8"))
+@pytest.mark.parametrize("name", ["loop-locomo-answer.json", "loop-short-locomo-answer.json"])
+def test_a_recorded_loop_is_stopped_when_streamed_and_a_truncation_when_not(name, stream, vault, openai_server,
+                                                                           tmp_path):
+    recorded = json.loads((FIX / name).read_text("utf-8"))
     assert recorded["response"]["choices"][0]["finish_reason"] == "length"
     msgs, commits = _coding()
     path = tmp_path / "coding.json"

@@ -206,7 +206,6 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
                     progress: Callable[[str, str], None] | None = None) -> Outcome:
     """Extract one request and write its entries in one commit. Call with the worker lock held."""
     from acpmem.vault.history import commit_for_request
-    from acpmem.write import llm
 
     say = progress or (lambda rid, what: None)
     state = vault.state_dir
@@ -268,41 +267,53 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
             deferred = _over_budget(vault, req, now)
             if deferred is not None:
                 return deferred
-            notes: list[str] = []
-            # what this request itself wrote (its user part, when a run was killed between the two parts) is no
-            # "related" entry: shown it, the rerun dropped the project part as a repeat of the user part
-            rel = [e for e in related_entries(vault, req.note) if (e.source or {}).get("request") != req.id]
-            shown = rel
-            for again in (False, True):
-                # the second pass: every write of the first repeated an entry shown as related (small models
-                # copy what they were shown instead of reading the conversation); asked once more without them,
-                # the repeats still checked against them
-                body, result = _call_fitted(vault, req, config, t, [] if again else rel, notes, now, say, spent)
-                host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write",
-                                                                                      "memory_nothing"}
-                try:
-                    reading = read_reply(result)
-                    draft = draft_from_calls(vault, req, reading.calls, label, host_names, citations=cites,
-                                             shown=shown, from_text=reading.source != "tool_calls",
-                                             turns=conversation_turns(req, t))
-                    draft.notes[:0] = notes + list(reading.notes)
-                    if not draft.writes and reading.nothing is None:
-                        raise unusable(result, "the answer has no memory_write call and does not say nothing to "
-                                        "keep" + (f" (it called {', '.join(sorted(set(draft.ignored)))})"
-                                                  if draft.ignored else ""))
-                except ExtractionError as exc:
+            try:
+                notes: list[str] = []
+                # what this request itself wrote (its user part, when a run was killed between the two parts) is no
+                # "related" entry: shown it, the rerun dropped the project part as a repeat of the user part
+                rel = [e for e in related_entries(vault, req.note) if (e.source or {}).get("request") != req.id]
+                shown = rel
+                for again in (False, True):
+                    # the second pass: every write of the first repeated an entry shown as related (small models
+                    # copy what they were shown instead of reading the conversation); asked once more without them,
+                    # the repeats still checked against them
+                    body, result = _call_fitted(vault, req, config, t, [] if again else rel, notes, now, say, spent)
+                    host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write",
+                                                                                          "memory_nothing"}
+                    try:
+                        reading = read_reply(result)
+                        draft = draft_from_calls(vault, req, reading.calls, label, host_names, citations=cites,
+                                                 shown=shown, from_text=reading.source != "tool_calls",
+                                                 turns=conversation_turns(req, t))
+                        draft.notes[:0] = notes + list(reading.notes)
+                        if not draft.writes and reading.nothing is None:
+                            raise unusable(result, "the answer has no memory_write call and does not say nothing to "
+                                            "keep" + (f" (it called {', '.join(sorted(set(draft.ignored)))})"
+                                                      if draft.ignored else ""))
+                    except ExtractionError as exc:
+                        costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
+                                                         entries=0, error=exc))
+                        raise
                     costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
-                                                     entries=0, error=exc))
+                                                     entries=len(draft.entries)))
+                    if again or not rel or draft.entries or not draft.writes or draft.repeats < draft.writes:
+                        break
+                    notes = [n for n in draft.notes] + ["every write repeated an entry shown as related: asked "
+                                                        "again without the related entries"]
+                draft.notes = list(dict.fromkeys(draft.notes))
+                if reading.nothing is not None:
+                    draft.notes.append(f"memory_nothing: {reading.nothing}")
+            except ExtractionError as exc:
+                if not block_fallback(vault, req, t, exc):
                     raise
-                costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
-                                                 entries=len(draft.entries)))
-                if again or not rel or draft.entries or not draft.writes or draft.repeats < draft.writes:
-                    break
-                notes = [n for n in draft.notes] + ["every write repeated an entry shown as related: asked "
-                                                    "again without the related entries"]
-            draft.notes = list(dict.fromkeys(draft.notes))
-            if reading.nothing is not None:
-                draft.notes.append(f"memory_nothing: {reading.nothing}")
+                from acpmem.write.offline import extract_offline
+
+                # the model's answer was unusable at the request's last attempt, and the commit named a block:
+                # the block's summary (the host's own words) is kept, quoted, rather than nothing
+                draft = _offline_draft(vault, req, t, extract_offline)
+                draft.notes.append(f"the model's answer was unusable at the last attempt ({exc.data.get('reason')}):"
+                                   " the block's summary is kept as the host wrote it")
+                label, config = "offline", None
         usage = _usage(result, spent)
         if user_done:
             drop = {e.id for e in draft.entries + list(draft.updates.values())
@@ -345,6 +356,21 @@ def process_request(vault, request_id: str, *, extractor: str | None = None, exp
                                       base_seconds=cfg.retry_base_seconds, max_attempts=cfg.max_attempts)
         return Outcome(req.id, "failed" if new.status == "failed" else "retry", label, error={**error},
                        usage=_usage(result, spent), attempts=new.attempts)
+
+
+FALLBACK_REASONS = ("no_usable_write", "truncated", "malformed_call", "repetition", "runaway")
+
+
+def block_fallback(vault, req: Request, transcript, exc: ExtractionError) -> bool:
+    """Whether an unusable answer to a commit that named a compression block is replaced by the block's summary:
+    only at the request's last attempt (earlier ones are retried: the model may still distil it), only for an
+    answer the model gave (a server that does not answer is retried on its schedule, never replaced), and only
+    when the block is in the transcript."""
+    if not req.block or exc.data.get("reason") not in FALLBACK_REASONS:
+        return False
+    if req.attempts + 1 < vault.settings.extraction.max_attempts:
+        return False
+    return request_block(req, transcript) is not None
 
 
 CONTEXT_SHRINKS = 3   # a prompt the endpoint says is over its window: sent again at half the size, this many times

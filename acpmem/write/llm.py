@@ -394,8 +394,8 @@ LOOP_TIMES = 4          # the same stretch this many times in a row at the end: 
 
 
 def _looping(answer: dict) -> bool:
-    """True when the answer so far ends in one stretch written ``LOOP_TIMES`` times in a row (of at least
-    ``LOOP_TAIL`` characters): a small model at temperature 0 caught in a repetition loop, which would only stop at
+    """True when the answer so far ends in one stretch written ``LOOP_TIMES`` times in a row (a stretch shorter than
+    ``LOOP_TAIL`` characters: as many times as fill ``LOOP_TAIL * LOOP_TIMES``): a small model at temperature 0 caught in a repetition loop, which would only stop at
     ``max_tokens``. Several calls in one answer repeat their JSON around different content, so are no loop."""
     text = "".join(answer["content"]) + "".join(c["function"]["arguments"] for c in answer["calls"].values())
     n = len(text)
@@ -403,10 +403,14 @@ def _looping(answer: dict) -> bool:
         return False
     j = text.rfind(text[-LOOP_TAIL:], 0, n - 1)
     period = n - LOOP_TAIL - j if j >= 0 else 0
-    if period < LOOP_TAIL or period * LOOP_TIMES > n:
+    if period < 1:
+        return False
+    # a stretch shorter than the tail (one short bullet written over and over) must fill as much as a long one
+    times = max(LOOP_TIMES, -(-LOOP_TAIL * LOOP_TIMES // period))
+    if period * times > n:
         return False
     block = text[n - period:]
-    return text[n - period * LOOP_TIMES:] == block * LOOP_TIMES
+    return text[n - period * times:] == block * times
 
 
 class _StreamLoop(Exception):

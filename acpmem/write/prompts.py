@@ -100,6 +100,7 @@ def fork_system(type: str, importance: int, lang: str = "en", *, layers: bool = 
             f"- 类别：{type}（重要度 {importance}）。只写重点要求的内容。",
             "- content：一到几条 markdown 要点（\"- ...\"），自足：写明文件、命令、组件和理由；不写“上面”“这个”“之前”。",
             "- title：一行，陈述记忆本身。",
+            "- 人名、日期、数字、路径和命令照对话原文写，不改写、不估算；事件写明它的日期。",
             "- 已有条目已经说清楚的，不要再写；已有条目过时或有误时，写更正后的条目并把它的 id 放进 supersedes。",
             *(["- layer：用户本人在所有项目都适用的偏好写 user，其余写 project"
                 f"（不填时为 {default}）。写到 user 的条目不得提及本项目。"] if layers else []),
@@ -124,6 +125,8 @@ def fork_system(type: str, importance: int, lang: str = "en", *, layers: bool = 
         "- content: one to a few markdown bullets (\"- ...\"), self-contained: name the files, commands, components "
         "and reasons; never write \"above\", \"this\" or \"earlier\".",
         "- title: one line that states the memory itself.",
+        "- Names, dates, numbers, paths and commands exactly as the conversation wrote them, never reworded or "
+        "estimated; an event with its date.",
         "- If an existing entry already says it, write nothing for it; if one is outdated or wrong, write the "
         "corrected entry and put its id in supersedes.",
         *([f"- layer: user for the person's own preferences that hold in any project, else project (default: "

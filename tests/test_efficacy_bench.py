@@ -1,0 +1,122 @@
+"""bench/efficacy.py end to end on a tiny LoCoMo-shaped conversation and one coding scenario: the offline arm, the
+fork arm and the answering model on the loopback OpenAI server (real HTTP, the real fork path), resumable state, and
+bad input said in one line."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from openai_server import reply
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "efficacy.py"
+FIX = Path(__file__).resolve().parent / "fixtures" / "efficacy"
+
+
+def run(*args, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True,
+                          timeout=600, cwd=cwd)
+
+
+def model(body: dict):
+    """A stand-in model: the fork (a request with tools) writes one entry, with one name no turn holds; an answer
+    request gets a short answer."""
+    if body.get("tools"):
+        return reply.writes(reply.write("Caroline went to an LGBTQ support group and started an adoption application "
+                                        "with an agency in Boston; Zebulon helped.", title="Caroline's support group"))
+    return reply.text("Boston")
+
+
+def test_locomo_and_coding_end_to_end_and_resumed(openai_server, tmp_path):
+    openai_server.responder = model
+    out = tmp_path / "r.json"
+    args = ("--locomo", FIX / "locomo-tiny.json", "--scenarios", FIX / "scenarios", "--base-url",
+            openai_server.base_url, "--answer-model", "fake-model", "--sample", 3, "--state", tmp_path / "st",
+            "--out", out, "--record", tmp_path / "rec")
+    r = run(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    res = json.loads(out.read_text("utf-8"))
+    lo = res["locomo"]
+    arms = {row["arm"] for row in lo["rows"]}
+    assert arms == {"none", "offline", "fork", "raw-turns", "observations", "full"}
+    assert len({row["qid"] for row in lo["rows"]}) == 5   # categories 1-4 only: the adversarial one is left out
+    # the fork wrote through the real path: a request with tools per session, and entries that cite turns
+    forks = [f for f in lo["forks"] if f["arm"] == "fork"]
+    assert [f["status"] for f in forks] == ["written", "written"]
+    recorded = [json.loads(p.read_text("utf-8")) for p in sorted((tmp_path / "rec").glob("answer-*.json"))]
+    assert len(recorded) == 2 + 3 and all(x["request"]["tools"] for x in recorded)   # 2 sessions, 3 commits
+    # observations cite the gold turns: evidence for every question; no memory: none
+    by = lambda arm: [row for row in lo["rows"] if row["arm"] == arm]   # noqa: E731
+    assert all(row["evidence"] for row in by("observations"))
+    assert not any(row["evidence"] or row["contained"] for row in by("none"))
+    assert any(row["contained"] for row in by("full"))
+    # nothing invented: the fork's "Zebulon" is in no turn and no note
+    fork_inv = [x for x in lo["invented"] if x["arm"] == "fork"]
+    assert fork_inv and all("Zebulon" in x["missing"] for x in fork_inv)
+    assert all(not x["missing"] for x in lo["invented"] if x["arm"] == "offline")
+    # answers: 3 sampled questions per arm; "Boston" is right for one question only
+    answers = lo["answers"]
+    assert len({a["qid"] for a in answers}) == 3 and {a["arm"] for a in answers} == arms
+    assert all(a["f1"] == (1.0 if a["contained"] else 0.0) for a in answers)
+    co = res["coding"]
+    assert co["scenarios"] == 1 and co["prompts"] == 3
+    assert {row["arm"] for row in co["rows"]} == {"none", "offline", "fork", "hand-written"}
+    assert all(row["carried"] for row in co["rows"] if row["arm"] == "hand-written")
+    assert "| fork |" in r.stdout and "evidence@5" in r.stdout and "nothing invented" in r.stdout
+    # the check on its own, over the fork's vault as it stands: the cited turns read back from the transcripts
+    alone = subprocess.run([sys.executable, str(ROOT / "bench" / "invented.py"), tmp_path / "st" / "locomo-0-fork"],
+                           capture_output=True, text=True, timeout=120)
+    assert alone.returncode == 0 and "Zebulon" in alone.stdout and "nothing invented: 0/2" in alone.stdout, alone
+
+    # resumed: the same command again asks the model nothing more and prints the same tables
+    calls = len(openai_server.requests)
+    again = run(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert len([q for q in openai_server.requests[calls:] if q.path.endswith("/chat/completions")]) == 0
+    assert again.stdout.split("\n\n", 1)[1] == r.stdout.split("\n\n", 1)[1]
+
+
+def test_offline_only_needs_no_model(tmp_path):
+    r = run("--locomo", FIX / "locomo-tiny.json", "--scenarios", FIX / "scenarios", "--state", tmp_path / "st",
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "| offline |" in r.stdout and "| fork |" not in r.stdout and "answered by the model" not in r.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_bad_input_is_one_line(tmp_path):
+    cases = [
+        (("--locomo", tmp_path / "missing.json", "--no-scenarios"), "no dataset at"),
+        (("--locomo", FIX / "locomo-tiny.json", "--no-scenarios", "--base-url",
+          f"http://127.0.0.1:{free_port()}/v1"), "does not answer"),
+        (("--locomo", FIX / "README.md", "--no-scenarios"), "not valid JSON"),
+        (("--scenarios", tmp_path / "nowhere"), "no scenario folder"),
+        (("--no-scenarios",), "nothing to run"),
+    ]
+    for args, said in cases:
+        r = run(*args, "--state", tmp_path / "st", cwd=tmp_path)
+        assert r.returncode == 1, (args, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: ") and said in lines[0] and " — " in lines[0], r.stderr
+        assert not r.stdout
+    assert not (tmp_path / "st").exists()   # nothing written for bad input
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "invented.py"), tmp_path / "nowhere"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.startswith("Error: no vault at") and r.stderr.count("\n") == 1
+
+
+def test_state_of_another_run_is_refused(tmp_path):
+    first = run("--locomo", FIX / "locomo-tiny.json", "--no-scenarios", "--state", tmp_path / "st", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    other = run("--locomo", FIX / "locomo-tiny.json", "--no-scenarios", "--k", 3, "--state", tmp_path / "st",
+                cwd=tmp_path)
+    assert other.returncode == 1 and other.stderr.count("\n") == 1 and "other settings" in other.stderr
