@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import string
@@ -129,8 +130,11 @@ def make_vault(root: Path, extractor: str, base_url: str = "", model: str = "", 
     path = root / "acpmem.toml"   # set on every run: a resumed run may reach the endpoint through a new proxy port
     text = path.read_text("utf-8")
     # retries in the far future: the bench runs each request once, no background worker races it for the model
-    values = {"extractor": extractor, "base_url": base_url, "model": model, "max_retries": 0,
-              "retry_base_seconds": 86400.0, **(settings or {})}
+    values = {"extractor": extractor, "max_retries": 0, "retry_base_seconds": 86400.0, **(settings or {})}
+    if base_url:
+        # the endpoint is the person's to choose, never a vault's (a vault's is not obeyed): the environment
+        os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_MODEL"] = base_url, model
+        os.environ.setdefault("OPENAI_API_KEY", "local")
     for key, val in values.items():
         line = next(ln for ln in text.splitlines() if ln.startswith(f"{key} = "))
         text = text.replace(line, f"{key} = {json.dumps(val)}", 1)

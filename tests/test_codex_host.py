@@ -5,7 +5,7 @@ CODEX_HOME, and acpmem wired exactly as README.md's Codex section says (the `[mc
 SessionStart hook, both in config.toml). Nothing reaches the internet: the only provider is the loopback one.
 
 Session one: the model states a decision and calls memory_commit; the fork — its model the loopback OpenAI server
-(tests/openai_server.py), named in the vault's [extraction] settings since Codex passes the MCP server no OPENAI_*
+(tests/openai_server.py), named in the person's ~/.config/acpmem/config.toml since Codex passes the MCP server no OPENAI_*
 variable — is sent the conversation from the real rollout Codex wrote, and writes an entry that holds the decision's
 reason only when its request held it (the note never said it); the entry cites the Codex thread at the line of the
 call. Session two:
@@ -120,11 +120,11 @@ def test_codex_commits_from_its_rollout_and_the_next_session_gets_the_index_and_
     r = subprocess.run([str(BIN / "acp"), "memory", "init", str(project / ".acp-memory")], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    settings = project / ".acp-memory" / "acpmem.toml"
-    text = settings.read_text("utf-8")
-    text = text.replace('base_url = ""', f'base_url = "{fork_model.base_url}"', 1)
-    text = text.replace('model = ""', 'model = "m"', 1)
-    settings.write_text(text, "utf-8")
+    # the fork's model: the person's own config (Codex passes the server HOME, no OPENAI_*); a vault's endpoint
+    # would be ignored (only the person decides where their conversation goes)
+    person = home / ".config" / "acpmem" / "config.toml"
+    person.parent.mkdir(parents=True)
+    person.write_text(f'[extraction]\nbase_url = "{fork_model.base_url}"\nmodel = "m"\n', "utf-8")
 
     def first_session(body: dict) -> list[dict]:
         if not outputs(body):

@@ -152,9 +152,10 @@ def test_fuzz_fork_end_to_end_through_the_fake_openai_server(example_vault, open
         assert out.status in ("written", "nothing", "retry"), out
         if out.status == "retry":
             assert out.error["kind"] != "internal", out.error
-            # runaway: a generated answer streamed in more chunks than max_tokens allows (the bound on one answer)
+            # runaway: a generated answer streamed in more chunks than max_tokens allows (the bound on one answer);
+            # repetition: one that repeats a stretch (the loop check)
             assert out.error.get("reason") in ("malformed_call", "bad_response", "no_usable_write", "truncated",
-                                               "runaway"), \
+                                               "runaway", "repetition"), \
                 out.error
     statuses = [o for o, _ in outcomes]
     assert statuses.count("written") >= 2 and statuses.count("retry") >= 10, outcomes

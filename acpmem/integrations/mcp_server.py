@@ -98,6 +98,18 @@ class MemoryService:
             return tool_definitions(for_="main", format="mcp", lang=s.language, types=s.types)
         finally:
             v.close()
+            self.warn(v.warnings)
+
+    def warn(self, lines) -> None:
+        """The vault's warnings (a settings file that did not load, a vault setting not obeyed) on stderr — the
+        client's log — once each per server process."""
+        said = self.__dict__.setdefault("_warned", set())
+        for line in lines:
+            if line not in said:
+                said.add(line)
+                text = line if line.startswith("Warning:") else f"Warning: {line}"
+                sys.stderr.write(text.rstrip("\n") + "\n")
+        sys.stderr.flush()
 
     def index(self) -> str:
         from acpmem.read.resident import resident_index
