@@ -1,4 +1,4 @@
-"""The model's answer into entries: redaction, citations, the supersede policy."""
+"""The model's answer (or the offline extractor's) into entries: redaction, citations, the supersede policy."""
 from __future__ import annotations
 
 import json
@@ -10,6 +10,7 @@ from acpmem.core.errors import EntryInvalid, ExtractionError
 from acpmem.core.layout import LAYER_PROJECT, LAYER_USER, PROPOSALS_DIR
 from acpmem.core.limits import one_line
 from acpmem.search.overlap import jaccard, overlap, terms
+from acpmem.write.context import request_block, request_citations
 from acpmem.write.requests import Request
 
 TITLE_CHARS = 120
@@ -365,3 +366,61 @@ def under_policy(target, entries: list[Entry], updates: list[Entry],
         return [e.with_changes(path=target.path_for(e.id, e.title, PROPOSALS_DIR)) if e.id in propose else e
                 for e in entries], updates, KIND_FORK
     return [e.with_changes(path=target.path_for(e.id, e.title, PROPOSALS_DIR)) for e in entries], [], KIND_PROPOSE
+
+
+def offline_draft(vault, req: Request, transcript, extract_offline) -> Draft:
+    """The offline extractor's entry for ``req`` (quoting the block's turns after its summary when it names one), in
+    the layer its type belongs to — none when the same extract is live already (the extractor is deterministic)."""
+    from acpmem.core.tools import default_layer
+
+    draft = Draft()
+    layers = vault.layers()
+    layer = default_layer(req.type) if len(layers) > 1 else vault.layer
+    if layer != vault.layer and req.type not in layers[-1].settings.types:
+        layer = vault.layer   # the user vault does not know this type: the project vault keeps it
+    max_bytes = vault.settings.extraction.max_entry_bytes
+    blk = request_block(req, transcript)
+    if blk is not None:   # quote from the turns the block covers, after the block's own summary
+        transcript = transcript.with_changes(messages=transcript.turns(blk.seqs))
+        max_bytes = max(1024, max_bytes - len(blk.summary.encode("utf-8")) - 200)
+    note = req.note
+    if layer != LAYER_PROJECT:
+        # before the extractor clips titles and quotes: a path cut in half would no longer be recognised
+        note = user_safe(vault, note, draft)
+        if transcript is not None:
+            transcript = transcript.with_changes(messages=tuple(
+                m.with_changes(content=user_safe(vault, transcript.text(m), draft), raw={})
+                for m in transcript.messages))
+        if blk is not None:
+            blk = blk.with_changes(summary=user_safe(vault, blk.summary, draft),
+                                   topic=user_safe(vault, blk.topic, draft) if blk.topic else blk.topic)
+    text = extract_offline(transcript, note, max_bytes=max_bytes, lang=vault.settings.language)
+    body = text.body
+    if blk is not None:
+        from acpmem.write.offline import block_lines
+
+        body = block_lines(blk, body, vault.settings.language, vault.settings.extraction.max_entry_bytes)
+    body = redact_noting(body, draft.redacted)
+    title = redact_noting(text.title, draft.redacted)
+    if blk is not None:
+        cites = request_citations(req, transcript)
+    else:
+        cites = tuple(Citation(req.session, s) for s in text.seqs) or (Citation(req.session, req.seq),)
+    target = vault.user if layer == LAYER_USER and vault.layer != LAYER_USER and vault.user is not None else vault
+    same = _same_offline_extract(target, title, body)
+    if same is not None:   # the extractor is deterministic: the same commit gives the same extract, kept once
+        draft.notes.append(f"the same offline extract as #{same.id} ({one_line(same.title)[:60]}): not written again")
+        return draft
+    taken = {e.id for lv in layers for e in lv.load(with_reads=False, light=True).entries}
+    draft.entries.append(new_entry(vault, req, draft, taken, title=title, body=body, citations=cites,
+                                    extractor="offline", layer=layer))
+    return draft
+
+
+def _same_offline_extract(vault, title: str, body: str):
+    """The live offline entry of ``vault`` with this title and this body (spacing aside), or None."""
+    words = " ".join(body.split())
+    for e in vault.load(with_reads=False).live():
+        if e.title == title and (e.source or {}).get("extractor") == "offline" and " ".join(e.body.split()) == words:
+            return e
+    return None

@@ -1,15 +1,11 @@
-"""The fork: turning one pending commit request into entries, exactly once.
+"""The fork's conductor: one pending commit request into entries, in one commit, exactly once.
 
-Owns: building the fork's chat request (the conversation up to the commit's seq unchanged and in order, the open
-``memory_commit`` call closed with the acknowledgement the model got, then one instruction carrying the note and the
-related existing entries as framed data; tools: the host's read-only tools first, unchanged, then ``memory_write``),
-choosing the extractor (a model, or the offline extractor), turning ``memory_write`` calls into entries (secrets
-redacted before anything touches disk, supersedes applied), the one commit per request with its trailers, the cost
-ledger line, and the retry bookkeeping when anything fails.
-
-Exactly once: before any work the history is searched for the request's ``Acpmem-Request`` trailer; the request file is
-removed only after the commit exists. A process killed anywhere leaves either the request pending (nothing written,
-rerun does it) or the commit written (rerun finds the trailer and only removes the request).
+It chooses the extractor (a model, or the offline extractor), asks it (what is sent: ``context``; the answer into
+entries: ``draft``; the instructions: ``prompts``), writes the one commit per request with its trailers, the cost
+ledger line, and the retry bookkeeping when anything fails. Exactly once: before any work the history is searched for
+the request's ``Acpmem-Request`` trailer; the request file is removed only after the commit exists. A process killed
+anywhere leaves either the request pending (nothing written, rerun does it) or the commit written (rerun finds the
+trailer and only removes the request).
 """
 from __future__ import annotations
 
@@ -17,15 +13,15 @@ import sqlite3
 from collections.abc import Callable
 
 from acpmem.core.clock import utc_iso
-from acpmem.core.entry import Citation, Entry
+from acpmem.core.entry import Entry
 from acpmem.core.errors import AcpmemError, ExtractionError, UsageError
 from acpmem.core.layout import LAYER_PROJECT, LAYER_USER, PROPOSALS_DIR
 from acpmem.core.limits import one_line
 from acpmem.core.values import Value
 from acpmem.write import costs, requests
 from acpmem.write.context import conversation, fork_body, related_entries, request_block, request_citations
-from acpmem.write.draft import (ANSWER_TEXT_CHARS, Draft, conversation_turns, draft_from_calls, new_entry, read_reply,
-                                redact_noting, under_policy, unusable, user_safe)
+from acpmem.write.draft import (ANSWER_TEXT_CHARS, Draft, conversation_turns, draft_from_calls, offline_draft,
+                                read_reply, under_policy, unusable, user_safe)
 from acpmem.write.requests import Request
 
 EXTRACTORS = ("auto", "llm", "offline")
@@ -158,8 +154,8 @@ def commit_draft(vault, req: Request, draft: Draft, model_label: str, extractor:
             updates=user_updates)
     if entries or updates:
         sha = vault.write_entries(entries, subject=_subject(req, entries or updates),
-                                  why=_why(req, extractor, req.note, updates, draft.notes), kind=kind, trailers=trailers,
-                                  updates=updates)
+                                  why=_why(req, extractor, req.note, updates, draft.notes), kind=kind,
+                                  trailers=trailers, updates=updates)
     return sha
 
 
@@ -202,160 +198,213 @@ def _why(req: Request, extractor: str, note: str, updates: list[Entry], notes: l
 
 # --------------------------------------------------------------------------------------------- processing
 
+class _Attempt:
+    """What one attempt at a request has gathered so far: the extractor (its kind, its config, the label the outcome
+    names), the conversation, the model's last answer and what every call of it spent."""
+
+    def __init__(self) -> None:
+        self.kind, self.config, self.label = "offline", None, "offline"
+        self.transcript = None
+        self.result = None
+        self.spent = {"calls": 0, "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}
+
+    @property
+    def usage(self) -> dict | None:
+        return _usage(self.result, self.spent)
+
+
 def process_request(vault, request_id: str, *, extractor: str | None = None, explicit: bool = False, env=None,
                     progress: Callable[[str, str], None] | None = None) -> Outcome:
-    """Extract one request and write its entries in one commit. Call with the worker lock held."""
-    from acpmem.vault.history import commit_for_request
+    """Extract one request and write its entries in one commit. Call with the worker lock held.
 
+    The steps: the request gone (done before, or never was); not due yet; writes blocked (refused before any model
+    call); written before (found in history, or half written in two layers); extract (offline, or ask the model,
+    within the budgets); commit; or the failure recorded on the request, retried on its schedule."""
     say = progress or (lambda rid, what: None)
-    state = vault.state_dir
-    req = requests.load_request(state, request_id)
+    req = requests.load_request(vault.state_dir, request_id)
     if req is None:
-        done = requests.find_done(state, request_id)
-        if done:
-            return Outcome(request_id, "already", done.get("extractor"), done.get("commit"))
-        return Outcome(request_id, "missing")
+        return _gone(vault, request_id)
     now = utc_iso(vault.clock())
     if not explicit and not req.due(now):
         why = "failed for good; name it to retry" if req.status == "failed" else f"next attempt {req.next_attempt}"
-        return Outcome(req.id, "skipped", error={"message": why}, attempts=req.attempts)
+        return Outcome(request=req.id, status="skipped", error={"message": why}, attempts=req.attempts)
+    _refuse_blocked_writes(vault)
+    before, user_done = _written_before(vault, req)
+    if before is not None:
+        return before
+    attempt = _Attempt()
+    try:
+        draft = _extract(vault, req, extractor, env, now, say, attempt)
+        if isinstance(draft, Outcome):   # deferred: an extraction budget is spent
+            return draft
+        return _commit(vault, req, draft, attempt, user_done, say)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, it is recorded and retried, never a stuck queue
+        return _failed(vault, req, exc, attempt)
+
+
+def _gone(vault, request_id: str) -> Outcome:
+    """A request no longer pending: done before (its outcome in the done log), or never made."""
+    done = requests.find_done(vault.state_dir, request_id)
+    if done:
+        return Outcome(request=request_id, status="already", extractor=done.get("extractor"),
+                       commit=done.get("commit"))
+    return Outcome(request=request_id, status="missing")
+
+
+def _refuse_blocked_writes(vault) -> None:
+    """A rebase, a detached HEAD in either layer: refused before any model call, no attempt used."""
     from acpmem.vault.gitrun import writes_blocked
 
-    for layer in vault.layers():   # a rebase, a detached HEAD: refused before any model call, no attempt used
+    for layer in vault.layers():
         blocked = writes_blocked(layer.root)
         if blocked is not None:
             raise blocked
 
-    # a write of this request killed between its files and its commit is finished (or dropped) first: only then
-    # does the history say whether it happened
+
+def _written_before(vault, req: Request) -> tuple[Outcome | None, bool]:
+    """(the outcome when the request is in history already, whether only its user part is): a write of this
+    request killed between its files and its commit is finished (or dropped) first, and only then does the history
+    say whether it happened. The user part is committed first: a run killed between the two commits writes the
+    project part only."""
+    from acpmem.vault.history import commit_for_request
+
     for layer_vault in dict.fromkeys(lv for lv in (vault.user, vault) if lv is not None):
         layer_vault.finish_interrupted()
     sha = commit_for_request(vault, requests.check_request_id(req.id))
     if sha:
-        return _finish(vault, req, Outcome(req.id, "already", commit=sha, attempts=req.attempts))
-    user_done = False
-    if not sha and vault.user is not None:   # the user part is committed first: done, or half done?
-        user_sha = commit_for_request(vault.user, req.id)
-        if user_sha:
-            from acpmem.vault.gitrun import git
+        return _finish(vault, req, Outcome(request=req.id, status="already", commit=sha, attempts=req.attempts)), False
+    if vault.user is None:
+        return None, False
+    user_sha = commit_for_request(vault.user, req.id)
+    if not user_sha:
+        return None, False
+    from acpmem.vault.gitrun import git
 
-            body = git(vault.user.root, "log", "-1", "--format=%B", user_sha, check=False).out
-            if f"{USER_PART_TRAILER}: yes" not in body:
-                return _finish(vault, req, Outcome(req.id, "already", commit=user_sha, attempts=req.attempts))
-            user_done = True   # killed between the two commits: this run writes the project part only
+    body = git(vault.user.root, "log", "-1", "--format=%B", user_sha, check=False).out
+    if f"{USER_PART_TRAILER}: yes" not in body:
+        return _finish(vault, req, Outcome(request=req.id, status="already", commit=user_sha,
+                                           attempts=req.attempts)), False
+    return None, True
 
-    result = None
-    spent = {"calls": 0, "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}   # over every model call
-    kind, config = "offline", None
-    label = "offline"
+
+def _extract(vault, req: Request, override: str | None, env, now: str, say, attempt: _Attempt) -> Draft | Outcome:
+    """The request's draft, offline or from the model — or the ``deferred`` outcome when a budget is spent. A
+    block commit whose model answer is still unusable at its last attempt keeps the block's summary."""
+    from acpmem.core.tools import parse_commit_args
+    from acpmem.write.offline import extract_offline
+
+    # a request file is local state a person can edit, and the vault's types can change after the commit
+    parse_commit_args({"type": req.type, "note": req.note, "importance": req.importance}, vault.settings.types)
+    attempt.kind, attempt.config = choose_extractor(vault, override, env, req)
+    attempt.label = attempt.config.extractor if attempt.config else "offline"
+    say(req.id, "reading the transcript")
+    attempt.transcript = t = conversation(req)
+    if attempt.kind == "offline":
+        say(req.id, "offline extraction")
+        return offline_draft(vault, req, t, extract_offline)
+    deferred = _over_budget(vault, req, now)
+    if deferred is not None:
+        return deferred
     try:
-        from acpmem.core.tools import parse_commit_args
+        return _model_draft(vault, req, now, say, attempt)
+    except ExtractionError as exc:
+        if not block_fallback(vault, req, t, exc):
+            raise
+        # the model's answer was unusable at the request's last attempt, and the commit named a block: the
+        # block's summary (the host's own words) is kept, quoted, rather than nothing
+        draft = offline_draft(vault, req, t, extract_offline)
+        draft.notes.append(f"the model's answer was unusable at the last attempt ({exc.data.get('reason')}):"
+                           " the block's summary is kept as the host wrote it")
+        attempt.label, attempt.config = "offline", None
+        return draft
 
-        # a request file is local state a person can edit, and the vault's types can change after the commit
-        parse_commit_args({"type": req.type, "note": req.note, "importance": req.importance}, vault.settings.types)
-        kind, config = choose_extractor(vault, extractor, env, req)
-        label = config.extractor if config else "offline"
-        say(req.id, "reading the transcript")
-        t = conversation(req)
-        cites = request_citations(req, t)
-        if kind == "offline":
-            from acpmem.write.offline import extract_offline
 
-            say(req.id, "offline extraction")
-            draft = _offline_draft(vault, req, t, extract_offline)
-        else:
-            deferred = _over_budget(vault, req, now)
-            if deferred is not None:
-                return deferred
-            try:
-                notes: list[str] = []
-                # what this request itself wrote (its user part, when a run was killed between the two parts) is no
-                # "related" entry: shown it, the rerun dropped the project part as a repeat of the user part
-                rel = [e for e in related_entries(vault, req.note) if (e.source or {}).get("request") != req.id]
-                shown = rel
-                for again in (False, True):
-                    # the second pass: every write of the first repeated an entry shown as related (small models
-                    # copy what they were shown instead of reading the conversation); asked once more without them,
-                    # the repeats still checked against them
-                    body, result = _call_fitted(vault, req, config, t, [] if again else rel, notes, now, say, spent)
-                    host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write",
-                                                                                          "memory_nothing"}
-                    try:
-                        reading = read_reply(result)
-                        draft = draft_from_calls(vault, req, reading.calls, label, host_names, citations=cites,
-                                                 shown=shown, from_text=reading.source != "tool_calls",
-                                                 turns=conversation_turns(req, t))
-                        draft.notes[:0] = notes + list(reading.notes)
-                        if not draft.writes and reading.nothing is None:
-                            raise unusable(result, "the answer has no memory_write call and does not say nothing to "
-                                            "keep" + (f" (it called {', '.join(sorted(set(draft.ignored)))})"
-                                                      if draft.ignored else ""))
-                    except ExtractionError as exc:
-                        costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
-                                                         entries=0, error=exc))
-                        raise
-                    costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
-                                                     entries=len(draft.entries)))
-                    if again or not rel or draft.entries or not draft.writes or draft.repeats < draft.writes:
-                        break
-                    notes = [n for n in draft.notes] + ["every write repeated an entry shown as related: asked "
-                                                        "again without the related entries"]
-                draft.notes = list(dict.fromkeys(draft.notes))
-                if reading.nothing is not None:
-                    draft.notes.append(f"memory_nothing: {reading.nothing}")
-            except ExtractionError as exc:
-                if not block_fallback(vault, req, t, exc):
-                    raise
-                from acpmem.write.offline import extract_offline
+def _model_draft(vault, req: Request, now: str, say, attempt: _Attempt) -> Draft:
+    """Ask the model, once or twice: the second pass when every write of the first repeated an entry shown as
+    related (small models copy what they were shown instead of reading the conversation); asked once more without
+    them, the repeats still checked against them."""
+    t, state = attempt.transcript, vault.state_dir
+    cites = request_citations(req, t)
+    notes: list[str] = []
+    # what this request itself wrote (its user part, when a run was killed between the two parts) is no "related"
+    # entry: shown it, the rerun dropped the project part as a repeat of the user part
+    rel = [e for e in related_entries(vault, req.note) if (e.source or {}).get("request") != req.id]
+    for again in (False, True):
+        body, attempt.result = _call_fitted(vault, req, attempt.config, t, [] if again else rel, notes, now, say,
+                                            attempt.spent)
+        result = attempt.result
+        host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write", "memory_nothing"}
+        try:
+            reading = read_reply(result)
+            draft = draft_from_calls(vault, req, reading.calls, attempt.label, host_names, citations=cites,
+                                     shown=rel, from_text=reading.source != "tool_calls",
+                                     turns=conversation_turns(req, t))
+            draft.notes[:0] = notes + list(reading.notes)
+            if not draft.writes and reading.nothing is None:
+                raise unusable(result, "the answer has no memory_write call and does not say nothing to keep"
+                               + (f" (it called {', '.join(sorted(set(draft.ignored)))})" if draft.ignored else ""))
+        except ExtractionError as exc:
+            costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=0,
+                                             error=exc))
+            raise
+        costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
+                                         entries=len(draft.entries)))
+        if again or not rel or draft.entries or not draft.writes or draft.repeats < draft.writes:
+            break
+        notes = [n for n in draft.notes] + ["every write repeated an entry shown as related: asked again without "
+                                            "the related entries"]
+    draft.notes = list(dict.fromkeys(draft.notes))
+    if reading.nothing is not None:
+        draft.notes.append(f"memory_nothing: {reading.nothing}")
+    return draft
 
-                # the model's answer was unusable at the request's last attempt, and the commit named a block:
-                # the block's summary (the host's own words) is kept, quoted, rather than nothing
-                draft = _offline_draft(vault, req, t, extract_offline)
-                draft.notes.append(f"the model's answer was unusable at the last attempt ({exc.data.get('reason')}):"
-                                   " the block's summary is kept as the host wrote it")
-                label, config = "offline", None
-        usage = _usage(result, spent)
-        if user_done:
-            drop = {e.id for e in draft.entries + list(draft.updates.values())
-                    if draft.layer_of.get(e.id) == LAYER_USER}
-            draft.entries = [e for e in draft.entries if e.id not in drop]
-            draft.updates = {k: e for k, e in draft.updates.items() if k not in drop}
-        if not draft.entries:
-            out = Outcome(req.id, "nothing", label, None, (), (), tuple(draft.unknown), tuple(draft.redacted),
-                          tuple(draft.ignored), None, usage, req.attempts + 1, tuple(draft.notes))
-            return _finish(vault, req, out)
-        from acpmem.write.provenance import annotate
 
-        draft.entries = annotate(vault, t, draft.entries, draft.layer_of)
-        draft.entries = _scoped(vault, req, draft)
-        say(req.id, "committing")
-        sha = commit_draft(vault, req, draft, config.model if config else "offline", label)
-        proposed = all(e.path.startswith(PROPOSALS_DIR + "/") for e in draft.entries) and bool(draft.entries)
-        out = Outcome(req.id, "proposed" if proposed else "written", label, sha,
-                      tuple({"id": e.id, "title": e.title, "path": e.path, "type": e.type,
-                             "layer": draft.layer_of.get(e.id, LAYER_PROJECT)} for e in draft.entries),
-                      tuple(draft.updates), tuple(draft.unknown), tuple(dict.fromkeys(draft.redacted)),
-                      tuple(draft.ignored), None, usage, req.attempts + 1, tuple(draft.notes))
-        return _finish(vault, req, out)
-    except Exception as exc:  # noqa: BLE001 - whatever it was, it is recorded and retried, never a stuck queue
-        if isinstance(exc, AcpmemError):
-            error = {"message": exc.message, "hint": exc.hint, "kind": type(exc).__name__}
-            if "reason" in exc.data:
-                error["reason"] = exc.data["reason"]
-            if exc.data.get("text"):   # the model's own words, for doctor, stats and extract --failed
-                error["text"] = str(exc.data["text"])[:ANSWER_TEXT_CHARS]
-        elif isinstance(exc, (OSError, sqlite3.Error)):   # the machine's, not a bug: a deleted .acpmem/, a disk
-            error = {"message": f"the vault's files or its index could not be used ({type(exc).__name__}: "
-                                f"{exc})"[:500], "kind": "storage",
-                     "hint": "it is tried again on its schedule; `acp memory doctor` checks the vault"}
-        else:
-            error = {"message": f"unexpected {type(exc).__name__}: {exc}"[:500], "kind": "internal",
-                     "hint": "report this bug; the request is kept"}
-        cfg = vault.settings.extraction
-        new = requests.record_failure(state, req, error, vault.clock(), vault.rng,
-                                      base_seconds=cfg.retry_base_seconds, max_attempts=cfg.max_attempts)
-        return Outcome(req.id, "failed" if new.status == "failed" else "retry", label, error={**error},
-                       usage=_usage(result, spent), attempts=new.attempts)
+def _commit(vault, req: Request, draft: Draft, attempt: _Attempt, user_done: bool, say) -> Outcome:
+    """The draft's entries in one commit (``nothing`` when there are none), then the outcome recorded."""
+    usage = attempt.usage
+    if user_done:   # the user part is committed already: only the project part is left
+        drop = {e.id for e in draft.entries + list(draft.updates.values()) if draft.layer_of.get(e.id) == LAYER_USER}
+        draft.entries = [e for e in draft.entries if e.id not in drop]
+        draft.updates = {k: e for k, e in draft.updates.items() if k not in drop}
+    common = dict(request=req.id, extractor=attempt.label, unknown_supersedes=tuple(draft.unknown),
+                  ignored_calls=tuple(draft.ignored), usage=usage, attempts=req.attempts + 1,
+                  notes=tuple(draft.notes))
+    if not draft.entries:
+        return _finish(vault, req, Outcome(status="nothing", redacted=tuple(draft.redacted), **common))
+    from acpmem.write.provenance import annotate
+
+    draft.entries = annotate(vault, attempt.transcript, draft.entries, draft.layer_of)
+    draft.entries = _scoped(vault, req, draft)
+    say(req.id, "committing")
+    sha = commit_draft(vault, req, draft, attempt.config.model if attempt.config else "offline", attempt.label)
+    proposed = all(e.path.startswith(PROPOSALS_DIR + "/") for e in draft.entries) and bool(draft.entries)
+    entries = tuple({"id": e.id, "title": e.title, "path": e.path, "type": e.type,
+                     "layer": draft.layer_of.get(e.id, LAYER_PROJECT)} for e in draft.entries)
+    return _finish(vault, req, Outcome(status="proposed" if proposed else "written", commit=sha, entries=entries,
+                                       superseded=tuple(draft.updates), redacted=tuple(dict.fromkeys(draft.redacted)),
+                                       **common))
+
+
+def _failed(vault, req: Request, exc: Exception, attempt: _Attempt) -> Outcome:
+    """An attempt that failed, recorded on the request: retried with backoff, or failed for good."""
+    if isinstance(exc, AcpmemError):
+        error = {"message": exc.message, "hint": exc.hint, "kind": type(exc).__name__}
+        if "reason" in exc.data:
+            error["reason"] = exc.data["reason"]
+        if exc.data.get("text"):   # the model's own words, for doctor, stats and extract --failed
+            error["text"] = str(exc.data["text"])[:ANSWER_TEXT_CHARS]
+    elif isinstance(exc, (OSError, sqlite3.Error)):   # the machine's, not a bug: a deleted .acpmem/, a disk
+        error = {"message": f"the vault's files or its index could not be used ({type(exc).__name__}: "
+                            f"{exc})"[:500], "kind": "storage",
+                 "hint": "it is tried again on its schedule; `acp memory doctor` checks the vault"}
+    else:
+        error = {"message": f"unexpected {type(exc).__name__}: {exc}"[:500], "kind": "internal",
+                 "hint": "report this bug; the request is kept"}
+    cfg = vault.settings.extraction
+    new = requests.record_failure(vault.state_dir, req, error, vault.clock(), vault.rng,
+                                  base_seconds=cfg.retry_base_seconds, max_attempts=cfg.max_attempts)
+    return Outcome(request=req.id, status="failed" if new.status == "failed" else "retry", extractor=attempt.label,
+                   error={**error}, usage=attempt.usage, attempts=new.attempts)
 
 
 FALLBACK_REASONS = ("no_usable_write", "truncated", "malformed_call", "repetition", "runaway")
@@ -419,62 +468,6 @@ def _over_budget(vault, req: Request, now: str) -> Outcome | None:
     new = requests.defer(vault.state_dir, req, st.reason, st.frees_at)
     return Outcome(req.id, "deferred", error={"message": f"{st.reason}; it waits until {st.frees_at}",
                                               "reason": "budget"}, attempts=new.attempts)
-
-
-def _offline_draft(vault, req: Request, transcript, extract_offline) -> Draft:
-    from acpmem.core.tools import default_layer
-
-    draft = Draft()
-    layers = vault.layers()
-    layer = default_layer(req.type) if len(layers) > 1 else vault.layer
-    if layer != vault.layer and req.type not in layers[-1].settings.types:
-        layer = vault.layer   # the user vault does not know this type: the project vault keeps it
-    max_bytes = vault.settings.extraction.max_entry_bytes
-    blk = request_block(req, transcript)
-    if blk is not None:   # quote from the turns the block covers, after the block's own summary
-        transcript = transcript.with_changes(messages=transcript.turns(blk.seqs))
-        max_bytes = max(1024, max_bytes - len(blk.summary.encode("utf-8")) - 200)
-    note = req.note
-    if layer != LAYER_PROJECT:
-        # before the extractor clips titles and quotes: a path cut in half would no longer be recognised
-        note = user_safe(vault, note, draft)
-        if transcript is not None:
-            transcript = transcript.with_changes(messages=tuple(
-                m.with_changes(content=user_safe(vault, transcript.text(m), draft), raw={})
-                for m in transcript.messages))
-        if blk is not None:
-            blk = blk.with_changes(summary=user_safe(vault, blk.summary, draft),
-                                   topic=user_safe(vault, blk.topic, draft) if blk.topic else blk.topic)
-    text = extract_offline(transcript, note, max_bytes=max_bytes, lang=vault.settings.language)
-    body = text.body
-    if blk is not None:
-        from acpmem.write.offline import block_lines
-
-        body = block_lines(blk, body, vault.settings.language, vault.settings.extraction.max_entry_bytes)
-    body = redact_noting(body, draft.redacted)
-    title = redact_noting(text.title, draft.redacted)
-    if blk is not None:
-        cites = request_citations(req, transcript)
-    else:
-        cites = tuple(Citation(req.session, s) for s in text.seqs) or (Citation(req.session, req.seq),)
-    target = vault.user if layer == LAYER_USER and vault.layer != LAYER_USER and vault.user is not None else vault
-    same = _same_offline_extract(target, title, body)
-    if same is not None:   # the extractor is deterministic: the same commit gives the same extract, kept once
-        draft.notes.append(f"the same offline extract as #{same.id} ({one_line(same.title)[:60]}): not written again")
-        return draft
-    taken = {e.id for lv in layers for e in lv.load(with_reads=False, light=True).entries}
-    draft.entries.append(new_entry(vault, req, draft, taken, title=title, body=body, citations=cites,
-                                    extractor="offline", layer=layer))
-    return draft
-
-
-def _same_offline_extract(vault, title: str, body: str):
-    """The live offline entry of ``vault`` with this title and this body (spacing aside), or None."""
-    words = " ".join(body.split())
-    for e in vault.load(with_reads=False).live():
-        if e.title == title and (e.source or {}).get("extractor") == "offline" and " ".join(e.body.split()) == words:
-            return e
-    return None
 
 
 def _usage(result, spent: dict | None = None) -> dict | None:
