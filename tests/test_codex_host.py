@@ -1,6 +1,6 @@
 """acpmem inside the real Codex CLI: `@openai/codex` 0.171.0 from npm (integrations/codex, installed by
 integrations/install-hosts.sh), run as `codex exec` against a scripted OpenAI Responses API server on 127.0.0.1
-(tests/responses_server.py) through a `model_provider` whose base_url points at it, with an isolated HOME and
+(tests/support/responses_server.py) through a `model_provider` whose base_url points at it, with an isolated HOME and
 CODEX_HOME, and acpmem wired exactly as README.md's Codex section says (the `[mcp_servers.acpmem]` table and the
 SessionStart hook, both in config.toml). Nothing reaches the internet: the only provider is the loopback one.
 

@@ -1,6 +1,6 @@
 """acpmem inside the real Gemini CLI: `@google/gemini-cli` 0.61.0 from npm (integrations/gemini, installed by
 integrations/install-hosts.sh), run as `gemini -p` against a scripted Gemini API server on 127.0.0.1
-(tests/gemini_server.py, through GOOGLE_GEMINI_BASE_URL), with an isolated HOME and acpmem wired exactly as README.md's
+(tests/support/gemini_server.py, through GOOGLE_GEMINI_BASE_URL), with an isolated HOME and acpmem wired exactly as README.md's
 Gemini CLI section says (settings.json: the MCP server with "trust": true, the SessionStart hook). `-m` names the
 model so Gemini CLI's model router (its own extra model calls) stays out; `--skip-trust` stands for trusting the
 folder. Nothing reaches the internet.
