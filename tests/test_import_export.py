@@ -105,6 +105,20 @@ def test_running_an_import_again_changes_nothing(vault):
     assert again.counts()["new"] == 0 and again.counts()["unchanged"] == 8
 
 
+def test_a_forgotten_import_stays_forgotten_on_a_re_run(vault):
+    """A person forgot an imported entry: importing the same file again does not bring it back (it is skipped and
+    names the forgotten id); the rest stays unchanged and nothing is committed."""
+    import_source(vault, str(FIX / "codex" / "AGENTS.md"))
+    gone = next(e for e in _live(vault).values() if e.title.startswith("Deploys go out"))
+    vault.forget(gone.id, "not how we deploy any more")
+    head, n = _head(vault), len(_live(vault))
+    again = import_source(vault, str(FIX / "codex" / "AGENTS.md"))
+    assert again.commit is None and _head(vault) == head and len(_live(vault)) == n
+    (item,) = [i for i in again.items if i.match == gone.id]
+    assert item.action == "skipped" and "forgotten" in item.why
+    assert again.counts()["new"] == 0
+
+
 def test_a_changed_source_is_offered_as_an_update_that_supersedes_the_old_entry(vault, tmp_path):
     folder = _copy("claude-code/memory", tmp_path)
     import_source(vault, str(folder))

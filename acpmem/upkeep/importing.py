@@ -12,7 +12,9 @@ Two steps. ``plan`` reads the source (``acpmem.upkeep.importformats``) and decid
 * ``duplicate`` of #id / ``contradiction`` of #id — by meaning, through the vault's own duplicate check
   (``acpmem.write.duplicates.check_write``, against the entries closest by words); a contradiction is written
   only with ``supersede_contradicted``, superseding the entry it contradicts;
-* ``skipped`` — not memory-like (the format's rule), holding what looks like a secret, or over the entry size.
+* ``skipped`` — not memory-like (the format's rule), holding what looks like a secret, or over the entry size —
+  or forgotten: an entry imported from the same text was forgotten by a person (``acp memory forget``), and a
+  re-run does not bring it back.
 
 ``apply`` writes the plan in **one commit** (``Vault.write_entries``: journaled, so a killed import leaves nothing
 half-written). Each entry's ``source`` says where it came from: ``{by: import, harness, format, file, section,
@@ -126,6 +128,7 @@ class _Planner:
             if not e.superseded and src["hash"] not in present:
                 self.by_place.setdefault((src.get("file"), src.get("key") or src.get("section")), []).append(e)
         self.index = _WordIndex([e for e in entries if not e.superseded])
+        self.forgotten = forgotten_imports(vault)
         self.idf = index_idf(vault, set(self.index.postings).union(
             *(similar.features(f"{c.title or ''}\n{c.text}").terms for c in cands if c.skip is None)))
         self.mine = _WordIndex([])          # this import's new candidates, for duplicates within the import
@@ -173,6 +176,10 @@ class _Planner:
         if first is not None:
             return Item(c, "duplicate", f"the same text as line {first.candidate.line} of {first.candidate.file}")
         had = self.by_hash.get(c.hash)
+        if had is None and c.hash in self.forgotten:
+            gone = self.forgotten[c.hash]
+            return Item(c, "skipped", f"imported before as #{gone} and forgotten since (`acp memory forget`): a "
+                                      "re-run does not bring it back", match=gone)
         if had is not None:
             return Item(c, "unchanged", "imported before" + (" (superseded since)" if had.superseded else ""),
                         match=had.id)
@@ -337,3 +344,27 @@ def import_source(vault, source: str, fmt: str | None = None, *, dry_run: bool =
     """Plan the import of ``source`` and, unless ``dry_run``, apply it in one commit."""
     p = plan(vault, source, fmt, supersede_contradicted=supersede_contradicted, env=env)
     return p if dry_run else apply(vault, p)
+
+
+def forgotten_imports(vault) -> dict[str, str]:
+    """The provenance hash of each imported entry a person forgot (its file deleted by an ``acp memory forget``
+    commit), and the entry's id: read from the vault's history, the text before the deletion."""
+    from acpmem.core.entryfile import parse_entry_bytes
+    from acpmem.core.errors import AcpmemError
+    from acpmem.vault.gitrun import git
+
+    log = git(vault.root, "log", "--diff-filter=D", "--grep=^Acpmem-Kind: forget", "--format=%x00%H", "--name-only",
+              "--", "entries/", check=False)
+    found: dict[str, str] = {}
+    for chunk in (log.out or "").split("\x00")[1:]:
+        sha, *paths = [ln for ln in chunk.splitlines() if ln.strip()]
+        for path in paths:
+            shown = git(vault.root, "show", f"{sha}^:{path}", check=False)
+            try:
+                e = parse_entry_bytes((shown.out or "").encode("utf-8"), path, vault.settings.types)
+            except (AcpmemError, ValueError):
+                continue   # a file that did not parse then: nothing to recognise it by
+            src = e.source or {}
+            if src.get("by") == "import" and isinstance(src.get("hash"), str):
+                found.setdefault(src["hash"], e.id)
+    return found
