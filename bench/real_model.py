@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -286,8 +287,10 @@ def make_vault(root: Path, base_url: str, model: str, **extra):
     path = root / "acpmem.toml"
     text = path.read_text("utf-8")
     # retries far in the future: the bench runs them itself (--attempts), no background worker races it for the model
-    values = {"base_url": base_url, "model": model, "extractor": "llm", "max_retries": 0,
-              "retry_base_seconds": 86400.0, **VAULT_SETTINGS, **extra}
+    values = {"extractor": "llm", "max_retries": 0, "retry_base_seconds": 86400.0, **VAULT_SETTINGS, **extra}
+    # the endpoint is the person's to choose, never a vault's (a vault's is not obeyed): the environment
+    os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_MODEL"] = base_url, model
+    os.environ.setdefault("OPENAI_API_KEY", "local")
     for key, val in values.items():
         line = next(ln for ln in text.splitlines() if ln.startswith(f"{key} = "))
         text = text.replace(line, f"{key} = {json.dumps(val)}", 1)
