@@ -457,3 +457,12 @@ def test_a_source_that_is_a_link_is_read_through_it_and_a_fifo_is_refused(vault,
     fifo.parent.mkdir()
     os.mkfifo(fifo)
     assert "not a regular file" in _error(cli, vault, str(fifo))
+
+
+def test_export_into_a_folder_that_does_not_exist_is_refused_and_makes_no_folder(vault, tmp_path):
+    from acpmem.core.errors import AcpmemError
+
+    target = tmp_path / "missing" / "AGENTS.md"
+    with pytest.raises(AcpmemError, match="does not exist"):
+        export(vault, "codex", file=str(target))
+    assert not target.parent.exists()

@@ -134,6 +134,9 @@ def export(vault, target: str, *, file: str | None = None, ids: list[str] | None
     if target not in TARGETS:
         raise UsageError(f"unknown harness '{target}'", f"one of: {', '.join(TARGETS)}")
     path = Path(file).expanduser() if file else default_file(vault, target)
+    if not path.parent.is_dir():   # never a folder made on the way: a mistyped --file would go unnoticed
+        raise AcpmemError(f"the folder {path.parent} does not exist; nothing was exported",
+                          "name a file in an existing folder with --file")
     try:
         raw = read_regular(path, MAX_TARGET_BYTES + 1)
     except FileNotFoundError:
