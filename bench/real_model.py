@@ -407,7 +407,7 @@ def run_locomo(base: Path, data: list[dict], url: str, model: str, n_conv: int, 
     from acpmem.vault.create import init_vault
     from acpmem.read.retrieval import recall
     from acpmem.vault.writer import Vault
-    from acpmem.write.fork import overlap
+    from acpmem.search.overlap import overlap
     from acpmem.read.sources import cited_seqs
 
     forks, scores = [], {"fork (session)": [], "fork (turn)": [], "fork (words)": [], "observations": [],

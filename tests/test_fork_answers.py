@@ -466,7 +466,7 @@ def test_context_length_exceeded_is_sent_again_shorter_never_the_same(example_va
 
 
 def test_context_length_exceeded_every_time_gives_up_after_a_few_shorter_tries(example_vault, openai_server):
-    from acpmem.write.fork import CONTEXT_SHRINKS
+    from acpmem.write.windows import CONTEXT_SHRINKS
 
     convo, path = _long_conversation(example_vault.root, 60, 60)
     v = configure(example_vault, openai_server)

@@ -23,6 +23,8 @@ COMMIT_RE = re.compile(r"[0-9a-f]{7,64}\Z")
 MAX_ABOUT_FILES = 64
 MAX_ABOUT_PATH = 400
 MAX_BRANCH_CHARS = 250
+MAX_EVIDENCE = 8            # ``evidence``: quotes of the turns an entry cites, at most this many ...
+MAX_EVIDENCE_CHARS = 600    # ... each at most this long
 ANCHORS = ("next",)   # ``anchor: next``: learned before the branch had a commit of its own (``acpmem.vault.branches``)
 _BRANCH_BAD = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock\Z|\.\Z|/\Z")
 ISO_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})\Z")
@@ -313,6 +315,27 @@ def _branch_fields(extra: dict, path: str) -> None:
                                "delete the anchor line")
 
 
+def evidence_of(extra: dict | None) -> tuple[str, ...]:
+    """An entry's ``evidence`` as a tuple of quotes (one written by hand as text is a list of one)."""
+    ev = (extra or {}).get("evidence")
+    if isinstance(ev, str):
+        return (ev,)
+    return tuple(q for q in ev if isinstance(q, str)) if isinstance(ev, list) else ()
+
+
+def _evidence_field(extra: dict, path: str) -> None:
+    """``evidence`` (the words of the turns the entry cites, quoted when it was written: recall finds a terse entry
+    by them), checked when present: text, or a list of at most ``MAX_EVIDENCE`` quotes of ``MAX_EVIDENCE_CHARS``."""
+    ev = extra.get("evidence")
+    if ev is None:
+        return
+    quotes = [ev] if isinstance(ev, str) else ev
+    if not isinstance(quotes, list) or len(quotes) > MAX_EVIDENCE or not all(
+            isinstance(q, str) and len(q) <= MAX_EVIDENCE_CHARS for q in quotes):
+        raise EntryInvalid(path, "evidence", f"must be a list of at most {MAX_EVIDENCE} quotes of at most "
+                           f"{MAX_EVIDENCE_CHARS} characters each", "shorten the quotes, or delete the evidence lines")
+
+
 def validate_id(value: str, path: str = "") -> str:
     if not isinstance(value, str) or not ID_RE.match(value):
         raise EntryInvalid(path, "id", f"must be 1–64 letters, digits, '-' or '_' starting with a letter or digit, "
@@ -358,6 +381,7 @@ def entry_from_meta(meta: dict, body: str, path: str, types: tuple[str, ...] | N
     extra = {k: v for k, v in meta.items() if k not in KNOWN_KEYS}
     _about_fields(extra, path)
     _branch_fields(extra, path)
+    _evidence_field(extra, path)
     for k, v in (("source", source), *extra.items()):
         bad = bad_value({k: v})
         if bad is not None:   # stored as JSON in the derived index: a 64-bit integer, a finite float, text without NUL

@@ -71,6 +71,9 @@ class ExtractionSettings(Section):
     max_tokens: int = 1024            # generated tokens per fork call, sent as max_tokens; 0 = not sent
     context_tokens: int = 0           # the model's context window; 0 = ask the server (llama-server /props), else none
     max_entries_per_answer: int = 8   # memory_write calls one answer may write; the rest dropped with a note
+    window_turns: int = 0             # > 0: a conversation longer than this many turns is asked in windows of it
+    max_windows: int = 8              # the most recent windows asked per commit; older turns left out with a note
+    evidence: bool = True             # an entry keeps the words of the turns it cites (``evidence``), indexed
     temperature: float = -1.0         # sent as temperature when 0 or more; -1 = not sent (the server's default)
     stream: str = "auto"              # auto (streamed to a local endpoint) | on | off: a streamed call times out
                                       # only after a silence of the timeout, never while tokens arrive
@@ -204,6 +207,8 @@ _RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("extraction", "max_tokens"): (0, 1_000_000, False),
     ("extraction", "context_tokens"): (0, 100_000_000, False),
     ("extraction", "max_entries_per_answer"): (1, 1000, False),
+    ("extraction", "window_turns"): (0, 100_000, False),
+    ("extraction", "max_windows"): (1, 1000, False),
     ("extraction", "temperature"): (-1, 2, False),
     ("extraction", "max_retries"): (0, 10, False),
     ("extraction", "max_entry_bytes"): (256, 900_000, False),

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
 
-from acpmem.core.entry import Citation, Entry
+from acpmem.core.entry import Citation, Entry, evidence_of
 from acpmem.core.errors import Refused, UsageError
 from acpmem.core.layout import LAYER_PROJECT
 from acpmem.core.limits import MAX_RECALL_LIMIT, clip, int_between, is_utf8
@@ -407,9 +407,19 @@ def recall_text(vault: VaultReader, hits: list[RecallHit], checks: dict | None =
     if not hits:
         return "未找到相关记忆。" if vault.settings.language == "zh" else "No memory matches that query."
     checks = checks or {}
-    blocks = [frame("recall", f"{h.entry.title}\n\n{h.entry.body}",
+    zh = vault.settings.language == "zh"
+    blocks = [frame("recall", f"{h.entry.title}\n\n{h.entry.body}" + _evidence_text(h.entry, zh),
                     attrs={**_attrs(h.entry, h.layer), **checks.get(h.entry.id, {})}) for h in hits]
     return "\n\n".join([_notice(vault), *blocks])
+
+
+def _evidence_text(entry: Entry, zh: bool) -> str:
+    """An entry's ``evidence`` (the words of the turns it cites) as quoted lines after its body, or nothing."""
+    quotes = evidence_of(entry.extra)
+    if not quotes:
+        return ""
+    head = "所依据的原话：" if zh else "Said in the turns it cites:"
+    return "\n\n" + head + "\n" + "\n".join("> " + " ".join(q.split()) for q in quotes)
 
 
 def lexical_fallback_note(vault: VaultReader) -> str:

@@ -163,6 +163,16 @@ class SearchDoc(Value):
     weight: float = 1.0
 
 
+def indexed_body(d: dict) -> str:
+    """The text indexed as an entry's body, given as its catalog JSON: the body, then its ``evidence`` quotes (the
+    words of the turns it cites), so a terse entry is still found by the words it rests on."""
+    body = d.get("body") or ""
+    ev = d.get("evidence")
+    if ev:
+        body += "\n" + "\n".join(q for q in ([ev] if isinstance(ev, str) else ev) if isinstance(q, str))
+    return body
+
+
 def doc_fields(doc: SearchDoc) -> tuple[list[str], ...]:
     """A document's terms per field, in FIELDS order."""
     tags_text = " ".join((doc.type, *doc.tags))

@@ -33,8 +33,9 @@ from acpmem.core.fasthash import sha256
 from acpmem.core.values import Value
 from acpmem.infra import db, progress
 
-SCHEMA_VERSION = 8  # raised when the entry parser refuses what it took before (5: conflict markers, 6: number
-# ranges, 7: `files`, `commit` and a citation's `hash` checked, 8: `branch` and `anchor` checked; the branch index)
+SCHEMA_VERSION = 9  # raised when the entry parser refuses what it took before (5: conflict markers, 6: number
+# ranges, 7: `files`, `commit` and a citation's `hash` checked, 8: `branch` and `anchor` checked; the branch index,
+# 9: `evidence` checked)
 DB_NAME = layout.DB_NAME
 RACY_NS = 3_000_000_000   # the coarsest timestamps (FAT: 2 s) and some clock step; rows this recent are read again
 

@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 
 from acpmem.search import cedict
-from acpmem.search.analysis import CJK_CHARS, FIELDS, SearchDoc
+from acpmem.search.analysis import CJK_CHARS, FIELDS, SearchDoc, indexed_body
 from acpmem.search.ranking import (B, FIELD_WEIGHTS, K1, SPREAD_CITES, CorpusStats, Hit, QueryGroup, bounded_neighbours,
                                    make_preview, plan_query, rank, typo_neighbours, vector_share)
 
@@ -274,7 +274,7 @@ class IndexSource:
         if row is None:
             return light
         d = json.loads(row[0])
-        return light.with_changes(title=d.get("title") or "", body=d.get("body") or "")
+        return light.with_changes(title=d.get("title") or "", body=indexed_body(d))
 
     def key_of(self, path: str) -> int | None:
         row = self._con.execute("SELECT key FROM idx_docs WHERE path=?", (path,)).fetchone()

@@ -27,10 +27,10 @@ from operator import itemgetter
 from acpmem.core.limits import MAX_INT, MIN_INT, int_between, valid_seq
 from acpmem.core.values import Value
 from acpmem.infra import db, progress
-from acpmem.search.analysis import FIELDS, SearchDoc, doc_fields, stemmer
+from acpmem.search.analysis import FIELDS, SearchDoc, doc_fields, indexed_body, stemmer
 from acpmem.search.ranking import seq_range
 
-INDEX_VERSION = "6"
+INDEX_VERSION = "7"   # 7: an entry's evidence quotes are indexed with its body
 VERSION_KEY = "search_index_version"
 TABLES = ("idx_docs", "idx_lens", "idx_tids", "idx_terms", "idx_post", "idx_cites", "idx_stats", "idx_dirty")
 TRIGGERS = ("idx_files_ins", "idx_files_upd", "idx_files_del")
@@ -135,7 +135,7 @@ def _tags(d: dict) -> tuple[str, ...]:
 def search_doc(d: dict) -> SearchDoc:
     """The SearchDoc of an entry given as its catalog JSON (``Entry.to_json``)."""
     cites = tuple((str(c.get("session")), c.get("seq")) for c in d.get("citation") or () if isinstance(c, dict))
-    return SearchDoc(id=d.get("path") or d["id"], title=d.get("title") or "", body=d.get("body") or "",
+    return SearchDoc(id=d.get("path") or d["id"], title=d.get("title") or "", body=indexed_body(d),
                      type=d.get("type") or "", tags=_tags(d), citations=cites, created=d.get("created"))
 
 

@@ -233,16 +233,17 @@ def shrunk_window(body: dict) -> int:
 
 def build_body(vault, req: Request, model: str | None, *, transcript=None,
                related: list[Entry] | None = None, style: str | None = None, context_tokens: int | None = None,
-               notes: list[str] | None = None) -> dict:
+               notes: list[str] | None = None, part: tuple[int, int] | None = None) -> dict:
     """The exact chat-completions body the fork sends (``extract --dry-run`` prints it): the conversation as the
     model saw it (so a prefix cache hits), its open ``memory_commit`` call closed with the acknowledgement, then —
     ``style`` ``system``, the default — a system message with the extraction rules and a short closing user
     message with the note and the related entries; or — ``user`` — one long user message with all of it. Tools:
     the host's read-only tools, ``memory_write`` and ``memory_nothing``; ``max_tokens`` from ``[extraction]``.
     ``context_tokens``: the model's window; the oldest turns are left out to fit (never the cited ones), each
-    leaving a line in ``notes``."""
+    leaving a line in ``notes``. ``part``: the window (i, n) of the conversation this call asks about
+    (``acpmem.write.windows``), said in the closing message."""
     from acpmem.core.tools import tool_definitions
-    from acpmem.write.prompts import fork_closing, fork_instruction, fork_system
+    from acpmem.write.prompts import fork_closing, fork_instruction, fork_system, window_line
     from acpmem.hosts.transcripts import close_tool_calls, openai_messages
 
     style = style or PROMPT_STYLE
@@ -262,6 +263,8 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
         tail = [{"role": "system", "content": fork_system(req.type, req.importance, lang, layers=layers,
                                                           conversation=bool(messages))},
                 {"role": "user", "content": fork_closing(req.note, related_plain(rel), lang, btext)}]
+    if part is not None:   # one window of a long conversation: said before the closing instruction
+        tail[-1] = {**tail[-1], "content": window_line(*part, lang) + "\n" + tail[-1]["content"]}
     tools = load_host_tools(req.host_tools) + tool_definitions("fork", "openai", lang, vault.settings.types,
                                                                layers=layers, nothing=True)
     max_tokens = vault.settings.extraction.max_tokens
@@ -289,7 +292,8 @@ RETRY_WARMER = 0.3   # added to [extraction] temperature for each attempt a requ
 
 
 def fork_body(vault, req: Request, config, *, transcript=None, related: list[Entry] | None = None,
-              notes: list[str] | None = None, context_tokens: int | None = None) -> dict:
+              notes: list[str] | None = None, context_tokens: int | None = None,
+              part: tuple[int, int] | None = None) -> dict:
     """The body the fork sends to ``config``'s endpoint, trimmed to the model's context window
     (``context_tokens`` when given — a retry after the endpoint said the prompt was too long —, else
     ``[extraction] context_tokens``, else what the endpoint serves, else ``DEFAULT_CONTEXT_TOKENS``), streamed when
@@ -300,5 +304,5 @@ def fork_body(vault, req: Request, config, *, transcript=None, related: list[Ent
     ctx = context_tokens or vault.settings.extraction.context_tokens or llm.served_context(config) \
         or DEFAULT_CONTEXT_TOKENS
     body = build_body(vault, req, config.model, transcript=transcript, related=related, context_tokens=ctx,
-                      notes=notes)
+                      notes=notes, part=part)
     return llm.stream_body(body) if config.stream else body

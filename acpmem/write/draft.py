@@ -75,15 +75,18 @@ def user_safe(vault, text: str, draft: Draft) -> str:
 
 def new_entry(vault, req: Request, draft: Draft, taken: set[str], *, title: str, body: str,
                citations: tuple[Citation, ...], extractor: str, supersedes: tuple[str, ...] = (),
-               layer: str = LAYER_PROJECT) -> Entry:
+               layer: str = LAYER_PROJECT, evidence: tuple[str, ...] = ()) -> Entry:
     target = vault.user if layer == LAYER_USER and vault.layer != LAYER_USER else vault
     if layer != LAYER_PROJECT:
         title, body = user_safe(vault, title, draft), user_safe(vault, body, draft)
     ident = target.new_id(taken)
     taken.add(ident)
     body = defuse_conflict_markers(body.strip("\n") + "\n")  # a quoted conflict, never an unresolved one
+    if layer != LAYER_PROJECT:
+        evidence = tuple(user_safe(vault, q, draft) for q in evidence)
     e = Entry(id=ident, title=title, type=req.type, importance=req.importance, created=vault.now(), body=body,
-              citation=citations, source={"request": req.id, "extractor": extractor}, supersedes=supersedes)
+              citation=citations, source={"request": req.id, "extractor": extractor}, supersedes=supersedes,
+              extra={"evidence": list(evidence)} if evidence else None)
     draft.layer_of[ident] = layer
     return e.with_changes(path=target.path_for(ident, title))
 
@@ -119,6 +122,32 @@ def conversation_turns(req: Request, transcript) -> list[tuple[int, set[str]]]:
         if t:
             out.append((m.seq, t))
     return out
+
+
+EVIDENCE_CHARS = 300   # each quote of a cited turn an entry keeps as its evidence, at most (a word boundary)
+
+
+def turn_quotes(req: Request, transcript) -> dict[int, str]:
+    """Each turn an entry of this request may cite (``conversation_turns``), by seq, as a one-line quote of at most
+    ``EVIDENCE_CHARS``: what an entry's ``evidence`` holds."""
+    if transcript is None:
+        return {}
+    out = {}
+    for m in transcript.messages:
+        if m.seq is None or m.seq >= req.seq or m.role not in ("user", "assistant", "tool"):
+            continue
+        text = "".join(ch for ch in " ".join(transcript.text(m).split()) if ch.isprintable())   # no escapes
+        if text and not _MEMORY_CALL.search(text):
+            out[m.seq] = text if len(text) <= EVIDENCE_CHARS else text[:EVIDENCE_CHARS].rsplit(" ", 1)[0] + " …"
+    return out
+
+
+def evidence_for(draft: "Draft", text: str, turns: list[tuple[int, set[str]]] | None,
+                 quotes: dict[int, str] | None) -> tuple[str, ...]:
+    """The quotes of the turns ``text`` rests on (``cited_turns``), secrets redacted: an entry's ``evidence``."""
+    if not turns or not quotes:
+        return ()
+    return tuple(redact_noting(quotes[s], draft.redacted) for s in cited_turns(text, turns) if s in quotes)
 
 
 def cited_turns(text: str, turns: list[tuple[int, set[str]]], limit: int = CITED_TURNS_MAX) -> tuple[int, ...]:
@@ -165,7 +194,8 @@ CITATIONS_MAX = 16   # an entry superseding a chain of entries keeps at most thi
 
 def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names: set[str], *,
                      citations: tuple[Citation, ...] | None = None, shown: list[Entry] | None = None,
-                     from_text: bool = False, turns: list[tuple[int, set[str]]] | None = None) -> Draft:
+                     from_text: bool = False, turns: list[tuple[int, set[str]]] | None = None,
+                     quotes: dict[int, str] | None = None, into: Draft | None = None) -> Draft:
     """Turn the model's tool calls into entries. A malformed ``memory_write`` (bad JSON, content missing or
     oversize) or a native call to a tool we never offered rejects the whole answer (``ExtractionError`` reason
     ``malformed_call``: the request is retried); calls to the host's own tools are ignored (a one-shot fork cannot
@@ -186,14 +216,17 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
     rules allow), so ``acp memory review`` shows both claims.
 
     ``turns`` (``conversation_turns``): each entry's citation names the turns it rests on (``cited_turns``); an
-    entry that supersedes others keeps their citations too."""
+    entry that supersedes others keeps their citations too. ``quotes`` (``turn_quotes``): those turns' words are
+    kept in the entry's ``evidence``. ``into``: a draft this answer adds to (the fork's windows), its entries' ids
+    kept unique and the per-answer cap counted for this answer alone."""
     from acpmem.core.tools import default_layer, parse_write_args
     from acpmem.write.answers import normalize_write_args
 
-    draft = Draft()
+    draft = into if into is not None else Draft()
+    first = len(draft.entries)
     layers = {lv.layer: lv for lv in vault.layers()}
     known_in = {name: {e.id: e for e in lv.load(with_reads=False).entries} for name, lv in layers.items()}
-    taken = {i for known in known_in.values() for i in known}   # ids stay unique across the layers
+    taken = {i for known in known_in.values() for i in known} | {e.id for e in draft.entries}   # unique, all layers
     max_bytes = vault.settings.extraction.max_entry_bytes
     cap = vault.settings.extraction.max_entries_per_answer
     allowed = ("content", "title", "supersedes", "layer") if len(layers) > 1 else ("content", "title", "supersedes")
@@ -218,7 +251,7 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
             raise _malformed(f"memory_write call {i + 1}: {exc.message}") from None
         draft.notes.extend(n for n in repaired if n not in draft.notes)
         draft.writes += 1
-        if len(draft.entries) >= cap:
+        if len(draft.entries) - first >= cap:
             over.append(args.title or derive_title(args.content))
             continue
         text = f"{args.title or ''}\n{args.content}"
@@ -256,7 +289,8 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
         cites = _entry_citations(citations or (Citation(req.session, req.seq),), f"{title}\n{content}", turns,
                                  tuple(c for old in sup for c in known[old].citation))
         entry = new_entry(vault, req, draft, taken, title=title, body=content, citations=cites,
-                           extractor=extractor, supersedes=tuple(sup), layer=layer)
+                          extractor=extractor, supersedes=tuple(sup), layer=layer,
+                          evidence=evidence_for(draft, f"{title}\n{content}", turns, quotes))
         if propose:   # what a proposal supersedes is only named in it until a person accepts it
             draft.propose.add(entry.id)
         else:
@@ -335,6 +369,10 @@ def read_reply(result) -> "object":
                         hint="the request stays pending and is retried; raise [extraction] max_tokens if answers "
                              "are long", reason="truncated")
     return read_answer(result.tool_calls, result.text)
+
+
+UNUSABLE = ("no_usable_write", "truncated", "malformed_call", "repetition", "runaway")   # reasons of an answer
+# the model gave that cannot be used (an endpoint that did not answer has others): retried, or a block kept
 
 
 def unusable(result, why: str, *, hint: str = "the request stays pending and is retried; `acp memory stats "

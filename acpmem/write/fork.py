@@ -18,10 +18,9 @@ from acpmem.core.errors import AcpmemError, ExtractionError, UsageError
 from acpmem.core.layout import LAYER_PROJECT, LAYER_USER, PROPOSALS_DIR
 from acpmem.core.limits import one_line
 from acpmem.core.values import Value
-from acpmem.write import costs, requests
-from acpmem.write.context import conversation, fork_body, related_entries, request_block, request_citations
-from acpmem.write.draft import (ANSWER_TEXT_CHARS, Draft, conversation_turns, draft_from_calls, offline_draft,
-                                read_reply, under_policy, unusable, user_safe)
+from acpmem.write import requests
+from acpmem.write.context import conversation, related_entries, request_block, request_citations
+from acpmem.write.draft import ANSWER_TEXT_CHARS, UNUSABLE, Draft, offline_draft, under_policy, user_safe
 from acpmem.write.requests import Request
 
 EXTRACTORS = ("auto", "llm", "offline")
@@ -320,43 +319,13 @@ def _extract(vault, req: Request, override: str | None, env, now: str, say, atte
 
 
 def _model_draft(vault, req: Request, now: str, say, attempt: _Attempt) -> Draft:
-    """Ask the model, once or twice: the second pass when every write of the first repeated an entry shown as
-    related (small models copy what they were shown instead of reading the conversation); asked once more without
-    them, the repeats still checked against them."""
-    t, state = attempt.transcript, vault.state_dir
-    cites = request_citations(req, t)
-    notes: list[str] = []
-    # what this request itself wrote (its user part, when a run was killed between the two parts) is no "related"
-    # entry: shown it, the rerun dropped the project part as a repeat of the user part
+    """Ask the model (``acpmem.write.windows``: at once, or window by window), shown the related entries — never
+    what this request itself wrote (its user part, when a run was killed between the two parts: shown it, the rerun
+    dropped the project part as a repeat of the user part)."""
+    from acpmem.write.windows import ask
+
     rel = [e for e in related_entries(vault, req.note) if (e.source or {}).get("request") != req.id]
-    for again in (False, True):
-        body, attempt.result = _call_fitted(vault, req, attempt.config, t, [] if again else rel, notes, now, say,
-                                            attempt.spent)
-        result = attempt.result
-        host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write", "memory_nothing"}
-        try:
-            reading = read_reply(result)
-            draft = draft_from_calls(vault, req, reading.calls, attempt.label, host_names, citations=cites,
-                                     shown=rel, from_text=reading.source != "tool_calls",
-                                     turns=conversation_turns(req, t))
-            draft.notes[:0] = notes + list(reading.notes)
-            if not draft.writes and reading.nothing is None:
-                raise unusable(result, "the answer has no memory_write call and does not say nothing to keep"
-                               + (f" (it called {', '.join(sorted(set(draft.ignored)))})" if draft.ignored else ""))
-        except ExtractionError as exc:
-            costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=0,
-                                             error=exc))
-            raise
-        costs.append(state, costs.record(result, at=now, request=req.id, session=req.session,
-                                         entries=len(draft.entries)))
-        if again or not rel or draft.entries or not draft.writes or draft.repeats < draft.writes:
-            break
-        notes = [n for n in draft.notes] + ["every write repeated an entry shown as related: asked again without "
-                                            "the related entries"]
-    draft.notes = list(dict.fromkeys(draft.notes))
-    if reading.nothing is not None:
-        draft.notes.append(f"memory_nothing: {reading.nothing}")
-    return draft
+    return ask(vault, req, attempt, rel, request_citations(req, attempt.transcript), [], now, say)[0]
 
 
 def _commit(vault, req: Request, draft: Draft, attempt: _Attempt, user_done: bool, say) -> Outcome:
@@ -407,54 +376,16 @@ def _failed(vault, req: Request, exc: Exception, attempt: _Attempt) -> Outcome:
                    error={**error}, usage=attempt.usage, attempts=new.attempts)
 
 
-FALLBACK_REASONS = ("no_usable_write", "truncated", "malformed_call", "repetition", "runaway")
-
-
 def block_fallback(vault, req: Request, transcript, exc: ExtractionError) -> bool:
     """Whether an unusable answer to a commit that named a compression block is replaced by the block's summary:
     only at the request's last attempt (earlier ones are retried: the model may still distil it), only for an
     answer the model gave (a server that does not answer is retried on its schedule, never replaced), and only
     when the block is in the transcript."""
-    if not req.block or exc.data.get("reason") not in FALLBACK_REASONS:
+    if not req.block or exc.data.get("reason") not in UNUSABLE:
         return False
     if req.attempts + 1 < vault.settings.extraction.max_attempts:
         return False
     return request_block(req, transcript) is not None
-
-
-CONTEXT_SHRINKS = 3   # a prompt the endpoint says is over its window: sent again at half the size, this many times
-
-
-def _call_fitted(vault, req: Request, config, t, related: list[Entry], notes: list[str], now: str, say,
-                 spent: dict | None = None):
-    """One fork call: the body built to the model's window and sent; when the endpoint answers that the prompt is
-    over its context (reason ``context_length``), built again at half the size and sent, up to ``CONTEXT_SHRINKS``
-    times — never the same body again. Every call goes to the cost ledger, and is counted in ``spent`` (calls and
-    tokens, what ``extract`` sums). Returns the body sent and the answer."""
-    from acpmem.write import llm
-    from acpmem.write.context import shrunk_window
-
-    window = None
-    for shrink in range(CONTEXT_SHRINKS + 1):
-        body = fork_body(vault, req, config, transcript=t, related=related, notes=notes, context_tokens=window)
-        say(req.id, f"calling {config.model}")
-        if spent is not None:
-            spent["calls"] += 1
-        try:
-            result = llm.call_chat(config, body)
-        except ExtractionError as exc:
-            costs.append(vault.state_dir, costs.record(None, at=now, request=req.id, session=req.session, error=exc,
-                                                       model=config.model))
-            if exc.data.get("reason") != "context_length" or shrink == CONTEXT_SHRINKS:
-                raise
-            window = shrunk_window(body)
-            notes.append(f"the endpoint said the prompt was over its context: sent again within {window} tokens")
-            continue
-        if spent is not None:
-            for k in ("prompt_tokens", "cached_tokens", "completion_tokens"):
-                spent[k] += getattr(result, k)
-        return body, result
-    raise AssertionError("unreachable")
 
 
 def _over_budget(vault, req: Request, now: str) -> Outcome | None:

@@ -163,6 +163,17 @@ def fork_closing(note: str, related_entries_text: str | None, lang: str = "en",
     ])
 
 
+def window_line(i: int, n: int, lang: str = "en") -> str:
+    """What the fork is told when it is asked about one window of a long conversation: only these turns, and
+    every fact of them the focus asks for, with its names, dates and numbers as said."""
+    check(lang, LANGS, "--lang")
+    if lang == "zh":
+        return (f"上面是对话的第 {i} 部分（共 {n} 部分）。只看这一部分：这里每个符合重点的事实各写一条，"
+                "人名、日期、数字、路径和命令照原文写。")
+    return (f"Above is part {i} of {n} of the conversation. Read only this part: write each fact in it that the "
+            "focus asks for, one entry each, with its names, dates, numbers, paths and commands as said.")
+
+
 def consolidate_instruction(kind: str, entries_text: str, lang: str = "en") -> str:
     """The one message of a ``consolidate`` call: merge the framed entries of one cluster (``kind``: duplicate or
     contradiction) into a single ``memory_write``."""

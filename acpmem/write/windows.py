@@ -1,0 +1,181 @@
+"""The fork's questions to the model: the conversation asked at once, or — ``[extraction] window_turns`` — in
+windows of that many turns, one call each, their entries gathered into one draft.
+
+A small model asked about a long conversation at once writes one short summary of it and loses the names, dates and
+numbers a later question needs; asked about a few turns at a time, it keeps them, and each entry cites turns of its
+own window. Windows cover the turns since the transcript's previous ``memory_commit`` (what earlier commits were
+about was asked then), the most recent ``[extraction] max_windows`` of them; a commit that names a compression
+block is asked at once (the block is its focus). A window whose answer is unusable (no write, cut off, malformed, a
+loop) is left out with a note, the other windows' entries are kept; when every window's answer is unusable the
+request fails as a single call would (retried, or its block kept). ``docs/efficacy.md`` measures it.
+"""
+from __future__ import annotations
+
+import re
+
+from acpmem.core.errors import ExtractionError
+from acpmem.write import costs
+from acpmem.write.context import fork_body, shrunk_window
+from acpmem.write.draft import (UNUSABLE, Draft, conversation_turns, draft_from_calls, read_reply, turn_quotes,
+                                unusable)
+
+CONTEXT_SHRINKS = 3   # a prompt the endpoint says is over its context: sent again at half the size, this many times
+
+ASKED_AGAIN = "every write repeated an entry shown as related: asked again without the related entries"
+
+_COMMIT_CALL = re.compile(r"\bmemory_commit\b")
+
+
+def _turn_start(m) -> bool:
+    """A message that opens a turn: the person's, not a tool result sent back in the user role (Anthropic)."""
+    if m.role != "user":
+        return False
+    content = m.content
+    return not (isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result"
+                                                  for b in content))
+
+
+def windows(req, t, size: int, most: int) -> tuple[list, int]:
+    """The transcripts to ask, each the leading system message(s) and a window of ``size`` turns (the last one
+    with the commit's own call), and how many turns were left out past ``most`` windows. One window — ``t``
+    itself, unchanged — when windows are off, the commit names a block, or the turns since the previous commit
+    fit in one."""
+    if size <= 0 or t is None or req.block:
+        return [t], 0
+    msgs = list(t.messages)
+    lead = 0
+    while lead < len(msgs) and msgs[lead].role == "system":
+        lead += 1
+    start = lead
+    for i in range(len(msgs) - 1, lead - 1, -1):   # after the previous memory_commit call, not this one
+        m = msgs[i]
+        if m.seq is not None and m.seq < req.seq and m.role == "assistant" and _COMMIT_CALL.search(t.text(m)):
+            start = i + 1
+            break
+    while start < len(msgs) and not _turn_start(msgs[start]):   # that call's result belongs to it, not a window
+        start += 1
+    turns: list[list] = []
+    for m in msgs[start:]:
+        if not turns or _turn_start(m):
+            turns.append([m])
+        else:
+            turns[-1].append(m)
+    if len(turns) <= size:
+        return [t], 0
+    groups = [turns[i:i + size] for i in range(0, len(turns), size)]
+    dropped = sum(len(g) for g in groups[:-most]) if len(groups) > most else 0
+    groups = groups[-most:]
+    head = tuple(msgs[:lead])
+    return [t.with_changes(messages=head + tuple(m for turn in g for m in turn)) for g in groups], dropped
+
+
+def ask(vault, req, attempt, rel: list, cites, notes: list[str], now: str, say) -> tuple[Draft, object]:
+    """The draft of every window's answer (``windows``), and the reading of the last one (its ``nothing``)."""
+    cfg = vault.settings.extraction
+    parts, dropped = windows(req, attempt.transcript, cfg.window_turns, cfg.max_windows)
+    if len(parts) == 1:
+        return ask_window(vault, req, attempt, parts[0], rel, cites, notes, now, say)
+    draft, reading, failed = Draft(), None, []
+    if dropped:
+        draft.notes.append(f"{dropped} turn(s) before the last {len(parts)} windows of {cfg.window_turns} turns "
+                           "were not asked ([extraction] max_windows)")
+    for i, part in enumerate(parts, 1):
+        label = f"part {i} of {len(parts)}"
+        try:
+            _, reading = ask_window(vault, req, attempt, part, rel, cites, list(notes), now, say, into=draft,
+                                    part=(i, len(parts)))
+        except ExtractionError as exc:
+            if exc.data.get("reason") not in UNUSABLE:
+                raise   # the endpoint failed: the request is retried whole, on its schedule
+            failed.append(exc)
+            draft.notes.append(f"window {label} gave an unusable answer ({exc.data.get('reason')}): not written")
+    if len(failed) == len(parts):
+        raise failed[-1]
+    draft.notes = list(dict.fromkeys(notes + [f"asked in {len(parts)} windows of at most {cfg.window_turns} turns"]
+                                     + draft.notes))
+    return draft, reading
+
+
+def ask_window(vault, req, attempt, t, rel: list, cites, notes: list[str], now: str, say, *,
+               into: Draft | None = None, part: tuple[int, int] | None = None) -> tuple[Draft, object]:
+    """Ask the model about ``t``, once or twice: the second pass when every write of the first repeated an entry
+    shown as related (small models copy what they were shown instead of reading the conversation); asked once more
+    without them, the repeats still checked against them. ``into``: the draft the answer adds to."""
+    state = vault.state_dir
+    quotes = turn_quotes(req, t) if vault.settings.extraction.evidence else None
+    for again in (False, True):
+        before = _mark(into)
+        body, attempt.result = call_fitted(vault, req, attempt.config, t, [] if again else rel, notes, now, say,
+                                           attempt.spent, part=part)
+        result = attempt.result
+        host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write", "memory_nothing"}
+        try:
+            reading = read_reply(result)
+            draft = draft_from_calls(vault, req, reading.calls, attempt.label, host_names, citations=cites,
+                                     shown=rel, from_text=reading.source != "tool_calls",
+                                     turns=conversation_turns(req, t), quotes=quotes, into=into)
+            new = draft.writes - before[0]
+            if not new and reading.nothing is None:
+                ignored = draft.ignored[before[1]:]
+                raise unusable(result, "the answer has no memory_write call and does not say nothing to keep"
+                               + (f" (it called {', '.join(sorted(set(ignored)))})" if ignored else ""))
+        except ExtractionError as exc:
+            costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=0,
+                                             error=exc))
+            raise
+        written = len(draft.entries) - before[2]
+        costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=written))
+        if into is None:
+            draft.notes[:0] = notes + list(reading.notes)
+        else:
+            draft.notes.extend(n for n in reading.notes if n not in draft.notes)
+        if again or not rel or written or not new or draft.repeats - before[3] < new:
+            break
+        if into is None:
+            notes = list(draft.notes) + [ASKED_AGAIN]
+        else:
+            into.notes.append(ASKED_AGAIN)
+    if into is None:
+        draft.notes = list(dict.fromkeys(draft.notes))
+    if reading.nothing is not None and part is None:
+        draft.notes.append(f"memory_nothing: {reading.nothing}")
+    return draft, reading
+
+
+def _mark(draft: Draft | None) -> tuple[int, int, int, int]:
+    """Where a draft stands before an answer is added: writes, ignored calls, entries, repeats."""
+    if draft is None:
+        return 0, 0, 0, 0
+    return draft.writes, len(draft.ignored), len(draft.entries), draft.repeats
+
+
+def call_fitted(vault, req, config, t, related: list, notes: list[str], now: str, say, spent: dict | None = None,
+                *, part: tuple[int, int] | None = None):
+    """One fork call: the body built to the model's window and sent; when the endpoint answers that the prompt is
+    over its context (reason ``context_length``), built again at half the size and sent, up to ``CONTEXT_SHRINKS``
+    times — never the same body again. Every call goes to the cost ledger, and is counted in ``spent`` (calls and
+    tokens, what ``extract`` sums). ``part``: the window (i, n) this call asks about. Returns the body and answer."""
+    from acpmem.write import llm
+
+    window = None
+    for shrink in range(CONTEXT_SHRINKS + 1):
+        body = fork_body(vault, req, config, transcript=t, related=related, notes=notes, context_tokens=window,
+                         part=part)
+        say(req.id, f"calling {config.model}" + (f" (part {part[0]} of {part[1]})" if part else ""))
+        if spent is not None:
+            spent["calls"] += 1
+        try:
+            result = llm.call_chat(config, body)
+        except ExtractionError as exc:
+            costs.append(vault.state_dir, costs.record(None, at=now, request=req.id, session=req.session, error=exc,
+                                                       model=config.model))
+            if exc.data.get("reason") != "context_length" or shrink == CONTEXT_SHRINKS:
+                raise
+            window = shrunk_window(body)
+            notes.append(f"the endpoint said the prompt was over its context: sent again within {window} tokens")
+            continue
+        if spent is not None:
+            for k in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+                spent[k] += getattr(result, k)
+        return body, result
+    raise AssertionError("unreachable")
