@@ -372,9 +372,9 @@ def run_locomo(a, st: State, log) -> dict:
                                         index=arm != "raw-turns")
                 if arm == "raw-turns":
                     ctx = "\n".join(h.entry.body.strip() for h in hits)
-                hit = any(cited_turns(h.entry) & evidence for h in hits)
-                rows.append({**base, "arm": arm, "evidence": hit, "contained": contains(ctx, answer),
-                             "context": ctx})
+                cited = set().union(*(cited_turns(h.entry) for h in hits)) if hits else set()
+                rows.append({**base, "arm": arm, "evidence": bool(cited & evidence), "contained": contains(ctx, answer),
+                             "turns": len(cited), "context": ctx})
             rows.append({**base, "arm": "full" if fits else "full (cut)", "evidence": evidence <= kept,
                          "contained": contains(full, answer), "context": full})
         log(f"  {sample}: {len(sessions)} sessions, {len(texts)} turns, {n_q} questions; full context "
@@ -568,8 +568,9 @@ def report(res: dict, k: int) -> str:
         for arm in arm_sorted(r["arm"] for r in rows):
             rs = [r for r in rows if r["arm"] == arm]
             body.append([arm, len(rs), share(r["evidence"] for r in rs), share(r["contained"] for r in rs),
+                         mean(r["turns"] for r in rs if "turns" in r),
                          *[share(r["evidence"] for r in rs if r["category"] == c) for c in cats]])
-        out.append(table(["arm", "questions", f"evidence@{k}", "answer in context",
+        out.append(table(["arm", "questions", f"evidence@{k}", "answer in context", "turns cited in context",
                           *[f"evidence {c}" for c in cats]], body))
         if lo.get("answers"):
             ans = lo["answers"]
@@ -647,6 +648,10 @@ def parse(argv: list[str] | None):
     p.add_argument("--base-url", default="", help="the fork's OpenAI-compatible endpoint (adds the fork arm)")
     p.add_argument("--model", default="", help="the fork's model (default: the one the endpoint serves)")
     p.add_argument("--temperature", type=float, default=0.0, help="[extraction] temperature of the fork vaults")
+    p.add_argument("--window-turns", type=int, default=0,
+                   help="[extraction] window_turns of the fork vaults (0: the whole session in one call)")
+    p.add_argument("--fork-max-tokens", type=int, default=1024, help="[extraction] max_tokens of the fork vaults")
+    p.add_argument("--no-evidence", action="store_true", help="[extraction] evidence = false in the fork vaults")
     p.add_argument("--answer-base-url", default="", help="the answering model's endpoint (default --base-url)")
     p.add_argument("--answer-model", default="", help="answer sampled questions with this model")
     p.add_argument("--sample", type=int, default=60, help="LoCoMo questions answered per arm (fixed seed)")
@@ -674,7 +679,10 @@ def main(argv: list[str] | None = None) -> int:
             load_scenarios(a.scenarios)
         if a.base_url:
             a.model = a.model or check_endpoint(a.base_url, "--base-url")
-        a.fork_settings = {"temperature": a.temperature, "max_attempts": 1}
+        if a.window_turns < 0 or a.fork_max_tokens < 0:
+            raise BenchError("--window-turns and --fork-max-tokens must be 0 or more — fix the numbers")
+        a.fork_settings = {"temperature": a.temperature, "max_attempts": 1, "window_turns": a.window_turns,
+                           "max_tokens": a.fork_max_tokens, "evidence": not a.no_evidence}
         proxy = None
         if a.base_url and a.record:   # every raw answer of the fork kept, as bench/real_model.py does
             from real_model import Proxy
@@ -692,7 +700,8 @@ def main(argv: list[str] | None = None) -> int:
             a.answerer = Answerer(url, a.answer_model or served)
         key = {"locomo": str(a.locomo) if a.locomo else None, "conversations": a.conversations,
                "sessions": a.sessions, "k": a.k, "base_url": a.base_url, "model": a.model,
-               "answer_model": a.answerer.model if a.answerer else None, "seed": a.seed}
+               "answer_model": a.answerer.model if a.answerer else None, "seed": a.seed,
+               **({"fork": {k: v for k, v in a.fork_settings.items() if k != "max_attempts"}} if a.base_url else {})}
         st = State(a.state, key)
         res: dict = {"settings": key}
         if a.locomo is not None:

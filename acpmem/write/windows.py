@@ -105,12 +105,24 @@ def ask_window(vault, req, attempt, t, rel: list, cites, notes: list[str], now: 
     quotes = turn_quotes(req, t) if vault.settings.extraction.evidence else None
     for again in (False, True):
         before = _mark(into)
-        body, attempt.result = call_fitted(vault, req, attempt.config, t, [] if again else rel, notes, now, say,
-                                           attempt.spent, part=part)
-        result = attempt.result
-        host_names = {tool["function"]["name"] for tool in body["tools"]} - {"memory_write", "memory_nothing"}
+        cut = None
         try:
-            reading = read_reply(result)
+            body, attempt.result = call_fitted(vault, req, attempt.config, t, [] if again else rel, notes, now,
+                                               say, attempt.spent, part=part)
+            result = attempt.result
+        except ExtractionError as exc:   # a loop is stopped while it streams: its calls are in the error's text
+            cut, body, result = exc, None, None
+            if salvage(exc, part) is None:
+                raise
+        host_names = {tool["function"]["name"] for tool in (body or {}).get("tools", ())} - {"memory_write",
+                                                                                            "memory_nothing"}
+        try:
+            try:
+                reading = salvage(cut, part) if cut is not None else read_reply(result)
+            except ExtractionError as exc:
+                cut, reading = exc, salvage(exc, part)
+                if reading is None:
+                    raise
             draft = draft_from_calls(vault, req, reading.calls, attempt.label, host_names, citations=cites,
                                      shown=rel, from_text=reading.source != "tool_calls",
                                      turns=conversation_turns(req, t), quotes=quotes, into=into)
@@ -120,11 +132,16 @@ def ask_window(vault, req, attempt, t, rel: list, cites, notes: list[str], now: 
                 raise unusable(result, "the answer has no memory_write call and does not say nothing to keep"
                                + (f" (it called {', '.join(sorted(set(ignored)))})" if ignored else ""))
         except ExtractionError as exc:
-            costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=0,
-                                             error=exc))
+            if result is not None:
+                costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=0,
+                                                 error=exc))
             raise
+        if cut is not None:
+            draft.notes.append(f"window part {part[0]} of {part[1]}: the answer was {CUT[cut.data['reason']]}; its "
+                               f"{new} complete memory_write call(s) before that were read")
         written = len(draft.entries) - before[2]
-        costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=written))
+        if result is not None:   # a stopped loop is in the ledger already, as the failed call it was
+            costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=written))
         if into is None:
             draft.notes[:0] = notes + list(reading.notes)
         else:
@@ -140,6 +157,24 @@ def ask_window(vault, req, attempt, t, rel: list, cites, notes: list[str], now: 
     if reading.nothing is not None and part is None:
         draft.notes.append(f"memory_nothing: {reading.nothing}")
     return draft, reading
+
+
+CUT = {"truncated": "cut off at the token limit", "repetition": "stopped as a repetition loop"}
+
+
+def salvage(exc: ExtractionError | None, part: tuple[int, int] | None):
+    """A window's answer that was cut off at the token limit or stopped as a loop, read from its text up to the
+    cut (``acpmem.write.answers.read_answer``: a call repeated word for word is read once), when it holds at least
+    one complete ``memory_write`` call; else None. Only for a window (a whole conversation's answer cut off is
+    asked again): a window is a few turns, and what the model wrote of them before the cut is kept — each entry
+    still cites, and is checked against, the turns of its window."""
+    if exc is None or part is None or exc.data.get("reason") not in CUT or not exc.data.get("text"):
+        return None
+    from acpmem.write.answers import read_answer
+
+    reading = read_answer([], str(exc.data["text"]))
+    calls = tuple(c for c in reading.calls if c.arguments is not None)   # the one the cut broke is left out
+    return reading.with_changes(calls=calls) if any(c.name == "memory_write" for c in calls) else None
 
 
 def _mark(draft: Draft | None) -> tuple[int, int, int, int]:
