@@ -125,3 +125,29 @@ def test_the_fork_writes_an_on_topic_entry_with_a_real_model(vault, tmp_path):
     assert out.status == "written", (out.error, out.notes)
     text = " ".join(e.title + " " + e.body for e in v.load().entries if e.id in {x["id"] for x in out.entries})
     assert any(k in text.lower() for k in commit["keywords"]), text
+
+
+@pytest.mark.skipif(not os.environ.get("ACPMEM_TEST_MODEL_URL"),
+                    reason="set ACPMEM_TEST_MODEL_URL (and ACPMEM_TEST_MODEL) to run the fork against a real model")
+def test_the_fork_asked_in_windows_writes_entries_that_cite_and_quote_their_turns_with_a_real_model(vault, tmp_path):
+    """Opt-in: a real endpoint asked about a 12-turn chat in windows of 6 turns (``[extraction] window_turns``), as
+    the queue retries it (up to 3 attempts): entries are written, and each one that cites a turn of the chat quotes
+    it in its evidence."""
+    from test_fork import configure as _configure
+    from test_fork_windows import submit as submit_chat, transcript
+    from acpmem.core.entry import evidence_of
+
+    v = _configure(vault, None, base_url=os.environ["ACPMEM_TEST_MODEL_URL"],
+                   model=os.environ.get("ACPMEM_TEST_MODEL", ""), timeout_seconds=900.0, window_turns=6,
+                   max_tokens=320, temperature=0.0)
+    req = submit_chat(v, transcript(tmp_path))
+    for _ in range(3):
+        out = run(v, req)
+        if out.status != "retry":
+            break
+    assert out.status == "written", (out.error, out.notes)
+    mine = [e for e in v.load().entries if e.id in {x["id"] for x in out.entries}]
+    cited = [e for e in mine if e.citation[0].turns]
+    assert cited, [e.title for e in mine]
+    for e in cited:
+        assert len(evidence_of(e.extra)) == len(e.citation[0].turns.split(","))
