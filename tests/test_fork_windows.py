@@ -199,3 +199,55 @@ def test_an_evidence_field_a_person_breaks_is_refused_with_the_fix(example_vault
     assert "evidence" in str(exc.value) and "at most 8 quotes" in str(exc.value)
     good = parse_entry(text.replace("\ntier: ", "\nevidence: one quote, written by hand\ntier: ", 1), e.path)
     assert evidence_of(good.extra) == ("one quote, written by hand",)
+
+
+REAL = __import__("pathlib").Path(__file__).parent / "fixtures" / "real_model"
+
+
+def _recorded(name: str):
+    from openai_server import Reply
+
+    return Reply(body=json.loads((REAL / name).read_text("utf-8"))["response"])
+
+
+def test_recorded_calls_named_after_the_speakers_with_memory_writes_arguments_are_read_as_writes(
+        example_vault, openai_server, tmp_path):
+    v = configure(example_vault, openai_server, window_turns=8, stream="on")
+    openai_server.enqueue(_recorded("window-calls-named-after-speakers.json"),
+                          reply.writes(reply.write("Melanie's violin recital is on 3 October.")))
+    out = run(v, submit(v, transcript(tmp_path)))
+    assert out.status == "written" and len(out.entries) == 3
+    assert "a call to 'Caroline' written in the text with memory_write's arguments was read as memory_write" \
+        in out.notes
+    titles = [e["title"] for e in out.entries]
+    assert titles[:2] == ["Caroline's activities", "Melanie's activities"]
+
+
+def test_a_recorded_loop_inside_one_calls_content_list_keeps_its_lines_once(example_vault, openai_server,
+                                                                            tmp_path):
+    v = configure(example_vault, openai_server, window_turns=8, stream="on")
+    openai_server.enqueue(reply.writes(reply.write("Caroline went to an LGBTQ support group on 7 May 2023.")),
+                          _recorded("window-loop-inside-a-content-list.json"))
+    out = run(v, submit(v, transcript(tmp_path)))
+    assert out.status == "written" and len(out.entries) == 2
+    assert any(n.startswith("window part 2 of 2: the answer was stopped as a repetition loop; its 1 memory_write")
+               for n in out.notes), out.notes
+    (e,) = [e for e in v.load().entries if e.id == out.entries[1]["id"]]
+    lines = [ln for ln in e.body.splitlines() if ln.strip()]
+    assert len(lines) == len(set(lines)) == 3 and "charity race" in lines[0]
+
+
+def test_a_loop_is_not_read_up_to_its_cut_when_windows_are_off(example_vault, openai_server, tmp_path):
+    v = configure(example_vault, openai_server, stream="on")
+    openai_server.enqueue(_recorded("window-loop-inside-a-content-list.json"))
+    out = run(v, submit(v, transcript(tmp_path)))
+    assert out.status == "retry" and out.error["reason"] == "repetition"
+
+
+def test_a_cut_json_value_is_closed_after_its_last_complete_item():
+    from acpmem.write.windows import closed_json
+
+    assert json.loads(closed_json('{"a": ["x, y", "z"], "b": {"c": "d", "e": "f\\"g')) == \
+        {"a": ["x, y", "z"], "b": {"c": "d"}}
+    assert json.loads(closed_json('[{"n": 1}, {"n": 2}, {"n"')) == [{"n": 1}, {"n": 2}]
+    assert closed_json('{"content": "no comma at all') is None

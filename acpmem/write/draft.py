@@ -236,6 +236,10 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
         if call.name in host_tool_names:
             draft.ignored.append(call.name)
             continue
+        if call.name != "memory_write" and _write_by_another_name(call, from_text):
+            draft.notes.append(f"a call to '{one_line(str(call.name))[:40]}' written in the text with memory_write's "
+                               "arguments was read as memory_write")
+            call = call.with_changes(name="memory_write")
         if call.name != "memory_write":
             if from_text and call.id and str(call.id).startswith("text_"):
                 draft.ignored.append(call.name)
@@ -303,6 +307,22 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
         draft.notes.append(f"{len(over)} memory_write call(s) over the cap of {cap} per answer dropped "
                            f"([extraction] max_entries_per_answer): {shown_titles}")
     return draft
+
+
+_WRITE_KEYS = frozenset({"content", "title", "supersedes", "layer"})
+
+
+def _write_by_another_name(call, from_text: bool) -> bool:
+    """A call read from the text, to a tool no one offered (a small model names it after the conversation's
+    speaker or subject: ``{"name": "Caroline", "arguments": {"content": …}}``), whose arguments are
+    ``memory_write``'s own — content, and nothing but its keys — is that write."""
+    args = call.arguments
+    if not from_text or not isinstance(args, dict) or call.name in ("memory_nothing", "memory_commit",
+                                                                    "memory_recall"):
+        return False
+    if isinstance(args.get("arguments"), dict) and set(args) == {"arguments"}:
+        args = args["arguments"]
+    return "content" in args and set(args) <= _WRITE_KEYS
 
 
 def _meaning_check(vault, req: Request, text: str, shown: list[Entry], sup: list[str], known: dict[str, Entry],

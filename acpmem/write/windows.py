@@ -74,7 +74,7 @@ def ask(vault, req, attempt, rel: list, cites, notes: list[str], now: str, say) 
     cfg = vault.settings.extraction
     parts, dropped = windows(req, attempt.transcript, cfg.window_turns, cfg.max_windows)
     if len(parts) == 1:
-        return ask_window(vault, req, attempt, parts[0], rel, cites, notes, now, say)
+        return ask_window(vault, req, attempt, parts[0], rel, cites, notes, now, say, cut_ok=cfg.window_turns > 0)
     draft, reading, failed = Draft(), None, []
     if dropped:
         draft.notes.append(f"{dropped} turn(s) before the last {len(parts)} windows of {cfg.window_turns} turns "
@@ -97,10 +97,14 @@ def ask(vault, req, attempt, rel: list, cites, notes: list[str], now: str, say) 
 
 
 def ask_window(vault, req, attempt, t, rel: list, cites, notes: list[str], now: str, say, *,
-               into: Draft | None = None, part: tuple[int, int] | None = None) -> tuple[Draft, object]:
+               into: Draft | None = None, part: tuple[int, int] | None = None,
+               cut_ok: bool = False) -> tuple[Draft, object]:
     """Ask the model about ``t``, once or twice: the second pass when every write of the first repeated an entry
     shown as related (small models copy what they were shown instead of reading the conversation); asked once more
-    without them, the repeats still checked against them. ``into``: the draft the answer adds to."""
+    without them, the repeats still checked against them. ``into``: the draft the answer adds to. ``cut_ok``
+    (windows on, and this commit's turns fit in one): an answer cut off or stopped as a loop is read up to the
+    cut, as a window's is (``salvage``)."""
+    cut_ok = cut_ok or part is not None
     state = vault.state_dir
     quotes = turn_quotes(req, t) if vault.settings.extraction.evidence else None
     for again in (False, True):
@@ -112,15 +116,15 @@ def ask_window(vault, req, attempt, t, rel: list, cites, notes: list[str], now: 
             result = attempt.result
         except ExtractionError as exc:   # a loop is stopped while it streams: its calls are in the error's text
             cut, body, result = exc, None, None
-            if salvage(exc, part) is None:
+            if salvage(exc, cut_ok) is None:
                 raise
         host_names = {tool["function"]["name"] for tool in (body or {}).get("tools", ())} - {"memory_write",
                                                                                             "memory_nothing"}
         try:
             try:
-                reading = salvage(cut, part) if cut is not None else read_reply(result)
+                reading = salvage(cut, cut_ok) if cut is not None else read_reply(result)
             except ExtractionError as exc:
-                cut, reading = exc, salvage(exc, part)
+                cut, reading = exc, salvage(exc, cut_ok)
                 if reading is None:
                     raise
             draft = draft_from_calls(vault, req, reading.calls, attempt.label, host_names, citations=cites,
@@ -137,8 +141,9 @@ def ask_window(vault, req, attempt, t, rel: list, cites, notes: list[str], now: 
                                                  error=exc))
             raise
         if cut is not None:
-            draft.notes.append(f"window part {part[0]} of {part[1]}: the answer was {CUT[cut.data['reason']]}; its "
-                               f"{new} complete memory_write call(s) before that were read")
+            where = f"window part {part[0]} of {part[1]}" if part else "the window"
+            draft.notes.append(f"{where}: the answer was {CUT[cut.data['reason']]}; its {new} memory_write call(s) "
+                               "before that were read")
         written = len(draft.entries) - before[2]
         if result is not None:   # a stopped loop is in the ledger already, as the failed call it was
             costs.append(state, costs.record(result, at=now, request=req.id, session=req.session, entries=written))
@@ -162,19 +167,73 @@ def ask_window(vault, req, attempt, t, rel: list, cites, notes: list[str], now: 
 CUT = {"truncated": "cut off at the token limit", "repetition": "stopped as a repetition loop"}
 
 
-def salvage(exc: ExtractionError | None, part: tuple[int, int] | None):
+def salvage(exc: ExtractionError | None, ok: bool):
     """A window's answer that was cut off at the token limit or stopped as a loop, read from its text up to the
-    cut (``acpmem.write.answers.read_answer``: a call repeated word for word is read once), when it holds at least
-    one complete ``memory_write`` call; else None. Only for a window (a whole conversation's answer cut off is
-    asked again): a window is a few turns, and what the model wrote of them before the cut is kept — each entry
-    still cites, and is checked against, the turns of its window."""
-    if exc is None or part is None or exc.data.get("reason") not in CUT or not exc.data.get("text"):
+    cut, when it holds at least one ``memory_write`` call; else None. The text is read as it is
+    (``acpmem.write.answers.read_answer``: a call repeated word for word is read once); when no call in it is
+    complete (a loop inside one call's content list), the JSON is closed after its last complete item
+    (``closed_json``). A content's repeated lines are kept once. Only for windows (``ok``; a whole conversation's
+    answer cut off is asked again): a window is a few turns, and what the model wrote of them before the cut is
+    kept — each entry still cites, and is checked against, the turns of its window."""
+    if exc is None or not ok or exc.data.get("reason") not in CUT or not exc.data.get("text"):
         return None
     from acpmem.write.answers import read_answer
 
-    reading = read_answer([], str(exc.data["text"]))
-    calls = tuple(c for c in reading.calls if c.arguments is not None)   # the one the cut broke is left out
-    return reading.with_changes(calls=calls) if any(c.name == "memory_write" for c in calls) else None
+    text = str(exc.data["text"])
+    for attempt in (text, closed_json(text)):
+        if attempt is None:
+            break
+        reading = read_answer([], attempt)
+        calls = tuple(_once(c) for c in reading.calls if c.arguments is not None)   # the one cut is left out
+        if any(c.name == "memory_write" for c in calls):
+            return reading.with_changes(calls=calls)
+    return None
+
+
+def _once(call):
+    """A call with its content's repeated lines (or list items) kept once, in order."""
+    args = call.arguments
+    if not isinstance(args, dict):
+        return call
+    inner = args["arguments"] if isinstance(args.get("arguments"), dict) and "content" not in args else args
+    content = inner.get("content")
+    if isinstance(content, list):
+        fixed = list(dict.fromkeys(x for x in content if isinstance(x, str)))
+    elif isinstance(content, str):
+        fixed = "\n".join(dict.fromkeys(content.splitlines()))
+    else:
+        return call
+    new_inner = {**inner, "content": fixed}
+    return call.with_changes(arguments=new_inner if inner is args else {**args, "arguments": new_inner})
+
+
+def closed_json(text: str) -> str | None:
+    """``text``, a JSON value cut off part way (in a string, a list or an object), cut back to just before the last
+    comma outside a string and closed with the brackets still open; None when there is no such comma."""
+    stack: list[str] = []
+    in_str = esc = False
+    last = None
+    for i, ch in enumerate(text):
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            stack.append(ch)
+        elif ch in "]}":
+            if stack:
+                stack.pop()
+        elif ch == "," and stack:
+            last = (i, tuple(stack))
+    if last is None:
+        return None
+    i, open_ = last
+    return text[:i] + "".join("]" if c == "[" else "}" for c in reversed(open_))
 
 
 def _mark(draft: Draft | None) -> tuple[int, int, int, int]:
