@@ -342,3 +342,16 @@ def test_identical_commits_with_the_offline_extractor_make_one_entry(vault):
     assert len(v.load().live()) == before + 1
     other = run(v, submit(v, note="the queue is drained by one worker per vault"))
     assert other.status == "written"                                     # a different note still writes
+
+
+def test_the_fork_is_instructed_in_the_language_of_the_note(example_vault):
+    """A note written in Chinese gets the Chinese instructions in an English vault (a small model told in English
+    to distil a Chinese note answered nothing); an English note, the vault's."""
+    zh = context.build_body(example_vault, submit(example_vault, note="导出 PDF 时中文字体缺失：安装 fonts-noto-cjk"),
+                            "m")
+    en = context.build_body(example_vault, submit(example_vault, note="re-entrant session.append"), "m")
+    assert zh["messages"][-1]["content"].startswith("重点：导出 PDF")
+    assert en["messages"][-1]["content"].startswith("Focus: re-entrant session.append")
+    assert context.note_language("部署 staging", "en") == "zh"
+    assert context.note_language("deploy to staging", "zh") == "en"
+    assert context.note_language("v2 → 3", "zh") == "zh"

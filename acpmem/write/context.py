@@ -162,6 +162,19 @@ DEFAULT_CONTEXT_TOKENS = 128_000   # the window assumed when neither the setting
                                    # APIs serve no /props, and a transcript of 100 MB was otherwise sent whole
 
 
+def note_language(note: str, default: str) -> str:
+    """The language the fork is instructed in: Chinese for a note written in Chinese (a small model told in English
+    to distil a Chinese note answered nothing, or in English), English for a note with Latin letters and no Chinese
+    in a Chinese vault, else the vault's ``language``."""
+    from acpmem.search.analysis import has_cjk
+
+    if has_cjk(note):
+        return "zh"
+    if default == "zh" and re.search(r"[A-Za-z]{3}", note):
+        return "en"
+    return default
+
+
 def estimate_tokens(value: object) -> int:
     """A cautious token count of a message, tool list or text: its UTF-8 JSON bytes / 3 (English runs at about 4
     bytes a token, Chinese at about 3)."""
@@ -253,7 +266,7 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
     blk = request_block(req, t)
     messages = close_tool_calls(openai_messages(t), req.ack) if t is not None else []
     rel = related_entries(vault, req.note) if related is None else related
-    lang = vault.settings.language
+    lang = note_language(req.note, vault.settings.language)
     layers = len(vault.layers()) > 1   # the fork is told the user vault exists, and chooses per entry
     btext = block_text(blk) if blk is not None else None
     if style == "user":
