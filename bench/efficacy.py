@@ -73,6 +73,12 @@ class BenchError(Exception):
 
 # ------------------------------------------------------------------------------------------------ state (resumable)
 
+def _same_run(key: dict) -> dict:
+    """What must match for a state folder to be continued: every setting but the number of conversations (each
+    conversation has its own vaults, so a run can be reported on its first conversations, or extended)."""
+    return {k: v for k, v in key.items() if k != "conversations"}
+
+
 class State:
     def __init__(self, root: Path, key: dict) -> None:
         self.root = root
@@ -83,7 +89,7 @@ class State:
                 self.data = json.loads(self.path.read_text("utf-8"))
             except ValueError:
                 raise BenchError(f"{self.path} is not valid JSON — delete the state folder to start again") from None
-            if self.data.get("key") != key:
+            if _same_run(self.data.get("key") or {}) != _same_run(key):
                 raise BenchError(f"the state folder {root} belongs to a run with other settings "
                                  f"({self.data.get('key')}) — pass another --state, or delete it to start again")
         else:

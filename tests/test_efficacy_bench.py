@@ -120,3 +120,7 @@ def test_state_of_another_run_is_refused(tmp_path):
     other = run("--locomo", FIX / "locomo-tiny.json", "--no-scenarios", "--k", 3, "--state", tmp_path / "st",
                 cwd=tmp_path)
     assert other.returncode == 1 and other.stderr.count("\n") == 1 and "other settings" in other.stderr
+    # the number of conversations is not a setting of the run: each has its own vaults (report on fewer, or extend)
+    fewer = run("--locomo", FIX / "locomo-tiny.json", "--no-scenarios", "--conversations", 1, "--state",
+                tmp_path / "st", cwd=tmp_path)
+    assert fewer.returncode == 0, fewer.stderr
