@@ -6,6 +6,9 @@ a prompt says what it is about. ``surface_prompt`` runs recall on the prompt's w
 alone) and were not yet surfaced or recalled in this session into the turn, each
 capped at ``[surface] entry_cap_bytes``, within the session's ``session_budget_bytes`` and the host's ``max_chars``;
 they go into the session's ledger, so no entry is shown twice in one session.
+
+``prompt_surfacing`` is the same for any host's per-prompt hook (``acp memory surface --prompt``: pi, DSH), with
+``[surface] prompt = false`` obeyed there.
 """
 from __future__ import annotations
 
@@ -72,4 +75,15 @@ def surface_prompt(vault, session: str, prompt: str, *, max_chars: int | None = 
     return SurfaceResult(session, tuple(picked), used, budget, reason, deferred)
 
 
-__all__ = ["surface_prompt", "MAX_QUERY_CHARS"]
+def prompt_surfacing(vault, session: str, prompt: str, *, max_chars: int | None = None) -> SurfaceResult:
+    """What a host adds to the turn of the user's ``prompt``: ``surface_prompt``, or nothing (with the reason) when
+    ``[surface] prompt = false``."""
+    cfg = vault.settings.surface
+    if not cfg.prompt:
+        used = read_ledger(vault.session_dir(session))["used_bytes"]   # read only: no lock, no folder made
+        return SurfaceResult(session, (), used, cfg.session_budget_bytes,
+                             "surfacing by the prompt is off ([surface] prompt = false in acpmem.toml)")
+    return surface_prompt(vault, session, prompt, max_chars=max_chars)
+
+
+__all__ = ["surface_prompt", "prompt_surfacing", "MAX_QUERY_CHARS"]
