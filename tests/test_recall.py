@@ -235,6 +235,23 @@ def test_cli_surface_prompt_obeys_the_setting_and_refuses_bad_input(example_vaul
                           "upload limit", "--json").stdout)
     assert data["entries"] == [] and "[surface] prompt = false" in data["reason"]
 
+
+@pytest.mark.parametrize("escaped", [False, True])
+def test_surface_prompt_looks_past_the_index_a_host_hands_back_in_the_prompt(example_vault, cli, escaped):
+    """Gemini CLI (non-interactive) prepends the SessionStart hook's context — the resident index — to the prompt it
+    gives the BeforeAgent hook, with < and > escaped: acpmem's own text is not what the user asked about."""
+    v = example_vault
+    ask = "what is the upload limit for big files?"
+    index = cli("memory", "list", "--vault", str(v.root), "--format", "prompt", "--session", "ix").stdout
+    if escaped:
+        index = index.replace("<", "&lt;").replace(">", "&gt;")
+    ids = []
+    for session, prompt in (("plain", ask), ("handed-back", f"<hook_context>{index}</hook_context>\n\n{ask}")):
+        r = cli("memory", "surface", "--vault", str(v.root), "--session", session, "--prompt", "-", "--json",
+                input=prompt)
+        ids.append(sorted(e["id"] for e in json.loads(r.stdout)["entries"]))   # the first marks them read
+    assert ids[0] and ids[1] == ids[0]
+
 def test_a_second_file_with_the_same_id_is_not_returned(vault):
     v = vault
     a = make(v, "Alpha service owns billing", "Billing lives in alpha.")

@@ -1,7 +1,8 @@
 """Surfacing by what the user's prompt is about: the Claude Code ``UserPromptSubmit`` hook's answer.
 
 ``surface`` (``acpmem.read.retrieval``) offers the entries with the best standing score, whatever the turn is about;
-a prompt says what it is about. ``surface_prompt`` runs recall on the prompt's words (both layers, as
+a prompt says what it is about. ``surface_prompt`` runs recall on the prompt's words (without the text acpmem itself
+put there, ``acpmem.core.render.without_own_text``) (both layers, as
 ``memory_recall`` does) and puts the best hits that match its words (not those reached through an entry's links
 alone) and were not yet surfaced or recalled in this session into the turn, each
 capped at ``[surface] entry_cap_bytes``, within the session's ``session_budget_bytes`` and the host's ``max_chars``;
@@ -35,7 +36,9 @@ def surface_prompt(vault, session: str, prompt: str, *, max_chars: int | None = 
         return SurfaceResult(session, (), used, budget,
                              f"the session's surfacing budget is spent ({used} of {budget} bytes)")
     seen = set(ledger["surfaced"]) | set(ledger["recalled"])
-    query = " ".join(str(prompt or "").split())[:MAX_QUERY_CHARS]
+    from acpmem.core.render import without_own_text
+
+    query = " ".join(without_own_text(str(prompt or "")).split())[:MAX_QUERY_CHARS]
     if not query or cfg.top_n == 0:
         return SurfaceResult(session, (), used, budget, "the prompt has no words to look for")
     try:
