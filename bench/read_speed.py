@@ -1,4 +1,5 @@
-"""Whole-process timing of the commands a model or a hook may run every turn: `show ID`, `surface`, `score`, `stats`,
+"""Whole-process timing of the commands a model or a hook may run every turn: `show ID`, `surface` (by score, and by
+the user's message with `--prompt`, as pi's and DSH's per-prompt hooks call it), `score`, `stats`,
 `list`, `list --format prompt` (fresh and frozen for a session) and `recall` (at 1,000 entries and, with
 ``--recall-entries``, at 10,000), each as a ratio to the same run's `python -c pass`, beside its target (3x for the
 per-turn reads at 1,000 entries, 4x for `recall` at 10,000).
@@ -74,6 +75,8 @@ def main() -> None:
     commands = {
         "show ID": lambda: [acp, "memory", "show", first, *v],
         "surface --session": lambda: [acp, "memory", "surface", "--session", f"bench-{next(runs)}", *v],
+        "surface --session --prompt": lambda: [acp, "memory", "surface", "--session", f"bench-{next(runs)}",
+                                               "--prompt", "why does the deploy gateway retry?", *v],
         "score": lambda: [acp, "memory", "score", *v],
         "stats": lambda: [acp, "memory", "stats", *v],
         "list": lambda: [acp, "memory", "list", *v],

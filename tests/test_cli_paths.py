@@ -273,9 +273,17 @@ def score_args(root):
                   _option("-n", INTS), st.just(["--json"]), _with_vault(root)])
 
 
+PROMPTS = st.one_of(st.sampled_from(["-", "the job queue", "上传大文件", "", " ", "--json"]), TEXT)
+
+
 def surface_args(root):
     return _args([_option("--session", st.sampled_from(["s1", "s2", "", "x" * 600])), _option("--seed", INTS),
                   _option("--at", ATS), st.just(["--json"]), _with_vault(root)])
+
+
+def surface_prompt_args(root):
+    return _args([_option("--session", st.sampled_from(["s1", "s2", ""])), _option("--prompt", PROMPTS),
+                  st.just(["--json"]), _with_vault(root), _option("--seed", INTS)])
 
 
 @SLOW
@@ -304,13 +312,15 @@ def test_surface_both_paths_agree(vault_root, tmp_path_factory, data):
     """Surfacing spends the session's budget and marks entries read: each path gets its own copy of the vault."""
     import shutil
 
-    argv = _pinned(data.draw(surface_args(vault_root)))
+    by_prompt = data.draw(st.booleans())   # by the user's message (no jitter to pin; stdin for `-`), or by score
+    argv = data.draw(surface_prompt_args(vault_root)) if by_prompt else _pinned(data.draw(surface_args(vault_root)))
+    stdin = data.draw(st.sampled_from([b"", b"  \n", "the job queue in sqlite".encode(), b"\xff\xfe"]))
     got = []
     for fast in (True, False):
         copy = tmp_path_factory.mktemp("surface") / "vault"
         shutil.copytree(vault_root, copy, symlinks=True)
         mine = [str(copy) if a == str(vault_root) else a.replace(f"={vault_root}", f"={copy}") for a in argv]
-        code, out, err, calls = run(["surface", *mine], "acpmem", fast=fast)
+        code, out, err, calls = run(["surface", *mine], "acpmem", fast=fast, stdin=stdin)
         got.append((code, out.replace(str(copy), "VAULT"), err.replace(str(copy), "VAULT"),
                     [(n, {k: str(v).replace(str(copy), "VAULT") for k, v in kw.items()}) for n, kw in calls]))
     assert got[0] == got[1], argv

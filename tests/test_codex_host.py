@@ -30,6 +30,7 @@ import pytest
 from helpers_proc import wait_until
 from openai_server import fake_openai, reply
 from responses_server import call, input_text, outputs, responses_server, say
+import surfacing
 
 REPO = Path(__file__).resolve().parents[1]
 CODEX = REPO / "integrations" / "codex" / "node_modules" / ".bin" / "codex"
@@ -190,3 +191,34 @@ def test_codex_commits_from_its_rollout_and_the_next_session_gets_the_index_and_
     if keep:
         for i, path in enumerate(rollouts(home), 1):
             shutil.copy(path, Path(keep) / f"session-{i}.jsonl")
+
+
+@pytest.mark.parametrize("prompt_surfacing", [True, False])
+def test_codex_sends_the_memory_the_prompt_is_about_through_the_user_prompt_hook(tmp_path, prompt_surfacing):
+    """README's UserPromptSubmit hook: the model never calls memory_recall, yet the first request of the turn holds
+    the entry the user's message is about (one among many) — and nothing of it with `[surface] prompt = false`."""
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    r = subprocess.run([str(BIN / "acp"), "memory", "init", str(project / ".acp-memory")], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    target = surfacing.fill_vault(project / ".acp-memory")
+    if not prompt_surfacing:
+        surfacing.turn_off_prompt_surfacing(project / ".acp-memory")
+    with responses_server(lambda body: [say("Port 8443.")]) as srv:
+        provider = (f'model = "scripted"\nmodel_provider = "loopback"\n\n[model_providers.loopback]\n'
+                    f'name = "loopback"\nbase_url = "{srv.base_url}"\nwire_api = "responses"\n\n')
+        (home / ".codex" / "config.toml").write_text(provider + readme_config(), "utf-8")
+        run_codex(home, project, surfacing.PROMPT)
+        [body] = srv.bodies
+    sent = json.dumps(body["input"], ensure_ascii=False)
+    assert surfacing.PROMPT in sent and index_message(body) is not None
+    assert surfacing.DETAIL not in index_message(body)
+    if prompt_surfacing:
+        assert surfacing.DETAIL in sent and f'id=\\"{target}\\"' in sent, sent[-3000:]
+        assert sent.count('kind=\\"surface\\"') == 1                     # only the entry it is about
+    else:
+        assert surfacing.DETAIL not in sent

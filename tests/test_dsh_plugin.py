@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from openai_server import reply
+import surfacing
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = REPO / "integrations" / "dsh"
@@ -143,6 +144,33 @@ def test_an_entry_of_the_project_is_in_the_next_host_process_and_recalled(dsh):
     assert report["replies"] == ["From release/*."]
     assert report["warnings"] == []
 
+
+
+def test_each_user_message_brings_the_memory_it_is_about_once(dsh):
+    """The model never calls memory_recall: the entry the user's message is about (one among many) reaches the
+    request right after that message, as the plugin's own message in DSH's log; the system prompt (the index) stays
+    the same bytes; the next message on the same subject adds nothing new."""
+    target = surfacing.fill_vault(dsh.vault)
+    report = dsh("e2e-surface", [surfacing.PROMPT, "And the billing webhook port in staging once more?"],
+                 [{"say": "Port 8443."}, {"say": "Still 8443."}])
+    one, two = report["requests"]
+    assert [(m["plugin"], m["text"]) for m in one["messages"]][0] == (None, surfacing.PROMPT)
+    [memory] = [m for m in one["messages"] if m["plugin"] == "acpmem-surface"]
+    assert one["messages"].index(memory) == 1
+    assert surfacing.DETAIL in memory["text"] and f'id="{target}"' in memory["text"]
+    assert memory["text"].count('kind="surface"') == 1                  # only the entry it is about
+    assert surfacing.DETAIL not in one["system"] and one["system"] == two["system"]
+    assert sum(surfacing.DETAIL in m["text"] for m in two["messages"]) == 1   # history, not a second copy
+    assert report["warnings"] == []
+
+
+def test_with_prompt_surfacing_off_the_request_holds_only_the_users_message(dsh):
+    surfacing.fill_vault(dsh.vault)
+    surfacing.turn_off_prompt_surfacing(dsh.vault)
+    report = dsh("e2e-surface-off", [surfacing.PROMPT], [{"say": "I do not know."}])
+    [request] = report["requests"]
+    assert [(m["plugin"], m["text"]) for m in request["messages"]] == [(None, surfacing.PROMPT)]
+    assert surfacing.DETAIL not in json.dumps(request) and report["warnings"] == []
 
 def test_without_acpmem_on_path_the_session_completes_and_warns_once(dsh):
     report = dsh("e2e-missing", ["one", "two"], [{"say": "first"}, {"say": "second"}],

@@ -25,6 +25,7 @@ import pytest
 
 from gemini_server import declarations, function_call, gemini_server, responses, text
 from helpers_proc import wait_until
+import surfacing
 
 REPO = Path(__file__).resolve().parents[1]
 GEMINI = REPO / "integrations" / "gemini" / "node_modules" / ".bin" / "gemini"
@@ -110,3 +111,33 @@ def test_gemini_cli_commits_with_its_extra_argument_and_the_next_session_gets_th
         assert f"#{entry_id}" in first_user_text(second[0])
         [recalled] = responses(second[1])
         assert "ingress proxy buffers bodies" in json.dumps(recalled), recalled
+
+
+@pytest.mark.parametrize("prompt_surfacing", [True, False])
+def test_gemini_cli_sends_the_memory_the_prompt_is_about_through_before_agent(tmp_path, prompt_surfacing):
+    """README's BeforeAgent hook: the model never calls memory_recall, yet the request holds the entry the user's
+    message is about (one among many), with the user's message; nothing of it with `[surface] prompt = false`."""
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    r = subprocess.run([str(BIN / "acp"), "memory", "init", str(project / ".acp-memory")], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    target = surfacing.fill_vault(project / ".acp-memory")
+    if not prompt_surfacing:
+        surfacing.turn_off_prompt_surfacing(project / ".acp-memory")
+    settings = readme_settings()
+    settings["security"] = {"auth": {"selectedType": "gemini-api-key"}}
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings), "utf-8")
+    with gemini_server(lambda body: [text("Port 8443.")]) as srv:
+        run_gemini(home, project, srv.base_url, surfacing.PROMPT)
+        [body] = srv.bodies
+    sent = first_user_text(body)
+    assert surfacing.PROMPT in sent and "Long-term memory" in sent
+    if prompt_surfacing:
+        assert surfacing.DETAIL in sent and f'id=\\"{target}\\"' in sent, sent[-3000:]
+        assert sent.count('kind=\\"surface\\"') == 1                     # only the entry it is about
+    else:
+        assert surfacing.DETAIL not in sent

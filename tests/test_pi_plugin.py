@@ -19,6 +19,7 @@ import pytest
 from helpers_proc import wait_until
 from openai_server import reply
 from pi_host import PiHost, call, entries, missing, say
+import surfacing
 
 from acpmem import Vault
 
@@ -186,6 +187,49 @@ def test_the_model_commits_pis_compaction_as_a_block_and_the_entry_cites_it(tmp_
     assert any("Pin pnpm 9: npm broke the lockfile twice." in json.dumps(m) for m in fork[:-1])
     assert not any(DECISION in json.dumps(m) for m in fork)
 
+
+
+def _texts(message: dict) -> str:
+    content = message.get("content")
+    return content if isinstance(content, str) else "\n".join(b.get("text", "") for b in content or ())
+
+
+def test_each_user_prompt_brings_the_memory_it_is_about_once_after_the_users_message(tmp_path):
+    """The model never calls memory_recall: the entry the user's message is about (one among many) still reaches the
+    request, right after that message and not in the system prompt (which stays the same bytes); the session keeps
+    it, so the next turn repeats it as history, and a second prompt on the same subject adds nothing new."""
+    project = _project(tmp_path)
+    target = surfacing.fill_vault(project / ".acp-memory")
+    host = _host(tmp_path, project)
+    with host.session(_env()) as pi:
+        pi.prompt(surfacing.PROMPT, [say("Port 8443.")])
+        pi.prompt("And the billing webhook port in staging once more?", [say("Still 8443.")])
+        state = pi.state()
+        notices = pi.notices()
+    assert notices == []
+    one, two = host.requests()
+    assert surfacing.DETAIL not in one["systemPrompt"] and one["systemPrompt"] == two["systemPrompt"]
+    texts = [_texts(m) for m in one["messages"]]
+    assert texts[0] == surfacing.PROMPT and surfacing.DETAIL in texts[1] and f'id="{target}"' in texts[1]
+    assert len(texts) == 2 and texts[1].count('kind="surface"') == 1     # only the entry it is about
+    again = [_texts(m) for m in two["messages"]]
+    assert again[:2] == texts and sum(surfacing.DETAIL in t for t in again) == 1
+    kept = [e for e in entries(state["sessionFile"]) if e.get("type") == "custom_message"]
+    assert [(e["customType"], e["display"]) for e in kept] == [("acpmem-surfaced", False)]
+
+
+def test_with_prompt_surfacing_off_the_request_holds_only_the_users_message(tmp_path):
+    project = _project(tmp_path)
+    surfacing.fill_vault(project / ".acp-memory")
+    surfacing.turn_off_prompt_surfacing(project / ".acp-memory")
+    host = _host(tmp_path, project)
+    with host.session(_env()) as pi:
+        pi.prompt(surfacing.PROMPT, [say("I do not know.")])
+        notices = pi.notices()
+    assert notices == []
+    (req,) = host.requests()
+    assert [_texts(m) for m in req["messages"]] == [surfacing.PROMPT]
+    assert surfacing.DETAIL not in json.dumps(req) and "Long-term memory" in req["systemPrompt"]
 
 def test_without_acpmem_on_path_the_session_completes_with_one_warning(tmp_path):
     project = _project(tmp_path)

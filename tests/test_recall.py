@@ -191,6 +191,67 @@ def test_cli_recall_and_surface_json(example_vault, cli):
     assert head(v) == before
 
 
+
+def test_cli_surface_prompt_gives_what_the_message_is_about_once_per_session(example_vault, cli):
+    """``surface --prompt``: the entries the user's message is about (not the best-scored ones), exactly the text a
+    host adds to the context; each once per session, shared with the score surfacing's ledger; JSON alike."""
+    v = example_vault
+    before = head(v)
+    r = cli("memory", "surface", "--vault", str(v.root), "--session", "p-1", "--prompt",
+            "what is the upload limit for big files?")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout.startswith(DATA_NOTICE_EN) and "分片上传" in r.stdout and 'kind="surface"' in r.stdout
+    second = r.stdout.find('kind="surface"', r.stdout.index('kind="surface"') + 1)
+    assert r.stdout.index("分片上传") < (second if second > 0 else len(r.stdout))   # the first one: what it is about
+    again = cli("memory", "surface", "--vault", str(v.root), "--session", "p-1", "--prompt", "-",
+                input="big file upload limit, once more\n")
+    assert again.returncode == 0 and again.stdout == "" and "分片上传" not in again.stdout
+    assert again.stderr.startswith("(nothing surfaced: nothing in memory matches the prompt that this session")
+    other = json.loads(cli("memory", "surface", "--vault", str(v.root), "--session", "p-2", "--prompt", "-",
+                           "--json", input="大文件上传的限制是多少").stdout)
+    assert other["session"] == "p-2" and "分片上传" in other["entries"][0]["title"]
+    assert other["used_bytes"] == sum(e["bytes"] for e in other["entries"]) and other["reason"] is None
+    scored = json.loads(cli("memory", "surface", "--vault", str(v.root), "--session", "p-2", "--json").stdout)
+    assert not {e["id"] for e in other["entries"]} & {e["id"] for e in scored["entries"]}   # one ledger
+    assert head(v) == before
+
+
+def test_cli_surface_prompt_obeys_the_setting_and_refuses_bad_input(example_vault, cli):
+    v = example_vault
+    for argv, stdin, said in ((["--prompt", ""], None, "Error: the prompt is empty — pass the user's message"),
+                              (["--prompt", " \t"], None, "Error: the prompt is empty"),
+                              (["--prompt", "-"], "\n  \n", "Error: standard input holds no prompt — pass"),
+                              (["--prompt", "queue", "--seed", "3"], None, "Error: --seed and --at go with"),
+                              (["--prompt", "queue", "--at", "2026-12-01T00:00:00Z"], None, "Error: --seed and")):
+        r = cli("memory", "surface", "--vault", str(v.root), "--session", "bad", *argv, input=stdin)
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.startswith(said), (argv, r.stderr)
+        assert r.stderr.count("\n") == 1
+    toml = (v.root / "acpmem.toml").read_text("utf-8")
+    assert "prompt = true" in toml
+    (v.root / "acpmem.toml").write_text(toml.replace("prompt = true", "prompt = false"), "utf-8")
+    r = cli("memory", "surface", "--vault", str(v.root), "--session", "off", "--prompt", "upload limit big files")
+    assert r.returncode == 0 and r.stdout == "" and "[surface] prompt = false" in r.stderr
+    data = json.loads(cli("memory", "surface", "--vault", str(v.root), "--session", "off", "--prompt",
+                          "upload limit", "--json").stdout)
+    assert data["entries"] == [] and "[surface] prompt = false" in data["reason"]
+
+
+@pytest.mark.parametrize("escaped", [False, True])
+def test_surface_prompt_looks_past_the_index_a_host_hands_back_in_the_prompt(example_vault, cli, escaped):
+    """Gemini CLI (non-interactive) prepends the SessionStart hook's context — the resident index — to the prompt it
+    gives the BeforeAgent hook, with < and > escaped: acpmem's own text is not what the user asked about."""
+    v = example_vault
+    ask = "what is the upload limit for big files?"
+    index = cli("memory", "list", "--vault", str(v.root), "--format", "prompt", "--session", "ix").stdout
+    if escaped:
+        index = index.replace("<", "&lt;").replace(">", "&gt;")
+    ids = []
+    for session, prompt in (("plain", ask), ("handed-back", f"<hook_context>{index}</hook_context>\n\n{ask}")):
+        r = cli("memory", "surface", "--vault", str(v.root), "--session", session, "--prompt", "-", "--json",
+                input=prompt)
+        ids.append(sorted(e["id"] for e in json.loads(r.stdout)["entries"]))   # the first marks them read
+    assert ids[0] and ids[1] == ids[0]
+
 def test_a_second_file_with_the_same_id_is_not_returned(vault):
     v = vault
     a = make(v, "Alpha service owns billing", "Billing lives in alpha.")

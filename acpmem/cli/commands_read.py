@@ -37,10 +37,19 @@ def surface(ctx: typer.Context,
             seed: Annotated[Optional[int], typer.Option(min=MIN_INT, max=MAX_INT, show_default=False,
                                                         help="Seed the jitter instead of the session id.")] = None,
             at: Annotated[Optional[str], typer.Option(help="Score as of this ISO time instead of now.")] = None,
+            prompt: Annotated[Optional[str], typer.Option(
+                help="The user's message: surface the entries it is about instead of the best-scored ones "
+                     "(`-` reads it from standard input). Prints exactly what to add to the model's context, "
+                     "nothing when nothing is new; off when [surface] prompt = false.")] = None,
             json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """Per-turn surfacing: the top entries by score not yet surfaced in this session, in full (each capped),
     within the session's byte budget ([surface] in acpmem.toml). Marks them read.
 
+    With --prompt, the entries the user's message is about (recall on its words), as the Claude Code prompt hook
+    does: for a host's per-prompt hook. Each entry once per session, within the same budgets.
+
     Example: acp memory surface --session "$SESSION_ID"
+
+    Example: printf '%s' "$USER_MESSAGE" | acp memory surface --session "$SESSION_ID" --prompt -
     """
     return hot.call("surface", params(locals()), vault_of(ctx, None))

@@ -78,8 +78,8 @@ def parse(spec: dict, tokens: list[str], *, stop_at_positional: bool = False):
             values[p["name"]] = on
             continue
         if not eq:
-            if i >= len(tokens) or tokens[i][:1] == "-":
-                return None     # no value, or one that looks like an option: typer decides
+            if i >= len(tokens) or tokens[i][:1] == "-" and tokens[i] != "-":
+                return None     # no value, or one that looks like an option: typer decides (a lone `-` is a value)
             raw = tokens[i]
             i += 1
         value = _convert(p, raw)

@@ -58,6 +58,7 @@ COMMANDS = {
     {'name': 'session', 'kind': 'option', 'opts': ['--session'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': True, 'default': None},
     {'name': 'seed', 'kind': 'option', 'opts': ['--seed'], 'off': [], 'flag': False, 'multiple': False, 'type': 'int', 'choices': None, 'min': -9223372036854775808, 'max': 9223372036854775807, 'required': False, 'default': None},
     {'name': 'at', 'kind': 'option', 'opts': ['--at'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+    {'name': 'prompt', 'kind': 'option', 'opts': ['--prompt'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
     {'name': 'json_', 'kind': 'option', 'opts': ['--json'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
     {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
 ]},

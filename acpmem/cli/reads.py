@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acpmem.cli.output import emit_warnings, out, out_json
+from acpmem.cli.output import emit_warnings, out, out_json, warn
 
 
 def show_cmd(*, entry_id: str, json_: bool, vault: Path | None, source: bool, transcript: str | None) -> int:
@@ -53,7 +53,10 @@ def show_cmd(*, entry_id: str, json_: bool, vault: Path | None, source: bool, tr
         v.close()
 
 
-def surface_cmd(*, session: str, seed: int | None, at: str | None, json_: bool, vault: Path | None) -> int:
+def surface_cmd(*, session: str, seed: int | None, at: str | None, prompt: str | None, json_: bool,
+                vault: Path | None) -> int:
+    if prompt is not None:
+        return _surface_prompt(session, prompt, seed, at, json_, vault)
     from acpmem.vault.reader import VaultReader, parse_at
     from acpmem.read.retrieval import surface as do_surface, surface_text
 
@@ -67,6 +70,68 @@ def surface_cmd(*, session: str, seed: int | None, at: str | None, json_: bool, 
             text = surface_text(v, result)
             if text:
                 out(text)
+        return 0
+    finally:
+        v.close()
+
+
+MAX_PROMPT_BYTES = 1 << 20   # of a prompt on stdin, the start is kept (recall reads its first 2,000 characters)
+
+
+def prompt_text(prompt: str) -> str:
+    """The user's message ``--prompt`` names: the text itself, or standard input for ``-``; refused when empty or
+    not text."""
+    from acpmem.core.errors import UsageError
+    from acpmem.core.limits import is_utf8
+
+    if prompt == "-":
+        import codecs
+        import sys
+
+        kept = sys.stdin.buffer.read(MAX_PROMPT_BYTES)
+        while sys.stdin.buffer.read(1 << 16):   # the rest is read (the host's write must not fail) and dropped
+            pass
+        try:   # not final: a character cut at the limit is dropped, not an error
+            prompt = codecs.getincrementaldecoder("utf-8")().decode(kept, final=len(kept) < MAX_PROMPT_BYTES)
+        except UnicodeDecodeError:
+            raise UsageError("the prompt on standard input is not UTF-8 text",
+                             "pipe the user's message as UTF-8") from None
+        where = "standard input holds no prompt"
+    else:
+        where = "the prompt is empty"
+        if not is_utf8(prompt):
+            raise UsageError("the prompt is not valid UTF-8 text", "pass the user's message as UTF-8, or pipe it "
+                             "with --prompt -")
+    if not prompt.strip():
+        raise UsageError(where, "pass the user's message: --prompt TEXT, or --prompt - with the message on "
+                         "standard input")
+    return prompt.replace("\x00", " ")
+
+
+def _surface_prompt(session: str, prompt: str, seed: int | None, at: str | None, json_: bool,
+                    vault: Path | None) -> int:
+    """``surface --prompt``: stdout holds exactly what a host adds to the model's context (nothing when nothing is
+    new; the reason then goes to stderr), or the result as JSON."""
+    from acpmem.core.errors import UsageError
+
+    if seed is not None or at is not None:
+        raise UsageError("--seed and --at go with surfacing by score, not with --prompt",
+                         "drop them: --prompt surfaces what the message is about")
+    text = prompt_text(prompt)
+    from acpmem.vault.reader import VaultReader
+    from acpmem.read.prompted import prompt_surfacing
+    from acpmem.read.retrieval import surface_text
+
+    v = VaultReader.open(vault)
+    try:
+        result = prompt_surfacing(v, session, text)
+        emit_warnings(v)
+        if json_:
+            out_json(result.to_json())
+        elif result.entries:
+            out(surface_text(v, result))
+        elif result.reason:
+            warn(f"(nothing surfaced: {result.reason})")
         return 0
     finally:
         v.close()

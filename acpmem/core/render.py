@@ -137,6 +137,27 @@ def index_line(e: Entry, at: datetime, stale=()) -> str:
     return f"- [{e.type}] {clean_inline(e.title)} (#{e.id}, importance {e.importance}, {ago(e.last_read, at)}{mark})"
 
 
+# What acpmem itself wrote into a prompt: a framed block (its closing line repeats the opening line's nonce), the data
+# notice, the resident index's heading and its how-to-read line. A host may hand it back inside the user's message —
+# Gemini CLI's non-interactive mode prepends the SessionStart hook's context (the index) to the prompt it passes the
+# BeforeAgent hook — and it is not what the user asked about.
+_OWN_FRAMED = re.compile(r'<<acpmem-data [^\n]*?nonce="([0-9a-f]+)">>.*?<</acpmem-data nonce="\1">>', re.S)
+_OWN_LINES = re.compile(r"# Long-term memory \([^\n]*\)|# 长期记忆（[^\n]*）|To read one in full, call memory_recall [^\n]*"
+                        r"|需要全文时调用 memory_recall[^\n]*")
+
+
+def without_own_text(text: str) -> str:
+    """``text`` without what acpmem put into prompts (see above): what is left is the person's own."""
+    if "acpmem-data" not in text and "memory_recall" not in text:
+        return text
+    if "&lt;&lt;acpmem-data" in text:   # Gemini CLI hands the context back with < and > escaped
+        text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"').replace("&amp;", "&")
+    text = _OWN_FRAMED.sub(" ", text)
+    for notice in (DATA_NOTICE_EN, DATA_NOTICE_ZH):
+        text = text.replace(notice, " ")
+    return _OWN_LINES.sub(" ", text)
+
+
 def prompt_index(ranked: Iterable[Scored], at: datetime, settings: Settings, *, budget_tokens: int | None = None,
                  total_entries: int | None = None, stale=()) -> str:
     """The resident index: a notice, then one framed line per entry by score, cut to the token budget, and a line

@@ -11,7 +11,11 @@ Claude Code runs the command with the event as JSON on stdin (``session_id``, ``
   the prompt's words, each entry once per session, within the byte budgets) as additional context — on by default,
   ``[surface] prompt = false`` turns it off; then ``[surface] enabled = true`` surfaces the best-scored entries
   whatever the prompt (``acpmem.read.retrieval.surface``); nothing new → nothing;
+* ``BeforeAgent`` (Gemini CLI's name for the user's prompt: same fields, same answer) → as ``UserPromptSubmit``;
 * any other event → nothing, exit 0.
+
+Codex speaks this protocol as it is (``SessionStart``, ``UserPromptSubmit``); Gemini CLI names the prompt's event
+``BeforeAgent``.
 
 SessionStart also records the session's ``transcript_path`` in the vault's local state: the MCP server started by
 the same Claude Code session (it receives the id as ``CLAUDE_CODE_SESSION_ID``) hands that transcript to the fork,
@@ -36,6 +40,7 @@ EXIT_OK = 0
 EXIT_SHOWN = 1          # Claude Code: a non-blocking error, stderr shown to the user; the session goes on
 MAX_EVENT_BYTES = 1 << 20
 MAX_CONTEXT_CHARS = 9500   # Claude Code shows about 10,000 characters of a hook's context inline; the rest is cut
+PROMPT_EVENTS = ("UserPromptSubmit", "BeforeAgent")   # Claude Code and Codex; Gemini CLI
 CLAUDE_CODE_RECORD = "claude-code.json"
 
 
@@ -149,7 +154,7 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
     except ValueError as exc:
         return _error(str(exc), "the hook reads Claude Code's hook event, a JSON object, on stdin")
     name = event["hook_event_name"]
-    if name not in ("SessionStart", "UserPromptSubmit"):
+    if name != "SessionStart" and name not in PROMPT_EVENTS:
         return HookAnswer("", "", EXIT_OK)
     session = event.get("session_id")
     if not session:

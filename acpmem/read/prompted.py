@@ -1,11 +1,15 @@
 """Surfacing by what the user's prompt is about: the Claude Code ``UserPromptSubmit`` hook's answer.
 
 ``surface`` (``acpmem.read.retrieval``) offers the entries with the best standing score, whatever the turn is about;
-a prompt says what it is about. ``surface_prompt`` runs recall on the prompt's words (both layers, as
+a prompt says what it is about. ``surface_prompt`` runs recall on the prompt's words (without the text acpmem itself
+put there, ``acpmem.core.render.without_own_text``) (both layers, as
 ``memory_recall`` does) and puts the best hits that match its words (not those reached through an entry's links
 alone) and were not yet surfaced or recalled in this session into the turn, each
 capped at ``[surface] entry_cap_bytes``, within the session's ``session_budget_bytes`` and the host's ``max_chars``;
 they go into the session's ledger, so no entry is shown twice in one session.
+
+``prompt_surfacing`` is the same for any host's per-prompt hook (``acp memory surface --prompt``: pi, DSH), with
+``[surface] prompt = false`` obeyed there.
 """
 from __future__ import annotations
 
@@ -32,7 +36,9 @@ def surface_prompt(vault, session: str, prompt: str, *, max_chars: int | None = 
         return SurfaceResult(session, (), used, budget,
                              f"the session's surfacing budget is spent ({used} of {budget} bytes)")
     seen = set(ledger["surfaced"]) | set(ledger["recalled"])
-    query = " ".join(str(prompt or "").split())[:MAX_QUERY_CHARS]
+    from acpmem.core.render import without_own_text
+
+    query = " ".join(without_own_text(str(prompt or "")).split())[:MAX_QUERY_CHARS]
     if not query or cfg.top_n == 0:
         return SurfaceResult(session, (), used, budget, "the prompt has no words to look for")
     try:
@@ -72,4 +78,15 @@ def surface_prompt(vault, session: str, prompt: str, *, max_chars: int | None = 
     return SurfaceResult(session, tuple(picked), used, budget, reason, deferred)
 
 
-__all__ = ["surface_prompt", "MAX_QUERY_CHARS"]
+def prompt_surfacing(vault, session: str, prompt: str, *, max_chars: int | None = None) -> SurfaceResult:
+    """What a host adds to the turn of the user's ``prompt``: ``surface_prompt``, or nothing (with the reason) when
+    ``[surface] prompt = false``."""
+    cfg = vault.settings.surface
+    if not cfg.prompt:
+        used = read_ledger(vault.session_dir(session))["used_bytes"]   # read only: no lock, no folder made
+        return SurfaceResult(session, (), used, cfg.session_budget_bytes,
+                             "surfacing by the prompt is off ([surface] prompt = false in acpmem.toml)")
+    return surface_prompt(vault, session, prompt, max_chars=max_chars)
+
+
+__all__ = ["surface_prompt", "prompt_surfacing", "MAX_QUERY_CHARS"]

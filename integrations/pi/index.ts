@@ -6,6 +6,9 @@
  *   the model saw;
  * - appends the resident index (`acp memory list --format prompt --session <id>`) to the system prompt of every
  *   turn, fetched once per session and byte-identical after that;
+ * - on each user prompt, adds the memories that prompt is about (`acp memory surface --session <id> --prompt -`,
+ *   each entry once per session, within acpmem's byte budgets; `[surface] prompt = false` turns it off) as a
+ *   message after the user's, kept in the session: the system prompt stays a constant prefix for the prompt cache;
  * - after a compaction (pi's own, or billion-context-pi's `compress`) adds acpmem's memory guidance, naming the
  *   block the compaction made, so the model can `memory_commit` it;
  * - `/memory` shows the index, `/memory recall <words>` searches, `/memory review` lists the review queue.
@@ -21,6 +24,7 @@ import type { ExtensionAPI, ExtensionContext } from "@earendil-works/pi-coding-a
 
 const TOOLS = ["memory_commit", "memory_recall"];
 const GUIDANCE_TYPE = "acpmem-guidance";
+const SURFACE_TYPE = "acpmem-surfaced";
 const MAX_OUTPUT = 16 * 1024 * 1024;
 
 interface Run {
@@ -71,9 +75,10 @@ export default async function acpmem(pi: ExtensionAPI): Promise<void> {
 	let session: SessionState | undefined;
 	let nudge: string | undefined;
 
-	function acp(args: string[], cwd: string, signal?: AbortSignal): Promise<Run> {
+	/** `acp memory <args>`; `input`, when given, is written to its standard input. */
+	function acp(args: string[], cwd: string, signal?: AbortSignal, input?: string): Promise<Run> {
 		return new Promise((resolve) => {
-			execFile(bin, ["memory", ...args], { cwd, timeout, maxBuffer: MAX_OUTPUT, signal, encoding: "utf8" },
+			const child = execFile(bin, ["memory", ...args], { cwd, timeout, maxBuffer: MAX_OUTPUT, signal, encoding: "utf8" },
 				(err, stdout, stderr) => {
 					if (!err) return resolve({ ok: true, stdout, error: "", missing: false });
 					const code = (err as NodeJS.ErrnoException).code;
@@ -85,6 +90,10 @@ export default async function acpmem(pi: ExtensionAPI): Promise<void> {
 						`\`acp memory ${args[0]}\` failed`;
 					resolve({ ok: false, stdout, missing: false, error: firstErrorLine(stderr ?? "", why) });
 				});
+			if (input !== undefined) {
+				child.stdin?.on("error", () => {}); // a command that exits early: its result says why
+				child.stdin?.end(input);
+			}
 		});
 	}
 
@@ -240,12 +249,29 @@ export default async function acpmem(pi: ExtensionAPI): Promise<void> {
 		void index(ctx);
 	});
 
+	// ------------------------------------------------------------------------------- what the prompt is about
+	/** The memories this prompt is about that the session has not seen yet ('' when none, or when it fails). */
+	async function surfaced(ctx: ExtensionContext, prompt: string): Promise<string> {
+		const s = current(ctx);
+		if (processOff || s.off || !prompt.trim()) return "";
+		const r = await acp(["surface", "--session", s.id, "--prompt", "-"], ctx.cwd, undefined, prompt);
+		if (r.ok) return r.stdout.trimEnd();
+		failed(ctx, r);
+		return "";
+	}
+
 	pi.on("before_agent_start", async (event, ctx) => {
 		await ready(ctx.cwd);
 		if (processOff) return void switchOff(ctx, processOff, true);
 		const idx = await index(ctx);
 		if (!idx) return void deactivate();
-		return { systemPrompt: `${event.systemPrompt}\n\n${idx}` };
+		// The index keeps the system prompt the same bytes every turn; what this prompt is about follows the
+		// user's message as a message of its own, kept in the session, so later requests repeat it unchanged.
+		const found = await surfaced(ctx, event.prompt ?? "");
+		return {
+			systemPrompt: `${event.systemPrompt}\n\n${idx}`,
+			...(found ? { message: { customType: SURFACE_TYPE, content: found, display: false } } : {}),
+		};
 	});
 
 	// --------------------------------------------------------------------------------------- after a compaction
@@ -294,7 +320,7 @@ export default async function acpmem(pi: ExtensionAPI): Promise<void> {
 		description: "acpmem: the memory index; `/memory recall <words>`; `/memory review` (the review queue)",
 		handler: async (args, ctx) => {
 			const [action, ...rest] = (args ?? "").trim().split(/\s+/).filter(Boolean);
-			const show = (s: string) => (ctx.hasUI ? ctx.ui.notify(s, "info") : process.stdout.write(`${s}\n`));
+			const show = (s: string): void => void (ctx.hasUI ? ctx.ui.notify(s, "info") : process.stdout.write(`${s}\n`));
 			await ready(ctx.cwd);
 			if (processOff) return warn(ctx, processOff, true);
 			const s = current(ctx);

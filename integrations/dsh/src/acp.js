@@ -29,13 +29,13 @@ export function makeRunner(config) {
   /**
    * Run `acp memory <args>`.
    * @param {string[]} args - the words after `acp memory`.
-   * @param {{ signal?: AbortSignal, timeoutMs?: number }} [options]
+   * @param {{ signal?: AbortSignal, timeoutMs?: number, input?: string }} [options] - `input` goes to its standard input.
    * @returns {Promise<AcpResult>}
    */
   const runAcp = function runAcp(args, options = {}) {
     const argv = argvOf(args)
     return new Promise((resolve) => {
-      execFile(config.acp, argv, {
+      const child = execFile(config.acp, argv, {
         timeout: options.timeoutMs ?? config.timeoutMs,
         maxBuffer: 16 * 1024 * 1024,
         encoding: 'utf8',
@@ -56,6 +56,10 @@ export function makeRunner(config) {
           resolve({ ok: false, stdout, stderr, code: typeof err.code === 'number' ? err.code : null, failure: 'failed' })
         }
       })
+      if (options.input !== undefined) {
+        child.stdin?.on('error', () => {}) // a command that exits before reading it: its result says why
+        child.stdin?.end(options.input)
+      }
     })
   }
   /**

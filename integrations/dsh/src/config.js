@@ -15,6 +15,7 @@
  * @property {'en' | 'zh'} [lang] - language of the tool texts and the guidance; default: the vault's.
  * @property {boolean} tools - register memory_commit and memory_recall.
  * @property {boolean} index - put the resident index in the system prompt.
+ * @property {boolean} surface - after each user message, the memories it is about (`acp memory surface --prompt`; the vault's `[surface] prompt = false` turns it off too).
  * @property {boolean} nudge - append the memory guidance after the ACP nudge and after a compaction.
  * @property {boolean} command - answer `/acp memory ...`.
  * @property {number} indexOrder - the system-prompt section order of the index.
@@ -28,6 +29,7 @@ const DEFAULTS = {
   wait: false,
   tools: true,
   index: true,
+  surface: true,
   nudge: true,
   command: true,
   indexOrder: 50,

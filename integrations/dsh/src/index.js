@@ -9,6 +9,8 @@
  *    call, and acpmem's fork distils the entry from exactly what the model saw;
  *  - the frozen resident index in the system prompt, the same bytes for the
  *    whole session;
+ *  - after each user message, the memories it is about (`acp memory surface
+ *    --prompt`), as a message of its own in the session;
  *  - acpmem's memory guidance right after the ACP nudge (and once after a
  *    compaction that came without one);
  *  - `/acp memory list`.
@@ -31,12 +33,14 @@ import { makeWarnOnce, failureKind } from './warn.js'
 import { makeTools, parseToolExport } from './tools.js'
 import { makeIndexCache, registerIndexSection, INDEX_VARIABLE } from './system-prompt.js'
 import { makeGuidance } from './nudge.js'
+import { makeSurfacing } from './surface.js'
 import { memoryCommand } from './commands.js'
 
 export { resolveConfig } from './config.js'
 export { parseToolExport, callSeq } from './tools.js'
 export { blockIds, voiceOf, GUIDANCE_PLUGIN } from './nudge.js'
 export { INDEX_SECTION, INDEX_VARIABLE } from './system-prompt.js'
+export { SURFACE_PLUGIN } from './surface.js'
 
 /**
  * Call `register(service)` as soon as the service `name` exists: now, or when
@@ -115,6 +119,7 @@ export default class AcpmemMemory {
       }, true)
     }
     const guidance = makeGuidance(env)
+    const surfacing = makeSurfacing(env)
 
     // prepend: run outside every other pre-step listener, so `next()` returns
     // the messages billion-context-dsh's nudge (and DSH's compaction) produced.
@@ -122,8 +127,10 @@ export default class AcpmemMemory {
       const session = payload.agent.session
       if (this.unavailable === null) guidance.start(session)
       const decision = await next()
-      if (decision.kind !== 'enter' || !this.config.nudge || this.unavailable !== null) return decision
-      const messages = await guidance.place(session, decision.messages, payload.signal)
+      if (decision.kind !== 'enter' || this.unavailable !== null) return decision
+      let messages = decision.messages
+      if (this.config.surface) messages = await surfacing.place(session, messages, payload.signal)
+      if (this.config.nudge) messages = await guidance.place(session, messages, payload.signal)
       return messages === decision.messages ? decision : { ...decision, messages }
     }, true)
 

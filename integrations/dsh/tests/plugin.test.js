@@ -8,7 +8,7 @@ import assert from 'node:assert/strict'
 import { createUserMessage } from '@deepseek-ai/dsh-llm'
 import { host, say, call, toolResults } from './support/harness.js'
 import { acp, project, remember, ACP } from './support/vault.js'
-import { GUIDANCE_PLUGIN } from '../src/index.js'
+import { GUIDANCE_PLUGIN, SURFACE_PLUGIN } from '../src/index.js'
 import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { zstdDecompressSync } from 'node:zlib'
@@ -81,6 +81,39 @@ test('memory_recall returns the entry, framed as data', async () => {
   // What the model got back is in the next request it was sent.
   const next = h.adapter.requests[1].messages.at(-1)
   assert.ok(JSON.stringify(next).includes(id))
+  await s.close()
+  await h.close()
+})
+
+test('each user message brings the memories it is about, once per session, right after it', async () => {
+  const p = project()
+  const id = remember(p.vault, 'The billing webhook listens on port 8443 in staging: the load balancer keeps 443 for the dashboard.', { type: 'fact', importance: 5 })
+  remember(p.vault, 'Lint rules stay as the team agreed; change them only with a review.', { importance: 8 })
+  const h = await host({ root: p.sessions, plugin: { vault: p.vault }, script: [say('8443'), say('still 8443')] })
+  const s = await h.session('surface-1', p.cwd)
+  await s.user('Which port does the billing webhook use in staging?')
+  await s.user('The billing webhook port in staging, again?')
+  const [first, second] = h.adapter.requests
+  assert.deepEqual(first.messages.map((m) => m.source?.kind === 'user' ? 'user' : m.source?.plugin), ['user', SURFACE_PLUGIN])
+  const memory = textOf(first.messages[1])
+  assert.ok(memory.includes(`id="${id}"`) && memory.includes('keeps 443 for the dashboard'), memory)
+  assert.ok(!memory.includes('Lint rules'), 'only what the message is about')
+  assert.ok(!first.system.includes('kind="surface"'), 'not in the system prompt')
+  assert.equal(second.system, first.system)
+  const surfaced = second.messages.filter((m) => m.source?.plugin === SURFACE_PLUGIN)
+  assert.equal(surfaced.length, 1, 'kept as history, not repeated')
+  assert.deepEqual(h.warningTexts(), [])
+  await s.close()
+  await h.close()
+})
+
+test('surface: false in the plugin config adds nothing to the user message', async () => {
+  const p = project()
+  remember(p.vault, 'The billing webhook listens on port 8443 in staging.', { type: 'fact' })
+  const h = await host({ root: p.sessions, plugin: { vault: p.vault, surface: false }, script: [say('ok')] })
+  const s = await h.session('surface-off', p.cwd)
+  await s.user('Which port does the billing webhook use in staging?')
+  assert.deepEqual(h.adapter.requests[0].messages.map((m) => m.source?.kind), ['user'])
   await s.close()
   await h.close()
 })
