@@ -17,11 +17,19 @@ from acpmem.core.entry import Entry
 from acpmem.core.errors import AcpmemError, ExtractionError, UsageError
 from acpmem.core.layout import LAYER_PROJECT, LAYER_USER, PROPOSALS_DIR
 from acpmem.core.limits import one_line
+from acpmem.core.tools import parse_commit_args
 from acpmem.core.values import Value
-from acpmem.write import costs, requests
-from acpmem.write.context import conversation, fork_body, related_entries, request_block, request_citations
+from acpmem.vault.branches import scope_for, with_scope
+from acpmem.vault.gitrun import git, writes_blocked
+from acpmem.vault.history import commit_for_request
+from acpmem.write import budget, costs, llm, requests
+from acpmem.write.context import (conversation, fork_body, related_entries, request_block, request_citations,
+                                  shrunk_window)
 from acpmem.write.draft import (ANSWER_TEXT_CHARS, Draft, conversation_turns, draft_from_calls, offline_draft,
                                 read_reply, under_policy, unusable, user_safe)
+from acpmem.write.llm import resolve_model_config, with_served_model
+from acpmem.write.offline import extract_offline
+from acpmem.write.provenance import annotate
 from acpmem.write.requests import Request
 
 EXTRACTORS = ("auto", "llm", "offline")
@@ -107,8 +115,6 @@ def choose_extractor(vault, override: str | None = None, env=None, req: Request 
     """(``"llm"`` with its ``ModelConfig``) or (``"offline"``, None): ``override`` > what the request ``req``
     recorded when it was made (its extractor, and for ``llm`` its endpoint and model; the key comes from this
     process's settings) > ``[extraction] extractor``; ``auto`` uses a model when one is configured."""
-    from acpmem.write.llm import resolve_model_config, with_served_model
-
     recorded = req.extractor if req is not None and not override else None
     name = override or recorded or vault.settings.extraction.extractor
     if name not in EXTRACTORS:
@@ -162,8 +168,6 @@ def commit_draft(vault, req: Request, draft: Draft, model_label: str, extractor:
 def _scoped(vault, req: Request, draft: Draft) -> list[Entry]:
     """The draft's project entries tied to the project branch the request was made on, as ``[branches] scoped``
     or the request's ``scope`` (``commit --branch/--global``) says (``acpmem.vault.branches``)."""
-    from acpmem.vault.branches import scope_for, with_scope
-
     if vault.layer != LAYER_PROJECT:
         return draft.entries
     fields: dict[str, dict] = {}
@@ -253,8 +257,6 @@ def _gone(vault, request_id: str) -> Outcome:
 
 def _refuse_blocked_writes(vault) -> None:
     """A rebase, a detached HEAD in either layer: refused before any model call, no attempt used."""
-    from acpmem.vault.gitrun import writes_blocked
-
     for layer in vault.layers():
         blocked = writes_blocked(layer.root)
         if blocked is not None:
@@ -266,8 +268,6 @@ def _written_before(vault, req: Request) -> tuple[Outcome | None, bool]:
     request killed between its files and its commit is finished (or dropped) first, and only then does the history
     say whether it happened. The user part is committed first: a run killed between the two commits writes the
     project part only."""
-    from acpmem.vault.history import commit_for_request
-
     for layer_vault in dict.fromkeys(lv for lv in (vault.user, vault) if lv is not None):
         layer_vault.finish_interrupted()
     sha = commit_for_request(vault, requests.check_request_id(req.id))
@@ -278,7 +278,6 @@ def _written_before(vault, req: Request) -> tuple[Outcome | None, bool]:
     user_sha = commit_for_request(vault.user, req.id)
     if not user_sha:
         return None, False
-    from acpmem.vault.gitrun import git
 
     body = git(vault.user.root, "log", "-1", "--format=%B", user_sha, check=False).out
     if f"{USER_PART_TRAILER}: yes" not in body:
@@ -290,9 +289,6 @@ def _written_before(vault, req: Request) -> tuple[Outcome | None, bool]:
 def _extract(vault, req: Request, override: str | None, env, now: str, say, attempt: _Attempt) -> Draft | Outcome:
     """The request's draft, offline or from the model — or the ``deferred`` outcome when a budget is spent. A
     block commit whose model answer is still unusable at its last attempt keeps the block's summary."""
-    from acpmem.core.tools import parse_commit_args
-    from acpmem.write.offline import extract_offline
-
     # a request file is local state a person can edit, and the vault's types can change after the commit
     parse_commit_args({"type": req.type, "note": req.note, "importance": req.importance}, vault.settings.types)
     attempt.kind, attempt.config = choose_extractor(vault, override, env, req)
@@ -371,7 +367,6 @@ def _commit(vault, req: Request, draft: Draft, attempt: _Attempt, user_done: boo
                   notes=tuple(draft.notes))
     if not draft.entries:
         return _finish(vault, req, Outcome(status="nothing", redacted=tuple(draft.redacted), **common))
-    from acpmem.write.provenance import annotate
 
     draft.entries = annotate(vault, attempt.transcript, draft.entries, draft.layer_of)
     draft.entries = _scoped(vault, req, draft)
@@ -431,9 +426,6 @@ def _call_fitted(vault, req: Request, config, t, related: list[Entry], notes: li
     over its context (reason ``context_length``), built again at half the size and sent, up to ``CONTEXT_SHRINKS``
     times — never the same body again. Every call goes to the cost ledger, and is counted in ``spent`` (calls and
     tokens, what ``extract`` sums). Returns the body sent and the answer."""
-    from acpmem.write import llm
-    from acpmem.write.context import shrunk_window
-
     window = None
     for shrink in range(CONTEXT_SHRINKS + 1):
         body = fork_body(vault, req, config, transcript=t, related=related, notes=notes, context_tokens=window)
@@ -460,8 +452,6 @@ def _call_fitted(vault, req: Request, config, t, related: list[Entry], notes: li
 def _over_budget(vault, req: Request, now: str) -> Outcome | None:
     """When an extraction budget is spent: the request kept pending, not attempted, until it frees — the
     ``deferred`` outcome; else None (``acpmem.write.budget``)."""
-    from acpmem.write import budget
-
     st = budget.current(vault.state_dir, vault.clock(), vault.settings.extraction)
     if st is None or not st.over:
         return None
