@@ -40,12 +40,9 @@ def complete_ids(ctx: typer.Context, incomplete: str) -> list[str]:
         # lazy: typer's start-up (help, completion) does not need it (measured +13 ms)
         from acpmem.vault.reader import VaultReader
 
-        v = VaultReader.open(vault_of(ctx, ctx.params.get("vault")))
-        try:
+        with VaultReader.open(vault_of(ctx, ctx.params.get("vault"))) as v:
             return sorted(e.id for lv in v.layers() for e in lv.load(with_reads=False, light=True).entries
                           if e.id.startswith(incomplete))
-        finally:
-            v.close()
     except Exception:  # noqa: BLE001 - no vault, a broken one: nothing to offer
         return []
 
@@ -59,7 +56,8 @@ def complete_types(ctx: typer.Context, incomplete: str) -> list[str]:
         # lazy: typer's start-up (help, completion) does not need it (measured +13 ms)
         from acpmem.vault.reader import VaultReader
 
-        types = VaultReader.open(vault_of(ctx, ctx.params.get("vault"))).settings.types
+        with VaultReader.open(vault_of(ctx, ctx.params.get("vault"))) as v:
+            types = v.settings.types
     except Exception:  # noqa: BLE001
         types = DEFAULT_TYPES
     return [t for t in types if t.startswith(incomplete)]

@@ -83,16 +83,16 @@ def sync(ctx: typer.Context,
     # lazy: typer's start-up (help, completion) does not need it (measured +42 ms)
     from acpmem.vault.sync import sync as run_sync
 
-    v = open_user(ctx, vault) if user else open_vault(ctx, vault)
-    try:
-        result = run_sync(v, remote)   # on a terminal, its steps are counted (cli.progress)
-    except SyncConflict as exc:
-        if not json_:   # under --json the error object's details name them
-            for p in exc.data.get("paths", []):
-                warn(f"conflict: {p}")
-        raise
-    finally:
-        emit_warnings(v)
+    with (open_user(ctx, vault) if user else open_vault(ctx, vault)) as v:
+        try:
+            result = run_sync(v, remote)   # on a terminal, its steps are counted (cli.progress)
+        except SyncConflict as exc:
+            if not json_:   # under --json the error object's details name them
+                for p in exc.data.get("paths", []):
+                    warn(f"conflict: {p}")
+            raise
+        finally:
+            emit_warnings(v)   # a conflict's warnings too, unlike `using`
     if json_:
         out_json(result.to_json())
         return
@@ -127,13 +127,10 @@ def trust(ctx: typer.Context,
     from acpmem.core import trust as model
     from acpmem.vault.config import record_trust, vault_settings
 
-    v = open_user(ctx, vault) if user else open_vault(ctx, vault)
-    try:
+    with (open_user(ctx, vault) if user else open_vault(ctx, vault)) as v:
         path = v.root / "acpmem.toml"
         found = {} if revoke else model.claims(vault_settings(v.root, v.state_dir))
         where = record_trust(v.root, found)
-    finally:
-        v.close()
     if revoke:
         out(f"The person-only settings of {path} are ignored again (removed from {where}).")
     elif not found:

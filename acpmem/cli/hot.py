@@ -17,7 +17,7 @@ from enum import Enum
 from pathlib import Path
 
 from acpmem.cli import reads
-from acpmem.cli.output import emit_warnings, fail, is_tty, out, out_json, warn
+from acpmem.cli.output import fail, is_tty, out, out_json, using, warn
 from acpmem.core.errors import UsageError
 
 
@@ -139,16 +139,12 @@ def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget
             return 0
     from acpmem.vault.reader import VaultReader  # reading only: the write machinery stays unimported
 
-    v = VaultReader.open(vault)
-    try:
+    with using(VaultReader.open(vault)) as v:
         if fmt == "table" and is_tty():
             _rich_table(v, all_, all_branches)
         else:
             out(list_output(v, fmt, include_all=all_, session=session, refresh=refresh, budget=budget,
                             all_branches=all_branches))
-    finally:
-        v.close()
-    emit_warnings(v)
     return 0
 
 
@@ -159,8 +155,7 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
     from acpmem.vault.reader import VaultReader
     from acpmem.read.retrieval import recall_text
 
-    v = VaultReader.open(vault)
-    try:
+    with using(VaultReader.open(vault)) as v:
         report: dict = {}
         hits = recall_layered(v, query, limit=limit if limit is not None else v.settings.recall.limit,
                                types=type_ or None, include_superseded=all_, session=session, report=report)
@@ -174,9 +169,6 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
                                                      for h in hits], **report}, ensure_ascii=False, indent=2))
         else:
             out(recall_text(v, hits, {i: c.attrs() for i, c in checks.items()}))
-    finally:
-        v.close()
-    emit_warnings(v)
     if not json_:   # --json carries them in the document
         for said in (report.get("warning"), report.get("rerank", {}).get("warning")):
             if said:
@@ -212,15 +204,11 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
             out(text)
             sys.stdout.flush()
 
-    v = Opened.open(vault)
-    try:
+    with using(Opened.open(vault)) as v:
         ack = submit(v, type=type_, note=note, importance=importance, session=session, seq=seq,
                      transcript=_path(transcript), wait=wait, host_tools=_path(host_tools), extractor=extractor,
                      block=block, scope="branch" if branch else "global" if global_ else None,
                      on_recorded=recorded)
-    finally:
-        v.close()
-    emit_warnings(v)
     if json_:
         out_json(ack.to_json())
     else:

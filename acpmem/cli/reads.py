@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acpmem.cli.output import emit_warnings, out, out_json
+from acpmem.cli.output import emit_warnings, out, out_json, using
 from acpmem.core.errors import UsageError
 
 
@@ -19,8 +19,7 @@ def show_cmd(*, entry_id: str, json_: bool, vault: Path | None, source: bool, tr
     # lazy: the frozen `list --format prompt --session` does not need it (measured +15 ms to its start-up)
     from acpmem.vault.reader import VaultReader
 
-    v = VaultReader.open(vault)
-    try:
+    with VaultReader.open(vault) as v:
         if source:
             # lazy: the frozen `list --format prompt --session` does not need it (measured +4.7 ms to its start-up)
             from acpmem.read.sources import entry_source, source_text
@@ -52,8 +51,6 @@ def show_cmd(*, entry_id: str, json_: bool, vault: Path | None, source: bool, tr
         out(render.show_text(e, v.clock(), layer if len(v.layers()) > 1 else None,
                              check.lines() if check is not None else None))
         return 0
-    finally:
-        v.close()
 
 
 def surface_cmd(*, session: str, seed: int | None, at: str | None, json_: bool, vault: Path | None) -> int:
@@ -61,8 +58,7 @@ def surface_cmd(*, session: str, seed: int | None, at: str | None, json_: bool, 
     from acpmem.vault.reader import VaultReader, parse_at
     from acpmem.read.retrieval import surface as do_surface, surface_text
 
-    v = VaultReader.open(vault)
-    try:
+    with VaultReader.open(vault) as v:
         result = do_surface(v, session, at=parse_at(at) if at is not None else None, seed=seed)
         emit_warnings(v)
         if json_:
@@ -72,8 +68,6 @@ def surface_cmd(*, session: str, seed: int | None, at: str | None, json_: bool, 
             if text:
                 out(text)
         return 0
-    finally:
-        v.close()
 
 
 def score_cmd(*, explain: bool, seed: int | None, at: str | None, session: str | None, top: int | None,
@@ -82,8 +76,7 @@ def score_cmd(*, explain: bool, seed: int | None, at: str | None, session: str |
     from acpmem.vault import reader
     from acpmem.read.layers import scores_layered
 
-    v = reader.VaultReader.open(vault)
-    try:
+    with reader.VaultReader.open(vault) as v:
         when = reader.parse_at(at) if at is not None else None
         layered = scores_layered(v, at=when, seed=seed, session=session, top_n=top)
         emit_warnings(v)
@@ -92,8 +85,6 @@ def score_cmd(*, explain: bool, seed: int | None, at: str | None, session: str |
                       "rows": [{**r.to_json(), "layer": layer} for layer, r in layered]})
             return 0
         two = len(v.layers()) > 1
-    finally:
-        v.close()
     lay = (lambda layer: f"{layer:<8}") if two else (lambda layer: "")
     lines = []
     if explain:
@@ -117,12 +108,8 @@ def stats_cmd(*, json_: bool, vault: Path | None) -> int:
     from acpmem.vault.reader import VaultReader
     from acpmem.upkeep.stats import stats as collect
 
-    v = VaultReader.open(vault)
-    try:
+    with using(VaultReader.open(vault)) as v:
         s = collect(v)
-    finally:
-        v.close()
-    emit_warnings(v)
     if json_:
         out_json(s)
         return 0
