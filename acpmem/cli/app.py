@@ -13,6 +13,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from acpmem.core.errors import VaultNotFound
+
 HELP = """Cross-session long-term memory for LLM agents: a git-versioned markdown vault, a resident index and recall.
 
 Start with `acp memory init --example` and `acp memory list`. Every command has --help with an example."""
@@ -35,26 +37,27 @@ def complete_ids(ctx: typer.Context, incomplete: str) -> list[str]:
     """Shell completion of entry ids, from the catalogs of the project and user vaults (never fails: a completion
     prints nothing)."""
     try:
+        # lazy: typer's start-up (help, completion) does not need it (measured +13 ms)
         from acpmem.vault.reader import VaultReader
 
-        v = VaultReader.open(vault_of(ctx, ctx.params.get("vault")))
-        try:
+        with VaultReader.open(vault_of(ctx, ctx.params.get("vault"))) as v:
             return sorted(e.id for lv in v.layers() for e in lv.load(with_reads=False, light=True).entries
                           if e.id.startswith(incomplete))
-        finally:
-            v.close()
     except Exception:  # noqa: BLE001 - no vault, a broken one: nothing to offer
         return []
 
 
 def complete_types(ctx: typer.Context, incomplete: str) -> list[str]:
     """Shell completion of entry types: the vault's, else the defaults."""
+    # lazy: typer's start-up (help, completion) does not need it (measured +2.9 ms)
     from acpmem.core.entry import DEFAULT_TYPES
 
     try:
+        # lazy: typer's start-up (help, completion) does not need it (measured +13 ms)
         from acpmem.vault.reader import VaultReader
 
-        types = VaultReader.open(vault_of(ctx, ctx.params.get("vault"))).settings.types
+        with VaultReader.open(vault_of(ctx, ctx.params.get("vault"))) as v:
+            types = v.settings.types
     except Exception:  # noqa: BLE001
         types = DEFAULT_TYPES
     return [t for t in types if t.startswith(incomplete)]
@@ -88,6 +91,7 @@ def vault_of(ctx: typer.Context | None, vault: str | None) -> str | None:
 
 def open_vault(ctx: typer.Context, vault: str | None):
     """The ``Vault`` for a command: its own --vault, else the group's --vault, else discovery."""
+    # lazy: typer's start-up (help, completion) does not need it (measured +33 ms)
     from acpmem.vault.writer import Vault
 
     return Vault.open(vault_of(ctx, vault))
@@ -95,6 +99,7 @@ def open_vault(ctx: typer.Context, vault: str | None):
 
 def open_user(ctx: typer.Context, vault: str | None):
     """The user vault for a ``--user`` command: the one the project vault here reads, else the default one."""
+    # lazy: typer's start-up (help, completion) does not need it (measured +15 ms)
     from acpmem.read.layers import open_user_vault
 
     return open_user_vault(vault_of(ctx, vault))
@@ -103,8 +108,6 @@ def open_user(ctx: typer.Context, vault: str | None):
 def open_for_user(ctx: typer.Context, vault: str | None):
     """The vault a ``--user`` write starts from: the project vault here (its paths are kept out of the user vault),
     else — no project vault here — the user vault alone."""
-    from acpmem.core.errors import VaultNotFound
-
     try:
         return open_vault(ctx, vault)
     except VaultNotFound:

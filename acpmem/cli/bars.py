@@ -20,6 +20,7 @@ class Terminal:
 
     def _start(self):
         if self._bars is None:
+            # lazy: rich is heavy, never imported at start-up
             from rich.console import Console
             from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
             from rich.text import Text

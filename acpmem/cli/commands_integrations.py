@@ -6,7 +6,6 @@ Each is parse → one library call (``integrations.mcp_server.serve``, ``integra
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -14,6 +13,7 @@ import typer
 from acpmem.cli import hot
 from acpmem.cli.app import JsonOpt, UserOpt, VaultOpt, app, hook_app, open_user, open_vault, params, vault_of
 from acpmem.cli.output import emit_warnings, out, out_json, warn
+from acpmem.core.errors import SyncConflict
 
 
 @app.command()
@@ -79,19 +79,19 @@ def sync(ctx: typer.Context,
 
     Example: acp memory sync --user
     """
-    from acpmem.core.errors import SyncConflict
+    # lazy: typer's start-up (help, completion) does not need it (measured +42 ms)
     from acpmem.vault.sync import sync as run_sync
 
-    v = open_user(ctx, vault) if user else open_vault(ctx, vault)
-    try:
-        result = run_sync(v, remote)   # on a terminal, its steps are counted (cli.progress)
-    except SyncConflict as exc:
-        if not json_:   # under --json the error object's details name them
-            for p in exc.data.get("paths", []):
-                warn(f"conflict: {p}")
-        raise
-    finally:
-        emit_warnings(v)
+    with (open_user(ctx, vault) if user else open_vault(ctx, vault)) as v:
+        try:
+            result = run_sync(v, remote)   # on a terminal, its steps are counted (cli.progress)
+        except SyncConflict as exc:
+            if not json_:   # under --json the error object's details name them
+                for p in exc.data.get("paths", []):
+                    warn(f"conflict: {p}")
+            raise
+        finally:
+            emit_warnings(v)   # a conflict's warnings too, unlike `using`
     if json_:
         out_json(result.to_json())
         return
@@ -122,16 +122,14 @@ def trust(ctx: typer.Context,
 
     Example: acp memory trust --revoke
     """
+    # lazy: typer's start-up (help, completion) does not need them (measured +7.8 ms)
     from acpmem.core import trust as model
     from acpmem.vault.config import record_trust, vault_settings
 
-    v = open_user(ctx, vault) if user else open_vault(ctx, vault)
-    try:
+    with (open_user(ctx, vault) if user else open_vault(ctx, vault)) as v:
         path = v.root / "acpmem.toml"
         found = {} if revoke else model.claims(vault_settings(v.root, v.state_dir))
         where = record_trust(v.root, found)
-    finally:
-        v.close()
     if revoke:
         out(f"The person-only settings of {path} are ignored again (removed from {where}).")
     elif not found:
@@ -155,6 +153,7 @@ def schema(name: Annotated[Optional[str], typer.Argument(metavar="COMMAND", show
 
     Example: acp memory schema error
     """
+    # lazy: typer's start-up (help, completion) does not need it (measured +1.1 ms)
     from acpmem.cli.schemas import listing, schema_text
 
     if name is not None:

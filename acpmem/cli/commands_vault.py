@@ -11,6 +11,7 @@ from acpmem.cli import hot
 from acpmem.cli.app import (IdArg, JsonOpt, UserOpt, VaultOpt, app, as_path, complete_ids, open_user, open_vault,
                             params, vault_of)
 from acpmem.cli.output import fail, out, out_json, using
+from acpmem.core.errors import UsageError
 from acpmem.core.limits import MAX_BUDGET_TOKENS, MAX_INT, MAX_TOP_N, MIN_INT
 
 
@@ -34,12 +35,11 @@ def init(path: Annotated[Optional[str], typer.Argument(metavar="PATH", show_defa
 
     Example: acp memory init --user
     """
+    # lazy: typer's start-up (help, completion) does not need it (measured +34 ms)
     from acpmem.vault.create import init_user_vault, init_vault
 
     if user:
         if path:
-            from acpmem.core.errors import UsageError
-
             raise UsageError("init --user takes no PATH", "set ACPMEM_USER_VAULT=PATH to put the user vault there")
         v = init_user_vault(example=example)
     else:
@@ -49,6 +49,7 @@ def init(path: Annotated[Optional[str], typer.Argument(metavar="PATH", show_defa
     if json_:
         out_json({"vault": str(v.root), "entries": n})
         return
+    # lazy: typer's start-up (help, completion) does not need it (measured +7.8 ms)
     from acpmem.core.render import count_entries
 
     out(f"Created the vault at {v.root} ({count_entries(n)}).")
@@ -168,6 +169,7 @@ def edit(ctx: typer.Context, entry_id: IdArg,
 
     Example: acp memory edit u-k3f --user --from fixed.md
     """
+    # lazy: typer's start-up (help, completion) does not need it (measured +15 ms)
     from acpmem.read.layers import edit_layered
 
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
@@ -188,6 +190,7 @@ def forget(ctx: typer.Context, entry_id: IdArg,
 
     Example: acp memory forget k3f --reason "the queue moved to Postgres"
     """
+    # lazy: typer's start-up (help, completion) does not need it (measured +46 ms)
     from acpmem.upkeep.review import forget_or_reject
 
     with using(open_vault(ctx, vault)) as v:
@@ -219,6 +222,7 @@ def log(ctx: typer.Context,
 
     Example: acp memory log k3f
     """
+    # lazy: typer's start-up (help, completion) does not need it (measured +15 ms)
     from acpmem.read.layers import log_layered
 
     v = open_user(ctx, vault) if user and not entry_id else open_vault(ctx, vault)
@@ -244,6 +248,7 @@ def doctor(ctx: typer.Context, fix: Annotated[bool, typer.Option("--fix", help="
 
     Example: acp memory doctor --fix
     """
+    # lazy: typer's start-up (help, completion) does not need it (measured +94 ms)
     from acpmem.upkeep.doctor import doctor as check
 
     v = open_vault(ctx, vault)
@@ -273,6 +278,7 @@ def embed(ctx: typer.Context, json_: JsonOpt = False, vault: VaultOpt = None) ->
 
     Example: acp memory embed
     """
+    # lazy: typer's start-up (help, completion) does not need it (measured +53 ms)
     from acpmem.read.embedding import embed_now
 
     with using(open_vault(ctx, vault)) as v:

@@ -6,6 +6,7 @@ Each command parses its arguments, makes one library call (``write.submit``, ``w
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -13,8 +14,9 @@ import typer
 from acpmem.cli import hot
 from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault, params, vault_of
 from acpmem.cli.output import fail, out, out_json, using, warn
-from acpmem.core.errors import AcpmemError, UsageError
-from acpmem.write.requests import MAX_SEQ
+from acpmem.core.blocks import turns_text
+from acpmem.core.errors import AcpmemError, UsageError, VaultNotFound
+from acpmem.write.requests import MAX_SEQ, pending_dir
 
 
 class Extractor(str, Enum):
@@ -138,6 +140,7 @@ def extract(ctx: typer.Context,
     Example: acp memory extract --transcript session.jsonl.zstd --block b2 --note "auth token design" --type decision
     --importance 8 --session s1 --seq 21
     """
+    # lazy: typer's start-up (help, completion) does not need it (measured +55 ms)
     from acpmem.write import extract as ex
 
     requests = list(requests or [])
@@ -160,7 +163,6 @@ def extract(ctx: typer.Context,
             ids, reqs = [req.id], [req]
         else:
             ids, reqs, broken = ex.select(v, requests, pending=pending, failed=failed)
-            from acpmem.write.requests import pending_dir
 
             for name in broken:
                 warn(f"Warning: {pending_dir(v.state_dir) / name} is not a valid request file (left as it is)")
@@ -177,6 +179,7 @@ def extract(ctx: typer.Context,
         outcomes = ex.run(v, ids, extractor=ex_name)   # on a terminal, a count and each result (cli.progress)
         who = None
         if any(o.status == "retry" for o in outcomes):   # what stays pending is retried on its schedule
+            # lazy: typer's start-up (help, completion) does not need it (measured +1.9 ms)
             from acpmem.write.worker import hand_over
 
             who = hand_over(v, retries=True)
@@ -212,8 +215,8 @@ def extract(ctx: typer.Context,
 def _vault_defaults(ctx: typer.Context, vault: str | None):
     """The vault's types and language when a vault is found; the defaults otherwise (these commands need none).
     A third value: whether a user vault is read beside it (the fork's memory_write then has a layer field)."""
+    # lazy: typer's start-up (help, completion) does not need them (measured +13 ms)
     from acpmem.core.entry import DEFAULT_TYPES
-    from acpmem.core.errors import VaultNotFound
     from acpmem.vault.reader import VaultReader
 
     try:
@@ -240,6 +243,7 @@ def tools(ctx: typer.Context,
 
     Example: acp memory tools --for main --format anthropic --lang zh
     """
+    # lazy: typer's start-up (help, completion) does not need it (measured +5.7 ms)
     from acpmem.core.tools import tool_definitions
 
     types, vlang, layers = _vault_defaults(ctx, vault)
@@ -264,6 +268,7 @@ def nudge(ctx: typer.Context,
 
     Example: acp memory nudge --lang zh --voice tier
     """
+    # lazy: typer's start-up (help, completion) does not need it (measured +5.7 ms)
     from acpmem.core.tools import nudge_text
 
     out(nudge_text(lang.value if lang else _vault_defaults(ctx, vault)[1], voice.value))
@@ -281,10 +286,8 @@ def blocks(transcript: Annotated[str, typer.Argument(metavar="FILE", show_defaul
 
     Example: acp memory blocks ~/.dsh/sessions/p/session-3aa366c3/session.jsonl.zstd
     """
-    from acpmem.core.blocks import turns_text
+    # lazy: typer's start-up (help, completion) does not need it (measured +12 ms)
     from acpmem.hosts.transcripts import read_transcript
-
-    from pathlib import Path
 
     t = read_transcript(Path(transcript), turns=())
     for w in t.warnings:

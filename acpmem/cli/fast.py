@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import os
 
+from acpmem.cli.fastspec import COMMANDS, GROUP
+from acpmem.cli.hot import call
+from acpmem.cli.output import guarded
+
 _NO = object()
 
 
@@ -112,7 +116,6 @@ def try_fast(argv: list[str], prog: str) -> int | None:
         if args[:1] != ["memory"]:
             return None
         args = args[1:]
-    from acpmem.cli.fastspec import COMMANDS, GROUP
 
     got = parse(GROUP, args, stop_at_positional=True)
     if got is None:
@@ -125,8 +128,6 @@ def try_fast(argv: list[str], prog: str) -> int | None:
         parsed = parse(spec, rest[len(words):])
         if parsed is None or parsed[1]:
             return None
-        from acpmem.cli.hot import call
-        from acpmem.cli.output import guarded
 
         return guarded(lambda: call(name, parsed[0], group["vault"]))
     return None

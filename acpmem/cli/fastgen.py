@@ -12,6 +12,8 @@ import sys
 import typing
 from pathlib import Path
 
+from acpmem.cli.main import typer_command
+
 FAST = ("list", "recall", "commit", "hook claude-code", "show", "surface", "score", "stats",   # per turn
         "serve")   # its MCP handshake must be as quick as a Python start
 SPEC_FILE = Path(__file__).with_name("fastspec.py")
@@ -65,8 +67,6 @@ def _param(p) -> dict:
 
 def build() -> dict:
     """The table, from the typer commands as they are now."""
-    from acpmem.cli.main import typer_command
-
     group = typer_command("acpmem")
     spec = {"GROUP": {"params": [_param(p) for p in group.params if p.name in ("vault",)]}, "COMMANDS": {}}
     for name in FAST:

@@ -11,12 +11,14 @@ Each function prints its output and returns the exit code, or raises ``AcpmemErr
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import Enum
 from pathlib import Path
 
 from acpmem.cli import reads
-from acpmem.cli.output import emit_warnings, fail, is_tty, out, out_json, warn
+from acpmem.cli.output import fail, is_tty, out, out_json, using, warn
+from acpmem.core.errors import UsageError
 
 
 PROBLEMS_SHOWN = 5   # invalid files named by list, one warning each; the rest counted (doctor lists them all)
@@ -25,13 +27,16 @@ PROBLEMS_SHOWN = 5   # invalid files named by list, one warning each; the rest c
 def list_output(vault, fmt: str, *, include_all: bool = False, session: str | None = None,
                 refresh: bool = False, budget: int | None = None, all_branches: bool = False) -> str:
     """The text of ``list`` in a non-terminal format: prompt, json, markdown or plain lines."""
+    # lazy: the frozen `list --format prompt --session` does not need it (measured +9.7 ms to its start-up)
     from acpmem.core import render
 
     if fmt == "prompt":
+        # lazy: the frozen `list --format prompt --session` does not need it (measured +17 ms to its start-up)
         from acpmem.read.resident import resident_index
 
         return resident_index(vault, session=session, refresh=refresh, budget_tokens=budget,
                               all_branches=all_branches)
+    # lazy: the frozen `list --format prompt --session` does not need them (measured +24 ms to its start-up)
     from acpmem.read.layers import list_layered
     from acpmem.vault.projectgit import stale_map
 
@@ -66,6 +71,7 @@ def list_output(vault, fmt: str, *, include_all: bool = False, session: str | No
 
 def _on_branch(vault, items, all_branches: bool):
     """The listed items this checkout sees, and the ``Hidden`` rest (``acpmem.vault.branches``)."""
+    # lazy: the frozen `list --format prompt --session` does not need it (measured +15 ms to its start-up)
     from acpmem.vault.branches import NONE, hidden
 
     if all_branches:
@@ -77,6 +83,7 @@ def _on_branch(vault, items, all_branches: bool):
 
 
 def _rich_table(v, include_all: bool, all_branches: bool = False) -> None:
+    # lazy: the frozen `list --format prompt --session` does not need them (+26 ms); rich is heavy, never imported at start-up
     from rich.console import Console
     from rich.markup import escape
 
@@ -117,13 +124,12 @@ def _rich_table(v, include_all: bool, all_branches: bool = False) -> None:
 def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget: int | None, json_: bool,
              vault: Path | None, all_branches: bool = False) -> int:
     if json_ and fmt not in ("table", "json"):
-        from acpmem.core.errors import UsageError
-
         raise UsageError(f"--json and --format {fmt} ask for two different outputs", "pass one of them")
     if json_:
         fmt = "json"
     if fmt == "prompt" and session and not refresh and not all_branches:
         # The frozen index of a running session (every turn): one file read, no vault machinery.
+        # lazy: `list` does not need them (measured +0.1 ms to its start-up)
         from acpmem.vault.discovery import discover, state_location
         from acpmem.read.snapshot import frozen_index
 
@@ -133,30 +139,27 @@ def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget
             return 0
     from acpmem.vault.reader import VaultReader  # reading only: the write machinery stays unimported
 
-    v = VaultReader.open(vault)
-    try:
+    with using(VaultReader.open(vault)) as v:
         if fmt == "table" and is_tty():
             _rich_table(v, all_, all_branches)
         else:
             out(list_output(v, fmt, include_all=all_, session=session, refresh=refresh, budget=budget,
                             all_branches=all_branches))
-    finally:
-        v.close()
-    emit_warnings(v)
     return 0
 
 
 def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: bool, session: str | None,
                json_: bool, vault: Path | None) -> int:
+    # lazy: the frozen `list --format prompt --session` does not need them (measured +49 ms to its start-up)
     from acpmem.read.layers import recall_layered
     from acpmem.vault.reader import VaultReader
     from acpmem.read.retrieval import recall_text
 
-    v = VaultReader.open(vault)
-    try:
+    with using(VaultReader.open(vault)) as v:
         report: dict = {}
         hits = recall_layered(v, query, limit=limit if limit is not None else v.settings.recall.limit,
                                types=type_ or None, include_superseded=all_, session=session, report=report)
+        # lazy: the frozen `list --format prompt --session` does not need it (measured +17 ms to its start-up)
         from acpmem.read.citecheck import served
 
         checks = served(v, [(h.entry, h.layer) for h in hits])
@@ -166,9 +169,6 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
                                                      for h in hits], **report}, ensure_ascii=False, indent=2))
         else:
             out(recall_text(v, hits, {i: c.attrs() for i, c in checks.items()}))
-    finally:
-        v.close()
-    emit_warnings(v)
     if not json_:   # --json carries them in the document
         for said in (report.get("warning"), report.get("rerank", {}).get("warning")):
             if said:
@@ -180,8 +180,6 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
                seq: int | None, transcript: str | None, host_tools: str | None, wait: bool,
                extractor: str | None, json_: bool, vault: Path | None, block: str | None = None,
                branch: bool = False, global_: bool = False) -> int:
-    from acpmem.core.errors import UsageError
-
     missing = [f"--{k}" for k, v in (("type", type_), ("note", note), ("importance", importance),
                                       ("session", session), ("seq", seq)) if v is None]
     if missing:
@@ -189,9 +187,12 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
     if branch and global_:
         raise UsageError("--branch and --global ask for two different scopes", "pass one of them")
     if wait:   # the fork runs in this process and writes: the whole vault
+        # lazy: chosen at run time
         from acpmem.vault.writer import Vault as Opened
     else:      # a durable request and a worker: the read side is enough, and cheap to import
+        # lazy: chosen at run time
         from acpmem.vault.reader import VaultReader as Opened
+    # lazy: the frozen `list --format prompt --session` does not need it (measured +42 ms to its start-up)
     from acpmem.write.submit import submit
 
     said: list[str] = []
@@ -203,15 +204,11 @@ def commit_cmd(*, type_: str | None, note: str | None, importance: int | None, s
             out(text)
             sys.stdout.flush()
 
-    v = Opened.open(vault)
-    try:
+    with using(Opened.open(vault)) as v:
         ack = submit(v, type=type_, note=note, importance=importance, session=session, seq=seq,
                      transcript=_path(transcript), wait=wait, host_tools=_path(host_tools), extractor=extractor,
                      block=block, scope="branch" if branch else "global" if global_ else None,
                      on_recorded=recorded)
-    finally:
-        v.close()
-    emit_warnings(v)
     if json_:
         out_json(ack.to_json())
     else:
@@ -238,6 +235,7 @@ def retry_line(retry: dict | None) -> str:
 
 
 def hook_claude_code(*, vault: Path | None) -> int:
+    # lazy: the frozen `list --format prompt --session` does not need it (measured +1.4 ms to its start-up)
     from acpmem.integrations.claude_code import MAX_EVENT_BYTES, claude_code
 
     a = claude_code(sys.stdin.buffer.read(MAX_EVENT_BYTES + 1), vault=vault)
@@ -252,8 +250,7 @@ def hook_claude_code(*, vault: Path | None) -> int:
 def serve_cmd(*, session: str | None, transcript: str | None, vault: Path | None) -> int:
     """``acp memory serve``: on the fast path too, so the MCP handshake is not kept waiting for typer (clients that
     start their servers asynchronously begin the session without the tools of one that answers late)."""
-    import os
-
+    # lazy: the frozen `list --format prompt --session` does not need them (measured +27 ms to its start-up)
     from acpmem.core.layout import ENV_VAULT
     from acpmem.integrations.mcp_server import serve
     from acpmem.vault.discovery import discover

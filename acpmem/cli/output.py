@@ -10,6 +10,7 @@ shows the traceback).
 """
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
 import json
@@ -92,8 +93,6 @@ def _escape(err: UnicodeError):
 def standard_output():
     """Standard output for one command line: failures become ``OutputFailed`` (``guarded`` says them in one line) and
     characters the output's encoding lacks are escaped, never an internal error; restored afterwards."""
-    import codecs
-
     codecs.register_error("acpmem-escape", _escape)
     saved = sys.stdout
     stream = saved if saved is not None else _Closed()

@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import sys
 
+from acpmem.infra import progress
+
 
 def install(argv: list[str]) -> None:
     """Listen for progress in this process when a person watches a terminal and asked for no JSON."""
-    from acpmem.infra import progress
-
     if "--json" in argv or os.environ.get("TERM") == "dumb" or not _tty(sys.stdout) or not _tty(sys.stderr):
         return
+    # lazy: the frozen `list --format prompt --session` does not need it (measured +1.7 ms to its start-up)
     from acpmem.cli.bars import Terminal
 
     progress.listen(Terminal())

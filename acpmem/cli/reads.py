@@ -11,30 +11,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acpmem.cli.output import emit_warnings, out, out_json, warn
+from acpmem.cli.output import emit_warnings, out, out_json, using, warn
+from acpmem.core.errors import UsageError
 
 
 def show_cmd(*, entry_id: str, json_: bool, vault: Path | None, source: bool, transcript: str | None) -> int:
+    # lazy: the frozen `list --format prompt --session` does not need it (measured +15 ms to its start-up)
     from acpmem.vault.reader import VaultReader
 
-    v = VaultReader.open(vault)
-    try:
+    with VaultReader.open(vault) as v:
         if source:
+            # lazy: the frozen `list --format prompt --session` does not need it (measured +4.7 ms to its start-up)
             from acpmem.read.sources import entry_source, source_text
 
             src = entry_source(v, entry_id, transcript=transcript)
             out_json(src.to_json()) if json_ else out(source_text(src).rstrip("\n"))
             return 0
         if transcript:
-            from acpmem.core.errors import UsageError
-
             raise UsageError("--transcript goes with --source", "add --source to read the cited turns")
+        # lazy: the frozen `list --format prompt --session` does not need them (measured +19 ms to its start-up)
         from acpmem.core import render
         from acpmem.read.layers import show_or_proposal
 
         layer, e, proposal = show_or_proposal(v, entry_id)
         emit_warnings(v)
         accept = f"acp memory review accept {e.id}"
+        # lazy: the frozen `list --format prompt --session` does not need it (measured +17 ms to its start-up)
         from acpmem.read.citecheck import served
 
         check = None if proposal else served(v, [(e, layer)]).get(e.id)   # staleness and the cited source
@@ -49,19 +51,17 @@ def show_cmd(*, entry_id: str, json_: bool, vault: Path | None, source: bool, tr
         out(render.show_text(e, v.clock(), layer if len(v.layers()) > 1 else None,
                              check.lines() if check is not None else None))
         return 0
-    finally:
-        v.close()
 
 
 def surface_cmd(*, session: str, seed: int | None, at: str | None, prompt: str | None, json_: bool,
                 vault: Path | None) -> int:
     if prompt is not None:
         return _surface_prompt(session, prompt, seed, at, json_, vault)
+    # lazy: the frozen `list --format prompt --session` does not need them (measured +48 ms to its start-up)
     from acpmem.vault.reader import VaultReader, parse_at
     from acpmem.read.retrieval import surface as do_surface, surface_text
 
-    v = VaultReader.open(vault)
-    try:
+    with VaultReader.open(vault) as v:
         result = do_surface(v, session, at=parse_at(at) if at is not None else None, seed=seed)
         emit_warnings(v)
         if json_:
@@ -71,8 +71,6 @@ def surface_cmd(*, session: str, seed: int | None, at: str | None, prompt: str |
             if text:
                 out(text)
         return 0
-    finally:
-        v.close()
 
 
 MAX_PROMPT_BYTES = 1 << 20   # of a prompt on stdin, the start is kept (recall reads its first 2,000 characters)
@@ -81,8 +79,7 @@ MAX_PROMPT_BYTES = 1 << 20   # of a prompt on stdin, the start is kept (recall r
 def prompt_text(prompt: str) -> str:
     """The user's message ``--prompt`` names: the text itself, or standard input for ``-``; refused when empty or
     not text."""
-    from acpmem.core.errors import UsageError
-    from acpmem.core.limits import is_utf8
+    from acpmem.core.limits import is_utf8   # lazy: with the other imports of --prompt
 
     if prompt == "-":
         import codecs
@@ -112,18 +109,16 @@ def _surface_prompt(session: str, prompt: str, seed: int | None, at: str | None,
                     vault: Path | None) -> int:
     """``surface --prompt``: stdout holds exactly what a host adds to the model's context (nothing when nothing is
     new; the reason then goes to stderr), or the result as JSON."""
-    from acpmem.core.errors import UsageError
-
     if seed is not None or at is not None:
         raise UsageError("--seed and --at go with surfacing by score, not with --prompt",
                          "drop them: --prompt surfaces what the message is about")
     text = prompt_text(prompt)
+    # lazy: the frozen `list --format prompt --session` does not need them (as for surface by score)
     from acpmem.vault.reader import VaultReader
     from acpmem.read.prompted import prompt_surfacing
     from acpmem.read.retrieval import surface_text
 
-    v = VaultReader.open(vault)
-    try:
+    with VaultReader.open(vault) as v:
         result = prompt_surfacing(v, session, text)
         emit_warnings(v)
         if json_:
@@ -133,17 +128,15 @@ def _surface_prompt(session: str, prompt: str, seed: int | None, at: str | None,
         elif result.reason:
             warn(f"(nothing surfaced: {result.reason})")
         return 0
-    finally:
-        v.close()
 
 
 def score_cmd(*, explain: bool, seed: int | None, at: str | None, session: str | None, top: int | None,
               json_: bool, vault: Path | None) -> int:
+    # lazy: the frozen `list --format prompt --session` does not need them (measured +18 ms to its start-up)
     from acpmem.vault import reader
     from acpmem.read.layers import scores_layered
 
-    v = reader.VaultReader.open(vault)
-    try:
+    with reader.VaultReader.open(vault) as v:
         when = reader.parse_at(at) if at is not None else None
         layered = scores_layered(v, at=when, seed=seed, session=session, top_n=top)
         emit_warnings(v)
@@ -152,8 +145,6 @@ def score_cmd(*, explain: bool, seed: int | None, at: str | None, session: str |
                       "rows": [{**r.to_json(), "layer": layer} for layer, r in layered]})
             return 0
         two = len(v.layers()) > 1
-    finally:
-        v.close()
     lay = (lambda layer: f"{layer:<8}") if two else (lambda layer: "")
     lines = []
     if explain:
@@ -173,15 +164,12 @@ def score_cmd(*, explain: bool, seed: int | None, at: str | None, session: str |
 
 
 def stats_cmd(*, json_: bool, vault: Path | None) -> int:
+    # lazy: the frozen `list --format prompt --session` does not need them (measured +27 ms to its start-up)
     from acpmem.vault.reader import VaultReader
     from acpmem.upkeep.stats import stats as collect
 
-    v = VaultReader.open(vault)
-    try:
+    with using(VaultReader.open(vault)) as v:
         s = collect(v)
-    finally:
-        v.close()
-    emit_warnings(v)
     if json_:
         out_json(s)
         return 0

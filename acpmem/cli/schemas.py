@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from importlib import resources
 
+from acpmem.core.errors import UsageError
+
 # the commands whose --json output has a schema (tools always prints JSON), then the stderr objects
 NAMES = ("init", "list", "show", "score", "forget", "log", "doctor", "recall", "surface", "commit", "extract", "tools",
          "blocks", "stats", "remember", "review", "consolidate", "sync", "stale", "embed", "diff", "import", "export",
@@ -17,8 +19,6 @@ NAMES = ("init", "list", "show", "score", "forget", "log", "doctor", "recall", "
 def schema_text(name: str) -> str:
     """The schema file's text; an unknown name is a usage error (the set is fixed)."""
     if name not in NAMES:
-        from acpmem.core.errors import UsageError
-
         raise UsageError(f"no schema named {name!r}", f"one of: {', '.join(NAMES)} (`acp memory schema` lists them)")
     return resources.files("acpmem").joinpath("data", "schemas", f"{name}.json").read_text("utf-8")
 

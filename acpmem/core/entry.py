@@ -223,6 +223,7 @@ def _citations(value: object, path: str) -> tuple[Citation, ...]:
 def _block_fields(c: dict, path: str, i: int) -> tuple:
     """A block citation's extra fields, checked: ``block`` b<N>, ``tier`` 1..3, ``compaction`` an id, ``turns``
     a list of seqs and ranges ("2-5,10")."""
+    # lazy: `list --format prompt` does not need it (measured +0.4 ms to its start-up)
     from acpmem.core.blocks import COMPACTION_RE, parse_turns, valid_block_id
 
     block, tier, compaction, turns = c.get("block"), c.get("tier"), c.get("compaction"), c.get("turns")

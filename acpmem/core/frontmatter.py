@@ -20,6 +20,7 @@ def _yaml():
     global _yaml_classes
     if _yaml_classes is not None:
         return _yaml_classes
+    # lazy: yaml is heavy, never imported at start-up
     import yaml
 
     base_loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -24,6 +24,7 @@ import re
 import sys
 from collections import Counter
 
+from acpmem.core.framing import without_invisible
 from acpmem.core.values import Value
 
 REDACTED_RE = re.compile(r"\[REDACTED:[a-z0-9-]+\]")
@@ -254,6 +255,7 @@ _ds_plugins: list | None = None
 def _load_detect_secrets() -> list:
     global _ds_plugins
     if _ds_plugins is None:
+        # lazy: detect_secrets is heavy, never imported at start-up
         from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
         plugins = []
@@ -298,7 +300,6 @@ def find_secrets(text: str, *, deep: bool | None = None) -> list[SecretMatch]:
     """
     if not text:
         return []
-    from acpmem.core.framing import without_invisible
 
     shown, where = without_invisible(text)
     if where is not None:

@@ -10,6 +10,7 @@ from acpmem.core.entry import DEFAULT_TYPES
 from acpmem.core.errors import SettingsError
 from acpmem.core.layout import SETTINGS_FILE
 from acpmem.core.limits import MAX_BUDGET_TOKENS, MAX_TOP_N, clip, has_control, is_number, is_utf8
+from acpmem.core.trust import PERSON_ONLY
 from acpmem.core.values import Value
 
 
@@ -359,8 +360,6 @@ def settings_from_json(d: dict) -> Settings:
 def person_from_mapping(data: dict, path: str) -> dict[str, dict]:
     """The person's own settings (their configuration file: ``acpmem.vault.config.person_config_path``): only the
     settings a vault may not decide (``acpmem.core.trust.PERSON_ONLY``), each validated as in ``acpmem.toml``."""
-    from acpmem.core.trust import PERSON_ONLY
-
     out: dict[str, dict] = {}
     hint = "it holds only [extraction], [embeddings], [rerank] base_url / model / api_key_env and [layers] " \
            "user_vault (see docs/configuration.md)"

@@ -309,6 +309,7 @@ def parse_block_arg(block: object) -> str | None:
     """A ``block`` argument: None or empty for none, else a compression block id like ``b12``."""
     if block is None or block == "":
         return None
+    # lazy: serve's MCP handshake does not need it (measured +0.4 ms to its start-up)
     from acpmem.core.blocks import valid_block_id
 
     if not (isinstance(block, str) and valid_block_id(block.strip())):

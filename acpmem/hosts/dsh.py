@@ -187,6 +187,7 @@ def _zstd_chunks(fh, source: str, warn: _Warnings):
     """Decompressed chunks of a zstd file of one or more frames; a corrupt frame is an error, a file that ends
     mid-frame a warning (the host may still be writing)."""
     try:
+        # lazy: zstandard is heavy, never imported at start-up
         import zstandard
     except ImportError:   # pragma: no cover - a declared dependency
         raise TranscriptError(f"{source}: reading zstd logs needs the zstandard package",

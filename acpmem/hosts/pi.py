@@ -48,7 +48,7 @@ from pathlib import Path
 
 from acpmem.core.blocks import BLOCK_RE, SUMMARY_HEAD, Block, valid_block_id
 from acpmem.core.errors import TranscriptError
-from acpmem.core.limits import MAX_SEQ, clip, int_between, one_line
+from acpmem.core.limits import clip, int_between, one_line
 from acpmem.core.values import Value
 from acpmem.hosts.dsh import text_of
 

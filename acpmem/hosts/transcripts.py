@@ -16,9 +16,13 @@ import json
 import stat
 from pathlib import Path
 
+from acpmem.core.blocks import Block, summary_message
 from acpmem.core.errors import TranscriptError
 from acpmem.core.limits import MAX_SEQ, clip, int_between
 from acpmem.core.values import Value
+from acpmem.hosts.codex import join, looks_like_codex, read_codex
+from acpmem.hosts.dsh import is_zstd, last_message_seq, looks_like_dsh, read_dsh, surface
+from acpmem.hosts.pi import looks_like_fold, looks_like_pi, read_fold, read_pi, view
 
 FORMATS = ("auto", "openai", "anthropic", "jsonl", "claude-code", "dsh", "pi", "codex")
 MAX_BYTES = 256 * 1024 * 1024
@@ -131,8 +135,6 @@ def read_transcript(path_or_text: str | Path, format: str = "auto", *, turns=Non
         raise TranscriptError(f"Unknown transcript format '{format}'", f"use one of: {', '.join(FORMATS)}")
     dsh = _dsh_file(path_or_text, format)
     if dsh is not None:
-        from acpmem.hosts.dsh import read_dsh
-
         only = frozenset(turns) if turns is not None else None
         return _from_hostlog(read_dsh(dsh, str(dsh), only=only), str(dsh), "dsh", partial=only is not None)
     text, source = _load(path_or_text)
@@ -151,8 +153,6 @@ def read_transcript(path_or_text: str | Path, format: str = "auto", *, turns=Non
         if isinstance(doc, list) or (isinstance(doc, dict) and "messages" in doc):
             return _from_chat_doc(doc, format, source)
         if format == "auto" and isinstance(doc, dict) and ("payload" in doc or "messageRefs" in doc):
-            from acpmem.hosts.pi import looks_like_fold
-
             if looks_like_fold(doc):
                 return _from_fold(Path(source), doc)
             if isinstance(doc.get("blocks"), list):
@@ -166,8 +166,6 @@ def read_transcript(path_or_text: str | Path, format: str = "auto", *, turns=Non
         raise TranscriptError(f"{source}: expected a JSON list of messages or an object with \"messages\"",
                               "pass --format jsonl or claude-code for line-per-record files")
     if format == "dsh":
-        from acpmem.hosts.dsh import read_dsh
-
         return _from_hostlog(read_dsh(None, source, text), source, "dsh")
     return _from_jsonl(text, format, source)
 
@@ -178,8 +176,6 @@ def last_seq(path: str | Path) -> int | None:
     stays flat however long the log); other formats are read."""
     dsh = _dsh_file(path, "auto")
     if dsh is not None:
-        from acpmem.hosts.dsh import last_message_seq
-
         last = last_message_seq(dsh, str(dsh))
         if last is None:
             raise TranscriptError(f"{dsh}: no messages in this session log", "pass the session's log file")
@@ -199,8 +195,6 @@ def openai_messages(transcript: Transcript) -> list[dict]:
     if transcript.format == "openai" and transcript.container == "pi":
         return _pi_joined(transcript.messages)
     if transcript.container == "codex":
-        from acpmem.hosts.codex import join
-
         return join([m.raw for m in transcript.messages])
     if transcript.format == "openai":
         return [_strip_bookkeeping(m.raw) for m in transcript.messages]
@@ -403,9 +397,6 @@ def _from_jsonl(text: str, format: str, source: str) -> Transcript:
         rows.append((n, obj))
     if not rows:
         raise TranscriptError(f"{source}: transcript has no records", "pass the file the host wrote for this session")
-    from acpmem.hosts.codex import looks_like_codex
-    from acpmem.hosts.dsh import looks_like_dsh
-    from acpmem.hosts.pi import looks_like_pi
 
     if format == "codex" or (format == "auto" and looks_like_codex([o for _, o in rows[:20]])):
         return _from_codex(rows, source)   # a torn last line is the item Codex is writing now: not there yet
@@ -416,8 +407,6 @@ def _from_jsonl(text: str, format: str, source: str) -> Transcript:
     if format == "pi" or (format == "auto" and looks_like_pi([o for _, o in rows[:50]])):
         return _from_pi(rows, source)
     if format == "auto" and all(looks_like_dsh(o) or o.get("type") == "session" for _, o in rows[:20]):
-        from acpmem.hosts.dsh import read_dsh
-
         return _from_hostlog(read_dsh(None, source, text), source, "dsh")
     is_cc = any("role" not in o and isinstance(o.get("type"), str) and ("message" in o or "uuid" in o or
                                                                          o.get("type") == "summary") for _, o in rows)
@@ -437,8 +426,6 @@ def _from_jsonl(text: str, format: str, source: str) -> Transcript:
 
 def _from_codex(rows: list[tuple[int, dict]], source: str) -> Transcript:
     """A Codex rollout: its model-context items as OpenAI messages (``acpmem.hosts.codex``), seq = line."""
-    from acpmem.hosts.codex import read_codex
-
     log = read_codex(rows, source)
     msgs = tuple(Message(e.seq, e.role, e.message.get("content"), e.message) for e in log.events)
     if not msgs:
@@ -518,7 +505,6 @@ def _dsh_file(path_or_text: str | Path, format: str) -> Path | None:
             head = fh.read(1 << 16)
     except (OSError, ValueError):
         return None   # _load says what is wrong
-    from acpmem.hosts.dsh import is_zstd, looks_like_dsh
 
     if is_zstd(head):
         return path
@@ -550,16 +536,12 @@ def _from_hostlog(log, source: str, container: str, partial: bool = False) -> Tr
 
 
 def _surface_messages(events: tuple[Message, ...], ops: tuple, upto: int | None) -> tuple[Message, ...]:
-    from acpmem.hosts.dsh import surface
-
     by_seq = {m.seq: m for m in events}
     return tuple(by_seq[s] for s in surface(ops, upto) if s in by_seq)
 
 
 def _from_pi(rows: list[tuple[int, dict]], source: str) -> Transcript:
     """A pi session log: the live path of its tree as ``events``, the view the model saw as ``messages``."""
-    from acpmem.hosts.pi import read_pi
-
     log = read_pi(rows, Path(source) if source != "<text>" else None, source)
     events = tuple(_pi_message(m) for m in log.events)
     if not events:
@@ -573,8 +555,6 @@ def _pi_message(m) -> Message:
 
 
 def _pi_view(log, upto: int | None) -> tuple[Message, ...]:
-    from acpmem.hosts.pi import view
-
     return tuple(_pi_message(m) for m in view(log, upto))
 
 
@@ -595,8 +575,6 @@ def _pi_joined(messages: tuple[Message, ...]) -> list[dict]:
 
 def _from_fold(path: Path, doc: dict) -> Transcript:
     """An omp fold file: its blocks, and the stream it stored as the conversation (seq = position in it)."""
-    from acpmem.hosts.pi import read_fold
-
     fold = read_fold(path, doc)
     msgs = []
     for i, (ident, role, text) in enumerate(fold.messages):
@@ -613,8 +591,6 @@ def _summary_blocks(messages: tuple[Message, ...], dialect: str) -> tuple:
     summary's are unknown (the transcript holds the summary, not the turns). On the wire a kernel summary has lost
     its id (pi's adapter sends it as a plain user message; the billion-context proxy drops it): such a block's id is
     None — unknown, never guessed — unless the kernel's recap ``[bN | …]`` names it."""
-    from acpmem.core.blocks import Block, summary_message
-
     out: list = []
     named: set[str] = set()
     prev = -1

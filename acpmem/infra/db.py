@@ -10,6 +10,7 @@ import contextlib
 import errno
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,8 +64,6 @@ def with_rebuild(path: Path, attempt: Callable[[], object], reset: Callable[[], 
     where waiting could not help that transaction — a write after a read whose snapshot another process has since
     moved past, a journal-mode switch while others read, several processes creating one fresh database — and
     a new attempt, a moment later, starts from the state the other process left."""
-    import time
-
     rebuilt, waits = False, list(BUSY_RETRIES)
     while True:
         try:

@@ -10,11 +10,13 @@ is on only when ``[embeddings] model`` names a model.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import os
 import time
 from collections.abc import Mapping, Sequence
+from urllib.parse import urlsplit
 
 from acpmem.core.values import Value
 
@@ -101,8 +103,6 @@ def post_json(url: str, base_url: str, body: dict, api_key: str | None, timeout:
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    import http.client
-    from urllib.parse import urlsplit
 
     u = urlsplit(url)
     if u.scheme not in ("http", "https") or not u.hostname:

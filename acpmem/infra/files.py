@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
 import stat
@@ -200,6 +201,7 @@ def append_line(path: Path, line: str) -> None:
     """Append one whole line under a short ``flock`` of the file itself (``acpmem.infra.locks``): concurrent writers
     interleave by whole lines, and a line a crashed writer left half-written is ended first, so it spoils only
     itself (readers skip lines that do not parse)."""
+    # lazy: `list --format prompt` does not need it (measured +0.9 ms to its start-up)
     from acpmem.infra.locks import flock_fd
 
     path = Path(path)
@@ -220,6 +222,7 @@ def append_line(path: Path, line: str) -> None:
 def stale_temp_files(folder: Path) -> list[Path]:
     """``atomic_write`` temp files in ``folder`` whose writing process is gone (a killed writer's leftovers; never
     this process's own, which another thread may be writing)."""
+    # lazy: `list --format prompt` does not need it (measured +0.1 ms to its start-up)
     from acpmem.infra.proc import pid_alive
 
     out = []
@@ -233,16 +236,12 @@ def stale_temp_files(folder: Path) -> list[Path]:
 
 def append_record(path: Path, record: dict) -> None:
     """Append one JSON object as a line (``append_line``): a ledger many processes write."""
-    import json
-
     append_line(path, json.dumps(record, ensure_ascii=False, separators=(",", ":")))
 
 
 def read_records(path: Path) -> list[dict]:
     """Every JSON object line of a ledger, oldest first; a missing file is empty; lines that do not parse (a writer
     killed mid-line) are skipped."""
-    import json
-
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:

@@ -119,6 +119,7 @@ def holder(path: Path) -> int | None:
             return None
     finally:
         os.close(fd)
+    # lazy: `surface` does not need it (measured +0.1 ms to its start-up)
     from acpmem.infra.proc import read_pid
 
     pid = read_pid(path)

@@ -91,6 +91,7 @@ def parse_event(raw: str | bytes) -> dict:
 
 def _open_vault(event: dict, explicit: str | os.PathLike | None, env: dict):
     """The vault for this event, or None when none is configured (memory is optional)."""
+    # lazy: the Stop hook does not need them (measured +17 ms to its start-up)
     from acpmem.core.layout import ENV_VAULT
     from acpmem.vault.discovery import discover
     from acpmem.vault.reader import VaultReader   # both events only read (and keep session ledgers)
@@ -110,6 +111,7 @@ def record_session(vault, session: str, event: dict) -> None:
     transcript = event.get("transcript_path")
     if not transcript:
         return
+    # lazy: the Stop hook does not need it (measured +1.7 ms to its start-up)
     from acpmem.infra.files import atomic_write
 
     path = vault.session_dir(session) / CLAUDE_CODE_RECORD
@@ -137,6 +139,7 @@ def recorded_transcript(vault, session: str) -> str | None:
 def compaction_note(vault, transcript: str) -> str:
     """After a compaction: acpmem's guidance and the id of the block the compaction made (``Newest compression block:
     bN.``), so the model can commit the summary with ``block``; empty when the transcript shows no compaction."""
+    # lazy: the SessionStart hook does not need them (measured +6.4 ms to its start-up)
     from acpmem.core.tools import nudge_text
     from acpmem.hosts.claude_code import compactions
 
@@ -165,6 +168,7 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
             return HookAnswer("", "", EXIT_OK)
         try:
             if name == "SessionStart":
+                # lazy: the prompt hook does not need it (measured +0.7 ms to its start-up)
                 from acpmem.read.resident import resident_index
 
                 record_session(v, session, event)
@@ -173,9 +177,11 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
                     text += compaction_note(v, event["transcript_path"])
                 return _context(name, text)
             cfg = v.settings.surface
+            # lazy: the SessionStart hook does not need it (measured +30 ms to its start-up)
             from acpmem.read.retrieval import surface, surface_text
 
             if cfg.prompt and event.get("prompt"):
+                # lazy: the SessionStart hook does not need it (measured +34 ms to its start-up)
                 from acpmem.read.prompted import surface_prompt
 
                 result = surface_prompt(v, session, event["prompt"], max_chars=MAX_CONTEXT_CHARS)

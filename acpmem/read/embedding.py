@@ -14,14 +14,19 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 
 from acpmem.core.clock import utc_iso
+from acpmem.core.errors import AcpmemError, SettingsError
 from acpmem.core.layout import LOCKS_DIR
 from acpmem.core.values import Value
 from acpmem.infra import embedclient, files, locks, progress
+from acpmem.infra.detach import reap, spawn
 from acpmem.infra.files import append_record
-from acpmem.search import watch
+from acpmem.search import vectors, watch
+from acpmem.search.analysis import has_cjk
+from acpmem.vault.reader import VaultReader
 
 EMBED_LOCK = "embed.flock"
 EMBED_LOG = "embed.log"
@@ -46,8 +51,6 @@ def endpoint(settings, env: Mapping[str, str] | None = None) -> embedclient.Endp
 def query_vector(settings, query: str, env: Mapping[str, str] | None = None) -> QueryVector | None:
     """None when the channel is off; else the query's vector within ``[embeddings] timeout_seconds``, or the reason
     recall goes on with lexical search alone."""
-    from acpmem.search.analysis import has_cjk
-
     ep = endpoint(settings, env)
     if ep is None:
         return None
@@ -70,8 +73,6 @@ def lock_path(state_dir: Path) -> Path:
 def start_background(root: Path, state_dir: Path, dim: int = 0) -> bool:
     """Start the detached embedding pass unless one runs. True when this call started it. ``dim``: the length of
     the endpoint's vectors now, when a recall found entry vectors of another length (see ``run_pass``)."""
-    from acpmem.infra.detach import reap, spawn
-
     reap()
     files.ensure_dir(Path(state_dir, LOCKS_DIR))
     fd = locks.try_lock(lock_path(state_dir))
@@ -84,8 +85,6 @@ def start_background(root: Path, state_dir: Path, dim: int = 0) -> bool:
 
 def embed_main(root: str, lock_fd: int, dim: int = 0) -> None:
     """The detached pass (``start_background``): embed what is missing, then exit."""
-    from acpmem.vault.reader import VaultReader
-
     with contextlib.suppress(OSError):
         os.chdir(root)
     vault = VaultReader(Path(root))
@@ -101,8 +100,6 @@ def embed_main(root: str, lock_fd: int, dim: int = 0) -> None:
 def embed_now(vault, env: Mapping[str, str] | None = None) -> dict:
     """``acp memory embed``: the pass, run by hand in this process under the embed lock (``run_pass``'s counts).
     Refused while the channel is off or another pass (the background one) runs."""
-    from acpmem.core.errors import AcpmemError, SettingsError
-
     if not vault.settings.embeddings.model:   # the vault's settings, not the command line: exit 1
         raise SettingsError("the embedding channel is off: there is nothing to embed",
                          "set [embeddings] model (and base_url) in acpmem.toml")
@@ -131,8 +128,6 @@ def run_pass(vault, env: Mapping[str, str] | None = None, log: Callable[[str], N
     batch's) are dropped and their texts embedded again: the endpoint serves another model under the same name
     (an Ollama tag pointed elsewhere), and no query could be compared with them. Once per pass: an endpoint whose
     length changes again within one pass stops it with an error."""
-    from acpmem.search import vectors
-
     ep = endpoint(vault.settings, env)
     if ep is None:
         return {"embedded": 0, "missing": 0, "pruned": 0, "error": None}
@@ -200,8 +195,6 @@ def _ledger(state_dir: Path, model: str, texts: int, got: embedclient.Embedded |
 
 
 def utc_iso_now() -> str:
-    from datetime import datetime, timezone
-
     return utc_iso(datetime.now(timezone.utc))
 
 
@@ -209,8 +202,6 @@ def channel_status(vault, env: Mapping[str, str] | None = None, *, probe: bool =
     """For ``doctor`` and ``stats``: the model, the endpoint, whether it answers (one short probe), and how many
     live entries have vectors — of the length the endpoint answers now, when the probe says it. None when the
     channel is off."""
-    from acpmem.search import vectors
-
     ep = endpoint(vault.settings, env)
     if ep is None:
         return None

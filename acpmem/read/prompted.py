@@ -17,16 +17,15 @@ import json
 
 from acpmem.core.errors import UsageError
 from acpmem.infra.files import atomic_write
+from acpmem.read.layers import recall_layered
 from acpmem.read.ledger import LEDGER, read_ledger
-from acpmem.read.retrieval import SurfacedEntry, SurfaceResult, cap_text, session_lock, surface_text
+from acpmem.read.retrieval import SurfaceResult, SurfacedEntry, cap_text, session_lock, surface_text
 
 MAX_QUERY_CHARS = 2000   # a prompt may hold a pasted file: its start says what it is about
 
 
 def surface_prompt(vault, session: str, prompt: str, *, max_chars: int | None = None) -> SurfaceResult:
     """The entries ``prompt`` is about, new to ``session``, within the budgets (see the module). Marks them read."""
-    from acpmem.read.layers import recall_layered
-
     cfg = vault.settings.surface
     sdir = vault.session_dir(session)
     with session_lock(sdir):

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from acpmem.infra import rerankclient
+from acpmem.search.analysis import has_cjk
 
 RRF_K = 60                # the reciprocal-rank constant (the usual one; not fitted)
 MAX_TEXT_CHARS = 2000     # of each entry sent: title and body, cut (a cross-encoder reads 512 tokens at most)
@@ -43,8 +44,6 @@ def rerank(settings, query: str, texts: Sequence[str], sure: bool, words: int = 
     """The new order of ``texts`` (recall's best, best first) or None to keep it, and what to report (model,
     candidates, used, and ``skipped`` or ``warning``). ``sure``: recall answers this query by construction;
     ``words``: how many words it searched for."""
-    from acpmem.search.analysis import has_cjk
-
     ep = endpoint(settings, env)
     report: dict = {"model": ep.model if ep else "", "candidates": len(texts), "used": False}
     if ep is None or len(texts) < 2:

@@ -54,6 +54,7 @@ _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 @functools.lru_cache(maxsize=1)
 def stemmer():
     """The Snowball English stemmer (PyStemmer's C implementation when installed)."""
+    # lazy: snowballstemmer is heavy, never imported at start-up
     import snowballstemmer
     return snowballstemmer.stemmer("english")
 

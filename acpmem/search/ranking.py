@@ -49,6 +49,7 @@ class CorpusStats(Value):
 def typo_neighbours(term: str, alphabetic_terms: Sequence[str], max_dist: int, limit: int = 5) -> list[tuple[str, int]]:
     """The nearest of ``alphabetic_terms`` (sorted) to ``term`` by edit distance (optimal string alignment: an
     adjacent swap is one edit, the commonest typo after a wrong letter), at most ``max_dist`` away."""
+    # lazy: rapidfuzz is heavy, never imported at start-up
     from rapidfuzz import process
     from rapidfuzz.distance import OSA
     found = process.extract(term, alphabetic_terms, scorer=OSA.distance, score_cutoff=max_dist, limit=limit)

@@ -31,7 +31,10 @@ import sqlite3
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
+from acpmem.core.boilerplate import without_boilerplate
 from acpmem.core.values import Value
+from acpmem.search import cedict, english
+from acpmem.search.analysis import analyze, has_cjk, normalize_word
 
 DUPLICATE_THRESHOLD = 0.45
 CONTRADICTION_THRESHOLD = 0.35
@@ -101,8 +104,6 @@ class Pair(Value):
 
 @functools.lru_cache(maxsize=1)
 def _abbreviations() -> dict[str, str]:
-    from acpmem.search.analysis import normalize_word
-
     out = {}
     for group in _ABBREVIATIONS.replace("\n", "").split("|"):
         short, long = group.split()
@@ -113,8 +114,6 @@ def _abbreviations() -> dict[str, str]:
 
 
 def _terms(text: str) -> list[str]:
-    from acpmem.search.analysis import analyze
-
     ab = _abbreviations()
     return [ab.get(t, t) for t in analyze(text) if t not in _NEGATION_TERMS]
 
@@ -127,8 +126,6 @@ _COMMON = frozenset("per id ids via vs etc ok two three four five six seven eigh
 @functools.lru_cache(maxsize=50_000)
 def _is_key(word: str) -> bool:
     """A word no English list knows (a tool, product or code name), not a number."""
-    from acpmem.search import cedict, english
-
     if len(word) < 2 or word in _COMMON or word in english.STOP_WORDS or _NUMBER.fullmatch(word):
         return False
     return not english.known_word(word, cedict.en_to_zh)
@@ -137,9 +134,6 @@ def _is_key(word: str) -> bool:
 def features(text: str, *, segments: bool = True) -> Features:
     """The features of a text; ``segments=False`` leaves the segments out (the costlier part, needed only to
     compare two texts that are a candidate pair: ``Corpus.full``)."""
-    from acpmem.core.boilerplate import without_boilerplate
-    from acpmem.search.analysis import has_cjk, normalize_word
-
     text = without_boilerplate(text)
     lowered = text.lower()
     ab = _abbreviations()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from acpmem.core.values import Value
 from acpmem.infra import db
+from acpmem.search.query import doc_filter
 
 VECTORS_DB = "vectors.sqlite"
 VECTOR_TOP = 100          # documents the vector channel proposes per query
@@ -171,8 +172,6 @@ def status(index: sqlite3.Connection, state_dir: Path, model: str, *, types: Ite
            include_superseded: bool = False, dim: int = 0) -> VectorStatus:
     """How many live entries (of ``types``) have a current vector of ``model`` (of length ``dim`` when given: the
     endpoint's now), and how many have none."""
-    from acpmem.search.query import doc_filter
-
     where, params = doc_filter(types, include_superseded)
     total = index.execute(f"SELECT count(*) FROM idx_lens d WHERE 1{where}", params).fetchone()[0]
     if not _attached(index, state_dir):
@@ -186,8 +185,6 @@ def status(index: sqlite3.Connection, state_dir: Path, model: str, *, types: Ite
 
 def _current(index: sqlite3.Connection, state_dir: Path, model: str, dim: int, types, include_superseded: bool):
     """(live entries counted, [(key, vector blob)] of those with a current vector of ``model`` and ``dim``)."""
-    from acpmem.search.query import doc_filter
-
     where, params = doc_filter(types, include_superseded)
     total = index.execute(f"SELECT count(*) FROM idx_lens d WHERE 1{where}", params).fetchone()[0]
     if not _attached(index, state_dir):
@@ -203,6 +200,7 @@ class Matrix:
     """The current vectors of one model as one float32 matrix, for exact search (numpy is imported here)."""
 
     def __init__(self, total: int, rows: list) -> None:
+        # lazy: numpy is heavy, never imported at start-up
         import numpy as np
 
         self.np = np

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from acpmem.core.entryfile import dump_entry, parse_entry
+from acpmem.core.errors import Refused, UsageError
+from acpmem.core.limits import clip
 from acpmem.core.values import Value
-from acpmem.vault.branches import (Checker, branch_tip, default_branch, git_lines, scoped_rows, visible_here)
+from acpmem.infra.files import read_exact
+from acpmem.vault.branches import Checker, branch_tip, default_branch, git_lines, scoped_rows, visible_here
 from acpmem.vault.projectgit import project_head
+from acpmem.vault.writer import KIND_REVIEW
 
 
 class Scoped(Value):
@@ -38,8 +43,6 @@ def _scoped(e, why: str = "") -> Scoped:
 
 
 def _need_project(vault) -> tuple[Path, str]:
-    from acpmem.core.errors import Refused
-
     ph = project_head(vault)
     if ph is None:
         raise Refused(f"the vault at {vault.root} is not inside a git project with a commit, so no entry is "
@@ -48,9 +51,6 @@ def _need_project(vault) -> tuple[Path, str]:
 
 
 def _resolve(root: Path, name: str) -> str:
-    from acpmem.core.errors import UsageError
-    from acpmem.core.limits import clip
-
     if not name or name.startswith("-") or any(ch.isspace() for ch in name):
         raise UsageError(f"not a branch or commit: {clip(name)}", "e.g. acp memory diff main..feature")
     got = git_lines(root, "rev-parse", "--verify", "-q", f"{name}^{{commit}}")
@@ -62,8 +62,6 @@ def _resolve(root: Path, name: str) -> str:
 def merge_diff(vault, spec: str) -> dict:
     """``acp memory diff BASE..BRANCH``: the entries a merge of BRANCH into BASE brings into BASE's memory (seen at
     BRANCH's tip, not at BASE), as ``{base, branch, base_commit, branch_commit, entries}``."""
-    from acpmem.core.errors import UsageError
-
     base, sep, branch = (spec or "").partition("..")
     if not sep or not base or not branch or branch.startswith("."):
         raise UsageError(f"diff takes BASE..BRANCH, got {spec!r}", "e.g. acp memory diff main..feature")
@@ -132,11 +130,6 @@ def orphans(vault) -> list[Scoped]:
 def keep_global(vault, prefix: str) -> tuple[object, str]:
     """A person keeps a branch's entry for every checkout: its ``branch`` and ``anchor`` lines go (the ``commit``
     stays when it serves the staleness check of its ``files``), in one commit of kind ``human-review``."""
-    from acpmem.core.entryfile import dump_entry, parse_entry
-    from acpmem.core.errors import Refused
-    from acpmem.infra.files import read_exact
-    from acpmem.vault.writer import KIND_REVIEW
-
     found = vault.resolve(prefix)
     entry = parse_entry(read_exact(vault.root / found.path), found.path, vault.settings.types)
     extra = dict(entry.extra or {})

@@ -14,12 +14,23 @@ from __future__ import annotations
 from collections import Counter
 
 from acpmem.core.entry import Citation, Entry
+from acpmem.core.entryfile import defuse_conflict_markers
 from acpmem.core.errors import AcpmemError, EntryInvalid, ExtractionError
+from acpmem.core.framing import frame
 from acpmem.core.layout import PROPOSALS_DIR
+from acpmem.core.redact import redact
+from acpmem.core.tools import parse_write_args, tool_definitions
 from acpmem.core.values import Value
 from acpmem.infra import progress
 from acpmem.search.similar import Cluster
-from acpmem.write import costs
+from acpmem.vault.projectgit import merged_about
+from acpmem.vault.proposals import proposals
+from acpmem.vault.writer import KIND_CONSOLIDATE, KIND_PROPOSE
+from acpmem.write import budget, costs, llm
+from acpmem.write.draft import derive_title
+from acpmem.write.duplicates import find
+from acpmem.write.llm import resolve_model_config, with_served_model
+from acpmem.write.prompts import consolidate_instruction
 
 
 class ClusterOutcome(Value):
@@ -59,16 +70,12 @@ class ConsolidateResult(Value):
 def find_clusters(vault, types=None, *, similarity: str | None = None, env=None) -> list[Cluster]:
     """The clusters of the vault's live entries (the index is brought in step with the files first), by the
     ``similarity`` mode (default ``[consolidate] similarity``)."""
-    from acpmem.write.duplicates import find
-
     return list(find(vault, types, mode=similarity, env=env).clusters)
 
 
 def consolidate(vault, *, dry_run: bool = False, types=None, env=None,
                 similarity: str | None = None) -> ConsolidateResult:
     """Find the clusters and, unless reporting only, merge each in one model call and one commit."""
-    from acpmem.write.duplicates import find
-
     if not dry_run and vault.settings.write.policy != "off":
         vault.finish_interrupted()   # a merge killed before its commit is finished first, so it is not merged again
     got = find(vault, types, mode=similarity, env=env)
@@ -82,8 +89,6 @@ def consolidate(vault, *, dry_run: bool = False, types=None, env=None,
     elif vault.settings.write.policy == "off":
         reason = "writes are off in this vault (write.policy = off)"
     else:
-        from acpmem.write.llm import resolve_model_config, with_served_model
-
         config = with_served_model(resolve_model_config(vault.settings.extraction, env), vault.state_dir)
         if not config.configured:
             reason = "no model endpoint is configured ([extraction] base_url / OPENAI_BASE_URL)"
@@ -135,19 +140,10 @@ def _branch_of(members) -> dict:
 def pending_merges(vault) -> dict[str, str]:
     """Each entry a proposal under ``proposals/`` would supersede, and that proposal's id: an entry already in a
     merge (or any proposal) that awaits review is not merged again."""
-    from acpmem.vault.proposals import proposals
-
     return {sid: p.id for p in proposals(vault)[0] for sid in p.supersedes}
 
 
 def _merge(vault, cluster: Cluster, config, mode: str) -> ClusterOutcome:
-    from acpmem.core.framing import frame
-    from acpmem.core.tools import parse_write_args, tool_definitions
-    from acpmem.write.prompts import consolidate_instruction
-    from acpmem.write import budget, llm
-    from acpmem.vault.projectgit import merged_about
-    from acpmem.write.draft import derive_title
-
     known = {e.id: e for e in vault.load(with_reads=False).entries}
     members = [known.get(i) for i in cluster.ids]
     if any(e is None or e.superseded for e in members):
@@ -177,8 +173,6 @@ def _merge(vault, cluster: Cluster, config, mode: str) -> ClusterOutcome:
         return ClusterOutcome(cluster, "failed", error="the model wrote no merged entry")
     args = parse_write_args(writes[0].arguments, vault.settings.extraction.max_entry_bytes)
     costs.append(vault.state_dir, costs.record(result, at=now, request="consolidate", entries=1))
-    from acpmem.core.entryfile import defuse_conflict_markers
-    from acpmem.core.redact import redact
 
     content = redact(args.content, deep=True)[0]
     title = redact(args.title, deep=True)[0] if args.title else derive_title(content)
@@ -191,7 +185,6 @@ def _merge(vault, cluster: Cluster, config, mode: str) -> ClusterOutcome:
                   created=now, body=defuse_conflict_markers(content.strip("\n") + "\n"), citation=tuple(cites),
                   source={"consolidate": cluster.kind, "extractor": label}, supersedes=cluster.ids,
                   extra={**merged_about(vault, members), **_branch_of(members)})
-    from acpmem.vault.writer import KIND_CONSOLIDATE, KIND_PROPOSE
 
     ids = ", ".join(f"#{i}" for i in cluster.ids)
     why = f"Merged by the fork ({label}) from {len(members)} entries ({cluster.kind}: {cluster.why}): {ids}."

@@ -7,15 +7,25 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from acpmem.core.errors import AcpmemError
+from acpmem.core import trust
+from acpmem.core.errors import AcpmemError, SettingsError
 from acpmem.core.layout import ENTRIES_DIR
 from acpmem.core.render import problem_line, quote_path
 from acpmem.core.values import Value
 from acpmem.infra import locks
 from acpmem.infra.files import disk_full
+from acpmem.read import reranking
+from acpmem.read.citecheck import check_entries
+from acpmem.read.embedding import channel_status
+from acpmem.search import watch
+from acpmem.upkeep.branchreview import orphans
+from acpmem.vault.config import person_config_path, vault_settings
 from acpmem.vault.gitrun import git, index_corrupt, no_repository, writes_blocked
-from acpmem.vault.writer import Vault
-from acpmem.write import requests, worker
+from acpmem.vault.projectgit import checks_on, stale_map
+from acpmem.vault.proposals import proposals
+from acpmem.vault.sync import unresolved
+from acpmem.vault.writer import Vault, storage_error
+from acpmem.write import budget, requests, worker
 
 
 class Finding(Value):
@@ -96,8 +106,6 @@ def check_vault(vault: Vault, *, fix: bool = False, more=()) -> Report:
             repaired = True
         except (AcpmemError, OSError) as exc:   # a full disk above all: said, and the checks below still run
             if isinstance(exc, OSError):
-                from acpmem.vault.writer import storage_error
-
                 exc = storage_error(exc, "nothing more was repaired")
             if not exc.message.startswith(("the disk is full", "the vault cannot be written")):
                 raise exc from None   # read-only, locked, …: the one line every write gives
@@ -131,8 +139,6 @@ def check_vault(vault: Vault, *, fix: bool = False, more=()) -> Report:
             "run `acp memory doctor --fix` to rebuild it from the last commit (every file in the folder is kept)")
     to_resolve: set[str] = set()
     if merging and not corrupt:
-        from acpmem.vault.sync import unresolved
-
         left = unresolved(vault)
         to_resolve = set(left)
         if left:
@@ -296,7 +302,6 @@ def _check_embeddings(vault: Vault, add) -> None:
     """The embedding channel, when on: the endpoint answers (one short probe), and how many entries lack vectors."""
     if not vault.settings.embeddings.model:
         return
-    from acpmem.read.embedding import channel_status
 
     st = channel_status(vault)
     where = f"model {st['model']} at {st['base_url']}"
@@ -316,9 +321,8 @@ def _check_rerank(vault: Vault, add) -> None:
     """The rerank stage, when on: the endpoint answers (one short probe)."""
     if not vault.settings.rerank.model:
         return
-    from acpmem.read.reranking import status
 
-    st = status(vault.settings)
+    st = reranking.status(vault.settings)
     where = f"model {st['model']} at {st['base_url'] or '(no base_url)'}"
     if st["reachable"]:
         add("info", f"the rerank endpoint ({where}) answers; recall reorders its best {st['candidates']} with it")
@@ -329,8 +333,6 @@ def _check_rerank(vault: Vault, add) -> None:
 
 def _check_watcher(vault: Vault, add) -> None:
     """The search index's watcher (``acpmem.search.watch``): running or not, and whether it answers."""
-    from acpmem.search import watch
-
     pid = watch.running_pid(vault.state_dir)
     if pid is None:
         if watch.enabled(vault.settings):
@@ -347,10 +349,6 @@ def _check_watcher(vault: Vault, add) -> None:
 def _check_settings(vault, add) -> None:
     """The vault's acpmem.toml: one that does not load (read as the last good settings meanwhile) is an error; the
     person-only settings it sets and the person did not trust (ignored, ``acpmem.core.trust``) are listed."""
-    from acpmem.core import trust
-    from acpmem.core.errors import SettingsError
-    from acpmem.vault.config import person_config_path, vault_settings
-
     s = vault.settings
     path = str(vault.root / "acpmem.toml")
     said = s.trust_warning(path)
@@ -419,14 +417,11 @@ def check_requests(vault, add) -> None:
                 f"`acp memory extract {r.id}` tries it now")
     deferred = [r for r in reqs if r.status == "pending" and r.deferred]
     if deferred:
-        from acpmem.write import budget
-
         st = budget.current(vault.state_dir, vault.clock(), vault.settings.extraction)
         why = st.reason if st is not None and st.over else deferred[0].deferred
         add("warning", f"{len(deferred)} request(s) deferred: over the extraction budget ({why}); they are "
             f"extracted from {min(r.next_attempt or '' for r in deferred)} on",
             "wait, or raise [extraction] max_tokens_per_day / max_requests_per_hour in acpmem.toml")
-    from acpmem.vault.proposals import proposals
 
     good, bad = proposals(vault)
     for rel, why in bad:
@@ -441,9 +436,6 @@ def check_requests(vault, add) -> None:
 def check_staleness(vault, add) -> None:
     """Entries whose project files changed since they were written (``acpmem.vault.projectgit``), and entries whose
     cited transcript is gone, changed or unreadable (``acpmem.read.citecheck``). Said only when there are some."""
-    from acpmem.vault.projectgit import checks_on, stale_map
-    from acpmem.read.citecheck import check_entries
-
     if not checks_on():
         return
     entries = vault.load(with_reads=False).live()
@@ -466,8 +458,6 @@ def check_staleness(vault, add) -> None:
 def check_branches(vault, add) -> None:
     """Entries learned on a branch that died unmerged: no branch holds them, so no checkout sees them until a
     person decides (``acpmem.vault.branches.orphans``). Said only when there are some."""
-    from acpmem.upkeep.branchreview import orphans
-
     left = orphans(vault)
     if left:
         ids = ", ".join(f"#{s.id}" for s in left[:5]) + (" …" if len(left) > 5 else "")

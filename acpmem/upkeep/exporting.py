@@ -9,12 +9,17 @@ exported to is never imported back.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from acpmem.core.entry import Entry
 from acpmem.core.errors import AcpmemError, UsageError
+from acpmem.core.framing import clean_inline
+from acpmem.core.render import estimate_tokens
 from acpmem.core.values import Value
+from acpmem.infra.files import NotRegularFile, atomic_write, read_regular
 from acpmem.upkeep.importrules import BEGIN_MARK, END_MARK
+from acpmem.vault.projectgit import project_root
 
 TARGETS = {"claude-code": "CLAUDE.md", "codex": "AGENTS.md", "agents-md": "AGENTS.md", "gemini": "GEMINI.md"}
 BODY_CHARS = 400          # of each entry's text in the block
@@ -38,8 +43,6 @@ class Exported(Value):
 def default_file(vault, target: str) -> Path:
     """The harness's memory file in the project: ``CLAUDE.md`` / ``AGENTS.md`` / ``GEMINI.md`` beside the vault
     folder (the project root)."""
-    from acpmem.vault.projectgit import project_root
-
     root = project_root(vault)
     if root is None:
         vr = Path(vault.root)
@@ -54,8 +57,6 @@ def chosen_entries(vault, ids: list[str] | None) -> list[Entry]:
     """The entries to export: those named (any unique prefix), else the ones the resident index holds — the live
     entries by importance, then newest first, as many as fit ``[index] budget_tokens``. Time plays no part, so
     the same vault gives the same block."""
-    from acpmem.core.render import estimate_tokens
-
     if ids:
         out, seen = [], set()
         for ident in ids:
@@ -81,14 +82,11 @@ def _neg(created: str) -> tuple:
 
 
 def _line(e: Entry) -> str:
-    from acpmem.core.framing import clean_inline
-
     body = " ".join(e.body.split())
     if len(body) > BODY_CHARS:
         body = body[:BODY_CHARS].rsplit(" ", 1)[0] + " …"
     title = clean_inline(e.title)
     text = clean_inline(body)
-    import re
 
     plain = [re.sub(r"[`*_]", "", " ".join(t.split())).rstrip("….") for t in (title, text)]
     same = plain[1].startswith(plain[0]) and len(plain[1]) <= len(plain[0]) + 1
@@ -129,8 +127,6 @@ def splice(text: str, block: str, where: str) -> str:
 def export(vault, target: str, *, file: str | None = None, ids: list[str] | None = None,
            dry_run: bool = False) -> Exported:
     """Write the block into the harness's file (see the module docstring); ``dry_run``: say what would change."""
-    from acpmem.infra.files import NotRegularFile, atomic_write, read_regular
-
     if target not in TARGETS:
         raise UsageError(f"unknown harness '{target}'", f"one of: {', '.join(TARGETS)}")
     path = Path(file).expanduser() if file else default_file(vault, target)

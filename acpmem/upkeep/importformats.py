@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from acpmem.core.errors import AcpmemError, UsageError
+from acpmem.infra.files import NotRegularFile, read_regular
 from acpmem.upkeep.importrules import FORMATS, Candidate, markdown_candidates
 
 MAX_SOURCE_BYTES = 4_000_000     # one source file; a bigger one is refused whole (nothing imported)
@@ -27,8 +28,6 @@ _CLINE_FILES = ("projectbrief.md", "productContext.md", "activeContext.md", "sys
 def read_text(path: Path) -> str:
     """A source file's text: refused whole when missing, unreadable, over ``MAX_SOURCE_BYTES``, binary or not
     UTF-8."""
-    from acpmem.infra.files import NotRegularFile, read_regular
-
     path = path.resolve() if path.is_symlink() else path   # a link a person made to their own memory file
     try:
         raw = read_regular(path, MAX_SOURCE_BYTES + 1)
@@ -58,6 +57,7 @@ def front_matter(text: str) -> tuple[dict, str, int]:
     lines = text.split("\n")
     for i in range(1, min(len(lines), 200)):
         if lines[i].strip() == "---":
+            # lazy: yaml is heavy, never imported at start-up
             import yaml
 
             try:

@@ -22,13 +22,22 @@ line, key, hash}``.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from acpmem.core.entry import Entry
-from acpmem.core.errors import Refused
+from acpmem.core.entry import MAX_TITLE_CHARS, Entry
+from acpmem.core.entryfile import parse_entry_bytes
+from acpmem.core.errors import AcpmemError, Refused
+from acpmem.core.redact import find_secrets
 from acpmem.core.values import Value
+from acpmem.search import similar
 from acpmem.upkeep.importformats import read_source
 from acpmem.upkeep.importrules import Candidate, text_hash
+from acpmem.vault.gitrun import git
+from acpmem.vault.writer import KIND_IMPORT
+from acpmem.write.draft import derive_title
+from acpmem.write.duplicates import check_write, index_idf
+from acpmem.write.remember import default_type
 
 NEIGHBOURS = 6            # entries closest by words that the meaning check compares a candidate with
 PLACE_SIMILARITY = 0.5    # how alike (words) a changed piece and the entry imported from its section must be
@@ -72,8 +81,6 @@ class Plan(Value):
 
 
 def _title(text: str) -> str:
-    from acpmem.write.draft import derive_title
-
     return derive_title(text)
 
 
@@ -112,9 +119,6 @@ class _Planner:
     entries by their words, this import's own items so far, and the index's term weights (read once)."""
 
     def __init__(self, vault, cands: list[Candidate], supersede_contradicted: bool, env) -> None:
-        from acpmem.search import similar
-        from acpmem.write.duplicates import index_idf
-
         self.vault, self.env, self.supersede_contradicted = vault, env, supersede_contradicted
         entries = vault.load(with_reads=False).entries
         self.by_hash: dict[str, Entry] = {}
@@ -151,12 +155,8 @@ class _Planner:
 
     def _admit(self, c: Candidate) -> tuple[Candidate, str | None]:
         """The candidate with a type this vault has, or why it cannot be an entry (too large, a secret)."""
-        from acpmem.core.redact import find_secrets
-
         types = self.vault.settings.types
         if c.type not in types:
-            from acpmem.write.remember import default_type
-
             c = c.with_changes(type=default_type(types, c.type == "user-preference"),
                                rule=c.rule + f"; this vault has no type '{c.type}'")
         limit = self.vault.settings.extraction.max_entry_bytes
@@ -197,8 +197,6 @@ class _Planner:
     def _by_meaning(self, c: Candidate) -> Item:
         """Through the vault's duplicate check: against this import's own items (a duplicate only: a contradiction
         inside one source is its author's), then against the live entries closest by words."""
-        from acpmem.write.duplicates import check_write
-
         text = f"{c.title or ''}\n{c.text}"
         ours = self.mine.nearest(text, NEIGHBOURS)
         same = check_write(self.vault, text, ours, env=self.env, idf=self.idf) if ours else None
@@ -234,8 +232,6 @@ def _edited(e: Entry) -> bool:
 def _same_place(c: Candidate, by_place: dict) -> Entry | None:
     """The live entry imported from the same place as ``c``: the same key (a unit: a topic file, a rule, a
     summary, a block), or the same section with a text close by words (``PLACE_SIMILARITY``)."""
-    from acpmem.search import similar
-
     if c.key is not None:
         got = by_place.get((c.file, c.key))
         return got[0] if got else None
@@ -257,18 +253,12 @@ class _WordIndex:
             self.add(e)
 
     def add(self, e: Entry) -> None:
-        from acpmem.search import similar
-
         i = len(self.entries)
         self.entries.append(e)
         for t in similar.features(f"{e.title}\n{e.body}", segments=False).terms:
             self.postings.setdefault(t, []).append(i)
 
     def nearest(self, text: str, k: int) -> list[Entry]:
-        import math
-
-        from acpmem.search import similar
-
         fa = similar.features(text, segments=False)
         n = max(1, len(self.entries))
         weight: dict[int, float] = {}
@@ -288,8 +278,6 @@ class _WordIndex:
 def apply(vault, p: Plan) -> Plan:
     """Write the plan's new entries and updates in one commit (nothing when there is nothing to write). Returns
     the plan with the ids and the commit."""
-    from acpmem.vault.writer import KIND_IMPORT
-
     vault.require_writable()
     todo = [i for i in p.items if i.action in ("new", "update")]
     if not todo:
@@ -308,7 +296,6 @@ def apply(vault, p: Plan) -> Plan:
         taken.add(ident)
         ids[n] = ident
         title = c.title or _title(c.text)
-        from acpmem.core.entry import MAX_TITLE_CHARS
 
         title = " ".join(title.split())[:MAX_TITLE_CHARS] or "(untitled)"
         source = {"by": "import", "harness": c.harness, "format": c.format, "file": c.file}
@@ -349,10 +336,6 @@ def import_source(vault, source: str, fmt: str | None = None, *, dry_run: bool =
 def forgotten_imports(vault) -> dict[str, str]:
     """The provenance hash of each imported entry a person forgot (its file deleted by an ``acp memory forget``
     commit), and the entry's id: read from the vault's history, the text before the deletion."""
-    from acpmem.core.entryfile import parse_entry_bytes
-    from acpmem.core.errors import AcpmemError
-    from acpmem.vault.gitrun import git
-
     log = git(vault.root, "log", "--diff-filter=D", "--grep=^Acpmem-Kind: forget", "--format=%x00%H", "--name-only",
               "--", "entries/", check=False)
     found: dict[str, str] = {}

@@ -26,21 +26,24 @@ Functions take the vault object, never discover one, so the same calls work on a
 """
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 
-from acpmem.infra import files
 from acpmem.core import layout
 from acpmem.core.entry import Entry
 from acpmem.core.entryfile import dump_entry, parse_entry_bytes
-from acpmem.core.errors import AcpmemError, EntryInvalid, EntryNotFound, Refused, UsageError
+from acpmem.core.errors import AcpmemError, AmbiguousId, EntryInvalid, EntryNotFound, Refused, UsageError
 from acpmem.core.limits import one_line
 from acpmem.core.values import Value
-from acpmem.infra.files import read_exact, read_regular
+from acpmem.infra import files
+from acpmem.infra.files import atomic_write, read_exact, read_regular
+from acpmem.read.layers import forget_layered, resolve_layer
 from acpmem.vault import readlog
+from acpmem.vault.edit import refuse_unsafe
+from acpmem.vault.gitrun import git
 from acpmem.vault.proposals import find_proposal, proposals
 from acpmem.vault.readlog import MAX_LOG_BYTES
-from acpmem.vault.gitrun import git
 from acpmem.vault.writer import KIND_CONSOLIDATE, KIND_FORK, KIND_REVIEW, Vault
 
 DECISIONS = ("accept", "edit", "reject")
@@ -171,8 +174,6 @@ def _added(vault, rng: str | None, folder: str) -> dict[str, tuple[str, str, str
 
 
 def _supersedes(entry: Entry, known: dict[str, Entry]) -> tuple[dict, ...]:
-    import difflib
-
     out = []
     for sid in entry.supersedes:
         old = known.get(sid)
@@ -228,8 +229,6 @@ def find(vault, prefix: str, items: list[ReviewItem] | None = None) -> ReviewIte
     items = queue(vault) if items is None else items
     hits = [i for i in items if i.id == wanted] or [i for i in items if i.id.startswith(wanted)]
     if len(hits) > 1:
-        from acpmem.core.errors import AmbiguousId
-
         raise AmbiguousId(wanted, sorted(i.id for i in hits))
     if hits:
         return hits[0]
@@ -252,7 +251,6 @@ def _check_text(vault, item: ReviewItem, text: str, forbid: tuple[str, ...] = ()
     new = parse_entry_bytes(text.encode("utf-8", "surrogatepass"), item.path, vault.settings.types)
     if new.id != item.id:
         raise EntryInvalid(item.path, "id", f"must stay '{item.id}' (ids are stable; citations refer to them)")
-    from acpmem.vault.edit import refuse_unsafe
 
     refuse_unsafe(new, text, item.path, forbid)
     return new
@@ -383,9 +381,6 @@ def find_layered(vault, prefix: str, pairs: list[tuple[Vault, ReviewItem]] | Non
     """``find`` across the layers: the queued item (proposal or fork write, in either vault) with this id or unique
     id prefix, and the vault that holds it; else, for ``reject``, an entry the fork wrote earlier in either layer
     (``acpmem.read.layers.resolve_layer``). An ambiguous prefix names the candidates with their layers."""
-    from acpmem.core.errors import AmbiguousId
-    from acpmem.read.layers import resolve_layer
-
     wanted = (prefix or "").strip().lstrip("#")
     if not wanted:
         raise UsageError("no id given", "pass an id from `acp memory review --json`")
@@ -431,8 +426,6 @@ def forget_or_reject(vault, prefix: str, reason: str) -> tuple[Vault, Entry, str
     awaiting review in either layer: a proposal is not in the memory, so there is nothing to forget; it is rejected
     with the reason (``decide_ids``, exactly as ``review reject ID --reason``). (the vault that held it, the entry,
     the commit, whether it was a proposal)."""
-    from acpmem.read.layers import forget_layered
-
     try:
         lv, entry, sha = forget_layered(vault, prefix, reason)
         return lv, entry, sha, False
@@ -450,8 +443,6 @@ def forget_or_reject(vault, prefix: str, reason: str) -> tuple[Vault, Entry, str
 
 def editor_draft(vault, item: ReviewItem) -> Path:
     """Where an edit of ``item`` is drafted (``.acpmem/review/<id>.md``), filled with its text if new."""
-    from acpmem.infra.files import atomic_write
-
     draft = vault.state_dir / "review" / f"{item.id}.md"
     files.ensure_dir(draft.parent)
     if not draft.exists():

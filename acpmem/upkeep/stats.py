@@ -8,7 +8,9 @@ from pathlib import Path
 
 from acpmem.core.layout import SESSIONS_DIR
 from acpmem.read.ledger import read_ledger
-from acpmem.write import costs, requests
+from acpmem.vault.proposals import proposals
+from acpmem.write import budget, costs, requests
+from acpmem.write.worker import retry_waiter
 
 
 def _tree_bytes(path: Path) -> int:
@@ -72,7 +74,6 @@ def stats(vault) -> dict:
         if used:
             budgets.append({"session": d.name, "used_bytes": used,
                             "budget_bytes": vault.settings.surface.session_budget_bytes})
-    from acpmem.write.worker import retry_waiter
 
     reqs, broken = requests.list_requests(state)
     done = requests.read_done(state)
@@ -104,8 +105,6 @@ def stats(vault) -> dict:
 def _budget(vault, reqs) -> dict | None:
     """The extraction budgets now (``acpmem.write.budget``), and how many requests wait for them; None when none
     is set."""
-    from acpmem.write import budget
-
     st = budget.current(vault.state_dir, vault.clock(), vault.settings.extraction)
     if st is None:
         return None
@@ -114,8 +113,6 @@ def _budget(vault, reqs) -> dict | None:
 
 def _review(vault) -> dict:
     """The write policy and how many proposals wait for a person."""
-    from acpmem.vault.proposals import proposals
-
     good, bad = proposals(vault)
     return {"policy": vault.settings.write.policy, "proposals": len(good), "invalid_proposals": len(bad)}
 
@@ -124,6 +121,7 @@ def _embeddings(vault, ledger: list[dict]) -> dict:
     """The embedding channel, when on: model, endpoint, vectors present and missing, what embedding has cost."""
     if not vault.settings.embeddings.model:
         return {}
+    # lazy: `stats` does not need it (measured +36 ms to its start-up)
     from acpmem.read.embedding import channel_status
 
     return {"embeddings": {**channel_status(vault, probe=False), "costs": costs.summarize_embeddings(ledger)}}
@@ -133,6 +131,7 @@ def _rerank(vault) -> dict:
     """The rerank stage, when on: model, endpoint, how many candidates it reorders."""
     if not vault.settings.rerank.model:
         return {}
+    # lazy: `stats` does not need it (measured +20 ms to its start-up)
     from acpmem.read.reranking import status
 
     return {"rerank": status(vault.settings, probe=False)}

@@ -22,8 +22,10 @@ import json
 from pathlib import Path
 
 from acpmem.core.entry import COMMIT_RE
+from acpmem.core.errors import UsageError
 from acpmem.core.layout import LAYER_PROJECT
 from acpmem.core.values import Value
+from acpmem.infra.files import atomic_write
 from acpmem.vault.projectgit import current_branch, git_dirs, project_head, read_ref
 
 # {head, in: {anchor: true | false | null (unknown)}, next: {"<commit> <branch>": [tip, next]},
@@ -50,6 +52,7 @@ def default_branch(root: Path, remote: str = "origin") -> str | None:
     prefix = f"ref: refs/remotes/{remote}/"
     if text.startswith(prefix) and len(text) > len(prefix):
         return text[len(prefix):]
+    # lazy: `list --format prompt` does not need it (measured +7.1 ms to its start-up)
     from acpmem.vault.gitrun import git
 
     r = git(root, "config", "--get", "init.defaultBranch", check=False)
@@ -67,6 +70,7 @@ def branch_tip(root: Path, branch: str, remote: str = "origin") -> str | None:
 
 def is_ancestor(root: Path, a: str, b: str) -> bool | None:
     """Whether commit ``a`` is in ``b``'s history; None when git does not know one of them."""
+    # lazy: `list --format prompt` does not need it (measured +7.1 ms to its start-up)
     from acpmem.vault.gitrun import git
 
     if a == b:
@@ -77,6 +81,7 @@ def is_ancestor(root: Path, a: str, b: str) -> bool | None:
 
 def git_lines(root: Path, *args: str) -> list[str] | None:
     """The non-empty lines git prints, or None when it fails."""
+    # lazy: `list --format prompt` does not need it (measured +7.1 ms to its start-up)
     from acpmem.vault.gitrun import git
 
     r = git(root, *args, check=False)
@@ -89,6 +94,7 @@ def _changed(root: Path, base: str, tip: str) -> list[str]:
 
 def _reads_same(root: Path, files: list[str], tip: str, head: str) -> bool:
     """Whether every one of ``files`` (at least one) reads in ``head`` as it does in ``tip``."""
+    # lazy: `list --format prompt` does not need it (measured +7.1 ms to its start-up)
     from acpmem.vault.gitrun import git
 
     return bool(files) and git(root, "diff", "--quiet", "--no-renames", tip, head, "--", *files,
@@ -140,8 +146,6 @@ def scope_for(vault, type: str, choice: str | None = None) -> dict:
     ``[branches] scoped`` default. Only project-layer entries in a git project are ever scoped; a user preference
     is only when asked. Runs git (the default branch, one ancestry check): a write path, not a per-turn read."""
     if choice not in (None, *SCOPES):
-        from acpmem.core.errors import UsageError
-
         raise UsageError(f"a scope is branch or global, got {choice!r}", "pass --branch or --global")
     if choice == "global" or getattr(vault, "layer", LAYER_PROJECT) != LAYER_PROJECT:
         return {}
@@ -221,8 +225,6 @@ def _load(path: Path) -> dict:
 
 def _save(path: Path, doc: dict) -> None:
     try:
-        from acpmem.infra.files import atomic_write
-
         atomic_write(path, json.dumps(doc, sort_keys=True), durable=False)
     except OSError:
         pass   # a read-only state folder: computed again next time
@@ -299,6 +301,7 @@ class Checker:
             if a in seen:
                 self.ancestry[a] = True
         if complete and out_of:
+            # lazy: `list --format prompt` does not need it (measured +7.1 ms to its start-up)
             from acpmem.vault.gitrun import git
 
             r = git(self.root, "cat-file", "--batch-check", input="\n".join(out_of) + "\n", check=False)

@@ -71,6 +71,7 @@ def vault_settings(root: Path, state_dir: Path | None = None) -> Settings:
 
 
 def _read_toml(path: Path) -> dict:
+    # lazy: `list --format prompt` does not need it (measured +4.1 ms to its start-up)
     import tomllib
 
     try:

@@ -4,6 +4,7 @@ from a surrounding git workspace.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -12,6 +13,8 @@ from acpmem.core import layout
 from acpmem.core.clock import now_utc
 from acpmem.core.errors import AcpmemError, SettingsError, UsageError, VaultExists
 from acpmem.core.limits import clip, path_problem
+from acpmem.vault.discovery import user_vault_location
+from acpmem.vault.examples import example_entries
 from acpmem.vault.gitrun import git, no_repository
 from acpmem.vault.writer import KIND_FORK, KIND_INIT, Vault
 
@@ -44,8 +47,6 @@ def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, 
 def init_user_vault(*, example: bool = False, clock: Callable[[], datetime] = now_utc, rng=None) -> "Vault":
     """Create the user vault where ``$ACPMEM_USER_VAULT`` says, else at ``~/.acp-memory``: a vault like any other
     (its own git repository, syncable), read beside every project's vault."""
-    from acpmem.vault.discovery import user_vault_location
-
     path, _ = user_vault_location(None)
     if path is None:
         raise SettingsError("ACPMEM_USER_VAULT is none: the user vault is turned off",
@@ -97,8 +98,6 @@ def _new_root(base: Path, *, named: bool) -> Path:
 
 
 def _remove_what_we_made(root: Path, existed: bool) -> None:
-    import shutil
-
     if not existed:
         shutil.rmtree(root, ignore_errors=True)
     elif root.is_dir():
@@ -110,8 +109,6 @@ def _remove_what_we_made(root: Path, existed: bool) -> None:
 
 
 def _create(root: Path, *, example: bool, clock, rng) -> Vault:
-    import shutil
-
     shutil.copytree(layout.TEMPLATE_DIR, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     (root / layout.ENTRIES_DIR).mkdir(exist_ok=True)
     (root / layout.READS_DIR).mkdir(exist_ok=True)
@@ -128,8 +125,6 @@ def _create(root: Path, *, example: bool, clock, rng) -> Vault:
               f"Acpmem-Vault: {os.urandom(8).hex()}\n")
     vault.identity_taken()   # git knows no identity: the commit said who it is, and the person is told how to set one
     if example:
-        from acpmem.vault.examples import example_entries
-
         entries = example_entries(vault, clock())
         vault.write_entries(entries, subject=f"add {len(entries)} example entries",
                             why="Seeded by `acp memory init --example` so a newcomer sees the vault at work.",

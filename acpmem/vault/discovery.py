@@ -92,6 +92,7 @@ def user_vault_location(configured: str | None, env: dict | None = None) -> tupl
     silent, a named one that is missing or broken is said."""
     env = os.environ if env is None else env
     if configured is None:   # no vault's settings at hand: the person's own config (a vault never decides it)
+        # lazy: the frozen `list --format prompt --session` does not need it (measured +11 ms to its start-up)
         from acpmem.vault.config import person_settings
 
         configured = person_settings(env).get("layers", {}).get("user_vault")

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
-from pathlib import Path
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
-from acpmem.infra import files
 from acpmem.core.entryfile import MAX_FILE_BYTES, parse_entry_bytes
 from acpmem.core.errors import AcpmemError, EntryInvalid, EntryNotFound, Refused, SecretRefused
 from acpmem.core.layout import ENTRIES_DIR
+from acpmem.core.projectpaths import redact_project_paths
+from acpmem.core.redact import redact
+from acpmem.infra import files
 from acpmem.infra.files import NotRegularFile, atomic_write, read_bounded, read_exact, read_regular
 from acpmem.search.catalog import secret_kind
 from acpmem.vault.writer import KIND_EDIT, Vault
@@ -28,9 +32,6 @@ def editor_command() -> list[str]:
     would wait for keys nobody types: refused with one line instead."""
     cmd = os.environ.get("VISUAL") or os.environ.get("EDITOR")
     if not cmd:
-        import shutil
-        import sys
-
         if not (_isatty(sys.stdin) and _isatty(sys.stdout)):
             raise AcpmemError("no editor is set ($VISUAL, $EDITOR) and this is not a terminal: no editor was "
                               "started", "pass the new text with --from FILE, or set EDITOR", code="editor")
@@ -108,8 +109,6 @@ def refuse_unsafe(new, text: str, path: str, forbid: tuple[str, ...] = ()) -> No
         raise SecretRefused(f"the edit contains what looks like a secret ({kind})",
                             "remove it; secrets never enter the vault")
     if forbid:
-        from acpmem.core.projectpaths import redact_project_paths
-
         if redact_project_paths(text, forbid)[1]:
             raise EntryInvalid(path, None, "holds a path of this project, and the user vault is read in "
                                "every project", "remove the path (or write the entry in the project vault)")
@@ -120,8 +119,6 @@ def _refuse(v: Vault, target: _Target, draft: Path, text: str, exc: EntryInvalid
     disk, not even in local state."""
     note = ""
     if isinstance(exc, SecretRefused):
-        from acpmem.core.redact import redact
-
         atomic_write(draft, redact(text)[0])
         note = " (the secret is replaced by [REDACTED:…] there)"
     return AcpmemError(f"edit refused: {exc.message}",

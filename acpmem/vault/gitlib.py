@@ -46,6 +46,7 @@ class InProcess:
         if os.environ.get("ACPMEM_GIT", "").lower() == "exe":
             raise Unusable("ACPMEM_GIT=exe")
         try:
+            # lazy: pygit2 is heavy, never imported at start-up
             import pygit2
         except ImportError:
             raise Unusable("pygit2 is not installed") from None

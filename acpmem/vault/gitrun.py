@@ -8,7 +8,9 @@ corrupt ``.git/index``, no identity to commit with.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import subprocess
 from pathlib import Path
 
 from acpmem.core.errors import GitStateError
@@ -56,8 +58,6 @@ def git(root: Path, *args: str, input: str | None = None, check: bool = True, en
     if env:
         full_env.update(env)
     try:
-        import subprocess  # here, not at start-up: the per-turn read paths never run git
-
         def run(*extra: str):
             return subprocess.run(["git", *extra, "-C", str(root), *args], input=input, capture_output=True,
                                   text=True, encoding="utf-8", errors="replace", env=full_env,
@@ -175,8 +175,6 @@ def no_repository(root: Path) -> GitStateError:
 def index_corrupt(root: Path) -> bool:
     """Whether ``.git/index`` fails its own checks: the signature, and the checksum git keeps at its end (all zeros
     when ``index.skipHash`` is set). Read only after git failed, never on the way of a write."""
-    import hashlib
-
     try:
         data = (root / ".git" / "index").read_bytes()
     except FileNotFoundError:

@@ -1,6 +1,7 @@
 """The journal file of a change being written: its format, parsed strictly."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -39,8 +40,6 @@ UNKNOWN = object()   # a journal of an older acpmem records no hashes
 
 
 def hash_bytes(data: bytes) -> str:
-    import hashlib
-
     return hashlib.sha256(data).hexdigest()
 
 

@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 from pathlib import Path
 
 from acpmem.core.entry import COMMIT_RE, MAX_ABOUT_FILES, about_files
+from acpmem.core.entryfile import dump_entry, parse_entry
+from acpmem.core.errors import Refused
 from acpmem.core.layout import LAYER_PROJECT, VAULT_DIRNAME
 from acpmem.core.values import Value
+from acpmem.infra.files import atomic_write, read_exact
 
 CACHE = "stale.json"          # the listing's marks: {head, scan, stale}
 DIFFS = "stale-diffs.json"    # {head, diffs: {recorded commit: changed files, or null when unknown}}
@@ -176,6 +180,7 @@ def read_head(root: Path) -> str | None:
 
 
 def _rev_parse(root: Path) -> str | None:
+    # lazy: `list --format prompt` does not need it (measured +7.1 ms to its start-up)
     from acpmem.vault.gitrun import git
 
     r = git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}", check=False)
@@ -195,8 +200,6 @@ def project_head(vault) -> tuple[Path, str] | None:
 def relative_file(path: str, root: Path, cwd: str | None = None) -> str | None:
     """``path`` (absolute, or relative to ``cwd``, else to the project ``root``) as a path relative to the project
     root, or None when it is outside it. String work plus one realpath of the root."""
-    import posixpath
-
     if not isinstance(path, str) or not path or "\x00" in path or "\n" in path:
         return None
     real_root = os.path.realpath(root)
@@ -217,8 +220,6 @@ def relative_file(path: str, root: Path, cwd: str | None = None) -> str | None:
 
 def _about_rows(vault) -> list[tuple[str, str, tuple[str, ...]]]:
     """(id, commit, files) of every live entry that records both, from the catalog (no entry file is read)."""
-    from acpmem.core.entry import about_files
-
     def q(con):
         return con.execute("SELECT entry_id, json_extract(data, '$.commit'), json_extract(data, '$.files') FROM files"
                            " WHERE ok AND superseded_by IS NULL AND json_extract(data, '$.commit') IS NOT NULL"
@@ -249,6 +250,7 @@ def _scan_key(vault) -> str | None:
 def changed_files(root: Path, commit: str, head: str) -> frozenset[str] | None:
     """The files that differ between ``commit`` and ``head`` in the project (``git diff --name-only``), or None when
     the commit is not in this clone's history."""
+    # lazy: `list --format prompt` does not need it (measured +7.1 ms to its start-up)
     from acpmem.vault.gitrun import git
 
     if commit == head or head.startswith(commit):
@@ -269,8 +271,6 @@ def _load_cache(path: Path) -> dict:
 
 def _save(path: Path, doc: dict) -> None:
     try:
-        from acpmem.infra.files import atomic_write
-
         atomic_write(path, json.dumps(doc, ensure_ascii=False, sort_keys=True), durable=False)
     except OSError:
         pass   # a read-only state folder: computed again next time
@@ -309,7 +309,6 @@ def stale_of(vault, entries) -> dict[str, Stale]:
     No cache is read when none of them records files."""
     if not checks_on():
         return {}
-    from acpmem.core.entry import about_files
 
     about = [(e.id, e.extra.get("commit"), about_files(e.extra)) for e in entries if e.extra]
     about = [(i, c, f) for i, c, f in about if isinstance(c, str) and COMMIT_RE.match(c) and f]
@@ -355,6 +354,7 @@ def unknown_commits(vault) -> list[tuple[str, str]]:
 def stale_report(vault) -> list[Stale]:
     """``acp memory stale``: each stale entry with the commits that changed its files (one ``git log`` per stale
     entry: this is the command a person runs, not a per-turn read)."""
+    # lazy: `list --format prompt` does not need it (measured +7.1 ms to its start-up)
     from acpmem.vault.gitrun import git
 
     ph = project_head(vault)
@@ -374,9 +374,7 @@ def stale_report(vault) -> list[Stale]:
 def confirm(vault, prefix: str) -> tuple[object, str, str]:
     """A person says the entry is still true: its ``commit`` becomes the project's HEAD, in one commit of kind
     ``human-review`` that changes that one line. (the entry, the new project commit, the vault commit)."""
-    from acpmem.core.entryfile import dump_entry, parse_entry
-    from acpmem.core.errors import Refused
-    from acpmem.infra.files import read_exact
+    # lazy: `list --format prompt` does not need it (measured +15 ms to its start-up)
     from acpmem.vault.writer import KIND_REVIEW
 
     ph = project_head(vault)
@@ -424,6 +422,7 @@ def merged_about(vault, members) -> dict:
     seen = [changed_files(root, e.extra["commit"], newest) for e in dated[:-1]]
     if all(ch is not None and not (ch & set(about_files(e.extra))) for e, ch in zip(dated[:-1], seen)):
         return {"files": files, "commit": newest}
+    # lazy: `list --format prompt` does not need it (measured +7.1 ms to its start-up)
     from acpmem.vault.gitrun import git
 
     r = git(root, "merge-base", "--octopus", *commits, check=False)

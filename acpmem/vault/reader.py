@@ -8,14 +8,13 @@ per-turn ``list --format prompt`` never imports.
 from __future__ import annotations
 
 import errno
-
+import json
 import os
 import sqlite3
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from acpmem.infra import files
 from acpmem.core import layout
 from acpmem.core.clock import now_utc, parse_iso, utc_iso
 from acpmem.core.entry import Entry
@@ -23,6 +22,8 @@ from acpmem.core.errors import AcpmemError, AmbiguousId, EntryNotFound, UsageErr
 from acpmem.core.limits import MAX_INT, MAX_TOP_N, MIN_INT, clip, int_between, session_problem
 from acpmem.core.settings import Settings
 from acpmem.core.values import Value
+from acpmem.infra import files
+from acpmem.infra.files import disk_full
 from acpmem.vault.config import load_settings
 from acpmem.vault.discovery import discover, session_folder, state_location, user_vault_location, user_vault_problem
 
@@ -82,6 +83,7 @@ class VaultReader:
     def rng(self):
         """The random generator (ids, jitter salts); injectable for tests, created on first use."""
         if self._rng is None:
+            # lazy: `list --format prompt` does not need it (measured +0.7 ms to its start-up)
             import random
 
             self._rng = random.Random()
@@ -174,6 +176,7 @@ class VaultReader:
 
     def db(self):
         if self._con is None:
+            # lazy: the SessionStart hook does not need it (measured +6.5 ms to its start-up)
             from acpmem.search import catalog
 
             self.ensure_state()
@@ -183,18 +186,18 @@ class VaultReader:
     def with_db(self, work: Callable):
         """``work(connection)``; a database that cannot be read is deleted and rebuilt once, a busy one is
         ``LockTimeout`` (``acpmem.infra.db.with_rebuild``)."""
+        # lazy: the SessionStart hook does not need it (measured +0.7 ms to its start-up)
         from acpmem.infra import db
 
         try:
             return db.with_rebuild(self.db_path, lambda: work(self.db()), self.close)
         except (sqlite3.OperationalError, OSError) as exc:
-            from acpmem.infra.files import disk_full
-
             # SQLite says "disk I/O error" where it cannot grow its -shm or -wal file on a full disk
             if not (db.is_full(exc) or disk_full(self.state_dir)) or getattr(self, "_in_memory", False):
                 raise
         # The disk is full: the derived index cannot be brought up to date, so this read is served from the files
         # through an index in memory (built now, kept for this process, written nowhere).
+        # lazy: the SessionStart hook does not need it (measured +6.5 ms to its start-up)
         from acpmem.search import catalog
 
         if self._con is not None:
@@ -225,11 +228,13 @@ class VaultReader:
     def load(self, *, with_reads: bool = True, light: bool = False) -> Loaded:
         """Every valid entry (with the effective last_read) and every file that does not parse. ``light``: index
         fields only (no body or citations), for listings."""
+        # lazy: the SessionStart hook does not need it (measured +6.5 ms to its start-up)
         from acpmem.search import catalog
 
         snap = self.with_db(lambda con: catalog.snapshot(con, self.root, self.settings.types, light=light))
         entries = snap.entries
         if with_reads:
+            # lazy: `stats` does not need it (measured +0.1 ms to its start-up)
             from acpmem.vault import readlog
 
             lr = readlog.last_reads(self.root, self.state_dir)
@@ -264,8 +269,6 @@ class VaultReader:
     def _in_full(self, light: Entry) -> Entry:
         """The entry of a light listing (``load(light=True)``) with its body, citations and every field: its row's
         stored JSON, with the effective last_read the listing found."""
-        import json
-
         row = self.with_db(lambda con: con.execute("SELECT data FROM files WHERE path = ? AND ok = 1",
                                                    (light.path,)).fetchone())
         if row is None:   # gone since the listing (another process refreshed the row): the whole vault once more
@@ -281,14 +284,13 @@ class VaultReader:
 
     def mark_read(self, ids: list[str]) -> None:
         """Record reads (never a commit, never a lock); folded into the next commit."""
+        # lazy: `stats` does not need it (measured +0.1 ms to its start-up)
         from acpmem.vault import readlog
 
         try:
             self.ensure_state()
             readlog.record(self.state_dir, ids, self.now())
         except OSError as exc:
-            from acpmem.infra.files import disk_full
-
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT) and not disk_full(self.state_dir):
                 raise
             # the read itself is served (from the files, as list is): only its record is lost, said once
@@ -307,6 +309,7 @@ def list_entries(vault: VaultReader, *, include_superseded: bool = False,
 
 def jitter_salt(vault: VaultReader, seed: int | None, session: str | None) -> str:
     """The score's jitter salt: the seed, else the session, else a fresh random one (``core.score.salt_for``)."""
+    # lazy: `recall` does not need it (measured +0.2 ms to its start-up)
     from acpmem.core.score import salt_for
 
     if seed is not None and not int_between(seed, MIN_INT, MAX_INT):
@@ -323,6 +326,7 @@ def jitter_salt(vault: VaultReader, seed: int | None, session: str | None) -> st
 
 def scores(vault: VaultReader, *, at: datetime | None = None, seed: int | None = None, session: str | None = None,
            top_n: int | None = None) -> list[Scored]:
+    # lazy: `recall` does not need it (measured +0.2 ms to its start-up)
     from acpmem.core.score import rank
 
     if top_n is not None and not int_between(top_n, 0, MAX_TOP_N):

@@ -29,15 +29,19 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import time
 from collections.abc import Callable
 
 from acpmem.core.entryfile import MAX_FILE_BYTES, has_conflict_markers, parse_entry_bytes
 from acpmem.core.errors import EntryInvalid, GitStateError, SyncConflict
 from acpmem.core.layout import ENTRIES_DIR, LAYER_USER, MEMORY_FILE, PROPOSALS_DIR
+from acpmem.core.redact import REDACTED_RE, find_secrets
+from acpmem.core.render import memory_md
 from acpmem.core.values import Value
 from acpmem.infra import progress as shown_progress
 from acpmem.infra.files import NotRegularFile, atomic_write, read_exact, read_regular
+from acpmem.search.catalog import secret_kind
 from acpmem.vault.gitrun import error_text, git
 from acpmem.vault.writer import KIND_READS, KIND_SYNC, Vault
 
@@ -309,6 +313,7 @@ def _replay(vault: Vault, upstream: str, local: list[str]) -> str | None:
     or None — nothing changed — when a merge is the right way: a commit a person made with git (no ``Acpmem-Kind``
     trailer), a merge commit, a change that conflicts with the remote's, libgit2 missing or unable."""
     try:
+        # lazy: pygit2 is heavy, never imported at start-up
         import pygit2
     except ImportError:
         return None
@@ -348,8 +353,6 @@ def _replay(vault: Vault, upstream: str, local: list[str]) -> str | None:
 
 
 def _memory_text(vault: Vault) -> str:
-    from acpmem.core.render import memory_md
-
     return memory_md(vault.load(with_reads=False, light=True).entries, vault.settings)
 
 
@@ -588,9 +591,6 @@ def _refuse_unsafe(vault: Vault, remote: str, branch: str, upstream: str | None)
 
 def _blobs(vault: Vault, specs: list[str]) -> dict[str, bytes]:
     """The contents of the git objects ``specs`` (``HEAD:path`` or a blob id), in one ``git cat-file --batch``."""
-    import os
-    import subprocess
-
     if not specs:
         return {}
     env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
@@ -613,8 +613,6 @@ def _blobs(vault: Vault, specs: list[str]) -> dict[str, bytes]:
 
 def _entry_problem(vault: Vault, data: bytes | None, rel: str, *, secrets: bool, validity: bool = True) -> str | None:
     """Why `doctor` would flag this version of an entry file: not a valid entry of this vault, or a secret."""
-    from acpmem.search.catalog import secret_kind
-
     if data is None:
         return None
     try:
@@ -622,7 +620,6 @@ def _entry_problem(vault: Vault, data: bytes | None, rel: str, *, secrets: bool,
     except EntryInvalid as exc:
         if validity:
             return f"is not a valid entry ({exc.message})"
-        from acpmem.core.redact import REDACTED_RE, find_secrets
 
         text = data.decode("utf-8", errors="replace")
         kinds = [f.kind for f in find_secrets(text) if not REDACTED_RE.search(text[f.start:f.end])] if secrets else []

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import sqlite3
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,13 +34,16 @@ from acpmem.core.entryfile import (CONFLICT_REASON, dump_entry, has_conflict_mar
                                    slugify)
 from acpmem.core.errors import AcpmemError, EntryInvalid, GitStateError, SettingsError, UsageError
 from acpmem.core.ids import random_id
+from acpmem.core.render import memory_md
 from acpmem.core.values import Value
 from acpmem.infra import files, locks
 from acpmem.infra.files import NotRegularFile, atomic_write, move_durably, read_exact, read_regular, stale_temp_files
 from acpmem.infra.localstate import queue_home
 from acpmem.infra.proc import held_open, pid_alive, read_pid
-from acpmem.vault import readlog
+from acpmem.search.catalog import secret_kind
+from acpmem.vault import gitlib, readlog
 from acpmem.vault.config import vault_settings
+from acpmem.vault.gitlib import Unusable
 from acpmem.vault.gitrun import (FALLBACK_IDENTITY, failure, git, identity_warning, no_repository, took_fallback,
                                  writes_blocked)
 from acpmem.vault.journal import (JOURNAL, JOURNAL_MAX_BYTES, JOURNAL_TRAILER, UNKNOWN, BadJournal, file_hash,
@@ -254,8 +258,6 @@ class Vault(VaultReader):
         """The in-process git of the write path (``acpmem.vault.gitlib``), or None when this vault needs the ``git``
         executable (no pygit2, a post-commit hook, signed commits, …). Opened once per Vault."""
         if self._inproc is None:
-            from acpmem.vault import gitlib
-
             self.setup_git()
             try:
                 self._inproc = gitlib.InProcess(self.root)
@@ -273,8 +275,6 @@ class Vault(VaultReader):
         """(code, path) of every uncommitted change (``git status --porcelain`` codes)."""
         inproc = self.in_process()
         if inproc is not None:
-            from acpmem.vault.gitlib import Unusable
-
             try:
                 return inproc.status()
             except Unusable:
@@ -305,7 +305,6 @@ class Vault(VaultReader):
                 e = parse_entry_bytes(p.read_bytes(), rel, self.settings.types)
             except EntryInvalid as exc:   # the reason alone: the caller names the path ("not committed: PATH: …")
                 return f"field '{exc.field}' {exc.reason}" if exc.field else exc.reason
-            from acpmem.search.catalog import secret_kind
 
             kind = secret_kind(e)  # what acpmem redacted itself does not count
             if kind:
@@ -513,8 +512,6 @@ class Vault(VaultReader):
 
     def _head_blob(self, rel: str) -> bytes | None:
         """The bytes HEAD holds at ``rel``, or None."""
-        import subprocess
-
         env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
         env.update(LC_ALL="C", GIT_OPTIONAL_LOCKS="0")
         p = subprocess.run(["git", "-C", str(self.root), "cat-file", "blob", f"HEAD:{rel}"], capture_output=True,
@@ -597,8 +594,6 @@ class Vault(VaultReader):
                 atomic_write(inside(self.root, rel), text)  # reads/ could be a symlink out of a cloned vault
                 paths.append(rel)
         if regen:
-            from acpmem.core.render import memory_md
-
             snap = self.load(with_reads=False, light=True)  # MEMORY.md needs the index fields only
             text = memory_md(snap.entries, self.settings)
             mp = self.root / layout.MEMORY_FILE
@@ -620,8 +615,6 @@ class Vault(VaultReader):
                 gone = [p for p in gone if p in known]
             inproc = self.in_process() if on_disk or gone else None
             if inproc is not None:
-                from acpmem.vault.gitlib import Unusable
-
                 try:
                     sha = inproc.commit(on_disk, gone, message)
                 except Unusable:

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from acpmem.core.clock import parse_iso, utc_iso
 from acpmem.core.limits import MAX_INT, int_between
 from acpmem.core.values import Value
+from acpmem.write import costs
 
 DAY = timedelta(days=1)
 HOUR = timedelta(hours=1)
@@ -96,6 +97,5 @@ def current(state_dir, now: datetime, extraction) -> BudgetState | None:
     """The budgets now, from the vault's ledger; None when no budget is set."""
     if not limited(extraction):
         return None
-    from acpmem.write import costs
 
     return state(costs.read(state_dir), now, extraction)

@@ -5,11 +5,19 @@ import json
 import re
 from pathlib import Path
 
+from acpmem.core.blocks import turns_span, turns_text
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.errors import Refused, TranscriptError, UsageError
+from acpmem.core.framing import frame
 from acpmem.core.layout import LAYER_PROJECT
 from acpmem.core.limits import one_line
+from acpmem.core.tools import tool_definitions
+from acpmem.hosts.transcripts import close_tool_calls, openai_messages, read_transcript
+from acpmem.read.layers import recall_layered
+from acpmem.search.analysis import has_cjk
 from acpmem.search.overlap import STOP
+from acpmem.write import llm
+from acpmem.write.prompts import fork_closing, fork_instruction, fork_system, window_line
 from acpmem.write.requests import Request
 
 RELATED_LIMIT = 5
@@ -22,7 +30,6 @@ def conversation(req: Request):
     """The transcript prefix the fork sees, or None when the commit named no transcript."""
     if not req.transcript:
         return None
-    from acpmem.hosts.transcripts import read_transcript
 
     t = read_transcript(req.transcript).upto(req.seq)
     if not t.messages:
@@ -36,8 +43,6 @@ def related_entries(vault, note: str, limit: int = RELATED_LIMIT, exclude: tuple
     another project's): recall over the derived indexes (so it scales with the vault), without marking them read —
     the fork reading them is not a person or a model using them. A user-layer entry carries ``layer: user`` in its
     ``extra`` so ``related_text`` can say so."""
-    from acpmem.read.layers import recall_layered
-
     if not note.strip():
         return []
     hits = recall_layered(vault, note, limit=limit + len(exclude), mark_read=False)
@@ -64,8 +69,6 @@ def shares_words(note: str, text: str, least: int = RELATED_MIN_WORDS) -> bool:
 
 
 def related_text(entries: list[Entry]) -> str:
-    from acpmem.core.framing import frame
-
     parts = []
     for e in entries:
         body = e.body.strip()
@@ -130,8 +133,6 @@ def request_block(req: Request, transcript):
 
 def block_text(block) -> str:
     """The block as the fork's instruction shows it: framed as data, its id, tier and topic on the opening line."""
-    from acpmem.core.framing import frame
-
     return frame("block", block.summary, attrs={"id": block.id, "tier": str(block.tier or "unknown"),
                                                  "topic": block.topic or ""})
 
@@ -139,8 +140,6 @@ def block_text(block) -> str:
 def request_citations(req: Request, transcript) -> tuple[Citation, ...]:
     """What an entry of this request cites: the commit's seq, or for a block the block (id, tier, the host's id,
     the turns it covers; its seq the span of those turns, else the commit's seq)."""
-    from acpmem.core.blocks import turns_span, turns_text
-
     b = request_block(req, transcript)
     if b is None:
         return (Citation(req.session, req.seq),)
@@ -166,8 +165,6 @@ def note_language(note: str, default: str) -> str:
     """The language the fork is instructed in: Chinese for a note written in Chinese (a small model told in English
     to distil a Chinese note answered nothing, or in English), English for a note with Latin letters and no Chinese
     in a Chinese vault, else the vault's ``language``."""
-    from acpmem.search.analysis import has_cjk
-
     if has_cjk(note):
         return "zh"
     if default == "zh" and re.search(r"[A-Za-z]{3}", note):
@@ -255,10 +252,6 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
     ``context_tokens``: the model's window; the oldest turns are left out to fit (never the cited ones), each
     leaving a line in ``notes``. ``part``: the window (i, n) of the conversation this call asks about
     (``acpmem.write.windows``), said in the closing message."""
-    from acpmem.core.tools import tool_definitions
-    from acpmem.write.prompts import fork_closing, fork_instruction, fork_system, window_line
-    from acpmem.hosts.transcripts import close_tool_calls, openai_messages
-
     style = style or PROMPT_STYLE
     if style not in PROMPT_STYLES:
         raise UsageError(f"Unknown prompt style '{style}'", "use system or user")
@@ -312,8 +305,6 @@ def fork_body(vault, req: Request, config, *, transcript=None, related: list[Ent
     ``[extraction] context_tokens``, else what the endpoint serves, else ``DEFAULT_CONTEXT_TOKENS``), streamed when
     ``config.stream``: the real call and ``extract --dry-run`` both build it here, so the dry run shows what would
     be sent."""
-    from acpmem.write import llm
-
     ctx = context_tokens or vault.settings.extraction.context_tokens or llm.served_context(config) \
         or DEFAULT_CONTEXT_TOKENS
     body = build_body(vault, req, config.model, transcript=transcript, related=related, context_tokens=ctx,

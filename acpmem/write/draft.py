@@ -4,13 +4,23 @@ from __future__ import annotations
 import json
 import re
 
+from acpmem.core.blocks import turns_text
 from acpmem.core.entry import Citation, Entry
 from acpmem.core.entryfile import defuse_conflict_markers
 from acpmem.core.errors import EntryInvalid, ExtractionError
 from acpmem.core.layout import LAYER_PROJECT, LAYER_USER, PROPOSALS_DIR
 from acpmem.core.limits import one_line
+from acpmem.core.projectpaths import redact_project_paths
+from acpmem.core.redact import redact
+from acpmem.core.tools import default_layer, parse_write_args
+from acpmem.read.layers import project_path_forms
 from acpmem.search.overlap import jaccard, overlap, terms
+from acpmem.search.similar import features
+from acpmem.vault.writer import KIND_FORK, KIND_PROPOSE
+from acpmem.write.answers import excerpt, normalize_write_args, read_answer
 from acpmem.write.context import request_block, request_citations
+from acpmem.write.duplicates import check_write
+from acpmem.write.offline import block_lines
 from acpmem.write.requests import Request
 
 TITLE_CHARS = 120
@@ -54,8 +64,6 @@ def derive_title(content: str) -> str:
 
 def redact_noting(text: str, found: list[str]) -> str:
     """``text`` with its secrets redacted; the kinds found are added to ``found``."""
-    from acpmem.core.redact import redact
-
     clean, findings = redact(text, deep=True)
     found.extend(f.kind for f in findings)
     return clean
@@ -64,9 +72,6 @@ def redact_noting(text: str, found: list[str]) -> str:
 def user_safe(vault, text: str, draft: Draft) -> str:
     """User-layer text without this project's paths (``acpmem.core.projectpaths``); secrets are redacted for
     every layer before this."""
-    from acpmem.core.projectpaths import redact_project_paths
-    from acpmem.read.layers import project_path_forms
-
     clean, n = redact_project_paths(text, project_path_forms(vault))
     if n:
         draft.redacted.append("project-path")
@@ -176,8 +181,6 @@ def _entry_citations(base: tuple[Citation, ...], text: str, turns: list[tuple[in
     """An entry's citations: the request's, the commit's one naming in ``turns`` the turns the entry rests on
     (``cited_turns``; a block's citation already names its turns), then ``carried`` — those of the entries it
     supersedes, so the fact keeps where it was first said."""
-    from acpmem.core.blocks import turns_text
-
     out = list(base)
     if turns and len(out) == 1 and out[0].block is None and out[0].turns is None:
         seqs = cited_turns(text, turns)
@@ -219,9 +222,6 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
     entry that supersedes others keeps their citations too. ``quotes`` (``turn_quotes``): those turns' words are
     kept in the entry's ``evidence``. ``into``: a draft this answer adds to (the fork's windows), its entries' ids
     kept unique and the per-answer cap counted for this answer alone."""
-    from acpmem.core.tools import default_layer, parse_write_args
-    from acpmem.write.answers import normalize_write_args
-
     draft = into if into is not None else Draft()
     first = len(draft.entries)
     layers = {lv.layer: lv for lv in vault.layers()}
@@ -329,9 +329,6 @@ def _meaning_check(vault, req: Request, text: str, shown: list[Entry], sup: list
                    shown_ids: set[str] | None, draft: Draft) -> str | None:
     """The fork's check of one write by meaning (``draft_from_calls``): ``drop``, ``propose`` or None (write it);
     a supersede it adds goes into ``sup``."""
-    from acpmem.search.similar import features
-    from acpmem.write.duplicates import check_write
-
     match = check_write(vault, text, [e for e in shown if e.id not in sup], notes=draft.notes)
     if match is None:
         return None
@@ -382,8 +379,6 @@ ANSWER_TEXT_CHARS = 4000
 def read_reply(result) -> "object":
     """The model's answer read (``acpmem.write.answers.Reading``); a truncated one (``finish_reason: length``) is
     a failure with its text kept."""
-    from acpmem.write.answers import read_answer
-
     if result.finish_reason == "length":
         raise unusable(result, f"the answer was cut off at the token limit ({result.completion_tokens} tokens)",
                         hint="the request stays pending and is retried; raise [extraction] max_tokens if answers "
@@ -397,8 +392,6 @@ UNUSABLE = ("no_usable_write", "truncated", "malformed_call", "repetition", "run
 
 def unusable(result, why: str, *, hint: str = "the request stays pending and is retried; `acp memory stats "
               "--json` shows the whole answer", reason: str = "no_usable_write") -> ExtractionError:
-    from acpmem.write.answers import excerpt
-
     text = result.text or ""
     if not text and result.tool_calls:
         text = json.dumps([c.to_json() for c in result.tool_calls], ensure_ascii=False)
@@ -418,8 +411,6 @@ def under_policy(target, entries: list[Entry], updates: list[Entry],
     proposals (``acpmem.upkeep.review``) — written under ``proposals/``, what they supersede only named in them, no
     other entry touched until a person accepts them — else entries, but those in ``propose`` (a contradiction of
     an entry) proposals still. Returns (entries, updates, commit kind)."""
-    from acpmem.vault.writer import KIND_FORK, KIND_PROPOSE
-
     if target.settings.write.policy != "review" or not entries:
         return [e.with_changes(path=target.path_for(e.id, e.title, PROPOSALS_DIR)) if e.id in propose else e
                 for e in entries], updates, KIND_FORK
@@ -429,8 +420,6 @@ def under_policy(target, entries: list[Entry], updates: list[Entry],
 def offline_draft(vault, req: Request, transcript, extract_offline) -> Draft:
     """The offline extractor's entry for ``req`` (quoting the block's turns after its summary when it names one), in
     the layer its type belongs to — none when the same extract is live already (the extractor is deterministic)."""
-    from acpmem.core.tools import default_layer
-
     draft = Draft()
     layers = vault.layers()
     layer = default_layer(req.type) if len(layers) > 1 else vault.layer
@@ -455,8 +444,6 @@ def offline_draft(vault, req: Request, transcript, extract_offline) -> Draft:
     text = extract_offline(transcript, note, max_bytes=max_bytes, lang=vault.settings.language)
     body = text.body
     if blk is not None:
-        from acpmem.write.offline import block_lines
-
         body = block_lines(blk, body, vault.settings.language, vault.settings.extraction.max_entry_bytes)
     body = redact_noting(body, draft.redacted)
     title = redact_noting(text.title, draft.redacted)

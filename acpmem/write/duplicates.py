@@ -16,14 +16,29 @@ it was shown (the words and the vectors; the fork's own model already saw those 
 """
 from __future__ import annotations
 
+import json
+import math
+import os
 import re
 from collections.abc import Mapping
 
-from acpmem.infra import files
+from acpmem.core.clock import utc_iso
 from acpmem.core.entry import Entry
 from acpmem.core.errors import ExtractionError, SettingsError, UsageError
+from acpmem.core.framing import frame
+from acpmem.core.settings import SIMILARITY_MODES
+from acpmem.core.tools import judge_tool
 from acpmem.core.values import Value
+from acpmem.infra import embedclient, files, locks
+from acpmem.read import embedding
+from acpmem.read.embedding import endpoint
+from acpmem.read.retrieval import with_index
+from acpmem.search import similar, vectors
 from acpmem.search.similar import Cluster, Pair
+from acpmem.write import budget, costs, llm
+from acpmem.write.answers import json_values
+from acpmem.write.llm import resolve_model_config, with_served_model
+from acpmem.write.prompts import judge_instruction
 
 CANDIDATE_FLOOR = 0.2           # lexical similarity from which a pair is sent to the model
 EMBED_CANDIDATE_MARGIN = 0.12   # a pair this much under embedding_threshold is still sent to the model
@@ -44,8 +59,6 @@ class Found(Value):
 
 
 def _model_config(vault, env):
-    from acpmem.write.llm import resolve_model_config, with_served_model
-
     return with_served_model(resolve_model_config(vault.settings.extraction, env), vault.state_dir)
 
 
@@ -53,9 +66,6 @@ def resolve_mode(vault, env: Mapping[str, str] | None = None, override: str | No
     """The mode to use: ``override`` > ``[consolidate] similarity``; ``auto`` → model when a model endpoint is
     configured, else embedding when an embeddings model is, else lexical. A mode asked for by name whose channel
     is not configured is a ``SettingsError`` (exit 1: it depends on the vault, not the command line)."""
-    from acpmem.core.settings import SIMILARITY_MODES
-    from acpmem.read.embedding import endpoint
-
     want = override or vault.settings.consolidate.similarity
     if want not in SIMILARITY_MODES:
         raise UsageError(f"unknown similarity mode '{want}'", "use auto, lexical, embedding or model")
@@ -79,17 +89,12 @@ def resolve_mode(vault, env: Mapping[str, str] | None = None, override: str | No
 
 def find(vault, types=None, *, mode: str | None = None, env: Mapping[str, str] | None = None) -> Found:
     """The clusters of the vault's live entries by ``mode`` (``resolve_mode``)."""
-    from acpmem.search import similar
-    from acpmem.read.retrieval import with_index
-
     config = _model_config(vault, env)
     mode = resolve_mode(vault, env, mode, config=config)
     cfg = vault.settings.consolidate
     notes: list[str] = []
     ep = None
     if mode in ("embedding", "model"):
-        from acpmem.read.embedding import endpoint
-
         ep = endpoint(vault.settings, env)
         if ep is not None:
             notes += _embed_missing(vault, env)
@@ -128,15 +133,11 @@ def _merge(pairs: list[Pair]) -> list[Pair]:
 def _embed_missing(vault, env) -> list[str]:
     """Run the embedding pass for entries without a vector (unless the background one is running): a note when
     some stay without one."""
-    from acpmem.infra import locks
-    from acpmem.read import embedding
-
     path = embedding.lock_path(vault.state_dir)
     files.ensure_dir(path.parent)
     fd = locks.try_lock(path)
     if fd is None:
         return ["the background embedding pass is running: entries it has not embedded yet are compared by words"]
-    import os
 
     try:
         got = embedding.run_pass(vault, env)
@@ -148,8 +149,6 @@ def _embed_missing(vault, env) -> list[str]:
 
 
 def _vector_pairs(con, vault, ep, c, threshold: float, floor: float, types, notes: list[str]) -> list[Pair]:
-    from acpmem.search import similar, vectors
-
     vcon = vectors.connect(vault.state_dir)
     try:
         row = vcon.execute("SELECT dim FROM vec WHERE model = ? GROUP BY dim ORDER BY count(*) DESC LIMIT 1",
@@ -214,12 +213,6 @@ def judge_pairs(vault, config, items: list[tuple[str, str]]) -> tuple[list[str |
     """The model's verdict for each (text, text) pair (None: not answered), in calls of ``[consolidate]
     model_pairs`` pairs, each within the extraction budgets and recorded on the cost ledger; the calls made and
     notes on what was not judged."""
-    from acpmem.core.clock import utc_iso
-    from acpmem.core.framing import frame
-    from acpmem.core.tools import judge_tool
-    from acpmem.write.prompts import judge_instruction
-    from acpmem.write import budget, costs, llm
-
     verdicts: list[str | None] = [None] * len(items)
     notes: list[str] = []
     calls = 0
@@ -292,8 +285,6 @@ def _from_value(value: object, n: int, out: dict[int, str]) -> None:
 def read_verdicts(tool_calls, text: str | None, n: int) -> dict[int, str]:
     """Pair number (1..n) → verdict from an answer: the tool's arguments, JSON in the text (fenced, tagged or
     bare), or lines such as ``1: duplicate`` / ``Pair 2 - contradiction``. What is not read is left out."""
-    from acpmem.write.answers import json_values
-
     out: dict[int, str] = {}
     for call in tool_calls or ():
         if call.arguments is not None:
@@ -329,8 +320,6 @@ def check_write(vault, text: str, shown: list[Entry], env: Mapping[str, str] | N
     and — when an embeddings model is configured and the mode is not ``lexical`` — by the vectors (one call for
     the new text and the shown entries). None when it is new. ``idf``: the term weights (``index_idf``) when the
     caller checks many texts against one index (an import), read once instead of once per text."""
-    from acpmem.search import similar
-
     if not shown:
         return None
     fa = similar.features(text)
@@ -353,9 +342,6 @@ def index_idf(vault, terms: set[str]):
     """IDF of ``terms`` over the vault's index (the number of entries and each term's document frequency, read for
     these terms only): about the weights ``consolidate`` gives them, for a check that compares one text with a
     few."""
-    import json
-    import math
-
     def read(con):
         n = con.execute("SELECT count(*) FROM idx_docs WHERE sup = 0").fetchone()[0]
         return n, dict(con.execute("SELECT term, df FROM idx_terms WHERE term IN (SELECT value FROM json_each(?))",
@@ -370,10 +356,6 @@ def index_idf(vault, terms: set[str]):
 
 
 def _vector_matches(vault, text: str, fa, shown: list[Entry], env, notes) -> list[Match]:
-    from acpmem.infra import embedclient
-    from acpmem.search import similar
-    from acpmem.read.embedding import endpoint
-
     ep = endpoint(vault.settings, env)
     if ep is None:
         return []

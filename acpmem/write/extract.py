@@ -6,8 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from acpmem.core.clock import utc_iso
-from acpmem.write import requests
+from acpmem.infra import progress as shown
+from acpmem.write import context, requests
+from acpmem.write.llm import resolve_model_config
+from acpmem.write.offline import extract_offline
 from acpmem.write.requests import Request
+from acpmem.write.submit import check_transcript
+from acpmem.write.worker import process_now
 
 
 def new_request(vault, *, type: str, note: str, importance: int, session: str, seq: int, transcript, host_tools,
@@ -18,7 +23,6 @@ def new_request(vault, *, type: str, note: str, importance: int, session: str, s
     parse or holds no message, is an error before anything is saved."""
     if save:
         vault.require_writable()
-    from acpmem.write.submit import check_transcript
 
     # what commit refuses, but a seq past the end: a note made by hand may name any point of the conversation
     check_transcript(transcript, None, block)
@@ -45,9 +49,6 @@ def run(vault, ids: list[str], *, extractor: str | None = None,
         progress: Callable[[str, str], None] | None = None, after_each: Callable[..., None] | None = None) -> list:
     """Extract the requests one by one in this process (``acpmem.write.worker.process_now``); their outcomes. On a
     terminal each request's result is shown as it finishes, above the count (``acpmem.infra.progress``)."""
-    from acpmem.infra import progress as shown
-    from acpmem.write.worker import process_now
-
     with shown.task("extracting", len(ids), unit="requests") as bar:
         def say(rid: str, what: str) -> None:
             bar.describe(f"{rid} {what}")
@@ -65,16 +66,11 @@ def run(vault, ids: list[str], *, extractor: str | None = None,
 def dry_run(vault, reqs: list[Request], extractor: str | None) -> object:
     """What extraction would do, as JSON data: the offline extract, or the exact chat-completions body — for each
     request as it would run (``extractor``, else what the request recorded, else the vault's settings)."""
-    from acpmem.write import context
-    from acpmem.write.llm import resolve_model_config
-
     config = None
     shown = []
     for r in reqs:
         how = extractor or r.extractor
         if how == "offline":
-            from acpmem.write.offline import extract_offline
-
             d = extract_offline(context.conversation(r), r.note, max_bytes=vault.settings.extraction.max_entry_bytes,
                                 lang=vault.settings.language)
             shown.append({"request": r.id, "extractor": "offline", "title": d.title, "body": d.body,

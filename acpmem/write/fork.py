@@ -17,10 +17,18 @@ from acpmem.core.entry import Entry
 from acpmem.core.errors import AcpmemError, ExtractionError, UsageError
 from acpmem.core.layout import LAYER_PROJECT, LAYER_USER, PROPOSALS_DIR
 from acpmem.core.limits import one_line
+from acpmem.core.tools import parse_commit_args
 from acpmem.core.values import Value
-from acpmem.write import requests
+from acpmem.vault.branches import scope_for, with_scope
+from acpmem.vault.gitrun import git, writes_blocked
+from acpmem.vault.history import commit_for_request
+from acpmem.write import budget, requests
 from acpmem.write.context import conversation, related_entries, request_block, request_citations
 from acpmem.write.draft import ANSWER_TEXT_CHARS, UNUSABLE, Draft, offline_draft, under_policy, user_safe
+from acpmem.write.llm import resolve_model_config, with_served_model
+from acpmem.write.offline import extract_offline
+from acpmem.write.provenance import annotate
+from acpmem.write.windows import ask
 from acpmem.write.requests import Request
 
 EXTRACTORS = ("auto", "llm", "offline")
@@ -106,8 +114,6 @@ def choose_extractor(vault, override: str | None = None, env=None, req: Request 
     """(``"llm"`` with its ``ModelConfig``) or (``"offline"``, None): ``override`` > what the request ``req``
     recorded when it was made (its extractor, and for ``llm`` its endpoint and model; the key comes from this
     process's settings) > ``[extraction] extractor``; ``auto`` uses a model when one is configured."""
-    from acpmem.write.llm import resolve_model_config, with_served_model
-
     recorded = req.extractor if req is not None and not override else None
     name = override or recorded or vault.settings.extraction.extractor
     if name not in EXTRACTORS:
@@ -161,8 +167,6 @@ def commit_draft(vault, req: Request, draft: Draft, model_label: str, extractor:
 def _scoped(vault, req: Request, draft: Draft) -> list[Entry]:
     """The draft's project entries tied to the project branch the request was made on, as ``[branches] scoped``
     or the request's ``scope`` (``commit --branch/--global``) says (``acpmem.vault.branches``)."""
-    from acpmem.vault.branches import scope_for, with_scope
-
     if vault.layer != LAYER_PROJECT:
         return draft.entries
     fields: dict[str, dict] = {}
@@ -252,8 +256,6 @@ def _gone(vault, request_id: str) -> Outcome:
 
 def _refuse_blocked_writes(vault) -> None:
     """A rebase, a detached HEAD in either layer: refused before any model call, no attempt used."""
-    from acpmem.vault.gitrun import writes_blocked
-
     for layer in vault.layers():
         blocked = writes_blocked(layer.root)
         if blocked is not None:
@@ -265,8 +267,6 @@ def _written_before(vault, req: Request) -> tuple[Outcome | None, bool]:
     request killed between its files and its commit is finished (or dropped) first, and only then does the history
     say whether it happened. The user part is committed first: a run killed between the two commits writes the
     project part only."""
-    from acpmem.vault.history import commit_for_request
-
     for layer_vault in dict.fromkeys(lv for lv in (vault.user, vault) if lv is not None):
         layer_vault.finish_interrupted()
     sha = commit_for_request(vault, requests.check_request_id(req.id))
@@ -277,7 +277,6 @@ def _written_before(vault, req: Request) -> tuple[Outcome | None, bool]:
     user_sha = commit_for_request(vault.user, req.id)
     if not user_sha:
         return None, False
-    from acpmem.vault.gitrun import git
 
     body = git(vault.user.root, "log", "-1", "--format=%B", user_sha, check=False).out
     if f"{USER_PART_TRAILER}: yes" not in body:
@@ -289,9 +288,6 @@ def _written_before(vault, req: Request) -> tuple[Outcome | None, bool]:
 def _extract(vault, req: Request, override: str | None, env, now: str, say, attempt: _Attempt) -> Draft | Outcome:
     """The request's draft, offline or from the model — or the ``deferred`` outcome when a budget is spent. A
     block commit whose model answer is still unusable at its last attempt keeps the block's summary."""
-    from acpmem.core.tools import parse_commit_args
-    from acpmem.write.offline import extract_offline
-
     # a request file is local state a person can edit, and the vault's types can change after the commit
     parse_commit_args({"type": req.type, "note": req.note, "importance": req.importance}, vault.settings.types)
     attempt.kind, attempt.config = choose_extractor(vault, override, env, req)
@@ -322,8 +318,6 @@ def _model_draft(vault, req: Request, now: str, say, attempt: _Attempt) -> Draft
     """Ask the model (``acpmem.write.windows``: at once, or window by window), shown the related entries — never
     what this request itself wrote (its user part, when a run was killed between the two parts: shown it, the rerun
     dropped the project part as a repeat of the user part)."""
-    from acpmem.write.windows import ask
-
     rel = [e for e in related_entries(vault, req.note) if (e.source or {}).get("request") != req.id]
     return ask(vault, req, attempt, rel, request_citations(req, attempt.transcript), [], now, say)[0]
 
@@ -340,7 +334,6 @@ def _commit(vault, req: Request, draft: Draft, attempt: _Attempt, user_done: boo
                   notes=tuple(draft.notes))
     if not draft.entries:
         return _finish(vault, req, Outcome(status="nothing", redacted=tuple(draft.redacted), **common))
-    from acpmem.write.provenance import annotate
 
     draft.entries = annotate(vault, attempt.transcript, draft.entries, draft.layer_of)
     draft.entries = _scoped(vault, req, draft)
@@ -391,8 +384,6 @@ def block_fallback(vault, req: Request, transcript, exc: ExtractionError) -> boo
 def _over_budget(vault, req: Request, now: str) -> Outcome | None:
     """When an extraction budget is spent: the request kept pending, not attempted, until it frees — the
     ``deferred`` outcome; else None (``acpmem.write.budget``)."""
-    from acpmem.write import budget
-
     st = budget.current(vault.state_dir, vault.clock(), vault.settings.extraction)
     if st is None or not st.over:
         return None

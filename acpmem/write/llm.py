@@ -13,6 +13,7 @@ start-up.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -21,11 +22,13 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from acpmem.core.errors import ExtractionError, SettingsError
 from acpmem.core.limits import MAX_INT, int_between
 from acpmem.core.values import Value
 from acpmem.infra import progress
+from acpmem.infra.files import atomic_write
 
 OPENAI_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4.1-mini"   # only used against OpenAI itself; any other endpoint must name its model
@@ -172,7 +175,6 @@ def is_local(base_url: str | None) -> bool:
     """True for an endpoint on this machine: localhost, a loopback address, or a unix socket."""
     if not base_url:
         return False
-    from urllib.parse import urlsplit
 
     try:
         u = urlsplit(base_url)
@@ -191,6 +193,7 @@ def served_context(config: ModelConfig, timeout: float = CONTEXT_TIMEOUT_S) -> i
     """The context window (tokens) the endpoint says it serves, or None when it does not say: llama-server's
     ``GET /props`` (``default_generation_settings.n_ctx``), else ``n_ctx`` in a ``/models`` entry's ``meta``
     (llama-server lists the training context there). urllib, bounded, every failure is None."""
+    # lazy: `commit` does not need them (measured +19 ms to its start-up)
     import urllib.error
     import urllib.request
 
@@ -247,8 +250,6 @@ def with_served_model(config: ModelConfig, state_dir: Path | None = None, *, clo
                             f"{len(models)} models" + (f" ({shown})" if models else ""), hint)
     if cache is not None:
         try:
-            from acpmem.infra.files import atomic_write
-
             try:
                 known = json.loads(cache.read_text("utf-8"))
                 known = known if isinstance(known, dict) else {}
@@ -263,6 +264,7 @@ def with_served_model(config: ModelConfig, state_dir: Path | None = None, *, clo
 
 def _served_models(config: ModelConfig, timeout: float) -> list[str]:
     """The model ids ``GET {base_url}/models`` lists (urllib, not openai: this runs at commit time)."""
+    # lazy: `commit` does not need them (measured +19 ms to its start-up)
     import urllib.error
     import urllib.request
 
@@ -313,6 +315,7 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
     streamed = body.get("stream") is True
     if "model" not in body:
         body = {**body, "model": config.model}
+    # lazy: openai is heavy, never imported at start-up
     import openai
 
     rng = rng or random.Random()
@@ -444,6 +447,7 @@ def _streamed(client, body: dict, limit_s: float = math.inf, clock: Callable[[],
     """One streamed call, its chunks put together into a chat completion (``_parse`` reads it like a plain one).
     The client's read timeout is the silence allowed between chunks (and before the first); ``answer_bounds`` and
     ``limit_s`` (by ``clock``, from the request) bound the whole answer (``_StreamRunaway``)."""
+    # lazy: openai is heavy, never imported at start-up
     import openai
 
     start = clock()
@@ -495,8 +499,7 @@ def _streamed(client, body: dict, limit_s: float = math.inf, clock: Callable[[],
 def _transport():
     """The HTTP library the installed ``openai`` client runs on (``httpx``, or ``httpx2`` in newer releases): a
     stream's read timeout and broken connection are its exceptions, raised while the chunks are read."""
-    import importlib
-
+    # lazy: openai is heavy, never imported at start-up
     from openai import _base_client
 
     for name in ("httpx", "httpx2"):

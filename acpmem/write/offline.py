@@ -11,6 +11,8 @@ import re
 from acpmem.core.boilerplate import OFFLINE_TEXT
 from acpmem.core.limits import without_surrogates
 from acpmem.core.values import Value
+from acpmem.search.analysis import SearchDoc
+from acpmem.search.reference import MemoryIndex
 
 MAX_MESSAGES = 3
 EXCERPT_CHARS = 500
@@ -34,9 +36,6 @@ def _clip(text: str, limit: int) -> str:
 def extract_offline(transcript, note: str, *, max_bytes: int = 8192, lang: str = "en",
                     max_messages: int = MAX_MESSAGES) -> OfflineText:
     """The entry the offline extractor writes for ``note`` from ``transcript`` (a ``Transcript`` prefix, or None)."""
-    from acpmem.search.analysis import SearchDoc
-    from acpmem.search.reference import MemoryIndex
-
     words = _TEXT.get(lang, _TEXT["en"])
     title = _clip(note, TITLE_CHARS)
     docs, by_key = [], {}

@@ -14,6 +14,9 @@ from __future__ import annotations
 import os
 
 from acpmem.core.layout import LAYER_PROJECT
+from acpmem.core.toolfiles import tool_files
+from acpmem.read.citecheck import cited_turn_seqs, turns_digest
+from acpmem.vault.projectgit import checks_on, project_head, relative_file
 
 MAX_FILES = 24
 WINDOW = 400      # messages read back for a plain citation
@@ -36,10 +39,6 @@ def _window(transcript) -> list:
 
 def entry_files(transcript, citations, root, cwd: str | None = None) -> tuple[str, ...]:
     """The project files (relative to ``root``) the cited turns read or changed, changed ones first."""
-    from acpmem.core.toolfiles import tool_files
-    from acpmem.vault.projectgit import relative_file
-    from acpmem.read.citecheck import cited_turn_seqs
-
     if transcript is None:
         return ()
     raws: list = []
@@ -74,9 +73,6 @@ def entry_files(transcript, citations, root, cwd: str | None = None) -> tuple[st
 def annotate(vault, transcript, entries: list, layer_of: dict) -> list:
     """``entries`` with each citation's ``hash`` and, for project-layer entries in a git project, ``files`` and
     ``commit`` (when any file was found). Anything that cannot be read leaves the entry as it was."""
-    from acpmem.vault.projectgit import checks_on, project_head
-    from acpmem.read.citecheck import cited_turn_seqs, turns_digest
-
     if transcript is None or not checks_on():
         return entries
     ph = project_head(vault) if vault.layer == LAYER_PROJECT else None

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from acpmem.core.entry import MAX_TITLE_CHARS, Entry
 from acpmem.core.errors import Refused, SecretRefused, UsageError
+from acpmem.core.layout import LAYER_USER
 from acpmem.core.limits import breaks_line, clip, int_between
+from acpmem.core.projectpaths import redact_project_paths
+from acpmem.core.redact import find_secrets
+from acpmem.read.layers import project_path_forms, vault_for_layer
+from acpmem.vault.branches import scope_for, with_scope
+from acpmem.vault.writer import KIND_REMEMBER
+from acpmem.write.draft import derive_title
 
 
 DEFAULT_IMPORTANCE = 5
@@ -38,9 +45,6 @@ def remember(vault, text: str, *, type: str | None = None, importance: int | Non
         raise UsageError("--branch and --user: the user vault is read in every project, never tied to a branch",
                          "drop one of them")
     if user:
-        from acpmem.core.layout import LAYER_USER
-        from acpmem.read.layers import project_path_forms, vault_for_layer
-
         target = vault_for_layer(vault, LAYER_USER)
         if target is not vault:
             forbid = project_path_forms(vault)
@@ -68,10 +72,7 @@ def remember(vault, text: str, *, type: str | None = None, importance: int | Non
             raise UsageError(f"a title is one line of 1..{MAX_TITLE_CHARS} characters, got {clip(title)}",
                              "e.g. --title 'We deploy on Tuesdays'")
     else:
-        from acpmem.write.draft import derive_title
-
         title = derive_title(body)
-    from acpmem.core.redact import find_secrets
 
     found = find_secrets(title + "\n" + body, deep=True)
     if found:
@@ -79,21 +80,16 @@ def remember(vault, text: str, *, type: str | None = None, importance: int | Non
         raise SecretRefused(f"the text contains what looks like a secret ({kinds}); nothing was written",
                             "remove it and run the command again; secrets never enter the vault")
     if forbid:
-        from acpmem.core.projectpaths import redact_project_paths
-
         if redact_project_paths(title + "\n" + body, forbid)[1]:
             raise Refused("the text holds a path of this project, and the user vault is read in every project; "
                              "nothing was written", "remove the path, or drop --user to remember it in this "
                                                     "project's vault")
-    from acpmem.vault.writer import KIND_REMEMBER
 
     ident = vault.new_id()
     entry = Entry(id=ident, title=title, type=type, importance=importance, created=vault.now(), body=body,
                   source={"by": "human", "command": "remember"})
     entry = entry.with_changes(path=vault.path_for(ident, title))
     if not user:
-        from acpmem.vault.branches import scope_for, with_scope
-
         entry = with_scope(entry, scope_for(vault, type, scope))
     sha = vault.write_entries([entry], subject=f"remember #{ident} {title}",
                               why="Written by a person with `acp memory remember`, verbatim.", kind=KIND_REMEMBER,

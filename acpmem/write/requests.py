@@ -385,6 +385,7 @@ def make_request(*, types: tuple[str, ...], type: str, note: str, importance: in
     """Validate a commit's arguments (the model's and the host's) and build the request. The note is redacted here,
     before it reaches any file; the secret kinds found are kept in ``redacted``. ``extractor`` (``offline`` or
     ``llm``), ``base_url`` and ``model``: how it is to be extracted (``Request``)."""
+    # lazy: `stats` does not need it (measured +4.7 ms to its start-up)
     from acpmem.core.tools import parse_commit_args
 
     args = parse_commit_args({"type": type, "note": note, "importance": importance, "block": block}, types)
@@ -402,6 +403,7 @@ def make_request(*, types: tuple[str, ...], type: str, note: str, importance: in
         if why:
             raise UsageError(f"the {name} path {why}, got {limits.clip(value)}",
                              "pass the path of the file the host wrote")
+    # lazy: `stats` does not need it (measured +5.8 ms to its start-up)
     from acpmem.core.redact import redact
 
     note_clean, found = redact(args.note)

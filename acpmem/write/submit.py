@@ -13,8 +13,13 @@ from typing import Any
 from acpmem.core.clock import utc_iso
 from acpmem.core.errors import AcpmemError, TranscriptError, UsageError
 from acpmem.core.limits import clip, int_arg, path_problem
+from acpmem.core.tools import parse_block_arg, parse_commit_args
 from acpmem.core.values import Value
+from acpmem.hosts.transcripts import last_seq, read_transcript
+from acpmem.read.sources import record_request_transcript, record_transcript
 from acpmem.write import requests
+from acpmem.write.llm import resolve_model_config, with_served_model
+from acpmem.write.worker import hand_over, process_now, start_worker
 
 
 class Ack(Value):
@@ -68,13 +73,10 @@ def check_readable(path: str | os.PathLike | None, what: str, hint: str) -> None
 def check_block(transcript: str | os.PathLike | None, block: str):
     """A block named at commit time must be in the transcript now (``TranscriptError`` naming those there are).
     Returns the transcript as read for its blocks (``read_transcript(…, turns=())``: a scan of a DSH log)."""
-    from acpmem.core.tools import parse_block_arg
-
     block = parse_block_arg(block)
     if transcript is None or transcript == "":
         raise UsageError(f"block {block} is named without a transcript",
                          "pass the session log that has the block (--transcript), or commit without --block")
-    from acpmem.hosts.transcripts import read_transcript
 
     t = read_transcript(Path(transcript).expanduser(), turns=())
     t.block(block)
@@ -91,7 +93,6 @@ def check_transcript(transcript: str | os.PathLike | None, seq: int | None, bloc
         if block not in (None, ""):
             check_block(transcript, block)   # a block without a transcript: the UsageError saying so
         return
-    from acpmem.hosts.transcripts import last_seq
 
     path = Path(transcript).expanduser()
     last = None
@@ -114,6 +115,7 @@ def check_host_tools(path: str | os.PathLike | None) -> None:
     if path is None or path == "":
         return
     check_readable(path, "tool definition file", "pass the host's tools as a JSON file")
+    # lazy: `commit` does not need it (measured +4.7 ms to its start-up)
     from acpmem.write.context import load_host_tools
 
     load_host_tools(str(Path(path).expanduser()))   # Refused: the file's content, exit 1 like a bad transcript
@@ -137,13 +139,13 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
     settings = vault.settings
     policy = settings.write.policy
     if policy == "off":   # checked first: nothing is validated, recorded or started
-        from acpmem.core.tools import parse_commit_args
 
         parse_commit_args({"type": type, "note": note, "importance": importance}, settings.types)
         return Ack("", requests.off_text(settings.language), "", "off", None, policy)
     if not (vault.root / ".git").exists():
         # refused now, as remember is: "Noted" would tell the model its memory was kept, and the worker would then
         # fail on its schedule in the background
+        # lazy: `commit` does not need it (measured +6.9 ms to its start-up)
         from acpmem.vault.gitrun import no_repository
 
         raise no_repository(vault.root)
@@ -161,8 +163,6 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
         raise UsageError(f"Unknown extractor '{clip(how)}'", "use --extractor auto | llm | offline")
     config = None
     if how != "offline":
-        from acpmem.write.llm import resolve_model_config, with_served_model
-
         # an endpoint without a model: find the one it serves now, or say what to set — not later, in the background
         config = with_served_model(resolve_model_config(settings.extraction), vault.state_dir)
         if not config.configured:
@@ -174,6 +174,7 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
             config, how = None, "offline"   # auto without an endpoint: the offline extractor, as it is recorded
         else:
             how = "llm"
+            # lazy: `commit` does not need it (measured +0.8 ms to its start-up)
             from acpmem.write import budget
 
             if budget.limited(settings.extraction):
@@ -198,17 +199,11 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
     else:  # pragma: no cover - 20 collisions of 40 random bits
         raise AcpmemError("could not pick a free request id", "retry")
     if req.transcript:
-        from acpmem.read.sources import record_request_transcript, record_transcript
-
         record_transcript(vault, req.session, req.transcript, "commit")
         record_request_transcript(vault, req.session, req.id, req.transcript)
     if on_recorded is not None:
         on_recorded(req.id, req.ack)
     if wait:
-        from acpmem.write.worker import process_now
-
-        from acpmem.write.worker import hand_over
-
         outcomes = process_now(vault, [req.id], then_hand_over=False)   # as the request records it
         retry = None
         left = requests.load_request(vault.state_dir, req.id)
@@ -219,8 +214,6 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
         return Ack(req.id, req.ack, str(path), "inline", outcomes[0] if outcomes else None, policy, req.deferred,
                    retry)
     try:
-        from acpmem.write.worker import start_worker
-
         state = "started" if start_worker(vault.root, vault.state_dir) else "running"
     except OSError as exc:
         # The request is durable: the next commit's worker or `acp memory extract --pending` takes it.

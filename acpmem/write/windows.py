@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 
 from acpmem.core.errors import ExtractionError
-from acpmem.write import costs
+from acpmem.write import costs, llm
+from acpmem.write.answers import read_answer
 from acpmem.write.context import fork_body, shrunk_window
 from acpmem.write.draft import (UNUSABLE, Draft, conversation_turns, draft_from_calls, read_reply, turn_quotes,
                                 unusable)
@@ -177,8 +178,6 @@ def salvage(exc: ExtractionError | None, ok: bool):
     kept — each entry still cites, and is checked against, the turns of its window."""
     if exc is None or not ok or exc.data.get("reason") not in CUT or not exc.data.get("text"):
         return None
-    from acpmem.write.answers import read_answer
-
     text = str(exc.data["text"])
     for attempt in (text, closed_json(text)):
         if attempt is None:
@@ -249,8 +248,6 @@ def call_fitted(vault, req, config, t, related: list, notes: list[str], now: str
     over its context (reason ``context_length``), built again at half the size and sent, up to ``CONTEXT_SHRINKS``
     times — never the same body again. Every call goes to the cost ledger, and is counted in ``spent`` (calls and
     tokens, what ``extract`` sums). ``part``: the window (i, n) this call asks about. Returns the body and answer."""
-    from acpmem.write import llm
-
     window = None
     for shrink in range(CONTEXT_SHRINKS + 1):
         body = fork_body(vault, req, config, transcript=t, related=related, notes=notes, context_tokens=window,

@@ -44,6 +44,7 @@ def try_worker_lock(state_dir: Path) -> int | None:
 
 def start_worker(root: Path, state_dir: Path) -> bool:
     """Start a detached worker (``acpmem.infra.detach``) unless one holds the lock. True when this call started it."""
+    # lazy: `stats` does not need it (measured +0.1 ms to its start-up)
     from acpmem.infra.detach import reap, spawn
 
     reap()
@@ -63,6 +64,7 @@ def process_now(vault, ids: list[str], *, extractor: str | None = None, env=None
     worker works on them at the same time; runs them even when they wait for their backoff or failed for good.
     Returns their ``fork.Outcome`` values; ``after_each`` gets each as it is done. Then (unless ``then_hand_over`` is false: the caller does it) a worker
     is started for what stays pending (``hand_over``)."""
+    # lazy: `stats` does not need it (measured +109 ms to its start-up)
     from acpmem.write.fork import process_request
 
     vault.require_writable()
@@ -101,6 +103,7 @@ def hand_over(vault, *, retries: bool = False) -> str:
 
 def worker_main(root: str, lock_fd: int | None = None) -> None:
     """The detached worker: drain the due requests, then exit (one worker per vault, none left behind)."""
+    # lazy: `stats` does not need it (measured +16 ms to its start-up)
     from acpmem.vault.writer import Vault
 
     with contextlib.suppress(OSError):
@@ -109,6 +112,7 @@ def worker_main(root: str, lock_fd: int | None = None) -> None:
     try:
         run_worker(vault, lock_fd)
         if vault.settings.embeddings.model:     # what was written gets its vectors in the background
+            # lazy: `stats` does not need it (measured +36 ms to its start-up)
             from acpmem.read.embedding import start_background
 
             start_background(vault.root, vault.state_dir)
@@ -140,6 +144,7 @@ def run_worker(vault, lock_fd: int | None = None, *, idle_wait: float = WORKER_I
     ``requests.MAX_ATTEMPTS`` tries). When nothing is due but a retry is scheduled within ``idle_wait`` seconds, the
     worker waits for it — without the worker lock, so ``commit --wait``, ``extract`` or a new worker are never held
     up, and holding the retry lock, so only one process per vault waits."""
+    # lazy: `stats` does not need it (measured +109 ms to its start-up)
     from acpmem.write.fork import process_request
 
     fd = lock_fd if lock_fd is not None else try_worker_lock(vault.state_dir)
