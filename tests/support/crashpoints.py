@@ -223,7 +223,7 @@ for line in sys.stdin:
                 g["_inside"] = tuple(os.path.realpath(p) + os.sep for p in job["cfg"]["inside"])
                 sys.addaudithook(g["_hook"])
             if job.get("prelude"):
-                exec(job["prelude"], {"__name__": "__prelude__"})
+                exec(job["prelude"], g)    # beside the hook: it may read the steps counted so far
             code = 0
             try:
                 if job["what"] == "worker":
@@ -286,6 +286,42 @@ class Zygote:
     def close(self) -> None:
         self.p.stdin.close()
         self.p.wait(timeout=60)
+
+
+_SERVER: list[Zygote] = []
+
+
+def server() -> Zygote:
+    """This process's forking server for the tests that need a real process per command: started on first use,
+    ended (and its scratch folder removed) when this process exits."""
+    import atexit
+    import tempfile
+
+    if not _SERVER or _SERVER[0].p.poll() is not None:
+        scratch = Path(tempfile.mkdtemp(prefix="acpmem-forks-"))
+        z = Zygote(dict(os.environ), scratch)
+        _SERVER[:] = [z]
+
+        def close() -> None:
+            import shutil
+
+            z.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+        atexit.register(close)
+    return _SERVER[0]
+
+
+def forked(argv: list[str], *, inside: list[Path] = (), env: dict | None = None, at: int = 0,
+           after: str | None = None, count: bool = False, crash: bool = True, prelude: str | None = None,
+           cwd: Path | None = None, no_watch: bool = True) -> Run:
+    """``run``, in a child forked from ``server()``: the same hook, so the same steps, in the environment
+    (``env``, else this process's; with ``ACPMEM_NO_WATCH=1`` unless ``no_watch`` is false) and folder (``cwd``,
+    else this process's) a fresh process would have; ``prelude`` runs beside the hook before the command."""
+    full = dict(os.environ if env is None else env)
+    if no_watch:
+        full.setdefault("ACPMEM_NO_WATCH", "1")
+    return server().run([str(a) for a in argv], inside=inside, env=full, whole_env=True, at=at, after=after,
+                        count=count, crash=crash, prelude=prelude, cwd=cwd or Path.cwd())
 
 
 def helpers_of(root: Path) -> list[int]:
