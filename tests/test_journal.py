@@ -3,7 +3,8 @@ vault, user vault, both layers); a journal left after its commit never overwrite
 since; a malformed journal is set aside with its path named, never a wedge; ``consolidate`` never merges a cluster
 twice; deleting ``.acpmem/`` while a write runs loses no acknowledged write.
 
-Real processes killed with SIGKILL at a chosen step (``tests/support/crashpoints.py``), real git, the real command line.
+Real processes killed with SIGKILL at a chosen step (``tests/support/crashpoints.py``; each forked from a process that
+imported acpmem once, ``crashpoints.forked``), real git, the real command line.
 """
 from __future__ import annotations
 
@@ -31,9 +32,15 @@ ACP = Path(sys.executable).parent / "acp"
 
 
 def acp(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``acp memory --vault ROOT ARGS`` in a process of its own, forked from one that imported acpmem once."""
     full = {**os.environ, "ACPMEM_NO_WATCH": "1", **(env or {})}
-    return subprocess.run([str(ACP), "memory", "--vault", str(root), *args], capture_output=True, text=True,
-                          env=full, timeout=120)
+    r = cp.forked(["memory", "--vault", str(root), *args], env=full, crash=False)
+    return subprocess.CompletedProcess(args, r.code, r.out, r.err)
+
+
+def init_user() -> None:
+    r = cp.forked(["memory", "init", "--user"], crash=False, no_watch=False)
+    assert r.code == 0, r.err
 
 
 def commit_args(root: Path, note: str, typ: str = "fact", extractor: str = "offline") -> list[str]:
@@ -79,9 +86,9 @@ def test_a_fork_write_killed_between_its_file_and_its_commit_is_written_once(lay
     if layer == "user":
         user = tmp_path / "me" / ".acp-memory"
         monkeypatch.setenv("ACPMEM_USER_VAULT", str(user))
-        subprocess.run([str(ACP), "memory", "init", "--user"], capture_output=True, check=True)
+        init_user()
         target = user
-    r = cp.run(commit_args(base, "the queue worker", "user-preference" if layer == "user" else "fact"),
+    r = cp.forked(commit_args(base, "the queue worker", "user-preference" if layer == "user" else "fact"),
                inside=[base, target], after=f"rename {target}/entries/")
     assert r.killed, r.err
     assert (target / ".git" / "acpmem" / "journal.json").exists()
@@ -109,14 +116,14 @@ def test_a_two_layer_fork_write_killed_in_either_part_is_written_once(killed_in,
                                                                       openai_server):
     user = tmp_path / "me" / ".acp-memory"
     monkeypatch.setenv("ACPMEM_USER_VAULT", str(user))
-    subprocess.run([str(ACP), "memory", "init", "--user"], capture_output=True, check=True)
+    init_user()
     configure(Vault(base), openai_server).close()
     git_out(base, "commit", "-qam", "point at the model")
     openai_server.enqueue(reply.always(reply.writes(
         reply.call("memory_write", {"content": texts[0], "layer": "user"}),
         reply.call("memory_write", {"content": texts[1], "layer": "project"}))))
     target = user if killed_in == "user" else base
-    r = cp.run(commit_args(base, "habits and deploys", "lesson", "llm"), inside=[base, user],
+    r = cp.forked(commit_args(base, "habits and deploys", "lesson", "llm"), inside=[base, user],
                after=f"rename {target}/entries/")
     assert r.killed, r.err
     (rid,) = pending(base)
@@ -137,7 +144,7 @@ def _edit_killed_after_its_commit(base: Path, tmp_path: Path) -> tuple[str, str]
     text = (base / path).read_text() + "- The worker exits when the queue is empty.\n"
     new = tmp_path / "edited.md"
     new.write_text(text)
-    r = cp.run(["memory", "--vault", str(base), "edit", "base01", "--from", str(new), "-m", "more"], inside=[base],
+    r = cp.forked(["memory", "--vault", str(base), "edit", "base01", "--from", str(new), "-m", "more"], inside=[base],
                after="libgit2 commit")
     assert r.killed, r.err
     assert "The worker exits" in git_out(base, "show", f"HEAD:{path}")
@@ -178,7 +185,7 @@ def test_a_journal_killed_before_its_commit_yields_to_a_later_hand_edit(base, tm
     path = next(p for p in git_out(base, "ls-files", "entries").split() if "base01" in p)
     new = tmp_path / "edited.md"
     new.write_text((base / path).read_text() + "- killed edit.\n")
-    r = cp.run(["memory", "--vault", str(base), "edit", "base01", "--from", str(new)], inside=[base],
+    r = cp.forked(["memory", "--vault", str(base), "edit", "base01", "--from", str(new)], inside=[base],
                after=f"rename {base}/{path}")
     assert r.killed, r.err
     mine = (base / path).read_text().replace("- killed edit.\n", "- the person's line.\n")
@@ -273,7 +280,7 @@ def test_consolidate_killed_after_its_merged_entry_and_rerun_merges_once(tmp_pat
     openai_server.enqueue(reply.always(reply.writes(reply.write("- One worker per vault drains the queue.",
                                                                 title="One worker drains the queue"))))
     # the merged entry's file is written (the first file after the journal), the members not yet marked
-    r = cp.run(["memory", "--vault", str(root), "consolidate"], inside=[root], after=f"rename {root}/entries/")
+    r = cp.forked(["memory", "--vault", str(root), "consolidate"], inside=[root], after=f"rename {root}/entries/")
     assert r.killed, r.err
     r = acp(root, "consolidate", "--json")
     assert r.returncode == 0, r.stderr
@@ -323,8 +330,8 @@ def test_deleting_acpmem_at_every_step_of_a_write_loses_no_acknowledged_write(ba
     """`.acpmem/` deleted at each step of a `remember` while another writer runs to completion in that moment: both
     writes that were acknowledged are in HEAD, none is lost, neither ends in an internal error, and the vault takes
     the next write."""
-    probe = cp.run(["memory", "--vault", str(base), "remember", "Probe.", "--type", "fact", "--importance", "3"],
-                   inside=[base], count=tmp_path / "steps.json", cwd=tmp_path)
+    probe = cp.forked(["memory", "--vault", str(base), "remember", "Probe.", "--type", "fact", "--importance", "3"],
+                   inside=[base], count=True, cwd=tmp_path)
     assert probe.code == 0, probe.err
     git_out(base, "reset", "-q", "--hard", "HEAD~1")
     n = len(probe.steps)
@@ -336,9 +343,9 @@ def test_deleting_acpmem_at_every_step_of_a_write_loses_no_acknowledged_write(ba
         other = tmp_path / f"other{k}.txt"
         env = {**os.environ, "ACPMEM_TEST_DELETE_AT": str(k), "ACPMEM_TEST_ACP": str(ACP),
                "ACPMEM_TEST_OTHER": str(other), "ACPMEM_DEBUG": "1"}
-        r = cp.run(["memory", "--vault", str(root), "remember", "Written by the first writer.", "--type", "fact",
+        r = cp.forked(["memory", "--vault", str(root), "remember", "Written by the first writer.", "--type", "fact",
                     "--importance", "3"], inside=[root], env=env,
-                   code=cp.PRELUDE + DELETE_AND_WRITE + DEBUG + "\nfrom acpmem.cli.main import acp_main\nacp_main()\n")
+                   prelude=DELETE_AND_WRITE + DEBUG)
         assert "Traceback" not in r.err and "internal error" not in r.err, (k, r.err)
         wait_until(other.exists)
         log = git_out(root, "log", "-p")
@@ -367,7 +374,7 @@ def test_a_fork_write_killed_at_each_step_after_its_journal_then_acpmem_deleted_
     shutil.copytree(base, template, symlinks=True)
     probe_root = tmp_path / "probe"
     shutil.copytree(template, probe_root, symlinks=True)
-    probe = cp.run(commit_args(probe_root, "the queue worker"), inside=[probe_root], count=tmp_path / "steps.json",
+    probe = cp.forked(commit_args(probe_root, "the queue worker"), inside=[probe_root], count=True,
                    cwd=tmp_path)
     assert probe.code == 0, probe.err
     steps = probe.steps
@@ -378,7 +385,7 @@ def test_a_fork_write_killed_at_each_step_after_its_journal_then_acpmem_deleted_
     for k in points:
         root = tmp_path / f"k{k}"
         shutil.copytree(template, root, symlinks=True)
-        r = cp.run(commit_args(root, "the queue worker"), inside=[root], at=k, cwd=tmp_path)
+        r = cp.forked(commit_args(root, "the queue worker"), inside=[root], at=k, cwd=tmp_path)
         assert r.killed, (k, steps[k - 1], r.err)
         (rid,) = pending(root)
         shutil.rmtree(root / ".acpmem")

@@ -8,6 +8,7 @@ error — goes to typer, which prints the same bytes for what both can do (a pro
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from acpmem.cli.fast import try_fast
@@ -37,12 +38,23 @@ def typer_app(prog: str = "acpmem"):
     return app.root_app if prog == "acp" else app.app
 
 
+_BUILT: dict = {}
+
+
 def typer_command(prog: str):
-    """The click command typer builds for ``prog``."""
+    """The click command typer builds for ``prog``, built once per process and per set of registered commands: a
+    process that runs several command lines (the test suite's in-process ``main``) would otherwise rebuild every
+    command's parameters from the signatures each time, ~25 ms a call. Typer reads one variable while it builds
+    (whether ``--install-completion`` takes the shell's name), so it is part of the key."""
     # lazy: typer is heavy, never imported at start-up
     import typer
 
-    return typer.main.get_command(typer_app(prog))
+    app = typer_app(prog)
+    key = (prog, id(app), tuple(map(id, app.registered_commands)), tuple(map(id, app.registered_groups)),
+           os.environ.get("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"))
+    if key not in _BUILT:
+        _BUILT[key] = typer.main.get_command(app)
+    return _BUILT[key]
 
 
 def run_typer(argv: list[str], prog: str) -> int:

@@ -651,8 +651,11 @@ class Vault(VaultReader):
         index_lock = self.root / ".git" / "index.lock"
         while True:
             res = git(self.root, *args, input=input, check=False)
-            if res.code == 0 or "index.lock" not in res.err + res.out:
+            said = res.err + res.out
+            if res.code == 0 or "index.lock" not in said:
                 return res
+            if "File exists" not in said and not index_lock.exists():
+                return res   # the lock could not be made at all (a full disk): no one's git to wait for
             now = time.monotonic()
             deadline = deadline if deadline is not None else now + self.settings.git.foreign_lock_wait_seconds
             if now > deadline:

@@ -207,6 +207,14 @@ for line in sys.stdin:
             err = os.open(job["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644); os.dup2(err, 2)
             os.environ.clear(); os.environ.update(job["env"])
             os.chdir(job["cwd"])
+            # libgit2 found the global and XDG git config from HOME when pygit2 was imported here: from this
+            # child's HOME again, where a fresh process would look
+            home = os.environ.get("HOME", "")
+            if "pygit2" in sys.modules and home:
+                import pygit2
+                xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+                pygit2.settings.search_path[pygit2.enums.ConfigLevel.GLOBAL] = home
+                pygit2.settings.search_path[pygit2.enums.ConfigLevel.XDG] = os.path.join(xdg, "git")
             sys.argv = ["acp", *job["argv"]]
             g = {"__name__": "__crash__"}
             if job["cfg"] is not None:
@@ -214,6 +222,8 @@ for line in sys.stdin:
                 g["_cfg"] = job["cfg"]
                 g["_inside"] = tuple(os.path.realpath(p) + os.sep for p in job["cfg"]["inside"])
                 sys.addaudithook(g["_hook"])
+            if job.get("prelude"):
+                exec(job["prelude"], g)    # beside the hook: it may read the steps counted so far
             code = 0
             try:
                 if job["what"] == "worker":
@@ -252,14 +262,16 @@ class Zygote:
 
     def run(self, argv: list[str], *, inside: list[Path] = (), env: dict | None = None, at: int = 0,
             after: str | None = None, count: bool = False, crash: bool = True, what: str = "cli",
-            cwd: Path | None = None) -> Run:
+            cwd: Path | None = None, prelude: str | None = None, whole_env: bool = False) -> Run:
+        """``prelude``: code the child runs before the command (after the crash hook), e.g. an audit hook of its
+        own; ``whole_env``: ``env`` is the child's whole environment, not additions to the server's."""
         self.n += 1
         out, err, log = (self.scratch / f"{self.n}.{x}" for x in ("out", "err", "steps"))
         cfg = {"at": at, "after": after, "inside": [str(p) for p in inside], "log": str(log) if count else None} \
             if crash else None
-        full = dict(self.env, **(env or {}))
+        full = dict(env or {}) if whole_env else dict(self.env, **(env or {}))
         job = {"argv": [str(a) for a in argv], "env": full, "cfg": cfg, "out": str(out), "err": str(err),
-               "cwd": str(cwd or self.scratch), "what": what}
+               "cwd": str(cwd or self.scratch), "what": what, "prelude": prelude}
         self.p.stdin.write(json.dumps(job) + "\n")
         self.p.stdin.flush()
         status = json.loads(self.p.stdout.readline())["status"]
@@ -274,6 +286,42 @@ class Zygote:
     def close(self) -> None:
         self.p.stdin.close()
         self.p.wait(timeout=60)
+
+
+_SERVER: list[Zygote] = []
+
+
+def server() -> Zygote:
+    """This process's forking server for the tests that need a real process per command: started on first use,
+    ended (and its scratch folder removed) when this process exits."""
+    import atexit
+    import tempfile
+
+    if not _SERVER or _SERVER[0].p.poll() is not None:
+        scratch = Path(tempfile.mkdtemp(prefix="acpmem-forks-"))
+        z = Zygote(dict(os.environ), scratch)
+        _SERVER[:] = [z]
+
+        def close() -> None:
+            import shutil
+
+            z.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+        atexit.register(close)
+    return _SERVER[0]
+
+
+def forked(argv: list[str], *, inside: list[Path] = (), env: dict | None = None, at: int = 0,
+           after: str | None = None, count: bool = False, crash: bool = True, prelude: str | None = None,
+           cwd: Path | None = None, no_watch: bool = True) -> Run:
+    """``run``, in a child forked from ``server()``: the same hook, so the same steps, in the environment
+    (``env``, else this process's; with ``ACPMEM_NO_WATCH=1`` unless ``no_watch`` is false) and folder (``cwd``,
+    else this process's) a fresh process would have; ``prelude`` runs beside the hook before the command."""
+    full = dict(os.environ if env is None else env)
+    if no_watch:
+        full.setdefault("ACPMEM_NO_WATCH", "1")
+    return server().run([str(a) for a in argv], inside=inside, env=full, whole_env=True, at=at, after=after,
+                        count=count, crash=crash, prelude=prelude, cwd=cwd or Path.cwd())
 
 
 def helpers_of(root: Path) -> list[int]:

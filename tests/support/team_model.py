@@ -1,5 +1,6 @@
 """A model of a team's vault for stateful testing: two clones and a bare remote on disk, driven through the real
-command line (one process per command), with the invariants that must hold after every step.
+command line (one process per command, forked from a server that imported acpmem once), with the invariants that
+must hold after every step.
 
 Used by ``tests/test_team_model.py`` (a bounded run in CI) and ``bench/team_model.py`` (a longer run). The rules are
 what people and agents do to a shared vault: fork writes, human edits (valid, invalid, with conflict markers),
@@ -16,7 +17,6 @@ import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,7 +24,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from acpmem.write.requests import pending_dir
 
-ACP = Path(sys.executable).parent / "acp"
 CHAT = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "openai_chat.json"
 MARKER = re.compile(r"^(<{7}|>{7})( |$)", re.M)
 CLONES = ("a", "b")
@@ -47,19 +46,28 @@ def _env(root: Path, env: dict | None = None) -> dict:
     return full
 
 
+# Each command runs in a process of its own, forked from a server that imported acpmem once
+# (``crashpoints.server``): a real process — its own environment, folder, exit code, killed by a real SIGKILL —
+# without the ~0.3 s of interpreter start-up and imports a fresh ``acp`` pays, ~340 times a run of the model.
+def _server():
+    import crashpoints
+
+    return crashpoints.server()
+
+
 def run(root: Path, *args: str, env: dict | None = None, timeout: float = 120) -> Ran:
     """One command, then ``settle``: a step of the model is the command and what it started in the background."""
-    p = subprocess.run([str(ACP), "memory", "--vault", str(root), *args], capture_output=True, text=True,
-                       env=_env(root, env), timeout=timeout)
+    r = _server().run(["memory", "--vault", str(root), *args], env=_env(root, env), whole_env=True, crash=False,
+                      cwd=Path.cwd())
     settle(root)
-    return Ran(args, p)
+    return Ran(args, subprocess.CompletedProcess(args, r.code, r.out, r.err))
 
 
 # The command line run with an audit hook that kills the process (SIGKILL, by itself) just before its ``n``-th step
 # that changes something: a file opened for writing inside the team's folder, a rename, link, removal, mkdir or
 # truncation, a database opened, a process started (git, a detached helper). The same state gives the same steps, so
 # a kill point drawn by hypothesis replays exactly, where a delay in seconds lands wherever the machine's load puts it.
-KILL_AT = r"""
+KILL_HOOK = r"""
 import os, sys
 _left = [int(sys.argv.pop(1))]
 _inside = sys.argv.pop(1)
@@ -79,18 +87,17 @@ def _hook(event, args):
     if _left[0] < 0:
         os.kill(os.getpid(), 9)
 sys.addaudithook(_hook)
-from acpmem.cli.main import acp_main
-acp_main()
 """
+KILL_AT = KILL_HOOK + "from acpmem.cli.main import acp_main\nacp_main()\n"   # the same, as a fresh process
 
 
 def run_killed(root: Path, inside: Path, point: int, *args: str) -> int:
     """``acp memory --vault ROOT ARGS`` killed just before its ``point``-th change (``KILL_AT``); its exit status
     (-9 when killed, else what the command returned)."""
-    p = subprocess.run([sys.executable, "-c", KILL_AT, str(point), str(inside), "memory", "--vault", str(root), *args],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(root), timeout=120)
+    r = _server().run([str(point), str(inside), "memory", "--vault", str(root), *args], env=_env(root),
+                      whole_env=True, crash=False, prelude=KILL_HOOK, cwd=Path.cwd())
     settle(root)
-    return p.returncode
+    return r.code
 
 
 # What a vault runs detached (``acpmem.infra.detach``): the extraction worker, the embedding pass, the index watcher.
@@ -139,6 +146,21 @@ def git(root: Path, *args: str, check: bool = False) -> str:
     return p.stdout
 
 
+def head_blobs(root: Path, rels: list[str]) -> list[bytes]:
+    """The bytes of each path in HEAD, as ``git show HEAD:PATH`` gives them, from one ``git cat-file --batch``."""
+    p = subprocess.run(["git", "-C", str(root), "cat-file", "--batch"], capture_output=True, check=True,
+                       input="".join(f"HEAD:{rel}\n" for rel in rels).encode())
+    out, at = [], 0
+    for rel in rels:
+        header_end = p.stdout.index(b"\n", at)
+        header = p.stdout[at:header_end].split()
+        assert len(header) == 3 and header[1] == b"blob", (root, rel, header)
+        size = int(header[2])
+        out.append(p.stdout[header_end + 1:header_end + 1 + size])
+        at = header_end + 1 + size + 1
+    return out
+
+
 def assert_well_formed(r: Ran) -> None:
     """Success, or exactly one ``Error:`` line with exit 1 or 2 — never a traceback, never an internal error."""
     assert "Traceback" not in r.err and "internal error" not in r.err, (r.args, r.err)
@@ -167,8 +189,9 @@ class TeamVault(RuleBasedStateMachine):
         self.remote = self.dir / "remote.git"
         subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(self.remote)], check=True)
         a = self.dir / "a"
-        r = subprocess.run([str(ACP), "memory", "init", "--example", str(a)], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+        r = _server().run(["memory", "init", "--example", str(a)], env=dict(os.environ), whole_env=True, crash=False,
+                          cwd=Path.cwd())
+        assert r.code == 0, r.err
         toml = a / "acpmem.toml"
         toml.write_text(toml.read_text().replace('extractor = "auto"', 'extractor = "offline"'))
         git(a, "remote", "add", "origin", str(self.remote), check=True)
@@ -395,10 +418,9 @@ class TeamVault(RuleBasedStateMachine):
         for where in (*self.roots.values(), self.remote):
             if not git(where, "rev-parse", "--verify", "-q", "HEAD").strip():
                 continue
-            for rel in git(where, "ls-tree", "-r", "--name-only", "HEAD", "--", "entries/").split():
-                if not rel.endswith(".md"):
-                    continue     # entries/.gitkeep
-                data = subprocess.run(["git", "-C", str(where), "show", f"HEAD:{rel}"], capture_output=True).stdout
+            rels = [rel for rel in git(where, "ls-tree", "-r", "--name-only", "HEAD", "--", "entries/").split()
+                    if rel.endswith(".md")]     # not entries/.gitkeep
+            for rel, data in zip(rels, head_blobs(where, rels)):
                 text = data.decode("utf-8", errors="replace")
                 assert not MARKER.search(text), (where, rel, "conflict markers committed")
                 try:
