@@ -147,7 +147,7 @@ def test_commit_fast_path_without_typer(vault):
     assert r.returncode == 0, r.stderr
     ack = json.loads(r.stdout)
     assert ack["worker"] in ("started", "running") and ack["request"].startswith("r-")
-    from test_queue import wait_idle
+    from test_worker import wait_idle
     wait_idle(v)
     assert len(fork_commits(v)) == 1
 

@@ -386,7 +386,7 @@ def test_extract_block_sends_what_the_model_saw(name, example_vault, openai_serv
 
 def test_mcp_memory_commit_names_a_pi_block(example_vault, tmp_path):
     from test_mcp import _server_params, _session_run
-    from test_queue import wait_idle
+    from test_worker import wait_idle
 
     log, block_id, truth = _block_of("pi-compaction")
     t = read_transcript(log)

@@ -198,7 +198,7 @@ def test_recall_tells_the_client_what_the_embedding_channel_did_and_the_model_on
     """With [embeddings] on, a recall result's _meta carries the vectors' counts; when the endpoint fails, the
     warning too (and in the server's stderr), and the text the model reads gains exactly one closing line."""
     from embeddings_server import embeddings_server
-    from test_embeddings import SYNONYMS, TOPICS, configure, write
+    from test_embedding import SYNONYMS, TOPICS, configure, write
     from acpmem.read import embedding
     from acpmem.read.retrieval import lexical_fallback_note
 
@@ -235,8 +235,8 @@ def test_recall_tells_the_client_what_the_rerank_stage_did_and_the_model_nothing
     """With [rerank] on, a recall result's _meta carries what the stage did; a failing rerank model puts its
     warning there and in the server's stderr, and the text the model reads is recall's own order, unannotated."""
     from embeddings_server import embeddings_server
-    from test_rerank import NOTES, configure
-    from test_embeddings import write
+    from test_reranking import NOTES, configure
+    from test_embedding import write
 
     write(vault, NOTES)
     query = {"query": "deploy notes"}

@@ -20,7 +20,7 @@ from embeddings_server import embeddings_server
 from helpers_proc import git_out
 from openai_server import reply
 from test_consolidate import _merge_reply, planted
-from test_embeddings import configure as configure_embeddings, write as write_entries
+from test_embedding import configure as configure_embeddings, write as write_entries
 from test_fork import CHAT, configure, submit
 
 from acpmem.upkeep.consolidate import find_clusters

@@ -134,7 +134,7 @@ def test_the_fork_asked_in_windows_writes_entries_that_cite_and_quote_their_turn
     the queue retries it (up to 3 attempts): entries are written, and each one that cites a turn of the chat quotes
     it in its evidence."""
     from test_fork import configure as _configure
-    from test_fork_windows import submit as submit_chat, transcript
+    from test_windows import submit as submit_chat, transcript
     from acpmem.core.entry import evidence_of
 
     v = _configure(vault, None, base_url=os.environ["ACPMEM_TEST_MODEL_URL"],

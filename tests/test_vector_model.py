@@ -25,7 +25,7 @@ from acpmem.vault.create import init_vault
 from acpmem.vault.reader import VaultReader
 from acpmem.read.retrieval import recall
 from embeddings_server import embeddings_server, vector
-from test_embeddings import configure
+from test_embedding import configure
 
 WORDS = ("session persist deploy retry upload kafka lag pnpm lockfile nginx timeout backup migration sqlite "
          "jitter alert gateway cache token refresh").split()

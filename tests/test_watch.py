@@ -20,7 +20,7 @@ from acpmem.search import catalog, watch
 from acpmem.vault.config import load_settings
 from acpmem.vault.writer import git
 from acpmem.vault.create import init_vault
-from test_index import has_term, ids, make, top, write
+from test_store import has_term, ids, make, top, write
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux only")
 

@@ -16,7 +16,7 @@ from acpmem.read import reranking
 from acpmem.vault.reader import VaultReader
 from acpmem.read.retrieval import recall
 from embeddings_server import embeddings_server
-from test_embeddings import SYNONYMS, TOPICS, configure as configure_embeddings, write
+from test_embedding import SYNONYMS, TOPICS, configure as configure_embeddings, write
 from helpers_person import set_person, split
 from helpers_proc import warnings_said
 
