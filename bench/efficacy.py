@@ -394,6 +394,14 @@ def run_locomo(a, st: State, log) -> dict:
     return result
 
 
+def _answered_by_every_arm(rows: list[dict], st: State, prefix: str) -> set[str]:
+    """The questions (prompts) the state holds an answer to for every arm (``--answered-only``)."""
+    arms: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        arms[r["qid"]].add(r["arm"])
+    return {q for q, want in arms.items() if all(f"{prefix}{arm}/{q}" in st.data["answers"] for arm in want)}
+
+
 def answer_sample(a, st: State, rows: list[dict], data: list[dict], log) -> list[dict]:
     qids = sorted({r["qid"] for r in rows})
     chosen = set(random.Random(a.seed).sample(qids, min(a.sample, len(qids))))
@@ -401,6 +409,9 @@ def answer_sample(a, st: State, rows: list[dict], data: list[dict], log) -> list
              for qi, qa in enumerate(conv["qa"])}
     out = []
     todo = [r for r in rows if r["qid"] in chosen]
+    if a.answered_only:
+        done = _answered_by_every_arm(todo, st, "")
+        todo = [r for r in todo if r["qid"] in done]
     for n, r in enumerate(todo):
         key = f"{r['arm']}/{r['qid']}"
         if key not in st.data["answers"]:
@@ -523,8 +534,11 @@ def run_scenarios(a, st: State, log) -> dict:
     answers = []
     if a.answerer is not None:
         prompts = {f"{sc['id']}/{pi}": p for sc in scs for pi, p in enumerate(sc["session2"])}
+        done = _answered_by_every_arm(rows, st, "coding/") if a.answered_only else None
         for r in rows:
             key = f"coding/{r['arm']}/{r['qid']}"
+            if done is not None and r["qid"] not in done:
+                continue
             if key not in st.data["answers"]:
                 st.data["answers"][key] = a.answerer.ask(r["context"], prompts[r["qid"]]["prompt"])
                 st.save()
@@ -662,6 +676,9 @@ def parse(argv: list[str] | None):
     p.add_argument("--answer-model", default="", help="answer sampled questions with this model")
     p.add_argument("--sample", type=int, default=60, help="LoCoMo questions answered per arm (fixed seed)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--answered-only", action="store_true",
+                   help="ask the model nothing more: report the questions the state folder has every arm's answer to "
+                        "(a run stopped before its answers were done)")
     p.add_argument("--scenarios", type=Path, default=HERE / "efficacy_scenarios")
     p.add_argument("--no-scenarios", action="store_true", help="skip the coding scenarios")
     p.add_argument("--state", type=Path, default=Path("efficacy-state"), help="resumable state folder")

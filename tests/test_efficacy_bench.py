@@ -79,6 +79,20 @@ def test_locomo_and_coding_end_to_end_and_resumed(openai_server, tmp_path):
     assert len([q for q in openai_server.requests[calls:] if q.path.endswith("/chat/completions")]) == 0
     assert again.stdout.split("\n\n", 1)[1] == r.stdout.split("\n\n", 1)[1]
 
+    # a run stopped before its answers were done is reported on what it has: with one arm's answer to one coding
+    # prompt forgotten, --answered-only leaves that prompt out of every arm and asks the model nothing
+    state = json.loads((tmp_path / "st" / "state.json").read_text("utf-8"))
+    gone = next(k for k in state["answers"] if k.startswith("coding/fork/"))
+    del state["answers"][gone]
+    (tmp_path / "st" / "state.json").write_text(json.dumps(state), "utf-8")
+    calls = len(openai_server.requests)
+    part = run(*args, "--answered-only", cwd=tmp_path)
+    assert part.returncode == 0, part.stderr
+    assert len([q for q in openai_server.requests[calls:] if q.path.endswith("/chat/completions")]) == 0
+    co = json.loads(out.read_text("utf-8"))["coding"]
+    assert {a["qid"] for a in co["answers"]} == {row["qid"] for row in co["rows"]} - {gone.split("/", 2)[2]}
+    assert len(co["answers"]) == 4 * 2
+
 
 def test_offline_only_needs_no_model(tmp_path):
     r = run("--locomo", FIX / "locomo-tiny.json", "--scenarios", FIX / "scenarios", "--state", tmp_path / "st",
