@@ -209,7 +209,7 @@ _RANGES: dict[tuple[str, str], tuple[float, float, bool]] = {
     ("extraction", "context_tokens"): (0, 100_000_000, False),
     ("extraction", "max_entries_per_answer"): (1, 1000, False),
     ("extraction", "window_turns"): (0, 100_000, False),
-    ("extraction", "max_windows"): (1, 1000, False),
+    ("extraction", "max_windows"): (1, 32, False),   # a vault's value (a teammate's push) bounds the calls a commit costs
     ("extraction", "temperature"): (-1, 2, False),
     ("extraction", "max_retries"): (0, 10, False),
     ("extraction", "max_entry_bytes"): (256, 900_000, False),

@@ -12,6 +12,7 @@ import functools
 import re
 import unicodedata
 
+from acpmem.core.entry import evidence_of
 from acpmem.core.values import Value
 from acpmem.search import english
 
@@ -168,10 +169,8 @@ def indexed_body(d: dict) -> str:
     """The text indexed as an entry's body, given as its catalog JSON: the body, then its ``evidence`` quotes (the
     words of the turns it cites), so a terse entry is still found by the words it rests on."""
     body = d.get("body") or ""
-    ev = d.get("evidence")
-    if ev:
-        body += "\n" + "\n".join(q for q in ([ev] if isinstance(ev, str) else ev) if isinstance(q, str))
-    return body
+    quotes = evidence_of(d)
+    return body + "\n" + "\n".join(quotes) if quotes else body
 
 
 def doc_fields(doc: SearchDoc) -> tuple[list[str], ...]:
