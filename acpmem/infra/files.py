@@ -28,14 +28,15 @@ def ensure_dir(path: Path | str) -> Path:
     """``mkdir -p`` that survives a person deleting the folder (or a parent) while it runs: ``Path.mkdir`` with
     ``exist_ok`` raises ``FileExistsError`` when the folder vanishes between its ``mkdir`` and its ``is_dir`` check."""
     path = Path(path)
-    for attempt in range(5):
+    attempts = 100          # each lost race is a deletion that happened meanwhile; only a file in the way is final
+    for attempt in range(attempts):
         try:
             path.mkdir(parents=True, exist_ok=True)
             return path
         except (FileExistsError, FileNotFoundError):
             if path.is_dir():
                 return path
-            if attempt == 4 or (path.exists() and not path.is_dir()):
+            if attempt == attempts - 1 or (path.exists() and not path.is_dir()):
                 raise
     return path
 
