@@ -273,6 +273,29 @@ def test_a_failed_request_is_retried_on_its_own_schedule(vault, openai_server):
     assert "waiting" in (v.state_dir / worker.WORKER_LOG).read_text()
 
 
+def test_a_worker_waiting_for_a_retry_stops_when_the_vault_is_deleted(vault):
+    """A person deletes the vault (or a test its folder) while the worker waits for a scheduled retry: the worker
+    stops at its next look instead of writing a stray ``.acpmem/`` where the vault was."""
+    import shutil
+
+    v = configure(vault, extractor="offline")
+    fd = worker.try_worker_lock(v.state_dir)
+    a = submit.submit(v, type="lesson", note="re-entrant session.append", importance=7, session="s1", seq=6,
+                      transcript=CHAT)
+    os.close(fd)
+    requests.record_failure(v.state_dir, requests.load_request(v.state_dir, a.request_id), {"message": "boom"},
+                            v.clock(), v.rng)
+    slept, log = [], []
+
+    def deleting_sleep(seconds: float) -> None:
+        slept.append(seconds)
+        shutil.rmtree(v.root)
+
+    assert worker.run_worker(v, idle_wait=3600, sleep=deleting_sleep, log=log.append) == 0
+    assert len(slept) == 1 and any("waiting" in line for line in log)
+    assert not v.root.exists()                      # nothing made again where the vault was
+
+
 def test_failed_for_good_is_shown_and_has_a_way_back(vault, openai_server, cli):
     v = configure(vault, openai_server, retry_base_seconds=0.2, max_attempts=2)
     openai_server.enqueue(reply.server_error(500), reply.server_error(503))

@@ -158,6 +158,9 @@ def run_worker(vault, lock_fd: int | None = None, *, idle_wait: float = WORKER_I
     requests.prune_temp_files(vault.state_dir)
     try:
         while True:
+            if _gone(vault):
+                log("stopped: the vault's folder is gone (deleted meanwhile); nothing is written for it")
+                return done
             now = utc_iso(vault.clock())
             due = [r for r in requests.list_requests(vault.state_dir)[0] if r.due(now)]
             if due:
@@ -187,6 +190,12 @@ def run_worker(vault, lock_fd: int | None = None, *, idle_wait: float = WORKER_I
             os.close(fd)
 
 
+def _gone(vault) -> bool:
+    """The vault's folder (or its git) was deleted while the worker ran: writing on would make a stray
+    ``.acpmem/`` in its place."""
+    return not (vault.root / ".git").exists()
+
+
 def _wait_for_retry(vault, delay: float, sleep: Callable[[float], None], log: Callable[[str], None]) -> bool:
     """Sleep until the next scheduled retry as the vault's one retry waiter; False when another process waits."""
     rfd = locks.try_lock(retry_lock_path(vault.state_dir))
@@ -198,6 +207,8 @@ def _wait_for_retry(vault, delay: float, sleep: Callable[[float], None], log: Ca
         deadline = time.monotonic() + max(delay, 0.0)
         while (left := deadline - time.monotonic()) > 0:
             sleep(min(left, 1.0))
+            if _gone(vault):
+                return False
         return True
     finally:
         os.close(rfd)

@@ -5,7 +5,7 @@
  */
 
 import { execFileSync } from 'node:child_process'
-import { mkdtempSync, mkdirSync } from 'node:fs'
+import { mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 
@@ -14,6 +14,19 @@ export const ACP = process.env.ACPMEM_ACP || 'acp'
 // Like the Python suite: a HOME of its own (so the user vault, ~/.acp-memory, is a fresh folder that does not exist)
 // and no ambient vault or model settings, for every acp call the tests and the plugin make.
 process.env.HOME = mkdtempSync(join(tmpdir(), 'acpmem-dsh-home-'))
+// Every folder made here is removed when the test file's process ends (the runner runs each file in its own),
+// after the detached helpers acpmem started for them (a worker waiting to retry a request) are ended.
+const made = [process.env.HOME]
+process.on('exit', () => {
+  for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+    let cmdline = ''
+    try { cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8') } catch { continue }
+    if (Number(pid) !== process.pid && made.some((dir) => cmdline.includes(dir))) {
+      try { process.kill(Number(pid), 'SIGKILL') } catch {}
+    }
+  }
+  for (const dir of made) rmSync(dir, { recursive: true, force: true })
+})
 for (const name of ['ACPMEM_VAULT', 'ACPMEM_USER_VAULT', 'ACPMEM_SESSION', 'OPENAI_API_KEY', 'OPENAI_BASE_URL', 'OPENAI_MODEL']) delete process.env[name]
 
 /** Run `acp memory ...` and return its stdout (throws on a non-zero exit). */
@@ -24,6 +37,7 @@ export function acp(args, options = {}) {
 /** A fresh folder with a project vault in it, and a sessions root beside it. */
 export function project() {
   const dir = mkdtempSync(join(tmpdir(), 'acpmem-dsh-'))
+  made.push(dir)
   const cwd = join(dir, 'project')
   mkdirSync(cwd)
   acp(['init'], { cwd })
