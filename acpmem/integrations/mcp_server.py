@@ -121,11 +121,8 @@ class MemoryService:
         # lazy: serve's MCP handshake does not need it (measured +0.8 ms to its start-up)
         from acpmem.read.resident import resident_index
 
-        v = self.open()
-        try:
+        with self.open() as v:
             return resident_index(v, session=self.session)
-        finally:
-            v.close()
 
     def call(self, name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None) -> str:
         """Run one tool call; returns the text for the model. ``AcpmemError`` for anything the caller got wrong.
@@ -164,8 +161,7 @@ class MemoryService:
 
         host = check_host_args(host or {})
         codex = meta_values(meta)   # Codex's thread id and call id, from the request's _meta
-        v = self.open()
-        try:
+        with self.open() as v:
             parsed = parse_commit_args(args, v.settings.types)
             session = host.get("session") or codex.get("session") or self.session
             transcript = host.get("transcript") or (self.transcript if session == self.session else None)
@@ -194,8 +190,6 @@ class MemoryService:
             ack = submit(v, type=parsed.type, note=parsed.note, importance=parsed.importance, session=str(session),
                          seq=seq, transcript=transcript, block=parsed.block)
             return ack.text
-        finally:
-            v.close()
 
     def record(self) -> None:
         """Record the server's own transcript for its session (when it starts)."""
@@ -204,14 +198,12 @@ class MemoryService:
         # lazy: serve's MCP handshake does not need it (measured +3.2 ms to its start-up)
         from acpmem.read.sources import record_transcript
 
-        v = self.open()
-        try:
-            v.ensure_state()
-            record_transcript(v, self.session, self.transcript, "serve")
-        except (AcpmemError, OSError):
-            pass   # a convenience for show --source; the server works without it
-        finally:
-            v.close()
+        with self.open() as v:
+            try:
+                v.ensure_state()
+                record_transcript(v, self.session, self.transcript, "serve")
+            except (AcpmemError, OSError):
+                pass   # a convenience for show --source; the server works without it
 
     def source(self, uri: str) -> str | None:
         """The text of ``memory://entry/{id}/source``, or None when ``uri`` is not one."""
@@ -221,11 +213,8 @@ class MemoryService:
         # lazy: serve's MCP handshake does not need it (measured +3.2 ms to its start-up)
         from acpmem.read.sources import entry_source, source_text
 
-        v = self.open()
-        try:
+        with self.open() as v:
             return source_text(entry_source(v, m[1]))
-        finally:
-            v.close()
 
     def _next_seq(self, transcript: str | None) -> int:
         if transcript:
@@ -251,8 +240,7 @@ class MemoryService:
         from acpmem.read.retrieval import lexical_fallback_note, recall_text
 
         parsed = parse_recall_args(args)
-        v = self.open()
-        try:
+        with self.open() as v:
             report: dict[str, Any] = {}
             hits = recall_layered(v, parsed.query, limit=parsed.limit, session=session or self.session,
                                   report=report)
@@ -264,8 +252,6 @@ class MemoryService:
             if report.get("warning"):
                 text += "\n\n" + lexical_fallback_note(v)
             return text, {META_PREFIX + k: report[k] for k in ("vectors", "warning", "rerank") if k in report}
-        finally:
-            v.close()
 
 
 def host_values(meta: dict[str, Any] | None) -> dict[str, Any]:
