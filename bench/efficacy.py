@@ -672,6 +672,9 @@ def parse(argv: list[str] | None):
                    help="[extraction] window_turns of the fork vaults (0: the whole session in one call)")
     p.add_argument("--fork-max-tokens", type=int, default=1024, help="[extraction] max_tokens of the fork vaults")
     p.add_argument("--no-evidence", action="store_true", help="[extraction] evidence = false in the fork vaults")
+    p.add_argument("--fork-answer", choices=("tools", "json"), default="tools",
+                   help="[extraction] answer of the fork vaults: memory_write calls, or one JSON object held to a "
+                        "schema over the quoted turns")
     p.add_argument("--answer-base-url", default="", help="the answering model's endpoint (default --base-url)")
     p.add_argument("--answer-model", default="", help="answer sampled questions with this model")
     p.add_argument("--sample", type=int, default=60, help="LoCoMo questions answered per arm (fixed seed)")
@@ -705,7 +708,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.window_turns < 0 or a.fork_max_tokens < 0:
             raise BenchError("--window-turns and --fork-max-tokens must be 0 or more — fix the numbers")
         a.fork_settings = {"temperature": a.temperature, "max_attempts": 1, "window_turns": a.window_turns,
-                           "max_tokens": a.fork_max_tokens, "evidence": not a.no_evidence}
+                           "max_tokens": a.fork_max_tokens, "evidence": not a.no_evidence, "answer": a.fork_answer}
         proxy = None
         if a.base_url and a.record:   # every raw answer of the fork kept, as bench/real_model.py does
             from real_model import Proxy

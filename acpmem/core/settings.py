@@ -78,6 +78,8 @@ class ExtractionSettings(Section):
     temperature: float = -1.0         # sent as temperature when 0 or more; -1 = not sent (the server's default)
     stream: str = "auto"              # auto (streamed to a local endpoint) | on | off: a streamed call times out
                                       # only after a silence of the timeout, never while tokens arrive
+    answer: str = "tools"             # tools (memory_write calls after the conversation) | json (the turns quoted,
+                                      # the answer one JSON object held to a schema: for small local models)
 
 
 class WriteSettings(Section):
@@ -246,6 +248,7 @@ _SECTIONS = {"score": ScoreSettings, "index": IndexSettings, "surface": SurfaceS
 POLICIES = ("auto", "review", "off")
 SIMILARITY_MODES = ("auto", "lexical", "embedding", "model")
 STREAM_MODES = ("auto", "on", "off")
+ANSWER_FORMATS = ("tools", "json")
 
 
 def _coerce(cls, section: str, data: dict, path: str, unknown: list[str]):
@@ -341,6 +344,9 @@ def settings_from_mapping(data: dict, path: str = SETTINGS_FILE) -> Settings:
     if s.consolidate.similarity not in SIMILARITY_MODES:
         raise SettingsError(f"{path}: consolidate.similarity must be auto, lexical, embedding or model, got "
                             f"{clip(s.consolidate.similarity)}", 'similarity = "auto" (the best configured)')
+    if s.extraction.answer not in ANSWER_FORMATS:
+        raise SettingsError(f"{path}: extraction.answer must be tools or json, got {clip(s.extraction.answer)}",
+                            'answer = "tools" (memory_write calls) or "json" (a JSON object held to a schema)')
     if s.extraction.stream not in STREAM_MODES:
         raise SettingsError(f"{path}: extraction.stream must be auto, on or off, got {clip(s.extraction.stream)}",
                             'stream = "auto" (streamed to an endpoint on this machine), "on" or "off"')

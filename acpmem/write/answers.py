@@ -232,6 +232,29 @@ def read_answer(tool_calls: tuple[ToolCall, ...] | list[ToolCall], text: str | N
     return Reading(tuple(kept), nothing, source, tuple(notes))
 
 
+def read_json_answer(text: str | None) -> Reading:
+    """What an answer under ``[extraction] answer = "json"`` says: the first JSON object with an ``entries`` list in
+    ``text`` (``acpmem.write.prompts.answer_schema``), each item one ``memory_write`` call (its arguments the item);
+    an empty list is "nothing to keep". No such object: a reading with no calls, which the caller reports as an
+    unusable answer with the text kept."""
+    for value in json_values(text or ""):
+        if not isinstance(value, dict) or not isinstance(value.get("entries"), list):
+            continue
+        calls = []
+        for i, item in enumerate(value["entries"]):
+            raw = json.dumps(item, ensure_ascii=False)
+            if isinstance(item, dict):
+                calls.append(ToolCall(f"json_{i + 1}", WRITE, item, raw))
+            else:
+                calls.append(ToolCall(f"json_{i + 1}", WRITE, None, raw, "an item of entries is not an object"))
+        if not calls:
+            return Reading((), "the answer's entries list was empty", "json")
+        kept = tuple(dict((c.raw_arguments, c) for c in calls).values())   # an item repeated word for word: once
+        notes = ("a repeated entries item was read once",) if len(kept) < len(calls) else ()
+        return Reading(kept, None, "json", notes)
+    return Reading((), None, "none")
+
+
 def _text(x: object) -> str | None:
     """A scalar as text, or None (a bool, a container, an integer too long for ``str``)."""
     if isinstance(x, bool) or not isinstance(x, (str, int, float)):

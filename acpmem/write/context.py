@@ -17,10 +17,13 @@ from acpmem.read.layers import recall_layered
 from acpmem.search.analysis import has_cjk
 from acpmem.search.overlap import STOP
 from acpmem.write import llm
-from acpmem.write.prompts import fork_closing, fork_instruction, fork_system, window_line
+from acpmem.write.prompts import (answer_schema, fork_closing, fork_instruction, fork_system, quoted_instruction,
+                                  window_line)
 from acpmem.write.requests import Request
 
 RELATED_LIMIT = 5
+
+MEMORY_CALL = re.compile(r"\bmemory_(?:commit|write|nothing|recall)\b")   # a turn of the memory tools' own: no source
 
 
 RELATED_BODY_CHARS = 1500
@@ -252,6 +255,9 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
     ``context_tokens``: the model's window; the oldest turns are left out to fit (never the cited ones), each
     leaving a line in ``notes``. ``part``: the window (i, n) of the conversation this call asks about
     (``acpmem.write.windows``), said in the closing message."""
+    if vault.settings.extraction.answer == "json":
+        return quoted_body(vault, req, model, transcript=transcript, related=related, context_tokens=context_tokens,
+                           notes=notes, part=part)
     style = style or PROMPT_STYLE
     if style not in PROMPT_STYLES:
         raise UsageError(f"Unknown prompt style '{style}'", "use system or user")
@@ -286,12 +292,87 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
                          f"of {context_tokens} tokens")
     body: dict = {"model": model} if model else {}
     body.update(messages=messages + tail, tools=tools, tool_choice="auto")
-    if max_tokens:
-        body["max_tokens"] = max_tokens
+    return _sampling(vault, req, body)
+
+
+def _sampling(vault, req: Request, body: dict) -> dict:
+    """``max_tokens`` and ``temperature`` from ``[extraction]`` added to ``body``."""
+    if vault.settings.extraction.max_tokens:
+        body["max_tokens"] = vault.settings.extraction.max_tokens
     temperature = vault.settings.extraction.temperature
     if temperature >= 0:   # a retry at the same temperature 0 gets the same answer again: each one a little warmer
         body["temperature"] = round(min(1.0, max(temperature, temperature + RETRY_WARMER * req.attempts)), 2)
     return body
+
+
+QUOTED_TURN_CHARS = 1500    # each quoted turn at most (its head and tail) under answer = "json"
+OPENING_CHARS = 400         # a leading system message this short (a date line, a scenario) is quoted; a host's
+                            # long system prompt is not
+
+
+def quoted_turns(req: Request, t, budget: int) -> tuple[str, int]:
+    """The turns of ``t`` before the commit as ``[turn N, role] text`` lines, each at most ``QUOTED_TURN_CHARS``,
+    the memory tools' own calls left out; the oldest left out until the rest fits ``budget`` tokens (never a turn
+    of the block the commit names). Returns the text and how many turns were left out."""
+    blk = request_block(req, t)
+    keep = set(blk.seqs) if blk is not None and blk.seqs else set()
+    lines: list[tuple[int, str]] = []
+    for m in t.messages:
+        if m.seq is None or m.seq >= req.seq or m.role == "system":
+            continue
+        text = " ".join(t.text(m).split())
+        if not text or MEMORY_CALL.search(text):
+            continue
+        if len(text) > QUOTED_TURN_CHARS:
+            half = QUOTED_TURN_CHARS // 2
+            text = f"{text[:half]} […] {text[-half:]}"
+        lines.append((m.seq, f"[turn {m.seq}, {m.role}] {text}"))
+    total = sum(estimate_tokens(line) for _, line in lines)
+    dropped = 0
+    while total > budget and lines:
+        i = next((k for k, (seq, _) in enumerate(lines) if seq not in keep), None)
+        if i is None:
+            break
+        total -= estimate_tokens(lines.pop(i)[1])
+        dropped += 1
+    return "\n".join(line for _, line in lines), dropped
+
+
+def quoted_body(vault, req: Request, model: str | None, *, transcript=None, related: list[Entry] | None = None,
+                context_tokens: int | None = None, notes: list[str] | None = None,
+                part: tuple[int, int] | None = None) -> dict:
+    """The body under ``[extraction] answer = "json"``: one user message (``quoted_instruction``) with the turns
+    quoted as data and a ``response_format`` JSON schema (``answer_schema``) instead of tools; the oldest turns left
+    out to fit ``context_tokens``, each time with a line in ``notes``."""
+    t = conversation(req) if transcript is None else transcript
+    rel = related_entries(vault, req.note) if related is None else related
+    lang = note_language(req.note, vault.settings.language)
+    layers = len(vault.layers()) > 1
+    blk = request_block(req, t)
+    opening = None
+    if t is not None:
+        lead = [t.text(m) for m in t.messages if m.role == "system"][:1]
+        if lead and 0 < len(lead[0].strip()) <= OPENING_CHARS:
+            opening = " ".join(lead[0].split())
+    schema = answer_schema([e.id for e in rel], layers=layers)
+
+    def message(turns: str) -> str:
+        return quoted_instruction(req.note, req.type, req.importance, related_plain(rel), turns, lang,
+                                  block_text(blk) if blk is not None else None, layers=layers, opening=opening,
+                                  part=part)
+    turns, dropped = "", 0
+    if t is not None:
+        budget = (context_tokens or 0) - (vault.settings.extraction.max_tokens or 0) - CONTEXT_MARGIN_TOKENS \
+            - estimate_tokens(message("")) - estimate_tokens(schema)
+        turns, dropped = quoted_turns(req, t, budget if context_tokens else 10 ** 9)
+        if dropped and notes is not None:
+            notes.append(f"{dropped} of the oldest turn(s) left out to fit the model's context of {context_tokens} "
+                         "tokens")
+    body: dict = {"model": model} if model else {}
+    body.update(messages=[{"role": "user", "content": message(turns or "(none)")}],
+                response_format={"type": "json_schema", "json_schema": {"name": "memory_entries", "strict": True,
+                                                                        "schema": schema}})
+    return _sampling(vault, req, body)
 
 
 RETRY_WARMER = 0.3   # added to [extraction] temperature for each attempt a request has already used

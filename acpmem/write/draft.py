@@ -17,8 +17,8 @@ from acpmem.read.layers import project_path_forms
 from acpmem.search.overlap import jaccard, overlap, terms
 from acpmem.search.similar import features
 from acpmem.vault.writer import KIND_FORK, KIND_PROPOSE
-from acpmem.write.answers import excerpt, normalize_write_args, read_answer
-from acpmem.write.context import request_block, request_citations
+from acpmem.write.answers import excerpt, normalize_write_args, read_answer, read_json_answer
+from acpmem.write.context import MEMORY_CALL, request_block, request_citations
 from acpmem.write.duplicates import check_write
 from acpmem.write.offline import block_lines
 from acpmem.write.requests import Request
@@ -108,9 +108,6 @@ CITED_TURNS_MAX = 3          # the turns an entry cites beside the commit: at mo
 CITED_TURN_MIN_TERMS = 2     # a turn is cited only when it gives the entry at least this many terms of its own
 
 
-_MEMORY_CALL = re.compile(r"\bmemory_(?:commit|write|nothing|recall)\b")
-
-
 def conversation_turns(req: Request, transcript) -> list[tuple[int, set[str]]]:
     """The turns an entry of this request may rest on: (seq, terms) of each message before the commit with some
     text, the memory tools' own calls left out (a note quoted in an earlier ``memory_commit`` is not a source)."""
@@ -121,7 +118,7 @@ def conversation_turns(req: Request, transcript) -> list[tuple[int, set[str]]]:
         if m.seq is None or m.seq >= req.seq or m.role not in ("user", "assistant", "tool"):
             continue
         text = transcript.text(m)
-        if not text or _MEMORY_CALL.search(text):
+        if not text or MEMORY_CALL.search(text):
             continue
         t = terms(text)
         if t:
@@ -142,7 +139,7 @@ def turn_quotes(req: Request, transcript) -> dict[int, str]:
         if m.seq is None or m.seq >= req.seq or m.role not in ("user", "assistant", "tool"):
             continue
         text = "".join(ch for ch in " ".join(transcript.text(m).split()) if ch.isprintable())   # no escapes
-        if text and not _MEMORY_CALL.search(text):
+        if text and not MEMORY_CALL.search(text):
             out[m.seq] = text if len(text) <= EVIDENCE_CHARS else text[:EVIDENCE_CHARS].rsplit(" ", 1)[0] + " …"
     return out
 
@@ -376,14 +373,14 @@ def _unique_prefix(known: dict[str, Entry], prefix: str) -> Entry | None:
 ANSWER_TEXT_CHARS = 4000
 
 
-def read_reply(result) -> "object":
-    """The model's answer read (``acpmem.write.answers.Reading``); a truncated one (``finish_reason: length``) is
-    a failure with its text kept."""
+def read_reply(result, json_answer: bool = False) -> "object":
+    """The model's answer read (``acpmem.write.answers.Reading``; ``json_answer``: under ``[extraction] answer =
+    "json"``); a truncated one (``finish_reason: length``) is a failure with its text kept."""
     if result.finish_reason == "length":
         raise unusable(result, f"the answer was cut off at the token limit ({result.completion_tokens} tokens)",
                         hint="the request stays pending and is retried; raise [extraction] max_tokens if answers "
                              "are long", reason="truncated")
-    return read_answer(result.tool_calls, result.text)
+    return read_json_answer(result.text) if json_answer else read_answer(result.tool_calls, result.text)
 
 
 UNUSABLE = ("no_usable_write", "truncated", "malformed_call", "repetition", "runaway")   # reasons of an answer

@@ -15,7 +15,7 @@ import re
 
 from acpmem.core.errors import ExtractionError
 from acpmem.write import costs, llm
-from acpmem.write.answers import read_answer
+from acpmem.write.answers import read_answer, read_json_answer
 from acpmem.write.context import fork_body, shrunk_window
 from acpmem.write.draft import (UNUSABLE, Draft, conversation_turns, draft_from_calls, read_reply, turn_quotes,
                                 unusable)
@@ -106,6 +106,7 @@ def ask_window(vault, req, attempt, t, rel: list, cites, notes: list[str], now: 
     (windows on, and this commit's turns fit in one): an answer cut off or stopped as a loop is read up to the
     cut, as a window's is (``salvage``)."""
     cut_ok = cut_ok or part is not None
+    json_answer = vault.settings.extraction.answer == "json"
     state = vault.state_dir
     quotes = turn_quotes(req, t) if vault.settings.extraction.evidence else None
     for again in (False, True):
@@ -117,15 +118,15 @@ def ask_window(vault, req, attempt, t, rel: list, cites, notes: list[str], now: 
             result = attempt.result
         except ExtractionError as exc:   # a loop is stopped while it streams: its calls are in the error's text
             cut, body, result = exc, None, None
-            if salvage(exc, cut_ok) is None:
+            if salvage(exc, cut_ok, json_answer) is None:
                 raise
         host_names = {tool["function"]["name"] for tool in (body or {}).get("tools", ())} - {"memory_write",
                                                                                             "memory_nothing"}
         try:
             try:
-                reading = salvage(cut, cut_ok) if cut is not None else read_reply(result)
+                reading = salvage(cut, cut_ok, json_answer) if cut is not None else read_reply(result, json_answer)
             except ExtractionError as exc:
-                cut, reading = exc, salvage(exc, cut_ok)
+                cut, reading = exc, salvage(exc, cut_ok, json_answer)
                 if reading is None:
                     raise
             draft = draft_from_calls(vault, req, reading.calls, attempt.label, host_names, citations=cites,
@@ -168,21 +169,22 @@ def ask_window(vault, req, attempt, t, rel: list, cites, notes: list[str], now: 
 CUT = {"truncated": "cut off at the token limit", "repetition": "stopped as a repetition loop"}
 
 
-def salvage(exc: ExtractionError | None, ok: bool):
+def salvage(exc: ExtractionError | None, ok: bool, json_answer: bool = False):
     """A window's answer that was cut off at the token limit or stopped as a loop, read from its text up to the
     cut, when it holds at least one ``memory_write`` call; else None. The text is read as it is
     (``acpmem.write.answers.read_answer``: a call repeated word for word is read once); when no call in it is
     complete (a loop inside one call's content list), the JSON is closed after its last complete item
     (``closed_json``). A content's repeated lines are kept once. Only for windows (``ok``; a whole conversation's
     answer cut off is asked again): a window is a few turns, and what the model wrote of them before the cut is
-    kept — each entry still cites, and is checked against, the turns of its window."""
+    kept — each entry still cites, and is checked against, the turns of its window. ``json_answer``: the text is
+    an ``entries`` object (``[extraction] answer = "json"``), closed the same way."""
     if exc is None or not ok or exc.data.get("reason") not in CUT or not exc.data.get("text"):
         return None
     text = str(exc.data["text"])
     for attempt in (text, closed_json(text)):
         if attempt is None:
             break
-        reading = read_answer([], attempt)
+        reading = read_json_answer(attempt) if json_answer else read_answer([], attempt)
         calls = tuple(_once(c) for c in reading.calls if c.arguments is not None)   # the one cut is left out
         if any(c.name == "memory_write" for c in calls):
             return reading.with_changes(calls=calls)

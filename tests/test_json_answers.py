@@ -1,0 +1,157 @@
+"""``[extraction] answer = "json"``: the fork quotes the turns in one message and asks for one JSON object held to a
+schema (``response_format``), against the scripted OpenAI-compatible server on 127.0.0.1: what each call is sent,
+how the object is read into entries (citations, evidence, titles), an empty list, an answer cut off, a supersede
+only of an entry shown, a bad setting; and a recorded answer of the real 1.5B model."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from openai_server import reply
+from acpmem.core.entry import evidence_of
+from acpmem.core.errors import SettingsError
+from acpmem.vault.config import load_settings
+from test_fork import configure, fork_commits, run
+from test_windows import REAL, submit, transcript
+
+
+def entries_answer(*contents: str, finish: str = "stop", text: str | None = None, **extra):
+    """A completion whose text is the JSON object ``{"entries": [{"content": ...}, ...]}`` (or ``text`` as is)."""
+    body = text if text is not None else json.dumps({"entries": [{"content": c, **extra} for c in contents]})
+    r = reply.text(body)
+    r.body["choices"][0]["finish_reason"] = finish
+    return r
+
+
+def test_each_window_is_quoted_in_one_message_with_a_schema_and_each_item_is_an_entry_citing_its_turns(
+        example_vault, openai_server, tmp_path):
+    v = configure(example_vault, openai_server, window_turns=4, answer="json")
+    openai_server.enqueue(
+        entries_answer("- Caroline went to the LGBTQ support group on Tuesday, 7 May 2023.",
+                       "- Melanie painted a sunrise over Lake Tahoe."),
+        entries_answer("- Melanie camped at Yosemite with the kids in August 2022."),
+        entries_answer("- Melanie's violin recital is scheduled for 3 October."))
+    before = len(fork_commits(v))
+    out = run(v, submit(v, transcript(tmp_path)))
+
+    assert out.status == "written" and len(out.entries) == 4
+    assert len(fork_commits(v)) == before + 1
+    bodies = openai_server.bodies
+    assert len(bodies) == 3
+    for i, b in enumerate(bodies, 1):
+        assert "tools" not in b and "tool_choice" not in b
+        (msg,) = b["messages"]
+        assert msg["role"] == "user" and f"(part {i} of 3)" in msg["content"]
+        assert "The conversation opens with: A chat between Caroline and Melanie on 8 May 2023." in msg["content"]
+        fmt = b["response_format"]
+        assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
+        item = fmt["json_schema"]["schema"]["properties"]["entries"]["items"]
+        assert item["required"] == ["content"] and "title" not in item["properties"]
+    first = bodies[0]["messages"][0]["content"]
+    quoted = [ln for ln in first.splitlines() if ln.startswith("[turn ")]
+    assert quoted[0] == "[turn 10, user] Caroline: I went to the LGBTQ support group on Tuesday, 7 May 2023; it " \
+                        "was powerful."
+    assert quoted[1] == "[turn 11, assistant] Sounds good."
+    assert len(quoted) == 8 and not any("memory_commit" in ln for ln in quoted)
+    last = [ln for ln in bodies[2]["messages"][0]["content"].splitlines() if ln.startswith("[turn ")]
+    assert last[-1] == "[turn 55, assistant] Noted."               # the commit's own call is not quoted
+
+    entries = {e.body.strip(): e for e in v.load().entries if e.source and e.source.get("request") == out.request}
+    lgbtq = entries["- Caroline went to the LGBTQ support group on Tuesday, 7 May 2023."]
+    assert lgbtq.title == "Caroline went to the LGBTQ support group on Tuesday, 7 May 2023."   # from the content
+    assert lgbtq.citation[0].turns == "10"
+    assert evidence_of(lgbtq.extra)[0].startswith("Caroline: I went to the LGBTQ support group on Tuesday")
+    tahoe = entries["- Melanie painted a sunrise over Lake Tahoe."]
+    assert tahoe.citation[0].turns == "14"
+    recital = entries["- Melanie's violin recital is scheduled for 3 October."]
+    assert recital.citation[0].turns == "54"
+
+
+def test_an_empty_entries_list_is_nothing_to_keep_and_a_reply_that_is_no_object_is_unusable(
+        example_vault, openai_server, tmp_path):
+    v = configure(example_vault, openai_server, answer="json")
+    openai_server.enqueue(entries_answer())
+    out = run(v, submit(v, transcript(tmp_path)))
+    assert out.status == "nothing" and not out.entries
+    assert "memory_nothing: the answer's entries list was empty" in out.notes
+
+    openai_server.enqueue(entries_answer(text="Caroline and Melanie are friends."))
+    out = run(v, submit(v, transcript(tmp_path), note="facts again"))
+    assert out.status == "retry" and out.error["reason"] == "no_usable_write"
+    assert "Caroline and Melanie are friends." in out.error["message"]
+
+
+def test_a_window_cut_at_the_token_limit_keeps_its_complete_items_and_repeats_are_read_once(
+        example_vault, openai_server, tmp_path):
+    v = configure(example_vault, openai_server, window_turns=6, answer="json")
+    cut = ('{"entries": [{"content": "- Caroline is researching adoption agencies in Portland."}, '
+           '{"content": "- Caroline is researching adoption agencies in Portland."}, '
+           '{"content": "- Melanie\'s daughter Lily starts pottery cla')
+    openai_server.enqueue(entries_answer(text=cut, finish="length"),
+                          entries_answer("- Caroline's grandmother's necklace came from Sweden."))
+    out = run(v, submit(v, transcript(tmp_path)))
+    assert out.status == "written" and len(out.entries) == 2
+    assert any(n.startswith("window part 1 of 2: the answer was cut off at the token limit; its 1 memory_write")
+               for n in out.notes), out.notes
+    assert "a repeated entries item was read once" in out.notes
+    bodies = {e.body.strip() for e in v.load().entries if e.source and e.source.get("request") == out.request}
+    assert bodies == {"- Caroline is researching adoption agencies in Portland.",
+                      "- Caroline's grandmother's necklace came from Sweden."}
+
+
+def test_supersedes_can_only_name_an_entry_shown_and_replaces_it(example_vault, openai_server, tmp_path):
+    v = configure(example_vault, openai_server, answer="json")
+    openai_server.enqueue(entries_answer("- Melanie's violin recital is scheduled for 3 October."))
+    first = run(v, submit(v, transcript(tmp_path), note="Melanie's violin recital date"))
+    old = first.entries[0]["id"]
+    openai_server.enqueue(entries_answer("- Melanie's violin recital moved to 10 October.", supersedes=[old]))
+    out = run(v, submit(v, transcript(tmp_path), note="Melanie's violin recital date"))
+    assert out.status == "written"
+    schema = openai_server.bodies[-1]["response_format"]["json_schema"]["schema"]
+    assert old in schema["properties"]["entries"]["items"]["properties"]["supersedes"]["items"]["enum"]
+    assert f"#{old}" in openai_server.bodies[-1]["messages"][0]["content"]   # shown as an existing entry
+    (new,) = out.entries
+    entries = {e.id: e for e in v.load().entries}
+    assert entries[new["id"]].supersedes == (old,) and entries[old].superseded_by == new["id"]
+    first_schema = openai_server.bodies[0]["response_format"]["json_schema"]["schema"]
+    assert "supersedes" not in first_schema["properties"]["entries"]["items"]["properties"]   # nothing shown
+
+
+def test_a_note_in_chinese_is_asked_in_chinese(example_vault, openai_server, tmp_path):
+    v = configure(example_vault, openai_server, answer="json")
+    openai_server.enqueue(entries_answer("- Caroline 在 2023 年 5 月 7 日参加了 LGBTQ 支持小组。"))
+    out = run(v, submit(v, transcript(tmp_path), note="卡罗琳和梅兰妮的事实：事件和日期"))
+    assert out.status == "written"
+    msg = openai_server.bodies[-1]["messages"][0]["content"]
+    assert msg.startswith("你是记忆提炼器。") and "重点：卡罗琳和梅兰妮的事实：事件和日期" in msg
+    assert msg.rstrip().endswith("每个事实一项。")
+
+
+def test_an_unknown_answer_format_is_one_line_with_the_fix(example_vault):
+    p = example_vault.root / "acpmem.toml"
+    p.write_text(p.read_text().replace('answer = "tools"', 'answer = "xml"'))
+    with pytest.raises(SettingsError) as err:
+        load_settings(example_vault.root, example_vault.state_dir)
+    assert "extraction.answer must be tools or json, got 'xml'" in str(err.value)
+    assert 'answer = "tools"' in err.value.hint
+
+
+def test_recorded_json_answers_of_the_real_model_are_written(example_vault, openai_server, tmp_path):
+    """The 1.5B model's answers (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, llama-server, schema-constrained, temperature
+    0) to this test's own transcript in windows of 4 turns (``tests/fixtures/real_model/README.md``): every one of
+    the 12 statements becomes an entry that cites, and quotes, the turn that says it."""
+    from test_windows import FACTS, _recorded
+
+    names = sorted(p.name for p in REAL.glob("json-window-*.json"))
+    assert len(names) == 3
+    v = configure(example_vault, openai_server, window_turns=4, answer="json")
+    openai_server.enqueue(*[_recorded(n) for n in names])
+    out = run(v, submit(v, transcript(tmp_path)))
+    assert out.status == "written" and len(out.entries) == 12
+    mine = [e for e in v.load().entries if e.source and e.source.get("request") == out.request]
+    assert sorted(int(e.citation[0].turns) for e in mine) == [10 + 4 * i for i in range(len(FACTS))]
+    for e in mine:
+        (quote,) = evidence_of(e.extra)
+        said = FACTS[(int(e.citation[0].turns) - 10) // 4][1]
+        assert quote.endswith(said)                            # the turn that says it, quoted
