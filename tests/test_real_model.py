@@ -151,3 +151,24 @@ def test_the_fork_asked_in_windows_writes_entries_that_cite_and_quote_their_turn
     assert cited, [e.title for e in mine]
     for e in cited:
         assert len(evidence_of(e.extra)) == len(e.citation[0].turns.split(","))
+
+
+@pytest.mark.skipif(not os.environ.get("ACPMEM_TEST_MODEL_URL"),
+                    reason="set ACPMEM_TEST_MODEL_URL (and ACPMEM_TEST_MODEL) to run the fork against a real model")
+def test_the_fork_with_json_answers_writes_most_statements_each_citing_its_own_turn_with_a_real_model(vault,
+                                                                                                    tmp_path):
+    """Opt-in: a real endpoint under ``[extraction] answer = "json"``, asked about the 12-statement chat in windows
+    of 4 turns: the entries cite the turns of at least 8 of the 12 statements (recorded at temperature 0 it was all
+    12: ``tests/test_json_answers.py``)."""
+    from test_fork import configure as _configure
+    from test_windows import submit as submit_chat, transcript
+
+    v = _configure(vault, None, base_url=os.environ["ACPMEM_TEST_MODEL_URL"],
+                   model=os.environ.get("ACPMEM_TEST_MODEL", ""), timeout_seconds=900.0, window_turns=4,
+                   max_tokens=320, temperature=0.0, answer="json")
+    out = run(v, submit_chat(v, transcript(tmp_path)))
+    assert out.status == "written", (out.error, out.notes)
+    mine = [e for e in v.load().entries if e.id in {x["id"] for x in out.entries}]
+    turns = {int(t) for e in mine if e.citation[0].turns for t in e.citation[0].turns.replace("-", ",").split(",")}
+    statements = {10 + 4 * i for i in range(12)}
+    assert len(turns & statements) >= 8, [(e.citation[0].turns, e.body) for e in mine]

@@ -234,7 +234,9 @@ def read_answer(tool_calls: tuple[ToolCall, ...] | list[ToolCall], text: str | N
 
 def read_json_answer(text: str | None) -> Reading:
     """What an answer under ``[extraction] answer = "json"`` says: the first JSON object with an ``entries`` list in
-    ``text`` (``acpmem.write.prompts.answer_schema``), each item one ``memory_write`` call (its arguments the item);
+    ``text`` (``acpmem.write.prompts.answer_schema``), each item one ``memory_write`` call (its ``fact`` the content,
+    as a bullet; an item with ``content`` instead, from an endpoint that does not hold the answer to the schema,
+    taken as it is);
     an empty list is "nothing to keep". No such object: a reading with no calls, which the caller reports as an
     unusable answer with the text kept."""
     for value in json_values(text or ""):
@@ -243,6 +245,11 @@ def read_json_answer(text: str | None) -> Reading:
         calls = []
         for i, item in enumerate(value["entries"]):
             raw = json.dumps(item, ensure_ascii=False)
+            fact = item.get("fact") if isinstance(item, dict) else None
+            if isinstance(fact, str) and "content" not in item:   # the schema's item: its fact is the content
+                fact = fact.strip()
+                item = {**{k: v for k, v in item.items() if k != "fact"},
+                        "content": fact if fact.startswith(("- ", "* ")) else f"- {fact}"}
             if isinstance(item, dict):
                 calls.append(ToolCall(f"json_{i + 1}", WRITE, item, raw))
             else:

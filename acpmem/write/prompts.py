@@ -175,6 +175,8 @@ def window_line(i: int, n: int, lang: str = "en") -> str:
 
 
 QUOTED_ITEMS_MAX = 6   # entries one JSON answer may hold (the schema's maxItems): a loop stops there
+FACT_CHARS = 300       # one item's fact at most (the schema's maxLength): the 1.5B model copied whole turns as
+                       # entries until its token limit where the item had no bound and was called "content"
 
 
 def quoted_instruction(note: str, type: str, importance: int, related_entries_text: str | None, turns_text: str,
@@ -200,7 +202,7 @@ def quoted_instruction(note: str, type: str, importance: int, related_entries_te
             *(["重点是这个压缩块，把它的摘要提炼成长期记忆：", block] if block else []),
             "规则：",
             f"- 类别：{type}（重要度 {importance}）。只写重点要求的、这些轮次里说过的内容；没有值得保留的就给空列表。",
-            "- 每个事实一项；content 是一到几条 markdown 要点（\"- ...\"），自足：写明人名、文件、命令和理由。",
+            "- 每个事实一项（fact）：一句简短的话，用你自己的话说谁做了或说了什么、在什么时候，不要照抄对话；写明人名、文件、命令和理由。",
             "- 人名、日期、数字、路径和命令照原文写；事件写明日期（“昨天”“去年”这样的相对日期写成它指的日期）。",
             "- 已有条目已经说清楚的不要再写；已有条目过时或有误时，写更正后的条目并把它的 id 放进 supersedes。",
             *(["- layer：用户本人在所有项目都适用的偏好写 user，其余写 project"
@@ -211,7 +213,7 @@ def quoted_instruction(note: str, type: str, importance: int, related_entries_te
             "<conversation>",
             turns_text,
             "</conversation>",
-            "现在只回答 JSON 对象：{\"entries\": [{\"content\": \"- ...\"}, ...]}，每个事实一项。",
+            "现在只回答 JSON 对象：{\"entries\": [{\"fact\": \"...\"}, ...]}，每个事实一项。",
         ])
     where = f" (part {part[0]} of {part[1]})" if part else ""
     return "\n".join([
@@ -223,8 +225,8 @@ def quoted_instruction(note: str, type: str, importance: int, related_entries_te
         "Rules:",
         f"- Type: {type} (importance {importance}). Only what the focus asks for and the turns state; an empty list "
         "if nothing is worth keeping.",
-        "- One item per fact; content: one to a few markdown bullets (\"- ...\"), self-contained: name the people, "
-        "files, commands and reasons.",
+        "- One item per fact: one short sentence in your own words saying who did or said what, and when; not a copy "
+        "of the turn. Name the people, files, commands and reasons.",
         "- Names, dates, numbers, paths and commands exactly as written; an event with its date (a relative date such "
         "as \"yesterday\" or \"last year\" as the date it means).",
         "- If an existing entry already says it, leave it out; if one is outdated or wrong, write the corrected entry "
@@ -237,25 +239,25 @@ def quoted_instruction(note: str, type: str, importance: int, related_entries_te
         "<conversation>",
         turns_text,
         "</conversation>",
-        "Now answer only the JSON object: {\"entries\": [{\"content\": \"- ...\"}, ...]}, one item per fact.",
+        "Now answer only the JSON object: {\"entries\": [{\"fact\": \"...\"}, ...]}, one item per fact.",
     ])
 
 
 def answer_schema(related_ids: list[str], *, layers: bool = False) -> dict:
     """The JSON schema a ``[extraction] answer = "json"`` answer is held to (``response_format``; llama-server,
-    vLLM, Ollama and OpenAI constrain the decoding to it): ``entries``, at most ``QUOTED_ITEMS_MAX`` items of
-    ``content`` (``supersedes`` only naming entries shown; ``layer`` when two layers are read), each item read as
-    one ``memory_write``; an empty list is "nothing to keep". No title: it is the content's first line
-    (``derive_title``) — a small model's titles named a topic in Title Case ("Melanie's Painting"), not the
-    memory, and cost tokens."""
-    item: dict = {"content": {"type": "string", "maxLength": 2000}}
+    vLLM, Ollama and OpenAI constrain the decoding to it): ``entries``, at most ``QUOTED_ITEMS_MAX`` items, each a
+    ``fact`` of at most ``FACT_CHARS`` (``supersedes`` only naming entries shown; ``layer`` when two layers are
+    read), each read as one ``memory_write`` whose content is the fact; an empty list is "nothing to keep". No
+    title: it is the fact (``derive_title``) — a small model's titles named a topic in Title Case ("Melanie's
+    Painting"), not the memory, and cost tokens."""
+    item: dict = {"fact": {"type": "string", "maxLength": FACT_CHARS}}
     if related_ids:
         item["supersedes"] = {"type": "array", "maxItems": 4, "items": {"type": "string", "enum": list(related_ids)}}
     if layers:
         item["layer"] = {"type": "string", "enum": ["project", "user"]}
     return {"type": "object", "additionalProperties": False, "required": ["entries"], "properties": {
         "entries": {"type": "array", "maxItems": QUOTED_ITEMS_MAX, "items": {
-            "type": "object", "additionalProperties": False, "required": ["content"], "properties": item}}}}
+            "type": "object", "additionalProperties": False, "required": ["fact"], "properties": item}}}}
 
 
 def consolidate_instruction(kind: str, entries_text: str, lang: str = "en") -> str:
