@@ -256,8 +256,8 @@ def build_body(vault, req: Request, model: str | None, *, transcript=None,
     leaving a line in ``notes``. ``part``: the window (i, n) of the conversation this call asks about
     (``acpmem.write.windows``), said in the closing message."""
     if vault.settings.extraction.answer == "json":
-        return quoted_body(vault, req, model, transcript=transcript, related=related, context_tokens=context_tokens,
-                           notes=notes, part=part)
+        return quoted_body(vault, req, model, transcript=transcript, context_tokens=context_tokens, notes=notes,
+                           part=part)
     style = style or PROMPT_STYLE
     if style not in PROMPT_STYLES:
         raise UsageError(f"Unknown prompt style '{style}'", "use system or user")
@@ -338,14 +338,14 @@ def quoted_turns(req: Request, t, budget: int) -> tuple[str, int]:
     return "\n".join(line for _, line in lines), dropped
 
 
-def quoted_body(vault, req: Request, model: str | None, *, transcript=None, related: list[Entry] | None = None,
-                context_tokens: int | None = None, notes: list[str] | None = None,
-                part: tuple[int, int] | None = None) -> dict:
+def quoted_body(vault, req: Request, model: str | None, *, transcript=None, context_tokens: int | None = None,
+                notes: list[str] | None = None, part: tuple[int, int] | None = None) -> dict:
     """The body under ``[extraction] answer = "json"``: one user message (``quoted_instruction``) with the turns
     quoted as data and a ``response_format`` JSON schema (``answer_schema``) instead of tools; the oldest turns left
-    out to fit ``context_tokens``, each time with a line in ``notes``."""
+    out to fit ``context_tokens``, each time with a line in ``notes``. The related entries are not shown: the 1.5B
+    model copied them into its answer instead of reading its window (LoCoMo conv-26 session 2: 4 of 6 items of each
+    window were entries of session 1); its writes are still checked against them (``draft_from_calls``)."""
     t = conversation(req) if transcript is None else transcript
-    rel = related_entries(vault, req.note) if related is None else related
     lang = note_language(req.note, vault.settings.language)
     layers = len(vault.layers()) > 1
     blk = request_block(req, t)
@@ -354,10 +354,10 @@ def quoted_body(vault, req: Request, model: str | None, *, transcript=None, rela
         lead = [t.text(m) for m in t.messages if m.role == "system"][:1]
         if lead and 0 < len(lead[0].strip()) <= OPENING_CHARS:
             opening = " ".join(lead[0].split())
-    schema = answer_schema([e.id for e in rel], layers=layers)
+    schema = answer_schema(layers=layers)
 
     def message(turns: str) -> str:
-        return quoted_instruction(req.note, req.type, req.importance, related_plain(rel), turns, lang,
+        return quoted_instruction(req.note, req.type, req.importance, turns, lang,
                                   block_text(blk) if blk is not None else None, layers=layers, opening=opening,
                                   part=part)
     turns, dropped = "", 0

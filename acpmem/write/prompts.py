@@ -179,18 +179,17 @@ FACT_CHARS = 300       # one item's fact at most (the schema's maxLength): the 1
                        # entries until its token limit where the item had no bound and was called "content"
 
 
-def quoted_instruction(note: str, type: str, importance: int, related_entries_text: str | None, turns_text: str,
-                       lang: str = "en", block_text: str | None = None, *, layers: bool = False,
-                       opening: str | None = None, part: tuple[int, int] | None = None) -> str:
+def quoted_instruction(note: str, type: str, importance: int, turns_text: str, lang: str = "en",
+                       block_text: str | None = None, *, layers: bool = False, opening: str | None = None,
+                       part: tuple[int, int] | None = None) -> str:
     """The one message of a fork call under ``[extraction] answer = "json"``: who the model is, the focus, the rules,
-    the related entries, and the conversation's turns quoted as data (``turns_text``: ``[turn N, role] text`` lines;
+    and the conversation's turns quoted as data (``turns_text``: ``[turn N, role] text`` lines;
     ``opening``: a short opening system message, such as the chat's date line) — the answer one JSON object held
     to ``answer_schema``. A small model given the conversation as chat messages goes on with the chat or loops on
     calls to tools nobody offered; given the turns quoted and a schema, it lists their facts
     (``docs/efficacy.md``)."""
     check(lang, LANGS, "--lang")
     note = " ".join(str(note).split())
-    related = (related_entries_text or "").strip()
     block = (block_text or "").strip()
     default = default_layer(type)
     if lang == "zh":
@@ -204,12 +203,9 @@ def quoted_instruction(note: str, type: str, importance: int, related_entries_te
             f"- 类别：{type}（重要度 {importance}）。只写重点要求的、这些轮次里说过的内容；没有值得保留的就给空列表。",
             "- 每个事实一项（fact）：一句简短的话，用你自己的话说谁做了或说了什么、在什么时候，不要照抄对话；写明人名、文件、命令和理由。",
             "- 人名、日期、数字、路径和命令照原文写；事件写明日期（“昨天”“去年”这样的相对日期写成它指的日期）。",
-            "- 已有条目已经说清楚的不要再写；已有条目过时或有误时，写更正后的条目并把它的 id 放进 supersedes。",
             *(["- layer：用户本人在所有项目都适用的偏好写 user，其余写 project"
                f"（不填时为 {default}）。写到 user 的条目不得提及本项目。"] if layers else []),
             "- 不要写入任何密钥、令牌或密码。",
-            "已有条目：",
-            related or "（无）",
             "<conversation>",
             turns_text,
             "</conversation>",
@@ -229,13 +225,9 @@ def quoted_instruction(note: str, type: str, importance: int, related_entries_te
         "of the turn. Name the people, files, commands and reasons.",
         "- Names, dates, numbers, paths and commands exactly as written; an event with its date (a relative date such "
         "as \"yesterday\" or \"last year\" as the date it means).",
-        "- If an existing entry already says it, leave it out; if one is outdated or wrong, write the corrected entry "
-        "and put its id in supersedes.",
         *([f"- layer: user for the person's own preferences that hold in any project, else project (default: "
            f"{default}). An entry for the user layer must not mention this project."] if layers else []),
         "- Never write secrets: keys, tokens, passwords.",
-        "Existing entries:",
-        related or "(none)",
         "<conversation>",
         turns_text,
         "</conversation>",
@@ -243,16 +235,14 @@ def quoted_instruction(note: str, type: str, importance: int, related_entries_te
     ])
 
 
-def answer_schema(related_ids: list[str], *, layers: bool = False) -> dict:
+def answer_schema(*, layers: bool = False) -> dict:
     """The JSON schema a ``[extraction] answer = "json"`` answer is held to (``response_format``; llama-server,
     vLLM, Ollama and OpenAI constrain the decoding to it): ``entries``, at most ``QUOTED_ITEMS_MAX`` items, each a
-    ``fact`` of at most ``FACT_CHARS`` (``supersedes`` only naming entries shown; ``layer`` when two layers are
-    read), each read as one ``memory_write`` whose content is the fact; an empty list is "nothing to keep". No
+    ``fact`` of at most ``FACT_CHARS`` (and ``layer`` when two layers are read), each read as one ``memory_write``
+    whose content is the fact; an empty list is "nothing to keep". No
     title: it is the fact (``derive_title``) — a small model's titles named a topic in Title Case ("Melanie's
     Painting"), not the memory, and cost tokens."""
     item: dict = {"fact": {"type": "string", "maxLength": FACT_CHARS}}
-    if related_ids:
-        item["supersedes"] = {"type": "array", "maxItems": 4, "items": {"type": "string", "enum": list(related_ids)}}
     if layers:
         item["layer"] = {"type": "string", "enum": ["project", "user"]}
     return {"type": "object", "additionalProperties": False, "required": ["entries"], "properties": {

@@ -114,7 +114,7 @@ def ask_window(vault, req, attempt, t, rel: list, cites, notes: list[str], now: 
         cut = None
         try:
             body, attempt.result = call_fitted(vault, req, attempt.config, t, [] if again else rel, notes, now,
-                                               say, attempt.spent, part=part)
+                                               say, attempt.spent, part=part)   # json: never shown (quoted_body)
             result = attempt.result
         except ExtractionError as exc:   # a loop is stopped while it streams: its calls are in the error's text
             cut, body, result = exc, None, None
@@ -153,8 +153,8 @@ def ask_window(vault, req, attempt, t, rel: list, cites, notes: list[str], now: 
             draft.notes[:0] = notes + list(reading.notes)
         else:
             draft.notes.extend(n for n in reading.notes if n not in draft.notes)
-        if again or not rel or written or not new or draft.repeats - before[3] < new:
-            break
+        if again or json_answer or not rel or written or not new or draft.repeats - before[3] < new:
+            break   # (json answers were never shown the related entries: asking again would ask the same)
         if into is None:
             notes = list(draft.notes) + [ASKED_AGAIN]
         else:
