@@ -78,3 +78,22 @@ def test_the_forks_request_for_a_commit_without_a_conversation(vault):
     seen = body(str(CHAT))
     assert "conversation above" in seen["messages"][-2]["content"]
     assert any("Decision: files over 100 MB" in json.dumps(m) for m in seen["messages"][:-2])
+
+
+def test_a_json_answer_request_without_a_conversation_says_so_in_place_of_the_turns(vault):
+    """Under ``[extraction] answer = "json"`` the turns are quoted in the one message: without a conversation the
+    model is told there is none and to write only what the note states, never shown an empty quote."""
+    from acpmem.write.context import build_body
+    from acpmem.write.requests import make_request
+
+    toml = vault.root / "acpmem.toml"
+    toml.write_text(toml.read_text().replace('answer = "tools"', 'answer = "json"'))
+    from acpmem.vault.reader import VaultReader
+
+    with VaultReader(vault.root) as v:
+        req = make_request(types=v.settings.types, type="fact", note="ci uses pnpm 9", importance=5, session="s1",
+                           seq=8, transcript=None, host_tools=None, lang="en", created="2026-12-04T00:00:00Z",
+                           request_id="r-test0002")
+        (msg,) = build_body(v, req, "m", related=[])["messages"]
+    turns = msg["content"].split("<conversation>\n", 1)[1].split("\n</conversation>", 1)[0]
+    assert turns == "(none: this commit came without its conversation; write only what the focus itself states)"

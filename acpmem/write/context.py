@@ -306,6 +306,8 @@ def _sampling(vault, req: Request, body: dict) -> dict:
 
 
 QUOTED_TURN_CHARS = 1500    # each quoted turn at most (its head and tail) under answer = "json"
+NO_CONVERSATION = {"en": "(none: this commit came without its conversation; write only what the focus itself states)",
+                   "zh": "（无：这次提交没有附带对话；只写重点本身说明的内容）"}
 OPENING_CHARS = 400         # a leading system message this short (a date line, a scenario) is quoted; a host's
                             # long system prompt is not
 
@@ -369,6 +371,8 @@ def quoted_body(vault, req: Request, model: str | None, *, transcript=None, cont
             notes.append(f"{dropped} of the oldest turn(s) left out to fit the model's context of {context_tokens} "
                          "tokens")
     body: dict = {"model": model} if model else {}
+    if t is None:   # a commit without its conversation (an MCP client that sends none): the note alone
+        turns = NO_CONVERSATION[lang]
     body.update(messages=[{"role": "user", "content": message(turns or "(none)")}],
                 response_format={"type": "json_schema", "json_schema": {"name": "memory_entries", "strict": True,
                                                                         "schema": schema}})
