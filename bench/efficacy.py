@@ -314,6 +314,8 @@ def run_locomo(a, st: State, log) -> dict:
     rows = []   # one per (question, arm)
     forks, invented_rows = [], []
     for ci, conv in enumerate(data[:a.conversations]):
+        if ci < a.skip_conversations:
+            continue
         sample = str(conv.get("sample_id") or f"conv{ci}")
         c = conv["conversation"]
         sessions = sessions_of(conv, a.sessions)
@@ -662,6 +664,9 @@ def parse(argv: list[str] | None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--locomo", type=Path, help="LoCoMo's locomo10.json (leave out to run only the coding scenarios)")
     p.add_argument("--conversations", type=int, default=2)
+    p.add_argument("--skip-conversations", type=int, default=0,
+                   help="leave out the first N of the --conversations (to run one conversation beside another run; "
+                        "its vaults are named by their place in the file, so two state folders can be put together)")
     p.add_argument("--sessions", type=int, default=0, help="the first N sessions of each conversation (0: all)")
     p.add_argument("--k", type=int, default=5, help="entries recalled per question (default 5)")
     p.add_argument("--window", type=int, default=14000, help="full context only under this many tokens (chars/4)")
@@ -696,9 +701,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.locomo is None and a.no_scenarios:
             raise BenchError("nothing to run — pass --locomo PATH, or leave out --no-scenarios")
-        if a.k < 1 or a.conversations < 1 or a.sessions < 0 or a.sample < 0:
-            raise BenchError("--k and --conversations must be at least 1, --sessions and --sample at least 0 — "
-                             "fix the numbers")
+        if a.k < 1 or a.conversations < 1 or a.sessions < 0 or a.sample < 0 \
+                or not 0 <= a.skip_conversations < a.conversations:
+            raise BenchError("--k and --conversations must be at least 1, --sessions and --sample at least 0, "
+                             "--skip-conversations under --conversations — fix the numbers")
         if a.locomo is not None:
             load_locomo(a.locomo)   # bad input is said before anything is written
         if not a.no_scenarios:

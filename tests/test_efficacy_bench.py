@@ -138,3 +138,26 @@ def test_state_of_another_run_is_refused(tmp_path):
     fewer = run("--locomo", FIX / "locomo-tiny.json", "--no-scenarios", "--conversations", 1, "--state",
                 tmp_path / "st", cwd=tmp_path)
     assert fewer.returncode == 0, fewer.stderr
+
+
+def test_the_fork_arm_with_json_answers(openai_server, tmp_path):
+    """``--fork-answer json``: the fork vaults ask for one JSON object over the quoted turns (no tools), and each
+    fact of the answer is an entry citing the turn that holds it."""
+    def json_model(body: dict):
+        assert "tools" not in body and body["response_format"]["type"] == "json_schema"
+        return reply.text(json.dumps({"entries": [{"fact": "Caroline went to an LGBTQ support group."}]}))
+
+    openai_server.responder = json_model
+    out = tmp_path / "r.json"
+    r = run("--locomo", FIX / "locomo-tiny.json", "--no-scenarios", "--base-url", openai_server.base_url,
+            "--fork-answer", "json", "--state", tmp_path / "st", "--out", out, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text("utf-8"))
+    assert res["settings"]["fork"]["answer"] == "json"
+    forks = [f for f in res["locomo"]["forks"] if f["arm"] == "fork"]
+    assert [f["status"] for f in forks] == ["written", "written"]
+    cited = [x for x in res["locomo"]["invented"] if x["arm"] == "fork"]
+    assert cited and all(x["checked"] and not x["missing"] for x in cited)   # each rests on a turn that says it
+    bad = run("--locomo", FIX / "locomo-tiny.json", "--no-scenarios", "--conversations", 1, "--skip-conversations", 1,
+              "--state", tmp_path / "st2", cwd=tmp_path)
+    assert bad.returncode == 1 and bad.stderr.startswith("Error: ") and "--skip-conversations" in bad.stderr
