@@ -191,11 +191,15 @@ redact("warm-up AKIAIOSFODNN7EXAMPLE", deep=True)   # the secret scanner's plugi
 # forked child would import it again, ~0.1 s a command
 for _m in ("pygit2", "openai", "httpx", "typer._adapters", "typer._click.decorators", "Stemmer", "snowballstemmer",
            "h11", "httpcore2", "httpcore2._sync.connection_pool", "httpcore2._sync.http11", "truststore",
-           "encodings.ascii", "encodings.utf_8_sig"):
+           "encodings.ascii", "encodings.utf_8_sig", "yaml", "tomllib", "gzip"):
     try:
         importlib.import_module(_m)
     except ImportError:
         pass
+# the click command typer builds from every command's signature (``cli.main.typer_command``), ~50 ms a command that
+# goes to typer: built once here, as a long-lived host builds it once; a child whose environment changes what typer
+# reads while it builds builds its own (the cache's key)
+acpmem.cli.main.typer_command("acp")
 HOOK = sys.stdin.readline() and json.loads(sys.stdin.readline())
 for line in sys.stdin:
     job = json.loads(line)
