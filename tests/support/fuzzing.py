@@ -832,6 +832,7 @@ def _plausible() -> dict:
             "extractor": ['"offline"', '"auto"'], "remote": ['"origin"', '"team"'],
             "user_vault": ['""', '"none"', '"/nonexistent/acpmem-user-vault"'],
             "policy": ['"auto"', '"review"', '"off"'], "stream": ['"auto"', '"on"', '"off"'],
+            "answer": ['"tools"', '"json"'],
             "languages": ['"en"', '"en,zh"'], "query_prefix": ['""', '"query: "'],
             "document_prefix": ['""', '"passage: "', '"search_document: "'],
             "similarity": ['"auto"', '"lexical"', '"embedding"', '"model"'],
