@@ -660,8 +660,16 @@ def median(xs):
 
 # ------------------------------------------------------------------------------------------------ main
 
+class _Parser(argparse.ArgumentParser):
+    """An argument that does not parse is one line, like the rest of the bench's bad input (not argparse's usage)."""
+
+    def error(self, message: str):
+        print(f"Error: {message} — see `python bench/efficacy.py --help`", file=sys.stderr)
+        raise SystemExit(1)
+
+
 def parse(argv: list[str] | None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = _Parser(description=__doc__.splitlines()[0])
     p.add_argument("--locomo", type=Path, help="LoCoMo's locomo10.json (leave out to run only the coding scenarios)")
     p.add_argument("--conversations", type=int, default=2)
     p.add_argument("--skip-conversations", type=int, default=0,

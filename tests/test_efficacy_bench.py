@@ -115,6 +115,8 @@ def test_bad_input_is_one_line(tmp_path):
         (("--locomo", FIX / "README.md", "--no-scenarios"), "not valid JSON"),
         (("--scenarios", tmp_path / "nowhere"), "no scenario folder"),
         (("--no-scenarios",), "nothing to run"),
+        (("--fork-answer", "xml"), "invalid choice: 'xml'"),
+        (("--skip-conversations", "abc"), "invalid int value: 'abc'"),
     ]
     for args, said in cases:
         r = run(*args, "--state", tmp_path / "st", cwd=tmp_path)
