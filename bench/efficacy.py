@@ -661,11 +661,12 @@ def median(xs):
 # ------------------------------------------------------------------------------------------------ main
 
 class _Parser(argparse.ArgumentParser):
-    """An argument that does not parse is one line, like the rest of the bench's bad input (not argparse's usage)."""
+    """An argument that does not parse is one line, like the rest of the bench's bad input, with argparse's exit
+    status (2) and a pointer to the usage rather than the whole of it."""
 
     def error(self, message: str):
-        print(f"Error: {message} — see `python bench/efficacy.py --help`", file=sys.stderr)
-        raise SystemExit(1)
+        print(f"Error: {message} — usage: python bench/efficacy.py --help", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def parse(argv: list[str] | None):
