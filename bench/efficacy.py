@@ -404,13 +404,30 @@ def _answered_by_every_arm(rows: list[dict], st: State, prefix: str) -> set[str]
     return {q for q, want in arms.items() if all(f"{prefix}{arm}/{q}" in st.data["answers"] for arm in want)}
 
 
+ARMS = ("none", "offline", "fork", "raw-turns", "observations", "full", "full (cut)", "hand-written")
+
+
+def answers_arm(a, arm: str) -> bool:
+    """Whether ``--answer-arms`` asks the model to answer from this arm's context."""
+    return not a.answer_arms or arm in a.answer_arms
+
+
+def asking_order(rows: list[dict]) -> list[dict]:
+    """One arm's questions after another: consecutive prompts share the arm's resident index as their prefix, which
+    llama-server keeps in its prompt cache (interleaved, each question would evaluate its arm's index again)."""
+    first = {}
+    for r in rows:
+        first.setdefault(r["arm"], len(first))
+    return sorted(rows, key=lambda r: first[r["arm"]])
+
+
 def answer_sample(a, st: State, rows: list[dict], data: list[dict], log) -> list[dict]:
     qids = sorted({r["qid"] for r in rows})
     chosen = set(random.Random(a.seed).sample(qids, min(a.sample, len(qids))))
     by_id = {f"{conv.get('sample_id') or f'conv{ci}'}/{qi}": qa for ci, conv in enumerate(data)
              for qi, qa in enumerate(conv["qa"])}
     out = []
-    todo = [r for r in rows if r["qid"] in chosen]
+    todo = asking_order([r for r in rows if r["qid"] in chosen and answers_arm(a, r["arm"])])
     if a.answered_only:
         done = _answered_by_every_arm(todo, st, "")
         todo = [r for r in todo if r["qid"] in done]
@@ -537,7 +554,7 @@ def run_scenarios(a, st: State, log) -> dict:
     if a.answerer is not None:
         prompts = {f"{sc['id']}/{pi}": p for sc in scs for pi, p in enumerate(sc["session2"])}
         done = _answered_by_every_arm(rows, st, "coding/") if a.answered_only else None
-        for r in rows:
+        for r in asking_order([r for r in rows if answers_arm(a, r["arm"])]):
             key = f"coding/{r['arm']}/{r['qid']}"
             if done is not None and r["qid"] not in done:
                 continue
@@ -691,6 +708,8 @@ def parse(argv: list[str] | None):
                         "schema over the quoted turns")
     p.add_argument("--answer-base-url", default="", help="the answering model's endpoint (default --base-url)")
     p.add_argument("--answer-model", default="", help="answer sampled questions with this model")
+    p.add_argument("--answer-arms", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=[],
+                   help="answer from these arms only, comma-separated (default: every arm)")
     p.add_argument("--sample", type=int, default=60, help="LoCoMo questions answered per arm (fixed seed)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--answered-only", action="store_true",
@@ -714,6 +733,9 @@ def main(argv: list[str] | None = None) -> int:
                 or not 0 <= a.skip_conversations < a.conversations:
             raise BenchError("--k and --conversations must be at least 1, --sessions and --sample at least 0, "
                              "--skip-conversations under --conversations — fix the numbers")
+        unknown = [x for x in a.answer_arms if x not in ARMS]
+        if unknown:
+            raise BenchError(f"no arm {unknown[0]!r} — --answer-arms takes some of {', '.join(ARMS)}")
         if a.locomo is not None:
             load_locomo(a.locomo)   # bad input is said before anything is written
         if not a.no_scenarios:

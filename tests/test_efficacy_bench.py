@@ -94,6 +94,22 @@ def test_locomo_and_coding_end_to_end_and_resumed(openai_server, tmp_path):
     assert len(co["answers"]) == 4 * 2
 
 
+def test_answers_from_some_arms_asked_one_arm_after_another(openai_server, tmp_path):
+    """``--answer-arms``: only those arms' contexts are answered; each arm's prompts are asked together, so the
+    server's prompt cache keeps the arm's index (interleaved, every prompt would evaluate it again)."""
+    openai_server.responder = model
+    out = tmp_path / "r.json"
+    r = run("--scenarios", FIX / "scenarios", "--base-url", openai_server.base_url, "--answer-model", "fake-model",
+            "--answer-arms", "hand-written,none", "--state", tmp_path / "st", "--out", out, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    answers = json.loads(out.read_text("utf-8"))["coding"]["answers"]
+    assert sorted({a["arm"] for a in answers}) == ["hand-written", "none"] and len(answers) == 2 * 3
+    asked = [q.body for q in openai_server.requests if q.path.endswith("/chat/completions") and
+             not q.body.get("tools")]
+    with_memory = ["<memory>" in b["messages"][0]["content"] for b in asked]
+    assert with_memory == [False] * 3 + [True] * 3         # "none" first (its rows come first), then the other arm
+
+
 def test_offline_only_needs_no_model(tmp_path):
     r = run("--locomo", FIX / "locomo-tiny.json", "--scenarios", FIX / "scenarios", "--state", tmp_path / "st",
             cwd=tmp_path)
@@ -115,6 +131,7 @@ def test_bad_input_is_one_line(tmp_path):
         (("--locomo", FIX / "README.md", "--no-scenarios"), "not valid JSON"),
         (("--scenarios", tmp_path / "nowhere"), "no scenario folder"),
         (("--no-scenarios",), "nothing to run"),
+        (("--answer-arms", "fork,memory"), "no arm 'memory' — --answer-arms takes some of none, offline, fork"),
         (("--fork-answer", "xml"), "invalid choice: 'xml'"),
         (("--skip-conversations", "abc"), "invalid int value: 'abc'"),
     ]

@@ -162,3 +162,59 @@ def test_recorded_json_answers_of_the_real_model_are_written(example_vault, open
         (quote,) = evidence_of(e.extra)
         said = FACTS[(int(e.citation[0].turns) - 10) // 4][1]
         assert quote.endswith(said)                            # the turn that says it, quoted
+
+
+def test_a_note_naming_what_the_answer_left_out_is_kept_as_an_entry_of_its_own(example_vault, openai_server,
+                                                                                 tmp_path):
+    """A small model paraphrases away the identifiers and numbers of the session's note ("the 5K" without
+    "charity 5K", no date): the note is written as one more entry, cited and quoted like a write, with a note
+    naming what was missing. An answer that holds every such word, and a general note, add nothing."""
+    from acpmem.write.windows import note_words
+
+    assert note_words("Use `make replay`, errors.Is, MaxConns=20, pm_card_visa, 3 s, e.g. CI; not freezegun") == [
+        "make replay", "errors.Is", "MaxConns=20", "pm_card_visa", "3", "CI"]
+    assert note_words("facts about Caroline and Melanie") == [] == note_words("对话用中文；注释用英文")
+
+    v = configure(example_vault, openai_server, answer="json")
+    note = "Melanie runs the charity 5K for mental health; recital on 3 October"
+    openai_server.enqueue(entries_answer("- Melanie runs a race for mental health every spring."))
+    out = run(v, submit(v, transcript(tmp_path), note=note))
+    assert out.status == "written" and len(out.entries) == 2
+    assert "the commit's note was kept as an entry: the answer left out 5K, 3" in out.notes
+    mine = {e.body.strip(): e for e in v.load().entries if e.source and e.source.get("request") == out.request}
+    kept = mine[f"- {note}"]
+    assert kept.title.startswith("Melanie runs the charity 5K")
+    assert sorted(kept.citation[0].turns.split(",")) == ["38", "54"]       # the 5K turn and the recital turn
+    assert any("charity 5K" in q for q in evidence_of(kept.extra))
+
+    openai_server.enqueue(entries_answer("- Melanie runs a charity 5K for mental health; her recital is on "
+                                         "3 October."))                # the same again: in memory already
+    out = run(v, submit(v, transcript(tmp_path), note=note))
+    assert out.status == "nothing" and not any("note was kept" in n for n in out.notes)
+
+    openai_server.enqueue(entries_answer("- Bowie's biography was the last book Caroline finished (in 2023)."))
+    out = run(v, submit(v, transcript(tmp_path), note="Caroline finished Bowie's biography in 2023"))
+    assert out.status == "written" and len(out.entries) == 1       # the answer holds "2023": nothing added
+    assert not any("note was kept" in n for n in out.notes)
+
+    openai_server.enqueue(entries_answer())                # nothing to keep, and a note naming nothing in particular
+    out = run(v, submit(v, transcript(tmp_path), note="what Melanie likes"))
+    assert out.status == "nothing"
+
+
+def test_the_note_is_kept_when_the_model_keeps_nothing(example_vault, openai_server, tmp_path):
+    """The session's model asked for this memory: an empty answer of the fork does not lose it."""
+    v = configure(example_vault, openai_server, answer="json")
+    openai_server.enqueue(entries_answer())
+    out = run(v, submit(v, transcript(tmp_path), note="Oscar fetches frisbees in Golden Gate Park (GGP)"))
+    assert out.status == "written" and len(out.entries) == 1
+    (e,) = [e for e in v.load().entries if e.source and e.source.get("request") == out.request]
+    assert e.body.strip() == "- Oscar fetches frisbees in Golden Gate Park (GGP)" and e.citation[0].turns == "46"
+
+
+def test_under_tool_answers_the_note_is_not_added(example_vault, openai_server, tmp_path):
+    """``answer = "tools"`` (a model that writes its own entries, and titles them): its answer is taken as it is."""
+    t = configure(example_vault, openai_server, answer="tools")
+    openai_server.enqueue(reply.writes(reply.write("Melanie runs a race for mental health every spring.")))
+    out = run(t, submit(t, transcript(tmp_path), note="Melanie runs the charity 5K for mental health"))
+    assert out.status == "written" and len(out.entries) == 1

@@ -15,7 +15,7 @@ import re
 
 from acpmem.core.errors import ExtractionError
 from acpmem.write import costs, llm
-from acpmem.write.answers import read_answer, read_json_answer
+from acpmem.write.answers import WRITE, read_answer, read_json_answer
 from acpmem.write.context import fork_body, shrunk_window
 from acpmem.write.draft import (UNUSABLE, Draft, conversation_turns, draft_from_calls, read_reply, turn_quotes,
                                 unusable)
@@ -71,7 +71,54 @@ def windows(req, t, size: int, most: int) -> tuple[list, int]:
 
 
 def ask(vault, req, attempt, rel: list, cites, notes: list[str], now: str, say) -> tuple[Draft, object]:
-    """The draft of every window's answer (``windows``), and the reading of the last one (its ``nothing``)."""
+    """The draft of every window's answer (``windows``), and the reading of the last one (its ``nothing``). Under
+    ``[extraction] answer = "json"`` the commit's note is kept as an entry of its own when the answer left out what
+    it names (``keep_note``)."""
+    draft, reading = _ask(vault, req, attempt, rel, cites, notes, now, say)
+    if vault.settings.extraction.answer == "json":
+        keep_note(vault, req, attempt, draft, cites, rel)
+    return draft, reading
+
+
+# what a note names that a paraphrase loses: a word with a digit, a code-like word (``pm_card_visa``, ``errors.Is``,
+# ``Asia/Shanghai``, ``fonts-noto-cjk``), camelCase, an acronym, or anything in backticks
+_NOTE_WORD = re.compile(r"`([^`\n]{2,80})`|[A-Za-z0-9$][A-Za-z0-9_./$@#:=+-]*[A-Za-z0-9]|[0-9]")
+_ABBREVIATION = re.compile(r"^(?:[a-z]\.)+[a-z]?$")   # e.g, i.e
+_CODE_LIKE = re.compile(r"[0-9_./$@#:=+]|[a-z][A-Z]|^[A-Z]{2,}$|\w-\w")
+
+
+def note_words(note: str) -> list[str]:
+    """The words of a commit's note that a paraphrase loses (``_CODE_LIKE``), in order, once each."""
+    out = []
+    for m in _NOTE_WORD.finditer(note):
+        w = m.group(1) or m.group(0)
+        if (m.group(1) or _CODE_LIKE.search(w)) and not _ABBREVIATION.match(w) and w not in out:
+            out.append(w)
+    return out
+
+
+def keep_note(vault, req, attempt, draft: Draft, cites, rel: list) -> None:
+    """A small model asked for facts paraphrases the identifiers, numbers and paths the session's model put in its
+    note — the very words a later session searches for. When the draft's entries leave out any ``note_words`` of
+    the commit's note, the note itself is written as one more entry (the host's words, cited and checked like a
+    model's write), with a note saying what was missing. Nothing is added when the entries — this answer's, or
+    the related ones already in memory (``rel``) — hold them all, or the note names none (a general note:
+    "decisions from this session"); a note repeating a related entry is dropped as any write would be."""
+    have = "\n".join(f"{e.title}\n{e.body}" for e in [*draft.entries, *rel]).lower()
+    missing = [w for w in note_words(req.note) if w.lower() not in have]
+    if not missing:
+        return
+    t = attempt.transcript
+    call = llm.ToolCall(id="note", name=WRITE, arguments={"content": f"- {' '.join(req.note.split())}"},
+                    raw_arguments=req.note)
+    before = len(draft.entries)
+    draft_from_calls(vault, req, [call], attempt.label, set(), citations=cites, shown=rel, turns=conversation_turns(
+        req, t), quotes=turn_quotes(req, t) if vault.settings.extraction.evidence else None, into=draft)
+    if len(draft.entries) > before:
+        draft.notes.append(f"the commit's note was kept as an entry: the answer left out {', '.join(missing[:8])}")
+
+
+def _ask(vault, req, attempt, rel: list, cites, notes: list[str], now: str, say) -> tuple[Draft, object]:
     cfg = vault.settings.extraction
     parts, dropped = windows(req, attempt.transcript, cfg.window_turns, cfg.max_windows)
     if len(parts) == 1:

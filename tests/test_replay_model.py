@@ -1,0 +1,62 @@
+"""``bench/replay_model.py``: a recorded model served again on 127.0.0.1. The real 1.5B model's recorded answers to
+a windowed json fork (``tests/fixtures/real_model/json-window-*.json``) are replayed to the real fork, through the
+real ``openai`` client, streamed and not: the same entries are written as from the model itself; a request the
+record does not hold is refused with its reason, never answered with another's answer."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_fork import configure, run
+from test_windows import REAL, submit, transcript
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+from replay_model import Replay  # noqa: E402
+
+
+def record(tmp_path: Path) -> Path:
+    folder = tmp_path / "record"
+    folder.mkdir()
+    for i, name in enumerate(sorted(p.name for p in REAL.glob("json-window-*.json")), 1):
+        shutil.copy(REAL / name, folder / f"answer-{i:03d}.json")
+    return folder
+
+
+@pytest.mark.parametrize("stream", ["on", "off"])
+def test_the_recorded_answers_are_written_again_by_the_fork(stream, example_vault, tmp_path):
+    replay = Replay(record(tmp_path)).start()
+    try:
+        v = configure(example_vault, None, window_turns=4, answer="json", stream=stream,
+                      base_url=replay.base_url, model="qwen2.5-coder-1.5b-instruct")
+        out = run(v, submit(v, transcript(tmp_path)))
+    finally:
+        replay.close()
+    assert out.status == "written" and len(out.entries) == 10   # as tests/test_json_answers.py has it from the model
+    assert sum(replay.served.values()) == 3 and replay.missed == 0
+
+
+def test_a_request_not_in_the_record_is_refused_with_its_reason(tmp_path):
+    import openai
+
+    replay = Replay(record(tmp_path)).start()
+    try:
+        client = openai.OpenAI(base_url=replay.base_url, api_key="local", max_retries=0)
+        assert [m.id for m in client.models.list()] == ["qwen2.5-coder-1.5b-instruct"]
+        with pytest.raises(openai.NotFoundError) as err:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "a prompt never asked"}])
+        assert "not in the record" in str(err.value)
+    finally:
+        replay.close()
+    assert replay.missed == 1
+
+
+def test_a_folder_without_a_record_is_one_line(tmp_path):
+    r = subprocess.run([sys.executable, str(BENCH / "replay_model.py"), str(tmp_path), "--port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.startswith("Error: no answer-*.json in") and r.stderr.count("\n") == 1
