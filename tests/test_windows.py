@@ -176,6 +176,38 @@ def test_windows_start_after_the_previous_commit_and_a_short_span_is_one_call(ex
     assert len(sent_turns(last)) == 12 and "part 1 of" not in last["messages"][-1]["content"]
 
 
+def test_a_conversation_the_assistant_opens_keeps_its_first_words(example_vault, openai_server, tmp_path):
+    """A conversation whose first message is the assistant's (LoCoMo's sessions that the second speaker opens; a host
+    whose agent greets first): that message is the first window's, not skipped as a tool's result. After an earlier
+    commit only that commit's tool result is skipped, and what the assistant said after it is asked."""
+    p = transcript(tmp_path)
+    msgs = json.loads(p.read_text())["messages"]
+    msgs.insert(1, {"seq": 2, "role": "assistant", "content": "Melanie: We celebrated my daughter's birthday with a "
+                                                                "Matt Patterson concert last night."})
+    p.write_text(json.dumps({"messages": msgs}))
+    v = configure(example_vault, openai_server, window_turns=4)
+    openai_server.enqueue(*[reply.writes(reply.write(f"fact {i}.")) for i in range(4)])
+    out = run(v, submit(v, p))
+    assert out.status == "written"
+    first = openai_server.bodies[0]
+    assert any("Matt Patterson" in (m.get("content") or "") for m in first["messages"])
+    assert len(openai_server.bodies) == 4                 # 13 turns (the opening one alone is a turn): 4 windows
+
+    p = transcript(tmp_path, earlier_commit=True)
+    msgs = [dict(m, seq=m["seq"] * 10 if m["seq"] < 900 else m["seq"]) for m in json.loads(p.read_text())["messages"]]
+    at = next(i for i, m in enumerate(msgs) if m.get("tool_call_id") == "call_early") + 1
+    msgs.insert(at, {"seq": 335, "role": "assistant", "content": "Kept. Melanie's necklace story is next."})
+    p.write_text(json.dumps({"messages": msgs}))
+    w = configure(v, openai_server, window_turns=4)
+    w._rng = random.Random(13)
+    openai_server.enqueue(*[reply.writes(reply.write(f"later fact {i}.")) for i in range(2)])
+    out = run(w, submit(w, p, note="later facts"))
+    assert out.status == "written", (out.error, len(openai_server.bodies))
+    later = openai_server.bodies[4:]
+    said = [m.get("content") or "" for m in later[0]["messages"]]
+    assert any("necklace story is next" in c for c in said) and not any(c == "queued" for c in said)
+
+
 def test_max_windows_keeps_the_most_recent_and_says_what_was_left_out(example_vault, openai_server, tmp_path):
     v = configure(example_vault, openai_server, window_turns=3, max_windows=2)
     openai_server.enqueue(reply.writes(reply.write("Melanie's dog Oscar fetches frisbees in Golden Gate Park.")),

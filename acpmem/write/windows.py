@@ -36,6 +36,12 @@ def _turn_start(m) -> bool:
                                                   for b in content))
 
 
+def _tool_result(m) -> bool:
+    """A tool's answer: a ``tool`` message, or a user message carrying tool results (Anthropic). What the assistant
+    or the person says is never one — a conversation the assistant opens keeps its first words."""
+    return m.role in ("tool", "function") or (m.role == "user" and not _turn_start(m))
+
+
 def windows(req, t, size: int, most: int) -> tuple[list, int]:
     """The transcripts to ask, each the leading system message(s) and a window of ``size`` turns (the last one
     with the commit's own call), and how many turns were left out past ``most`` windows. One window — ``t``
@@ -53,7 +59,7 @@ def windows(req, t, size: int, most: int) -> tuple[list, int]:
         if m.seq is not None and m.seq < req.seq and m.role == "assistant" and _COMMIT_CALL.search(t.text(m)):
             start = i + 1
             break
-    while start < len(msgs) and not _turn_start(msgs[start]):   # that call's result belongs to it, not a window
+    while start < len(msgs) and _tool_result(msgs[start]):   # that call's result belongs to it, not a window
         start += 1
     turns: list[list] = []
     for m in msgs[start:]:
