@@ -2,14 +2,16 @@
 request with the answer a real model gave to the same request, from a folder ``--record`` wrote
 (``bench/efficacy.py --record DIR``, ``bench/real_model.py --record DIR``).
 
-    python bench/replay_model.py RECORD_DIR [--port 8090]
+    python bench/replay_model.py RECORD_DIR [--port 8090] [--upstream http://127.0.0.1:8088/v1]
     python bench/efficacy.py --base-url http://127.0.0.1:8090/v1 ...   # the same settings as the recorded run
 
 A run's extraction is then reproduced in seconds, without the model, and a change made after the model answered —
 how answers become entries, what is kept beside them, how recall ranks them — is measured on the same answers.
 Requests are matched by their messages, response format and tools (not the model name or the streaming options);
 one asked again gets the recorded answers in order, the last one repeated. A request the record does not hold is
-answered 404 with a one-line reason, so a run whose prompts changed fails loudly rather than scoring other answers.
+answered 404 with a one-line reason, so a run whose prompts changed fails loudly rather than scoring other answers —
+or, with ``--upstream URL``, asked of that endpoint (the real model) and added to the record, so a change that alters
+some prompts costs only the model time of those.
 A streamed request gets the recorded answer as server-sent events (its text, its tool calls, its usage).
 """
 from __future__ import annotations
@@ -50,8 +52,10 @@ def load_record(folder: Path) -> tuple[dict[str, list[dict]], str]:
 
 
 class Replay:
-    def __init__(self, folder: Path, port: int = 0) -> None:
+    def __init__(self, folder: Path, port: int = 0, upstream: str | None = None) -> None:
+        self.folder, self.upstream = folder, (upstream or "").rstrip("/") or None
         self.answers, self.model = load_record(folder)
+        self.asked = 0
         self.served: dict[str, int] = {}
         self.missed = 0
         self.lock = threading.Lock()
@@ -85,7 +89,14 @@ class Replay:
                 if not self.path.rstrip("/").endswith("/chat/completions") or not isinstance(body, dict):
                     return self._json(404, {"error": {"message": f"{self.path}: not served by a replay"}})
                 answer = replay.next_answer(body)
+                if answer is None and replay.upstream:
+                    try:
+                        answer = replay.ask_upstream(body)
+                    except OSError as exc:
+                        return self._json(502, {"error": {"message": f"--upstream did not answer: {exc}"}})
                 if answer is None:
+                    with replay.lock:
+                        replay.missed += 1
                     return self._json(404, {"error": {"message": "this request is not in the record (its prompt "
                                                       "changed since the run was recorded)"}})
                 if body.get("stream"):
@@ -124,11 +135,32 @@ class Replay:
         with self.lock:
             got = self.answers.get(key)
             if not got:
-                self.missed += 1
                 return None
             n = self.served.get(key, 0)
             self.served[key] = n + 1
             return got[min(n, len(got) - 1)]
+
+    def ask_upstream(self, body: dict) -> dict:
+        """The request asked of ``--upstream`` (not streamed), its answer recorded beside the others as a
+        ``--record`` run writes it, and served."""
+        import time
+        import urllib.request
+
+        asked = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+        req = urllib.request.Request(self.upstream + "/chat/completions", data=json.dumps(asked).encode(),
+                                     headers={"Content-Type": "application/json"})
+        t0 = time.monotonic()
+        with urllib.request.urlopen(req, timeout=3600) as r:
+            answer = json.loads(r.read())
+        with self.lock:
+            self.asked += 1
+            n = len(list(self.folder.glob("answer-*.json"))) + 1
+            rec = {"request": body, "status": 200, "response": answer, "wall_s": round(time.monotonic() - t0, 2)}
+            (self.folder / f"answer-{n:03d}.json").write_text(json.dumps(rec, ensure_ascii=False, indent=1), "utf-8")
+            key = request_key(body)
+            self.answers.setdefault(key, []).append(answer)
+            self.served[key] = len(self.answers[key])
+        return answer
 
     @property
     def base_url(self) -> str:
@@ -147,9 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("record", type=Path, help="a folder of answer-*.json that a --record run wrote")
     p.add_argument("--port", type=int, default=8090, help="port on 127.0.0.1 (0: any free one)")
+    p.add_argument("--upstream", help="ask this OpenAI-compatible endpoint what the record does not hold, and add "
+                                      "its answers to the record")
     a = p.parse_args(argv)
     try:
-        replay = Replay(a.record, a.port)
+        replay = Replay(a.record, a.port, a.upstream)
     except (ValueError, OSError) as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
@@ -164,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        print(f"{sum(replay.served.values())} answered from the record, {replay.missed} not in it", flush=True)
+        print(f"{sum(replay.served.values()) - replay.asked} answered from the record, {replay.asked} asked of "
+              f"--upstream, {replay.missed} not in the record", flush=True)
     return 0
 
 

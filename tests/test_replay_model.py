@@ -56,6 +56,31 @@ def test_a_request_not_in_the_record_is_refused_with_its_reason(tmp_path):
     assert replay.missed == 1
 
 
+def test_a_request_not_in_the_record_is_asked_upstream_and_recorded(openai_server, tmp_path):
+    """``--upstream``: what the record lacks is asked of the real endpoint once, written to the record as a
+    ``--record`` run writes it, and served from the record after that (streamed too)."""
+    import openai
+
+    from openai_server import reply
+
+    folder = record(tmp_path)
+    openai_server.enqueue(reply.text('{"entries": []}'))
+    replay = Replay(folder, upstream=openai_server.base_url).start()
+    try:
+        client = openai.OpenAI(base_url=replay.base_url, api_key="local", max_retries=0)
+        ask = dict(model="m", messages=[{"role": "user", "content": "a new prompt"}])
+        first = client.chat.completions.create(**ask)
+        again = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(**ask, stream=True)
+                        if c.choices)
+    finally:
+        replay.close()
+    assert first.choices[0].message.content == again == '{"entries": []}'
+    assert len(openai_server.requests) == 1 and "stream" not in openai_server.requests[0].body
+    assert replay.asked == 1 and replay.missed == 0
+    added = sorted(folder.glob("answer-*.json"))[-1]
+    assert added.name == "answer-004.json" and Replay(folder).answers   # the record reads back with it
+
+
 def test_a_folder_without_a_record_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, str(BENCH / "replay_model.py"), str(tmp_path), "--port", "0"],
                        capture_output=True, text=True, timeout=60)
