@@ -29,4 +29,13 @@ def read_ledger(sdir: Path) -> dict:
     return {"surfaced": [], "recalled": [], "used_bytes": 0}
 
 
-__all__ = ["LEDGER", "read_ledger"]
+def write_ledger(sdir: Path, ledger: dict) -> None:
+    """Write a session's ledger back: atomic (a reader sees the old one or the new one), not fsynced — a ledger lost
+    to a power cut costs at most an entry shown once more in that session, and the per-turn commands that write it
+    (``surface``, ``recall``) would otherwise wait on the disk every turn."""
+    from acpmem.infra.files import atomic_write
+
+    atomic_write(sdir / LEDGER, json.dumps(ledger, ensure_ascii=False, indent=1), durable=False)
+
+
+__all__ = ["LEDGER", "read_ledger", "write_ledger"]

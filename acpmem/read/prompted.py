@@ -13,12 +13,10 @@ they go into the session's ledger, so no entry is shown twice in one session.
 """
 from __future__ import annotations
 
-import json
 
 from acpmem.core.errors import UsageError
-from acpmem.infra.files import atomic_write
 from acpmem.read.layers import recall_layered
-from acpmem.read.ledger import LEDGER, read_ledger
+from acpmem.read.ledger import read_ledger, write_ledger
 from acpmem.read.retrieval import SurfaceResult, SurfacedEntry, cap_text, session_lock, surface_text
 
 MAX_QUERY_CHARS = 2000   # a prompt may hold a pasted file: its start says what it is about
@@ -69,7 +67,7 @@ def surface_prompt(vault, session: str, prompt: str, *, max_chars: int | None = 
             ledger["surfaced"] = ledger["surfaced"] + [p.entry.id for p in picked if p.entry.id not in
                                                        ledger["surfaced"]]
             ledger["used_bytes"] = ledger["used_bytes"] + sum(p.size for p in picked)
-            atomic_write(sdir / LEDGER, json.dumps(ledger, ensure_ascii=False, indent=1))
+            write_ledger(sdir, ledger)
         for lv in vault.layers():
             ids = [p.entry.id for p in picked if p.layer == lv.layer]
             if ids:

@@ -27,11 +27,10 @@ from acpmem.core.limits import MAX_RECALL_LIMIT, clip, int_between, is_utf8
 from acpmem.core.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
 from acpmem.core.values import Value
 from acpmem.infra import files, locks
-from acpmem.infra.files import atomic_write
 from acpmem.search import watch
 from acpmem.search.query import light_rows, search as search_index
 from acpmem.vault import readlog
-from acpmem.read.ledger import LEDGER, read_ledger
+from acpmem.read.ledger import read_ledger, write_ledger
 from acpmem.vault.reader import VaultReader, jitter_salt   # the read side is all recall and surfacing need
 from acpmem.vault.branches import hidden
 
@@ -214,7 +213,7 @@ def note_recalled(sdir: Path, ids: Iterable[str]) -> None:
     with _session_lock(sdir):
         ledger = read_ledger(sdir)
         ledger["recalled"] = sorted(set(ledger["recalled"]) | set(ids))
-        atomic_write(sdir / LEDGER, json.dumps(ledger, ensure_ascii=False, indent=1))
+        write_ledger(sdir, ledger)
 
 
 def _query_vector(vault: VaultReader, query: str):
@@ -383,7 +382,7 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
         if picked:
             ledger["surfaced"] = ledger["surfaced"] + [p.entry.id for p in picked]
             ledger["used_bytes"] = used
-            atomic_write(sdir / LEDGER, json.dumps(ledger, ensure_ascii=False, indent=1))
+            write_ledger(sdir, ledger)
     for lv in layers:
         ids = [p.entry.id for p in picked if p.layer == lv.layer]
         if ids:
