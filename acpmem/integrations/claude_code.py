@@ -166,7 +166,7 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
         v = _open_vault(event, vault, env)
         if v is None:
             return HookAnswer("", "", EXIT_OK)
-        try:
+        with v:
             if name == "SessionStart":
                 # lazy: the prompt hook does not need it (measured +0.7 ms to its start-up)
                 from acpmem.read.resident import resident_index
@@ -192,8 +192,6 @@ def claude_code(raw: str | bytes, *, vault: str | os.PathLike | None = None, env
             if not result.entries:  # nothing new, or the session's budget is spent: add nothing to the prompt
                 return HookAnswer("", "", EXIT_OK)
             return _context(name, surface_text(v, result))
-        finally:
-            v.close()
     except AcpmemError as exc:
         return _error(exc.message, exc.hint)
     except Exception as exc:  # a bug must not take the agent's session down with it

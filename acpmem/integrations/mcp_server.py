@@ -98,13 +98,12 @@ class MemoryService:
         from acpmem.core.tools import tool_definitions
         from acpmem.vault.reader import VaultReader   # the settings only: answered before mcp is loaded
 
-        v = VaultReader(self.vault_path, clock=self.clock)
-        try:
-            s = v.settings
-            return tool_definitions(for_="main", format="mcp", lang=s.language, types=s.types)
-        finally:
-            v.close()
-            self.warn(v.warnings)
+        with VaultReader(self.vault_path, clock=self.clock) as v:
+            try:
+                s = v.settings
+                return tool_definitions(for_="main", format="mcp", lang=s.language, types=s.types)
+            finally:
+                self.warn(v.warnings)
 
     def warn(self, lines) -> None:
         """The vault's warnings (a settings file that did not load, a vault setting not obeyed) on stderr — the
