@@ -15,9 +15,20 @@ from test_fork import configure, run
 from test_windows import REAL, submit, transcript
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
 
-from replay_model import Replay  # noqa: E402
+
+def _bench_module(name: str):
+    """A bench script as a module, loaded from its file (bench/ is not put on sys.path: its ``team_model.py``
+    would shadow the tests' own)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+Replay = _bench_module("replay_model").Replay
 
 
 def record(tmp_path: Path) -> Path:
