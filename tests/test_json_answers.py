@@ -218,3 +218,14 @@ def test_under_tool_answers_the_note_is_not_added(example_vault, openai_server, 
     openai_server.enqueue(reply.writes(reply.write("Melanie runs a race for mental health every spring.")))
     out = run(t, submit(t, transcript(tmp_path), note="Melanie runs the charity 5K for mental health"))
     assert out.status == "written" and len(out.entries) == 1
+
+
+def test_a_note_too_long_for_an_entry_is_said_and_the_facts_are_written(example_vault, openai_server, tmp_path):
+    """``[extraction] max_entry_bytes`` smaller than the note (a note may hold 500 characters): the note is not
+    kept, the result says why, and the answer's facts are written — never a request failing on every attempt."""
+    v = configure(example_vault, openai_server, answer="json", max_entry_bytes=256)
+    note = "Melanie runs the charity 5K for mental health every spring (5K_RUN); " + "details " * 30
+    openai_server.enqueue(entries_answer("- Melanie runs a race for mental health every spring."))
+    out = run(v, submit(v, transcript(tmp_path), note=note.strip()))
+    assert out.status == "written" and len(out.entries) == 1
+    assert any(n.startswith("the commit's note could not be kept as an entry (") for n in out.notes), out.notes

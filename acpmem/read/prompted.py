@@ -13,7 +13,6 @@ they go into the session's ledger, so no entry is shown twice in one session.
 """
 from __future__ import annotations
 
-
 from acpmem.core.errors import UsageError
 from acpmem.read.layers import recall_layered
 from acpmem.read.ledger import read_ledger, write_ledger

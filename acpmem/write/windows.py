@@ -116,10 +116,15 @@ def keep_note(vault, req, attempt, draft: Draft, cites, rel: list) -> None:
         return
     t = attempt.transcript
     call = llm.ToolCall(id="note", name=WRITE, arguments={"content": f"- {' '.join(req.note.split())}"},
-                    raw_arguments=req.note)
+                        raw_arguments=req.note)
     before = len(draft.entries)
-    draft_from_calls(vault, req, [call], attempt.label, set(), citations=cites, shown=rel, turns=conversation_turns(
-        req, t), quotes=turn_quotes(req, t) if vault.settings.extraction.evidence else None, into=draft)
+    try:
+        draft_from_calls(vault, req, [call], attempt.label, set(), citations=cites, shown=rel,
+                         turns=conversation_turns(req, t),
+                         quotes=turn_quotes(req, t) if vault.settings.extraction.evidence else None, into=draft)
+    except ExtractionError as exc:   # the note is no entry here (over [extraction] max_entry_bytes): the facts stand
+        draft.notes.append(f"the commit's note could not be kept as an entry ({exc.message})")
+        return
     if len(draft.entries) > before:
         draft.notes.append(f"the commit's note was kept as an entry: the answer left out {', '.join(missing[:8])}")
 
