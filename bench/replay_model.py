@@ -92,7 +92,7 @@ class Replay:
                 if answer is None and replay.upstream:
                     try:
                         answer = replay.ask_upstream(body)
-                    except OSError as exc:
+                    except (OSError, ValueError) as exc:   # not answering, or an answer that is not JSON
                         return self._json(502, {"error": {"message": f"--upstream did not answer: {exc}"}})
                 if answer is None:
                     with replay.lock:
@@ -178,8 +178,20 @@ class Replay:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("record", type=Path, help="a folder of answer-*.json that a --record run wrote")
-    p.add_argument("--port", type=int, default=8090, help="port on 127.0.0.1 (0: any free one)")
-    p.add_argument("--upstream", help="ask this OpenAI-compatible endpoint what the record does not hold, and add "
+    def port(text: str) -> int:
+        n = int(text)
+        if not 0 <= n <= 65535:
+            raise ValueError(text)
+        return n
+
+    def url(text: str) -> str:
+        if not text.startswith(("http://", "https://")):
+            raise ValueError(text)
+        return text
+
+    port.__name__, url.__name__ = "port (0-65535)", "http(s) URL"   # what argparse's error names
+    p.add_argument("--port", type=port, default=8090, help="port on 127.0.0.1 (0: any free one)")
+    p.add_argument("--upstream", type=url, help="ask this OpenAI-compatible endpoint what the record does not hold, and add "
                                       "its answers to the record")
     a = p.parse_args(argv)
     try:

@@ -96,3 +96,11 @@ def test_a_folder_without_a_record_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, str(BENCH / "replay_model.py"), str(tmp_path), "--port", "0"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and r.stderr.startswith("Error: no answer-*.json in") and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, said", [(("--port", "99999"), "invalid port (0-65535) value: '99999'"),
+                                        (("--upstream", "localhost:8088"), "invalid http(s) URL value")])
+def test_a_port_out_of_range_or_an_upstream_without_a_scheme_is_refused_at_once(args, said, tmp_path):
+    r = subprocess.run([sys.executable, str(BENCH / "replay_model.py"), str(record(tmp_path)), *args],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
