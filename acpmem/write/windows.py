@@ -87,10 +87,11 @@ def ask(vault, req, attempt, rel: list, cites, notes: list[str], now: str, say) 
 
 
 # what a note names that a paraphrase loses: a word with a digit, a code-like word (``pm_card_visa``, ``errors.Is``,
-# ``Asia/Shanghai``, ``fonts-noto-cjk``), camelCase, an acronym, or anything in backticks
+# ``Asia/Shanghai``, ``fonts-noto-cjk``), camelCase, or anything in backticks — not an acronym alone ("PDF", "CI":
+# on the real model, a note kept for "PDF" alone repeated the facts beside it)
 _NOTE_WORD = re.compile(r"`([^`\n]{2,80})`|[A-Za-z0-9$][A-Za-z0-9_./$@#:=+-]*[A-Za-z0-9]|[0-9]")
 _ABBREVIATION = re.compile(r"^(?:[a-z]\.)+[a-z]?$")   # e.g, i.e
-_CODE_LIKE = re.compile(r"[0-9_./$@#:=+]|[a-z][A-Z]|^[A-Z]{2,}$|\w-\w")
+_CODE_LIKE = re.compile(r"[0-9_./$@#:=+]|[a-z][A-Z]|\w-\w")
 
 
 def note_words(note: str) -> list[str]:
