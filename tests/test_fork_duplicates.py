@@ -121,3 +121,68 @@ def test_a_restatement_of_another_type_is_kept_with_a_note(vault, openai_server)
     assert out.status == "written" and len(out.entries) == 1 and out.superseded == ()
     assert any("is kept: it is a decision, that one a fact" in n for n in out.notes), out.notes
     v.close()
+
+
+FRIENDS = [   # facts about the two people of a conversation: each names both, and no two say the same thing
+    ("Caroline and Melanie discussed mental health", "- Caroline and Melanie discussed mental health, with Caroline "
+                                                     "thanking Melanie for her support."),
+    ("Melanie and Caroline went camping in the forest", "- Melanie and Caroline went camping in the forest in July."),
+    ("Caroline showed Melanie her adoption papers", "- Caroline showed Melanie the adoption agency's papers."),
+    ("Melanie painted a sunset for Caroline", "- Melanie painted a sunset over the lake for Caroline."),
+    ("Caroline and Melanie joined the pride parade", "- Caroline and Melanie joined the pride parade in June."),
+    ("Melanie told Caroline about her kids' dinosaur trip", "- Melanie told Caroline her kids loved the dinosaur "
+                                                            "exhibit."),
+]
+
+
+def _friends(v):
+    from acpmem.core.entry import Citation, Entry
+
+    taken, entries = set(), []
+    for m, (title, body) in enumerate(FRIENDS):
+        ident = v.new_id(taken)
+        taken.add(ident)
+        e = Entry(id=ident, title=title, type="fact", importance=5, created=f"2026-11-{10 + m:02d}T12:00:00Z",
+                  body=body + "\n", citation=(Citation(f"chat-{m}", 10 * m + 1),))
+        entries.append(e.with_changes(path=v.path_for(ident, title)))
+    v.write_entries(entries, subject="two friends", why="test")
+
+
+def test_two_facts_about_the_same_two_people_are_not_one_fact(vault, openai_server):
+    # Names are key terms (no English list knows them); two entries sharing both names and nothing else were a
+    # restatement by the key-term rule, and the fork dropped the new fact. A key held by most entries is what the
+    # vault is about, not a sign of sameness.
+    v = configure(vault, openai_server, fork_check=True)
+    _friends(v)
+    before = len(v.load().live())
+    openai_server.enqueue(reply.writes(reply.write("- Melanie and Caroline made their own pots at the pottery "
+                                                   "workshop.", title="Melanie and Caroline made pots")))
+    out = run(v, submit(v, note="Caroline and Melanie pottery workshop", type="fact"))
+    shown = openai_server.bodies[-1]["messages"][-1]["content"]
+    assert "Caroline and Melanie discussed mental health" in shown     # the check had entries to compare with
+    assert out.status == "written" and len(out.entries) == 1, out.notes
+    assert not any("restating" in n for n in out.notes), out.notes
+    assert len(v.load().live()) == before + 1
+    from acpmem.write.duplicates import find
+    assert find(v, mode="lexical").clusters == ()     # nor does `acp memory consolidate` put them together
+    # a fact about them said again is still a restatement
+    openai_server.enqueue(reply.writes(reply.write("- Melanie and Caroline went camping in the forest.",
+                                                   title="Caroline and Melanie camped in the forest")))
+    out = run(v, submit(v, note="Caroline and Melanie camping forest", type="fact"))
+    assert out.status == "nothing" and any("restating" in n and "went camping" in n for n in out.notes), out.notes
+    v.close()
+
+
+def test_a_name_in_most_entries_does_not_make_two_entries_duplicates():
+    from acpmem.search import similar
+
+    a = similar.features("Melanie and Caroline made their own pots at the pottery workshop.")
+    b = similar.features("Caroline and Melanie discussed mental health, with Caroline thanking Melanie.")
+    assert a.keys & b.keys == {"carolin", "melani"}
+    df = {"carolin": 9, "melani": 10, "pot": 1, "potteri": 1, "workshop": 1, "mental": 1, "health": 1}
+    common = similar.TermWeights(10, df)            # the names are in nine and ten of ten entries
+    assert similar.judge(a, b, common) is None
+    rare = similar.TermWeights(200, df)             # … of two hundred: two tools named together, still one subject
+    assert similar.judge(a, b, rare)[0] == "duplicate"
+    few = similar.TermWeights(3, {"carolin": 2, "melani": 2})   # fewer holders than KEY_COMMON_MIN: still counted
+    assert similar.judge(a, b, few)[0] == "duplicate"

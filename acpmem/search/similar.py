@@ -40,6 +40,11 @@ DUPLICATE_THRESHOLD = 0.45
 CONTRADICTION_THRESHOLD = 0.35
 KEY_TERMS_MIN = 2          # shared key terms before the key-term rule applies
 KEY_JACCARD_MIN = 0.5      # … and the share of both texts' key terms they are
+# A key term held by this share of the entries (and by KEY_COMMON_MIN of them at least) is what the vault is about —
+# the two people of a conversation, the project's own name — not a sign that two entries say the same thing: it does
+# not count for the key-term rule (two facts about "Caroline and Melanie" shared both names and nothing else, and the
+# fork dropped the second as a restatement).
+KEY_COMMON_SHARE, KEY_COMMON_MIN = 0.3, 4
 MAX_CLUSTER = 12           # a bigger group is a topic, not a duplicate: it is split by its strongest pairs only
 SEGMENT_SHARED_MIN = 2     # terms two segments share before their polarity is compared
 SEGMENT_SHARE_MIN = 0.6    # … and the share of the smaller segment they are
@@ -169,8 +174,26 @@ def _segments(lowered: str) -> tuple[tuple[bool, frozenset[str]], ...]:
 Idf = Callable[[str], float]
 
 
+class TermWeights:
+    """The weights of terms over a set of ``n`` entries, from their document frequencies ``df``: the IDF (a term
+    none holds weighs most), and which key terms are too common there to mark two entries as the same
+    (``KEY_COMMON_SHARE``)."""
+
+    def __init__(self, n: int, df: dict[str, int]) -> None:
+        self.n, self.df = max(1, n), df
+        self._common_at = max(KEY_COMMON_MIN, KEY_COMMON_SHARE * self.n)
+
+    def __call__(self, term: str) -> float:
+        d = self.df.get(term)
+        return math.log(1 + self.n / d) if d else math.log(1 + self.n)
+
+    def common(self, term: str) -> bool:
+        return self.df.get(term, 0) >= self._common_at
+
+
 def score(a: Features, b: Features, idf: Idf) -> float:
-    """How alike two texts are by their words, 0–1 (see the module's docstring)."""
+    """How alike two texts are by their words, 0–1 (see the module's docstring). With ``idf`` a ``TermWeights``,
+    key terms it calls common do not count for the key-term rule."""
     if not a.terms or not b.terms:
         return 0.0
     wa = sum(idf(t) for t in a.terms)
@@ -179,9 +202,12 @@ def score(a: Features, b: Features, idf: Idf) -> float:
     jaccard = inter / max(wa + wb - inter, 1e-9)
     covered = inter / max(min(wa, wb), 1e-9)     # a short text said again inside a longer one scores high here
     sim = max(jaccard, (jaccard + covered) / 2)
-    shared_keys = a.keys & b.keys
+    common = getattr(idf, "common", None)
+    keys_a, keys_b = (a.keys, b.keys) if common is None else \
+        ({t for t in a.keys if not common(t)}, {t for t in b.keys if not common(t)})
+    shared_keys = keys_a & keys_b
     if len(shared_keys) >= KEY_TERMS_MIN:
-        kj = len(shared_keys) / len(a.keys | b.keys)
+        kj = len(shared_keys) / len(keys_a | keys_b)
         if kj >= KEY_JACCARD_MIN:
             sim = max(sim, (kj + covered) / 2)
     return min(sim, 1.0)
@@ -247,13 +273,8 @@ class Corpus:
         for f in self.feat.values():
             for t in f.terms:
                 self.df[t] += 1
-        n = max(1, len(rows))
-        self.n = n
-        self._idf = {t: math.log(1 + n / d) for t, d in self.df.items()}
-        self.default_idf = math.log(1 + n)
-
-    def idf(self, term: str) -> float:
-        return self._idf.get(term, self.default_idf)
+        self.idf = TermWeights(len(rows), self.df)
+        self.n = self.idf.n
 
     def full(self, key: int) -> Features:
         """The entry's features with its segments (made on first use)."""

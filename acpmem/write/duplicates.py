@@ -17,7 +17,6 @@ it was shown (the words and the vectors; the fork's own model already saw those 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -325,7 +324,7 @@ def check_write(vault, text: str, shown: list[Entry], env: Mapping[str, str] | N
     fa = similar.features(text)
     feats = [similar.features(f"{e.title}\n{e.body}") for e in shown]
     if idf is None:
-        idf = index_idf(vault, set(fa.terms).union(*(f.terms for f in feats)))
+        idf = index_idf(vault, set(fa.terms).union(*(f.terms for f in feats)), shown)
     found: list[Match] = []
     for e, fb in zip(shown, feats):
         got = similar.judge(fa, fb, idf)
@@ -338,21 +337,28 @@ def check_write(vault, text: str, shown: list[Entry], env: Mapping[str, str] | N
     return max(found, key=lambda m: (m.kind == "contradiction", m.similarity))
 
 
-def index_idf(vault, terms: set[str]):
-    """IDF of ``terms`` over the vault's index (the number of entries and each term's document frequency, read for
-    these terms only): about the weights ``consolidate`` gives them, for a check that compares one text with a
-    few."""
+def index_idf(vault, terms: set[str], shown: list[Entry] = ()) -> similar.TermWeights:
+    """The weights of ``terms`` over the vault's live entries (their number and each term's document frequency, read
+    for these terms only) — about the weights ``consolidate`` gives them — for a check that compares one text with a
+    few. ``shown``: entries compared that the index may not hold yet (the fork's earlier windows), counted too."""
     def read(con):
         n = con.execute("SELECT count(*) FROM idx_docs WHERE sup = 0").fetchone()[0]
-        return n, dict(con.execute("SELECT term, df FROM idx_terms WHERE term IN (SELECT value FROM json_each(?))",
-                                   (json.dumps(sorted(terms)),)))
+        df = dict(con.execute("SELECT term, df FROM idx_terms WHERE term IN (SELECT value FROM json_each(?))",
+                              (json.dumps(sorted(terms)),)))
+        held = {r[0] for r in con.execute("SELECT entry_id FROM idx_docs WHERE entry_id IN "
+                                          "(SELECT value FROM json_each(?))", (json.dumps([e.id for e in shown]),))}
+        return n, df, held
 
     try:
-        n, df = vault.with_db(read)
-    except Exception:   # noqa: BLE001 - an index that cannot be read: plain term counts (every term weighs 1)
-        return lambda t: 1.0
-    n = max(1, n)
-    return lambda t: math.log(1 + n / max(1, df.get(t, 0)) if df.get(t) else 1 + n)
+        n, df, held = vault.with_db(read)
+    except Exception:   # noqa: BLE001 - an index that cannot be read: the shown entries alone
+        n, df, held = 0, {}, set()
+    for e in shown:
+        if e.id not in held:
+            n += 1
+            for t in similar.features(f"{e.title}\n{e.body}", segments=False).terms & terms:
+                df[t] = df.get(t, 0) + 1
+    return similar.TermWeights(n, df)
 
 
 def _vector_matches(vault, text: str, fa, shown: list[Entry], env, notes) -> list[Match]:
