@@ -96,3 +96,41 @@ def test_fused_ranking_spreads_with_its_own_share_and_lexical_ranking_keeps_its_
     assert not any("e2" in i for i in lexical)                         # too far to be a neighbour
     assert lexical[b].explain["spread"] > 0
     assert abs(fused[b].explain["spread"] / lexical[b].explain["spread"] - SPREAD_FUSED / SPREAD) < 1e-3
+
+
+def _commit_entries(vault, rows) -> None:
+    """Entries one fork commit wrote: all cite the commit's seq (999) in session s1, each naming its own turns."""
+    for name, words, turns in rows:
+        cite = f"- session: {'s1' if turns is not None else 's2'}\n  seq: 999\n" + (f"  turns: '{turns}'\n" if turns
+                                                                                  else "")
+        (vault.root / "entries" / f"{name}.md").write_text(
+            f"---\nid: {name}\ntitle: {words}\ntype: fact\nimportance: 5\ncreated: 2026-10-01T10:00:00Z\n"
+            f"citation:\n{cite}---\n- {words}\n", "utf-8")
+
+
+def test_an_entry_is_placed_at_the_turns_it_rests_on_not_at_its_commit(vault):
+    """A fork's commit cites its own seq for every entry it writes, each naming its turns; spreading and the step
+    back for entries citing the same moment go by those turns. Placed at the commit, every entry of a session was
+    every other's neighbour at distance 0 (on LoCoMo one entry carrying five sessions' citations reached the top
+    five of 52 questions of 150 by spreading alone) and the second relevant entry of a commit stepped back."""
+    from acpmem.search.ranking import rank
+    from acpmem.search.store import search_doc
+
+    assert search_doc({"id": "x", "citation": [{"session": "s1", "seq": 999, "turns": "10-12,40"}]}).citations == \
+        (("s1", "10-12"), ("s1", 40))
+    assert search_doc({"id": "x", "citation": [{"session": "s1", "seq": 999}]}).citations == (("s1", 999),)
+    _commit_entries(vault, [
+        ("a", "lantern festival parade tickets", "10"),
+        ("b", "unrelated dinner with cousins", "11"),               # next to a's turn
+        ("c", "different topic about gardening", "300"),            # the same commit, far from a's turn
+        ("d", "lantern festival parade tickets again bought", "200"),
+        ("e", "lantern festival parade tickets again bought later", None),   # another session's commit
+    ])
+    con, _ = watch.open_fresh(vault.state_dir, vault.root)
+    src = index_query.IndexSource(con)
+    hits = rank(src, "lantern festival parade tickets", limit=5)
+    by = {h.id.split("/")[-1][:-3]: h for h in hits}
+    assert by["b"].explain.get("spread", 0) > 0                       # a's neighbour
+    assert "c" not in by                                              # not a neighbour: it shares no word either
+    order = [h.id.split("/")[-1][:-3] for h in hits]
+    assert order.index("d") < order.index("e"), order                 # d does not step back: it cites other turns

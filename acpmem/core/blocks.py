@@ -114,6 +114,30 @@ def parse_turns(text: object) -> tuple[int, ...] | None:
     return tuple(sorted(set(out)))
 
 
+def turn_runs(text: object, most: int) -> tuple[tuple[int, int], ...] | None:
+    """The runs of a ``turns`` text (``"2-5,10"`` → (2, 5), (10, 10)) without expanding them; more than ``most``
+    runs become their one span. None when it is not a turns text."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return ((text, text),) if 0 <= text <= MAX_SEQ else None
+    if not isinstance(text, str) or not text or len(text) > MAX_TURNS_CHARS:
+        return None
+    runs = []
+    for part in text.split(","):
+        m = _RUN.fullmatch(part.strip())
+        if not m:
+            return None
+        lo = int(m[1])
+        hi = int(m[2]) if m[2] else lo
+        if not lo <= hi <= MAX_SEQ:
+            return None
+        runs.append((lo, hi))
+    runs.sort()
+    return tuple(runs) if len(runs) <= most else ((runs[0][0], max(hi for _, hi in runs)),)
+
+
+_RUN = re.compile(r"([0-9]{1,19})(?:-([0-9]{1,19}))?")
+
+
 def turns_span(seqs) -> str | int | None:
     """A citation seq for covered turns: ``n`` for one turn, ``"lo-hi"`` for several, None for none."""
     if not seqs:

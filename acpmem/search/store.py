@@ -24,13 +24,14 @@ from collections import Counter
 from collections.abc import Sequence
 from operator import itemgetter
 
+from acpmem.core.blocks import turn_runs
 from acpmem.core.limits import MAX_INT, MIN_INT, int_between, valid_seq
 from acpmem.core.values import Value
 from acpmem.infra import db, progress
 from acpmem.search.analysis import FIELDS, SearchDoc, doc_fields, indexed_body, stemmer
 from acpmem.search.ranking import seq_range
 
-INDEX_VERSION = "7"   # 7: an entry's evidence quotes are indexed with its body
+INDEX_VERSION = "8"   # 7: an entry's evidence quotes are indexed with its body; 8: a citation by its turns
 VERSION_KEY = "search_index_version"
 TABLES = ("idx_docs", "idx_lens", "idx_tids", "idx_terms", "idx_post", "idx_cites", "idx_stats", "idx_dirty")
 TRIGGERS = ("idx_files_ins", "idx_files_upd", "idx_files_del")
@@ -132,9 +133,23 @@ def _tags(d: dict) -> tuple[str, ...]:
     return ()
 
 
+CITED_RUNS = 8   # a citation naming more runs of turns is placed at their span
+
+
+def _cited_at(c: dict) -> list[tuple[str, int | str]]:
+    """Where a citation puts an entry in its session: the runs of the turns it rests on when it names them (a
+    fork's commit cites the commit's seq for every entry it writes, each naming its own turns), else its seq."""
+    session = str(c.get("session"))
+    runs = turn_runs(c.get("turns"), CITED_RUNS) if c.get("turns") is not None else None
+    if not runs:
+        return [(session, c.get("seq"))]
+    return [(session, lo if lo == hi else f"{lo}-{hi}") for lo, hi in runs]
+
+
 def search_doc(d: dict) -> SearchDoc:
-    """The SearchDoc of an entry given as its catalog JSON (``Entry.to_json``)."""
-    cites = tuple((str(c.get("session")), c.get("seq")) for c in d.get("citation") or () if isinstance(c, dict))
+    """The SearchDoc of an entry given as its catalog JSON (``Entry.to_json``); its citations placed by
+    ``_cited_at``."""
+    cites = tuple(at for c in d.get("citation") or () if isinstance(c, dict) for at in _cited_at(c))
     return SearchDoc(id=d.get("path") or d["id"], title=d.get("title") or "", body=indexed_body(d),
                      type=d.get("type") or "", tags=_tags(d), citations=cites, created=d.get("created"))
 
