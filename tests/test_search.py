@@ -186,6 +186,21 @@ def test_chinese_query_finds_english_entry():
     assert hits[0].id == "c" and hits[0].explain["terms"]["上传"]["via"] == "dict"
 
 
+def test_words_that_frame_a_chinese_request_weigh_little():
+    """"帮我写一下…", "一个…": a request's framing words are in few entries, so by IDF alone they outweighed the
+    thing asked for (a coding session's prompt "加一个'再次购买'按钮" found entries with 一个 first)."""
+    index = MemoryIndex([
+        SearchDoc("a", "输出文件太多了，一个分区上千个小文件"),
+        SearchDoc("c", "按钮文案一律用 $t('页面.键')，禁止硬编码"),
+        SearchDoc("e", "按钮的颜色用主题色"),
+        SearchDoc("d", "部署前先跑数据库迁移"),
+    ])
+    hits = index.search("加一个按钮，帮我写一下")
+    assert hits[0].id in ("c", "e"), [h.id for h in hits]           # 按钮, in two entries, over 一个, in one
+    assert hits[0].explain["terms"]["按钮"]["via"] == "exact"
+    assert index.search("一个")[0].id == "a"                          # asked alone, it still finds what holds it
+
+
 def test_aliases_and_clipped_words(kernel_index):
     assert _rank_of(kernel_index, "signin", "b5") == 1
     explain = kernel_index.search("authentication")[0].explain

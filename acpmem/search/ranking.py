@@ -107,6 +107,12 @@ TAG_BOOST = 0.5
 POOL = 300
 DUPLICATE = 0.6
 FILLER_WEIGHT = 0.3
+# Chinese words that frame a request or a question rather than name its topic ("帮我写一下…", "一个…", "怎么…");
+# a query weighs them down as it does the English ones (documents keep them).
+QUERY_FILLER_ZH = frozenset("""
+一个 一下 一些 一种 帮我 帮忙 麻烦 请问 这个 那个 这些 那些 什么 怎么 怎样 如何 为什么 哪些 哪个 我们 你们 他们 我的 你的
+可以 能否 能不能 需要 是否 有没有 应该 现在 还有 以及
+""".split())
 
 
 class QueryTerm(Value):
@@ -186,6 +192,9 @@ def plan_query(query: str, vocab: Vocabulary) -> list[QueryGroup]:
                 if w in seen:
                     continue
                 seen.add(w)
+                if w in QUERY_FILLER_ZH:
+                    add(w, w, [QueryTerm(w, FILLER_WEIGHT, "exact")])
+                    continue
                 cands = [QueryTerm(w, W_EXACT, "exact")]
                 if vocab.has_latin:
                     for en in vocab.zh_to_en(w):
