@@ -119,6 +119,11 @@ def test_an_entry_is_placed_at_the_turns_it_rests_on_not_at_its_commit(vault):
     assert search_doc({"id": "x", "citation": [{"session": "s1", "seq": 999, "turns": "10-12,40"}]}).citations == \
         (("s1", "10-12"), ("s1", 40))
     assert search_doc({"id": "x", "citation": [{"session": "s1", "seq": 999}]}).citations == (("s1", 999),)
+    scattered = ",".join(str(t) for t in range(1, 40, 4))                  # ten runs: placed at their span
+    assert search_doc({"id": "x", "citation": [{"session": "s1", "seq": 999, "turns": scattered}]}).citations == \
+        (("s1", "1-37"),)
+    assert search_doc({"id": "x", "citation": [{"session": "s1", "seq": 999, "turns": "7-x"}]}).citations == \
+        (("s1", 999),)                                                    # not a turns text: at its seq
     _commit_entries(vault, [
         ("a", "lantern festival parade tickets", "10"),
         ("b", "unrelated dinner with cousins", "11"),               # next to a's turn
