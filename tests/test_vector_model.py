@@ -48,8 +48,11 @@ class VectorChannel(RuleBasedStateMachine):
         self.cfg = {"model": MODELS[0], "query_prefix": "", "document_prefix": "",
                     "dimensions": 0, "batch_size": 2, "timeout_seconds": 10.0}   # a loaded machine is no failure
         self.texts: dict[str, str] = {}          # entry path -> the text acpmem embeds
-        self.synced: dict[str, str] = {}         # entry path -> its text as the last pass recorded it (a vector
-                                                 # counts for an entry only once a pass has seen the entry's file)
+        self.synced: dict[str, int] = {}         # entry path -> the version of its file the last pass recorded (a
+                                                 # vector counts for an entry only once a pass has seen that file:
+                                                 # one edited away and back to the same text is a file it has not)
+        self.version: dict[str, int] = {}        # entry path -> which write of the file is on disk
+        self.writes = 0
         self.stored: set[tuple[str, str, int]] = set()   # (vector key, text, length) the store holds
         self.clean = False                       # a successful pass since the last change
         self.reader = self.configure()
@@ -93,7 +96,8 @@ class VectorChannel(RuleBasedStateMachine):
 
     def present(self) -> int:
         key, n = self.key, self.length()
-        return sum(self.synced.get(p) == t and (key, t, n) in self.stored for p, t in self.texts.items())
+        return sum(self.synced.get(p) == self.version[p] and (key, t, n) in self.stored
+                   for p, t in self.texts.items())
 
     def failing(self) -> bool:
         """The endpoint answers no usable vectors: an error, or a length other than the ``dimensions`` asked for."""
@@ -110,7 +114,7 @@ class VectorChannel(RuleBasedStateMachine):
         """What a pass leaves: a failing endpoint changes nothing; else every current text at the endpoint's length
         when it embedded anything (a new length drops the others), and otherwise what was held, pruned."""
         key, n = self.key, self.length()
-        self.synced = dict(self.texts)      # every pass first records the files as they are, then embeds
+        self.synced = dict(self.version)    # every pass first records the files as they are, then embeds
         if hint:
             self.stored = {x for x in self.stored if x[0] != key or x[2] == hint}
         if self.failing():
@@ -135,6 +139,8 @@ class VectorChannel(RuleBasedStateMachine):
         e = e.with_changes(path=self.writer.path_for(ident, title))
         self.writer.write_entries([e], subject="model write", why="test")
         self.texts[e.path] = self.text_of(e.path)
+        self.writes += 1
+        self.version[e.path] = self.writes
         self.clean = False
 
     @precondition(lambda self: bool(self.texts))
@@ -158,6 +164,8 @@ class VectorChannel(RuleBasedStateMachine):
             new = data.draw(PHRASE) + " edited by hand\n"
         f.write_text(old[:end] + new, "utf-8")
         self.texts[path] = self.text_of(path)
+        self.writes += 1
+        self.version[path] = self.writes
         self.clean = False
 
     @precondition(lambda self: len(self.texts) > 1)
@@ -166,6 +174,7 @@ class VectorChannel(RuleBasedStateMachine):
         path = data.draw(st.sampled_from(sorted(self.texts)))
         (self.root / path).unlink()
         del self.texts[path]
+        del self.version[path]
         self.clean = False
 
     @rule(model=st.sampled_from(MODELS), qp=st.sampled_from(("", "query: ", "search_query: ")),
