@@ -91,38 +91,19 @@ def turns_text(seqs) -> str:
     return text
 
 
-def parse_turns(text: object) -> tuple[int, ...] | None:
-    """The seqs of a ``turns`` text (``"2-5,10"``), or None when it is not one (bounded: a range of more than a
-    million turns, or more than ``MAX_TURN_PARTS`` parts, is refused)."""
+def _runs(text: object) -> list[tuple[int, int]] | None:
+    """The (lo, hi) runs of a ``turns`` text (``"2-5,10"``), in the order written, or None when it is not one (more
+    than ``MAX_TURN_PARTS`` parts, a part that is no seq or range, a range that ends before it starts or past
+    ``MAX_SEQ``)."""
     if isinstance(text, int) and not isinstance(text, bool):
-        return (text,) if 0 <= text <= MAX_SEQ else None
+        return [(text, text)] if 0 <= text <= MAX_SEQ else None
     if not isinstance(text, str) or not text or len(text) > MAX_TURNS_CHARS:
         return None
     parts = text.split(",")
     if len(parts) > MAX_TURN_PARTS:
         return None
-    out: list[int] = []
-    for part in parts:
-        m = re.fullmatch(r"([0-9]{1,19})(?:-([0-9]{1,19}))?", part.strip())
-        if not m:
-            return None
-        lo = int(m[1])
-        hi = int(m[2]) if m[2] else lo
-        if not lo <= hi <= MAX_SEQ or hi - lo > 1_000_000 or len(out) > 1_000_000:
-            return None
-        out.extend(range(lo, hi + 1))
-    return tuple(sorted(set(out)))
-
-
-def turn_runs(text: object, most: int) -> tuple[tuple[int, int], ...] | None:
-    """The runs of a ``turns`` text (``"2-5,10"`` → (2, 5), (10, 10)) without expanding them; more than ``most``
-    runs become their one span. None when it is not a turns text."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        return ((text, text),) if 0 <= text <= MAX_SEQ else None
-    if not isinstance(text, str) or not text or len(text) > MAX_TURNS_CHARS:
-        return None
     runs = []
-    for part in text.split(","):
+    for part in parts:
         m = _RUN.fullmatch(part.strip())
         if not m:
             return None
@@ -131,11 +112,30 @@ def turn_runs(text: object, most: int) -> tuple[tuple[int, int], ...] | None:
         if not lo <= hi <= MAX_SEQ:
             return None
         runs.append((lo, hi))
-    runs.sort()
-    return tuple(runs) if len(runs) <= most else ((runs[0][0], max(hi for _, hi in runs)),)
+    return runs
 
 
 _RUN = re.compile(r"([0-9]{1,19})(?:-([0-9]{1,19}))?")
+
+
+def parse_turns(text: object) -> tuple[int, ...] | None:
+    """The seqs of a ``turns`` text (``"2-5,10"``), or None when it is not one (bounded: a range of more than a
+    million turns, or more than ``MAX_TURN_PARTS`` parts, is refused)."""
+    runs = _runs(text)
+    if runs is None or any(hi - lo > 1_000_000 for lo, hi in runs) or \
+            sum(hi - lo + 1 for lo, hi in runs[:-1]) > 1_000_000:
+        return None
+    return tuple(sorted({s for lo, hi in runs for s in range(lo, hi + 1)}))
+
+
+def turn_runs(text: object, most: int) -> tuple[tuple[int, int], ...] | None:
+    """The runs of a ``turns`` text (``"2-5,10"`` → (2, 5), (10, 10)) without expanding them; more than ``most``
+    runs become their one span. None when it is not a turns text."""
+    runs = _runs(text)
+    if not runs:
+        return None
+    runs.sort()
+    return tuple(runs) if len(runs) <= most else ((runs[0][0], max(hi for _, hi in runs)),)
 
 
 def turns_span(seqs) -> str | int | None:

@@ -324,7 +324,8 @@ def check_write(vault, text: str, shown: list[Entry], env: Mapping[str, str] | N
     fa = similar.features(text)
     feats = [similar.features(f"{e.title}\n{e.body}") for e in shown]
     if idf is None:
-        idf = index_idf(vault, set(fa.terms).union(*(f.terms for f in feats)), shown)
+        idf = index_idf(vault, set(fa.terms).union(*(f.terms for f in feats)),
+                        {e.id: f.terms for e, f in zip(shown, feats)})
     found: list[Match] = []
     for e, fb in zip(shown, feats):
         got = similar.judge(fa, fb, idf)
@@ -337,26 +338,28 @@ def check_write(vault, text: str, shown: list[Entry], env: Mapping[str, str] | N
     return max(found, key=lambda m: (m.kind == "contradiction", m.similarity))
 
 
-def index_idf(vault, terms: set[str], shown: list[Entry] = ()) -> similar.TermWeights:
+def index_idf(vault, terms: set[str], shown: Mapping[str, frozenset[str]] | None = None) -> similar.TermWeights:
     """The weights of ``terms`` over the vault's live entries (their number and each term's document frequency, read
     for these terms only) — about the weights ``consolidate`` gives them — for a check that compares one text with a
-    few. ``shown``: entries compared that the index may not hold yet (the fork's earlier windows), counted too."""
+    few. ``shown``: the terms of the entries compared, by id; those the index does not hold yet (the fork's earlier
+    windows) are counted too."""
+    shown = shown or {}
     def read(con):
         n = con.execute("SELECT count(*) FROM idx_docs WHERE sup = 0").fetchone()[0]
         df = dict(con.execute("SELECT term, df FROM idx_terms WHERE term IN (SELECT value FROM json_each(?))",
                               (json.dumps(sorted(terms)),)))
         held = {r[0] for r in con.execute("SELECT entry_id FROM idx_docs WHERE entry_id IN "
-                                          "(SELECT value FROM json_each(?))", (json.dumps([e.id for e in shown]),))}
+                                          "(SELECT value FROM json_each(?))", (json.dumps(list(shown)),))}
         return n, df, held
 
     try:
         n, df, held = vault.with_db(read)
     except Exception:   # noqa: BLE001 - an index that cannot be read: the shown entries alone
         n, df, held = 0, {}, set()
-    for e in shown:
-        if e.id not in held:
+    for ident, its_terms in shown.items():
+        if ident not in held:
             n += 1
-            for t in similar.features(f"{e.title}\n{e.body}", segments=False).terms & terms:
+            for t in its_terms & terms:
                 df[t] = df.get(t, 0) + 1
     return similar.TermWeights(n, df)
 
