@@ -54,6 +54,7 @@ import string
 import sys
 import time
 from collections import Counter, defaultdict
+from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -165,7 +166,7 @@ def entries_vault(root: Path, items: list[dict], why: str):
         ident = bv.new_id({e.id for e in es})
         body = (it["body"].strip() or "(empty)") + "\n"
         e = Entry(id=ident, title=" ".join(it["title"].split())[:200] or "(empty)", type=it.get("type", "fact"),
-                  importance=it.get("importance", 5), created="2023-05-08T00:00:00Z", body=body,
+                  importance=it.get("importance", 5), created=it.get("created", "2023-05-08T00:00:00Z"), body=body,
                   citation=tuple(dict.fromkeys(Citation(s, q) for s, q in it.get("citations", ()))))
         es.append(e.with_changes(path=bv.path_for(ident, e.title)))
     if es:
@@ -291,6 +292,21 @@ def transcript_of(conv: dict, s: int) -> tuple[list[dict], int]:
     return msgs, seq
 
 
+def session_time(conv: dict, s: int) -> datetime | None:
+    """When session ``s`` took place ("1:56 pm on 8 May, 2023"), as UTC; None where LoCoMo's text does not parse.
+    A host writes a session's memory on the day of the session, so its entries are created then, not on the day
+    the bench runs: the date an entry shows, and the date boost of a question naming a day, depend on it."""
+    raw = " ".join(str(conv["conversation"].get(f"session_{s}_date_time", "")).split())
+    try:
+        return datetime.strptime(raw, "%I:%M %p on %d %B, %Y").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+def iso(dt: datetime | None) -> str:
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ") if dt else "2023-05-08T00:00:00Z"
+
+
 def turn_texts(conv: dict, sessions: list[int]) -> dict[tuple[int, int], str]:
     c = conv["conversation"]
     out = {}
@@ -309,6 +325,8 @@ def cited_turns(entry) -> set[tuple[int, int]]:
 
 
 def run_locomo(a, st: State, log) -> dict:
+    from acpmem.core.clock import now_utc
+
     data = load_locomo(a.locomo)
     arms_w = ["offline"] + (["fork"] if a.base_url else [])
     rows = []   # one per (question, arm)
@@ -332,25 +350,29 @@ def run_locomo(a, st: State, log) -> dict:
                 msgs, seq = transcript_of(conv, s)
                 tpath = st.root / f"locomo-{ci}-s{s}.json"
                 tpath.write_text(json.dumps({"messages": msgs}, ensure_ascii=False), "utf-8")
+                when = session_time(conv, s)
+                vault.clock = (lambda t=when: t) if when else now_utc   # the session's day, as a host would write
                 r = commit(vault, tpath, f"{sample}-s{s}", seq, "fact", NOTE.format(a=c["speaker_a"], b=c["speaker_b"]), 5,
                            "llm" if arm == "fork" else "offline")
                 st.data["written"][key] = r
                 st.save()
                 log(f"  [{arm}] {sample} session {s}: {r['status']}, {len(r['entries'])} entries, {r['seconds']} s "
                     f"{r['error'] or ''}")
+            vault.clock = now_utc   # the questions are asked now
             forks += [dict(st.data["written"][f"{arm}/{sample}/{s}"], arm=arm) for s in sessions]
             vaults[arm] = vault
             invented_rows += [dict(r, arm=arm) for r in check_vault(vault)]   # nothing invented
         obs, raw = [], []
         for s in sessions:
+            created = iso(session_time(conv, s))
             for speaker, items in ((conv.get("observation") or {}).get(f"session_{s}_observation") or {}).items():
                 for item in items:
                     text, ids = (item[0], item[1]) if isinstance(item, list) and len(item) > 1 else (str(item), "")
-                    obs.append({"title": text, "body": text,
+                    obs.append({"title": text, "body": text, "created": created,
                                 "citations": [(f"{sample}-s{x}", x * SEQ_BASE + t) for x, t in dia(ids)]})
             for (x, t), text in texts.items():
                 if x == s:
-                    raw.append({"title": text, "body": text, "citations": [(f"{sample}-s{x}", x * SEQ_BASE + t)]})
+                    raw.append({"title": text, "body": text, "created": created, "citations": [(f"{sample}-s{x}", x * SEQ_BASE + t)]})
         vaults["observations"] = entries_vault(st.root / f"locomo-{ci}-observations", obs, "LoCoMo observations")
         vaults["raw-turns"] = entries_vault(st.root / f"locomo-{ci}-raw-turns", raw, "LoCoMo raw turns")
         full = "\n".join(texts[k] for k in sorted(texts))
@@ -763,7 +785,7 @@ def main(argv: list[str] | None = None) -> int:
             a.answerer = Answerer(url, a.answer_model or served)
         key = {"locomo": str(a.locomo) if a.locomo else None, "conversations": a.conversations,
                "sessions": a.sessions, "k": a.k, "base_url": a.base_url, "model": a.model,
-               "answer_model": a.answerer.model if a.answerer else None, "seed": a.seed,
+               "answer_model": a.answerer.model if a.answerer else None, "seed": a.seed, "entries_dated": "session",
                **({"fork": {k: v for k, v in a.fork_settings.items() if k != "max_attempts"}} if a.base_url else {})}
         st = State(a.state, key)
         res: dict = {"settings": key}

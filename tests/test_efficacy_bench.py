@@ -57,6 +57,11 @@ def test_locomo_and_coding_end_to_end_and_resumed(openai_server, tmp_path):
     # nothing invented: the fork's "Zebulon" is in no turn and no note
     fork_inv = [x for x in lo["invented"] if x["arm"] == "fork"]
     assert fork_inv and all("Zebulon" in x["missing"] for x in fork_inv)
+    # a host writes a session's memory on that session's day: each arm's entries are created then, not today
+    for arm in ("fork", "offline", "raw-turns", "observations"):
+        days = {line.split(": ", 1)[1][:10] for f in (tmp_path / "st" / f"locomo-0-{arm}" / "entries").glob("*.md")
+                for line in f.read_text("utf-8").splitlines() if line.startswith("created: ")}
+        assert days == {"2023-05-08", "2023-05-25"} if arm != "observations" else days <= {"2023-05-08", "2023-05-25"}, arm
     assert all(not x["missing"] for x in lo["invented"] if x["arm"] == "offline")
     # answers: 3 sampled questions per arm; "Boston" is right for one question only
     answers = lo["answers"]

@@ -243,6 +243,31 @@ def test_query_dates_and_date_boost():
     assert hits[0].id == "may" and hits[0].explain["date"] > 0
 
 
+def test_the_words_of_a_named_date_weigh_as_one_word_and_the_date_boost_places_it():
+    """A model copying a session's header into its notes ("… on 13 October, 2023") made every such note outrank the
+    one the question is about: three rare words matched against one topical word. The date is one thing the query
+    names, and the entries written that day are found by the date boost."""
+    day = "2023-10-13T10:31:00Z"
+    docs = [SearchDoc("paint", "Melanie painted an abstract painting with blue streaks", created=day),
+            SearchDoc("mentor", "Caroline contacted her mentor for adoption advice on 13 October, 2023", created=day),
+            SearchDoc("tips", "Melanie gave Caroline tips on adoption on 13 October, 2023", created=day),
+            SearchDoc("trip", "Caroline and Melanie went on a trip together on 13 October, 2023", created=day),
+            SearchDoc("sunset", "Melanie painted a sunset with a pink sky", created="2023-05-08T13:56:00Z"),
+            SearchDoc("yoga", "Caroline started yoga classes at the community center", created="2023-06-01T09:00:00Z"),
+            SearchDoc("pottery", "Melanie and her kids made bowls at a pottery workshop", created="2023-07-15T13:51:00Z")]
+    hits = MemoryIndex(docs).search("What painting did Melanie show to Caroline on October 13, 2023?")
+    assert hits[0].id == "paint" and hits[0].explain["date"] == 1.0
+    assert hits[1].id in {"mentor", "tips", "trip"}          # written that day, they still come before other days'
+    why = hits[0].explain["terms"]
+    assert why["painting"]["score"] > 0 and "october" not in why
+    spelled = MemoryIndex(docs).search("What painting did Melanie show to Caroline on October 13, 2023?")[1]
+    dated = sum(spelled.explain["terms"][w]["score"] for w in ("october", "13", "2023"))
+    assert dated < why["painting"]["score"]       # three words of one date weigh less than the topic's one word
+    # without a date the query names, the same words are words like any other
+    plain = MemoryIndex(docs).search("adoption October")
+    assert plain[0].id in {"mentor", "tips"} and plain[0].explain["terms"]["october"]["score"] > 1.0
+
+
 def test_vocabulary_works_without_documents():
     vocab = Vocabulary(["token", "tokenizer", "postgresql", "auth", "缓存"])
     assert vocab.with_prefix("token") == ["token", "tokenizer"]

@@ -250,12 +250,12 @@ _DATE_PATTERNS = (
 )
 
 
-def query_dates(query: str) -> list[tuple[date, int]]:
-    """Dates a query names, each with a tolerance in days (a day ±3, a month ±16)."""
-    out: list[tuple[date, int]] = []
+def _dated_spans(query: str) -> list[tuple[date, int, str]]:
+    """(date, tolerance in days, the text that names it) for each date the query names."""
+    out: list[tuple[date, int, str]] = []
     for m in _DATE_PATTERNS[0].finditer(query):
         try:
-            out.append((date(int(m[1]), int(m[2]), int(m[3])), 3))
+            out.append((date(int(m[1]), int(m[2]), int(m[3])), 3, m[0]))
         except ValueError:
             pass
     for pat, order in ((_DATE_PATTERNS[1], "dmy"), (_DATE_PATTERNS[2], "mdy")):
@@ -264,15 +264,34 @@ def query_dates(query: str) -> list[tuple[date, int]]:
             month = _MONTHS.get(mon.lower())
             if month:
                 try:
-                    out.append((date(int(y), month, int(d)), 3))
+                    out.append((date(int(y), month, int(d)), 3, m[0]))
                 except ValueError:
                     pass
     if not out:
         for m in _DATE_PATTERNS[3].finditer(query):
             month = _MONTHS.get(m[1].lower())
             if month and len(m[1]) >= 3:
-                out.append((date(int(m[2]), month, 15), 16))
+                out.append((date(int(m[2]), month, 15), 16, m[0]))
     return out
+
+
+def query_dates(query: str) -> list[tuple[date, int]]:
+    """Dates a query names, each with a tolerance in days (a day ±3, a month ±16)."""
+    return [(d, tol) for d, tol, _ in _dated_spans(query)]
+
+
+def dates_by_date(groups: Sequence[QueryGroup], query: str) -> list[QueryGroup]:
+    """The query's groups with the words of the dates it names ("October", "13", "2023") weighed together as one
+    filler word: the date boost finds what was written near that day, and as words they would rank first whatever
+    entry happens to spell the date out (a model copying a session's header into a note), over the entries about
+    the question."""
+    words = {normalize_word(w) for _, _, text in _dated_spans(query) for w in latin_words(text)}
+    words.discard(None)
+    if not words:
+        return list(groups)
+    cap = FILLER_WEIGHT / len(words)      # a date is one thing the query names, however many words spell it
+    return [QueryGroup(g.word, tuple(QueryTerm(t.term, min(t.weight, cap), t.via) for t in g.terms))
+            if normalize_word(g.word) in words else g for g in groups]
 
 
 def _parse_created(created: str | None) -> date | None:
@@ -380,6 +399,9 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
     this step does not grow with the index."""
     if groups is None:
         groups = plan_query(query, src.vocabulary)
+    named = query_dates(query) if dates else []
+    if named:
+        groups = dates_by_date(groups, query)
     # A source that can rank inside its store names the pool; only those documents become Python objects here.
     pick = getattr(src, "candidates", None)
     pool = pick(groups, max(POOL, limit)) if pick is not None else None
@@ -414,7 +436,6 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
         for other, gain in gains.items():
             final[other] = final.get(other, scores.get(other, 0.0)) + gain
             extra[other]["spread"] = round(gain, 4)
-    named = query_dates(query) if dates else []
     exact = {g.terms[0].term for g in groups if g.terms[0].via == "exact"}
     preload = getattr(src, "preload", None)
     if preload is not None:
