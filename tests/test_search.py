@@ -59,6 +59,19 @@ def test_latin_words_split_camel_case_and_compounds():
     assert latin_words("HTTPServer auth-token") == ["http", "server", "httpserver", "auth", "token", "authtoken"]
     assert latin_words("i18n k8s") == ["i18n", "k8s"]
     assert latin_words("Caroline's dog") == ["caroline", "dog"]
+    assert latin_words("Caroline’s dog") == ["caroline", "dog"]       # a typographic apostrophe too
+
+
+def test_wont_is_will_not_and_never_a_win():
+    """"won't" kept its head "won", which the lemma table reads as the past of "win": a lesson "we won't deploy on
+    Fridays" was found by a question about who won, and ranked for it."""
+    assert latin_words("We won't deploy on Fridays") == ["we", "will", "deploy", "on", "fridays"]
+    assert latin_words("Won’t") == ["will"] and latin_words("shan't") == ["shall"]
+    assert latin_words("She won the cup") == ["she", "won", "the", "cup"]      # the past of "win" is still one
+    docs = [SearchDoc("wont", "Release rule", "We won't deploy on Fridays."),
+            SearchDoc("cup", "Dance contest", "Jon's crew won the regional dance contest.")]
+    assert [h.id for h in MemoryIndex(docs).search("who won the contest")] == ["cup"]
+    assert [h.id for h in MemoryIndex(docs).search("what did Jon win")] == ["cup"]
 
 
 def test_words_of_other_alphabets_are_kept_and_accents_folded():

@@ -49,6 +49,7 @@ FIELD_WEIGHTS = (2.0, 1.0, 1.5, 0.3)
 # Words of any alphabetic script (Latin, accented, Cyrillic, Greek…); CJK runs are blanked out first.
 _WORD_RUN = re.compile(r"[^\W_]+(?:[-_'][^\W_]+)*")
 _COMPOUND = re.compile(r"[-_]")
+_NEGATED = {"won": "will", "shan": "shall"}   # the heads of "won't" and "shan't" are not words of their own
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
@@ -80,12 +81,15 @@ def latin_words(text: str) -> list[str]:
     if not text.isascii():
         if has_cjk(text):
             text = _cjk_re()[0].sub(" ", text)
-        text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+        text = "".join(c for c in unicodedata.normalize("NFKD", text.replace("\u2019", "'"))
+                       if not unicodedata.combining(c))   # a typographic apostrophe is an apostrophe
     for run in _WORD_RUN.findall(text):
         if run.isascii() and run.isalnum() and (run.islower() or run[1:].islower()):
             out.append(run.lower())   # most words: no compound, no camelCase, nothing to split
             continue
-        run = run.replace("'", " ").split()[0] if "'" in run else run  # possessive / contraction tail dropped
+        if "'" in run:   # possessive / contraction tail dropped; "won't" is "will not", never the past of "win"
+            head = run.split("'", 1)[0]
+            run = _NEGATED.get(head.casefold(), head) if run.casefold().endswith("n't") else head
         parts = [p for seg in _COMPOUND.split(run) for p in _CAMEL.sub(" ", seg).split()]
         lowered = [p.casefold() for p in parts]
         out.extend(lowered)

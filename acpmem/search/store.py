@@ -31,7 +31,8 @@ from acpmem.infra import db, progress
 from acpmem.search.analysis import FIELDS, SearchDoc, doc_fields, indexed_body, stemmer
 from acpmem.search.ranking import seq_range
 
-INDEX_VERSION = "8"   # 7: an entry's evidence quotes are indexed with its body; 8: a citation by its turns
+INDEX_VERSION = "9"   # 7: an entry's evidence quotes are indexed with its body; 8: a citation by its turns;
+# 9: "won't" is "will not" (was the past of "win"), a typographic apostrophe an apostrophe
 VERSION_KEY = "search_index_version"
 TABLES = ("idx_docs", "idx_lens", "idx_tids", "idx_terms", "idx_post", "idx_cites", "idx_stats", "idx_dirty")
 TRIGGERS = ("idx_files_ins", "idx_files_upd", "idx_files_del")
