@@ -315,9 +315,10 @@ def _check(world, op: str, where: Path, k: int, killed: cp.Run, zygote: cp.Zygot
         assert not (root / ".git" / "acpmem" / "journal.json").exists(), ctx
     # a person's edits: the committed one, the one not committed when the operation started and the one typed
     # after the crash, each on disk once and in HEAD
+    head = {ident: git_out(vault, "show", f"HEAD:entries/{ident}.md") for ident in ("base02", "base03")}
     for ident, line in (("base02", PERSON_COMMITTED), ("base03", PERSON_UNCOMMITTED), ("base03", PERSON_AFTER)):
         text = (vault / "entries" / f"{ident}.md").read_text()
-        assert text.count(line) == 1 and git_out(vault, "show", f"HEAD:entries/{ident}.md") == text, (ctx, ident)
+        assert text.count(line) == 1 and head[ident] == text, (ctx, ident)
     # the next write is there, once
     assert sum(f"after crash {k}." in e["body"] for e in entries) == 1, ctx
     _exactly_once(op, entries, vault, user, remote, ctx)
