@@ -280,7 +280,7 @@ def query_dates(query: str) -> list[tuple[date, int]]:
     return [(d, tol) for d, tol, _ in _dated_spans(query)]
 
 
-def dates_by_date(groups: Sequence[QueryGroup], query: str) -> list[QueryGroup]:
+def date_words_as_one(groups: Sequence[QueryGroup], query: str) -> list[QueryGroup]:
     """The query's groups with the words of the dates it names ("October", "13", "2023") weighed together as one
     filler word: the date boost finds what was written near that day, and as words they would rank first whatever
     entry happens to spell the date out (a model copying a session's header into a note), over the entries about
@@ -401,7 +401,7 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
         groups = plan_query(query, src.vocabulary)
     named = query_dates(query) if dates else []
     if named:
-        groups = dates_by_date(groups, query)
+        groups = date_words_as_one(groups, query)
     # A source that can rank inside its store names the pool; only those documents become Python objects here.
     pick = getattr(src, "candidates", None)
     pool = pick(groups, max(POOL, limit)) if pick is not None else None
