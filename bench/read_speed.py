@@ -125,13 +125,13 @@ def main() -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def editable_finders() -> list[str]:
-    """The distributions this interpreter's site-packages installs in editable mode (a ``__editable__*.pth`` that
-    imports a finder at every start-up)."""
+def editable_finders(dirs: list[str] | None = None) -> list[str]:
+    """The distributions this interpreter's site-packages (or ``dirs``) install in editable mode (a
+    ``__editable__*.pth`` that imports a finder at every start-up)."""
     import site
 
     found = []
-    for d in site.getsitepackages():
+    for d in site.getsitepackages() if dirs is None else dirs:
         for pth in sorted(Path(d).glob("__editable__*.pth")):
             if "import " in pth.read_text(errors="replace"):
                 found.append(pth.stem.removeprefix("__editable__.").split("-")[0])

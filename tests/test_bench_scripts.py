@@ -24,3 +24,19 @@ def test_help_and_a_bad_argument(name, tmp_path):
     bad = subprocess.run([sys.executable, str(BENCH / name), "--no-such-option"], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)
     assert bad.returncode == 2 and "usage:" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_read_speed_names_an_editable_install(tmp_path):
+    """An editable install's ``.pth`` imports its finder at every python start, which the ratios' baseline pays too;
+    the benchmark says so rather than print flattered ratios in silence."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import read_speed
+    finally:
+        sys.path.remove(str(BENCH))
+    (tmp_path / "__editable__.acpmem-0.1.0.pth").write_text("import __editable___acpmem_0_1_0_finder; "
+                                                            "__editable___acpmem_0_1_0_finder.install()\n")
+    (tmp_path / "__editable__.plain-2.0.pth").write_text("/src/plain\n")     # a path only: nothing imported
+    (tmp_path / "other.pth").write_text("import something\n")
+    assert read_speed.editable_finders([str(tmp_path)]) == ["acpmem"]
+    assert read_speed.editable_finders([str(tmp_path / "none")]) == []
