@@ -49,6 +49,9 @@ def test_each_window_is_quoted_in_one_message_with_a_schema_and_each_item_is_an_
         item = fmt["json_schema"]["schema"]["properties"]["entries"]["items"]
         assert item["required"] == ["fact"] and item["properties"]["fact"]["maxLength"] == 300
         assert "title" not in item["properties"]
+        # as many items as the draft takes from one answer (`max_entries_per_answer`, 8 by default): a window with
+        # more facts than a smaller bound was cut short (at 6, 60 of 146 LoCoMo windows filled it)
+        assert fmt["json_schema"]["schema"]["properties"]["entries"]["maxItems"] == 8
     first = bodies[0]["messages"][0]["content"]
     quoted = [ln for ln in first.splitlines() if ln.startswith("[turn ")]
     assert quoted[0] == "[turn 10, user] Caroline: I went to the LGBTQ support group on Tuesday, 7 May 2023; it " \
@@ -229,3 +232,14 @@ def test_a_note_too_long_for_an_entry_is_said_and_the_facts_are_written(example_
     out = run(v, submit(v, transcript(tmp_path), note=note.strip()))
     assert out.status == "written" and len(out.entries) == 1
     assert any(n.startswith("the commit's note could not be kept as an entry (") for n in out.notes), out.notes
+
+
+def test_the_schema_asks_for_as_many_items_as_one_answer_may_write(example_vault, openai_server, tmp_path):
+    """The schema's bound is the person's own cap on writes per answer, so the model is never stopped before the draft
+    would stop taking its items, nor asked for items the draft would drop."""
+    v = configure(example_vault, openai_server, window_turns=4, answer="json", max_entries_per_answer=3)
+    openai_server.responder = lambda body: entries_answer("- Melanie painted a sunrise over Lake Tahoe.")
+    out = run(v, submit(v, transcript(tmp_path)))
+    assert out.status == "written"
+    assert {b["response_format"]["json_schema"]["schema"]["properties"]["entries"]["maxItems"]
+            for b in openai_server.bodies} == {3}

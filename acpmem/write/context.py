@@ -356,7 +356,7 @@ def quoted_body(vault, req: Request, model: str | None, *, transcript=None, cont
         lead = [t.text(m) for m in t.messages if m.role == "system"][:1]
         if lead and 0 < len(lead[0].strip()) <= OPENING_CHARS:
             opening = " ".join(lead[0].split())
-    schema = answer_schema(layers=layers)
+    schema = answer_schema(layers=layers, max_items=vault.settings.extraction.max_entries_per_answer)
 
     def message(turns: str) -> str:
         return quoted_instruction(req.note, req.type, req.importance, turns, lang,

@@ -174,7 +174,6 @@ def window_line(i: int, n: int, lang: str = "en") -> str:
             "focus asks for, one entry each, with its names, dates, numbers, paths and commands as said.")
 
 
-QUOTED_ITEMS_MAX = 6   # entries one JSON answer may hold (the schema's maxItems): a loop stops there
 FACT_CHARS = 300       # one item's fact at most (the schema's maxLength): the 1.5B model copied whole turns as
                        # entries until its token limit where the item had no bound and was called "content"
 
@@ -235,9 +234,12 @@ def quoted_instruction(note: str, type: str, importance: int, turns_text: str, l
     ])
 
 
-def answer_schema(*, layers: bool = False) -> dict:
+def answer_schema(*, max_items: int, layers: bool = False) -> dict:
     """The JSON schema a ``[extraction] answer = "json"`` answer is held to (``response_format``; llama-server,
-    vLLM, Ollama and OpenAI constrain the decoding to it): ``entries``, at most ``QUOTED_ITEMS_MAX`` items, each a
+    vLLM, Ollama and OpenAI constrain the decoding to it): ``entries``, at most ``max_items`` items — the writes one
+    answer may make (``[extraction] max_entries_per_answer``), so a looping model stops where the draft would stop
+    taking its items, and a window with more facts than a smaller bound is not cut short (at 6, 60 of 146 LoCoMo
+    windows of 8 turns filled it) — each a
     ``fact`` of at most ``FACT_CHARS`` (and ``layer`` when two layers are read), each read as one ``memory_write``
     whose content is the fact; an empty list is "nothing to keep". No
     title: it is the fact (``derive_title``) — a small model's titles named a topic in Title Case ("Melanie's
@@ -246,7 +248,7 @@ def answer_schema(*, layers: bool = False) -> dict:
     if layers:
         item["layer"] = {"type": "string", "enum": ["project", "user"]}
     return {"type": "object", "additionalProperties": False, "required": ["entries"], "properties": {
-        "entries": {"type": "array", "maxItems": QUOTED_ITEMS_MAX, "items": {
+        "entries": {"type": "array", "maxItems": max_items, "items": {
             "type": "object", "additionalProperties": False, "required": ["fact"], "properties": item}}}}
 
 
