@@ -154,7 +154,9 @@ class Replay:
             answer = json.loads(r.read())
         with self.lock:
             self.asked += 1
-            n = len(list(self.folder.glob("answer-*.json"))) + 1
+            # after the highest number there: a record with gaps (answers removed by hand) is never overwritten
+            n = max((int(f.stem[7:]) for f in self.folder.glob("answer-*.json") if f.stem[7:].isdigit()),
+                    default=0) + 1
             rec = {"request": body, "status": 200, "response": answer, "wall_s": round(time.monotonic() - t0, 2)}
             (self.folder / f"answer-{n:03d}.json").write_text(json.dumps(rec, ensure_ascii=False, indent=1), "utf-8")
             key = request_key(body)

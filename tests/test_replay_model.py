@@ -104,3 +104,28 @@ def test_a_port_out_of_range_or_an_upstream_without_a_scheme_is_refused_at_once(
     r = subprocess.run([sys.executable, str(BENCH / "replay_model.py"), str(record(tmp_path)), *args],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_answers_asked_upstream_never_overwrite_a_record_with_gaps(openai_server, tmp_path):
+    """A record with answers removed by hand (answer-001, answer-003): each answer asked upstream is written after
+    the highest number. Named by the count of files, the first new one overwrote answer-003, and every later one the
+    same file — a run's new answers were lost but the last."""
+    import openai
+
+    from openai_server import reply
+
+    folder = record(tmp_path)
+    (folder / "answer-002.json").unlink()
+    kept = {p.name: p.read_text() for p in folder.glob("answer-*.json")}
+    openai_server.enqueue(reply.text('{"entries": []}'), reply.text('{"entries": [{"fact": "b"}]}'))
+    replay = Replay(folder, upstream=openai_server.base_url).start()
+    try:
+        client = openai.OpenAI(base_url=replay.base_url, api_key="local", max_retries=0)
+        for prompt in ("a new prompt", "another new prompt"):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}])
+    finally:
+        replay.close()
+    assert {p.name: p.read_text() for p in folder.glob("answer-*.json") if p.name in kept} == kept
+    assert sorted(p.name for p in folder.glob("answer-*.json")) == ["answer-001.json", "answer-003.json",
+                                                                    "answer-004.json", "answer-005.json"]
+    assert len(Replay(folder).answers) == 4
