@@ -280,12 +280,12 @@ def query_dates(query: str) -> list[tuple[date, int]]:
     return [(d, tol) for d, tol, _ in _dated_spans(query)]
 
 
-def date_words_as_one(groups: Sequence[QueryGroup], query: str) -> list[QueryGroup]:
+def date_words_as_one(groups: Sequence[QueryGroup], spans: Sequence[tuple[date, int, str]]) -> list[QueryGroup]:
     """The query's groups with the words of the dates it names ("October", "13", "2023") weighed together as one
     filler word: the date boost finds what was written near that day, and as words they would rank first whatever
     entry happens to spell the date out (a model copying a session's header into a note), over the entries about
-    the question."""
-    words = {normalize_word(w) for _, _, text in _dated_spans(query) for w in latin_words(text)}
+    the question. ``spans``: the query's dates as ``_dated_spans`` reads them."""
+    words = {normalize_word(w) for _, _, text in spans for w in latin_words(text)}
     words.discard(None)
     if not words:
         return list(groups)
@@ -399,9 +399,10 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
     this step does not grow with the index."""
     if groups is None:
         groups = plan_query(query, src.vocabulary)
-    named = query_dates(query) if dates else []
-    if named:
-        groups = date_words_as_one(groups, query)
+    spans = _dated_spans(query) if dates else []
+    named = [(d, tol) for d, tol, _ in spans]
+    if spans:
+        groups = date_words_as_one(groups, spans)
     # A source that can rank inside its store names the pool; only those documents become Python objects here.
     pick = getattr(src, "candidates", None)
     pool = pick(groups, max(POOL, limit)) if pick is not None else None
