@@ -57,6 +57,8 @@ def main() -> None:
     ap.add_argument("--recall-entries", type=int, default=10000,
                     help="a second vault of this size for `recall` (0: none)")
     args = ap.parse_args()
+    if args.entries < 1 or args.runs < 1 or args.recall_entries < 0:
+        ap.error("--entries and --runs must be at least 1, --recall-entries at least 0 (0: no recall vault)")
     n = args.entries
     acp = str(Path(sys.executable).parent / "acp")
     base = args.keep or Path(tempfile.mkdtemp(prefix="acpmem-bench-"))

@@ -40,3 +40,10 @@ def test_read_speed_names_an_editable_install(tmp_path):
     (tmp_path / "other.pth").write_text("import something\n")
     assert read_speed.editable_finders([str(tmp_path)]) == ["acpmem"]
     assert read_speed.editable_finders([str(tmp_path / "none")]) == []
+
+
+@pytest.mark.parametrize("args", [["--runs", "0"], ["--entries", "-5"], ["--recall-entries", "-1"]])
+def test_read_speed_refuses_a_count_out_of_range_in_one_usage_line(args, tmp_path):
+    bad = subprocess.run([sys.executable, str(BENCH / "read_speed.py"), *args], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert bad.returncode == 2 and "at least" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
