@@ -312,6 +312,45 @@ def test_a_copied_id_makes_the_copy_invalid_never_the_committed_entry(vault, cli
     assert "entries/aaa-copy.md" not in hp.head_files(root)
 
 
+def test_finding_an_id_through_the_index_gives_what_the_whole_listing_gives(vault, cli):
+    """`show` and every command that takes an id find it through the id index (`catalog.by_id`), not by listing the
+    whole vault: for every prefix of every id (and prefixes that match nothing), the entries found are the whole
+    listing's entries with that prefix — a copied id settled the same way, a type the vault does not know left out —
+    and every file that does not parse is there for the error message."""
+    import helpers_proc as hp
+    from acpmem.search import catalog
+
+    root = _two_entries(vault)
+    for ident in ("ab1111", "ab2222", "abc333", "b00000"):
+        vault.write_entries([hp.make_entry(ident, f"Entry {ident}", f"- {ident}.").with_changes(
+            path=f"entries/{ident}.md")], subject=f"add #{ident}", why="t")
+    entries = root / "entries"
+    (entries / "aaa-copy.md").write_text((entries / "ab1111.md").read_text().replace("Entry ab1111", "A copy"))
+    (entries / "zz-type.md").write_text((entries / "abc333.md").read_text().replace("abc333", "abd444")
+                                        .replace("type: fact", "type: bogus"))
+    (entries / "broken.md").write_text("---\nid: [unclosed\n---\nbody\n")
+    con = catalog.connect(vault.state_dir / catalog.DB_NAME)
+    whole = catalog.snapshot(con, root, vault.settings.types, light=True)
+    assert {p.path for p in whole.problems} == {"entries/aaa-copy.md", "entries/zz-type.md", "entries/broken.md"}
+    unparsed = {p for p in whole.problems if p.path == "entries/broken.md"}
+    ids = [e.id for e in whole.entries] + ["abd444"]
+    prefixes = {i[:n] for i in ids for n in range(1, len(i) + 1)} | {"", "c", "ab9", "keep011", "\U0010ffff"}
+    for prefix in sorted(prefixes):
+        found = catalog.by_id(con, root, vault.settings.types, prefix)
+        assert found.entries == [e for e in whole.entries if e.id.startswith(prefix)], prefix
+        assert unparsed <= set(found.problems), prefix
+    con.close()
+    # the copy sorts first and still loses; the unknown type is not an entry
+    doc = json.loads(cli("memory", "--vault", str(root), "show", "ab1111", "--json").stdout)
+    assert doc["title"] == "Entry ab1111"
+    r = cli("memory", "--vault", str(root), "show", "abd")
+    assert r.returncode != 0 and "no entry with id 'abd'" in r.stderr, r.stderr
+    r = cli("memory", "--vault", str(root), "show", "ab")
+    assert r.returncode != 0 and "ab1111" in r.stderr and "abc333" in r.stderr and "b00000" not in r.stderr, r.stderr
+    r = cli("memory", "--vault", str(root), "show", "brok")
+    assert r.returncode != 0 and "entries/broken.md does not parse" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("new_id", ["fresh9", "other1", "u-abc123"])
 def test_an_id_changed_by_hand_is_refused_as_edit_refuses_it(vault, cli, tmp_path, new_id):
     """A hand edit of an entry's id (to a new id, another entry's, a user-vault `u-` id) is never committed as a human

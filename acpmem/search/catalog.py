@@ -357,13 +357,36 @@ def snapshot(con: sqlite3.Connection, root: Path, types: tuple[str, ...], *, lig
     ``light`` builds entries from the index columns only (id, title, type, importance, created, last_read,
     superseded_by; empty body and citations): what the resident index and listings need, without parsing JSON."""
     changes = refresh(con, root)
-    entries: list[Entry] = []
-    problems: list[Problem] = []
-    seen: dict[str, tuple[int, str, str]] = {}   # id -> (its place in entries, path, signature)
     # light: the stored JSON is read for problem rows only
     cols = ("CASE WHEN ok THEN NULL ELSE data END, entry_id, title, type, importance, created, last_read, "
             "superseded_by") if light else "data"
-    for path, sig, ok, data, *meta in con.execute(f"SELECT path, sig, ok, {cols} FROM files ORDER BY path"):
+    entries, problems = _entries_of(con.execute(f"SELECT path, sig, ok, {cols} FROM files ORDER BY path"), types,
+                                    light)
+    return Snapshot(entries, problems, changes)
+
+
+def by_id(con: sqlite3.Connection, root: Path, types: tuple[str, ...], prefix: str) -> Snapshot:
+    """After a refresh, the entries whose id starts with ``prefix`` (light, as ``snapshot(light=True)`` gives them)
+    and every problem row: what ``snapshot`` would give of them, read through the id index instead of every row
+    (``show`` of one entry in a vault of thousands)."""
+    changes = refresh(con, root)
+    cols = "CASE WHEN ok THEN NULL ELSE data END, entry_id, title, type, importance, created, last_read, superseded_by"
+    # two lookups in the id index: the ids between prefix and prefix + the highest code point (those that start
+    # with it), and the rows with no id (the files that do not parse)
+    rows = con.execute(f"SELECT path, sig, ok, {cols} FROM files WHERE entry_id >= ? AND entry_id < ?",
+                       (prefix, prefix + "\U0010ffff")).fetchall()
+    rows += con.execute(f"SELECT path, sig, ok, {cols} FROM files WHERE entry_id IS NULL").fetchall()
+    entries, problems = _entries_of(sorted(rows, key=lambda r: r[0]), types, True)
+    return Snapshot([e for e in entries if e.id.startswith(prefix)], problems, changes)
+
+
+def _entries_of(rows, types: tuple[str, ...], light: bool) -> tuple[list[Entry], list[Problem]]:
+    """The valid entries and the problems of catalog rows ``(path, sig, ok, data or the index columns…)`` in path
+    order. Duplicate ids: the file changed first keeps the id, the other is a problem."""
+    entries: list[Entry] = []
+    problems: list[Problem] = []
+    seen: dict[str, tuple[int, str, str]] = {}   # id -> (its place in entries, path, signature)
+    for path, sig, ok, data, *meta in rows:
         if not ok:
             d = json.loads(data)
             problems.append(Problem(path, d["reason"], d.get("field")))
@@ -389,7 +412,7 @@ def snapshot(con: sqlite3.Connection, root: Path, types: tuple[str, ...], *, lig
             continue
         seen[e.id] = (len(entries), path, sig)
         entries.append(e)
-    return Snapshot(entries, problems, changes)
+    return entries, problems
 
 
 def _ctime(sig: str) -> int:

@@ -248,8 +248,8 @@ class VaultReader:
         prefix = (prefix or "").strip().lstrip("#")
         if not prefix:
             raise UsageError("no entry id given", "pass an id or a unique prefix, e.g. `acp memory show k3f`")
-        # by the index columns (no JSON parsed for a thousand entries), then the one found in full
-        loaded = self.load(light=True) if entries is None else None
+        # through the id index (no row of another id read), then the one found in full
+        loaded = self._by_id(prefix) if entries is None else None
         entries = loaded.entries if loaded is not None else entries
         exact = [e for e in entries if e.id == prefix]
         if exact:
@@ -265,6 +265,20 @@ class VaultReader:
         if len(matches) > 1:
             raise AmbiguousId(prefix, [e.id for e in matches])
         return matches[0] if loaded is None else self._in_full(matches[0])
+
+    def _by_id(self, prefix: str) -> Loaded:
+        """What ``load(light=True)`` gives of the entries whose id starts with ``prefix``, and every problem."""
+        # lazy: the SessionStart hook does not need it (measured +6.5 ms to its start-up)
+        from acpmem.search import catalog
+        from acpmem.vault import readlog
+
+        snap = self.with_db(lambda con: catalog.by_id(con, self.root, self.settings.types, prefix))
+        entries = snap.entries
+        if entries:
+            lr = readlog.last_reads(self.root, self.state_dir)
+            entries = [e.with_changes(last_read=max(e.last_read or "", lr[e.id]))
+                       if lr.get(e.id, "") > (e.last_read or "") else e for e in entries]
+        return Loaded(entries, snap.problems, snap.changes)
 
     def _in_full(self, light: Entry) -> Entry:
         """The entry of a light listing (``load(light=True)``) with its body, citations and every field: its row's
