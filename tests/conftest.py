@@ -30,6 +30,10 @@ openai_server = pytest.fixture(openai_server_fixture)
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# The read server (``acpmem.cli.relay``) is off for every process the tests start: a server outlives its command, and
+# the commands of a test must run where the test looks. Its own tests turn it on, each in a folder of its own.
+os.environ["ACPMEM_READ_SERVER"] = "0"
+
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path_factory, monkeypatch):
     """Every test gets its own HOME (so the default user vault, ~/.acp-memory, is a fresh folder that does not
@@ -173,13 +177,14 @@ def _temp_in_memory(config) -> None:
 
 
 _HELPERS = ("from acpmem.write.worker import", "from acpmem.search.watch import", "from acpmem.read.embedding import")
+_SERVER = b"acpmem.cli.readserver"
 
 
 @pytest.fixture(autouse=True)
 def _end_helpers(tmp_path_factory):
-    """A test that starts a vault's detached helper (the extraction worker, the watcher, the embedder) ends it: after
-    the test, every helper started on a folder of this test run is stopped, and the ones this process started are
-    collected."""
+    """A test that starts a vault's detached helper (the extraction worker, the watcher, the embedder) or a read server
+    ends it: after the test, every helper started on a folder of this test run (a server: its socket in one) is
+    stopped, and the ones this process started are collected."""
     yield
     base = str(tmp_path_factory.getbasetemp())
     me = os.getuid()
@@ -193,9 +198,10 @@ def _end_helpers(tmp_path_factory):
             argv = (pid_dir / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if len(argv) >= 3 and argv[1] == b"-c":
-            code = argv[2].decode("utf-8", "replace")
-            if code.startswith(_HELPERS) and base in code:
+        if len(argv) >= 4 and argv[1:3] == [b"-P", b"-c"] or len(argv) >= 5 and argv[2:4] == [b"-m", _SERVER]:
+            code = argv[3].decode("utf-8", "replace")
+            if code.startswith(_HELPERS) and base in code or argv[3] == _SERVER and base in argv[4].decode(
+                    "utf-8", "replace"):
                 try:
                     os.kill(int(pid_dir.name), signal.SIGKILL)
                     stopped.append(int(pid_dir.name))

@@ -111,18 +111,6 @@ def standard_output():
             sys.stdout = saved
 
 
-def standard_descriptors() -> None:
-    """A process started with descriptor 0, 1 or 2 closed gets /dev/null there, before anything else is opened: else
-    the next file opened (the index, an entry) would take that number, and what git or Python writes to "standard
-    output" would land in it. Standard output itself stays closed to the commands (``standard_output``)."""
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.open(os.devnull, os.O_RDWR)   # the lowest free number: this one
-
-
 def _silence_stdout() -> None:
     """After the output failed: what is still buffered goes to /dev/null, so the interpreter's last flush cannot fail
     (and print a traceback) once we have said what happened."""

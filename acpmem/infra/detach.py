@@ -48,7 +48,9 @@ def spawn(lock_fd: int, code: str, log_path: Path, max_log_bytes: int) -> int:
             os.set_inheritable(lock_fd, True)
             actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                        (os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)]
-            pid = os.posix_spawn(sys.executable, [sys.executable, "-c", code.format(fd=lock_fd)], os.environ,
+            # -P: the folder the command ran in is not on the helper's import path (a folder holding an `acpmem`
+            # package of someone else's would otherwise be what the helper runs)
+            pid = os.posix_spawn(sys.executable, [sys.executable, "-P", "-c", code.format(fd=lock_fd)], os.environ,
                                  file_actions=actions, setsid=True)
         finally:
             os.close(log)

@@ -1,0 +1,254 @@
+"""The read server: one warm process per user and installation that runs the per-turn reads for ``acp``
+(``acpmem.cli.relay`` is its client, and says why).
+
+``python -P -m acpmem.cli.readserver SOCKET``, started detached by a client that found none. It takes
+``SOCKET.lock`` (one server per socket; a second exits), imports every module the reads use, binds the socket and
+waits. For each connection it checks the peer is its own user, reads the request (``relay.request``) and, when the
+client's identity is its own and no module it loaded has changed on disk since it started, forks: the child takes
+the client's folder, environment, umask and standard descriptors and runs ``acpmem.cli.main.main`` on the command
+line, tells the client its pid (``S``) at the start and its exit code (``X``) at the end, and exits. A changed module
+(an upgrade, an edit of an editable install) answers ``R`` — the client runs the command itself — and ends the server.
+It ends after ``ACPMEM_READ_SERVER_IDLE`` seconds (600) without a request; an error on the way up is written to
+``SOCKET.log`` and marks ``SOCKET.failed`` (clients start no other server for ten minutes).
+"""
+from __future__ import annotations
+
+import io
+import os
+import resource
+import signal
+import socket
+import struct
+import sys
+import time
+
+from acpmem.cli import relay
+
+IDLE_S = 600.0
+_LOCK: list[int] = []   # the server's lock descriptor, which its children close
+MAX_REQUEST = 8 * 1024 * 1024   # a recall's query or a surface --prompt on the command line fits many times over
+# what the reads import as they run (each lazily, to keep a process's start-up short): imported once here
+WARM = ("acpmem.cli.main", "acpmem.cli.fast", "acpmem.cli.hot", "acpmem.cli.reads", "acpmem.vault.reader",
+        "acpmem.vault.readlog", "acpmem.vault.discovery", "acpmem.vault.projectgit", "acpmem.vault.branches",
+        "acpmem.vault.proposals", "acpmem.read.layers", "acpmem.read.resident", "acpmem.read.retrieval",
+        "acpmem.read.snapshot", "acpmem.read.citecheck", "acpmem.read.sources", "acpmem.core.render",
+        "acpmem.core.score", "acpmem.search.catalog", "acpmem.search.store", "acpmem.search.query",
+        "acpmem.search.watch", "acpmem.infra.db", "acpmem.infra.detach")
+
+
+def warm() -> None:
+    import importlib
+
+    for name in WARM:
+        importlib.import_module(name)
+
+
+def loaded_files() -> dict[str, int]:
+    """Every acpmem module file loaded, and every folder of the package, with its mtime: what a change on disk
+    (an upgrade, an edit) alters."""
+    out: dict[str, int] = {}
+    root = relay.package_dir()
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if f and f.startswith(root + os.sep):
+            out[f] = os.stat(f).st_mtime_ns
+            d = os.path.dirname(f)
+            if d not in out:
+                out[d] = os.stat(d).st_mtime_ns
+    return out
+
+
+def changed(files: dict[str, int]) -> bool:
+    for f, mtime in files.items():
+        try:
+            if os.stat(f).st_mtime_ns != mtime:
+                return True
+        except OSError:
+            return True
+    return False
+
+
+def _unpack(body: bytes) -> list[bytes]:
+    items, i = [], 0
+    while i < len(body):
+        n = int.from_bytes(body[i:i + 4], "big")
+        items.append(body[i + 4:i + 4 + n])
+        i += 4 + n
+    return items
+
+
+def receive(conn: socket.socket) -> tuple[list[bytes], list[int]] | None:
+    """The request's items and the three descriptors passed with it, or None when it is not a whole request."""
+    fds: list[int] = []
+    data, anc, _, _ = conn.recvmsg(4096, socket.CMSG_SPACE(3 * 4))
+    for level, kind, raw in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += list(struct.unpack(f"{len(raw) // 4}i", raw[:len(raw) - len(raw) % 4]))
+    if len(data) < 4 or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        return None
+    size = int.from_bytes(data[:4], "big")
+    if size > MAX_REQUEST:
+        for fd in fds:
+            os.close(fd)
+        return None
+    body = data[4:]
+    while len(body) < size:
+        chunk = conn.recv(min(65536, size - len(body)))
+        if not chunk:
+            for fd in fds:
+                os.close(fd)
+            return None
+        body += chunk
+    return _unpack(body), fds
+
+
+def _peer_is_me(conn: socket.socket) -> bool:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _, uid, _ = struct.unpack("3i", creds)
+    return uid == os.getuid()
+
+
+def run_child(conn: socket.socket, items: list[bytes], fds: list[int]) -> None:
+    """In the forked child: become the client's process (folder, environment, umask, descriptors), run the command
+    line, answer its exit code. Never returns."""
+    code = 70
+    try:
+        for fd in _LOCK:   # the lock is the server's: a command still running must not keep it held
+            os.close(fd)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)   # the server's reaping is not the command's
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        prog = items[2].decode()
+        cwd, mask, n = items[3], int(items[4]), int(items[5])
+        argv = [os.fsdecode(a) for a in items[6:6 + n]]
+        env = {}
+        for kv in items[6 + n:]:
+            k, _, v = kv.partition(b"=")
+            env[os.fsdecode(k)] = os.fsdecode(v)
+        os.chdir(cwd)
+        os.umask(mask)
+        os.environ.clear()
+        os.environ.update(env)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        _fresh_streams()
+        sys.argv = [prog] + argv
+        conn.sendall(b"S" + os.getpid().to_bytes(4, "big"))
+        from acpmem.cli.main import main
+
+        try:
+            code = main(argv, prog)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except KeyboardInterrupt:
+            code = 130
+        for s in (sys.stdout, sys.stderr):
+            try:
+                s.flush()
+            except (OSError, ValueError):
+                pass
+    finally:
+        try:
+            cpu = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+                      for f in ("ru_utime", "ru_stime"))
+            conn.sendall(b"X" + int(code).to_bytes(4, "big", signed=True) + int(cpu * 1e6).to_bytes(8, "big"))
+        except OSError:
+            pass
+        os._exit(0)
+
+
+def _fresh_streams() -> None:
+    """Standard streams over the client's descriptors, set up as the interpreter sets them up at start (line
+    buffered on a terminal); the encoding is the server's, which the identity makes the client's."""
+    enc_out, err_out = sys.stdout.encoding, sys.stdout.errors
+    enc_in, err_in = sys.stdin.encoding, sys.stdin.errors
+    sys.stdin = io.TextIOWrapper(io.open(0, "rb", closefd=False), encoding=enc_in, errors=err_in)
+    sys.stdout = io.TextIOWrapper(io.open(1, "wb", closefd=False), encoding=enc_out, errors=err_out,
+                                  line_buffering=os.isatty(1))
+    sys.stderr = io.TextIOWrapper(io.open(2, "wb", closefd=False), encoding=sys.stderr.encoding,
+                                  errors="backslashreplace", line_buffering=True)
+
+
+def serve(path: str, idle: float) -> None:
+    files = loaded_files()
+    me = relay.identity()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        os.unlink(path)   # a dead server's (the lock says none is alive)
+    except FileNotFoundError:
+        pass
+    listener.bind(path)
+    listener.listen(64)
+    ino = os.stat(path).st_ino
+    listener.settimeout(idle)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children reaped by the kernel
+    try:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                return
+            with conn:
+                conn.settimeout(30)
+                try:
+                    if not _peer_is_me(conn):
+                        continue
+                    got = receive(conn)
+                except OSError:
+                    continue
+                if got is None:
+                    continue
+                items, fds = got
+                if len(items) < 6 or items[0] != relay.PROTOCOL or items[1] != me or changed(files):
+                    for fd in fds:
+                        os.close(fd)
+                    try:
+                        conn.sendall(b"R")
+                    except OSError:
+                        pass
+                    if changed(files):
+                        return
+                    continue
+                pid = os.fork()
+                if pid == 0:
+                    listener.close()
+                    conn.settimeout(None)
+                    run_child(conn, items, fds)
+                for fd in fds:
+                    os.close(fd)
+    finally:
+        try:
+            if os.stat(path).st_ino == ino:   # still ours: a newer server may have bound the path since
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def main(path: str) -> None:
+    from acpmem.infra import locks
+    from pathlib import Path
+
+    lock = locks.try_lock(Path(path + ".lock"))
+    if lock is None:
+        return   # another server holds this socket
+    _LOCK.append(lock)
+    try:
+        idle = float(os.environ.get("ACPMEM_READ_SERVER_IDLE", IDLE_S))
+        warm()
+        serve(path, idle)
+    except Exception as exc:   # noqa: BLE001 — written down, and clients stop starting servers for a while
+        try:
+            with open(path + ".log", "a", encoding="utf-8") as log:
+                log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} [{os.getpid()}] "
+                          f"{type(exc).__name__}: {exc}\n")
+            open(path + ".failed", "w").close()
+        except OSError:
+            pass
+    finally:
+        os.close(lock)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,207 @@
+"""The client side of the read server (``acpmem.cli.readserver``): a per-turn read handed to a warm process.
+
+A hook or a model runs ``acp memory show|surface|list|recall|score|stats`` every turn, and most of such a process's
+time is Python importing acpmem (about twice the command's own work at 1,000 entries). So ``acp`` first asks the
+read server of this user and this installation — a process that imported everything once — to run the command line
+in a child it forks: the command runs there exactly as it would here (the same ``main``), in this process's folder,
+environment and umask, on this process's own standard input, output and error (their descriptors are passed over
+the socket), and this process exits with its exit code. Everything but the command itself is this module: the
+standard library's ``_socket``, ``os`` and ``sys``, nothing of acpmem.
+
+When there is no server (or it is another installation's, or its code changed since it started, or anything fails
+before the command began) the command runs here as before, and a server is started in the background for the next
+one. ``ACPMEM_READ_SERVER=0`` turns it off; the server ends after ``ACPMEM_READ_SERVER_IDLE`` seconds without a
+request (600). The socket lives in a folder only this user can enter (``$XDG_RUNTIME_DIR/acpmem``, else
+``/tmp/acpmem-<uid>``); a folder that anyone else owns or can enter is not used, and the server answers only its
+own user (``SO_PEERCRED``).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+READS = frozenset({"show", "surface", "list", "recall", "score", "stats"})   # what the server runs
+PROTOCOL = b"acpmem-read-1"
+# the variables that decide how the interpreter sets up its standard streams: a server serves only clients with
+# the same ones (they are part of its identity)
+STREAM_VARS = ("LANG", "LC_ALL", "LC_CTYPE", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONLEGACYWINDOWSSTDIO")
+FAILED_WAIT_S = 600   # after a server failed to start, clients start no other for this long
+
+
+def standard_descriptors() -> None:
+    """A process started with descriptor 0, 1 or 2 closed gets /dev/null there, before anything else is opened: else
+    the next file opened (the index, an entry) would take that number, and what git or Python writes to "standard
+    output" would land in it. Standard output itself stays closed to the commands (``acpmem.cli.output``)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                os.open(os.devnull, os.O_RDWR)   # the lowest free number: this one
+            except OSError:
+                pass
+
+
+def wanted(argv: list[str], prog: str) -> bool:
+    """Whether this command line is a read the server runs, and the server is not turned off."""
+    rest = argv[1:] if prog == "acp" and argv[:1] == ["memory"] else argv if prog == "acpmem" else []
+    while rest[:1] == ["--vault"] or rest[:1] and rest[0].startswith("--vault="):   # the group's one option
+        rest = rest[2:] if rest[0] == "--vault" else rest[1:]
+    return bool(rest) and rest[0] in READS and os.environ.get("ACPMEM_READ_SERVER", "1").lower() not in (
+        "0", "off", "false", "no")
+
+
+def package_dir() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def identity() -> bytes:
+    """What a client and its server must share: this interpreter, this acpmem, the variables of the streams."""
+    parts = [sys.executable, package_dir()] + [f"{k}={os.environ.get(k, '')}" for k in STREAM_VARS]
+    return "\0".join(parts).encode("utf-8", "surrogateescape")
+
+
+def socket_dir() -> str | None:
+    """This user's private folder for the socket, created if missing; None when it is not private (then no server:
+    the command runs in this process)."""
+    uid = os.getuid()
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = os.path.join(runtime, "acpmem") if runtime and os.path.isabs(runtime) else f"/tmp/acpmem-{uid}"
+    try:
+        os.mkdir(base, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(base)
+    except OSError:
+        return None
+    # a folder (not a link), this user's, nobody else's to enter
+    if (st.st_mode & 0o170000) != 0o040000 or st.st_uid != uid or st.st_mode & 0o077:
+        return None
+    return base
+
+
+def socket_path(base: str) -> str:
+    import zlib   # (0.2 ms) a short name per installation; the server checks the whole identity
+
+    return os.path.join(base, f"read-{zlib.crc32(identity()):08x}.sock")
+
+
+def _pack(items: list[bytes]) -> bytes:
+    return b"".join(len(x).to_bytes(4, "big") + x for x in items)
+
+
+def request(argv: list[str], prog: str) -> bytes:
+    """The request: protocol, identity, program, folder, umask, the arguments and the environment."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    env = [k + b"=" + v for k, v in os.environb.items()]
+    items = [PROTOCOL, identity(), prog.encode(), os.getcwdb(), str(mask).encode(), str(len(argv)).encode(),
+             *(os.fsencode(a) for a in argv), *env]
+    body = _pack(items)
+    return len(body).to_bytes(4, "big") + body
+
+
+def try_server(argv: list[str], prog: str) -> int | None:
+    """Run the command line in the read server: its exit code, or None when it did not run there (then run it here;
+    a server is started for the next command when there was none)."""
+    if not wanted(argv, prog):
+        return None
+    base = socket_dir()
+    if base is None:
+        return None
+    path = socket_path(base)
+    import _socket
+
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        try:
+            sock.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            start_server(path)
+            return None
+        except OSError:
+            return None
+        try:
+            data = request(argv, prog)
+            sock.sendmsg([data[:4096]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                                          b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2)))])
+            if len(data) > 4096:
+                sock.sendall(data[4096:])
+        except OSError:
+            return None
+        return _answer(sock)
+    finally:
+        sock.close()
+
+
+def _read(sock, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
+def _answer(sock) -> int | None:
+    """``S`` + the child's pid when the command started, then ``X`` + its exit code + the CPU microseconds it
+    used; ``R`` (or nothing) before the start: not run, run it here."""
+    try:
+        head = _read(sock, 5)
+    except OSError:
+        return None
+    if len(head) < 5 or head[:1] != b"S":
+        return None
+    pid = int.from_bytes(head[1:], "big")
+    while True:
+        try:
+            tail = _read(sock, 13)
+            break
+        except KeyboardInterrupt:
+            # the command runs in the server's session, away from this terminal: it is told, and its exit awaited
+            try:
+                os.kill(pid, 2)
+            except OSError:
+                pass
+        except OSError:
+            tail = b""
+            break
+    if len(tail) == 13 and tail[:1] == b"X":
+        log = os.environ.get("ACPMEM_READ_SERVER_CPU_LOG")
+        if log:   # for bench/read_speed.py: the command's CPU time is the server's child's, not this process's
+            try:
+                fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                os.write(fd, b"%d\n" % int.from_bytes(tail[5:], "big"))
+                os.close(fd)
+            except OSError:
+                pass
+        return int.from_bytes(tail[1:5], "big", signed=True)
+    os.write(2, b"Error: the read server's command ended without an exit code - run it again; "
+                b"ACPMEM_READ_SERVER=0 runs it in this process\n")
+    return 1
+
+
+def start_server(path: str) -> None:
+    """Start the server in its own session, its streams on /dev/null; not again within ``FAILED_WAIT_S`` of a
+    start that failed (the server writes ``<socket>.failed``)."""
+    import time
+
+    try:
+        if time.time() - os.stat(path + ".failed").st_mtime < FAILED_WAIT_S:
+            return
+    except OSError:
+        pass
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            os.posix_spawn(sys.executable, [sys.executable, "-P", "-m", "acpmem.cli.readserver", path], os.environ,
+                           file_actions=[(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, null, 1),
+                                         (os.POSIX_SPAWN_DUP2, null, 2)], setsid=True)
+        finally:
+            os.close(null)
+    except OSError:
+        pass

@@ -1,0 +1,223 @@
+"""The read server (``acpmem.cli.relay``, ``acpmem.cli.readserver``): a per-turn read run by a warm process prints
+what the same command prints run on its own — bytes, errors, exit codes — in the caller's folder, environment and
+standard input; writes never go there; a changed installation, an unsafe socket folder, an idle server and a folder
+holding someone else's ``acpmem`` package are each handled as the modules say. Real processes throughout: the
+process is the point."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.real_process("the read server is a process of its own, its clients console scripts")
+
+ACP = str(Path(sys.executable).parent / "acp")
+SERVER = b"acpmem.cli.readserver"
+TIMES = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+
+def servers(under: Path) -> list[int]:
+    """The live read servers whose socket is under ``under`` (Linux /proc)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if SERVER in argv and state != "Z" and any(str(under).encode() in a for a in argv):
+            out.append(int(d))
+    return out
+
+
+def wait_for(what, timeout: float = 60.0):
+    """Poll ``what()`` until it is true (never a fixed sleep: a loaded machine only makes this slower)."""
+    end = time.monotonic() + timeout
+    while True:
+        got = what()
+        if got or time.monotonic() > end:
+            return got
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """A private XDG_RUNTIME_DIR for this test's servers; every server there is ended afterwards."""
+    d = tmp_path / "run"
+    d.mkdir(mode=0o700)
+    yield d
+    for pid in servers(d):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert wait_for(lambda: not servers(d)), "a read server outlived its test"
+
+
+def env_for(run_dir: Path, **extra) -> dict:
+    env = dict(os.environ, ACPMEM_READ_SERVER="1", XDG_RUNTIME_DIR=str(run_dir), ACPMEM_READ_SERVER_IDLE="120",
+               ACPMEM_READ_SERVER_CPU_LOG=str(run_dir.parent / "served.log"))
+    env.update(extra)
+    return env
+
+
+def acp(*args, env: dict, cwd=None, input: str | None = None, exe: str = ACP) -> subprocess.CompletedProcess:
+    return subprocess.run([exe, *map(str, args)], env=env, cwd=cwd, input=input, capture_output=True, text=True,
+                          timeout=120)
+
+
+def served(run_dir: Path) -> int:
+    log = run_dir.parent / "served.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def socket_of(run_dir: Path) -> list[Path]:
+    return list((run_dir / "acpmem").glob("read-*.sock")) if (run_dir / "acpmem").is_dir() else []
+
+
+def started(run_dir: Path, env: dict, vault: Path) -> None:
+    """The first read runs in its own process and starts the server; wait until it listens."""
+    r = acp("memory", "--vault", vault, "list", env=env)
+    assert r.returncode == 0, r.stderr
+    assert wait_for(lambda: socket_of(run_dir)), "no read server started"
+
+
+def _vault_with_entries(root: Path, env: dict) -> tuple[Path, list[str]]:
+    r = acp("memory", "init", root, env=dict(env, ACPMEM_READ_SERVER="0"))
+    assert r.returncode == 0, r.stderr
+    ids = []
+    for title in ("Deploys go through the staging gateway first", "Retries back off to 30 s on HTTP 429",
+                  "会议记录用中文写，代码注释用英文"):
+        r = acp("memory", "--vault", root, "remember", title, "--type", "decision", "--importance", "7", "--json",
+                env=dict(env, ACPMEM_READ_SERVER="0"))
+        assert r.returncode == 0, r.stderr
+        ids.append(re.search(r'"id": "([^"]+)"', r.stdout).group(1))
+    return root, ids
+
+
+def test_every_read_prints_the_same_bytes_served_as_run_alone(tmp_path, run_dir):
+    env = env_for(run_dir)
+    base, ids = _vault_with_entries(tmp_path / "v", env)
+    twin = tmp_path / "twin"
+    shutil.copytree(base, twin, symlinks=True)   # the same vault, read by the commands run alone
+    started(run_dir, env, base)
+    (twin / ".acpmem" / "sessions").mkdir(exist_ok=True)   # (the first list above made no session state)
+    lines = [
+        ("memory", "show", ids[0]), ("memory", "show", ids[1], "--json"), ("memory", "show", "zzzzzz"),
+        ("memory", "show", ""), ("memory", "list"), ("memory", "list", "--json"),
+        ("memory", "list", "--format", "prompt", "--session", "s1"),
+        ("memory", "recall", "gateway retries"), ("memory", "recall", "中文 注释", "--json"),
+        ("memory", "surface", "--session", "s2", "--seed", "3"), ("memory", "score", "--seed", "4"), ("memory", "stats", "--json"),
+        ("memory", "list", "--format", "nope"), ("memory", "recall"),
+    ]
+    before = served(run_dir)
+    for line in lines:
+        a = acp(*line, "--vault", base, env=env)
+        b = acp(*line, "--vault", twin, env=dict(env, ACPMEM_READ_SERVER="0"))
+        strip = (lambda s: TIMES.sub("T", s.replace(str(base), "V").replace(str(twin), "V")))
+        assert (a.returncode, strip(a.stdout), strip(a.stderr)) == (b.returncode, strip(b.stdout), strip(b.stderr)), line
+    # every one of them ran in the server (the client logs each command the server ran)
+    assert served(run_dir) - before == len(lines)
+    # standard input, the folder and the environment are the caller's
+    prompt = "which gateway do deploys go through?"
+    a = acp("memory", "surface", "--session", "s3", "--prompt", "-", env=env, cwd=base, input=prompt)
+    b = acp("memory", "surface", "--session", "s3", "--prompt", "-", env=dict(env, ACPMEM_READ_SERVER="0"),
+            cwd=twin, input=prompt)
+    assert a.returncode == b.returncode == 0 and a.stdout == b.stdout and "staging gateway" in a.stdout, a.stderr
+    a = acp("memory", "recall", "中文", env=dict(env, ACPMEM_VAULT=str(base)), cwd=tmp_path)
+    assert a.returncode == 0 and "会议记录" in a.stdout, a.stderr
+    assert served(run_dir) - before == len(lines) + 2
+
+
+def test_writes_run_in_their_own_process_and_reads_run_at_once(tmp_path, run_dir):
+    env = env_for(run_dir)
+    root, ids = _vault_with_entries(tmp_path / "v", env)
+    started(run_dir, env, root)
+    before = served(run_dir)
+    r = acp("memory", "--vault", root, "remember", "Fridays have no deploys", "--type", "decision", env=env)
+    assert r.returncode == 0, r.stderr
+    assert served(run_dir) == before   # a write is never the server's
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda i: acp("memory", "--vault", root, "show", ids[i % 3], "--json", env=env), range(16)))
+    assert all(g.returncode == 0 and ids[i % 3] in g.stdout for i, g in enumerate(got)), [g.stderr for g in got]
+    assert served(run_dir) == before + 16
+    assert len(servers(run_dir)) == 1
+
+
+def test_a_changed_installation_ends_the_server_and_the_read_runs_alone(tmp_path, run_dir):
+    """An upgrade (or an edit of an editable install) changes a module the server loaded: the next read is answered
+    by the new code in its own process, and the server ends; the read after that starts a new one."""
+    import acpmem
+
+    copy = tmp_path / "site"
+    shutil.copytree(Path(acpmem.__file__).parent, copy / "acpmem", ignore=shutil.ignore_patterns("__pycache__"))
+    env = env_for(run_dir, PYTHONPATH=str(copy))
+    root, ids = _vault_with_entries(tmp_path / "v", env)
+    started(run_dir, env, root)
+    first = servers(run_dir)
+    assert len(first) == 1
+    r = acp("memory", "--vault", root, "show", ids[0], env=env)
+    assert r.returncode == 0 and served(run_dir) == 1, r.stderr
+    render = copy / "acpmem" / "core" / "render.py"
+    st = render.stat()
+    os.utime(render, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    r = acp("memory", "--vault", root, "show", ids[0], env=env)
+    assert r.returncode == 0 and ids[0] in r.stdout and served(run_dir) == 1, r.stderr   # run alone
+    assert wait_for(lambda: not any(p in servers(run_dir) for p in first)), "the stale server did not end"
+    acp("memory", "--vault", root, "list", env=env)
+    assert wait_for(lambda: socket_of(run_dir) and servers(run_dir))
+    r = acp("memory", "--vault", root, "show", ids[0], env=env)
+    assert r.returncode == 0 and served(run_dir) == 2, r.stderr
+
+
+def test_a_socket_folder_others_can_enter_is_never_used(tmp_path, run_dir):
+    (run_dir / "acpmem").mkdir()
+    (run_dir / "acpmem").chmod(0o777)
+    env = env_for(run_dir)
+    root, ids = _vault_with_entries(tmp_path / "v", env)
+    for _ in range(2):
+        r = acp("memory", "--vault", root, "show", ids[0], env=env)
+        assert r.returncode == 0 and ids[0] in r.stdout, r.stderr
+    assert not socket_of(run_dir) and not servers(run_dir) and served(run_dir) == 0
+
+
+def test_an_idle_server_ends_by_itself(tmp_path, run_dir):
+    env = env_for(run_dir, ACPMEM_READ_SERVER_IDLE="0.5")
+    root, ids = _vault_with_entries(tmp_path / "v", env)
+    acp("memory", "--vault", root, "list", env=env)
+    assert wait_for(lambda: not servers(run_dir) and not socket_of(run_dir)), "an idle server stayed"
+
+
+def test_the_callers_folder_is_not_on_the_import_path_of_what_acpmem_starts(tmp_path, run_dir):
+    """A command run in a folder holding an `acpmem` package (a clone of someone's project) starts the read server
+    and the vault's helpers from the installed acpmem, never from that folder."""
+    hostile = tmp_path / "project"
+    (hostile / "acpmem").mkdir(parents=True)
+    marker = tmp_path / "ran-from-the-folder"
+    (hostile / "acpmem" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    env = env_for(run_dir)
+    root, ids = _vault_with_entries(tmp_path / "v", env)
+    r = acp("memory", "--vault", root, "list", env=env, cwd=hostile)
+    assert r.returncode == 0, r.stderr
+    assert wait_for(lambda: socket_of(run_dir))
+    r = acp("memory", "--vault", root, "show", ids[0], env=env, cwd=hostile)
+    assert r.returncode == 0 and served(run_dir) == 1, r.stderr
+    # a detached helper of a vault (the extraction worker, the watcher, the embedder), started in that folder
+    code = ("import os, sys\nfrom pathlib import Path\nfrom acpmem.infra import detach, locks\n"
+            f"os.chdir({str(hostile)!r})\n"
+            f"fd = locks.try_lock(Path({str(tmp_path / 'h.lock')!r}))\n"
+            f"pid = detach.spawn(fd, 'import acpmem.core.layout', Path({str(tmp_path / 'h.log')!r}), 4096)\n"
+            "os.waitpid(pid, 0)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0 and (tmp_path / "h.log").read_text() == "", r.stderr + (tmp_path / "h.log").read_text()
+    assert not marker.exists()
