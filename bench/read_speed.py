@@ -11,11 +11,17 @@ both also as a multiple of `python -c pass`. The modules' .pyc files are written
 installed package has them (``PYTHONDONTWRITEBYTECODE`` is dropped for the commands). The user vault is turned off (``ACPMEM_USER_VAULT=none``) unless
 ``--user`` builds one of the same size beside it. ``--typer`` measures the typer path too (``ACPMEM_NO_FASTPATH=1``).
 
+Each command is measured twice: run alone (``ACPMEM_READ_SERVER=0``) and, marked "(served)", handed to the read
+server (``acpmem.cli.relay``), started by the warm-up in a folder of this run and ended at its end. A served
+command's CPU time is its client's plus the server's child's (which the client reports); ``--no-server`` leaves
+these rows out.
+
 Run it from an installed package (``pip install .`` in a fresh venv): an editable install (``pip install -e``) has
 every python start import its finder, `python -c pass` included, which halves the ratios; the script says so when
 it finds one.
 
     python bench/read_speed.py [--entries 1000] [--recall-entries 10000] [--runs 15] [--keep DIR] [--user] [--typer]
+                              [--no-server]
 """
 from __future__ import annotations
 
@@ -54,6 +60,8 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="build the vault here and keep it")
     ap.add_argument("--user", action="store_true", help="a user vault of the same size beside it")
     ap.add_argument("--typer", action="store_true", help="also measure the typer path (ACPMEM_NO_FASTPATH=1)")
+    ap.add_argument("--no-server", action="store_true",
+                    help="leave out the rows run by the read server (ACPMEM_READ_SERVER=1)")
     ap.add_argument("--recall-entries", type=int, default=10000,
                     help="a second vault of this size for `recall` (0: none)")
     args = ap.parse_args()
@@ -71,7 +79,7 @@ def main() -> None:
     if big is not None and not (big / "entries").is_dir():
         build(big, args.recall_entries, seed=3)
         time.sleep(catalog.RACY_NS / 1e9)
-    env = {**os.environ, "ACPMEM_USER_VAULT": str(user) if args.user else "none"}
+    env = {**os.environ, "ACPMEM_USER_VAULT": str(user) if args.user else "none", "ACPMEM_READ_SERVER": "0"}
     env.pop("ACPMEM_NO_FASTPATH", None)
     # an installed acpmem has its modules compiled (.pyc): without them every run compiles the sources again
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -99,12 +107,33 @@ def main() -> None:
     if args.typer:
         slow = {**env, "ACPMEM_NO_FASTPATH": "1"}
         cases += [(f"{name} (typer)", make, slow) for name, make in commands.items()]
-    for _, make, e in cases:   # warm the derived caches (and the OS's file cache) once
+    run_dir = base / "run"
+    cpu_log = base / "served-cpu.log"
+    if not args.no_server:
+        run_dir.mkdir(mode=0o700, exist_ok=True)
+        warm = {**env, "ACPMEM_READ_SERVER": "1", "XDG_RUNTIME_DIR": str(run_dir), "ACPMEM_READ_SERVER_CPU_LOG":
+                str(cpu_log)}
+        cases += [(f"{name} (served)", make, warm) for name, make in commands.items()]
+    for _, make, e in cases:   # warm the derived caches (and the OS's file cache) once; start the read server
         subprocess.run(make(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=e)
+    if not args.no_server:
+        until = time.monotonic() + 60
+        while not list((run_dir / "acpmem").glob("read-*.sock")) and time.monotonic() < until:
+            time.sleep(0.05)
     got: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in cases}
-    for _ in range(args.runs):
-        for name, make, e in cases:
-            got[name].append(timed(make(), e))
+    try:
+        for _ in range(args.runs):
+            for name, make, e in cases:
+                before = _served_cpu(cpu_log)
+                wall, cpu = timed(make(), e)
+                if name.endswith("(served)"):
+                    after = _served_cpu(cpu_log)
+                    if after[0] != before[0] + 1:
+                        sys.exit(f"`{name}` was not run by the read server (see {run_dir}/acpmem/*.log)")
+                    cpu += (after[1] - before[1]) / 1000   # the server's child ran it: its CPU time counts
+                got[name].append((wall, cpu))
+    finally:
+        _end_servers(run_dir)
     wall0 = statistics.median(w for w, _ in got["python -c pass"])
     cpu0 = statistics.median(c for _, c in got["python -c pass"])
     print(f"python {sys.version.split()[0]}, {n} entries{' + a user vault of as many' if args.user else ''}, "
@@ -113,7 +142,7 @@ def main() -> None:
     for name, rows in got.items():
         wall = statistics.median(w for w, _ in rows)
         cpu = statistics.median(c for _, c in rows)
-        target = ("" if name == "python -c pass" or "typer" in name or name in ("score", "stats")
+        target = ("" if name == "python -c pass" or "typer" in name or name.split(" (")[0] in ("score", "stats")
                   else "4x" if name.startswith("recall")
                   else "3x")
         print(f"{name:<34}{wall:>6.0f} ms{wall / wall0:>7.1f}x{cpu:>6.0f} ms{cpu / cpu0:>7.1f}x{target:>8}")
@@ -125,6 +154,32 @@ def main() -> None:
               "run this script from a venv with `pip install .`")
     if not args.keep:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _served_cpu(log: Path) -> tuple[int, int]:
+    """(commands the read server ran, their CPU microseconds) as its clients wrote them to ``log``."""
+    try:
+        rows = log.read_text().split()
+    except FileNotFoundError:
+        return 0, 0
+    return len(rows), sum(int(r) for r in rows)
+
+
+def _end_servers(run_dir: Path) -> None:
+    """End the read servers whose socket is under ``run_dir`` (the ones this run started)."""
+    import signal
+
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"acpmem.cli.readserver" in argv and any(str(run_dir).encode() in a for a in argv):
+                try:
+                    os.kill(int(d), signal.SIGTERM)
+                except OSError:
+                    pass
 
 
 def editable_finders(dirs: list[str] | None = None) -> list[str]:

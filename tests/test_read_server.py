@@ -221,3 +221,27 @@ def test_the_callers_folder_is_not_on_the_import_path_of_what_acpmem_starts(tmp_
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0 and (tmp_path / "h.log").read_text() == "", r.stderr + (tmp_path / "h.log").read_text()
     assert not marker.exists()
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="util-linux's setpriv is not installed")
+def test_a_sandboxed_caller_runs_its_reads_itself_and_the_server_never_serves_one(tmp_path, run_dir):
+    """A sandboxed process (here: no new privileges, what every seccomp or Landlock sandbox sets) must not have its
+    command run by a process outside its sandbox: its own client does not ask, and a caller that asks anyway (that
+    says it is not sandboxed) is refused on what the kernel says of it."""
+    env = env_for(run_dir)
+    root, ids = _vault_with_entries(tmp_path / "v", env)
+    r = subprocess.run(["setpriv", "--no-new-privs", ACP, "memory", "--vault", str(root), "show", ids[0]], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and ids[0] in r.stdout, r.stderr
+    assert not servers(run_dir) and not socket_of(run_dir), "a sandboxed caller started a server"
+    started(run_dir, env, root)
+    r = acp("memory", "--vault", root, "show", ids[0], env=env)
+    assert r.returncode == 0 and served(run_dir) == 1, r.stderr
+    lying = ("import sys\nfrom acpmem.cli import relay\n"
+             "free = relay.confinement()\n"
+             "relay.confinement = lambda pid='self': 'x' if pid == 'self' else free\n"
+             f"print(relay.try_server(['memory', '--vault', {str(root)!r}, 'show', {ids[0]!r}], 'acp'))\n")
+    r = subprocess.run(["setpriv", "--no-new-privs", sys.executable, "-c", lying], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "None", r.stdout + r.stderr
+    assert served(run_dir) == 1

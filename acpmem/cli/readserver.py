@@ -3,7 +3,7 @@
 
 ``python -P -m acpmem.cli.readserver SOCKET``, started detached by a client that found none. It takes
 ``SOCKET.lock`` (one server per socket; a second exits), imports every module the reads use, binds the socket and
-waits. For each connection it checks the peer is its own user, reads the request (``relay.request``) and, when the
+waits. For each connection it checks the peer is its own user, confined as it is (``relay.confinement``), reads the request (``relay.request``) and, when the
 client's identity is its own and no module it loaded has changed on disk since it started, forks: the child takes
 the client's folder, environment, umask and standard descriptors and runs ``acpmem.cli.main.main`` on the command
 line, tells the client its pid (``S``) at the start and its exit code (``X``) at the end, and exits. A changed module
@@ -104,10 +104,12 @@ def receive(conn: socket.socket) -> tuple[list[bytes], list[int]] | None:
     return _unpack(body), fds
 
 
-def _peer_is_me(conn: socket.socket) -> bool:
+def _peer_is_me(conn: socket.socket, mine: str) -> bool:
+    """Whether the caller is this user, confined as this server is (``relay.confinement``: the kernel's word on
+    the caller's process, not the caller's)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _, uid, _ = struct.unpack("3i", creds)
-    return uid == os.getuid()
+    pid, uid, _ = struct.unpack("3i", creds)
+    return uid == os.getuid() and pid > 0 and relay.confinement(str(pid)) == mine
 
 
 def run_child(conn: socket.socket, items: list[bytes], fds: list[int]) -> None:
@@ -174,6 +176,9 @@ def _fresh_streams() -> None:
 def serve(path: str, idle: float) -> None:
     files = loaded_files()
     me = relay.identity()
+    mine = relay.confinement()
+    if mine is None:
+        raise RuntimeError("this process is sandboxed (or /proc cannot be read): it serves nobody")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         os.unlink(path)   # a dead server's (the lock says none is alive)
@@ -193,7 +198,7 @@ def serve(path: str, idle: float) -> None:
             with conn:
                 conn.settimeout(30)
                 try:
-                    if not _peer_is_me(conn):
+                    if not _peer_is_me(conn, mine):
                         continue
                     got = receive(conn)
                 except OSError:

@@ -51,6 +51,30 @@ def wanted(argv: list[str], prog: str) -> bool:
         "0", "off", "false", "no")
 
 
+_NAMESPACES = ("mnt", "pid", "user", "net", "ipc", "uts", "cgroup")
+
+
+def confinement(pid: str = "self") -> str | None:
+    """What confines process ``pid`` (Linux /proc): its namespaces, its security label, whether it may gain
+    privileges and its seccomp mode. None when it cannot be read, or when the process is sandboxed (no new
+    privileges, a seccomp filter): a sandboxed command must run inside its own sandbox, never be handed to a
+    process outside it (and a server started inside one would carry that sandbox to every other caller)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read()
+        ns = [os.readlink(f"/proc/{pid}/ns/{n}") for n in _NAMESPACES]
+    except OSError:
+        return None
+    if b"\nNoNewPrivs:\t0\n" not in status or b"\nSeccomp:\t0\n" not in status:
+        return None
+    try:
+        with open(f"/proc/{pid}/attr/current", "rb") as f:
+            label = f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        label = ""
+    return " ".join(ns) + " " + label
+
+
 def package_dir() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -107,7 +131,7 @@ def request(argv: list[str], prog: str) -> bytes:
 def try_server(argv: list[str], prog: str) -> int | None:
     """Run the command line in the read server: its exit code, or None when it did not run there (then run it here;
     a server is started for the next command when there was none)."""
-    if not wanted(argv, prog):
+    if not wanted(argv, prog) or not sys.platform.startswith("linux") or confinement() is None:
         return None
     base = socket_dir()
     if base is None:
