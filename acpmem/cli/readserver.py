@@ -37,10 +37,18 @@ WARM = ("acpmem.cli.main", "acpmem.cli.fast", "acpmem.cli.hot", "acpmem.cli.read
 
 
 def warm() -> None:
+    """Import what the reads import, and build the caches of static data they build on first use (a query's word
+    lists and aliases, the stemmer, the CJK pattern and segmenter): pure functions of the installed package, never
+    of a vault (nothing here opens a file a child would share)."""
     import importlib
 
     for name in WARM:
         importlib.import_module(name)
+    from acpmem.search import analysis, english, ranking, similar
+
+    for build in (analysis._cjk_re, analysis.stemmer, analysis.segmenter, english._listed, ranking._alias_maps,
+                  similar._abbreviations):
+        build()
 
 
 def loaded_files() -> dict[str, int]:
