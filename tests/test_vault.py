@@ -334,7 +334,7 @@ def test_finding_an_id_through_the_index_gives_what_the_whole_listing_gives(vaul
     assert {p.path for p in whole.problems} == {"entries/aaa-copy.md", "entries/zz-type.md", "entries/broken.md"}
     unparsed = {p for p in whole.problems if p.path == "entries/broken.md"}
     ids = [e.id for e in whole.entries] + ["abd444"]
-    prefixes = {i[:n] for i in ids for n in range(1, len(i) + 1)} | {"", "c", "ab9", "keep011", "\U0010ffff"}
+    prefixes = {i[:n] for i in ids for n in range(1, len(i) + 1)} | {"", "c", "ab9", "keep011", "\U0010ffff", "\udcff"}
     for prefix in sorted(prefixes):
         found = catalog.by_id(con, root, vault.settings.types, prefix)
         assert found.entries == [e for e in whole.entries if e.id.startswith(prefix)], prefix

@@ -373,8 +373,13 @@ def by_id(con: sqlite3.Connection, root: Path, types: tuple[str, ...], prefix: s
     cols = "CASE WHEN ok THEN NULL ELSE data END, entry_id, title, type, importance, created, last_read, superseded_by"
     # two lookups in the id index: the ids between prefix and prefix + the highest code point (those that start
     # with it), and the rows with no id (the files that do not parse)
-    rows = con.execute(f"SELECT path, sig, ok, {cols} FROM files WHERE entry_id >= ? AND entry_id < ?",
-                       (prefix, prefix + "\U0010ffff")).fetchall()
+    try:
+        prefix.encode("utf-8")
+    except UnicodeEncodeError:   # (a lone surrogate from the command line) no id holds one: only the problems
+        rows = []
+    else:
+        rows = con.execute(f"SELECT path, sig, ok, {cols} FROM files WHERE entry_id >= ? AND entry_id < ?",
+                           (prefix, prefix + "\U0010ffff")).fetchall()
     rows += con.execute(f"SELECT path, sig, ok, {cols} FROM files WHERE entry_id IS NULL").fetchall()
     entries, problems = _entries_of(sorted(rows, key=lambda r: r[0]), types, True)
     return Snapshot([e for e in entries if e.id.startswith(prefix)], problems, changes)
