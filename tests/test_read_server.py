@@ -5,6 +5,7 @@ holding someone else's ``acpmem`` package are each handled as the modules say. R
 process is the point."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -125,6 +126,8 @@ def test_every_read_prints_the_same_bytes_served_as_run_alone(tmp_path, run_dir)
         a = acp(*line, "--vault", base, env=env)
         b = acp(*line, "--vault", twin, env=dict(env, ACPMEM_READ_SERVER="0"))
         strip = (lambda s: TIMES.sub("T", s.replace(str(base), "V").replace(str(twin), "V")))
+        if line[1] == "stats":   # the sizes on disk of two folders differ (the index's pages): what it counts
+            a.stdout, b.stdout = (json.dumps(json.loads(x.stdout)["entries"]) for x in (a, b))
         assert (a.returncode, strip(a.stdout), strip(a.stderr)) == (b.returncode, strip(b.stdout), strip(b.stderr)), line
     # every one of them ran in the server (the client logs each command the server ran)
     assert served(run_dir) - before == len(lines)

@@ -44,11 +44,10 @@ def warm() -> None:
 
     for name in WARM:
         importlib.import_module(name)
-    from acpmem.search import analysis, english, ranking, similar
+    from acpmem.search import ranking, similar
 
-    for build in (analysis._cjk_re, analysis.stemmer, analysis.segmenter, english._listed, ranking._alias_maps,
-                  similar._abbreviations):
-        build()
+    ranking.prepare()
+    similar.prepare()
 
 
 def loaded_files() -> dict[str, int]:

@@ -61,6 +61,14 @@ def stemmer():
     return snowballstemmer.stemmer("english")
 
 
+def prepare() -> None:
+    """Build what analysis builds on first use (the CJK patterns, the segmenter, the stemmer): for a process that
+    forks readers (``acpmem.cli.readserver``)."""
+    _cjk_re()
+    segmenter()
+    stemmer()
+
+
 @functools.lru_cache(maxsize=200_000)
 def normalize_word(word: str) -> str | None:
     """One lowercase Latin word → its index term (lemma, then Snowball stem), or None for a stop word."""

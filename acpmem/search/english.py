@@ -112,6 +112,11 @@ def _listed() -> frozenset[str]:
                      | {w for g in ALIAS_GROUPS for w in g})
 
 
+def prepare() -> None:
+    """Build the word list this module builds on first use (``acpmem.search.analysis.prepare``)."""
+    _listed()
+
+
 _PREFIXES = ("re", "un", "pre", "non", "over", "under", "out")
 
 

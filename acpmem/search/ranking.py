@@ -25,6 +25,7 @@ from types import MappingProxyType
 from acpmem.core.limits import MAX_SEQ
 from acpmem.core.values import Value
 from acpmem.search import english
+from acpmem.search.analysis import prepare as analysis_prepare
 from acpmem.search.analysis import (SearchDoc, analyze, cjk_runs, has_cjk, latin_words, normalize_word,
                                     query_cjk_words)
 
@@ -139,6 +140,14 @@ def _alias_maps() -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]
             terms_of[t] |= terms - {t}
             words_of[t] |= words
     return ({k: frozenset(v) for k, v in terms_of.items()}, {k: frozenset(v) for k, v in words_of.items()})
+
+
+def prepare() -> None:
+    """Build what a query builds on first use — the alias tables, the word lists, the CJK patterns, the segmenter and
+    the stemmer — for a process that forks readers (``acpmem.cli.readserver``)."""
+    _alias_maps()
+    english.prepare()
+    analysis_prepare()
 
 
 def _english_forms(word: str) -> list[str]:

@@ -118,6 +118,11 @@ def _abbreviations() -> dict[str, str]:
     return out
 
 
+def prepare() -> None:
+    """Build the abbreviation table this module builds on first use (``acpmem.search.ranking.prepare``)."""
+    _abbreviations()
+
+
 def _terms(text: str) -> list[str]:
     ab = _abbreviations()
     return [ab.get(t, t) for t in analyze(text) if t not in _NEGATION_TERMS]
