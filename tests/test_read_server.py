@@ -248,3 +248,25 @@ def test_a_sandboxed_caller_runs_its_reads_itself_and_the_server_never_serves_on
                        text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "None", r.stdout + r.stderr
     assert served(run_dir) == 1
+
+
+def test_ctrl_c_reaches_the_served_command(tmp_path, run_dir):
+    """The command runs in the server's session, away from the caller's terminal: Ctrl-C on the caller is passed on,
+    and the caller ends as the command does (the one line every interrupted command prints, exit 130)."""
+    env = env_for(run_dir)
+    root, ids = _vault_with_entries(tmp_path / "v", env)
+    started(run_dir, env, root)
+    (server,) = servers(run_dir)
+    # `--prompt -` reads the message from standard input: the command waits there until we interrupt it
+    p = subprocess.Popen([ACP, "memory", "--vault", str(root), "surface", "--session", "s1", "--prompt", "-"], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        children = Path(f"/proc/{server}/task/{server}/children")
+        assert wait_for(lambda: children.read_text().split()), "the server forked no child for the command"
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=120)   # standard input stays open: the command ends by the interrupt, not by its end
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    assert p.returncode == 130 and "nterrupted" in err, (p.returncode, err)
+    assert served(run_dir) == 1

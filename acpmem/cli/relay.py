@@ -156,57 +156,79 @@ def try_server(argv: list[str], prog: str) -> int | None:
                 sock.sendall(data[4096:])
         except OSError:
             return None
-        return _answer(sock)
+        return _answer(sock, argv)
     finally:
         sock.close()
 
 
-def _read(sock, n: int) -> bytes:
-    buf = b""
+def _fill(sock, n: int, buf: bytearray) -> bool:
+    """Read into ``buf`` until it holds ``n`` bytes; False at the end of the stream. A Ctrl-C between reads loses
+    nothing: what was read is in ``buf``."""
     while len(buf) < n:
         chunk = sock.recv(n - len(buf))
         if not chunk:
-            break
+            return False
         buf += chunk
-    return buf
+    return True
 
 
-def _answer(sock) -> int | None:
-    """``S`` + the child's pid when the command started, then ``X`` + its exit code + the CPU microseconds it
-    used; ``R`` (or nothing) before the start: not run, run it here."""
+def _interrupt(pid: int) -> None:
     try:
-        head = _read(sock, 5)
+        os.kill(pid, 2)   # SIGINT
     except OSError:
-        return None
-    if len(head) < 5 or head[:1] != b"S":
-        return None
-    pid = int.from_bytes(head[1:], "big")
+        pass
+
+
+def _answer(sock, argv: list[str]) -> int | None:
+    """``S`` + the child's pid when the command started, then ``X`` + its exit code + the CPU microseconds it
+    used; ``R`` (or nothing) before the start: not run, run it here. Ctrl-C here is passed on to the command, which
+    runs in the server's session, away from this terminal; before it started, it ends this process as it would have
+    ended the command."""
+    buf = bytearray()
+    pid = None
+    interrupted = False
     while True:
         try:
-            tail = _read(sock, 13)
-            break
+            if pid is None:
+                if not _fill(sock, 5, buf) or buf[:1] != b"S":
+                    return _interrupted(argv) if interrupted else None
+                pid = int.from_bytes(buf[1:5], "big")
+                del buf[:5]
+                if interrupted:
+                    _interrupt(pid)
+            if not _fill(sock, 13, buf) or buf[:1] != b"X":
+                break
+            return _exit_code(bytes(buf))
         except KeyboardInterrupt:
-            # the command runs in the server's session, away from this terminal: it is told, and its exit awaited
-            try:
-                os.kill(pid, 2)
-            except OSError:
-                pass
+            interrupted = True
+            if pid is not None:
+                _interrupt(pid)
         except OSError:
-            tail = b""
             break
-    if len(tail) == 13 and tail[:1] == b"X":
-        log = os.environ.get("ACPMEM_READ_SERVER_CPU_LOG")
-        if log:   # for bench/read_speed.py: the command's CPU time is the server's child's, not this process's
-            try:
-                fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                os.write(fd, b"%d\n" % int.from_bytes(tail[5:], "big"))
-                os.close(fd)
-            except OSError:
-                pass
-        return int.from_bytes(tail[1:5], "big", signed=True)
     os.write(2, b"Error: the read server's command ended without an exit code - run it again; "
                 b"ACPMEM_READ_SERVER=0 runs it in this process\n")
     return 1
+
+
+def _interrupted(argv: list[str]) -> int:
+    # lazy: only a Ctrl-C before the command started needs them (measured +4 ms to the client's start-up)
+    from acpmem.cli.output import interrupted, json_errors, wants_json
+
+    with json_errors(wants_json(argv)):
+        return interrupted()
+
+
+def _exit_code(tail: bytes) -> int:
+    """The exit code of the ``X`` answer; its CPU time goes to ``ACPMEM_READ_SERVER_CPU_LOG`` when that is set."""
+    log = os.environ.get("ACPMEM_READ_SERVER_CPU_LOG")
+    if log:   # for bench/read_speed.py: the command's CPU time is the server's child's, not this process's
+        try:
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            os.write(fd, b"%d\n" % int.from_bytes(tail[5:13], "big"))
+            os.close(fd)
+        except OSError:
+            pass
+    return int.from_bytes(tail[1:5], "big", signed=True)
 
 
 def start_server(path: str) -> None:
