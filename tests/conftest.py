@@ -30,9 +30,9 @@ openai_server = pytest.fixture(openai_server_fixture)
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# The read server (``acpmem.cli.relay``) is off for every process the tests start: a server outlives its command, and
-# the commands of a test must run where the test looks. Its own tests turn it on, each in a folder of its own.
-os.environ["ACPMEM_READ_SERVER"] = "0"
+# The read server (``acpmem.cli.relay``) is off unless asked for; a person's setting must not turn it on for the
+# processes the tests start (a server outlives its command). Its own tests turn it on, each in a folder of its own.
+os.environ.pop("ACPMEM_READ_SERVER", None)
 
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path_factory, monkeypatch):

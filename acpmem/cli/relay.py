@@ -8,10 +8,11 @@ environment and umask, on this process's own standard input, output and error (t
 the socket), and this process exits with its exit code. Everything but the command itself is this module: the
 standard library's ``_socket``, ``os`` and ``sys``, nothing of acpmem.
 
-When there is no server (or it is another installation's, or its code changed since it started, or anything fails
+It is asked only where ``ACPMEM_READ_SERVER=1`` is set (by the person, or in the environment a host runs ``acp``
+in): a server outlives the command that started it, which nobody should find running without having asked. When
+there is no server (or it is another installation's, or its code changed since it started, or anything fails
 before the command began) the command runs here as before, and a server is started in the background for the next
-one. ``ACPMEM_READ_SERVER=0`` turns it off; the server ends after ``ACPMEM_READ_SERVER_IDLE`` seconds without a
-request (600). The socket lives in a folder only this user can enter (``$XDG_RUNTIME_DIR/acpmem``, else
+one; it ends after ``ACPMEM_READ_SERVER_IDLE`` seconds without a request (600). The socket lives in a folder only this user can enter (``$XDG_RUNTIME_DIR/acpmem``, else
 ``/tmp/acpmem-<uid>``); a folder that anyone else owns or can enter is not used, and the server answers only its
 own user (``SO_PEERCRED``).
 """
@@ -47,8 +48,8 @@ def wanted(argv: list[str], prog: str) -> bool:
     rest = argv[1:] if prog == "acp" and argv[:1] == ["memory"] else argv if prog == "acpmem" else []
     while rest[:1] == ["--vault"] or rest[:1] and rest[0].startswith("--vault="):   # the group's one option
         rest = rest[2:] if rest[0] == "--vault" else rest[1:]
-    return bool(rest) and rest[0] in READS and os.environ.get("ACPMEM_READ_SERVER", "1").lower() not in (
-        "0", "off", "false", "no")
+    return bool(rest) and rest[0] in READS and os.environ.get("ACPMEM_READ_SERVER", "").lower() in (
+        "1", "on", "true", "yes")
 
 
 _NAMESPACES = ("mnt", "pid", "user", "net", "ipc", "uts", "cgroup")
