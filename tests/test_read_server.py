@@ -142,14 +142,19 @@ def test_every_read_prints_the_same_bytes_served_as_run_alone(tmp_path, run_dir)
     assert served(run_dir) - before == len(lines) + 2
 
 
-def test_no_server_unless_asked_for(tmp_path, run_dir):
-    env = env_for(run_dir)
-    del env["ACPMEM_READ_SERVER"]
+def assert_run_alone(tmp_path: Path, run_dir: Path, env: dict) -> None:
+    """Two reads in ``env`` answer, and no server was started or asked."""
     root, ids = _vault_with_entries(tmp_path / "v", env)
     for _ in range(2):
         r = acp("memory", "--vault", root, "show", ids[0], env=env)
         assert r.returncode == 0 and ids[0] in r.stdout, r.stderr
     assert not socket_of(run_dir) and not servers(run_dir) and served(run_dir) == 0
+
+
+def test_no_server_unless_asked_for(tmp_path, run_dir):
+    env = env_for(run_dir)
+    del env["ACPMEM_READ_SERVER"]
+    assert_run_alone(tmp_path, run_dir, env)
 
 
 def test_writes_run_in_their_own_process_and_reads_run_at_once(tmp_path, run_dir):
@@ -197,11 +202,7 @@ def test_a_socket_folder_others_can_enter_is_never_used(tmp_path, run_dir):
     (run_dir / "acpmem").mkdir()
     (run_dir / "acpmem").chmod(0o777)
     env = env_for(run_dir)
-    root, ids = _vault_with_entries(tmp_path / "v", env)
-    for _ in range(2):
-        r = acp("memory", "--vault", root, "show", ids[0], env=env)
-        assert r.returncode == 0 and ids[0] in r.stdout, r.stderr
-    assert not socket_of(run_dir) and not servers(run_dir) and served(run_dir) == 0
+    assert_run_alone(tmp_path, run_dir, env)
 
 
 def test_an_idle_server_ends_by_itself(tmp_path, run_dir):
