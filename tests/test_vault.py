@@ -206,6 +206,21 @@ def test_reads_never_commit_and_are_folded_into_the_next_commit(vault):
     assert not (vault.state_dir / "reads.log").exists()
 
 
+def test_the_last_reads_of_some_ids_are_what_all_the_last_reads_say_of_them(vault):
+    """``show`` asks the reads of one entry (``last_reads(only=…)``): the same times the whole table gives for those
+    ids — committed files, the local log, a newer time later in the log, a line that is not a time — and no other id."""
+    (vault.root / "reads").mkdir(exist_ok=True)
+    (vault.root / "reads" / "aaaa.tsv").write_text("a1\t2026-11-01T10:00:00Z\nb2\t2026-11-02T10:00:00Z\n")
+    vault.state_dir.mkdir(exist_ok=True)
+    (vault.state_dir / "reads.log").write_text("a1\t2026-11-03T10:00:00Z\nc3\t2026-11-04T10:00:00Z\n"
+                                               "a1\tzzzz\nb2\t2026-11-01T09:00:00Z\nc3\t2026-11-05T10:00:00Z\n")
+    whole = readlog.last_reads(vault.root, vault.state_dir)
+    assert whole == {"a1": "2026-11-03T10:00:00Z", "b2": "2026-11-02T10:00:00Z", "c3": "2026-11-05T10:00:00Z"}
+    for only in ({"a1"}, {"b2", "c3"}, {"zz"}, set()):
+        assert readlog.last_reads(vault.root, vault.state_dir, frozenset(only)) == {
+            k: v for k, v in whole.items() if k in only}
+
+
 def test_reads_survive_a_clone_and_two_clones_merge_without_conflict(vault, tmp_path, clock):
     e = make(vault, "Shared memory")
     write(vault, e)

@@ -28,7 +28,8 @@ IDLE_S = 600.0
 _LOCK: list[int] = []   # the server's lock descriptor, which its children close
 MAX_REQUEST = 8 * 1024 * 1024   # a recall's query or a surface --prompt on the command line fits many times over
 # what the reads import as they run (each lazily, to keep a process's start-up short): imported once here
-WARM = ("acpmem.cli.main", "acpmem.cli.fast", "acpmem.cli.hot", "acpmem.cli.reads", "acpmem.vault.reader",
+WARM = ("acpmem.cli.main", "acpmem.cli.fast", "acpmem.cli.hot", "acpmem.cli.reads", "acpmem.cli.progress",
+        "acpmem.read.prompted", "acpmem.vault.reader",
         "acpmem.vault.readlog", "acpmem.vault.discovery", "acpmem.vault.projectgit", "acpmem.vault.branches",
         "acpmem.vault.proposals", "acpmem.read.layers", "acpmem.read.resident", "acpmem.read.retrieval",
         "acpmem.read.snapshot", "acpmem.read.citecheck", "acpmem.read.sources", "acpmem.core.render",

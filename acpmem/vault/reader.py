@@ -275,7 +275,7 @@ class VaultReader:
         snap = self.with_db(lambda con: catalog.by_id(con, self.root, self.settings.types, prefix))
         entries = snap.entries
         if entries:
-            lr = readlog.last_reads(self.root, self.state_dir)
+            lr = readlog.last_reads(self.root, self.state_dir, frozenset(e.id for e in entries))
             entries = [e.with_changes(last_read=max(e.last_read or "", lr[e.id]))
                        if lr.get(e.id, "") > (e.last_read or "") else e for e in entries]
         return Loaded(entries, snap.problems, snap.changes)

@@ -72,18 +72,21 @@ def _valid_time(at: str) -> bool:
     return True
 
 
-def _parse_lines(text: str, into: dict[str, str]) -> None:
+def _parse_lines(text: str, into: dict[str, str], only: frozenset[str] | None = None) -> None:
     for line in text.splitlines():
         parts = line.split("\t")
         if len(parts) != 2:
             continue
         ident, at = parts[0].strip(), parts[1].strip()
+        if only is not None and ident not in only:
+            continue
         if ident and at and at > into.get(ident, "") and _valid_time(at):
             into[ident] = at
 
 
-def last_reads(root: Path, state_dir: Path) -> dict[str, str]:
-    """id -> latest read time over every clone's committed file and the local log."""
+def last_reads(root: Path, state_dir: Path, only: frozenset[str] | None = None) -> dict[str, str]:
+    """id -> latest read time over every clone's committed file and the local log; ``only``: of these ids alone
+    (``show`` of one entry: no time of another checked)."""
     out: dict[str, str] = {}
     try:
         names = sorted(os.listdir(root / READS_DIR))
@@ -93,11 +96,12 @@ def last_reads(root: Path, state_dir: Path) -> dict[str, str]:
         if name.endswith(".tsv"):
             try:
                 # a FIFO put there would hang every listing: regular files only
-                _parse_lines(read_regular(root / READS_DIR / name, MAX_LOG_BYTES).decode("utf-8", "replace"), out)
+                _parse_lines(read_regular(root / READS_DIR / name, MAX_LOG_BYTES).decode("utf-8", "replace"), out,
+                             only)
             except OSError:
                 pass
     try:
-        _parse_lines((state_dir / LOCAL_LOG).read_text("utf-8", errors="replace"), out)
+        _parse_lines((state_dir / LOCAL_LOG).read_text("utf-8", errors="replace"), out, only)
     except FileNotFoundError:
         pass
     return out
