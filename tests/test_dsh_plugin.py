@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers_proc import wait_until
 from openai_server import reply
 import surfacing
 
@@ -161,6 +162,29 @@ def test_each_user_message_brings_the_memory_it_is_about_once(dsh):
     assert memory["text"].count('kind="surface"') == 1                  # only the entry it is about
     assert surfacing.DETAIL not in one["system"] and one["system"] == two["system"]
     assert sum(surfacing.DETAIL in m["text"] for m in two["messages"]) == 1   # history, not a second copy
+    assert report["warnings"] == []
+
+
+def test_dshs_per_message_reads_through_the_read_server_bring_the_same_memory(dsh, tmp_path):
+    """With ``ACPMEM_READ_SERVER=1`` in DSH's environment, the plugin's `acp` calls are handed to the read server
+    (the client says so in its CPU log) and the request holds what it holds without."""
+    target = surfacing.fill_vault(dsh.vault)
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    log = tmp_path / "served.log"
+    env = {"ACPMEM_READ_SERVER": "1", "XDG_RUNTIME_DIR": str(run), "ACPMEM_READ_SERVER_CPU_LOG": str(log)}
+    # the server the first read starts is up before the session (the session's first calls may run alone)
+    subprocess.run([str(BIN / "acp"), "memory", "list", f"--vault={dsh.vault}"], env={**os.environ, **env},
+                   check=True, capture_output=True, timeout=120)
+    wait_until(lambda: list((run / "acpmem").glob("read-*.sock")))
+    report = dsh("e2e-served", [surfacing.PROMPT, "And the billing webhook port in staging once more?"],
+                 [{"say": "Port 8443."}, {"say": "Still 8443."}], env=env)
+    assert log.exists() and len(log.read_text().split()) >= 2, "DSH's reads were not served"
+    one, two = report["requests"]
+    [memory] = [m for m in one["messages"] if m["plugin"] == "acpmem-surface"]
+    assert surfacing.DETAIL in memory["text"] and f'id="{target}"' in memory["text"]
+    assert memory["text"].count('kind="surface"') == 1
+    assert sum(surfacing.DETAIL in m["text"] for m in two["messages"]) == 1
     assert report["warnings"] == []
 
 

@@ -218,6 +218,34 @@ def test_each_user_prompt_brings_the_memory_it_is_about_once_after_the_users_mes
     assert [(e["customType"], e["display"]) for e in kept] == [("acpmem-surfaced", False)]
 
 
+def test_pis_per_prompt_reads_through_the_read_server_bring_the_same_memory(tmp_path):
+    """With ``ACPMEM_READ_SERVER=1`` in pi's environment, the extension's `acp` calls are handed to the read server
+    (the client says so in its CPU log) and the request holds what it holds without: the entry the message is about,
+    once, after the user's message."""
+    project = _project(tmp_path)
+    target = surfacing.fill_vault(project / ".acp-memory")
+    host = _host(tmp_path, project)
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    log = tmp_path / "served.log"
+    env = {**_env(), "ACPMEM_READ_SERVER": "1", "XDG_RUNTIME_DIR": str(run), "ACPMEM_READ_SERVER_CPU_LOG": str(log)}
+    # the server the first read starts is up before the session (the session's first calls may run alone)
+    subprocess.run([str(ACP), "memory", "list"], cwd=project, env={**os.environ, **env}, check=True,
+                   capture_output=True, timeout=120)
+    wait_until(lambda: list((run / "acpmem").glob("read-*.sock")))
+    with host.session(env) as pi:
+        pi.prompt(surfacing.PROMPT, [say("Port 8443.")])
+        pi.prompt("And the billing webhook port in staging once more?", [say("Still 8443.")])
+        notices = pi.notices()
+    assert notices == []
+    assert log.exists() and len(log.read_text().split()) >= 2, "pi's reads were not served"
+    one, two = host.requests()
+    texts = [_texts(m) for m in one["messages"]]
+    assert texts[0] == surfacing.PROMPT and surfacing.DETAIL in texts[1] and f'id="{target}"' in texts[1]
+    assert len(texts) == 2 and texts[1].count('kind="surface"') == 1
+    assert sum(surfacing.DETAIL in _texts(m) for m in two["messages"]) == 1
+
+
 def test_with_prompt_surfacing_off_the_request_holds_only_the_users_message(tmp_path):
     project = _project(tmp_path)
     surfacing.fill_vault(project / ".acp-memory")
