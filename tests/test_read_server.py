@@ -281,3 +281,15 @@ def test_ctrl_c_reaches_the_served_command(tmp_path, run_dir):
         p.kill()
     assert p.returncode == 130 and "nterrupted" in err, (p.returncode, err)
     assert served(run_dir) == 1
+
+
+@pytest.mark.parametrize("idle", ["abc", "0", "-5", "nan", "inf", "1e300"])
+def test_an_idle_time_that_is_not_seconds_is_said_and_the_read_runs_alone(tmp_path, run_dir, idle):
+    env = env_for(run_dir, ACPMEM_READ_SERVER_IDLE=idle)
+    root, ids = _vault_with_entries(tmp_path / "v", env)
+    r = acp("memory", "--vault", root, "show", ids[0], env=env)
+    assert r.returncode == 0 and ids[0] in r.stdout, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("Warning: ACPMEM_READ_SERVER_IDLE must be seconds"), r.stderr
+    r = acp("memory", "--vault", root, "show", ids[0], "--json", env=env)
+    assert r.returncode == 0 and json.loads(r.stderr)["warning"]["message"].startswith("ACPMEM_READ_SERVER_IDLE")
+    assert not socket_of(run_dir) and not servers(run_dir) and served(run_dir) == 0

@@ -24,7 +24,6 @@ import time
 
 from acpmem.cli import relay
 
-IDLE_S = 600.0
 _LOCK: list[int] = []   # the server's lock descriptor, which its children close
 MAX_REQUEST = 8 * 1024 * 1024   # a recall's query or a surface --prompt on the command line fits many times over
 # what the reads import as they run (each lazily, to keep a process's start-up short): imported once here
@@ -214,14 +213,15 @@ def serve(path: str, idle: float) -> None:
                 if got is None:
                     continue
                 items, fds = got
-                if len(items) < 6 or items[0] != relay.PROTOCOL or items[1] != me or changed(files):
+                stale = changed(files)
+                if len(items) < 6 or items[0] != relay.PROTOCOL or items[1] != me or stale:
                     for fd in fds:
                         os.close(fd)
                     try:
                         conn.sendall(b"R")
                     except OSError:
                         pass
-                    if changed(files):
+                    if stale:
                         return
                     continue
                 pid = os.fork()
@@ -248,7 +248,7 @@ def main(path: str) -> None:
         return   # another server holds this socket
     _LOCK.append(lock)
     try:
-        idle = float(os.environ.get("ACPMEM_READ_SERVER_IDLE", IDLE_S))
+        idle = relay.idle_seconds() or relay.IDLE_S   # (a client checked it before it started this server)
         warm()
         serve(path, idle)
     except Exception as exc:   # noqa: BLE001 — written down, and clients stop starting servers for a while
