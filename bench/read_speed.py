@@ -67,6 +67,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.entries < 1 or args.runs < 1 or args.recall_entries < 0:
         ap.error("--entries and --runs must be at least 1, --recall-entries at least 0 (0: no recall vault)")
+    if args.keep is not None and args.keep.exists() and not args.keep.is_dir():
+        ap.error(f"--keep {args.keep} is a file: pass a folder (made if missing) to build the vaults in")
     n = args.entries
     acp = str(Path(sys.executable).parent / "acp")
     base = args.keep or Path(tempfile.mkdtemp(prefix="acpmem-bench-"))

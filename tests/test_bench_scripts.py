@@ -47,3 +47,10 @@ def test_read_speed_refuses_a_count_out_of_range_in_one_usage_line(args, tmp_pat
     bad = subprocess.run([sys.executable, str(BENCH / "read_speed.py"), *args], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)
     assert bad.returncode == 2 and "at least" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_read_speed_refuses_a_file_to_keep_the_vaults_in(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    bad = subprocess.run([sys.executable, str(BENCH / "read_speed.py"), "--keep", str(tmp_path / "a-file")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert bad.returncode == 2 and "is a file: pass a folder" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
