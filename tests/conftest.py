@@ -155,6 +155,21 @@ def cli(request):
     return run_cli
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: two workers per core (at most four more than the cores), not one. Much of the suite waits on
+    real processes — git, the hosts, killed writes — and a worker waiting leaves its core idle; and on a machine
+    another job keeps busy, the scheduler shares the cores by runnable process, so more workers get the suite a
+    larger share. Measured on 2 cores with both held by llama-server: 10 min 30 s on 2 workers, 8 min 26 s on 4
+    (``docs/performance.md``). ``PYTEST_XDIST_AUTO_NUM_WORKERS`` or ``-n N`` still decide where given."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or config.option.numprocesses != "auto":
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return min(2 * cores, cores + 4)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "real_process(why): its command lines run as real console-script processes "
                                        "(the process itself is the point: a kill, a signal, concurrency, a worker)")
