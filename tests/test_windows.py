@@ -283,3 +283,19 @@ def test_a_cut_json_value_is_closed_after_its_last_complete_item():
         {"a": ["x, y", "z"], "b": {"c": "d"}}
     assert json.loads(closed_json('[{"n": 1}, {"n": 2}, {"n"')) == [{"n": 1}, {"n": 2}]
     assert closed_json('{"content": "no comma at all') is None
+
+
+def test_a_fact_cites_the_turn_with_its_rarer_words_not_the_one_naming_the_same_people():
+    """Counted plainly, a fact naming both speakers shares as many words with a turn that names them as with the
+    turn that says it; weighed by how few turns hold each word, the turn with the fact's own words is cited first."""
+    from acpmem.search.overlap import terms
+    from acpmem.write.draft import cited_turns
+
+    said = ["Caroline: Melanie, how are the kids doing?",
+            "Melanie: We painted together last weekend, a lake at sunrise.",
+            "Caroline: Melanie, the kids are lovely."]
+    turns = [(10 + i, terms(s)) for i, s in enumerate(said)]
+    fact = "Melanie and Caroline painted together with the kids."
+    assert cited_turns(fact, turns, limit=1) == (11,)
+    assert cited_turns(fact, turns) == (11, 12)          # then the turn that adds the kids
+    assert cited_turns("Oscar the dog", turns) == ()     # nothing shared: no citation

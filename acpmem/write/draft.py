@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections import Counter
 
 from acpmem.core.blocks import turns_text
 from acpmem.core.entry import Citation, Entry
@@ -153,20 +155,28 @@ def evidence_for(draft: "Draft", text: str, turns: list[tuple[int, set[str]]] | 
 
 
 def cited_turns(text: str, turns: list[tuple[int, set[str]]], limit: int = CITED_TURNS_MAX) -> tuple[int, ...]:
-    """The seqs of the turns an entry's ``text`` rests on, in order: greedily, the turn that gives the most of the
-    entry's terms not yet given, while one gives at least ``CITED_TURN_MIN_TERMS`` (a tie goes to the later turn:
-    a correction comes after what it corrects). Empty when no turn shares enough."""
+    """The seqs of the turns an entry's ``text`` rests on, in order: greedily, the turn whose shared terms weigh
+    most, while one gives at least ``CITED_TURN_MIN_TERMS`` of the entry's terms not yet given (a tie goes to the
+    later turn: a correction comes after what it corrects). A term weighs by how few of ``turns`` hold it
+    (log((n + 1) / df)), so the words one turn alone has outweigh a name or a word every turn repeats: counted
+    plainly, "Melanie and Caroline painted together" cited the turn naming both people, not the one about the
+    painting. Empty when no turn shares enough."""
     want = terms(text)
+    held = Counter(w for _, t in turns for w in t & want)
+    weight = {w: math.log((len(turns) + 1) / k) for w, k in held.items()}
     chosen: list[int] = []
     while want and len(chosen) < limit:
-        best, gain = None, set()
+        best, gain, mass = None, set(), 0.0
         for seq, t in turns:
             if seq in chosen:
                 continue
             g = want & t
-            if len(g) > len(gain) or (len(g) == len(gain) and g and best is not None and seq > best):
-                best, gain = seq, g
-        if best is None or len(gain) < CITED_TURN_MIN_TERMS:
+            if len(g) < CITED_TURN_MIN_TERMS:
+                continue
+            m = sum(weight[w] for w in g)
+            if best is None or m > mass + 1e-9 or (abs(m - mass) <= 1e-9 and seq > best):
+                best, gain, mass = seq, g, m
+        if best is None:
             break
         chosen.append(best)
         want -= gain
