@@ -728,6 +728,9 @@ def parse(argv: list[str] | None):
     p.add_argument("--fork-answer", choices=("tools", "json"), default="tools",
                    help="[extraction] answer of the fork vaults: memory_write calls, or one JSON object held to a "
                         "schema over the quoted turns")
+    p.add_argument("--second-look", action="store_true",
+                   help="[extraction] second_look = true in the fork vaults (with --fork-answer json): a window's "
+                        "turns no fact rests on asked again")
     p.add_argument("--answer-base-url", default="", help="the answering model's endpoint (default --base-url)")
     p.add_argument("--answer-model", default="", help="answer sampled questions with this model")
     p.add_argument("--answer-arms", type=lambda v: [x.strip() for x in v.split(",") if x.strip()], default=[],
@@ -768,6 +771,10 @@ def main(argv: list[str] | None = None) -> int:
             raise BenchError("--window-turns and --fork-max-tokens must be 0 or more — fix the numbers")
         a.fork_settings = {"temperature": a.temperature, "max_attempts": 1, "window_turns": a.window_turns,
                            "max_tokens": a.fork_max_tokens, "evidence": not a.no_evidence, "answer": a.fork_answer}
+        if a.second_look:   # only when on, so a state folder of a run before it keeps its settings key
+            if a.fork_answer != "json":
+                raise BenchError("--second-look reads the quoted turns of --fork-answer json — add it")
+            a.fork_settings["second_look"] = True
         proxy = None
         if a.base_url and a.record:   # every raw answer of the fork kept, as bench/real_model.py does
             from real_model import Proxy

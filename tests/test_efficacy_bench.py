@@ -139,6 +139,8 @@ def test_bad_input_is_one_line(tmp_path):
         (("--answer-arms", "fork,memory"), "no arm 'memory' — --answer-arms takes some of none, offline, fork"),
         (("--fork-answer", "xml"), "invalid choice: 'xml'"),
         (("--skip-conversations", "abc"), "invalid int value: 'abc'"),
+        (("--locomo", FIX / "locomo-tiny.json", "--no-scenarios", "--second-look"),
+         "--second-look reads the quoted turns of --fork-answer json"),
     ]
     for args, said in cases:
         r = run(*args, "--state", tmp_path / "st", cwd=tmp_path)
@@ -186,3 +188,23 @@ def test_the_fork_arm_with_json_answers(openai_server, tmp_path):
     bad = run("--locomo", FIX / "locomo-tiny.json", "--no-scenarios", "--conversations", 1, "--skip-conversations", 1,
               "--state", tmp_path / "st2", cwd=tmp_path)
     assert bad.returncode == 1 and bad.stderr.startswith("Error: ") and "--skip-conversations" in bad.stderr
+
+
+def test_the_fork_arm_with_a_second_look(openai_server, tmp_path):
+    """``--second-look``: the fork vaults turn ``[extraction] second_look`` on; a window whose answer rests on one of
+    its turns is asked again about the others that say something, and the run's settings say so."""
+    openai_server.responder = lambda body: reply.text(json.dumps(
+        {"entries": [{"fact": "Caroline went to an LGBTQ support group."}]}))
+    out = tmp_path / "r.json"
+    r = run("--locomo", FIX / "locomo-tiny.json", "--no-scenarios", "--base-url", openai_server.base_url,
+            "--fork-answer", "json", "--window-turns", 4, "--second-look", "--state", tmp_path / "st", "--out", out,
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text("utf-8"))
+    assert res["settings"]["fork"]["second_look"] is True
+    asked = [b["messages"][0]["content"] for b in openai_server.bodies if (b or {}).get("response_format")]
+    quoted = [sum(ln.startswith("[turn ") for ln in text.splitlines()) for text in asked]
+    forks = [f for f in res["locomo"]["forks"] if f["arm"] == "fork"]
+    assert [f["status"] for f in forks] == ["written", "written"]
+    assert len(asked) > len(forks)                            # a second look after each session's answer
+    assert min(quoted) < max(quoted)                          # asked about fewer turns than the first time

@@ -12,6 +12,7 @@ from openai_server import reply
 from acpmem.core.entry import evidence_of
 from acpmem.core.errors import SettingsError
 from acpmem.vault.config import load_settings
+from acpmem.write import requests
 from test_fork import configure, fork_commits, run
 from test_windows import REAL, submit, transcript
 
@@ -243,3 +244,148 @@ def test_the_schema_asks_for_as_many_items_as_one_answer_may_write(example_vault
     assert out.status == "written"
     assert {b["response_format"]["json_schema"]["schema"]["properties"]["entries"]["maxItems"]
             for b in openai_server.bodies} == {3}
+
+
+# Two windows of two turns; each statement says enough (10 words or more) to be asked again on its own.
+LONG = [
+    ("Jon", "Took a short trip last week to Rome to clear my mind a little before the studio opens."),
+    ("Gina", "My store got featured in a fashion magazine this week and the orders doubled overnight."),
+    ("Jon", "The grand opening of my dance studio is on Friday evening, with a live band from Lisbon."),
+    ("Gina", "I signed the lease for a second shop downtown near the river market on Tuesday morning."),
+]
+
+
+def long_transcript(tmp_path):
+    msgs = [{"seq": 1, "role": "system", "content": "A chat between Jon and Gina on 19 June 2023."}]
+    for i, (who, said) in enumerate(LONG):
+        msgs.append({"seq": 10 + 2 * i, "role": "user", "content": f"{who}: {said}"})
+        msgs.append({"seq": 11 + 2 * i, "role": "assistant", "content": "Nice."})
+    msgs.append({"seq": 900, "role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_c", "type": "function", "function": {"name": "memory_commit", "arguments": json.dumps(
+            {"type": "fact", "note": "facts about Jon and Gina", "importance": 5})}}]})
+    p = tmp_path / "long.json"
+    p.write_text(json.dumps({"messages": msgs}))
+    return p
+
+
+def quoted_turns(body: dict) -> list[str]:
+    return [ln for ln in body["messages"][0]["content"].splitlines() if ln.startswith("[turn ")]
+
+
+def test_a_second_look_asks_again_the_turns_no_fact_rests_on_and_keeps_what_it_finds(
+        example_vault, openai_server, tmp_path):
+    """``second_look``: the first window's answer passes over its first turn (what the 1.5B model did with "Took a
+    short trip last week to Rome"); that turn alone is asked again, and its fact is written citing it. The second
+    window's answer rests on both its turns: nothing is asked again."""
+    v = configure(example_vault, openai_server, window_turns=2, answer="json", second_look=True)
+    openai_server.enqueue(
+        entries_answer("- Gina's store was featured in a fashion magazine and orders doubled."),
+        entries_answer("- Jon took a short trip to Rome last week to clear his mind."),
+        entries_answer("- Jon's dance studio has its grand opening on Friday with a band from Lisbon.",
+                       "- Gina signed the lease for a second shop downtown on Tuesday."))
+    out = run(v, submit(v, long_transcript(tmp_path), note="facts about Jon and Gina"))
+
+    assert out.status == "written" and len(out.entries) == 4
+    bodies = openai_server.bodies
+    assert len(bodies) == 3
+    assert [len(quoted_turns(b)) for b in bodies] == [4, 1, 4]
+    (again,) = quoted_turns(bodies[1])
+    assert again.startswith("[turn 10, user] Jon: Took a short trip last week to Rome")
+    assert "(part 1 of 2)" in bodies[1]["messages"][0]["content"]
+    assert "The conversation opens with: A chat between Jon and Gina on 19 June 2023." in bodies[1]["messages"][0][
+        "content"]
+    rome = next(e for e in v.load().entries if "Rome" in e.body)
+    assert rome.citation[0].turns == "10"
+    assert evidence_of(rome.extra)[0].startswith("Jon: Took a short trip last week to Rome")
+    assert "window part 1 of 2: 1 turn(s) no fact rested on were asked again: 1 more entry" in out.notes
+
+
+def test_without_second_look_a_turn_passed_over_is_not_asked_again(example_vault, openai_server, tmp_path):
+    v = configure(example_vault, openai_server, window_turns=2, answer="json")
+    assert v.settings.extraction.second_look is False   # off unless the vault turns it on
+    openai_server.enqueue(
+        entries_answer("- Gina's store was featured in a fashion magazine and orders doubled."),
+        entries_answer("- Jon's dance studio has its grand opening on Friday with a band from Lisbon."))
+    out = run(v, submit(v, long_transcript(tmp_path), note="facts about Jon and Gina"))
+    assert out.status == "written" and len(out.entries) == 2
+    assert len(openai_server.bodies) == 2
+    assert not any("Rome" in e.body for e in v.load().entries)
+
+
+def test_an_unusable_second_look_leaves_the_window_as_it_was(example_vault, openai_server, tmp_path):
+    v = configure(example_vault, openai_server, window_turns=2, answer="json", second_look=True)
+    openai_server.enqueue(
+        entries_answer("- Gina's store was featured in a fashion magazine and orders doubled."),
+        entries_answer(text="Jon went to Rome."),           # no JSON object: unusable
+        entries_answer("- Jon's dance studio has its grand opening on Friday with a band from Lisbon.",
+                       "- Gina signed the lease for a second shop downtown on Tuesday."))
+    out = run(v, submit(v, long_transcript(tmp_path), note="facts about Jon and Gina"))
+    assert out.status == "written" and len(out.entries) == 3
+    assert len(openai_server.bodies) == 3
+    assert any(n.startswith("window part 1 of 2: the second look at 1 turn(s) gave an unusable answer")
+               for n in out.notes), out.notes
+
+
+def test_a_second_look_that_finds_nothing_adds_nothing(example_vault, openai_server, tmp_path):
+    v = configure(example_vault, openai_server, window_turns=2, answer="json", second_look=True)
+    openai_server.enqueue(
+        entries_answer("- Gina's store was featured in a fashion magazine and orders doubled."),
+        entries_answer(),                                    # an empty list: nothing more to keep
+        entries_answer("- Jon's dance studio has its grand opening on Friday with a band from Lisbon.",
+                       "- Gina signed the lease for a second shop downtown on Tuesday."))
+    out = run(v, submit(v, long_transcript(tmp_path), note="facts about Jon and Gina"))
+    assert out.status == "written" and len(out.entries) == 3
+    assert "window part 1 of 2: 1 turn(s) no fact rested on were asked again: 0 more entries" in out.notes
+
+
+ROME = [   # LoCoMo conv-30, session 15, turns 1-8: the window of the recorded answers
+    ('user', "Jon: Hey Gina, hope you're doing great! Still working on my biz. Took a short trip last "
+             'week to Rome to clear my mind a little.'),
+    ('assistant', 'Gina: Hi! Good for you! It definitely will help you to concentrate on your biz better.'),
+    ('user', 'Jon: Thanks, Gina. Still working on opening a dance studio.'),
+    ('assistant', 'Gina: When are you opening the studio?'),
+    ('user', "Jon: The official opening night is tomorrow. I'm working hard to make everything just "
+             "right. Can't wait to see it all come together!"),
+    ('assistant', "Gina: Congrats, Jon! The studio looks amazing. You've put a lot of work into this and I'm "
+                  "so pumped for the launch tomorrow. Don't miss a beat!"),
+    ('user', "Jon: Thanks, Gina! I'm excited! It's been a wild ride, but I'm feeling good and ready to "
+             'give it my best.'),
+    ('assistant', "Gina: Wow, Jon, you must be so excited! You've come so far since we last talked, and "
+                  "tomorrow's gonna be a blast! All those long nights were worth it - so take some time to "
+                  "savor it. Capture the joy and thrill that dance brings - it's magical!"),
+]
+
+
+def test_the_recorded_second_look_of_the_real_model_writes_the_turn_its_first_answer_passed_over(
+        example_vault, openai_server, tmp_path):
+    """The 1.5B model's two recorded answers to one LoCoMo window (``tests/fixtures/real_model/README.md``): the
+    first writes four facts about the studio's opening and passes over the window's first turn, the trip to Rome;
+    the turns no fact rests on are asked again, and the second answer writes the trip, cited to its turn."""
+    from test_windows import _recorded
+
+    msgs = [{"seq": 1, "role": "system", "content": "A chat between Jon and Gina on 10:04 am on 19 June, 2023."}]
+    msgs += [{"seq": 15001 + i, "role": role, "content": text} for i, (role, text) in enumerate(ROME)]
+    msgs.append({"seq": 15900, "role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_c", "type": "function", "function": {"name": "memory_commit", "arguments": json.dumps(
+            {"type": "fact", "note": "facts about Jon and Gina from this conversation", "importance": 5})}}]})
+    path = tmp_path / "rome.json"
+    path.write_text(json.dumps({"messages": msgs}))
+    v = configure(example_vault, openai_server, window_turns=4, answer="json", second_look=True)
+    openai_server.enqueue(_recorded("second-look-window.json"), _recorded("second-look-again.json"))
+    req = requests.make_request(types=v.settings.types, type="fact", note="facts about Jon and Gina from this "
+                                "conversation", importance=5, session="s15", seq=15900, transcript=str(path),
+                                host_tools=None, lang=v.settings.language, created=v.now(),
+                                request_id=requests.new_request_id(v.rng))
+    v.ensure_state()
+    requests.save_request(v.state_dir, req, new=True)
+    out = run(v, req)
+
+    assert out.status == "written"
+    first, again = openai_server.bodies
+    assert len(quoted_turns(first)) == 8
+    assert [ln.split("]")[0] for ln in quoted_turns(again)] == ["[turn 15001, user", "[turn 15002, assistant",
+                                                                  "[turn 15007, user"]
+    mine = [e for e in v.load().entries if e.source and e.source.get("request") == out.request]
+    rome = next(e for e in mine if "Rome" in e.title and "trip" in e.title)
+    assert rome.citation[0].turns == "15001"
+    assert evidence_of(rome.extra)[0].startswith("Jon: Hey Gina, hope you're doing great!")

@@ -172,3 +172,23 @@ def test_the_fork_with_json_answers_writes_most_statements_each_citing_its_own_t
     turns = {int(t) for e in mine if e.citation[0].turns for t in e.citation[0].turns.replace("-", ",").split(",")}
     statements = {10 + 4 * i for i in range(12)}
     assert len(turns & statements) >= 8, [(e.citation[0].turns, e.body) for e in mine]
+
+
+@pytest.mark.skipif(not os.environ.get("ACPMEM_TEST_MODEL_URL"),
+                    reason="set ACPMEM_TEST_MODEL_URL (and ACPMEM_TEST_MODEL) to run the fork against a real model")
+def test_a_second_look_leaves_no_statement_without_an_entry_with_a_real_model(vault, tmp_path):
+    """Opt-in: a real endpoint under ``answer = "json"`` with ``second_look``, asked about four statements in windows
+    of 2 turns: the entries cite at least 3 of the 4 statements, and a statement the first answer passed over was
+    asked again (a note says so)."""
+    from test_fork import configure as _configure
+    from test_json_answers import long_transcript
+    from test_windows import submit as submit_chat
+
+    v = _configure(vault, None, base_url=os.environ["ACPMEM_TEST_MODEL_URL"],
+                   model=os.environ.get("ACPMEM_TEST_MODEL", ""), timeout_seconds=900.0, window_turns=2,
+                   max_tokens=320, temperature=0.0, answer="json", second_look=True)
+    out = run(v, submit_chat(v, long_transcript(tmp_path), note="facts about Jon and Gina"))
+    assert out.status == "written", (out.error, out.notes)
+    mine = [e for e in v.load().entries if e.id in {x["id"] for x in out.entries}]
+    turns = {int(t) for e in mine if e.citation[0].turns for t in e.citation[0].turns.replace("-", ",").split(",")}
+    assert len(turns & {10, 12, 14, 16}) >= 3, [(e.citation[0].turns, e.body) for e in mine]

@@ -75,6 +75,7 @@ class ExtractionSettings(Section):
     window_turns: int = 0             # > 0: a conversation longer than this many turns is asked in windows of it
     max_windows: int = 8              # the most recent windows asked per commit; older turns left out with a note
     evidence: bool = True             # an entry keeps the words of the turns it cites (``evidence``), indexed
+    second_look: bool = False         # answer = "json" in windows: a window's turns no fact rests on asked again
     temperature: float = -1.0         # sent as temperature when 0 or more; -1 = not sent (the server's default)
     stream: str = "auto"              # auto (streamed to a local endpoint) | on | off: a streamed call times out
                                       # only after a silence of the timeout, never while tokens arrive

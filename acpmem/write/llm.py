@@ -47,7 +47,7 @@ MAX_ANSWER_BYTES = 4_000_000
 _NOT_OURS = frozenset({"extractor", "max_entry_bytes", "retry_base_seconds", "max_attempts", "max_tokens_per_day",
                        "max_requests_per_hour", "max_tokens", "context_tokens",
                        "max_entries_per_answer", "temperature", "window_turns", "max_windows",
-                       "evidence", "answer"})   # read elsewhere
+                       "evidence", "second_look", "answer"})   # read elsewhere
 
 
 class ModelConfig(Value):

@@ -17,14 +17,18 @@ from acpmem.core.errors import ExtractionError
 from acpmem.write import costs, llm
 from acpmem.write.answers import WRITE, read_answer, read_json_answer
 from acpmem.write.context import fork_body, shrunk_window
-from acpmem.write.draft import (UNUSABLE, Draft, conversation_turns, draft_from_calls, read_reply, turn_quotes,
-                                unusable)
+from acpmem.search.overlap import terms
+from acpmem.write.context import MEMORY_CALL
+from acpmem.write.draft import (UNUSABLE, Draft, cited_turns, conversation_turns, draft_from_calls, read_reply,
+                                turn_quotes, unusable)
 
 CONTEXT_SHRINKS = 3   # a prompt the endpoint says is over its context: sent again at half the size, this many times
 
 ASKED_AGAIN = "every write repeated an entry shown as related: asked again without the related entries"
 
 _COMMIT_CALL = re.compile(r"\bmemory_commit\b")
+
+SECOND_LOOK_MIN_TERMS = 10   # a turn asked again (``second_look``) says at least this many words (``terms``)
 
 
 def _turn_start(m) -> bool:
@@ -134,7 +138,11 @@ def _ask(vault, req, attempt, rel: list, cites, notes: list[str], now: str, say)
     cfg = vault.settings.extraction
     parts, dropped = windows(req, attempt.transcript, cfg.window_turns, cfg.max_windows)
     if len(parts) == 1:
-        return ask_window(vault, req, attempt, parts[0], rel, cites, notes, now, say, cut_ok=cfg.window_turns > 0)
+        draft, reading = ask_window(vault, req, attempt, parts[0], rel, cites, notes, now, say,
+                                    cut_ok=cfg.window_turns > 0)
+        if cfg.window_turns > 0:
+            second_look(vault, req, attempt, parts[0], reading, rel, cites, notes, now, say, draft, None)
+        return draft, reading
     draft, reading, failed = Draft(), None, []
     if dropped:
         draft.notes.append(f"{dropped} turn(s) before the last {len(parts)} windows of {cfg.window_turns} turns "
@@ -149,11 +157,57 @@ def _ask(vault, req, attempt, rel: list, cites, notes: list[str], now: str, say)
                 raise   # the endpoint failed: the request is retried whole, on its schedule
             failed.append(exc)
             draft.notes.append(f"window {label} gave an unusable answer ({exc.data.get('reason')}): not written")
+            continue
+        second_look(vault, req, attempt, part, reading, rel, cites, notes, now, say, draft, (i, len(parts)))
     if len(failed) == len(parts):
         raise failed[-1]
     draft.notes = list(dict.fromkeys(notes + [f"asked in {len(parts)} windows of at most {cfg.window_turns} turns"]
                                      + draft.notes))
     return draft, reading
+
+
+def unread_turns(req, t, reading) -> list:
+    """The messages of window ``t`` that say something (``SECOND_LOOK_MIN_TERMS`` words at least) and that no fact
+    of the window's answer (``reading``: written, or dropped as a repeat) rests on (``cited_turns``)."""
+    turns = conversation_turns(req, t)
+    said = set()
+    for call in reading.calls:
+        args = call.arguments if isinstance(call.arguments, dict) else {}
+        text = "\n".join(str(args.get(k) or "") for k in ("title", "content"))
+        said.update(cited_turns(text, turns))
+    return [m for m in t.messages
+            if m.role in ("user", "assistant") and m.seq is not None and m.seq < req.seq and m.seq not in said
+            and not MEMORY_CALL.search(t.text(m) or "") and len(terms(t.text(m) or "")) >= SECOND_LOOK_MIN_TERMS]
+
+
+def second_look(vault, req, attempt, t, reading, rel: list, cites, notes: list[str], now: str, say, draft: Draft,
+                part: tuple[int, int] | None) -> None:
+    """``[extraction] second_look`` (under ``answer = "json"``): the turns of window ``t`` its answer left out
+    (``unread_turns``) are asked once more on their own, their facts added to ``draft``. A small model reading a
+    window writes about some of its turns and passes over others — most often its first — and a question about a
+    turn no entry cites cannot be answered from memory; asked about those turns alone, it writes them
+    (``docs/efficacy.md``). An unusable answer to the second look leaves the window's entries as they are, with a
+    note; an endpoint that fails retries the request, as for any window."""
+    cfg = vault.settings.extraction
+    if not cfg.second_look or cfg.answer != "json" or reading is None:
+        return
+    left = unread_turns(req, t, reading)
+    if not left:
+        return
+    lead = tuple(m for m in t.messages if m.role == "system")
+    where = f"window part {part[0]} of {part[1]}" if part else "the window"
+    before = len(draft.entries)
+    try:
+        ask_window(vault, req, attempt, t.with_changes(messages=lead + tuple(left)), rel, cites, list(notes), now, say,
+                   into=draft, part=part)
+    except ExtractionError as exc:
+        if exc.data.get("reason") not in UNUSABLE:
+            raise
+        draft.notes.append(f"{where}: the second look at {len(left)} turn(s) gave an unusable answer "
+                           f"({exc.data.get('reason')}): the window's entries stand")
+        return
+    draft.notes.append(f"{where}: {len(left)} turn(s) no fact rested on were asked again: "
+                       f"{len(draft.entries) - before} more entr{'y' if len(draft.entries) - before == 1 else 'ies'}")
 
 
 def ask_window(vault, req, attempt, t, rel: list, cites, notes: list[str], now: str, say, *,
