@@ -67,3 +67,15 @@ def test_no_block_or_no_answer_is_not_replaced(vault, openai_server, tmp_path):
     (out,) = worker.process_now(v, [down.id], then_hand_over=False)
     assert out.status == "failed" and not out.entries and out.error["reason"] == "server_error"
     assert len(openai_server.requests) == 2
+
+
+def test_a_commit_naming_a_block_has_no_second_look(vault, openai_server, tmp_path):
+    """A block's commit is about the block's summary: the turns its answer does not rest on (here the summary's own
+    message) are not asked again, whatever ``second_look`` says."""
+    v = configure(vault, openai_server, window_turns=4, answer="json", second_look=True)
+    req = request(v, transcript(tmp_path))
+    openai_server.enqueue(reply.text(json.dumps({"entries": [{"fact": "The design stays as it is."}]})),
+                          reply.text(json.dumps({"entries": []})))
+    (out,) = worker.process_now(v, [req.id], then_hand_over=False)
+    assert out.status == "written", out.error
+    assert len(openai_server.bodies) == 1

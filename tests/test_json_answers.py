@@ -255,11 +255,19 @@ LONG = [
 ]
 
 
-def long_transcript(tmp_path):
+def long_transcript(tmp_path, earlier_commit: bool = False):
+    """The four statements, each acknowledged (seqs 10, 12, 14, 16); ``earlier_commit``: a memory_commit after the
+    second one (the statements at 10, 20, 30, 40)."""
     msgs = [{"seq": 1, "role": "system", "content": "A chat between Jon and Gina on 19 June 2023."}]
+    step = 10 if earlier_commit else 2
     for i, (who, said) in enumerate(LONG):
-        msgs.append({"seq": 10 + 2 * i, "role": "user", "content": f"{who}: {said}"})
-        msgs.append({"seq": 11 + 2 * i, "role": "assistant", "content": "Nice."})
+        msgs.append({"seq": 10 + step * i, "role": "user", "content": f"{who}: {said}"})
+        msgs.append({"seq": 11 + step * i, "role": "assistant", "content": "Nice."})
+        if earlier_commit and i == 1:   # seqs 25 and 26, between the second statement and the third (30)
+            msgs.append({"seq": 25, "role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_early", "type": "function", "function": {"name": "memory_commit", "arguments":
+                    json.dumps({"type": "fact", "note": "facts so far", "importance": 5})}}]})
+            msgs.append({"seq": 26, "role": "tool", "tool_call_id": "call_early", "content": "queued"})
     msgs.append({"seq": 900, "role": "assistant", "content": None, "tool_calls": [
         {"id": "call_c", "type": "function", "function": {"name": "memory_commit", "arguments": json.dumps(
             {"type": "fact", "note": "facts about Jon and Gina", "importance": 5})}}]})
@@ -298,6 +306,19 @@ def test_a_second_look_asks_again_the_turns_no_fact_rests_on_and_keeps_what_it_f
     assert rome.citation[0].turns == "10"
     assert evidence_of(rome.extra)[0].startswith("Jon: Took a short trip last week to Rome")
     assert "window part 1 of 2: 1 turn(s) no fact rested on were asked again: 1 more entry" in out.notes
+
+
+def test_a_second_look_asks_only_about_the_turns_since_the_previous_commit(example_vault, openai_server, tmp_path):
+    """The turns before the transcript's previous memory_commit were that commit's to keep: a commit whose own turns
+    fit one window asks its second look about its own turns only."""
+    v = configure(example_vault, openai_server, window_turns=4, answer="json", second_look=True)
+    openai_server.enqueue(
+        entries_answer("- Jon's dance studio has its grand opening on Friday with a band from Lisbon."),
+        entries_answer("- Gina signed the lease for a second shop downtown on Tuesday."))
+    out = run(v, submit(v, long_transcript(tmp_path, earlier_commit=True), note="facts about Jon and Gina"))
+    assert out.status == "written" and len(out.entries) == 2, (out.error, out.notes, len(openai_server.bodies))
+    first, again = openai_server.bodies
+    assert [ln.split("]")[0] for ln in quoted_turns(again)] == ["[turn 40, user"]
 
 
 def test_without_second_look_a_turn_passed_over_is_not_asked_again(example_vault, openai_server, tmp_path):

@@ -46,14 +46,10 @@ def _tool_result(m) -> bool:
     return m.role in ("tool", "function") or (m.role == "user" and not _turn_start(m))
 
 
-def windows(req, t, size: int, most: int) -> tuple[list, int]:
-    """The transcripts to ask, each the leading system message(s) and a window of ``size`` turns (the last one
-    with the commit's own call), and how many turns were left out past ``most`` windows. One window — ``t``
-    itself, unchanged — when windows are off, the commit names a block, or the turns since the previous commit
-    fit in one."""
-    if size <= 0 or t is None or req.block:
-        return [t], 0
-    msgs = list(t.messages)
+def _since_previous_commit(req, t) -> tuple[int, int]:
+    """How many system messages lead ``t``, and where the turns this commit is about start: after the transcript's
+    previous ``memory_commit`` call and its result (what that commit was about was asked then)."""
+    msgs = t.messages
     lead = 0
     while lead < len(msgs) and msgs[lead].role == "system":
         lead += 1
@@ -65,6 +61,18 @@ def windows(req, t, size: int, most: int) -> tuple[list, int]:
             break
     while start < len(msgs) and _tool_result(msgs[start]):   # that call's result belongs to it, not a window
         start += 1
+    return lead, start
+
+
+def windows(req, t, size: int, most: int) -> tuple[list, int]:
+    """The transcripts to ask, each the leading system message(s) and a window of ``size`` turns (the last one
+    with the commit's own call), and how many turns were left out past ``most`` windows. One window — ``t``
+    itself, unchanged — when windows are off, the commit names a block, or the turns since the previous commit
+    fit in one."""
+    if size <= 0 or t is None or req.block:
+        return [t], 0
+    msgs = list(t.messages)
+    lead, start = _since_previous_commit(req, t)
     turns: list[list] = []
     for m in msgs[start:]:
         if not turns or _turn_start(m):
@@ -140,7 +148,7 @@ def _ask(vault, req, attempt, rel: list, cites, notes: list[str], now: str, say)
     if len(parts) == 1:
         draft, reading = ask_window(vault, req, attempt, parts[0], rel, cites, notes, now, say,
                                     cut_ok=cfg.window_turns > 0)
-        if cfg.window_turns > 0:
+        if cfg.window_turns > 0 and not req.block:   # a block's commit is about the block's summary
             second_look(vault, req, attempt, parts[0], reading, rel, cites, notes, now, say, draft, None)
         return draft, reading
     draft, reading, failed = Draft(), None, []
@@ -175,7 +183,7 @@ def unread_turns(req, t, reading) -> list:
         args = call.arguments if isinstance(call.arguments, dict) else {}
         text = "\n".join(str(args.get(k) or "") for k in ("title", "content"))
         said.update(cited_turns(text, turns))
-    return [m for m in t.messages
+    return [m for m in t.messages[_since_previous_commit(req, t)[1]:]
             if m.role in ("user", "assistant") and m.seq is not None and m.seq < req.seq and m.seq not in said
             and not MEMORY_CALL.search(t.text(m) or "") and len(terms(t.text(m) or "")) >= SECOND_LOOK_MIN_TERMS]
 
