@@ -155,6 +155,7 @@ class Proxy:
         self.upstream = upstream.rstrip("/")
         self.record_dir = record_dir
         self.records: list[dict] = []
+        self._lock = threading.Lock()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -242,9 +243,14 @@ class Proxy:
     def _record(self, request: object, status: int, answer: object, wall: float) -> None:
         rec = {"request": request, "status": status, "response": answer, "wall_s": round(wall, 2)}
         self.records.append(rec)
-        if self.record_dir is not None:   # as it comes: a run cut short keeps what it got
+        if self.record_dir is None:
+            return
+        with self._lock:   # as it comes: a run cut short keeps what it got
             self.record_dir.mkdir(parents=True, exist_ok=True)
-            (self.record_dir / f"answer-{len(self.records):03d}.json").write_text(
+            # after the highest number there: a resumed run adds to its record, never overwrites the first part
+            n = max((int(f.stem[7:]) for f in self.record_dir.glob("answer-*.json") if f.stem[7:].isdigit()),
+                    default=0)
+            (self.record_dir / f"answer-{n + 1:03d}.json").write_text(
                 json.dumps(rec, ensure_ascii=False, indent=1), "utf-8")
 
     @property

@@ -49,6 +49,14 @@ def test_locomo_and_coding_end_to_end_and_resumed(openai_server, tmp_path):
     assert [f["status"] for f in forks] == ["written", "written"]
     recorded = [json.loads(p.read_text("utf-8")) for p in sorted((tmp_path / "rec").glob("answer-*.json"))]
     assert len(recorded) == 2 + 3 and all(x["request"]["tools"] for x in recorded)   # 2 sessions, 3 commits
+    # a run resumed with the same --record adds after the last answer there (it overwrote the first ones)
+    again = run("--locomo", FIX / "locomo-tiny.json", "--no-scenarios", "--base-url", openai_server.base_url,
+                "--state", tmp_path / "st2", "--record", tmp_path / "rec", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in (tmp_path / "rec").glob("answer-*.json")) == [f"answer-{i:03d}.json"
+                                                                               for i in range(1, 8)]
+    assert [json.loads(p.read_text("utf-8")) for p in sorted((tmp_path / "rec").glob("answer-*.json"))][:5] \
+        == recorded
     # observations cite the gold turns: evidence for every question; no memory: none
     by = lambda arm: [row for row in lo["rows"] if row["arm"] == arm]   # noqa: E731
     assert all(row["evidence"] for row in by("observations"))
