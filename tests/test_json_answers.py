@@ -14,7 +14,7 @@ from acpmem.core.errors import SettingsError
 from acpmem.vault.config import load_settings
 from acpmem.write import requests
 from test_fork import configure, fork_commits, run
-from test_windows import REAL, submit, transcript
+from test_windows import REAL, chat_file, commit_call, submit, transcript
 
 
 def entries_answer(*contents: str, finish: str = "stop", text: str | None = None, **extra):
@@ -257,23 +257,9 @@ LONG = [
 
 def long_transcript(tmp_path, earlier_commit: bool = False):
     """The four statements, each acknowledged (seqs 10, 12, 14, 16); ``earlier_commit``: a memory_commit after the
-    second one (the statements at 10, 20, 30, 40)."""
-    msgs = [{"seq": 1, "role": "system", "content": "A chat between Jon and Gina on 19 June 2023."}]
-    step = 10 if earlier_commit else 2
-    for i, (who, said) in enumerate(LONG):
-        msgs.append({"seq": 10 + step * i, "role": "user", "content": f"{who}: {said}"})
-        msgs.append({"seq": 11 + step * i, "role": "assistant", "content": "Nice."})
-        if earlier_commit and i == 1:   # seqs 25 and 26, between the second statement and the third (30)
-            msgs.append({"seq": 25, "role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_early", "type": "function", "function": {"name": "memory_commit", "arguments":
-                    json.dumps({"type": "fact", "note": "facts so far", "importance": 5})}}]})
-            msgs.append({"seq": 26, "role": "tool", "tool_call_id": "call_early", "content": "queued"})
-    msgs.append({"seq": 900, "role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_c", "type": "function", "function": {"name": "memory_commit", "arguments": json.dumps(
-            {"type": "fact", "note": "facts about Jon and Gina", "importance": 5})}}]})
-    p = tmp_path / "long.json"
-    p.write_text(json.dumps({"messages": msgs}))
-    return p
+    second one (seq 22; the statements at 10, 20, 30, 40)."""
+    return chat_file(tmp_path / "long.json", "A chat between Jon and Gina on 19 June 2023.", LONG,
+                     10 if earlier_commit else 2, ("Nice.",), 1 if earlier_commit else None, "facts about Jon and Gina")
 
 
 def quoted_turns(body: dict) -> list[str]:
@@ -386,9 +372,7 @@ def test_the_recorded_second_look_of_the_real_model_writes_the_turn_its_first_an
 
     msgs = [{"seq": 1, "role": "system", "content": "A chat between Jon and Gina on 10:04 am on 19 June, 2023."}]
     msgs += [{"seq": 15001 + i, "role": role, "content": text} for i, (role, text) in enumerate(ROME)]
-    msgs.append({"seq": 15900, "role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_c", "type": "function", "function": {"name": "memory_commit", "arguments": json.dumps(
-            {"type": "fact", "note": "facts about Jon and Gina from this conversation", "importance": 5})}}]})
+    msgs.append(commit_call(15900, "call_c", "facts about Jon and Gina from this conversation"))
     path = tmp_path / "rome.json"
     path.write_text(json.dumps({"messages": msgs}))
     v = configure(example_vault, openai_server, window_turns=4, answer="json", second_look=True)

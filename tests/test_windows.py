@@ -30,23 +30,35 @@ FACTS = [
 ]
 
 
+def commit_call(seq: int, call_id: str, note: str) -> dict:
+    """The host model's ``memory_commit`` call of a fact, as a transcript message."""
+    return {"seq": seq, "role": "assistant", "content": None, "tool_calls": [
+        {"id": call_id, "type": "function", "function": {"name": "memory_commit", "arguments": json.dumps(
+            {"type": "fact", "note": note, "importance": 5})}}]}
+
+
+def chat_file(path, opening: str, said: list[tuple[str, str]], step: int, acks: tuple[str, ...],
+              early_after: int | None, note: str):
+    """A chat as a transcript file: the opening system message (seq 1), each statement (seq 10, then every ``step``)
+    and its acknowledgement (the next seq; ``acks`` in turn), a memory_commit after statement ``early_after`` (at
+    the acknowledgement's seq + 1, its result after it), and the commit's own call at seq 900."""
+    msgs = [{"seq": 1, "role": "system", "content": opening}]
+    for i, (who, text) in enumerate(said):
+        msgs.append({"seq": 10 + step * i, "role": "user", "content": f"{who}: {text}"})
+        msgs.append({"seq": 11 + step * i, "role": "assistant", "content": acks[i % len(acks)]})
+        if early_after == i:   # its turns were asked about then
+            msgs.append(commit_call(12 + step * i, "call_early", "facts so far"))
+            msgs.append({"seq": 13 + step * i, "role": "tool", "tool_call_id": "call_early", "content": "queued"})
+    msgs.append(commit_call(900, "call_c", note))
+    path.write_text(json.dumps({"messages": msgs}))
+    return path
+
+
 def transcript(tmp_path, earlier_commit: bool = False):
-    """A system message, 12 turns (a statement and an acknowledgement each), the commit's own call at seq 900."""
-    msgs = [{"seq": 1, "role": "system", "content": "A chat between Caroline and Melanie on 8 May 2023."}]
-    for i, (who, said) in enumerate(FACTS):
-        msgs.append({"seq": 10 + 4 * i, "role": "user", "content": f"{who}: {said}"})
-        msgs.append({"seq": 11 + 4 * i, "role": "assistant", "content": "Noted." if i % 2 else "Sounds good."})
-        if earlier_commit and i == 5:   # a commit after the sixth turn: its turns were asked about then
-            msgs.append({"seq": 32, "role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_early", "type": "function", "function": {"name": "memory_commit", "arguments": json.dumps(
-                    {"type": "fact", "note": "facts so far", "importance": 5})}}]})
-            msgs.append({"seq": 33, "role": "tool", "tool_call_id": "call_early", "content": "queued"})
-    msgs.append({"seq": 900, "role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_c", "type": "function", "function": {"name": "memory_commit", "arguments": json.dumps(
-            {"type": "fact", "note": "facts about Caroline and Melanie", "importance": 5})}}]})
-    p = tmp_path / "chat.json"
-    p.write_text(json.dumps({"messages": msgs}))
-    return p
+    """A system message, 12 turns (a statement and an acknowledgement each), the commit's own call at seq 900;
+    ``earlier_commit``: a commit after the sixth turn (seq 32)."""
+    return chat_file(tmp_path / "chat.json", "A chat between Caroline and Melanie on 8 May 2023.", FACTS, 4,
+                     ("Sounds good.", "Noted."), 5 if earlier_commit else None, "facts about Caroline and Melanie")
 
 
 def submit(v, path, note="facts about Caroline and Melanie"):
