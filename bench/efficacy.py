@@ -775,8 +775,14 @@ def main(argv: list[str] | None = None) -> int:
             if a.fork_answer != "json":
                 raise BenchError("--second-look reads the quoted turns of --fork-answer json — add it")
             a.fork_settings["second_look"] = True
+        if a.record is not None and a.record.exists() and not a.record.is_dir():
+            raise BenchError(f"--record {a.record} is a file — pass a folder (created if missing)")
         proxy = None
         if a.base_url and a.record:   # every raw answer of the fork kept, as bench/real_model.py does
+            try:   # said now, not by the proxy's thread at the first answer
+                a.record.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise BenchError(f"--record {a.record}: {exc.strerror or exc} — pass a folder you can write") from None
             from real_model import Proxy
 
             proxy = Proxy(a.base_url, a.record)

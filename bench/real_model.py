@@ -247,11 +247,9 @@ class Proxy:
             return
         with self._lock:   # as it comes: a run cut short keeps what it got
             self.record_dir.mkdir(parents=True, exist_ok=True)
-            # after the highest number there: a resumed run adds to its record, never overwrites the first part
-            n = max((int(f.stem[7:]) for f in self.record_dir.glob("answer-*.json") if f.stem[7:].isdigit()),
-                    default=0)
-            (self.record_dir / f"answer-{n + 1:03d}.json").write_text(
-                json.dumps(rec, ensure_ascii=False, indent=1), "utf-8")
+            from replay_model import next_answer_path   # beside this script: the record's format is kept there
+
+            next_answer_path(self.record_dir).write_text(json.dumps(rec, ensure_ascii=False, indent=1), "utf-8")
 
     @property
     def base_url(self) -> str:

@@ -32,6 +32,13 @@ def request_key(body: dict) -> str:
     return hashlib.sha256(json.dumps(asked, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+def next_answer_path(folder: Path) -> Path:
+    """Where a record's next answer goes: after the highest number in ``folder``, so a record with gaps (answers
+    removed by hand) or a resumed run's record is added to, never overwritten."""
+    n = max((int(f.stem[7:]) for f in folder.glob("answer-*.json") if f.stem[7:].isdigit()), default=0)
+    return folder / f"answer-{n + 1:03d}.json"
+
+
 def load_record(folder: Path) -> tuple[dict[str, list[dict]], str]:
     """The recorded answers by request key, in the order they were recorded, and the model they came from."""
     files = sorted(folder.glob("answer-*.json"))
@@ -154,11 +161,8 @@ class Replay:
             answer = json.loads(r.read())
         with self.lock:
             self.asked += 1
-            # after the highest number there: a record with gaps (answers removed by hand) is never overwritten
-            n = max((int(f.stem[7:]) for f in self.folder.glob("answer-*.json") if f.stem[7:].isdigit()),
-                    default=0) + 1
             rec = {"request": body, "status": 200, "response": answer, "wall_s": round(time.monotonic() - t0, 2)}
-            (self.folder / f"answer-{n:03d}.json").write_text(json.dumps(rec, ensure_ascii=False, indent=1), "utf-8")
+            next_answer_path(self.folder).write_text(json.dumps(rec, ensure_ascii=False, indent=1), "utf-8")
             key = request_key(body)
             self.answers.setdefault(key, []).append(answer)
             self.served[key] = len(self.answers[key])

@@ -147,6 +147,8 @@ def test_bad_input_is_one_line(tmp_path):
         (("--answer-arms", "fork,memory"), "no arm 'memory' — --answer-arms takes some of none, offline, fork"),
         (("--fork-answer", "xml"), "invalid choice: 'xml'"),
         (("--skip-conversations", "abc"), "invalid int value: 'abc'"),
+        (("--locomo", FIX / "locomo-tiny.json", "--no-scenarios", "--record", FIX / "README.md"),
+         "is a file — pass a folder"),
         (("--locomo", FIX / "locomo-tiny.json", "--no-scenarios", "--second-look"),
          "--second-look reads the quoted turns of --fork-answer json"),
     ]

@@ -15,10 +15,9 @@ import re
 
 from acpmem.core.errors import ExtractionError
 from acpmem.write import costs, llm
-from acpmem.write.answers import WRITE, read_answer, read_json_answer
-from acpmem.write.context import fork_body, shrunk_window
 from acpmem.search.overlap import terms
-from acpmem.write.context import MEMORY_CALL
+from acpmem.write.answers import WRITE, read_answer, read_json_answer
+from acpmem.write.context import MEMORY_CALL, fork_body, shrunk_window
 from acpmem.write.draft import (UNUSABLE, Draft, cited_turns, conversation_turns, draft_from_calls, read_reply,
                                 turn_quotes, unusable)
 
@@ -174,16 +173,17 @@ def _ask(vault, req, attempt, rel: list, cites, notes: list[str], now: str, say)
     return draft, reading
 
 
-def unread_turns(req, t, reading) -> list:
-    """The messages of window ``t`` that say something (``SECOND_LOOK_MIN_TERMS`` words at least) and that no fact
-    of the window's answer (``reading``: written, or dropped as a repeat) rests on (``cited_turns``)."""
+def unread_turns(req, t, reading, start: int) -> list:
+    """The messages of window ``t`` from ``start`` on that say something (``SECOND_LOOK_MIN_TERMS`` words at least)
+    and that no fact of the window's answer (``reading``: written, or dropped as a repeat) rests on
+    (``cited_turns``)."""
     turns = conversation_turns(req, t)
     said = set()
     for call in reading.calls:
         args = call.arguments if isinstance(call.arguments, dict) else {}
         text = "\n".join(str(args.get(k) or "") for k in ("title", "content"))
         said.update(cited_turns(text, turns))
-    return [m for m in t.messages[_since_previous_commit(req, t)[1]:]
+    return [m for m in t.messages[start:]
             if m.role in ("user", "assistant") and m.seq is not None and m.seq < req.seq and m.seq not in said
             and not MEMORY_CALL.search(t.text(m) or "") and len(terms(t.text(m) or "")) >= SECOND_LOOK_MIN_TERMS]
 
@@ -197,17 +197,17 @@ def second_look(vault, req, attempt, t, reading, rel: list, cites, notes: list[s
     (``docs/efficacy.md``). An unusable answer to the second look leaves the window's entries as they are, with a
     note; an endpoint that fails retries the request, as for any window."""
     cfg = vault.settings.extraction
-    if not cfg.second_look or cfg.answer != "json" or reading is None:
+    if not cfg.second_look or cfg.answer != "json":
         return
-    left = unread_turns(req, t, reading)
+    lead, start = _since_previous_commit(req, t)
+    left = unread_turns(req, t, reading, start)
     if not left:
         return
-    lead = tuple(m for m in t.messages if m.role == "system")
     where = f"window part {part[0]} of {part[1]}" if part else "the window"
     before = len(draft.entries)
     try:
-        ask_window(vault, req, attempt, t.with_changes(messages=lead + tuple(left)), rel, cites, list(notes), now, say,
-                   into=draft, part=part)
+        ask_window(vault, req, attempt, t.with_changes(messages=tuple(t.messages[:lead]) + tuple(left)), rel, cites,
+                   list(notes), now, say, into=draft, part=part)
     except ExtractionError as exc:
         if exc.data.get("reason") not in UNUSABLE:
             raise
