@@ -13,9 +13,11 @@ It ends after ``ACPMEM_READ_SERVER_IDLE`` seconds (600) without a request; an er
 """
 from __future__ import annotations
 
+import gc
 import io
 import os
 import resource
+import select
 import signal
 import socket
 import struct
@@ -33,7 +35,7 @@ WARM = ("acpmem.cli.main", "acpmem.cli.fast", "acpmem.cli.hot", "acpmem.cli.read
         "acpmem.vault.proposals", "acpmem.read.layers", "acpmem.read.resident", "acpmem.read.retrieval",
         "acpmem.read.snapshot", "acpmem.read.citecheck", "acpmem.read.sources", "acpmem.core.render",
         "acpmem.core.score", "acpmem.search.catalog", "acpmem.search.store", "acpmem.search.query",
-        "acpmem.search.watch", "acpmem.infra.db", "acpmem.infra.detach")
+        "acpmem.search.watch", "acpmem.search.held", "acpmem.infra.db", "acpmem.infra.detach")
 
 
 def warm() -> None:
@@ -180,6 +182,22 @@ def _fresh_streams() -> None:
                                   errors="backslashreplace", line_buffering=True)
 
 
+def _holder():
+    """The listings held for the children (``acpmem.search.held``) and the pipe their reports come on; (None, -1)
+    where inotify is not to be had (the children then list every vault the long way, as before)."""
+    from acpmem.search import held
+
+    try:
+        holder = held.Holder()
+    except (OSError, AttributeError):
+        return None, -1
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    held.REPORT_FD[:] = [w]
+    return holder, r
+
+
 def serve(path: str, idle: float) -> None:
     files = loaded_files()
     me = relay.identity()
@@ -196,12 +214,25 @@ def serve(path: str, idle: float) -> None:
     ino = os.stat(path).st_ino
     listener.settimeout(idle)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children reaped by the kernel
+    holder, reports = _holder()
+    deadline = time.monotonic() + idle
     try:
         while True:
+            if holder is not None:   # wait for a request or a child's report; hold what was reported meanwhile
+                left = deadline - time.monotonic()
+                ready = select.select([listener, reports], [], [], max(left, 0))[0] if left > 0 else []
+                if not ready:
+                    return
+                if reports in ready:
+                    holder.read_reports(reports)
+                    if listener not in ready:
+                        holder.hold_wanted()
+                        continue
             try:
                 conn, _ = listener.accept()
             except TimeoutError:
                 return
+            deadline = time.monotonic() + idle
             with conn:
                 conn.settimeout(30)
                 try:
@@ -224,14 +255,22 @@ def serve(path: str, idle: float) -> None:
                     if stale:
                         return
                     continue
+                if holder is not None:
+                    holder.drain()   # every change made before this request: a changed vault is let go
+                gc.freeze()   # the child's collections leave what it shares with this process alone (fewer copies)
                 pid = os.fork()
                 if pid == 0:
                     listener.close()
+                    if holder is not None:
+                        os.close(reports)
+                        holder.ino.close()
                     conn.settimeout(None)
                     run_child(conn, items, fds)
                 for fd in fds:
                     os.close(fd)
     finally:
+        if holder is not None:
+            holder.close()
         try:
             if os.stat(path).st_ino == ino:   # still ours: a newer server may have bound the path since
                 os.unlink(path)

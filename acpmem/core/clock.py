@@ -17,6 +17,17 @@ def utc_iso(dt: datetime) -> str:
     return dt.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+_PARSED: dict[str, datetime] = {}   # every listing parses the same few thousand times again (datetimes are immutable)
+_PARSED_MAX = 100_000
+
+
 def parse_iso(value: str) -> datetime:
-    dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    dt = _PARSED.get(value) if type(value) is str else None
+    if dt is None:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if not dt.tzinfo:
+            dt = dt.replace(tzinfo=timezone.utc)
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[value] = dt
+    return dt

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from itertools import islice
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -27,7 +28,7 @@ from acpmem.core.limits import MAX_RECALL_LIMIT, clip, int_between, is_utf8
 from acpmem.core.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
 from acpmem.core.values import Value
 from acpmem.infra import files, locks
-from acpmem.search import watch
+from acpmem.search import held, watch
 from acpmem.search.query import light_rows, search as search_index
 from acpmem.vault import readlog
 from acpmem.read.ledger import read_ledger, write_ledger
@@ -311,7 +312,7 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
     long context (Claude Code shows about 10,000 characters inline): entries that do not fit wait for a later turn,
     unsurfaced; a first entry too long for it is cut further."""
     # lazy: `recall` does not need it (measured +0.2 ms to its start-up)
-    from acpmem.core.score import rank
+    from acpmem.core.score import rank_iter
 
     sdir = vault.session_dir(session)
     cfg = vault.settings.surface
@@ -329,11 +330,13 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
         light: list[tuple[VaultReader, str, Entry]] = []
         for lv in layers:
             lr = readlog.last_reads(lv.root, lv.state_dir)
+            types = tuple(lv.settings.types)
 
-            def rows(con: sqlite3.Connection, lv=lv, lr=lr) -> list:
+            def rows(con: sqlite3.Connection | None, lv=lv, lr=lr, types=types, kept=None) -> list:
                 got: dict[str, tuple] = {}
                 unseen = hidden(lv, con).ids   # learned on branches whose work this checkout lacks
-                for path, ident, typ, imp, created, last_read in sorted(light_rows(con, types=lv.settings.types)):
+                for path, ident, typ, imp, created, last_read in sorted(kept if kept is not None else
+                                                                        light_rows(con, types=types)):
                     if ident in seen or ident in got or ident in unseen:
                         continue  # already in this session; or a second file with the id (the first path wins)
                     e = Entry(id=ident, title="", type=typ, importance=imp, created=created, body="",
@@ -341,11 +344,16 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
                     got[ident] = (lv, path, _effective_last_read(e, lr))
                 return list(got.values())
 
-            light += _with_index(lv, rows)
+            kept = held.rows(str(lv.root), types)   # (only in the read server's children)
+            if kept is not None:
+                light += rows(None, kept=kept)
+            else:
+                light += _with_index(lv, rows)
+                held.loaded(str(lv.root), str(lv.db_path), types, held.ROWS)
         where = {id(e): (lv, path) for lv, path, e in light}
-        ranked = rank([e for _, _, e in light], at, jitter_salt(vault, seed, session), vault.settings.score,
-                      top_n=cfg.top_n)
-        top = ranked[: cfg.top_n]
+        ranked = rank_iter([e for _, _, e in light], at, jitter_salt(vault, seed, session), vault.settings.score,
+                           top_n=cfg.top_n)
+        top = list(islice(ranked, cfg.top_n))   # (the rest are never made)
         full: dict[int, Entry | None] = {}
         for lv in layers:   # the chosen ones in full: one query each, on the index just brought up to date
             mine = [sc.entry for sc in top if where[id(sc.entry)][0] is lv]

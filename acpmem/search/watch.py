@@ -222,7 +222,7 @@ def _log(msg: str) -> None:
 
 # --------------------------------------------------------------------------------------------- the watcher
 
-class _Inotify:
+class Inotify:
     """The three inotify calls through libc (the standard library has none)."""
 
     def __init__(self) -> None:
@@ -243,6 +243,10 @@ class _Inotify:
             e = self._ctypes.get_errno()
             raise OSError(e, f"inotify_add_watch {path}: {os.strerror(e)}")
         return wd
+
+    def remove(self, wd: int) -> None:
+        """Stop watching ``wd`` (nothing when the kernel already dropped it)."""
+        self._libc.inotify_rm_watch(self.fd, wd)
 
     def read(self) -> list[tuple[int, int, str]]:
         """Every queued event as (watch, mask, name), without waiting."""
@@ -270,7 +274,7 @@ class Watcher:
         self.root = root
         self.state_dir = root / layout.STATE_DIRNAME
         self.db_path = self.state_dir / catalog.DB_NAME
-        self.ino = _Inotify()
+        self.ino = Inotify()
         self.root_wd = self.ino.add(root, ROOT_EVENTS)
         self.entries_wd: int | None = None
         self.pending: set[str] = set()

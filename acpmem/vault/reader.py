@@ -229,9 +229,13 @@ class VaultReader:
         """Every valid entry (with the effective last_read) and every file that does not parse. ``light``: index
         fields only (no body or citations), for listings."""
         # lazy: the SessionStart hook does not need it (measured +6.5 ms to its start-up)
-        from acpmem.search import catalog
+        from acpmem.search import catalog, held
 
-        snap = self.with_db(lambda con: catalog.snapshot(con, self.root, self.settings.types, light=light))
+        types = tuple(self.settings.types)
+        snap = held.get(str(self.root), types, light)   # (only in the read server's children)
+        if snap is None:
+            snap = self.with_db(lambda con: catalog.snapshot(con, self.root, types, light=light))
+            held.loaded(str(self.root), str(self.db_path), types, held.LIGHT if light else held.FULL)
         entries = snap.entries
         if with_reads:
             # lazy: `stats` does not need it (measured +0.1 ms to its start-up)
@@ -269,10 +273,14 @@ class VaultReader:
     def _by_id(self, prefix: str) -> Loaded:
         """What ``load(light=True)`` gives of the entries whose id starts with ``prefix``, and every problem."""
         # lazy: the SessionStart hook does not need it (measured +6.5 ms to its start-up)
-        from acpmem.search import catalog
+        from acpmem.search import catalog, held
         from acpmem.vault import readlog
 
-        snap = self.with_db(lambda con: catalog.by_id(con, self.root, self.settings.types, prefix))
+        types = tuple(self.settings.types)
+        snap = held.by_id(str(self.root), types, prefix)   # (only in the read server's children)
+        if snap is None:
+            snap = self.with_db(lambda con: catalog.by_id(con, self.root, types, prefix))
+            held.loaded(str(self.root), str(self.db_path), types, held.LIGHT)
         entries = snap.entries
         if entries:
             lr = readlog.last_reads(self.root, self.state_dir, frozenset(e.id for e in entries))

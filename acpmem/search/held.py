@@ -1,0 +1,198 @@
+"""Vault listings the read server holds for the commands it forks, so that a per-turn read of a vault nobody changed
+neither looks at every entry file nor builds every entry again.
+
+Why: at 1,000 entries, a served ``list --format prompt`` spent more than half of its own work on seeing that no file
+changed (a ``stat`` per file) and building the entries from the catalog; both give the same answer turn after turn.
+
+How. A command run in a child of the read server (``acpmem.cli.readserver``) that listed a vault the long way says
+so to the server (``loaded``: one line on a pipe, never waiting). Between requests the server holds that vault
+(``Holder.hold``): it asks the kernel to report every change under the vault's root and ``entries/`` (inotify),
+and only then lists it (``catalog.snapshot``: the catalog brought up to date, the entries built). Before each fork it
+reads the reports queued so far (``Holder.drain``, one system call when there are none): the kernel queues them
+inside the system call that changes a file, so every change made before the request arrived is among them, and a
+vault with one is let go (a queue overflow lets every vault go). A child then finds the listing in ``HELD``
+(``get``) and takes it as the long way would have given it. Everything else (settings, reads, branches) is read as
+before; ``get`` answers only for the same entry types.
+
+Outside the server ``HELD`` is empty and nothing changes. Not on other systems than Linux (no inotify); not for a
+vault larger than ``MAX_ENTRIES`` files. As for the watcher (``acpmem.search.watch``), an entry file changed
+through another hard link of it is not reported: nobody keeps entry files that way.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from acpmem.core import layout
+from acpmem.core.clock import parse_iso
+from acpmem.search import catalog
+
+MAX_ENTRIES = 20_000    # larger vaults are not held (their watcher keeps the catalog current)
+MAX_VAULTS = 16         # listings held at once (the oldest is let go)
+MAX_REPORT = 4000       # a report is one write on a pipe, whole (PIPE_BUF is 4,096)
+
+
+LIGHT, FULL, ROWS = "light", "full", "rows"   # what is held of a vault: its light or full listing, its index rows
+
+
+class HeldListing:
+    """What is held of one vault: the entry types it was made for, and either the listing ``catalog.snapshot``
+    gave with the entry id of each problem's file (None where the file does not parse: what ``by_id`` needs), or
+    the search index's light rows of its live entries (``query.light_rows``: what ``surface`` scores)."""
+
+    __slots__ = ("types", "snapshot", "problem_ids", "rows")
+
+    def __init__(self, types: tuple[str, ...], snapshot: catalog.Snapshot | None = None,
+                 problem_ids: dict[str, str | None] | None = None, rows: list[tuple] | None = None):
+        self.types, self.snapshot, self.problem_ids, self.rows = types, snapshot, problem_ids or {}, rows
+
+
+HELD: dict[tuple[str, str], HeldListing] = {}   # (root, LIGHT|FULL|ROWS) → what is held; only in the read server
+REPORT_FD: list[int] = []                        # in the server's children: where ``loaded`` reports
+
+
+def get(root: str, types: tuple[str, ...], light: bool) -> catalog.Snapshot | None:
+    """The held listing of ``root`` for these entry types, or None."""
+    h = HELD.get((root, LIGHT if light else FULL)) if HELD else None
+    return h.snapshot if h is not None and h.types == types else None
+
+
+def rows(root: str, types: tuple[str, ...]) -> list[tuple] | None:
+    """The held index rows of ``root``'s live entries of these types, or None."""
+    h = HELD.get((root, ROWS)) if HELD else None
+    return h.rows if h is not None and h.types == types else None
+
+
+def by_id(root: str, types: tuple[str, ...], prefix: str) -> catalog.Snapshot | None:
+    """What ``catalog.by_id`` gives for ``prefix``, from the held light listing, or None."""
+    h = HELD.get((root, LIGHT)) if HELD else None
+    if h is None or h.types != types:
+        return None
+    ids = h.problem_ids
+    return catalog.Snapshot([e for e in h.snapshot.entries if e.id.startswith(prefix)],
+                            [p for p in h.snapshot.problems if ids.get(p.path) is None or
+                             ids[p.path].startswith(prefix)], catalog.Changes())
+
+
+def loaded(root: str, db_path: str, types: tuple[str, ...], kind: str) -> None:
+    """In a child of the read server: say that ``root`` was read the long way for ``kind`` (the server may hold
+    it). Never waits, never fails: a full pipe or a long path is simply not said."""
+    if not REPORT_FD:
+        return
+    line = "\x1f".join((root, db_path, kind, *types)) + "\n"
+    data = line.encode("utf-8", "surrogateescape")
+    if len(data) > MAX_REPORT or "\n" in "".join((root, db_path, *types)):
+        return
+    try:
+        os.write(REPORT_FD[0], data)
+    except OSError:
+        pass
+
+
+class Holder:
+    """The server's side: the inotify watches, the reports read, the listings held."""
+
+    def __init__(self) -> None:
+        # lazy: only the read server holds, and every listing imports this module (watch brings the index with it)
+        from acpmem.search import watch
+
+        self._watch = watch
+        self.ino = watch.Inotify()
+        self.roots: dict[int, set[str]] = {}   # watch descriptor → the roots it vouches for (one folder, two spellings)
+        self.wanted: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}   # reported, not yet held
+        self._partial = b""
+
+    def close(self) -> None:
+        self.ino.close()
+        HELD.clear()
+
+    def read_reports(self, fd: int) -> None:
+        """Take the children's reports queued on ``fd`` (non-blocking)."""
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            self._partial += chunk
+        *lines, self._partial = self._partial.split(b"\n")
+        for raw in lines:
+            parts = raw.decode("utf-8", "surrogateescape").split("\x1f")
+            if len(parts) >= 3 and parts[2] in (LIGHT, FULL, ROWS):
+                key = (parts[0], parts[2])
+                if key not in HELD:
+                    self.wanted[key] = (parts[1], tuple(parts[3:]))
+
+    def drain(self) -> None:
+        """Let go of every listing of a vault that changed since it was taken (all of them after an overflow)."""
+        w = self._watch
+        for wd, mask, _name in self.ino.read():
+            if mask & w.IN_Q_OVERFLOW:
+                self._let_go(None)
+                continue
+            for root in tuple(self.roots.get(wd, ())):
+                self._let_go(root)
+
+    def _let_go(self, root: str | None) -> None:
+        for key in [k for k in HELD if root is None or k[0] == root]:
+            del HELD[key]
+        for wd in [wd for wd, rs in self.roots.items() if root is None or root in rs]:
+            rs = self.roots[wd]
+            rs.discard(root) if root is not None else rs.clear()
+            if not rs:
+                del self.roots[wd]
+                self.ino.remove(wd)
+
+    def hold_wanted(self) -> None:
+        """Hold what the children reported (called when no request waits)."""
+        while self.wanted:
+            key, (db_path, types) = self.wanted.popitem()
+            self.hold(key[0], db_path, types, key[1])
+
+    def hold(self, root: str, db_path: str, types: tuple[str, ...], kind: str) -> bool:
+        """Watch ``root`` and its ``entries/``, then read it for ``kind``: whether it is now held."""
+        w = self._watch
+        if (root, kind) in HELD:
+            return True
+        while len(HELD) >= MAX_VAULTS:
+            self._let_go(next(iter(HELD))[0])
+        try:
+            if not any(root in rs for rs in self.roots.values()):
+                for path, mask in ((Path(root), w.ROOT_EVENTS), (Path(root) / layout.ENTRIES_DIR, w.ENTRY_EVENTS)):
+                    self.roots.setdefault(self.ino.add(path, mask), set()).add(root)
+            con = catalog.connect(Path(db_path))
+            try:
+                got = self._read(con, Path(root), types, kind)
+            finally:
+                con.close()
+        except Exception:   # noqa: BLE001 — not held: the children list it the long way, as before
+            self._let_go(root)
+            return False
+        HELD[(root, kind)] = got
+        for e in got.snapshot.entries if got.snapshot is not None else ():   # the times the children score by
+            parse_iso(e.last_read or e.created)
+        for r in got.rows or ():
+            parse_iso(r[5] or r[4])
+        return True
+
+    @staticmethod
+    def _read(con, root: Path, types: tuple[str, ...], kind: str) -> HeldListing:
+        if kind == ROWS:
+            from acpmem.search import query, store
+
+            catalog.refresh(con, root)
+            store.update(con)
+            got = query.light_rows(con, types=types)
+            if len(got) > MAX_ENTRIES:
+                raise OverflowError("too large to hold")
+            return HeldListing(types, rows=got)
+        snap = catalog.snapshot(con, root, types, light=kind == LIGHT)
+        if len(snap.entries) + len(snap.problems) > MAX_ENTRIES:
+            raise OverflowError("too large to hold")
+        bad = {p.path for p in snap.problems}
+        ids = {path: ident for path, ident in con.execute("SELECT path, entry_id FROM files") if path in bad}
+        return HeldListing(types, catalog.Snapshot(snap.entries, snap.problems, catalog.Changes()), ids)
+
+
+__all__ = ["HELD", "HeldListing", "Holder", "get", "rows", "by_id", "loaded", "LIGHT", "FULL", "ROWS", "MAX_ENTRIES"]

@@ -1,0 +1,201 @@
+"""The listings the read server holds (``acpmem.search.held``): a held listing is what the long way gives, it is used
+by ``load`` and ``show``'s lookup by id, and every kind of change to the vault lets it go before the next read.
+Real inotify, real files, real SQLite, real git (the vault fixture); the server's own loop is proved in
+test_read_server.py with real processes."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from helpers_proc import make_entry
+from acpmem.search import catalog, held
+from acpmem.vault.reader import VaultReader
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "pipe") or not os.path.isdir("/proc/self"), reason="Linux only")
+
+
+@pytest.fixture
+def holder():
+    h = held.Holder()
+    yield h
+    h.close()
+    held.REPORT_FD.clear()
+
+
+def _listing(root, *, light=True):
+    """What the long way gives: a reader of the vault's own, outside any held listing."""
+    saved = dict(held.HELD)
+    held.HELD.clear()
+    try:
+        with VaultReader(root) as r:
+            loaded = r.load(light=light, with_reads=False)
+            return [e.to_json() for e in loaded.entries], [p.to_json() for p in loaded.problems]
+    finally:
+        held.HELD.update(saved)
+
+
+def _hold(h, root, kind=held.LIGHT):
+    with VaultReader(root) as r:
+        types = tuple(r.settings.types)
+        assert h.hold(str(root), str(r.db_path), types, kind)
+    return held.HELD[(str(root), kind)]
+
+
+def _write(vault, *entries):
+    vault.write_entries([e.with_changes(path=vault.path_for(e.id, e.title)) for e in entries], subject="test",
+                        why="test")
+
+
+def test_a_held_listing_is_what_the_long_way_gives_and_load_takes_it(vault, holder):
+    _write(vault, make_entry("aaa111", "Deploys go through staging", "- staging first"),
+           make_entry("aab222", "Retries back off", "- 30 s"))
+    root = vault.root
+    (root / "entries" / "broken.md").write_text("no frontmatter here\n")
+    h = _hold(holder, root)
+    with VaultReader(root) as r:
+        loaded = r.load(light=True, with_reads=False)
+        assert loaded.entries is h.snapshot.entries          # taken, not built again
+    assert ([e.to_json() for e in loaded.entries], [p.to_json() for p in loaded.problems]) == _listing(root)
+    holder.drain()
+    assert (str(root), held.LIGHT) in held.HELD                    # nothing changed: still held
+
+
+@pytest.mark.parametrize("change", ["same size and mtime", "added", "removed", "renamed", "entries replaced",
+                                    "a file of another program"])
+def test_every_change_lets_the_listing_go_before_the_next_read(vault, holder, change):
+    e = make_entry("aaa111", "Deploys go through staging", "- staging first")
+    _write(vault, e, make_entry("bbb222", "Retries back off", "- 30 s"))
+    root = vault.root
+    path = root / vault.path_for(e.id, e.title)
+    _hold(holder, root)
+    if change == "same size and mtime":   # only the ctime shows it
+        st = path.stat()
+        path.write_text(path.read_text().replace("Deploys go through staging", "Deploys go through STAGING"))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert path.stat().st_size == st.st_size
+    elif change == "added":
+        _write(vault, make_entry("ccc333", "Logs are kept a week", "- 7 days"))
+    elif change == "removed":
+        path.unlink()
+    elif change == "renamed":
+        path.rename(path.with_name("moved.md"))
+    elif change == "entries replaced":
+        shutil.copytree(root / "entries", root / "entries.new")
+        (root / "entries.new" / path.name).unlink()
+        os.rename(root / "entries", root / "entries.old")
+        os.rename(root / "entries.new", root / "entries")
+    else:
+        (root / "entries" / "notes.txt").write_text("an editor's file\n")
+    holder.drain()
+    assert (str(root), held.LIGHT) not in held.HELD
+    with VaultReader(root) as r:   # the long way again, and what it gives is the files as they are now
+        got = r.load(light=True, with_reads=False)
+    assert ([x.to_json() for x in got.entries], [p.to_json() for p in got.problems]) == _listing(root)
+    titles = {x.title for x in got.entries}
+    if change == "same size and mtime":
+        assert "Deploys go through STAGING" in titles
+    elif change == "added":
+        assert "Logs are kept a week" in titles
+    elif change in ("removed", "entries replaced"):
+        assert "Deploys go through staging" not in titles
+
+
+def test_another_type_list_is_not_served_from_a_held_listing(vault, holder):
+    _write(vault, make_entry("aaa111", "Deploys go through staging", "- staging first"))
+    _hold(holder, vault.root)
+    assert held.get(str(vault.root), ("fact",), True) is None
+    assert held.get(str(vault.root), ("fact", "decision", "lesson", "reference"), False) is None   # not the light one
+
+
+def test_show_by_id_from_a_held_listing_is_what_the_index_gives(vault, holder):
+    _write(vault, make_entry("aaa111", "One", "- one"), make_entry("aab222", "Two", "- two"),
+           make_entry("bbb333", "Three", "- three"), make_entry("ccc444", "Four", "- four", typ="decision"))
+    root = vault.root
+    (root / "entries" / "aax-broken.md").write_text("---\nid: [\n---\n")
+    bad_type = (root / vault.path_for("ccc444", "Four")).read_text().replace("type: decision", "type: gossip")
+    (root / "entries" / "ccc999-copy.md").write_text(bad_type.replace("ccc444", "ccc999"))
+    dup = (root / vault.path_for("bbb333", "Three")).read_text()
+    (root / "entries" / "zz-dup.md").write_text(dup)
+    h = _hold(holder, root)
+    assert len(h.snapshot.problems) == 3
+    for prefix in ("", "a", "aa", "aaa111", "aax", "b", "bbb333", "c", "ccc9", "zz", "nope", "\udc80"):
+        got = held.by_id(str(root), h.types, prefix)
+        with VaultReader(root) as r:
+            want = r.with_db(lambda con: catalog.by_id(con, root, h.types, prefix))
+        assert [e.to_json() for e in got.entries] == [e.to_json() for e in want.entries], prefix
+        assert [p.to_json() for p in got.problems] == [p.to_json() for p in want.problems], prefix
+
+
+def test_a_read_the_long_way_is_reported_and_the_report_is_held(vault, holder):
+    _write(vault, make_entry("aaa111", "Deploys go through staging", "- staging first"))
+    r_fd, w_fd = os.pipe()
+    os.set_blocking(r_fd, False)
+    held.REPORT_FD[:] = [w_fd]
+    try:
+        with VaultReader(vault.root) as r:
+            r.load(light=True)
+            r.resolve("aaa")
+        holder.read_reports(r_fd)
+        assert set(holder.wanted) == {(str(vault.root), held.LIGHT)}
+        holder.hold_wanted()
+        assert (str(vault.root), held.LIGHT) in held.HELD and not holder.wanted
+        with VaultReader(vault.root) as r:   # and now show's lookup takes it
+            assert r.resolve("aaa").title == "Deploys go through staging"
+        holder.read_reports(r_fd)
+        assert not holder.wanted            # a held listing is not reported again
+    finally:
+        os.close(r_fd)
+        os.close(w_fd)
+
+
+def test_a_vault_too_large_or_without_entries_is_not_held(vault, holder, monkeypatch):
+    _write(vault, make_entry("aaa111", "One", "- one"), make_entry("bbb222", "Two", "- two"))
+    monkeypatch.setattr(held, "MAX_ENTRIES", 1)
+    with VaultReader(vault.root) as r:
+        assert not holder.hold(str(vault.root), str(r.db_path), tuple(r.settings.types), held.LIGHT)
+    assert not held.HELD and not holder.roots            # and its watches are gone with it
+    monkeypatch.setattr(held, "MAX_ENTRIES", 20_000)
+    shutil.rmtree(vault.root / "entries")
+    with VaultReader(vault.root) as r:
+        assert not holder.hold(str(vault.root), str(r.db_path), tuple(r.settings.types), held.LIGHT)
+    assert not held.HELD and not holder.roots
+
+
+def test_the_oldest_listing_is_let_go_past_the_limit(tmp_path, holder, monkeypatch, clock):
+    from acpmem.vault.create import init_vault
+
+    monkeypatch.setattr(held, "MAX_VAULTS", 2)
+    roots = []
+    for i in range(3):
+        v = init_vault(tmp_path / f"v{i}", clock=clock)
+        _write(v, make_entry(f"aaa11{i}", f"Entry {i}", "- x"))
+        v.close()
+        roots.append(v.root)
+        _hold(holder, v.root)
+    assert [k[0] for k in held.HELD] == [str(roots[1]), str(roots[2])]
+
+
+def test_surface_scores_the_held_index_rows_as_it_scores_the_index(vault, holder, clock):
+    from acpmem.read.retrieval import surface
+    from acpmem.search import query
+
+    _write(vault, *(make_entry(f"e{i}aaaa", f"Rule number {i} of the deploys", f"- rule {i}", importance=i % 9 + 1)
+                    for i in range(12)))
+    root = vault.root
+    h = _hold(holder, root, held.ROWS)
+    with VaultReader(root) as r:
+        assert h.rows == r.with_db(lambda con: query.light_rows(con, types=h.types))
+
+    def surfaced(session):
+        with VaultReader(root, clock=clock) as r:
+            return [(s.entry.id, s.text) for s in surface(r, session, seed=3).entries]
+
+    a = surfaced("s-held")
+    saved = dict(held.HELD)
+    held.HELD.clear()
+    assert surfaced("s-long") == a and len(a) >= 2
+    held.HELD.update(saved)
+    h.rows = [row for row in h.rows if row[1] != a[0][0]]   # surface reads what is held: the first one is gone
+    assert a[0][0] not in [i for i, _ in surfaced("s-held-2")]
