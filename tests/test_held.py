@@ -199,3 +199,20 @@ def test_surface_scores_the_held_index_rows_as_it_scores_the_index(vault, holder
     held.HELD.update(saved)
     h.rows = [row for row in h.rows if row[1] != a[0][0]]   # surface reads what is held: the first one is gone
     assert a[0][0] not in [i for i, _ in surfaced("s-held-2")]
+
+
+def test_a_vault_on_a_network_file_system_is_never_held(vault, holder, monkeypatch):
+    mountinfo = ("27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+                 "40 27 0:50 / /mnt/team\\040share rw,relatime - nfs4 srv:/export rw\n"
+                 "41 27 0:51 / /mnt/team rw,relatime - tmpfs tmpfs rw\n"
+                 "42 27 0:52 / /mnt/fuse rw - fuse.sshfs host:/x rw\n")
+    assert held.filesystem_of("/mnt/team share/vault", mountinfo) == "nfs4"
+    assert held.filesystem_of("/mnt/team/vault", mountinfo) == "tmpfs"
+    assert held.filesystem_of("/mnt/teamx/vault", mountinfo) == "ext4"
+    assert held.filesystem_of("/mnt/fuse/v", mountinfo) not in held.LOCAL_FILESYSTEMS
+    _write(vault, make_entry("aaa111", "One", "- one"))
+    assert held.filesystem_of(str(vault.root)) in held.LOCAL_FILESYSTEMS   # this machine's temporary folder
+    monkeypatch.setattr(held, "filesystem_of", lambda path, mountinfo=None: "nfs4")
+    with VaultReader(vault.root) as r:
+        assert not holder.hold(str(vault.root), str(r.db_path), tuple(r.settings.types), held.LIGHT)
+    assert not held.HELD and not holder.roots

@@ -293,3 +293,59 @@ def test_an_idle_time_that_is_not_seconds_is_said_and_the_read_runs_alone(tmp_pa
     r = acp("memory", "--vault", root, "show", ids[0], "--json", env=env)
     assert r.returncode == 0 and json.loads(r.stderr)["warning"]["message"].startswith("ACPMEM_READ_SERVER_IDLE")
     assert not socket_of(run_dir) and not servers(run_dir) and served(run_dir) == 0
+
+
+def _watches(pid: int) -> int:
+    """The inotify watches process ``pid`` holds (Linux /proc fdinfo)."""
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            n += Path(f"/proc/{pid}/fdinfo/{fd}").read_text().count("inotify wd:")
+        except OSError:
+            pass
+    return n
+
+
+def test_a_vault_the_server_holds_is_read_anew_after_every_change(tmp_path, run_dir):
+    """The server holds a listing of the vault its commands read (``acpmem.search.held``); every kind of change
+    before a read — an edit that keeps the size and the mtime, a new entry, a removed one — is in that read."""
+    env = env_for(run_dir)
+    root, ids = _vault_with_entries(tmp_path / "v", env)
+    alone = dict(env, ACPMEM_READ_SERVER="0")
+    started(run_dir, env, root)
+    pids = wait_for(lambda: servers(run_dir))
+    assert len(pids) == 1
+    first = next((root / "entries").glob(f"{ids[0]}*.md"))
+
+    def holds():
+        assert acp("memory", "--vault", root, "list", env=env).returncode == 0   # served: the child says what it read
+        return _watches(pids[0]) >= 2
+
+    def agree(*line):
+        before = served(run_dir)
+        a = acp("memory", "--vault", root, *line, env=env)
+        b = acp("memory", "--vault", root, *line, env=alone)
+        assert served(run_dir) == before + 1, "not served"
+        assert (a.returncode, TIMES.sub("T", a.stdout), a.stderr) == (b.returncode, TIMES.sub("T", b.stdout), b.stderr)
+        return a.stdout
+
+    assert wait_for(holds), "the server holds no vault"
+    st = first.stat()
+    first.write_text(first.read_text().replace("staging gateway", "STAGING GATEWAY"))   # same size, same mtime
+    os.utime(first, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert first.stat().st_size == st.st_size
+    assert "STAGING GATEWAY" in agree("list", "--json")
+    assert "STAGING GATEWAY" in agree("show", ids[0])
+
+    assert wait_for(holds), "the server holds the vault again"
+    r = acp("memory", "--vault", root, "remember", "Logs are kept for seven days", "--type", "fact", env=alone)
+    assert r.returncode == 0, r.stderr
+    assert "Logs are kept for seven days" in agree("list", "--json")
+    r = acp("memory", "--vault", root, "surface", "--session", "s-new", "--json", env=env)
+    assert r.returncode == 0 and "Logs are kept for seven days" in r.stdout, r.stderr
+
+    assert wait_for(holds)
+    first.unlink()
+    out = agree("list", "--json")
+    assert ids[0] not in out and ids[1] in out
+    assert "no entry" in agree("show", ids[0]) + acp("memory", "--vault", root, "show", ids[0], env=env).stderr

@@ -15,7 +15,8 @@ vault with one is let go (a queue overflow lets every vault go). A child then fi
 before; ``get`` answers only for the same entry types.
 
 Outside the server ``HELD`` is empty and nothing changes. Not on other systems than Linux (no inotify); not for a
-vault larger than ``MAX_ENTRIES`` files. As for the watcher (``acpmem.search.watch``), an entry file changed
+vault larger than ``MAX_ENTRIES`` files; not on a network file system, where another machine's changes are never
+reported (``LOCAL_FILESYSTEMS``). As for the watcher (``acpmem.search.watch``), an entry file changed
 through another hard link of it is not reported: nobody keeps entry files that way.
 """
 from __future__ import annotations
@@ -33,6 +34,37 @@ MAX_REPORT = 4000       # a report is one write on a pipe, whole (PIPE_BUF is 4,
 
 
 LIGHT, FULL, ROWS = "light", "full", "rows"   # what is held of a vault: its light or full listing, its index rows
+
+
+# File systems where the kernel sees every change, so inotify reports it. Not a network file system (NFS, SMB,
+# 9p, FUSE): a change made on another machine is never reported there, and a vault on one is listed the long way.
+LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "zfs", "f2fs", "bcachefs",
+                               "reiserfs", "jfs", "overlay", "vfat", "exfat", "ntfs3", "hfsplus", "nilfs2"})
+
+
+def filesystem_of(path: str, mountinfo: str | None = None) -> str | None:
+    """The type of the file system ``path`` lies on (Linux ``/proc/self/mountinfo``: the longest mount point above
+    it, the last mounted there), or None when it cannot be told."""
+    import re
+
+    try:
+        real = os.path.realpath(path)
+        if mountinfo is None:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+                mountinfo = f.read()
+    except (OSError, ValueError):
+        return None
+    best, kind = "", None
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split(" ")
+        if not sep or len(fields) < 5 or not right:
+            continue
+        mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, kind = mount, right.split(" ", 1)[0]
+    return kind
 
 
 class HeldListing:
@@ -157,6 +189,8 @@ class Holder:
             return True
         while len(HELD) >= MAX_VAULTS:
             self._let_go(next(iter(HELD))[0])
+        if filesystem_of(root) not in LOCAL_FILESYSTEMS:
+            return False
         try:
             if not any(root in rs for rs in self.roots.values()):
                 for path, mask in ((Path(root), w.ROOT_EVENTS), (Path(root) / layout.ENTRIES_DIR, w.ENTRY_EVENTS)):
@@ -195,4 +229,4 @@ class Holder:
         return HeldListing(types, catalog.Snapshot(snap.entries, snap.problems, catalog.Changes()), ids)
 
 
-__all__ = ["HELD", "HeldListing", "Holder", "get", "rows", "by_id", "loaded", "LIGHT", "FULL", "ROWS", "MAX_ENTRIES"]
+__all__ = ["HELD", "HeldListing", "Holder", "get", "rows", "by_id", "loaded", "filesystem_of", "LOCAL_FILESYSTEMS", "LIGHT", "FULL", "ROWS", "MAX_ENTRIES"]
