@@ -251,12 +251,23 @@ def _first_id(root: Path) -> str:
 def _pinned(argv: list[str]) -> list[str]:
     """Scores drawn for the same time and jitter on both paths: ``--at`` and ``--seed`` added when the generated
     arguments have none (a seed wins over a session; without either the jitter is fresh on every call, by design)."""
+    def given(name: str) -> bool:   # an option of the line, not another option's value (`--top --seed` sets --top)
+        i = 0
+        while i < len(argv):
+            if argv[i] == name or argv[i].startswith(name + "="):
+                return True
+            i += 2 if argv[i] in _VALUED else 1
+        return False
+
     extra = []
-    if not any(a.startswith("--at") for a in argv):
+    if not given("--at"):
         extra += ["--at", AT]
-    if not any(a.startswith("--seed") for a in argv):
+    if not given("--seed"):
         extra += ["--seed", "7"]
     return argv + extra
+
+
+_VALUED = {"--seed", "--at", "--session", "--top", "-n", "--vault", "--prompt", "--max-chars"}
 
 
 def show_args(root):
