@@ -26,10 +26,11 @@ from pathlib import Path
 
 from acpmem.core import layout
 from acpmem.core.clock import parse_iso
+from acpmem.infra import inotify
 from acpmem.search import catalog
 
 MAX_ENTRIES = 20_000    # larger vaults are not held (their watcher keeps the catalog current)
-MAX_VAULTS = 16         # listings held at once (the oldest is let go)
+MAX_VAULTS = 8          # vaults held at once (the oldest is let go)
 MAX_REPORT = 4000       # a report is one write on a pipe, whole (PIPE_BUF is 4,096)
 
 
@@ -86,7 +87,15 @@ REPORT_FD: list[int] = []                        # in the server's children: whe
 def get(root: str, types: tuple[str, ...], light: bool) -> catalog.Snapshot | None:
     """The held listing of ``root`` for these entry types, or None."""
     h = HELD.get((root, LIGHT if light else FULL)) if HELD else None
-    return h.snapshot if h is not None and h.types == types else None
+    if h is None or h.types != types:
+        return None
+    return catalog.Snapshot(list(h.snapshot.entries), list(h.snapshot.problems), catalog.Changes())   # (copies)
+
+
+def current(root: str) -> bool:
+    """Whether something of ``root`` is held: then its catalog was brought up to date after the kernel began
+    reporting its changes, and none came since (the search index may still need ``store.update``)."""
+    return bool(HELD) and any(k[0] == root for k in HELD)
 
 
 def rows(root: str, types: tuple[str, ...]) -> list[tuple] | None:
@@ -125,11 +134,7 @@ class Holder:
     """The server's side: the inotify watches, the reports read, the listings held."""
 
     def __init__(self) -> None:
-        # lazy: only the read server holds, and every listing imports this module (watch brings the index with it)
-        from acpmem.search import watch
-
-        self._watch = watch
-        self.ino = watch.Inotify()
+        self.ino = inotify.Inotify()
         self.roots: dict[int, set[str]] = {}   # watch descriptor → the roots it vouches for (one folder, two spellings)
         self.wanted: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}   # reported, not yet held
         self._partial = b""
@@ -158,9 +163,8 @@ class Holder:
 
     def drain(self) -> None:
         """Let go of every listing of a vault that changed since it was taken (all of them after an overflow)."""
-        w = self._watch
         for wd, mask, _name in self.ino.read():
-            if mask & w.IN_Q_OVERFLOW:
+            if mask & inotify.IN_Q_OVERFLOW:
                 self._let_go(None)
                 continue
             for root in tuple(self.roots.get(wd, ())):
@@ -184,7 +188,6 @@ class Holder:
 
     def hold(self, root: str, db_path: str, types: tuple[str, ...], kind: str) -> bool:
         """Watch ``root`` and its ``entries/``, then read it for ``kind``: whether it is now held."""
-        w = self._watch
         if (root, kind) in HELD:
             return True
         while len(HELD) >= MAX_VAULTS:
@@ -193,7 +196,8 @@ class Holder:
             return False
         try:
             if not any(root in rs for rs in self.roots.values()):
-                for path, mask in ((Path(root), w.ROOT_EVENTS), (Path(root) / layout.ENTRIES_DIR, w.ENTRY_EVENTS)):
+                for path, mask in ((Path(root), inotify.ROOT_EVENTS),
+                                   (Path(root) / layout.ENTRIES_DIR, inotify.ENTRY_EVENTS)):
                     self.roots.setdefault(self.ino.add(path, mask), set()).add(root)
             con = catalog.connect(Path(db_path))
             try:
@@ -229,4 +233,4 @@ class Holder:
         return HeldListing(types, catalog.Snapshot(snap.entries, snap.problems, catalog.Changes()), ids)
 
 
-__all__ = ["HELD", "HeldListing", "Holder", "get", "rows", "by_id", "loaded", "filesystem_of", "LOCAL_FILESYSTEMS", "LIGHT", "FULL", "ROWS", "MAX_ENTRIES"]
+__all__ = ["HELD", "HeldListing", "Holder", "get", "rows", "current", "by_id", "loaded", "filesystem_of", "LOCAL_FILESYSTEMS", "LIGHT", "FULL", "ROWS", "MAX_ENTRIES"]

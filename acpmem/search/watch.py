@@ -29,7 +29,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import struct
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,9 @@ from pathlib import Path
 from acpmem.core import layout
 from acpmem.core.settings import Settings
 from acpmem.infra import db, locks
-from acpmem.search import catalog, store
+from acpmem.infra.inotify import (ENTRY_EVENTS, IN_DELETE, IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, IN_MOVED_FROM,
+                                   IN_Q_OVERFLOW, IN_UNMOUNT, ROOT_EVENTS, Inotify)
+from acpmem.search import catalog, held, store
 
 SOCK = "watch.sock"
 LOCK = "watch.flock"
@@ -49,15 +50,6 @@ DEBOUNCE_S = 0.2         # changes are applied this long after they stop coming,
 SYNC_TIMEOUT_S = 30.0     # a watcher applying a large checkout may take a while; then the reader scans itself
 MAX_REQUEST = 4 * 1024 * 1024   # a ``near`` request carries a query vector
 
-# inotify(7)
-IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
-IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
-IN_DELETE_SELF, IN_MOVE_SELF, IN_UNMOUNT, IN_Q_OVERFLOW, IN_IGNORED = 0x400, 0x800, 0x2000, 0x4000, 0x8000
-IN_ONLYDIR, IN_DONT_FOLLOW = 0x01000000, 0x02000000
-ENTRY_EVENTS = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
-                | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW)
-ROOT_EVENTS = IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
-_EVENT = struct.Struct("iIII")
 _MAX_ADDR = 100           # an AF_UNIX address holds 108 bytes; longer paths go through /proc/self/fd
 
 
@@ -154,8 +146,10 @@ def near(state_dir: Path, index: sqlite3.Connection, model: str, query, types, i
 def fresh(con: sqlite3.Connection, root: Path, state_dir: Path, settings: Settings | None = None):
     """Bring the catalog and the index in step with the files: through the watcher when one answers, else by a full
     scan (and then start a watcher if the vault is large enough). Returns what ``store.update`` did here, with
-    ``via`` set to ``"watcher"`` or ``"scan"``."""
+    ``via`` set to ``"held"`` (a read server's child, ``acpmem.search.held``), ``"watcher"`` or ``"scan"``."""
     settings = settings or Settings()
+    if held.current(str(root)):   # (a read server's child: the server refreshed it, and nothing changed since)
+        return store.update(con).with_changes(via="held")
     # a read-only vault keeps its state elsewhere (acpmem.vault.discovery.state_location): it scans, no watcher
     use = enabled(settings) and Path(state_dir) == Path(root) / layout.STATE_DIRNAME
     if use and sync(state_dir, state_dir / catalog.DB_NAME):
@@ -164,6 +158,7 @@ def fresh(con: sqlite3.Connection, root: Path, state_dir: Path, settings: Settin
         return store.update(con).with_changes(via="watcher")
     catalog.refresh(con, root)
     res = store.update(con)
+    held.loaded(str(root), str(Path(state_dir) / catalog.DB_NAME), tuple(settings.types), held.ROWS)
     if use and con.execute("SELECT count(*) FROM files").fetchone()[0] >= settings.index.watch_min_entries:
         start(root, state_dir, settings.index.watch_idle_minutes * 60)
     return res
@@ -221,51 +216,6 @@ def _log(msg: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------- the watcher
-
-class Inotify:
-    """The three inotify calls through libc (the standard library has none)."""
-
-    def __init__(self) -> None:
-        # lazy: `surface` does not need it (measured +1.4 ms to its start-up)
-        import ctypes
-
-        self._libc = ctypes.CDLL(None, use_errno=True)
-        fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        if fd < 0:
-            e = ctypes.get_errno()
-            raise OSError(e, f"inotify_init1: {os.strerror(e)}")
-        self.fd = fd
-        self._ctypes = ctypes
-
-    def add(self, path: Path, mask: int) -> int:
-        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(str(path)), mask)
-        if wd < 0:
-            e = self._ctypes.get_errno()
-            raise OSError(e, f"inotify_add_watch {path}: {os.strerror(e)}")
-        return wd
-
-    def remove(self, wd: int) -> None:
-        """Stop watching ``wd`` (nothing when the kernel already dropped it)."""
-        self._libc.inotify_rm_watch(self.fd, wd)
-
-    def read(self) -> list[tuple[int, int, str]]:
-        """Every queued event as (watch, mask, name), without waiting."""
-        out = []
-        while True:
-            try:
-                buf = os.read(self.fd, 1 << 16)
-            except BlockingIOError:
-                return out
-            i = 0
-            while i < len(buf):
-                wd, mask, _cookie, n = _EVENT.unpack_from(buf, i)
-                name = buf[i + 16:i + 16 + n].rstrip(b"\0")
-                out.append((wd, mask, os.fsdecode(name)))
-                i += 16 + n
-
-    def close(self) -> None:
-        os.close(self.fd)
-
 
 class Watcher:
     """The watcher's state: the watches, what changed since the last apply, the database it keeps current."""
