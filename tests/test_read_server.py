@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_cli
+
 pytestmark = pytest.mark.real_process("the read server is a process of its own, its clients console scripts")
 
 ACP = str(Path(sys.executable).parent / "acp")
@@ -94,13 +96,16 @@ def started(run_dir: Path, env: dict, vault: Path) -> None:
 
 
 def _vault_with_entries(root: Path, env: dict) -> tuple[Path, list[str]]:
-    r = acp("memory", "init", root, env=dict(env, ACPMEM_READ_SERVER="0"))
+    """A vault of three entries, made in this process (``main``, as ``acp`` runs it): the vault is not what these
+    tests are about, the server is."""
+    alone = {k: v for k, v in env.items() if k.startswith("ACPMEM_")} | {"ACPMEM_READ_SERVER": "0"}
+    r = run_cli("memory", "init", str(root), env=alone)
     assert r.returncode == 0, r.stderr
     ids = []
     for title in ("Deploys go through the staging gateway first", "Retries back off to 30 s on HTTP 429",
                   "会议记录用中文写，代码注释用英文"):
-        r = acp("memory", "--vault", root, "remember", title, "--type", "decision", "--importance", "7", "--json",
-                env=dict(env, ACPMEM_READ_SERVER="0"))
+        r = run_cli("memory", "--vault", str(root), "remember", title, "--type", "decision", "--importance", "7",
+                    "--json", env=alone)
         assert r.returncode == 0, r.stderr
         ids.append(re.search(r'"id": "([^"]+)"', r.stdout).group(1))
     return root, ids

@@ -215,6 +215,7 @@ def serve(path: str, idle: float) -> None:
     listener.settimeout(idle)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children reaped by the kernel
     holder, reports = _holder()
+    gc.freeze()   # what the children share with this process is left out of their collections (fewer copied pages)
     deadline = time.monotonic() + idle
     try:
         while True:
@@ -227,6 +228,7 @@ def serve(path: str, idle: float) -> None:
                     holder.read_reports(reports)
                     if listener not in ready:
                         holder.hold_wanted()
+                        gc.freeze()
                         continue
             try:
                 conn, _ = listener.accept()
@@ -256,8 +258,11 @@ def serve(path: str, idle: float) -> None:
                         return
                     continue
                 if holder is not None:
-                    holder.drain()   # every change made before this request: a changed vault is let go
-                gc.freeze()   # the child's collections leave what it shares with this process alone (fewer copies)
+                    try:
+                        holder.drain()   # every change made before this request: a changed vault is let go
+                    except OSError:      # the reports cannot be read: nothing is held from now on
+                        holder.close()
+                        holder = None
                 pid = os.fork()
                 if pid == 0:
                     listener.close()
