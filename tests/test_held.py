@@ -156,7 +156,11 @@ def test_a_vault_too_large_or_without_entries_is_not_held(vault, holder, monkeyp
     with VaultReader(vault.root) as r:
         assert not holder.hold(str(vault.root), str(r.db_path), tuple(r.settings.types), held.LIGHT)
     assert not held.HELD and not holder.roots            # and its watches are gone with it
+    assert str(vault.root) in holder.refused             # (not counted again while the server lives)
     monkeypatch.setattr(held, "MAX_ENTRIES", 20_000)
+    with VaultReader(vault.root) as r:
+        assert not holder.hold(str(vault.root), str(r.db_path), tuple(r.settings.types), held.ROWS)
+    holder.refused.clear()
     shutil.rmtree(vault.root / "entries")
     with VaultReader(vault.root) as r:
         assert not holder.hold(str(vault.root), str(r.db_path), tuple(r.settings.types), held.LIGHT)
@@ -175,6 +179,8 @@ def test_the_oldest_listing_is_let_go_past_the_limit(tmp_path, holder, monkeypat
         roots.append(v.root)
         _hold(holder, v.root)
     assert [k[0] for k in held.HELD] == [str(roots[1]), str(roots[2])]
+    _hold(holder, roots[2], held.ROWS)                  # another kind of a vault held: no other vault let go
+    assert [k[0] for k in held.HELD] == [str(roots[1]), str(roots[2]), str(roots[2])]
 
 
 def test_surface_scores_the_held_index_rows_as_it_scores_the_index(vault, holder, clock):

@@ -138,6 +138,7 @@ class Holder:
         self.roots: dict[int, set[str]] = {}   # watch descriptor → the roots it vouches for (one folder, two spellings)
         self.wanted: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}   # reported, not yet held
         self._partial = b""
+        self.refused: set[str] = set()        # roots never held while this server lives: too large, or not local
 
     def close(self) -> None:
         self.ino.close()
@@ -190,10 +191,13 @@ class Holder:
         """Watch ``root`` and its ``entries/``, then read it for ``kind``: whether it is now held."""
         if (root, kind) in HELD:
             return True
-        while len(HELD) >= MAX_VAULTS:
-            self._let_go(next(iter(HELD))[0])
-        if filesystem_of(root) not in LOCAL_FILESYSTEMS:
+        if root in self.refused:
             return False
+        if filesystem_of(root) not in LOCAL_FILESYSTEMS:
+            self.refused.add(root)
+            return False
+        while len({k[0] for k in HELD} | {root}) > MAX_VAULTS:
+            self._let_go(next(iter(HELD))[0])
         try:
             if not any(root in rs for rs in self.roots.values()):
                 for path, mask in ((Path(root), inotify.ROOT_EVENTS),
@@ -201,6 +205,10 @@ class Holder:
                     self.roots.setdefault(self.ino.add(path, mask), set()).add(root)
             con = catalog.connect(Path(db_path))
             try:
+                # (the child that reported it has just brought the catalog up to date: counting its rows is cheap)
+                if con.execute("SELECT count(*) FROM files").fetchone()[0] > MAX_ENTRIES:
+                    self.refused.add(root)
+                    raise OverflowError("too large to hold")
                 got = self._read(con, Path(root), types, kind)
             finally:
                 con.close()
@@ -221,16 +229,12 @@ class Holder:
 
             catalog.refresh(con, root)
             store.update(con)
-            got = query.light_rows(con, types=types)
-            if len(got) > MAX_ENTRIES:
-                raise OverflowError("too large to hold")
-            return HeldListing(types, rows=got)
+            return HeldListing(types, rows=query.light_rows(con, types=types))
         snap = catalog.snapshot(con, root, types, light=kind == LIGHT)
-        if len(snap.entries) + len(snap.problems) > MAX_ENTRIES:
-            raise OverflowError("too large to hold")
         bad = {p.path for p in snap.problems}
         ids = {path: ident for path, ident in con.execute("SELECT path, entry_id FROM files") if path in bad}
         return HeldListing(types, catalog.Snapshot(snap.entries, snap.problems, catalog.Changes()), ids)
 
 
-__all__ = ["HELD", "HeldListing", "Holder", "get", "rows", "current", "by_id", "loaded", "filesystem_of", "LOCAL_FILESYSTEMS", "LIGHT", "FULL", "ROWS", "MAX_ENTRIES"]
+__all__ = ["HELD", "HeldListing", "Holder", "get", "rows", "current", "by_id", "loaded", "filesystem_of",
+           "LOCAL_FILESYSTEMS", "LIGHT", "FULL", "ROWS", "MAX_ENTRIES", "MAX_VAULTS"]
