@@ -192,7 +192,7 @@ def test_surface_scores_the_held_index_rows_as_it_scores_the_index(vault, holder
     root = vault.root
     h = _hold(holder, root, held.ROWS)
     with VaultReader(root) as r:
-        assert h.rows == r.with_db(lambda con: query.light_rows(con, types=h.types))
+        assert h.rows == query.light_entries(r.with_db(lambda con: query.light_rows(con, types=h.types)))
 
     def surfaced(session):
         with VaultReader(root, clock=clock) as r:
@@ -203,7 +203,7 @@ def test_surface_scores_the_held_index_rows_as_it_scores_the_index(vault, holder
     held.HELD.clear()
     assert surfaced("s-long") == a and len(a) >= 2
     held.HELD.update(saved)
-    h.rows = [row for row in h.rows if row[1] != a[0][0]]   # surface reads what is held: the first one is gone
+    h.rows = [(p, e) for p, e in h.rows if e.id != a[0][0]]   # surface reads what is held: the first one is gone
     assert a[0][0] not in [i for i, _ in surfaced("s-held-2")]
 
 

@@ -29,7 +29,7 @@ from acpmem.core.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, frame
 from acpmem.core.values import Value
 from acpmem.infra import files, locks
 from acpmem.search import held, watch
-from acpmem.search.query import light_rows, search as search_index
+from acpmem.search.query import light_entries, light_rows, search as search_index
 from acpmem.vault import readlog
 from acpmem.read.ledger import read_ledger, write_ledger
 from acpmem.vault.reader import VaultReader, jitter_salt   # the read side is all recall and surfacing need
@@ -328,20 +328,18 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
         layers = vault.layers()
         # (layer vault, path, light entry) of every live entry not yet in this session, from every layer
         light: list[tuple[VaultReader, str, Entry]] = []
+        reads: dict[int, dict[str, str]] = {}   # each layer's effective last reads, read once
         for lv in layers:
-            lr = readlog.last_reads(lv.root, lv.state_dir)
+            lr = reads[id(lv)] = readlog.last_reads(lv.root, lv.state_dir)
             types = tuple(lv.settings.types)
 
             def rows(con: sqlite3.Connection | None, lv=lv, lr=lr, types=types, kept=None) -> list:
                 got: dict[str, tuple] = {}
                 unseen = hidden(lv, con).ids   # learned on branches whose work this checkout lacks
-                for path, ident, typ, imp, created, last_read in sorted(kept if kept is not None else
-                                                                        light_rows(con, types=types)):
-                    if ident in seen or ident in got or ident in unseen:
+                for path, e in kept if kept is not None else light_entries(light_rows(con, types=types)):
+                    if e.id in seen or e.id in got or e.id in unseen:
                         continue  # already in this session; or a second file with the id (the first path wins)
-                    e = Entry(id=ident, title="", type=typ, importance=imp, created=created, body="",
-                              last_read=last_read)
-                    got[ident] = (lv, path, _effective_last_read(e, lr))
+                    got[e.id] = (lv, path, _effective_last_read(e, lr))
                 return list(got.values())
 
             kept = held.rows(str(lv.root), types)   # (only in the read server's children)
@@ -359,8 +357,8 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
             mine = [sc.entry for sc in top if where[id(sc.entry)][0] is lv]
             if mine:
                 got = lv.with_db(lambda con, mine=mine: [_entry_at(con, where[id(e)][1]) for e in mine])
-                lr = readlog.last_reads(lv.root, lv.state_dir)
-                full.update((id(e), None if f is None else _effective_last_read(f, lr)) for e, f in zip(mine, got))
+                full.update((id(e), None if f is None else _effective_last_read(f, reads[id(lv)]))
+                            for e, f in zip(mine, got))
         chosen: list[tuple[float, Entry, VaultReader]] = [(sc.total, full[id(sc.entry)], where[id(sc.entry)][0])
                                                           for sc in top if full[id(sc.entry)] is not None]
         if not chosen:

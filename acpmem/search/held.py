@@ -71,7 +71,7 @@ def filesystem_of(path: str, mountinfo: str | None = None) -> str | None:
 class HeldListing:
     """What is held of one vault: the entry types it was made for, and either the listing ``catalog.snapshot``
     gave with the entry id of each problem's file (None where the file does not parse: what ``by_id`` needs), or
-    the search index's light rows of its live entries (``query.light_rows``: what ``surface`` scores)."""
+    the search index's light entries of its live entries (``query.light_entries``: what ``surface`` scores)."""
 
     __slots__ = ("types", "snapshot", "problem_ids", "rows")
 
@@ -99,7 +99,8 @@ def current(root: str) -> bool:
 
 
 def rows(root: str, types: tuple[str, ...]) -> list[tuple] | None:
-    """The held index rows of ``root``'s live entries of these types, or None."""
+    """The held (path, light entry) of ``root``'s live entries of these types in path order
+    (``query.light_entries``), or None."""
     h = HELD.get((root, ROWS)) if HELD else None
     return h.rows if h is not None and h.types == types else None
 
@@ -218,8 +219,8 @@ class Holder:
         HELD[(root, kind)] = got
         for e in got.snapshot.entries if got.snapshot is not None else ():   # the times the children score by
             parse_iso(e.last_read or e.created)
-        for r in got.rows or ():
-            parse_iso(r[5] or r[4])
+        for _, e in got.rows or ():
+            parse_iso(e.last_read or e.created)
         return True
 
     @staticmethod
@@ -229,7 +230,7 @@ class Holder:
 
             catalog.refresh(con, root)
             store.update(con)
-            return HeldListing(types, rows=query.light_rows(con, types=types))
+            return HeldListing(types, rows=query.light_entries(query.light_rows(con, types=types)))
         snap = catalog.snapshot(con, root, types, light=kind == LIGHT)
         bad = {p.path for p in snap.problems}
         ids = {path: ident for path, ident in con.execute("SELECT path, entry_id FROM files") if path in bad}

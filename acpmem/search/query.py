@@ -13,6 +13,7 @@ import re
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 
+from acpmem.core.entry import Entry
 from acpmem.search import cedict
 from acpmem.search.analysis import CJK_CHARS, FIELDS, SearchDoc, indexed_body
 from acpmem.search.ranking import (B, FIELD_WEIGHTS, K1, SPREAD_CITES, CorpusStats, Hit, QueryGroup, bounded_neighbours,
@@ -332,4 +333,11 @@ def light_rows(con: sqlite3.Connection, *, types: Iterable[str], include_superse
     return con.execute(sql, types).fetchall()
 
 
-__all__ = ["search", "IndexSource", "IndexVocabulary", "light_rows"]
+def light_entries(rows: Iterable[tuple]) -> list[tuple[str, Entry]]:
+    """(path, entry) of ``light_rows``, in path order: entries of the index fields alone (no title, body or
+    citations), for scoring."""
+    return [(path, Entry(id=ident, title="", type=typ, importance=imp, created=created, body="", last_read=last_read))
+            for path, ident, typ, imp, created, last_read in sorted(rows)]
+
+
+__all__ = ["search", "IndexSource", "IndexVocabulary", "light_rows", "light_entries"]
