@@ -247,3 +247,24 @@ def test_a_held_vaults_index_is_used_without_a_scan_until_it_changes(vault, hold
     assert not held.current(str(root))
     via, found = fresh_and_find("rollbacks")
     assert via == "scan" and found[0].startswith("entries/bbb222")
+
+
+def test_what_is_held_in_all_stays_within_its_bound(tmp_path, holder, monkeypatch, clock):
+    from acpmem.vault.create import init_vault
+
+    roots = []
+    for i in range(2):
+        v = init_vault(tmp_path / f"v{i}", clock=clock)
+        _write(v, *(make_entry(f"e{i}{j}aaaa", f"Entry {i} {j}", "- x") for j in range(3)))
+        v.close()
+        roots.append(str(v.root))
+    monkeypatch.setattr(held, "MAX_HELD", 7)
+    _hold(holder, roots[0], held.LIGHT)
+    _hold(holder, roots[0], held.ROWS)            # 6 held
+    _hold(holder, roots[1], held.LIGHT)           # 9 > 7: the other vault is let go, and its watches
+    assert list(held.HELD) == [(roots[1], held.LIGHT)]
+    assert all(roots[0] not in rs for rs in holder.roots.values())
+    monkeypatch.setattr(held, "MAX_HELD", 2)      # a vault alone over the bound is not held
+    with VaultReader(roots[0]) as r:
+        assert not holder.hold(roots[0], str(r.db_path), tuple(r.settings.types), held.LIGHT)
+    assert list(held.HELD) == [(roots[1], held.LIGHT)] and all(roots[0] not in rs for rs in holder.roots.values())

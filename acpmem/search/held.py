@@ -15,7 +15,7 @@ vault with one is let go (a queue overflow lets every vault go). A child then fi
 before; ``get`` answers only for the same entry types.
 
 Outside the server ``HELD`` is empty and nothing changes. Not on other systems than Linux (no inotify); not for a
-vault larger than ``MAX_ENTRIES`` files; not on a network file system, where another machine's changes are never
+vault larger than ``MAX_ENTRIES`` files, nor more than ``MAX_HELD`` entries in all (the oldest vault is let go); not on a network file system, where another machine's changes are never
 reported (``LOCAL_FILESYSTEMS``). As for the watcher (``acpmem.search.watch``), an entry file changed
 through another hard link of it is not reported: nobody keeps entry files that way.
 """
@@ -31,6 +31,7 @@ from acpmem.search import catalog
 
 MAX_ENTRIES = 20_000    # larger vaults are not held (their watcher keeps the catalog current)
 MAX_VAULTS = 8          # vaults held at once (the oldest is let go)
+MAX_HELD = 60_000       # entries held in all (at the bench's entry size 1.3 KB each light, 1.7 KB in full)
 MAX_REPORT = 4000       # a report is one write on a pipe, whole (PIPE_BUF is 4,096)
 
 
@@ -131,6 +132,11 @@ def loaded(root: str, db_path: str, types: tuple[str, ...], kind: str) -> None:
         pass
 
 
+def _size(held) -> int:
+    return sum(len(h.rows) if h.rows is not None else len(h.snapshot.entries) + len(h.snapshot.problems)
+               for h in held)
+
+
 class Holder:
     """The server's side: the inotify watches, the reports read, the listings held."""
 
@@ -216,6 +222,13 @@ class Holder:
         except Exception:   # noqa: BLE001 — not held: the children list it the long way, as before
             self._let_go(root)
             return False
+        mine = sum(_size([h]) for k, h in HELD.items() if k[0] == root) + _size([got])
+        if mine > MAX_HELD:   # too large whatever else is let go
+            if not any(k[0] == root for k in HELD):
+                self._let_go(root)   # (its watches)
+            return False
+        while _size(HELD.values()) + _size([got]) > MAX_HELD:
+            self._let_go(next(k[0] for k in HELD if k[0] != root))   # the oldest other vault
         HELD[(root, kind)] = got
         for e in got.snapshot.entries if got.snapshot is not None else ():   # the times the children score by
             parse_iso(e.last_read or e.created)
@@ -238,4 +251,4 @@ class Holder:
 
 
 __all__ = ["HELD", "HeldListing", "Holder", "get", "rows", "current", "by_id", "loaded", "filesystem_of",
-           "LOCAL_FILESYSTEMS", "LIGHT", "FULL", "ROWS", "MAX_ENTRIES", "MAX_VAULTS"]
+           "LOCAL_FILESYSTEMS", "LIGHT", "FULL", "ROWS", "MAX_ENTRIES", "MAX_VAULTS", "MAX_HELD"]
