@@ -9,7 +9,9 @@ the client's folder, environment, umask and standard descriptors and runs ``acpm
 line, tells the client its pid (``S``) at the start and its exit code (``X``) at the end, and exits. A changed module
 (an upgrade, an edit of an editable install) answers ``R`` — the client runs the command itself — and ends the server.
 It ends after ``ACPMEM_READ_SERVER_IDLE`` seconds (600) without a request; an error on the way up is written to
-``SOCKET.log`` and marks ``SOCKET.failed`` (clients start no other server for ten minutes).
+``SOCKET.log`` and marks ``SOCKET.failed`` (clients start no other server for ten minutes). When no request waits,
+it holds what its children read of each vault (``acpmem.search.held``), and lets go, before each fork, of any vault
+the kernel reported a change in.
 """
 from __future__ import annotations
 

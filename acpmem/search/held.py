@@ -4,20 +4,22 @@ neither looks at every entry file nor builds every entry again.
 Why: at 1,000 entries, a served ``list --format prompt`` spent more than half of its own work on seeing that no file
 changed (a ``stat`` per file) and building the entries from the catalog; both give the same answer turn after turn.
 
-How. A command run in a child of the read server (``acpmem.cli.readserver``) that listed a vault the long way says
-so to the server (``loaded``: one line on a pipe, never waiting). Between requests the server holds that vault
+How. A command run in a child of the read server (``acpmem.cli.readserver``) that read a vault the long way says so
+to the server (``loaded``: one line on a pipe, never waiting). When no request waits the server holds what was read
 (``Holder.hold``): it asks the kernel to report every change under the vault's root and ``entries/`` (inotify),
-and only then lists it (``catalog.snapshot``: the catalog brought up to date, the entries built). Before each fork it
-reads the reports queued so far (``Holder.drain``, one system call when there are none): the kernel queues them
-inside the system call that changes a file, so every change made before the request arrived is among them, and a
-vault with one is let go (a queue overflow lets every vault go). A child then finds the listing in ``HELD``
-(``get``) and takes it as the long way would have given it. Everything else (settings, reads, branches) is read as
-before; ``get`` answers only for the same entry types.
+and only then reads it itself — the light or the full listing (``catalog.snapshot``), or the search index's light
+entries ``surface`` scores (``ROWS``: the catalog and the index brought up to date first). Before each fork it reads
+the reports queued so far (``Holder.drain``, one system call when there are none): the kernel queues them inside
+the system call that changes a file, so every change made before the request arrived is among them, and a vault
+with one is let go (a queue overflow lets every vault go). A child then takes what is held (``get``, ``by_id``,
+``rows``) as the long way would have given it, and skips the look at every file before a search (``current``).
+Everything else (settings, reads, branches) is read as before; what is held answers only for the same entry types.
 
 Outside the server ``HELD`` is empty and nothing changes. Not on other systems than Linux (no inotify); not for a
-vault larger than ``MAX_ENTRIES`` files, nor more than ``MAX_HELD`` entries in all (the oldest vault is let go); not on a network file system, where another machine's changes are never
-reported (``LOCAL_FILESYSTEMS``). As for the watcher (``acpmem.search.watch``), an entry file changed
-through another hard link of it is not reported: nobody keeps entry files that way.
+vault larger than ``MAX_ENTRIES`` files, nor past ``MAX_HELD`` entries in all (the oldest vault is let go first);
+not on a network file system, where another machine's changes are never reported (``LOCAL_FILESYSTEMS``). As for
+the watcher (``acpmem.search.watch``), an entry file changed through another hard link of it is not reported:
+nobody keeps entry files that way.
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", 
 def filesystem_of(path: str, mountinfo: str | None = None) -> str | None:
     """The type of the file system ``path`` lies on (Linux ``/proc/self/mountinfo``: the longest mount point above
     it, the last mounted there), or None when it cannot be told."""
+    # lazy: only the server asks, and every listing imports this module (``re`` is 5 ms of a start-up)
     import re
 
     try:
@@ -142,7 +145,7 @@ class Holder:
 
     def __init__(self) -> None:
         self.ino = inotify.Inotify()
-        self.roots: dict[int, set[str]] = {}   # watch descriptor → the roots it vouches for (one folder, two spellings)
+        self.roots: dict[int, set[str]] = {}   # watch → the roots it vouches for (one folder, two spellings)
         self.wanted: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}   # reported, not yet held
         self._partial = b""
         self.refused: set[str] = set()        # roots never held while this server lives: too large, or not local
