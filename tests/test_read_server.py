@@ -354,3 +354,25 @@ def test_a_vault_the_server_holds_is_read_anew_after_every_change(tmp_path, run_
     out = agree("list", "--json")
     assert ids[0] not in out and ids[1] in out
     assert "no entry" in agree("show", ids[0]) + acp("memory", "--vault", root, "show", ids[0], env=env).stderr
+
+
+def test_a_served_read_imports_neither_re_nor_acpmems_commands_in_the_callers_process(tmp_path, run_dir):
+    """The client side of a served read is the interpreter, ``acp`` itself and the relay: not ``re`` (which the
+    console scripts pip generates import first, 5 ms of a 10 ms start-up) and nothing of the commands."""
+    env = env_for(run_dir)
+    root, _ = _vault_with_entries(tmp_path / "v", env)
+    started(run_dir, env, root)
+    before = served(run_dir)
+    r = acp("memory", "--vault", root, "list", env=dict(env, PYTHONPROFILEIMPORTTIME="1"))   # (-X importtime)
+    assert r.returncode == 0 and "Deploys go through" in r.stdout, r.stderr
+    assert served(run_dir) == before + 1
+    base = subprocess.run([sys.executable, "-c", "pass"], env=dict(env, PYTHONPROFILEIMPORTTIME="1"),
+                          capture_output=True, text=True, timeout=120)
+
+    def imported(err: str) -> set[str]:
+        return {line.rsplit("|", 1)[1].strip() for line in err.splitlines() if line.startswith("import time:")}
+
+    # (an editable install's finder imports `re` into every start-up, `python -c pass` included: not ours)
+    ours = imported(r.stderr) - imported(base.stderr)
+    assert "acpmem.cli.relay" in ours
+    assert not ours & {"re", "acpmem.cli.fast", "acpmem.vault.reader", "sqlite3"}, sorted(ours)
