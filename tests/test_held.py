@@ -16,6 +16,13 @@ from acpmem.vault.reader import VaultReader
 pytestmark = pytest.mark.skipif(not hasattr(os, "pipe") or not os.path.isdir("/proc/self"), reason="Linux only")
 
 
+@pytest.fixture(autouse=True)
+def _settled_at_once(monkeypatch):
+    """Files written by a test are not racily clean (``catalog.RACY_NS``): a catalog with such rows is not held
+    (``test_a_vault_written_a_moment_ago_is_held_once_it_settles``), and these tests hold what they just wrote."""
+    monkeypatch.setattr(catalog, "RACY_NS", 0)
+
+
 @pytest.fixture
 def holder():
     h = held.Holder()
@@ -268,3 +275,15 @@ def test_what_is_held_in_all_stays_within_its_bound(tmp_path, holder, monkeypatc
     with VaultReader(roots[0]) as r:
         assert not holder.hold(roots[0], str(r.db_path), tuple(r.settings.types), held.LIGHT)
     assert list(held.HELD) == [(roots[1], held.LIGHT)] and all(roots[0] not in rs for rs in holder.roots.values())
+
+
+def test_a_vault_written_a_moment_ago_is_held_once_it_settles(vault, holder, monkeypatch):
+    monkeypatch.setattr(catalog, "RACY_NS", 3_600 * 10**9)   # everything written within the hour is "a moment ago"
+    _write(vault, make_entry("aaa111", "Deploys go through staging", "- staging first"))
+    with VaultReader(vault.root) as r:
+        args = (str(vault.root), str(r.db_path), tuple(r.settings.types))
+        assert not holder.hold(*args, held.LIGHT) and not holder.hold(*args, held.ROWS)
+        assert r.with_db(catalog.racily_clean)
+    assert not held.HELD and not holder.roots and str(vault.root) not in holder.refused   # (asked again later)
+    monkeypatch.setattr(catalog, "RACY_NS", 0)               # settled
+    assert holder.hold(*args, held.LIGHT)

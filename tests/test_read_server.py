@@ -323,8 +323,13 @@ def test_a_vault_the_server_holds_is_read_anew_after_every_change(tmp_path, run_
     first = next((root / "entries").glob(f"{ids[0]}*.md"))
 
     def holds():
-        assert acp("memory", "--vault", root, "list", env=env).returncode == 0   # served: the child says what it read
-        return _watches(pids[0]) >= 2
+        """A served read (its child says what it read), then a second for the server to hold it: a vault written
+        a moment ago is held only once its files have settled (``catalog.RACY_NS``), at a later read."""
+        for _ in range(120):
+            assert acp("memory", "--vault", root, "list", env=env).returncode == 0
+            if wait_for(lambda: _watches(pids[0]) >= 2, timeout=1.0):
+                return True
+        return False
 
     def agree(*line):
         before = served(run_dir)

@@ -208,6 +208,12 @@ def _racy_map(value: str | None) -> dict[str, tuple[str, str]]:
             if isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v)}
 
 
+def racily_clean(con: sqlite3.Connection) -> bool:
+    """Whether rows the last refresh read are still racily clean (the next refresh reads them again)."""
+    row = con.execute("SELECT value FROM meta WHERE key = 'racy'").fetchone()
+    return bool(row and _racy_map(row[0]))
+
+
 def _is_racy(sig: str, t0: int) -> bool:
     """Whether a file with this signature, read after ``t0``, may still change without changing its signature: its
     ctime (which every change sets to the present, a new file too; unlike the mtime it cannot be set back or ahead)

@@ -135,6 +135,14 @@ def loaded(root: str, db_path: str, types: tuple[str, ...], kind: str) -> None:
         pass
 
 
+def _settled(con) -> None:
+    """Raise unless the catalog has no racily clean rows: files written a moment ago are read again by the next
+    refresh, and held, the catalog would keep them marked (the staleness marks are then worked out anew every read);
+    such a vault is held at a later report instead."""
+    if catalog.racily_clean(con):
+        raise BlockingIOError("written a moment ago")
+
+
 def _size(held) -> int:
     return sum(len(h.rows) if h.rows is not None else len(h.snapshot.entries) + len(h.snapshot.problems)
                for h in held)
@@ -245,9 +253,11 @@ class Holder:
             from acpmem.search import query, store
 
             catalog.refresh(con, root)
+            _settled(con)
             store.update(con)
             return HeldListing(types, rows=query.light_entries(query.light_rows(con, types=types)))
         snap = catalog.snapshot(con, root, types, light=kind == LIGHT)
+        _settled(con)
         bad = {p.path for p in snap.problems}
         ids = {path: ident for path, ident in con.execute("SELECT path, entry_id FROM files") if path in bad}
         return HeldListing(types, catalog.Snapshot(snap.entries, snap.problems, catalog.Changes()), ids)
