@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from helpers_proc import make_entry
+from acpmem.infra import inotify
 from acpmem.search import catalog, held
 from acpmem.vault.reader import VaultReader
 
@@ -219,13 +220,13 @@ def test_a_vault_on_a_network_file_system_is_never_held(vault, holder, monkeypat
                  "40 27 0:50 / /mnt/team\\040share rw,relatime - nfs4 srv:/export rw\n"
                  "41 27 0:51 / /mnt/team rw,relatime - tmpfs tmpfs rw\n"
                  "42 27 0:52 / /mnt/fuse rw - fuse.sshfs host:/x rw\n")
-    assert held.filesystem_of("/mnt/team share/vault", mountinfo) == "nfs4"
-    assert held.filesystem_of("/mnt/team/vault", mountinfo) == "tmpfs"
-    assert held.filesystem_of("/mnt/teamx/vault", mountinfo) == "ext4"
-    assert held.filesystem_of("/mnt/fuse/v", mountinfo) not in held.LOCAL_FILESYSTEMS
+    assert inotify.filesystem_of("/mnt/team share/vault", mountinfo) == "nfs4"
+    assert inotify.filesystem_of("/mnt/team/vault", mountinfo) == "tmpfs"
+    assert inotify.filesystem_of("/mnt/teamx/vault", mountinfo) == "ext4"
+    assert inotify.filesystem_of("/mnt/fuse/v", mountinfo) not in inotify.LOCAL_FILESYSTEMS
     _write(vault, make_entry("aaa111", "One", "- one"))
-    assert held.filesystem_of(str(vault.root)) in held.LOCAL_FILESYSTEMS   # this machine's temporary folder
-    monkeypatch.setattr(held, "filesystem_of", lambda path, mountinfo=None: "nfs4")
+    assert inotify.filesystem_of(str(vault.root)) in inotify.LOCAL_FILESYSTEMS   # this machine's temporary folder
+    monkeypatch.setattr(inotify, "filesystem_of", lambda path, mountinfo=None: "nfs4")
     with VaultReader(vault.root) as r:
         assert not holder.hold(str(vault.root), str(r.db_path), tuple(r.settings.types), held.LIGHT)
     assert not held.HELD and not holder.roots

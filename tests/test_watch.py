@@ -362,3 +362,22 @@ def test_deleting_the_local_state_while_the_watcher_runs_loses_nothing(watched, 
     c = cli("memory", "--vault", str(v.root), "forget", v.load().entries[0].id, "--reason", "test")
     assert c.returncode == 0, c.stderr
     assert cli("memory", "--vault", str(v.root), "doctor").returncode == 0
+
+
+def test_no_watcher_for_a_vault_on_a_network_file_system(new_vault, monkeypatch):
+    """On NFS, SMB or FUSE inotify never reports a change made on another machine: a watcher there would vouch for
+    an index that misses it, so readers scan, every time."""
+    from acpmem.infra import inotify
+
+    v = new_vault(watch_min_entries=1)
+    monkeypatch.setattr(inotify, "filesystem_of", lambda path, mountinfo=None: "nfs4")
+    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
+    for _ in range(2):
+        con, res = open_(v)
+        assert res.via == "scan" and top(con, "kafka offsets")
+        con.close()
+    assert watch.running_pid(v.state_dir) is None
+    monkeypatch.setattr(inotify, "filesystem_of", lambda path, mountinfo=None: "ext4")   # and on a local one, one
+    open_(v)[0].close()
+    ready(v)
+    assert watch.running_pid(v.state_dir)

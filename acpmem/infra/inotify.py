@@ -1,5 +1,5 @@
 """Linux inotify through libc (the standard library has none): the kernel reports each change to a watched folder's
-files inside the system call that makes it. Used by the watcher (``acpmem.search.watch``) and by the listings the
+files inside the system call that makes it — on a local file system only (``sees_every_change``). Used by the watcher (``acpmem.search.watch``) and by the listings the
 read server holds (``acpmem.search.held``)."""
 from __future__ import annotations
 
@@ -16,6 +16,43 @@ ENTRY_EVENTS = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVE
                 | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW)
 ROOT_EVENTS = IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
 _EVENT = struct.Struct("iIII")
+
+
+# File systems where the kernel sees every change, so inotify reports it. Not a network file system (NFS, SMB,
+# 9p, FUSE): a change made on another machine is never reported there, and a vault on one is listed the long way.
+LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "zfs", "f2fs", "bcachefs",
+                               "reiserfs", "jfs", "overlay", "vfat", "exfat", "ntfs3", "hfsplus", "nilfs2"})
+
+
+def filesystem_of(path: str, mountinfo: str | None = None) -> str | None:
+    """The type of the file system ``path`` lies on (Linux ``/proc/self/mountinfo``: the longest mount point above
+    it, the last mounted there), or None when it cannot be told."""
+    # lazy: asked once per vault by the read server and the watcher; `re` is 5 ms of a start-up
+    import re
+
+    try:
+        real = os.path.realpath(path)
+        if mountinfo is None:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+                mountinfo = f.read()
+    except (OSError, ValueError):
+        return None
+    best, kind = "", None
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split(" ")
+        if not sep or len(fields) < 5 or not right:
+            continue
+        mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) >= len(best):
+            best, kind = mount, right.split(" ", 1)[0]
+    return kind
+
+
+def sees_every_change(path: str | os.PathLike) -> bool:
+    """Whether inotify reports every change under ``path``: it is on a local file system (``LOCAL_FILESYSTEMS``)."""
+    return filesystem_of(os.fspath(path)) in LOCAL_FILESYSTEMS
 
 
 class Inotify:
@@ -63,4 +100,5 @@ class Inotify:
         os.close(self.fd)
 
 
-__all__ = ["Inotify", "ENTRY_EVENTS", "ROOT_EVENTS", "IN_Q_OVERFLOW"]
+__all__ = ["Inotify", "ENTRY_EVENTS", "ROOT_EVENTS", "IN_Q_OVERFLOW", "LOCAL_FILESYSTEMS", "filesystem_of",
+           "sees_every_change"]

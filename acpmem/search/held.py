@@ -17,7 +17,7 @@ Everything else (settings, reads, branches) is read as before; what is held answ
 
 Outside the server ``HELD`` is empty and nothing changes. Not on other systems than Linux (no inotify); not for a
 vault larger than ``MAX_ENTRIES`` files, nor past ``MAX_HELD`` entries in all (the oldest vault is let go first);
-not on a network file system, where another machine's changes are never reported (``LOCAL_FILESYSTEMS``). As for
+not on a network file system, where another machine's changes are never reported (``inotify.sees_every_change``). As for
 the watcher (``acpmem.search.watch``), an entry file changed through another hard link of it is not reported:
 nobody keeps entry files that way.
 """
@@ -38,38 +38,6 @@ MAX_REPORT = 4000       # a report is one write on a pipe, whole (PIPE_BUF is 4,
 
 
 LIGHT, FULL, ROWS = "light", "full", "rows"   # what is held of a vault: its light or full listing, its index rows
-
-
-# File systems where the kernel sees every change, so inotify reports it. Not a network file system (NFS, SMB,
-# 9p, FUSE): a change made on another machine is never reported there, and a vault on one is listed the long way.
-LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "zfs", "f2fs", "bcachefs",
-                               "reiserfs", "jfs", "overlay", "vfat", "exfat", "ntfs3", "hfsplus", "nilfs2"})
-
-
-def filesystem_of(path: str, mountinfo: str | None = None) -> str | None:
-    """The type of the file system ``path`` lies on (Linux ``/proc/self/mountinfo``: the longest mount point above
-    it, the last mounted there), or None when it cannot be told."""
-    # lazy: only the server asks, and every listing imports this module (``re`` is 5 ms of a start-up)
-    import re
-
-    try:
-        real = os.path.realpath(path)
-        if mountinfo is None:
-            with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-                mountinfo = f.read()
-    except (OSError, ValueError):
-        return None
-    best, kind = "", None
-    for line in mountinfo.splitlines():
-        left, sep, right = line.partition(" - ")
-        fields = left.split(" ")
-        if not sep or len(fields) < 5 or not right:
-            continue
-        mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
-        inside = real == mount or real.startswith(mount.rstrip("/") + "/")
-        if inside and len(mount) >= len(best):
-            best, kind = mount, right.split(" ", 1)[0]
-    return kind
 
 
 class HeldListing:
@@ -211,7 +179,7 @@ class Holder:
             return True
         if root in self.refused:
             return False
-        if filesystem_of(root) not in LOCAL_FILESYSTEMS:
+        if not inotify.sees_every_change(root):
             self.refused.add(root)
             return False
         while len({k[0] for k in HELD} | {root}) > MAX_VAULTS:
@@ -263,5 +231,5 @@ class Holder:
         return HeldListing(types, catalog.Snapshot(snap.entries, snap.problems, catalog.Changes()), ids)
 
 
-__all__ = ["HELD", "HeldListing", "Holder", "get", "rows", "current", "by_id", "loaded", "filesystem_of",
-           "LOCAL_FILESYSTEMS", "LIGHT", "FULL", "ROWS", "MAX_ENTRIES", "MAX_VAULTS", "MAX_HELD"]
+__all__ = ["HELD", "HeldListing", "Holder", "get", "rows", "current", "by_id", "loaded", "LIGHT", "FULL", "ROWS",
+           "MAX_ENTRIES", "MAX_VAULTS", "MAX_HELD"]

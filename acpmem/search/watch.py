@@ -37,7 +37,7 @@ from acpmem.core import layout
 from acpmem.core.settings import Settings
 from acpmem.infra import db, locks
 from acpmem.infra.inotify import (ENTRY_EVENTS, IN_DELETE, IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, IN_MOVED_FROM,
-                                   IN_Q_OVERFLOW, IN_UNMOUNT, ROOT_EVENTS, Inotify)
+                                   IN_Q_OVERFLOW, IN_UNMOUNT, ROOT_EVENTS, Inotify, sees_every_change)
 from acpmem.search import catalog, held, store
 
 SOCK = "watch.sock"
@@ -190,9 +190,10 @@ def running_pid(state_dir: Path) -> int | None:
 
 
 def start(root: Path, state_dir: Path, idle_seconds: float) -> int | None:
-    """Start a detached watcher (``acpmem.detach``) unless one holds the lock, or one failed in the last
+    """Start a detached watcher (``acpmem.detach``) unless one holds the lock, one failed in the last
     ``RETRY_AFTER_S`` (an inotify limit reached, say: every recall would otherwise pay for a watcher that cannot
-    start); its pid, or None."""
+    start), or the vault is on a network file system (inotify would miss another machine's changes); its pid, or
+    None."""
     # lazy: `surface` does not need it (measured +0.1 ms to its start-up)
     from acpmem.infra.detach import reap, spawn
 
@@ -200,6 +201,8 @@ def start(root: Path, state_dir: Path, idle_seconds: float) -> int | None:
     with contextlib.suppress(OSError):
         if time.time() - os.stat(Path(state_dir) / FAILED).st_mtime < RETRY_AFTER_S:
             return None
+    if not sees_every_change(root):   # a network file system: another machine's changes would go unseen
+        return None
     try:
         fd = locks.try_lock(_lock_path(state_dir))
         if fd is None:
