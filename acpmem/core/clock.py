@@ -18,7 +18,7 @@ def utc_iso(dt: datetime) -> str:
 
 
 _PARSED: dict[str, datetime] = {}   # every listing parses the same few thousand times again (datetimes are immutable)
-_PARSED_MAX = 100_000
+_PARSED_MAX = 50_000      # (about 6 MB at the most)
 
 
 def parse_iso(value: str) -> datetime:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from itertools import islice
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from itertools import islice
 from pathlib import Path
 from types import MappingProxyType
 
