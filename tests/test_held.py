@@ -153,6 +153,11 @@ def test_a_read_the_long_way_is_reported_and_the_report_is_held(vault, holder):
             assert r.resolve("aaa").title == "Deploys go through staging"
         holder.read_reports(r_fd)
         assert not holder.wanted            # a held listing is not reported again
+        held.loaded("/v\x1fx", "/v/db", ("fact",), held.LIGHT)          # the report's separators: never said
+        held.loaded("/v", "/v/db", ("fa\nct",), held.LIGHT)
+        held.loaded("/v" + "x" * held.MAX_REPORT, "/v/db", ("fact",), held.LIGHT)   # nor what is too long
+        holder.read_reports(r_fd)
+        assert not holder.wanted
     finally:
         os.close(r_fd)
         os.close(w_fd)

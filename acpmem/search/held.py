@@ -93,9 +93,11 @@ def loaded(root: str, db_path: str, types: tuple[str, ...], kind: str) -> None:
     it). Never waits, never fails: a full pipe or a long path is simply not said."""
     if not REPORT_FD:
         return
-    line = "\x1f".join((root, db_path, kind, *types)) + "\n"
-    data = line.encode("utf-8", "surrogateescape")
-    if len(data) > MAX_REPORT or "\n" in "".join((root, db_path, *types)):
+    parts = (root, db_path, kind, *types)
+    if any("\n" in p or "\x1f" in p for p in parts):   # (the report's own separators)
+        return
+    data = ("\x1f".join(parts) + "\n").encode("utf-8", "surrogateescape")
+    if len(data) > MAX_REPORT:
         return
     try:
         os.write(REPORT_FD[0], data)
