@@ -288,6 +288,57 @@ def test_ctrl_c_reaches_the_served_command(tmp_path, run_dir):
     assert served(run_dir) == 1
 
 
+_EARLY_INTERRUPT = r"""
+import json, os, socket, sys
+from acpmem.cli import readserver, relay
+import acpmem.cli.main as entry
+
+def interrupted_at_once(argv, prog):   # Ctrl-C lands before the command's own handling is in place
+    raise KeyboardInterrupt
+
+entry.main = interrupted_at_once
+argv = sys.argv[1:]
+items = readserver._unpack(relay.request(argv, "acp")[4:])
+mine, theirs = socket.socketpair()
+err_r, err_w = os.pipe()
+fds = [os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY), err_w]
+pid = os.fork()
+if pid == 0:
+    mine.close()
+    readserver.run_child(theirs, items, fds)
+theirs.close()
+for fd in fds:
+    os.close(fd)
+answer = b""
+while chunk := mine.recv(64):
+    answer += chunk
+os.waitpid(pid, 0)
+err = b""
+while chunk := os.read(err_r, 4096):
+    err += chunk
+print(json.dumps({"answer": answer.hex(), "err": err.decode()}))
+"""
+
+
+@pytest.mark.parametrize("json_flag", [False, True])
+def test_an_interrupt_before_the_served_command_handles_it_is_said_as_one(tmp_path, json_flag):
+    """The caller passes Ctrl-C on as soon as it has the child's pid, which can be before the command's own handling
+    is in place: the child still ends as an interrupted command (the line, exit 130), never with 70 and nothing
+    said (CI saw that once). The interrupt is made to land at that point."""
+    argv = ["memory", "list"] + (["--json"] if json_flag else [])
+    r = subprocess.run([sys.executable, "-c", _EARLY_INTERRUPT, *argv], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    answer = bytes.fromhex(got["answer"])
+    assert answer[:1] == b"S" and answer[5:6] == b"X", answer
+    assert int.from_bytes(answer[6:10], "big", signed=True) == 130
+    if json_flag:
+        assert json.loads(got["err"])["error"]["code"] == "interrupted", got["err"]
+    else:
+        assert got["err"] == "Interrupted.\n", got["err"]
+
+
 @pytest.mark.parametrize("idle", ["abc", "0", "-5", "nan", "inf", "1e300"])
 def test_an_idle_time_that_is_not_seconds_is_said_and_the_read_runs_alone(tmp_path, run_dir, idle):
     env = env_for(run_dir, ACPMEM_READ_SERVER_IDLE=idle)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from acpmem.cli.relay import standard_descriptors, try_server
+from acpmem.cli.relay import report_interrupt, standard_descriptors, try_server
 
 
 def main(argv: list[str], prog: str) -> int:
@@ -107,13 +107,20 @@ def _takes_text(command) -> bool:
     return any(type(p).__name__ == "TyperArgument" for p in getattr(command, "params", ()))
 
 
+def _run(prog: str) -> None:
+    argv = sys.argv[1:]
+    try:
+        standard_descriptors()
+        code = try_server(argv, prog)
+        code = main(argv, prog) if code is None else code
+    except KeyboardInterrupt:   # before the command's own handling is in place (or after it): said as by a command
+        code = report_interrupt(argv)
+    sys.exit(code)
+
+
 def acpmem_main() -> None:
-    standard_descriptors()
-    code = try_server(sys.argv[1:], "acpmem")
-    sys.exit(main(sys.argv[1:], "acpmem") if code is None else code)
+    _run("acpmem")
 
 
 def acp_main() -> None:
-    standard_descriptors()
-    code = try_server(sys.argv[1:], "acp")
-    sys.exit(main(sys.argv[1:], "acp") if code is None else code)
+    _run("acp")

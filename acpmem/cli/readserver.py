@@ -148,15 +148,17 @@ def run_child(conn: socket.socket, items: list[bytes], fds: list[int]) -> None:
             os.close(fd)
         _fresh_streams()
         sys.argv = [prog] + argv
-        conn.sendall(b"S" + os.getpid().to_bytes(4, "big"))
-        from acpmem.cli.main import main
-
+        # the client passes Ctrl-C on once it has the pid: from the moment it is sent, an interrupt anywhere (before
+        # the command's own handling is in place, or after it) ends the command as an interrupted one
         try:
+            conn.sendall(b"S" + os.getpid().to_bytes(4, "big"))
+            from acpmem.cli.main import main
+
             code = main(argv, prog)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         except KeyboardInterrupt:
-            code = 130
+            code = relay.report_interrupt(argv)
         for s in (sys.stdout, sys.stderr):
             try:
                 s.flush()

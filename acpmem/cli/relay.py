@@ -209,7 +209,7 @@ def _answer(sock, argv: list[str]) -> int | None:
         try:
             if pid is None:
                 if not _fill(sock, 5, buf) or buf[:1] != b"S":
-                    return _interrupted(argv) if interrupted else None
+                    return report_interrupt(argv) if interrupted else None
                 pid = int.from_bytes(buf[1:5], "big")
                 del buf[:5]
                 if interrupted:
@@ -228,7 +228,8 @@ def _answer(sock, argv: list[str]) -> int | None:
     return 1
 
 
-def _interrupted(argv: list[str]) -> int:
+def report_interrupt(argv: list[str]) -> int:
+    """Say that the command was interrupted, as every command does (``Interrupted.``, or the JSON error): 130."""
     # lazy: only a Ctrl-C before the command started needs them (measured +4 ms to the client's start-up)
     from acpmem.cli.output import interrupted, json_errors, wants_json
 
