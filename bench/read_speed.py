@@ -2,7 +2,10 @@
 the user's message with `--prompt`, as pi's and DSH's per-prompt hooks call it), `score`, `stats`,
 `list`, `list --format prompt` (fresh and frozen for a session) and `recall` (at 1,000 entries and, with
 ``--recall-entries``, at 10,000), each as a ratio to the same run's `python -c pass`, beside its target (3x for the
-per-turn reads at 1,000 entries, 4x for `recall` at 10,000).
+per-turn reads at 1,000 entries, 4x for `recall` at 10,000). With ``--recall-text locomo10.json``, `recall` is also
+timed in a vault of the same size written from real conversations (``bench/text_vault.py``), asked LoCoMo's own
+questions: the generated entries share 27 words, so every query word is in most of them and a search scores nearly
+the whole vault (the worst case); real text is not like that.
 
 Builds a vault of generated entries (``bench/list_speed.py``'s generator), warms its derived caches once, then runs
 the commands round-robin as fresh processes (so a busy machine slows them all alike) and prints, for each, the
@@ -20,8 +23,8 @@ Run it from an installed package (``pip install .`` in a fresh venv): an editabl
 every python start import its finder, `python -c pass` included, which halves the ratios; the script says so when
 it finds one.
 
-    python bench/read_speed.py [--entries 1000] [--recall-entries 10000] [--runs 15] [--keep DIR] [--user] [--typer]
-                              [--no-server]
+    python bench/read_speed.py [--entries 1000] [--recall-entries 10000] [--recall-text LOCOMO_JSON] [--runs 15]
+                              [--keep DIR] [--user] [--typer] [--no-server]
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from list_speed import build  # noqa: E402
+from text_vault import build as build_text, questions  # noqa: E402
 
 from acpmem.search import catalog  # noqa: E402
 
@@ -64,9 +68,14 @@ def main() -> None:
                     help="leave out the rows run by the read server (ACPMEM_READ_SERVER=1)")
     ap.add_argument("--recall-entries", type=int, default=10000,
                     help="a second vault of this size for `recall` (0: none)")
+    ap.add_argument("--recall-text", type=Path, metavar="LOCOMO_JSON",
+                    help="also `recall` in a vault of --recall-entries entries written from LoCoMo's conversations "
+                         "(bench/text_vault.py), asked LoCoMo's questions: a real vocabulary")
     args = ap.parse_args()
     if args.entries < 1 or args.runs < 1 or args.recall_entries < 0:
         ap.error("--entries and --runs must be at least 1, --recall-entries at least 0 (0: no recall vault)")
+    if args.recall_text is not None and (not args.recall_text.is_file() or not args.recall_entries):
+        ap.error(f"--recall-text {args.recall_text}: pass the path of locomo10.json, with --recall-entries above 0")
     if args.keep is not None and args.keep.exists() and not args.keep.is_dir():
         ap.error(f"--keep {args.keep} is a file: pass a folder (made if missing) to build the vaults in")
     n = args.entries
@@ -80,6 +89,10 @@ def main() -> None:
     big = base / f"v{args.recall_entries}" if args.recall_entries else None
     if big is not None and not (big / "entries").is_dir():
         build(big, args.recall_entries, seed=3)
+        time.sleep(catalog.RACY_NS / 1e9)
+    text = base / f"t{args.recall_entries}" if args.recall_text else None
+    if text is not None and not (text / "entries").is_dir():
+        build_text(text, args.recall_text, args.recall_entries)
         time.sleep(catalog.RACY_NS / 1e9)
     env = {**os.environ, "ACPMEM_USER_VAULT": str(user) if args.user else "none", "ACPMEM_READ_SERVER": "0"}
     env.pop("ACPMEM_NO_FASTPATH", None)
@@ -104,6 +117,10 @@ def main() -> None:
     if big is not None:
         commands[f"recall ({args.recall_entries:,})"] = lambda: [acp, "memory", "recall", "deploy gateway retry",
                                                                  "--vault", str(big)]
+    if text is not None:
+        asked = questions(args.recall_text, 10)
+        commands[f"recall ({args.recall_entries:,}, LoCoMo)"] = lambda: [
+            acp, "memory", "recall", asked[next(runs) % len(asked)], "--vault", str(text)]
     cases = [("python -c pass", lambda: [sys.executable, "-c", "pass"], env)]
     cases += [(name, make, env) for name, make in commands.items()]
     if args.typer:

@@ -2,11 +2,13 @@
 take their data paths as arguments; a user's clone has no benchmark data next to it)."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py"))
@@ -54,3 +56,42 @@ def test_read_speed_refuses_a_file_to_keep_the_vaults_in(tmp_path):
     bad = subprocess.run([sys.executable, str(BENCH / "read_speed.py"), "--keep", str(tmp_path / "a-file")],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert bad.returncode == 2 and "is a file: pass a folder" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_text_vault_writes_locomos_observations_and_turns_and_recall_finds_the_answer(tmp_path):
+    """``bench/text_vault.py`` (the real-vocabulary vault `read_speed.py --recall-text` times `recall` in): every
+    observation a fact, every turn a reference with its speaker, the texts used again past their count; a LoCoMo
+    question recalls the observation holding its answer first."""
+    locomo = Path(__file__).resolve().parent / "fixtures" / "efficacy" / "locomo-tiny.json"
+    root = tmp_path / "t"
+    made = subprocess.run([sys.executable, str(BENCH / "text_vault.py"), str(locomo), str(root), "--entries", "20"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    sys.path.insert(0, str(BENCH))
+    try:
+        import text_vault
+    finally:
+        sys.path.remove(str(BENCH))
+    pool = text_vault.texts(locomo)
+    assert [t for t, _, _ in pool] == ["fact"] * 6 + ["reference"] * 7
+    files = sorted((root / "entries").glob("*.md"))
+    assert len(files) == 20
+    assert "Caroline attended an LGBTQ support group on 7 May 2023." in files[0].read_text()
+    assert "(2)" in files[13].read_text() and pool[0][2] in files[13].read_text()   # used again, numbered
+    asked = text_vault.questions(locomo, 2)
+    assert asked == ["When did Caroline go to the LGBTQ support group?", "What does Melanie paint?"]
+    got = run_cli("memory", "--vault", str(root), "recall", asked[1], "--json", "-n", "1",
+                  env={"ACPMEM_USER_VAULT": "none"})
+    assert got.returncode == 0, got.stderr
+    (first,) = json.loads(got.stdout)["hits"]
+    assert first["body"].strip() == "Melanie paints a lake sunrise.", first
+    again = subprocess.run([sys.executable, str(BENCH / "text_vault.py"), str(locomo), str(root)],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert again.returncode == 2 and "exists: pass a new folder" in again.stderr
+
+
+def test_read_speed_refuses_recall_text_that_is_not_a_file(tmp_path):
+    bad = subprocess.run([sys.executable, str(BENCH / "read_speed.py"), "--recall-text", str(tmp_path / "none.json")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert bad.returncode == 2 and "pass the path of locomo10.json" in bad.stderr and "Traceback" not in bad.stderr, \
+        bad.stderr
