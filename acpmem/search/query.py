@@ -215,11 +215,17 @@ class IndexSource:
         essential = sorted(set(bound) - weak)
         if set(essential) <= set(seed_terms):
             return [k for k, _ in seed]
-        return [k for k, _ in self._top(rows, n, essential if weak and cheaper(essential) else None)]
+        if not (weak and cheaper(essential)):
+            return [k for k, _ in self._top(rows, n, None)]
+        # the documents of the seed terms were scored already: a document among them missing from the seed's best
+        # n is behind n others there, so only the other documents of the essential terms are scored now
+        more = self._top(rows, n, [t for t in essential if t not in seed_terms], sorted(seed_terms))
+        return [k for k, _ in sorted(seed + more, key=lambda r: (-r[1], r[0]))[:n]]
 
-    def _top(self, rows: list[tuple[int, int, float]], n: int, holding: list[int] | None) -> list[tuple[int, float]]:
+    def _top(self, rows: list[tuple[int, int, float]], n: int, holding: list[int] | None,
+             scored: Sequence[int] = ()) -> list[tuple[int, float]]:
         """(key, score) of the ``n`` best documents over all query terms; with ``holding``, among the documents
-        that hold one of those term ids only."""
+        that hold one of those term ids only, less those holding one of the term ids ``scored``."""
         tfw, fparams = [], []
         for i, (w, avg) in enumerate(zip(FIELD_WEIGHTS, self.stats.avg_len)):
             tfw.append(f"? * p.f{i} / (? + ? * d.l{i} / ?)")
@@ -229,8 +235,12 @@ class IndexSource:
         if holding is None:
             scan = f"q JOIN idx_post p ON p.tid = q.tid JOIN idx_lens d ON d.key = p.key WHERE 1{self._where}"
         else:   # driven by those documents, each probing the query's postings by primary key
-            ctes += f", e(key) AS (SELECT DISTINCT key FROM idx_post WHERE tid IN ({','.join('?' * len(holding))}))"
+            ctes += f", e(key) AS (SELECT DISTINCT key FROM idx_post WHERE tid IN ({','.join('?' * len(holding))})"
             params += holding
+            if scored:
+                ctes += f" EXCEPT SELECT key FROM idx_post WHERE tid IN ({','.join('?' * len(scored))})"
+                params += list(scored)
+            ctes += ")"
             scan = ("e CROSS JOIN idx_lens d CROSS JOIN q CROSS JOIN idx_post p "
                     f"WHERE d.key = e.key AND p.tid = q.tid AND p.key = e.key{self._where}")
         sql = (f"WITH {ctes} SELECT key, sum(best) AS s FROM ("
