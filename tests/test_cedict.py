@@ -34,3 +34,16 @@ def test_unwritable_cache_falls_back_to_memory(tmp_path, monkeypatch):
     assert type(s).__name__ == "_MemoryStore"
     assert s.en_to_zh("upload") == cedict.en_to_zh("upload")
     cedict.store.cache_clear()
+
+
+def test_the_installed_package_names_the_word_lists_licence():
+    """The wheel carries CC-CEDICT-derived data under CC BY-SA 4.0 beside acpmem's MIT code: the installed
+    package's metadata says both (an SPDX expression, not the table form setuptools stops building in 2027) and
+    ships the licence file naming the data file."""
+    from importlib import metadata
+
+    meta = metadata.metadata("acpmem")
+    assert meta["License-Expression"] == "MIT AND CC-BY-SA-4.0"
+    (lic,) = [f for f in metadata.files("acpmem") if f.name == "LICENSE"]
+    text = lic.read_text()
+    assert text.startswith("MIT License") and "cedict-words.tsv.gz" in text and "CC BY-SA 4.0" in text
