@@ -293,3 +293,99 @@ def test_a_vault_written_a_moment_ago_is_held_once_it_settles(vault, holder, mon
     assert not held.HELD and not holder.roots and str(vault.root) not in holder.refused   # (asked again later)
     monkeypatch.setattr(catalog, "RACY_NS", 0)               # settled
     assert holder.hold(*args, held.LIGHT)
+
+
+def _times_both(root, state_dir, state, only=None):
+    from acpmem.vault import readlog
+
+    return readlog.last_reads(root, state_dir, only), readlog.last_reads(root, state_dir, only, state=state)
+
+
+@pytest.mark.parametrize("change", ["nothing", "appended", "a line half-written", "folded and read again",
+                                    "a teammate's file", "a teammate's file rewritten", "a file removed",
+                                    "the log replaced by a shorter one", "the log rewritten, same length",
+                                    "the log made a symlink", "a FIFO among the files"])
+def test_held_read_times_are_what_the_files_say_after_every_kind_of_change(vault, change):
+    """The server holds what the reads files gave (the committed ``reads/*.tsv``, the local log's whole lines); a
+    reader takes it only while those bytes are unchanged and parses what was appended since: after each kind of
+    change the times are exactly what reading every file gives."""
+    from acpmem.vault import readlog
+
+    reads = vault.root / "reads"
+    reads.mkdir(exist_ok=True)
+    (reads / "aaaa.tsv").write_text("e1\t2026-11-01T10:00:00Z\ne2\t2026-11-02T10:00:00Z\n")
+    (reads / "bbbb.tsv").write_text("e1\t2026-11-03T10:00:00Z\ne3\t2026-11-01T10:00:00Z\n")
+    readlog.record(vault.state_dir, ["e2", "e4"], "2026-11-05T10:00:00Z")
+    log = vault.state_dir / readlog.LOCAL_LOG
+    state = readlog.reads_state(vault.root, vault.state_dir)
+    assert state is not None and state.times == readlog.last_reads(vault.root, vault.state_dir)
+    if change == "appended":
+        readlog.record(vault.state_dir, ["e1", "e5"], "2026-11-06T10:00:00Z")
+    elif change == "a line half-written":
+        with open(log, "ab") as f:
+            f.write(b"e3\t2026-11-0")      # an append on its way
+        state = readlog.reads_state(vault.root, vault.state_dir)   # held meanwhile: only whole lines are held
+        with open(log, "ab") as f:
+            f.write(b"7T10:00:00Z\ne6\t2026-11-08T10:00:00Z\n")
+    elif change == "folded and read again":
+        log.unlink()
+        readlog.record(vault.state_dir, ["e7"], "2026-11-09T10:00:00Z")   # a new log, maybe the old inode
+    elif change == "a teammate's file":
+        (reads / "cccc.tsv").write_text("e8\t2026-11-10T10:00:00Z\n")
+    elif change == "a teammate's file rewritten":
+        st = (reads / "bbbb.tsv").stat()
+        (reads / "bbbb.tsv").write_text("e1\t2026-11-04T10:00:00Z\ne3\t2026-11-01T10:00:00Z\n")   # same size
+        os.utime(reads / "bbbb.tsv", ns=(st.st_atime_ns, st.st_mtime_ns))                      # same mtime
+    elif change == "a file removed":
+        (reads / "aaaa.tsv").unlink()
+    elif change == "the log replaced by a shorter one":
+        log.write_text("e9\t2026-11-11T10:00:00Z\n")
+    elif change == "the log rewritten, same length":
+        log.write_bytes(log.read_bytes().replace(b"e4", b"e5"))
+    elif change == "the log made a symlink":
+        (vault.state_dir / "elsewhere.log").write_bytes(log.read_bytes() + b"e1\t2026-11-12T10:00:00Z\n")
+        log.unlink()
+        log.symlink_to(vault.state_dir / "elsewhere.log")
+    elif change == "a FIFO among the files":
+        os.mkfifo(reads / "dddd.tsv")
+    whole, taken = _times_both(vault.root, vault.state_dir, state)
+    assert taken == whole
+    assert _times_both(vault.root, vault.state_dir, state, frozenset({"e1", "e5"}))[1] == \
+        {k: v for k, v in whole.items() if k in {"e1", "e5"}}
+    if change == "nothing":   # and it was taken, not read again: a state that disagrees with the files would show
+        forged = readlog.ReadsState(state.files, state.log, {**state.times, "e1": "2030-01-01T00:00:00Z"})
+        assert readlog.last_reads(vault.root, vault.state_dir, state=forged)["e1"] == "2030-01-01T00:00:00Z"
+
+
+def test_a_held_vaults_read_times_come_from_the_server_until_they_change(vault, holder):
+    """The server holds a vault's read times with its listing (``Holder(reads_of=...)``); a listing in a child
+    takes them, with what was appended to the log since, and lets them go with the vault."""
+    from acpmem.vault import readlog
+
+    h = held.Holder(reads_of=readlog.reads_state)
+    try:
+        _write(vault, make_entry("aaa111", "Deploys go through staging", "- staging first"),
+               make_entry("bbb222", "Rollbacks go through staging", "- staging again"))
+        readlog.record(vault.state_dir, ["aaa111"], "2026-11-30T10:00:00Z")
+        _hold(h, vault.root, held.LIGHT)
+        assert held.reads(str(vault.root)) is not None
+        readlog.record(vault.state_dir, ["bbb222"], "2026-12-01T10:00:00Z")
+        with VaultReader(vault.root) as r:
+            got = {e.id: e.last_read for e in r.load(light=True).entries}
+        assert got == {"aaa111": "2026-11-30T10:00:00Z", "bbb222": "2026-12-01T10:00:00Z"}
+        saved = dict(held.HELD), dict(held.READS)
+        held.HELD.clear()
+        held.READS.clear()
+        try:   # the long way
+            with VaultReader(vault.root) as r:
+                alone = [e.to_json() for e in r.load(light=True).entries]
+        finally:
+            held.HELD.update(saved[0])
+            held.READS.update(saved[1])
+        with VaultReader(vault.root) as r:
+            assert [e.to_json() for e in r.load(light=True).entries] == alone
+        _write(vault, make_entry("ccc333", "Canaries first", "- canary"))
+        h.drain()
+        assert held.reads(str(vault.root)) is None
+    finally:
+        h.close()

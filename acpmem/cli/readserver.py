@@ -190,9 +190,10 @@ def _holder():
     """The listings held for the children (``acpmem.search.held``) and the pipe their reports come on; (None, -1)
     where inotify is not to be had (the children then list every vault the long way, as before)."""
     from acpmem.search import held
+    from acpmem.vault import readlog
 
     try:
-        holder = held.Holder()
+        holder = held.Holder(reads_of=readlog.reads_state)
     except (OSError, AttributeError):
         return None, -1
     r, w = os.pipe()

@@ -24,6 +24,7 @@ nobody keeps entry files that way.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from acpmem.core import layout
@@ -53,6 +54,7 @@ class HeldListing:
 
 
 HELD: dict[tuple[str, str], HeldListing] = {}   # (root, LIGHT|FULL|ROWS) → what is held; only in the read server
+READS: dict[str, object] = {}                     # root → what ``Holder``'s ``reads_of`` gave for a held vault
 REPORT_FD: list[int] = []                        # in the server's children: where ``loaded`` reports
 
 
@@ -75,6 +77,12 @@ def rows(root: str, types: tuple[str, ...]) -> list[tuple] | None:
     (``query.light_entries``), or None."""
     h = HELD.get((root, ROWS)) if HELD else None
     return h.rows if h is not None and h.types == types else None
+
+
+def reads(root: str):
+    """What is held of ``root``'s read times (``acpmem.vault.readlog.ReadsState``: checked against the files by the
+    reader), or None."""
+    return READS.get(root) if READS else None
 
 
 def by_id(root: str, types: tuple[str, ...], prefix: str) -> catalog.Snapshot | None:
@@ -121,7 +129,10 @@ def _size(held) -> int:
 class Holder:
     """The server's side: the inotify watches, the reports read, the listings held."""
 
-    def __init__(self) -> None:
+    def __init__(self, reads_of: Callable[[Path, Path], object] | None = None) -> None:
+        # ``reads_of(root, state_dir)``: what to hold of a held vault's read times (``acpmem.vault.readlog``, a layer
+        # above this one, passed in by the server); taken again each time the vault is held anew
+        self.reads_of = reads_of
         self.ino = inotify.Inotify()
         self.roots: dict[int, set[str]] = {}   # watch → the roots it vouches for (one folder, two spellings)
         self.wanted: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}   # reported, not yet held
@@ -131,6 +142,7 @@ class Holder:
     def close(self) -> None:
         self.ino.close()
         HELD.clear()
+        READS.clear()
 
     def read_reports(self, fd: int) -> None:
         """Take the children's reports queued on ``fd`` (non-blocking)."""
@@ -162,6 +174,8 @@ class Holder:
     def _let_go(self, root: str | None) -> None:
         for key in [k for k in HELD if root is None or k[0] == root]:
             del HELD[key]
+        for key in [k for k in READS if root is None or k == root]:
+            del READS[key]
         for wd in [wd for wd, rs in self.roots.items() if root is None or root in rs]:
             rs = self.roots[wd]
             rs.discard(root) if root is not None else rs.clear()
@@ -211,6 +225,13 @@ class Holder:
         while _size(HELD.values()) + _size([got]) > MAX_HELD:
             self._let_go(next(k[0] for k in HELD if k[0] != root))   # the oldest other vault
         HELD[(root, kind)] = got
+        if self.reads_of is not None and root not in READS:
+            try:
+                state = self.reads_of(Path(root), Path(db_path).parent)
+            except Exception:   # noqa: BLE001 — not held: the children read them the long way
+                state = None
+            if state is not None:
+                READS[root] = state
         for e in got.snapshot.entries if got.snapshot is not None else ():   # the times the children score by
             parse_iso(e.last_read or e.created)
         for _, e in got.rows or ():
@@ -233,5 +254,5 @@ class Holder:
         return HeldListing(types, catalog.Snapshot(snap.entries, snap.problems, catalog.Changes()), ids)
 
 
-__all__ = ["HELD", "HeldListing", "Holder", "get", "rows", "current", "by_id", "loaded", "LIGHT", "FULL", "ROWS",
+__all__ = ["HELD", "READS", "HeldListing", "Holder", "get", "rows", "reads", "current", "by_id", "loaded", "LIGHT", "FULL", "ROWS",
            "MAX_ENTRIES", "MAX_VAULTS", "MAX_HELD"]
