@@ -96,7 +96,7 @@ class ReadsState:
         self.files, self.log, self.times = files, log, times
 
 
-MAX_STATE_BYTES = 16 << 20   # reads files larger than this in all are read the long way every time
+MAX_STATE_BYTES = 4 << 20   # reads files larger than this in all (130,000 lines) are read the long way every time
 
 
 def _committed(root: Path) -> list[tuple[str, bytes]] | None:
