@@ -389,3 +389,12 @@ def test_a_held_vaults_read_times_come_from_the_server_until_they_change(vault, 
         assert held.reads(str(vault.root)) is None
     finally:
         h.close()
+
+
+def test_read_times_past_the_bound_are_not_held(vault, monkeypatch):
+    from acpmem.vault import readlog
+
+    readlog.record(vault.state_dir, ["e1", "e2"], "2026-11-05T10:00:00Z")
+    assert readlog.reads_state(vault.root, vault.state_dir) is not None
+    monkeypatch.setattr(readlog, "MAX_STATE_BYTES", 20)
+    assert readlog.reads_state(vault.root, vault.state_dir) is None
