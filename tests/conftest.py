@@ -233,6 +233,26 @@ def _end_helpers(tmp_path_factory):
         reap()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failure whose message or captured output holds a lone surrogate (a fuzzer's file name, bytes decoded with
+    surrogateescape) is reported with it escaped: pytest-xdist cannot send such text from a worker, and the worker
+    crashed instead, the failure itself unsaid (one full run here: "strings must be utf-8 encodable")."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.passed:
+        return
+
+    def clean(text: str) -> str:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+    if report.longrepr is not None and not isinstance(report.longrepr, tuple):
+        text = str(report.longrepr)
+        if clean(text) != text:
+            report.longrepr = clean(text)
+    report.sections = [(clean(title), clean(content)) for title, content in report.sections]
+
+
 # CI runs the property tests on Hypothesis's fixed seed: a run of a clean clone is reproducible, and an example found
 # there is found again by the same command. Elsewhere they draw fresh examples each run, to find new ones.
 from hypothesis import settings as _hsettings  # noqa: E402
