@@ -398,3 +398,42 @@ def test_read_times_past_the_bound_are_not_held(vault, monkeypatch):
     assert readlog.reads_state(vault.root, vault.state_dir) is not None
     monkeypatch.setattr(readlog, "MAX_STATE_BYTES", 20)
     assert readlog.reads_state(vault.root, vault.state_dir) is None
+
+
+def test_read_times_that_grew_are_taken_again_at_a_reads_report(vault, monkeypatch):
+    """A long read-only stretch grows the local log past what the server took: a child that finds it grown past
+    ``REFRESH_BYTES`` says so, and the server takes the read times again when idle; the times stay the files'."""
+    from acpmem.vault import readlog
+
+    monkeypatch.setattr(readlog, "REFRESH_BYTES", 100)
+    h = held.Holder(reads_of=readlog.reads_state)
+    r_fd, w_fd = os.pipe()
+    os.set_blocking(r_fd, False)
+    held.REPORT_FD[:] = [w_fd]
+    try:
+        _write(vault, make_entry("aaa111", "Deploys go through staging", "- staging first"))
+        readlog.record(vault.state_dir, ["aaa111"], "2026-11-30T10:00:00Z")
+        _hold(h, vault.root, held.LIGHT)
+        first = held.reads(str(vault.root))
+        db = vault.state_dir / catalog.DB_NAME
+        readlog.record(vault.state_dir, ["bbb222"], "2026-12-01T10:00:00Z")   # grown a little: nothing said
+        assert readlog.served_reads(vault.root, vault.state_dir, db) == readlog.last_reads(vault.root, vault.state_dir)
+        h.read_reports(r_fd)
+        assert not h.grown
+        for day in range(2, 12):   # grown past the bound
+            readlog.record(vault.state_dir, ["aaa111", "bbb222"], f"2026-12-{day:02d}T10:00:00Z")
+        got = readlog.served_reads(vault.root, vault.state_dir, db)
+        assert got == readlog.last_reads(vault.root, vault.state_dir) and got["aaa111"] == "2026-12-11T10:00:00Z"
+        h.read_reports(r_fd)
+        assert h.grown == {str(vault.root): str(db)}
+        h.hold_wanted()
+        again = held.reads(str(vault.root))
+        assert again is not first and again.log == (vault.state_dir / readlog.LOCAL_LOG).read_bytes()
+        assert readlog.served_reads(vault.root, vault.state_dir, db) == readlog.last_reads(vault.root, vault.state_dir)
+        h.read_reports(r_fd)
+        assert not h.grown   # taken again: not grown any more
+    finally:
+        h.close()
+        held.REPORT_FD.clear()
+        os.close(r_fd)
+        os.close(w_fd)

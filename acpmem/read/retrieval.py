@@ -330,7 +330,7 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
         light: list[tuple[VaultReader, str, Entry]] = []
         reads: dict[int, dict[str, str]] = {}   # each layer's effective last reads, read once
         for lv in layers:
-            lr = reads[id(lv)] = readlog.last_reads(lv.root, lv.state_dir, state=held.reads(str(lv.root)))
+            lr = reads[id(lv)] = readlog.served_reads(lv.root, lv.state_dir, lv.db_path)
             types = tuple(lv.settings.types)
 
             def rows(con: sqlite3.Connection | None, lv=lv, lr=lr, types=types, kept=None) -> list:

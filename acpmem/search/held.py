@@ -39,6 +39,7 @@ MAX_REPORT = 4000       # a report is one write on a pipe, whole (PIPE_BUF is 4,
 
 
 LIGHT, FULL, ROWS = "light", "full", "rows"   # what is held of a vault: its light or full listing, its index rows
+READ_TIMES = "reads"                          # a report that a held vault's read times grew: take them again
 
 
 class HeldListing:
@@ -138,6 +139,7 @@ class Holder:
         self.wanted: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}   # reported, not yet held
         self._partial = b""
         self.refused: set[str] = set()        # roots never held while this server lives: too large, or not local
+        self.grown: dict[str, str] = {}       # held vaults whose read times grew much since taken → their database
 
     def close(self) -> None:
         self.ino.close()
@@ -161,6 +163,8 @@ class Holder:
                 key = (parts[0], parts[2])
                 if key not in HELD:
                     self.wanted[key] = (parts[1], tuple(parts[3:]))
+            elif len(parts) >= 3 and parts[2] == READ_TIMES and parts[0] in READS:
+                self.grown[parts[0]] = parts[1]
 
     def drain(self) -> None:
         """Let go of every listing of a vault that changed since it was taken (all of them after an overflow)."""
@@ -188,6 +192,21 @@ class Holder:
         while self.wanted:
             key, (db_path, types) = self.wanted.popitem()
             self.hold(key[0], db_path, types, key[1])
+        while self.grown:
+            root, db_path = self.grown.popitem()
+            if root in READS:
+                READS.pop(root)
+                self._hold_reads(root, db_path)
+
+    def _hold_reads(self, root: str, db_path: str) -> None:
+        if self.reads_of is None:
+            return
+        try:
+            state = self.reads_of(Path(root), Path(db_path).parent)
+        except Exception:   # noqa: BLE001 — not held: the children read them the long way
+            state = None
+        if state is not None:
+            READS[root] = state
 
     def hold(self, root: str, db_path: str, types: tuple[str, ...], kind: str) -> bool:
         """Watch ``root`` and its ``entries/``, then read it for ``kind``: whether it is now held."""
@@ -225,13 +244,8 @@ class Holder:
         while _size(HELD.values()) + _size([got]) > MAX_HELD:
             self._let_go(next(k[0] for k in HELD if k[0] != root))   # the oldest other vault
         HELD[(root, kind)] = got
-        if self.reads_of is not None and root not in READS:
-            try:
-                state = self.reads_of(Path(root), Path(db_path).parent)
-            except Exception:   # noqa: BLE001 — not held: the children read them the long way
-                state = None
-            if state is not None:
-                READS[root] = state
+        if root not in READS:
+            self._hold_reads(root, db_path)
         for e in got.snapshot.entries if got.snapshot is not None else ():   # the times the children score by
             parse_iso(e.last_read or e.created)
         for _, e in got.rows or ():
@@ -254,5 +268,5 @@ class Holder:
         return HeldListing(types, catalog.Snapshot(snap.entries, snap.problems, catalog.Changes()), ids)
 
 
-__all__ = ["HELD", "READS", "HeldListing", "Holder", "get", "rows", "reads", "current", "by_id", "loaded", "LIGHT", "FULL", "ROWS",
+__all__ = ["HELD", "READS", "READ_TIMES", "HeldListing", "Holder", "get", "rows", "reads", "current", "by_id", "loaded", "LIGHT", "FULL", "ROWS",
            "MAX_ENTRIES", "MAX_VAULTS", "MAX_HELD"]

@@ -241,7 +241,7 @@ class VaultReader:
             # lazy: `stats` does not need it (measured +0.1 ms to its start-up)
             from acpmem.vault import readlog
 
-            lr = readlog.last_reads(self.root, self.state_dir, state=held.reads(str(self.root)))
+            lr = readlog.served_reads(self.root, self.state_dir, self.db_path)
             if lr:
                 entries = [e.with_changes(last_read=max(e.last_read or "", lr[e.id]))
                            if lr.get(e.id, "") > (e.last_read or "") else e for e in entries]
@@ -283,8 +283,7 @@ class VaultReader:
             held.loaded(str(self.root), str(self.db_path), types, held.LIGHT)
         entries = snap.entries
         if entries:
-            lr = readlog.last_reads(self.root, self.state_dir, frozenset(e.id for e in entries),
-                                    state=held.reads(str(self.root)))
+            lr = readlog.served_reads(self.root, self.state_dir, self.db_path, frozenset(e.id for e in entries))
             entries = [e.with_changes(last_read=max(e.last_read or "", lr[e.id]))
                        if lr.get(e.id, "") > (e.last_read or "") else e for e in entries]
         return Loaded(entries, snap.problems, snap.changes)

@@ -150,6 +150,27 @@ def _from_state(root: Path, state_dir: Path, state: ReadsState) -> dict[str, str
     return out
 
 
+REFRESH_BYTES = 64 << 10   # appended to the local log since the read server took it: it is asked to take it again
+
+
+def served_reads(root: Path, state_dir: Path, db_path: Path, only: frozenset[str] | None = None) -> dict[str, str]:
+    """``last_reads``, with what the read server holds of them where this is one of its children; when the log has
+    grown past ``REFRESH_BYTES`` since the server took it, the server is told to take it again."""
+    # lazy: only the readers of every entry need it, and they import it already
+    from acpmem.search import held
+
+    state = held.reads(str(root))
+    got = last_reads(root, state_dir, only, state=state)
+    if state is not None:
+        try:
+            grown = os.stat(state_dir / LOCAL_LOG).st_size - len(state.log)
+        except OSError:
+            grown = 0
+        if grown > REFRESH_BYTES:
+            held.loaded(str(root), str(db_path), (), held.READ_TIMES)
+    return got
+
+
 def last_reads(root: Path, state_dir: Path, only: frozenset[str] | None = None,
                state: ReadsState | None = None) -> dict[str, str]:
     """id -> latest read time over every clone's committed file and the local log; ``only``: of these ids alone
