@@ -13,7 +13,10 @@ the reports queued so far (``Holder.drain``, one system call when there are none
 the system call that changes a file, so every change made before the request arrived is among them, and a vault
 with one is let go (a queue overflow lets every vault go). A child then takes what is held (``get``, ``by_id``,
 ``rows``) as the long way would have given it, and skips the look at every file before a search (``current``).
-Everything else (settings, reads, branches) is read as before; what is held answers only for the same entry types.
+The read times are held apart (``READS``, made by the ``reads_of`` the server passes in): they change at every
+read and are checked against the files' bytes by the reader, who says when they are to be taken again
+(``READ_TIMES``). Everything else (settings, branches) is read as before; what is held answers only for the same
+entry types.
 
 Outside the server ``HELD`` is empty and nothing changes. Not on other systems than Linux (no inotify); not for a
 vault larger than ``MAX_ENTRIES`` files, nor past ``MAX_HELD`` entries in all (the oldest vault is let go first);

@@ -136,9 +136,9 @@ def reads_state(root: Path, state_dir: Path) -> ReadsState | None:
     return ReadsState(files, log, times)
 
 
-def _from_state(root: Path, state_dir: Path, state: ReadsState) -> dict[str, str] | None:
-    """``last_reads`` from ``state`` and what was appended to the local log since; None where a file's bytes are
-    not as they were (a teammate's reads arrived, the log was folded into a commit)."""
+def _from_state(root: Path, state_dir: Path, state: ReadsState) -> tuple[dict[str, str], int] | None:
+    """``last_reads`` from ``state`` and what was appended to the local log since (and how many bytes that was);
+    None where a file's bytes are not as they were (a teammate's reads arrived, the log was folded into a commit)."""
     if _committed(root) != state.files:
         return None
     log = _local_log(state_dir)
@@ -147,39 +147,33 @@ def _from_state(root: Path, state_dir: Path, state: ReadsState) -> dict[str, str
     out = dict(state.times)
     if len(log) > len(state.log):
         _parse_lines(log[len(state.log):].decode("utf-8", "replace"), out)
-    return out
+    return out, len(log) - len(state.log)
 
 
 REFRESH_BYTES = 64 << 10   # appended to the local log since the read server took it: it is asked to take it again
 
 
 def served_reads(root: Path, state_dir: Path, db_path: Path, only: frozenset[str] | None = None) -> dict[str, str]:
-    """``last_reads``, with what the read server holds of them where this is one of its children; when the log has
-    grown past ``REFRESH_BYTES`` since the server took it, the server is told to take it again."""
+    """``last_reads``, from what the read server holds of them where this is one of its children and the files are
+    as they were then. Where they are not (a teammate's reads synced, the log folded), or the log grew past
+    ``REFRESH_BYTES`` since, the server is told to take them again."""
     # lazy: only the readers of every entry need it, and they import it already
     from acpmem.search import held
 
     state = held.reads(str(root))
-    got = last_reads(root, state_dir, only, state=state)
-    if state is not None:
-        try:
-            grown = os.stat(state_dir / LOCAL_LOG).st_size - len(state.log)
-        except OSError:
-            grown = 0
-        if grown > REFRESH_BYTES:
-            held.loaded(str(root), str(db_path), (), held.READ_TIMES)
-    return got
+    if state is None:
+        return last_reads(root, state_dir, only)
+    got = _from_state(root, state_dir, state)
+    if got is None or got[1] > REFRESH_BYTES:
+        held.loaded(str(root), str(db_path), (), held.READ_TIMES)
+    if got is None:
+        return last_reads(root, state_dir, only)
+    return got[0] if only is None else {k: v for k, v in got[0].items() if k in only}
 
 
-def last_reads(root: Path, state_dir: Path, only: frozenset[str] | None = None,
-               state: ReadsState | None = None) -> dict[str, str]:
+def last_reads(root: Path, state_dir: Path, only: frozenset[str] | None = None) -> dict[str, str]:
     """id -> latest read time over every clone's committed file and the local log; ``only``: of these ids alone
-    (``show`` of one entry: no time of another checked). ``state``: what a read server holds of them
-    (``reads_state``), taken where the files are as they were."""
-    if state is not None:
-        got = _from_state(root, state_dir, state)
-        if got is not None:
-            return got if only is None else {k: v for k, v in got.items() if k in only}
+    (``show`` of one entry: no time of another checked)."""
     out: dict[str, str] = {}
     try:
         names = sorted(os.listdir(root / READS_DIR))
