@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from list_speed import build  # noqa: E402
-from text_vault import build as build_text, questions  # noqa: E402
+from text_vault import build as build_text, questions, read_locomo  # noqa: E402
 
 from acpmem.search import catalog  # noqa: E402
 
@@ -76,6 +76,11 @@ def main() -> None:
         ap.error("--entries and --runs must be at least 1, --recall-entries at least 0 (0: no recall vault)")
     if args.recall_text is not None and (not args.recall_text.is_file() or not args.recall_entries):
         ap.error(f"--recall-text {args.recall_text}: pass the path of locomo10.json, with --recall-entries above 0")
+    if args.recall_text is not None:
+        try:
+            read_locomo(args.recall_text)
+        except ValueError as exc:
+            ap.error(f"--recall-text: {exc}")
     if args.keep is not None and args.keep.exists() and not args.keep.is_dir():
         ap.error(f"--keep {args.keep} is a file: pass a folder (made if missing) to build the vaults in")
     n = args.entries

@@ -13,11 +13,24 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from pathlib import Path
 
 from acpmem.core.entry import Citation, Entry
+from acpmem.core.errors import AcpmemError
 from acpmem.vault.create import init_vault
 from acpmem.vault.writer import KIND_FORK
+
+
+def read_locomo(locomo: Path) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """``texts`` and ``questions`` of the file; ValueError (one line) where it is not LoCoMo's locomo10.json."""
+    try:
+        found = texts(locomo), questions(locomo, 10)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{locomo} is not LoCoMo's locomo10.json ({type(exc).__name__}: {exc})"[:300]) from None
+    if not found[0] or not found[1]:
+        raise ValueError(f"{locomo} holds no conversation turns or questions: pass LoCoMo's locomo10.json")
+    return found
 
 
 def texts(locomo: Path) -> list[tuple[str, str, str]]:
@@ -86,7 +99,14 @@ def main() -> None:
         ap.error(f"{args.locomo} is not a file: pass the path of locomo10.json")
     if args.dir.exists():
         ap.error(f"{args.dir} exists: pass a new folder")
-    build(args.dir, args.locomo, args.entries)
+    try:
+        read_locomo(args.locomo)
+    except ValueError as exc:
+        ap.error(str(exc))
+    try:
+        build(args.dir, args.locomo, args.entries)
+    except (OSError, AcpmemError) as exc:
+        sys.exit(f"text_vault.py: error: could not make the vault in {args.dir}: {exc}")
     print(f"{args.entries} entries in {args.dir}")
 
 

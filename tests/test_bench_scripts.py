@@ -95,3 +95,19 @@ def test_read_speed_refuses_recall_text_that_is_not_a_file(tmp_path):
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert bad.returncode == 2 and "pass the path of locomo10.json" in bad.stderr and "Traceback" not in bad.stderr, \
         bad.stderr
+
+
+@pytest.mark.parametrize("text", ["not json", '{"a": 1}', '[{"conversation": {"session_1": [{"text": "hi"}]}}]', "[]"])
+def test_text_vault_and_read_speed_refuse_a_file_that_is_not_locomo_in_one_line(tmp_path, text):
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    for cmd in ([str(BENCH / "text_vault.py"), str(bad), str(tmp_path / "v")],
+                [str(BENCH / "read_speed.py"), "--recall-text", str(bad)]):
+        r = subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert r.returncode == 2 and "locomo10.json" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.count("error:") == 1 and "error:" in r.stderr.strip().splitlines()[-1]   # one line says it
+    assert not (tmp_path / "v").exists()
+    locomo = Path(__file__).resolve().parent / "fixtures" / "efficacy" / "locomo-tiny.json"
+    r = subprocess.run([sys.executable, str(BENCH / "text_vault.py"), str(locomo), str(bad / "v"), "--entries", "3"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 1 and "could not make the vault" in r.stderr and "Traceback" not in r.stderr, r.stderr
