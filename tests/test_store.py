@@ -128,6 +128,23 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
     assert any(" EXCEPT SELECT key FROM idx_post" in s for s in sql)
     # the same documents, up to the last bit of a float sum (SQLite's sum() may add more exactly than Python)
     assert sorted((scores[k] for k in picked), reverse=True) == pytest.approx(best, rel=1e-12)
+    # the pool is scored inside SQLite too (``IndexSource.scores``): to the last bit the floats ``score_query``
+    # computes in Python, the same winning term per word and the same explanation, for any documents
+    rng2 = random.Random(5)
+    for superseded, types in ((True, None), (False, None), (False, ("lesson", "fact"))):
+        src2 = index_query.IndexSource(con, include_superseded=superseded, types=types)
+        for q in ("cache retry", "retries uploading tokens", "webhok quota", "the shard index with a replica",
+                  "upload", "cache queue retry upload token worker deploy schema index timeout"):
+            g = plan_query(q, src2.vocabulary)
+            for keys in (src2.candidates(g, 300), rng2.sample(range(1, 720), 80), []):
+                got = src2.scores(g, keys)
+                assert got == score_query(g, src2, keys), (q, superseded, types)
+    sql.clear()
+    con.set_trace_callback(sql.append)
+    assert index_query.search(con, "cache retry worker", 10)
+    con.set_trace_callback(None)
+    assert any("WITH q(g, ti, tid, w)" in s for s in sql)                       # the pool, scored in SQL
+    assert not any("FROM idx_post p JOIN idx_lens d" in s for s in sql)         # not term by term
 
 
 def test_typo_and_chinese_queries_find_the_entry(example_vault):

@@ -11,6 +11,7 @@ import json
 import math
 import re
 import sqlite3
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from acpmem.core.entry import Entry
@@ -158,6 +159,57 @@ class IndexSource:
             lens[key] = (l0, l1, l2, l3)
         return out
 
+    def scores(self, groups: Sequence[QueryGroup], keys: Iterable[int]) -> tuple[dict[int, float], dict[int, dict]]:
+        """``ranking.score_query`` for the documents ``keys``, their postings scored inside SQLite in one query
+        rather than read term by term into Python: each term's score is the same operations on the same doubles
+        in the same order (``bm25f`` skips a field without the term, here it adds 0.0, which changes no bit), and
+        the best term per group and the sum over groups are taken here as ``score_query`` takes them, so the
+        floats, the winning terms and ties come out the same."""
+        keys = list(keys)
+        n = self.stats.n_docs
+        rows: list[tuple[int, int, int, float]] = []
+        for gi, g in enumerate(groups):
+            for ti, qt in enumerate(g.terms):
+                found = self.vocabulary.lookup(qt.term)
+                if found and found[1]:
+                    tid, df = found
+                    rows.append((gi, ti, tid, qt.weight * math.log(1 + (n - df + 0.5) / (df + 0.5))))
+        totals: dict[int, float] = defaultdict(float)
+        why: dict[int, dict] = defaultdict(dict)
+        if not rows or not keys:
+            return dict(totals), dict(why)
+        tfw, fparams = [], []
+        for i, (w, avg) in enumerate(zip(FIELD_WEIGHTS, self.stats.avg_len)):
+            tfw.append(f"? * p.f{i} / (? + ? * d.l{i} / ?)")
+            fparams += [w, 1 - B, B, avg or 1]
+        sql = (f"WITH q(g, ti, tid, w) AS (VALUES {','.join('(?,?,?,?)' for _ in rows)}), "
+               "e(key) AS (SELECT value FROM json_each(?)) "
+               "SELECT key, g, ti, w * (t * ? / (? + t)) FROM ("
+               f"SELECT d.key AS key, q.g AS g, q.ti AS ti, q.w AS w, ({' + '.join(tfw)}) AS t "
+               "FROM e CROSS JOIN idx_lens d CROSS JOIN q CROSS JOIN idx_post p "
+               f"WHERE d.key = e.key AND p.tid = q.tid AND p.key = e.key{self._where}) ORDER BY g, ti, key")
+        params = [x for r in rows for x in r] + [json.dumps(keys)] + [K1 + 1, K1] + fparams + self._params
+        best: dict[int, tuple[float, int]] = {}
+        group = -1
+
+        def settle() -> None:     # the group's best term per document, added as score_query adds it
+            if group < 0:
+                return
+            g = groups[group]
+            for key, (s, ti) in best.items():
+                totals[key] += s
+                qt = g.terms[ti]
+                why[key][g.word] = {"term": qt.term, "via": qt.via, "score": round(s, 4)}
+
+        for key, gi, ti, s in self._con.execute(sql, params):
+            if gi != group:
+                settle()
+                best, group = {}, gi
+            if key not in best or s > best[key][0]:
+                best[key] = (s, ti)
+        settle()
+        return dict(totals), dict(why)
+
     prune_from = PRUNE_FROM_POSTINGS
 
     def candidates(self, groups: Sequence[QueryGroup], n: int) -> list[int]:
@@ -243,10 +295,14 @@ class IndexSource:
             ctes += ")"
             scan = ("e CROSS JOIN idx_lens d CROSS JOIN q CROSS JOIN idx_post p "
                     f"WHERE d.key = e.key AND p.tid = q.tid AND p.key = e.key{self._where}")
-        sql = (f"WITH {ctes} SELECT key, sum(best) AS s FROM ("
-               "SELECT key, g, max(w * tfw * ? / (? + tfw)) AS best FROM ("
-               f"SELECT d.key AS key, q.g AS g, q.w AS w, ({' + '.join(tfw)}) AS tfw FROM {scan}) "
-               "GROUP BY key, g) GROUP BY key ORDER BY s DESC, key LIMIT ?")
+        # each group's best term per document by a conditional max, all in one grouping by document (grouping by
+        # document and group first, then by document, sorted every row twice)
+        best = " + ".join(f"coalesce(max(CASE WHEN g = {gi} THEN sc END), 0.0)"
+                          for gi in sorted({r[0] for r in rows}))
+        sql = (f"WITH {ctes} SELECT key, {best} AS s FROM ("
+               "SELECT key, g, w * tfw * ? / (? + tfw) AS sc FROM ("
+               f"SELECT d.key AS key, q.g AS g, q.w AS w, ({' + '.join(tfw)}) AS tfw FROM {scan})) "
+               "GROUP BY key ORDER BY s DESC, key LIMIT ?")
         params += [K1 + 1, K1] + fparams + self._params + [n]
         return self._con.execute(sql, params).fetchall()
 

@@ -88,6 +88,9 @@ class PostingSource:
     # says; adds what it read to ``neighbour_work``
     def neighbours(self, key: int, radius: int) -> Iterable[tuple[int, int]]: ...
     neighbour_work: int
+    # optional, for a source that can compute inside its store: ``candidates(groups, n)``, the keys of the ``n``
+    # best documents by term score (the pool ``rank`` re-scores), and ``scores(groups, keys)``, what
+    # ``score_query`` gives for those documents, bit for bit
 
 
 # ───────────────────────────── 3. scoring ─────────────────────────────
@@ -415,12 +418,17 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
     # A source that can rank inside its store names the pool; only those documents become Python objects here.
     pick = getattr(src, "candidates", None)
     pool = pick(groups, max(POOL, limit)) if pick is not None else None
-    scores, why = score_query(groups, src, pool)
+    scored = getattr(src, "scores", None)    # a source that scores given documents inside its store
+
+    def score(keys: list[int] | None) -> tuple[dict[int, float], dict[int, dict]]:
+        return scored(groups, keys) if scored is not None and keys is not None else score_query(groups, src, keys)
+
+    scores, why = score(pool)
     fused = bool(similar) and share > 0
     if fused:
         outside = [k for k in similar if k not in scores]
         if pool is not None and outside:      # a similar document below the pool keeps its own term score
-            more, more_why = score_query(groups, src, outside)
+            more, more_why = score(outside)
             scores.update(more)
             why.update(more_why)
         scores = fuse(scores, similar, share)
@@ -440,7 +448,7 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
                 gains[other] += spread_share * scores[key] / (1 + dist)
         outside = [k for k in gains if k not in scores]
         if pool is not None and outside:     # a neighbour below the pool keeps its own term score
-            more, more_why = score_query(groups, src, outside)
+            more, more_why = score(outside)
             scores.update(more)
             why.update(more_why)
         for other, gain in gains.items():
