@@ -84,6 +84,7 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
         title = " ".join(rng.choice(words) for _ in range(rng.randint(2, 5)))
         body = " ".join(rng.choice(words + ["the", "and", "with"]) for _ in range(rng.randint(5, 40)))
         sup = "superseded_by: e0001\n" if i % 37 == 5 else ""
+        sup += f"tags: [{words[i % len(words)]}, t{i % 3}]\n" if i % 5 == 0 else ""
         (vault.root / "entries" / f"e{i:04d}.md").write_text(
             f"---\nid: e{i:04d}\ntitle: {title}\ntype: {rng.choice(['fact', 'lesson', 'decision'])}\n"
             f"importance: {rng.randint(1, 10)}\ncreated: 2026-10-{rng.randint(1, 28):02d}T10:00:00Z\n{sup}"
@@ -145,6 +146,20 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
     con.set_trace_callback(None)
     assert any("WITH q(g, ti, tid, w)" in s for s in sql)                       # the pool, scored in SQL
     assert not any("FROM idx_post p JOIN idx_lens d" in s for s in sql)         # not term by term
+    # the pool's documents, built by position, are the documents by name
+    from acpmem.search.analysis import SearchDoc
+
+    src3 = index_query.IndexSource(con, include_superseded=True)
+    rows = con.execute("SELECT key, path, tags, cites, created FROM idx_docs").fetchall()
+    src3.preload(k for k, *_ in rows)
+    tagged = described = 0
+    for key, path, tags, cites, created in rows:
+        want = SearchDoc(id=path, title="", tags=tuple(json.loads(tags)), created=created,
+                         citations=tuple((s, q) for s, q in json.loads(cites)))
+        assert src3.doc(key) == want and src3.doc(key).weight == 1.0 and src3.doc(key).body == ""
+        described += bool(want.citations) and want.created is not None
+        tagged += len(want.tags) == 2
+    assert described == len(rows) == 700 and tagged == 140
 
 
 def test_typo_and_chinese_queries_find_the_entry(example_vault):

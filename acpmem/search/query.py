@@ -178,37 +178,39 @@ class IndexSource:
         why: dict[int, dict] = defaultdict(dict)
         if not rows or not keys:
             return dict(totals), dict(why)
-        tfw, fparams = [], []
-        for i, (w, avg) in enumerate(zip(FIELD_WEIGHTS, self.stats.avg_len)):
-            tfw.append(f"? * p.f{i} / (? + ? * d.l{i} / ?)")
-            fparams += [w, 1 - B, B, avg or 1]
-        sql = (f"WITH q(g, ti, tid, w) AS (VALUES {','.join('(?,?,?,?)' for _ in rows)}), "
-               "e(key) AS (SELECT value FROM json_each(?)) "
+        tfw, fparams = self._field_sum()
+        sql = (f"WITH q(g, ti, tid, w) AS (VALUES {','.join('(?,?,?,?)' for _ in rows)}) "
                "SELECT key, g, ti, w * (t * ? / (? + t)) FROM ("
-               f"SELECT d.key AS key, q.g AS g, q.ti AS ti, q.w AS w, ({' + '.join(tfw)}) AS t "
-               "FROM e CROSS JOIN idx_lens d CROSS JOIN q CROSS JOIN idx_post p "
-               f"WHERE d.key = e.key AND p.tid = q.tid AND p.key = e.key{self._where}) ORDER BY g, ti, key")
-        params = [x for r in rows for x in r] + [json.dumps(keys)] + [K1 + 1, K1] + fparams + self._params
-        best: dict[int, tuple[float, int]] = {}
-        group = -1
-
-        def settle() -> None:     # the group's best term per document, added as score_query adds it
-            if group < 0:
-                return
-            g = groups[group]
-            for key, (s, ti) in best.items():
-                totals[key] += s
-                qt = g.terms[ti]
-                why[key][g.word] = {"term": qt.term, "via": qt.via, "score": round(s, 4)}
-
+               f"SELECT d.key AS key, q.g AS g, q.ti AS ti, q.w AS w, ({tfw}) AS t "
+               "FROM idx_lens d CROSS JOIN q CROSS JOIN idx_post p WHERE d.key IN (SELECT value FROM json_each(?)) "
+               f"AND p.tid = q.tid AND p.key = d.key{self._where})")
+        params = [x for r in rows for x in r] + [K1 + 1, K1] + fparams + [json.dumps(keys)] + self._params
+        # per document and group, the best term: the first of the group's terms on a tie, as score_query keeps it
+        best: dict[int, dict[int, tuple[float, int]]] = {}
         for key, gi, ti, s in self._con.execute(sql, params):
-            if gi != group:
-                settle()
-                best, group = {}, gi
-            if key not in best or s > best[key][0]:
-                best[key] = (s, ti)
-        settle()
+            per = best.setdefault(key, {})
+            was = per.get(gi)
+            if was is None or s > was[0] or (s == was[0] and ti < was[1]):
+                per[gi] = (s, ti)
+        for key, per in best.items():
+            for gi in sorted(per):      # summed in the groups' order, as score_query sums them
+                s, ti = per[gi]
+                g = groups[gi]
+                qt = g.terms[ti]
+                totals[key] += s
+                why[key][g.word] = {"term": qt.term, "via": qt.via, "score": round(s, 4)}
         return dict(totals), dict(why)
+
+    def _field_sum(self) -> tuple[str, list]:
+        """BM25F's weighted, length-normalised term frequency of a posting ``p`` of a document ``d``, as SQL with
+        its parameters: per field ``w * tf / (1 - B + B * len / avg)`` — the operations of ``ranking.bm25f``, in
+        its order — and 0.0 for a field without the term (as ``bm25f`` skips it; adding 0.0 changes no bit, and
+        most postings are in one or two of the fields)."""
+        parts, params = [], []
+        for i, (w, avg) in enumerate(zip(FIELD_WEIGHTS, self.stats.avg_len)):
+            parts.append(f"(CASE WHEN p.f{i} THEN ? * p.f{i} / (? + ? * d.l{i} / ?) ELSE 0.0 END)")
+            params += [w, 1 - B, B, avg or 1]
+        return " + ".join(parts), params
 
     prune_from = PRUNE_FROM_POSTINGS
 
@@ -278,10 +280,7 @@ class IndexSource:
              scored: Sequence[int] = ()) -> list[tuple[int, float]]:
         """(key, score) of the ``n`` best documents over all query terms; with ``holding``, among the documents
         that hold one of those term ids only, less those holding one of the term ids ``scored``."""
-        tfw, fparams = [], []
-        for i, (w, avg) in enumerate(zip(FIELD_WEIGHTS, self.stats.avg_len)):
-            tfw.append(f"? * p.f{i} / (? + ? * d.l{i} / ?)")
-            fparams += [w, 1 - B, B, avg or 1]
+        tfw, fparams = self._field_sum()
         ctes = f"q(g, tid, w) AS (VALUES {','.join('(?,?,?)' for _ in rows)})"
         params: list = [x for r in rows for x in r]
         if holding is None:
@@ -293,15 +292,16 @@ class IndexSource:
                 ctes += f" EXCEPT SELECT key FROM idx_post WHERE tid IN ({','.join('?' * len(scored))})"
                 params += list(scored)
             ctes += ")"
-            scan = ("e CROSS JOIN idx_lens d CROSS JOIN q CROSS JOIN idx_post p "
-                    f"WHERE d.key = e.key AND p.tid = q.tid AND p.key = e.key{self._where}")
+            # the documents by primary key in key order, so that grouping by document needs no sort
+            scan = ("idx_lens d CROSS JOIN q CROSS JOIN idx_post p "
+                    f"WHERE d.key IN (SELECT key FROM e) AND p.tid = q.tid AND p.key = d.key{self._where}")
         # each group's best term per document by a conditional max, all in one grouping by document (grouping by
         # document and group first, then by document, sorted every row twice)
         best = " + ".join(f"coalesce(max(CASE WHEN g = {gi} THEN sc END), 0.0)"
                           for gi in sorted({r[0] for r in rows}))
         sql = (f"WITH {ctes} SELECT key, {best} AS s FROM ("
                "SELECT key, g, w * tfw * ? / (? + tfw) AS sc FROM ("
-               f"SELECT d.key AS key, q.g AS g, q.w AS w, ({' + '.join(tfw)}) AS tfw FROM {scan})) "
+               f"SELECT d.key AS key, q.g AS g, q.w AS w, ({tfw}) AS tfw FROM {scan})) "
                "GROUP BY key ORDER BY s DESC, key LIMIT ?")
         params += [K1 + 1, K1] + fparams + self._params + [n]
         return self._con.execute(sql, params).fetchall()
@@ -327,12 +327,14 @@ class IndexSource:
         todo = [k for k in keys if k not in self._docs]
         if not todo:
             return
+        loads = json.loads
         for key, path, tags, cites, created in self._con.execute(
                 "SELECT key, path, tags, cites, created FROM idx_docs WHERE key IN (SELECT value FROM json_each(?))",
                 (json.dumps(todo),)):
-            self._docs[key] = SearchDoc(
-                id=path, title="", created=created, tags=() if tags == "[]" else tuple(json.loads(tags)),
-                citations=() if cites == "[]" else tuple((s, q) for s, q in json.loads(cites)))
+            # every field by position (id, title, body, type, tags, citations, created, weight): a third cheaper
+            # than by name, and a pool is hundreds of documents
+            self._docs[key] = SearchDoc(path, "", "", "", () if tags == "[]" else tuple(loads(tags)),
+                                        () if cites == "[]" else tuple((s, q) for s, q in loads(cites)), created, 1.0)
 
     def full_doc(self, key: int) -> SearchDoc:
         light = self.doc(key)
