@@ -77,6 +77,40 @@ def test_neighbours_agree_between_sqlite_and_memory_and_stay_bounded(vault, shap
         assert src.neighbour_work - before_s == mem.neighbour_work - before_m <= SPREAD_CITES + SPREAD_ROWS
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_cites, min_size=1, max_size=80), st.randoms(use_true_random=False))
+def test_a_restricted_source_finds_the_neighbours_it_keeps_reading_as_much(vault, shapes, rnd):
+    """Restricted to some types, or to entries not superseded: the SQLite source's neighbours are the reference's
+    (which reads every entry) less the entries the restriction leaves out, read within the same work — a left-out
+    entry's rows still count as read."""
+    for p in (vault.root / "entries").glob("e*.md"):
+        p.unlink()
+    kinds = [(rnd.choice(["fact", "lesson"]), rnd.random() < 0.3) for _ in shapes]
+    for i, (cites, (typ, sup)) in enumerate(zip(shapes, kinds)):
+        lines = "".join(f"- session: {s}\n  seq: {q}\n" for s, q in cites)
+        (vault.root / "entries" / f"e{i:05d}.md").write_text(
+            f"---\nid: e{i:05d}\ntitle: note {i}\ntype: {typ}\nimportance: 5\ncreated: 2026-10-01T10:00:00Z\n"
+            + (f"superseded_by: e{(i + 1) % len(shapes):05d}\n" if sup else "")
+            + f"citation:\n{lines}---\ncache queue\n", "utf-8")
+    con, _ = watch.open_fresh(vault.state_dir, vault.root)
+    mem = MemoryIndex([SearchDoc(id=f"entries/e{i:05d}.md", title="", citations=tuple(c))
+                       for i, c in enumerate(shapes)])
+    everything = index_query.IndexSource(con, include_superseded=True)
+    for types, superseded in ((("fact",), True), (None, False), (("lesson",), False)):
+        src = index_query.IndexSource(con, types=types, include_superseded=superseded)
+
+        def kept(i: int) -> bool:
+            return (types is None or kinds[i][0] in types) and (superseded or not kinds[i][1])
+
+        for i in range(len(shapes)):
+            key = everything.key_of(f"entries/e{i:05d}.md")
+            before_s, before_m = src.neighbour_work, mem.neighbour_work
+            got = sorted((everything.doc(k).id, d) for k, d in src.neighbours(key, SPREAD_RADIUS))
+            want = sorted((f"entries/e{k:05d}.md", d) for k, d in mem.neighbours(i, SPREAD_RADIUS) if kept(k))
+            assert got == want, (types, superseded, i)
+            assert src.neighbour_work - before_s == mem.neighbour_work - before_m
+
+
 def test_fused_ranking_spreads_with_its_own_share_and_lexical_ranking_keeps_its_own(vault):
     """The neighbour of a matching entry gains SPREAD × its score lexically and SPREAD_FUSED × it when the vector
     channel is fused in (here with one vector candidate, which adds nothing to any score: only the share differs)."""

@@ -48,10 +48,14 @@ def warm() -> None:
 
     for name in WARM:
         importlib.import_module(name)
+    from acpmem.core import limits
     from acpmem.search import ranking, similar
+    from acpmem.vault import discovery
 
     ranking.prepare()
     similar.prepare()
+    limits.prepare()
+    discovery.prepare()
 
 
 def loaded_files() -> dict[str, int]:

@@ -39,6 +39,13 @@ def _re(name: str) -> re.Pattern:
     return rx
 
 
+def prepare() -> None:
+    """Compile every pattern now (each is compiled on first use), for a process that forks readers
+    (``acpmem.cli.readserver``): a child compiling one again costs ~0.2 ms of a read."""
+    for name in _PATTERNS:
+        _re(name)
+
+
 def int_between(value: object, lo: int, hi: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
 

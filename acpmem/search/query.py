@@ -136,6 +136,7 @@ class IndexSource:
         self._params = params
         self._lens: dict[int, tuple[int, ...]] = {}
         self._docs: dict[int, SearchDoc] = {}
+        self._kept: dict[int, bool] = {}
         self.neighbour_work = 0
 
     def df(self, term: str) -> int:
@@ -354,15 +355,29 @@ class IndexSource:
                                   "LIMIT ?", (key, SPREAD_CITES)).fetchall()
         best, work = bounded_neighbours(key, cites, radius, self._scan)
         self.neighbour_work += work
+        if self._where and best:   # the restriction is per document: the documents it leaves out, left out now
+            allowed = self._allowed(best)
+            return [(k, d) for k, d in best.items() if k in allowed]
         return list(best.items())
 
-    def _scan(self, session: str, low: int, high: int, n: int) -> list[tuple[int | None, int, int]]:
-        # the nearest n rows by the (session, lo, hi, key) index, then the restriction (read rows count as read)
-        rows = self._con.execute(
-            "SELECT c.key, c.lo, c.hi, EXISTS (SELECT 1 FROM idx_lens d WHERE d.key = c.key"
-            f"{self._where}) FROM (SELECT key, lo, hi FROM idx_cites WHERE session = ? AND lo BETWEEN ? AND ? "
-            "ORDER BY lo DESC, hi DESC, key DESC LIMIT ?) c", (*self._params, session, low, high, n)).fetchall()
-        return [(k if ok else None, lo, hi) for k, lo, hi, ok in rows]
+    def _scan(self, session: str, low: int, high: int, n: int) -> list[tuple[int, int, int]]:
+        # the nearest n rows by the (session, lo, hi, key) index; every row read counts as read, a document the
+        # restriction leaves out too (``neighbours`` drops those from what it found, with one query, rather than
+        # a probe per row read here)
+        return self._con.execute(
+            "SELECT key, lo, hi FROM idx_cites WHERE session = ? AND lo BETWEEN ? AND ? "
+            "ORDER BY lo DESC, hi DESC, key DESC LIMIT ?", (session, low, high, n)).fetchall()
+
+    def _allowed(self, keys: Iterable[int]) -> set[int]:
+        """Those of ``keys`` the restriction keeps (remembered: spreading meets the same neighbours again)."""
+        memo = self._kept
+        todo = [k for k in keys if k not in memo]
+        if todo:
+            kept = {k for (k,) in self._con.execute(
+                f"SELECT d.key FROM idx_lens d WHERE d.key IN (SELECT value FROM json_each(?)){self._where}",
+                (json.dumps(todo), *self._params))}
+            memo.update((k, k in kept) for k in todo)
+        return {k for k in keys if memo[k]}
 
 def search(con: sqlite3.Connection, query: str, limit: int = 5, *, types: Iterable[str] | None = None,
            include_superseded: bool = False, preview_length: int = 200, similar: Mapping[int, float] | None = None,

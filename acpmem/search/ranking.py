@@ -485,7 +485,7 @@ def bounded_neighbours(key: int, cites: Iterable[tuple[str, int, int]], radius: 
     ``cites`` are the document's (session, lo, hi); the first ``SPREAD_CITES`` distinct ones in sorted order are
     used. ``scan(session, low, high, n)`` yields at most ``n`` (key, lo, hi) of that session with ``low <= lo <=
     high`` in descending (lo, hi, key) order — nearest to the cited turn first — with key None for a row the
-    source's restriction leaves out (it still counts as read). ``SPREAD_ROWS`` rows are read in
+    source's restriction leaves out, where it restricts while scanning (such a row still counts as read). ``SPREAD_ROWS`` rows are read in
     all. Returns ({neighbour: distance}, rows and scans read)."""
     best: dict[int, int] = {}
     left, work = SPREAD_ROWS, 0

@@ -6,6 +6,7 @@ commands (``list``, ``commit``, the hook) can find the vault, and a session's fr
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -124,13 +125,25 @@ def user_vault_problem(path: Path) -> str | None:
     return None
 
 
+@functools.cache
+def _unsafe_name() -> re.Pattern:
+    """What a folder name keeps of a session id: the rest of its characters become ``_`` (compiled on first use, or
+    by ``prepare``)."""
+    return re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def prepare() -> None:
+    """Compile the pattern for session folders now, for a process that forks readers (``acpmem.cli.readserver``)."""
+    _unsafe_name()
+
+
 def session_folder(state_dir: Path, session: str) -> Path:
     """Where a session's local state lives (its frozen index, surfacing ledger): ``.acpmem/sessions/<name>-<hash>``,
     a readable and safe folder name for any session id."""
     why = session_problem(session)
     if why:
         raise UsageError(f"a session id {why}, got {clip(session)}", "pass the host's session id")
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", session)[:48].strip(".") or "s"
+    safe = _unsafe_name().sub("_", session)[:48].strip(".") or "s"
     return state_dir / SESSIONS_DIR / f"{safe}-{sha256(session.encode('utf-8')).hexdigest()[:12]}"
 
 
