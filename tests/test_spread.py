@@ -109,6 +109,12 @@ def test_a_restricted_source_finds_the_neighbours_it_keeps_reading_as_much(vault
             want = sorted((f"entries/e{k:05d}.md", d) for k, d in mem.neighbours(i, SPREAD_RADIUS) if kept(k))
             assert got == want, (types, superseded, i)
             assert src.neighbour_work - before_s == mem.neighbour_work - before_m
+        # many at once (what ranking asks for), the same as one by one, reading as much
+        keys = [everything.key_of(f"entries/e{i:05d}.md") for i in range(len(shapes))]
+        one_by_one = index_query.IndexSource(con, types=types, include_superseded=superseded)
+        at_once = index_query.IndexSource(con, types=types, include_superseded=superseded)
+        assert at_once.neighbours_of(keys, SPREAD_RADIUS) == {k: one_by_one.neighbours(k, SPREAD_RADIUS) for k in keys}
+        assert at_once.neighbour_work == one_by_one.neighbour_work
 
 
 def test_fused_ranking_spreads_with_its_own_share_and_lexical_ranking_keeps_its_own(vault):

@@ -360,6 +360,25 @@ class IndexSource:
             return [(k, d) for k, d in best.items() if k in allowed]
         return list(best.items())
 
+    def neighbours_of(self, keys: Iterable[int], radius: int) -> dict[int, list[tuple[int, int]]]:
+        """``neighbours`` of each of ``keys``, the same, with fewer queries: the citations of all of them in one
+        (still at most ``SPREAD_CITES`` of each, read as ``neighbours`` reads them), the restriction once for all
+        they found."""
+        keys = list(keys)
+        cited = dict(self._con.execute(
+            "SELECT e.value, (SELECT json_group_array(json_array(session, lo, hi)) FROM (SELECT DISTINCT session, lo, "
+            "hi FROM idx_cites WHERE key = e.value ORDER BY session, lo, hi LIMIT ?)) FROM json_each(?) e",
+            (SPREAD_CITES, json.dumps(keys))))
+        found = {}
+        for key in keys:
+            best, work = bounded_neighbours(key, [tuple(c) for c in json.loads(cited[key])], radius, self._scan)
+            self.neighbour_work += work
+            found[key] = best
+        if self._where:
+            allowed = self._allowed({k for best in found.values() for k in best})
+            return {key: [(k, d) for k, d in best.items() if k in allowed] for key, best in found.items()}
+        return {key: list(best.items()) for key, best in found.items()}
+
     def _scan(self, session: str, low: int, high: int, n: int) -> list[tuple[int, int, int]]:
         # the nearest n rows by the (session, lo, hi, key) index; every row read counts as read, a document the
         # restriction leaves out too (``neighbours`` drops those from what it found, with one query, rather than

@@ -89,8 +89,8 @@ class PostingSource:
     def neighbours(self, key: int, radius: int) -> Iterable[tuple[int, int]]: ...
     neighbour_work: int
     # optional, for a source that can compute inside its store: ``candidates(groups, n)``, the keys of the ``n``
-    # best documents by term score (the pool ``rank`` re-scores), and ``scores(groups, keys)``, what
-    # ``score_query`` gives for those documents, bit for bit
+    # best documents by term score (the pool ``rank`` re-scores), ``scores(groups, keys)``, what ``score_query``
+    # gives for those documents, bit for bit, and ``neighbours_of(keys, radius)``, ``neighbours`` of each
 
 
 # ───────────────────────────── 3. scoring ─────────────────────────────
@@ -443,8 +443,11 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
     spread_share = SPREAD_FUSED if fused else SPREAD
     if spread and spread_share:
         gains: dict[int, float] = defaultdict(float)
-        for key in by_score[:SPREAD_TOP]:
-            for other, dist in src.neighbours(key, SPREAD_RADIUS):
+        top = by_score[:SPREAD_TOP]
+        many = getattr(src, "neighbours_of", None)    # a source that reads them for many documents at once
+        found = many(top, SPREAD_RADIUS) if many is not None else {k: src.neighbours(k, SPREAD_RADIUS) for k in top}
+        for key in top:
+            for other, dist in found[key]:
                 gains[other] += spread_share * scores[key] / (1 + dist)
         outside = [k for k in gains if k not in scores]
         if pool is not None and outside:     # a neighbour below the pool keeps its own term score
