@@ -65,8 +65,9 @@ def test_same_ranking_as_the_in_memory_reference(example_vault):
     docs = [store.search_doc(e.to_json()) for e in v.load().entries]
     mem = MemoryIndex(docs)
     for q in QUERIES:
-        want = [(h.id, h.score, h.preview) for h in mem.search(q, limit=10)]
-        got = [(h.id, h.score, h.preview) for h in index_query.search(con, q, 10, include_superseded=True)]
+        want = [(h.id, h.score, h.preview, h.explain) for h in mem.search(q, limit=10)]
+        got = [(h.id, h.score, h.preview, h.explain)
+               for h in index_query.search(con, q, 10, include_superseded=True)]
         assert got == want, q
     assert any(index_query.search(con, q, 10) for q in QUERIES)
 
@@ -97,8 +98,9 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
                 if (superseded or not e.superseded_by) and (types is None or e.type in types)]
         mem = MemoryIndex(docs)
         for q in ("cache retry", "upload timeout backoff", "shard", "webhok quota", "deploy the schema index"):
-            want = [(h.id, h.score) for h in mem.search(q, limit=10)]
-            got = [(h.id, h.score) for h in index_query.search(con, q, 10, include_superseded=superseded, types=types)]
+            want = [(h.id, h.score, h.explain) for h in mem.search(q, limit=10)]
+            got = [(h.id, h.score, h.explain)
+                   for h in index_query.search(con, q, 10, include_superseded=superseded, types=types)]
             if types is None and superseded:
                 assert got == want, q
             else:   # restricted documents still count in the index's corpus statistics, not in the reference's
@@ -140,6 +142,11 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
             for keys in (src2.candidates(g, 300), rng2.sample(range(1, 720), 80), []):
                 got = src2.scores(g, keys)
                 assert got == score_query(g, src2, keys), (q, superseded, types)
+                # the scores alone, and why asked afterwards for some of them (as ranking asks for its hits)
+                alone = src2.scores(g, keys, explain=False)
+                assert alone == (got[0], {})
+                assert src2.explain(g, keys[:7]) == {k: got[1][k] for k in keys[:7] if k in got[1]}
+                assert src2.explain(plan_query(q, src2.vocabulary), keys) == {}    # another query's words: nothing
     sql.clear()
     con.set_trace_callback(sql.append)
     assert index_query.search(con, "cache retry worker", 10)

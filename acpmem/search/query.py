@@ -137,6 +137,8 @@ class IndexSource:
         self._lens: dict[int, tuple[int, ...]] = {}
         self._docs: dict[int, SearchDoc] = {}
         self._kept: dict[int, bool] = {}
+        self._best: dict[int, dict[int, tuple[float, int]]] = {}   # per document scored: group → (score, term)
+        self._best_of: Sequence[QueryGroup] | None = None           # … for these groups
         self.neighbour_work = 0
 
     def df(self, term: str) -> int:
@@ -160,12 +162,14 @@ class IndexSource:
             lens[key] = (l0, l1, l2, l3)
         return out
 
-    def scores(self, groups: Sequence[QueryGroup], keys: Iterable[int]) -> tuple[dict[int, float], dict[int, dict]]:
+    def scores(self, groups: Sequence[QueryGroup], keys: Iterable[int],
+               explain: bool = True) -> tuple[dict[int, float], dict[int, dict]]:
         """``ranking.score_query`` for the documents ``keys``, their postings scored inside SQLite in one query
         rather than read term by term into Python: each term's score is the same operations on the same doubles
         in the same order (``bm25f`` skips a field without the term, here it adds 0.0, which changes no bit), and
         the best term per group and the sum over groups are taken here as ``score_query`` takes them, so the
-        floats, the winning terms and ties come out the same."""
+        floats, the winning terms and ties come out the same. With ``explain`` false, why is left to ``explain``
+        (ranking shows a handful of the hundreds it scores)."""
         keys = list(keys)
         n = self.stats.n_docs
         rows: list[tuple[int, int, int, float]] = []
@@ -193,14 +197,32 @@ class IndexSource:
             was = per.get(gi)
             if was is None or s > was[0] or (s == was[0] and ti < was[1]):
                 per[gi] = (s, ti)
+        if self._best_of is not groups:     # what explain says is of one query's words
+            self._best, self._best_of = {}, groups
+        self._best.update(best)
         for key, per in best.items():
             for gi in sorted(per):      # summed in the groups' order, as score_query sums them
-                s, ti = per[gi]
-                g = groups[gi]
-                qt = g.terms[ti]
-                totals[key] += s
-                why[key][g.word] = {"term": qt.term, "via": qt.via, "score": round(s, 4)}
+                totals[key] += per[gi][0]
+        if explain:
+            why.update(self.explain(groups, best))
         return dict(totals), dict(why)
+
+    def explain(self, groups: Sequence[QueryGroup], keys: Iterable[int]) -> dict[int, dict]:
+        """Why each of ``keys`` scored what ``scores`` gave it (for these ``groups``): per query word, its best term,
+        how it was found and its score, as ``score_query`` says it."""
+        why: dict[int, dict] = {}
+        if self._best_of is not groups:
+            return why
+        for key in keys:
+            per = self._best.get(key)
+            if per:
+                why[key] = {}
+                for gi in sorted(per):
+                    s, ti = per[gi]
+                    g = groups[gi]
+                    qt = g.terms[ti]
+                    why[key][g.word] = {"term": qt.term, "via": qt.via, "score": round(s, 4)}
+        return why
 
     def _field_sum(self) -> tuple[str, list]:
         """BM25F's weighted, length-normalised term frequency of a posting ``p`` of a document ``d``, as SQL with

@@ -90,7 +90,8 @@ class PostingSource:
     neighbour_work: int
     # optional, for a source that can compute inside its store: ``candidates(groups, n)``, the keys of the ``n``
     # best documents by term score (the pool ``rank`` re-scores), ``scores(groups, keys)``, what ``score_query``
-    # gives for those documents, bit for bit, and ``neighbours_of(keys, radius)``, ``neighbours`` of each
+    # gives for those documents, bit for bit (``explain=False``: the scores alone, and ``explain(groups, keys)``
+    # says why for those of them asked), and ``neighbours_of(keys, radius)``, ``neighbours`` of each
 
 
 # ───────────────────────────── 3. scoring ─────────────────────────────
@@ -419,9 +420,12 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
     pick = getattr(src, "candidates", None)
     pool = pick(groups, max(POOL, limit)) if pick is not None else None
     scored = getattr(src, "scores", None)    # a source that scores given documents inside its store
+    explained = getattr(src, "explain", None)  # … and says why for the documents shown only, at the end
 
     def score(keys: list[int] | None) -> tuple[dict[int, float], dict[int, dict]]:
-        return scored(groups, keys) if scored is not None and keys is not None else score_query(groups, src, keys)
+        if scored is None or keys is None:
+            return score_query(groups, src, keys)
+        return scored(groups, keys, explain=explained is None)
 
     scores, why = score(pool)
     fused = bool(similar) and share > 0
@@ -477,6 +481,8 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
         final[key] *= factor
     order = _diversify(src, final, limit)
     words = [g.word for g in groups]
+    if scored is not None and explained is not None and pool is not None:
+        why = explained(groups, order)
     return [Hit(src.doc(k).id, round(final[k], 6), make_preview(src.doc(k), words, preview_length),
                 {"terms": why.get(k, {}), **extra.get(k, {})}) for k in order]
 
@@ -488,8 +494,8 @@ def bounded_neighbours(key: int, cites: Iterable[tuple[str, int, int]], radius: 
     ``cites`` are the document's (session, lo, hi); the first ``SPREAD_CITES`` distinct ones in sorted order are
     used. ``scan(session, low, high, n)`` yields at most ``n`` (key, lo, hi) of that session with ``low <= lo <=
     high`` in descending (lo, hi, key) order — nearest to the cited turn first — with key None for a row the
-    source's restriction leaves out, where it restricts while scanning (such a row still counts as read). ``SPREAD_ROWS`` rows are read in
-    all. Returns ({neighbour: distance}, rows and scans read)."""
+    source's restriction leaves out, where it restricts while scanning (such a row still counts as read).
+    ``SPREAD_ROWS`` rows are read in all. Returns ({neighbour: distance}, rows and scans read)."""
     best: dict[int, int] = {}
     left, work = SPREAD_ROWS, 0
     for session, r0, r1 in sorted(set(cites))[:SPREAD_CITES]:
