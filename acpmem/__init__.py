@@ -8,10 +8,6 @@ resolved lazily so ``import acpmem`` stays cheap for hooks::
     v = Vault.open("/path/to/.acp-memory")
     print(resident_index(v, session="s1"))
 """
-from __future__ import annotations
-
-import importlib
-
 __version__ = "0.1.0"
 
 _EXPORTS = {
@@ -40,6 +36,10 @@ def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'acpmem' has no attribute {name!r}")
+    # lazy: `importlib` (with `warnings`) is 0.3 ms of every `acp` start-up, a served read's client included (a
+    # third of what that client adds to a Python start); only a library caller reaching a name here needs it
+    import importlib
+
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

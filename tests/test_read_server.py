@@ -414,7 +414,8 @@ def test_a_vault_the_server_holds_is_read_anew_after_every_change(tmp_path, run_
 
 def test_a_served_read_imports_neither_re_nor_acpmems_commands_in_the_callers_process(tmp_path, run_dir):
     """The client side of a served read is the interpreter, ``acp`` itself and the relay: not ``re`` (which the
-    console scripts pip generates import first, 5 ms of a 10 ms start-up) and nothing of the commands."""
+    console scripts pip generates import first, 5 ms of a 10 ms start-up), nothing of the commands, nothing the
+    relay does not use."""
     env = env_for(run_dir)
     root, _ = _vault_with_entries(tmp_path / "v", env)
     started(run_dir, env, root)
@@ -432,6 +433,22 @@ def test_a_served_read_imports_neither_re_nor_acpmems_commands_in_the_callers_pr
     ours = imported(r.stderr) - imported(base.stderr)
     assert "acpmem.cli.relay" in ours
     assert not ours & {"re", "acpmem.cli.fast", "acpmem.vault.reader", "sqlite3"}, sorted(ours)
+
+
+def test_what_the_client_of_a_served_read_imports_is_the_relay_alone():
+    """Whatever the installation imports at start-up (an editable install's finder brings ``re`` and
+    ``importlib``), ``acp``'s own imports before it hands a read over are the relay's few: not ``importlib`` with
+    ``warnings`` (0.3 ms; only the package's lazy names need it), not ``__future__``, not ``re``."""
+    import acpmem
+
+    parent = str(Path(acpmem.__file__).parents[1])
+    code = ("import sys\nbefore = set(sys.modules)\nsys.path.insert(0, sys.argv[1])\nimport acpmem.cli.main\n"
+            "print(' '.join(sorted(set(sys.modules) - before)))")
+    p = subprocess.run([sys.executable, "-S", "-c", code, parent], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    started_by_site = {"os", "os.path", "posixpath", "genericpath", "stat", "_stat", "_collections_abc"}
+    assert set(p.stdout.split()) - started_by_site == {"acpmem", "acpmem.cli", "acpmem.cli.relay",
+                                                       "acpmem.cli.main"}, p.stdout
 
 
 def test_the_server_compiles_the_patterns_its_reads_would_each_compile_again():

@@ -6,8 +6,6 @@ from a table derived from the typer definitions); everything else — help, comp
 error — goes to typer, which prints the same bytes for what both can do (a property test compares them).
 ``ACPMEM_NO_FASTPATH=1`` forces typer.
 """
-from __future__ import annotations
-
 import os
 import sys
 

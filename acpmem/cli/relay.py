@@ -16,8 +16,6 @@ one; it ends after ``ACPMEM_READ_SERVER_IDLE`` seconds without a request (600). 
 ``/tmp/acpmem-<uid>``); a folder that anyone else owns or can enter is not used, and the server answers only its
 own user (``SO_PEERCRED``).
 """
-from __future__ import annotations
-
 import os
 import sys
 
