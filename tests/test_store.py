@@ -153,7 +153,7 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
     con.set_trace_callback(None)
     assert any("WITH q(g, ti, tid, w)" in s for s in sql)                       # the pool, scored in SQL
     assert not any("FROM idx_post p JOIN idx_lens d" in s for s in sql)         # not term by term
-    # the pool's documents, built by position, are the documents by name
+    # the pool's documents, built by position, are the documents by name, and what ranking weighs them by too
     from acpmem.search.analysis import SearchDoc
 
     src3 = index_query.IndexSource(con, include_superseded=True)
@@ -163,6 +163,7 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
     for key, path, tags, cites, created in rows:
         want = SearchDoc(id=path, title="", tags=tuple(json.loads(tags)), created=created,
                          citations=tuple((s, q) for s, q in json.loads(cites)))
+        assert src3.facets(key) == (1.0, want.tags, want.created)     # read before the document is built
         assert src3.doc(key) == want and src3.doc(key).weight == 1.0 and src3.doc(key).body == ""
         described += bool(want.citations) and want.created is not None
         tagged += len(want.tags) == 2

@@ -136,6 +136,7 @@ class IndexSource:
         self._params = params
         self._lens: dict[int, tuple[int, ...]] = {}
         self._docs: dict[int, SearchDoc] = {}
+        self._rows: dict[int, list] = {}     # preloaded, not built yet: path, tags, cites, created
         self._kept: dict[int, bool] = {}
         self._best: dict[int, dict[int, tuple[float, int]]] = {}   # per document scored: group → (score, term)
         self._best_of: Sequence[QueryGroup] | None = None           # … for these groups
@@ -341,23 +342,39 @@ class IndexSource:
         citations and weight); ``full_doc`` adds the text."""
         got = self._docs.get(key)
         if got is None:
-            self.preload((key,))
-            got = self._docs[key]
+            row = self._rows.get(key)
+            if row is None:
+                self.preload((key,))
+                row = self._rows[key]
+            path, tags, cites, created = row
+            # every field by position (id, title, body, type, tags, citations, created, weight): a third cheaper
+            # than by name
+            got = self._docs[key] = SearchDoc(path, "", "", "", () if tags == "[]" else tuple(json.loads(tags)),
+                                              () if cites == "[]" else tuple((s, q) for s, q in json.loads(cites)),
+                                              created, 1.0)
         return got
 
+    def facets(self, key: int) -> tuple[float, tuple[str, ...], str | None]:
+        """(weight, tags, created) of a document: what ``rank`` weighs each pooled document by, read without
+        building the document (its citations are parsed only for the few ``rank`` compares)."""
+        row = self._rows.get(key)
+        if row is None:
+            d = self.doc(key)
+            return d.weight, d.tags, d.created
+        tags = row[1]
+        return 1.0, () if tags == "[]" else tuple(json.loads(tags)), row[3]
+
     def preload(self, keys: Iterable[int]) -> None:
-        """Read the documents of ``keys`` in one query (``rank`` looks at its whole pool)."""
-        todo = [k for k in keys if k not in self._docs]
+        """Read the documents of ``keys`` in one query (``rank`` looks at its whole pool); each is built when
+        asked for."""
+        todo = [k for k in keys if k not in self._rows]
         if not todo:
             return
-        loads = json.loads
-        for key, path, tags, cites, created in self._con.execute(
+        rows = self._rows
+        for key, *row in self._con.execute(
                 "SELECT key, path, tags, cites, created FROM idx_docs WHERE key IN (SELECT value FROM json_each(?))",
                 (json.dumps(todo),)):
-            # every field by position (id, title, body, type, tags, citations, created, weight): a third cheaper
-            # than by name, and a pool is hundreds of documents
-            self._docs[key] = SearchDoc(path, "", "", "", () if tags == "[]" else tuple(loads(tags)),
-                                        () if cites == "[]" else tuple((s, q) for s, q in loads(cites)), created, 1.0)
+            rows[key] = row
 
     def full_doc(self, key: int) -> SearchDoc:
         light = self.doc(key)

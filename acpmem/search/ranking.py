@@ -91,7 +91,8 @@ class PostingSource:
     # optional, for a source that can compute inside its store: ``candidates(groups, n)``, the keys of the ``n``
     # best documents by term score (the pool ``rank`` re-scores), ``scores(groups, keys)``, what ``score_query``
     # gives for those documents, bit for bit (``explain=False``: the scores alone, and ``explain(groups, keys)``
-    # says why for those of them asked), and ``neighbours_of(keys, radius)``, ``neighbours`` of each
+    # says why for those of them asked), ``neighbours_of(keys, radius)``, ``neighbours`` of each, and
+    # ``facets(key)``, a document's (weight, tags, created)
 
 
 # ───────────────────────────── 3. scoring ─────────────────────────────
@@ -465,14 +466,19 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
     preload = getattr(src, "preload", None)
     if preload is not None:
         preload(final)
+    facets = getattr(src, "facets", None)    # a source that gives them without building each document
     for key in final:
-        doc = src.doc(key)
-        factor = doc.weight
-        if TAG_BOOST and doc.tags and exact & _tag_terms(doc.tags):
+        if facets is not None:
+            weight, tags, created = facets(key)
+        else:
+            doc = src.doc(key)
+            weight, tags, created = doc.weight, doc.tags, doc.created
+        factor = weight
+        if TAG_BOOST and tags and exact & _tag_terms(tags):
             factor *= 1 + TAG_BOOST
             extra[key]["tag"] = True
         if named:
-            created = _parse_created(doc.created)
+            created = _parse_created(created)
             if created:
                 near = max((max(0.0, 1 - abs((created - d).days) / tol) for d, tol in named), default=0.0)
                 if near > 0:
