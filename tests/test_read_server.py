@@ -339,6 +339,69 @@ def test_an_interrupt_before_the_served_command_handles_it_is_said_as_one(tmp_pa
         assert got["err"] == "Interrupted.\n", got["err"]
 
 
+_AT_THE_END = r"""
+import json, os, resource, signal, socket, sys
+from acpmem.cli import readserver, relay
+import acpmem.cli.main as entry
+
+mode, argv = sys.argv[1], sys.argv[2:]
+real = resource.getrusage
+
+def ended(argv, prog):
+    return 2**40 + 7 if mode == "odd-code" else 0
+
+def interrupted_as_it_reports(who):   # Ctrl-C passed on just as the child reports the command's end
+    os.kill(os.getpid(), signal.SIGINT)
+    return real(who)
+
+entry.main = ended
+if mode == "interrupt":
+    readserver.resource = type("R", (), {"getrusage": staticmethod(interrupted_as_it_reports),
+                                         "RUSAGE_SELF": resource.RUSAGE_SELF,
+                                         "RUSAGE_CHILDREN": resource.RUSAGE_CHILDREN})
+items = readserver._unpack(relay.request(argv, "acp")[4:])
+mine, theirs = socket.socketpair()
+err_r, err_w = os.pipe()
+fds = [os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY), err_w]
+me = os.getpid()
+pid = os.fork()
+if pid == 0:
+    mine.close()
+    try:
+        readserver.run_child(theirs, items, fds)
+    finally:   # reached only if the child did not end there (it would run on as a copy of the server)
+        os.write(2, b"RAN ON\n")
+        os._exit(3)
+theirs.close()
+for fd in fds:
+    os.close(fd)
+answer = b""
+while chunk := mine.recv(64):
+    answer += chunk
+_, status = os.waitpid(pid, 0)
+err = b""
+while chunk := os.read(err_r, 4096):
+    err += chunk
+print(json.dumps({"answer": answer.hex(), "err": err.decode(), "status": status}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["interrupt", "odd-code"])
+def test_the_served_command_ends_where_it_reports_its_end_whatever_lands_then(tmp_path, mode):
+    """After the command, the child reports its exit code and ends. A Ctrl-C the caller passes on at that moment,
+    or an exit code past 32 bits, kept it from ending: it ran on as a copy of the server (which removes the
+    server's socket on its way out) and printed a traceback on the caller's terminal. Now the interrupt changes
+    nothing (the command had ended: its code is reported) and an odd code is reported as a process reports it."""
+    r = subprocess.run([sys.executable, "-c", _AT_THE_END, mode, "memory", "list"], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["status"] == 0 and got["err"] == "", got
+    answer = bytes.fromhex(got["answer"])
+    assert answer[:1] == b"S" and answer[5:6] == b"X", answer
+    assert int.from_bytes(answer[6:10], "big", signed=True) == (7 if mode == "odd-code" else 0)
+
+
 @pytest.mark.parametrize("idle", ["abc", "0", "-5", "nan", "inf", "1e300"])
 def test_an_idle_time_that_is_not_seconds_is_said_and_the_read_runs_alone(tmp_path, run_dir, idle):
     env = env_for(run_dir, ACPMEM_READ_SERVER_IDLE=idle)

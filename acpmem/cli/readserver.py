@@ -169,13 +169,19 @@ def run_child(conn: socket.socket, items: list[bytes], fds: list[int]) -> None:
             except (OSError, ValueError):
                 pass
     finally:
+        # the command has ended: a Ctrl-C the caller passes on now changes nothing, and nothing here may keep this
+        # process from ending (it would run on as a copy of the server, and remove the server's socket on its way
+        # out); an exit code past 32 bits is taken as a process takes it (its low byte)
         try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             cpu = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
                       for f in ("ru_utime", "ru_stime"))
-            conn.sendall(b"X" + int(code).to_bytes(4, "big", signed=True) + int(cpu * 1e6).to_bytes(8, "big"))
-        except OSError:
+            status = int(code) if -2**31 <= int(code) < 2**31 else int(code) & 0xFF
+            conn.sendall(b"X" + status.to_bytes(4, "big", signed=True) + int(cpu * 1e6).to_bytes(8, "big"))
+        except BaseException:
             pass
-        os._exit(0)
+        finally:
+            os._exit(0)
 
 
 def _fresh_streams() -> None:
