@@ -288,36 +288,6 @@ def test_ctrl_c_reaches_the_served_command(tmp_path, run_dir):
     assert served(run_dir) == 1
 
 
-_EARLY_INTERRUPT = r"""
-import json, os, socket, sys
-from acpmem.cli import readserver, relay
-import acpmem.cli.main as entry
-
-def interrupted_at_once(argv, prog):   # Ctrl-C lands before the command's own handling is in place
-    raise KeyboardInterrupt
-
-entry.main = interrupted_at_once
-argv = sys.argv[1:]
-items = readserver._unpack(relay.request(argv, "acp")[4:])
-mine, theirs = socket.socketpair()
-err_r, err_w = os.pipe()
-fds = [os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY), err_w]
-pid = os.fork()
-if pid == 0:
-    mine.close()
-    readserver.run_child(theirs, items, fds)
-theirs.close()
-for fd in fds:
-    os.close(fd)
-answer = b""
-while chunk := mine.recv(64):
-    answer += chunk
-os.waitpid(pid, 0)
-err = b""
-while chunk := os.read(err_r, 4096):
-    err += chunk
-print(json.dumps({"answer": answer.hex(), "err": err.decode()}))
-"""
 
 
 @pytest.mark.parametrize("json_flag", [False, True])
@@ -325,12 +295,8 @@ def test_an_interrupt_before_the_served_command_handles_it_is_said_as_one(tmp_pa
     """The caller passes Ctrl-C on as soon as it has the child's pid, which can be before the command's own handling
     is in place: the child still ends as an interrupted command (the line, exit 130), never with 70 and nothing
     said (CI saw that once). The interrupt is made to land at that point."""
-    argv = ["memory", "list"] + (["--json"] if json_flag else [])
-    r = subprocess.run([sys.executable, "-c", _EARLY_INTERRUPT, *argv], capture_output=True, text=True, timeout=120,
-                       cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout)
-    answer = bytes.fromhex(got["answer"])
+    answer, got = _in_the_child(tmp_path, "early", "memory", "list", *(["--json"] if json_flag else []))
+    assert got["status"] == 0, got
     assert answer[:1] == b"S" and answer[5:6] == b"X", answer
     assert int.from_bytes(answer[6:10], "big", signed=True) == 130
     if json_flag:
@@ -339,7 +305,7 @@ def test_an_interrupt_before_the_served_command_handles_it_is_said_as_one(tmp_pa
         assert got["err"] == "Interrupted.\n", got["err"]
 
 
-_AT_THE_END = r"""
+_IN_THE_CHILD = r"""
 import json, os, resource, signal, socket, sys
 from acpmem.cli import readserver, relay
 import acpmem.cli.main as entry
@@ -347,14 +313,16 @@ import acpmem.cli.main as entry
 mode, argv = sys.argv[1], sys.argv[2:]
 real = resource.getrusage
 
-def ended(argv, prog):
+def command(argv, prog):
+    if mode == "early":   # Ctrl-C lands before the command's own handling is in place
+        raise KeyboardInterrupt
     return 2**40 + 7 if mode == "odd-code" else 0
 
 def interrupted_as_it_reports(who):   # Ctrl-C passed on just as the child reports the command's end
     os.kill(os.getpid(), signal.SIGINT)
     return real(who)
 
-entry.main = ended
+entry.main = command
 if mode == "interrupt":
     readserver.resource = type("R", (), {"getrusage": staticmethod(interrupted_as_it_reports),
                                          "RUSAGE_SELF": resource.RUSAGE_SELF,
@@ -363,7 +331,6 @@ items = readserver._unpack(relay.request(argv, "acp")[4:])
 mine, theirs = socket.socketpair()
 err_r, err_w = os.pipe()
 fds = [os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY), err_w]
-me = os.getpid()
 pid = os.fork()
 if pid == 0:
     mine.close()
@@ -386,18 +353,24 @@ print(json.dumps({"answer": answer.hex(), "err": err.decode(), "status": status}
 """
 
 
+def _in_the_child(tmp_path, mode: str, *argv: str) -> tuple[bytes, dict]:
+    """Run ``run_child`` for ``argv`` in a forked child, the command replaced as ``mode`` says: (what the child
+    answered on the socket, all it said)."""
+    r = subprocess.run([sys.executable, "-c", _IN_THE_CHILD, mode, *argv], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    return bytes.fromhex(got["answer"]), got
+
+
 @pytest.mark.parametrize("mode", ["interrupt", "odd-code"])
 def test_the_served_command_ends_where_it_reports_its_end_whatever_lands_then(tmp_path, mode):
     """After the command, the child reports its exit code and ends. A Ctrl-C the caller passes on at that moment,
     or an exit code past 32 bits, kept it from ending: it ran on as a copy of the server (which removes the
     server's socket on its way out) and printed a traceback on the caller's terminal. Now the interrupt changes
     nothing (the command had ended: its code is reported) and an odd code is reported as a process reports it."""
-    r = subprocess.run([sys.executable, "-c", _AT_THE_END, mode, "memory", "list"], capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout)
+    answer, got = _in_the_child(tmp_path, mode, "memory", "list")
     assert got["status"] == 0 and got["err"] == "", got
-    answer = bytes.fromhex(got["answer"])
     assert answer[:1] == b"S" and answer[5:6] == b"X", answer
     assert int.from_bytes(answer[6:10], "big", signed=True) == (7 if mode == "odd-code" else 0)
 
