@@ -316,6 +316,11 @@ real = resource.getrusage
 def command(argv, prog):
     if mode == "early":   # Ctrl-C lands before the command's own handling is in place
         raise KeyboardInterrupt
+    if mode == "env":     # what the command sees: the mapping, and what a process it starts inherits
+        import subprocess
+        seen = subprocess.run(["env", "-0"], capture_output=True).stdout.split(b"\0")
+        os.write(2, json.dumps([dict(os.environ), sorted(x.decode() for x in seen if x)]).encode())
+        return 0
     return 2**40 + 7 if mode == "odd-code" else 0
 
 def interrupted_as_it_reports(who):   # Ctrl-C passed on just as the child reports the command's end
@@ -327,7 +332,14 @@ if mode == "interrupt":
     readserver.resource = type("R", (), {"getrusage": staticmethod(interrupted_as_it_reports),
                                          "RUSAGE_SELF": resource.RUSAGE_SELF,
                                          "RUSAGE_CHILDREN": resource.RUSAGE_CHILDREN})
+if mode == "env":   # the caller's environment differs from the server's: one more, one less, one changed
+    os.environ.update(ONLY_THE_CALLERS="1", BOTH_HAVE="the caller's")
+    os.environ.pop("ONLY_THE_SERVERS", None)
+callers = dict(os.environ)
 items = readserver._unpack(relay.request(argv, "acp")[4:])
+if mode == "env":
+    del os.environ["ONLY_THE_CALLERS"]
+    os.environ.update(BOTH_HAVE="the server's", ONLY_THE_SERVERS="1")
 mine, theirs = socket.socketpair()
 err_r, err_w = os.pipe()
 fds = [os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY), err_w]
@@ -349,7 +361,7 @@ _, status = os.waitpid(pid, 0)
 err = b""
 while chunk := os.read(err_r, 4096):
     err += chunk
-print(json.dumps({"answer": answer.hex(), "err": err.decode(), "status": status}))
+print(json.dumps({"answer": answer.hex(), "err": err.decode(), "status": status, "callers": callers}))
 """
 
 
@@ -361,6 +373,19 @@ def _in_the_child(tmp_path, mode: str, *argv: str) -> tuple[bytes, dict]:
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     return bytes.fromhex(got["answer"]), got
+
+
+def test_the_served_command_sees_the_callers_environment_exactly(tmp_path):
+    """The child takes the caller's environment over the server's, changing only what differs: a variable only the
+    caller has, one only the server has (gone), one both have with other values — in ``os.environ`` and in what a
+    process the command starts inherits."""
+    answer, got = _in_the_child(tmp_path, "env", "memory", "list")
+    assert got["status"] == 0 and int.from_bytes(answer[6:10], "big", signed=True) == 0, got
+    mapping, inherited = json.loads(got["err"])
+    want = got["callers"]
+    assert want["ONLY_THE_CALLERS"] == "1" and want["BOTH_HAVE"] == "the caller's" and "ONLY_THE_SERVERS" not in want
+    assert mapping == want
+    assert inherited == sorted(f"{k}={v}" for k, v in want.items())
 
 
 @pytest.mark.parametrize("mode", ["interrupt", "odd-code"])
