@@ -50,12 +50,10 @@ def warm() -> None:
         importlib.import_module(name)
     from acpmem.core import limits
     from acpmem.search import ranking, similar
-    from acpmem.vault import discovery
 
     ranking.prepare()
     similar.prepare()
     limits.prepare()
-    discovery.prepare()
 
 
 def loaded_files() -> dict[str, int]:

@@ -28,6 +28,7 @@ _PATTERNS = {
     "control": "[\x00-\x1f\x7f-\x9f]",
     "line_breaking": "[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]",   # control characters but the tab
     "surrogate": "[\ud800-\udfff]",
+    "not_in_a_name": r"[^A-Za-z0-9_.-]",   # what a folder named after an id may not hold
 }
 _compiled: dict[str, re.Pattern] = {}
 
@@ -44,6 +45,12 @@ def prepare() -> None:
     (``acpmem.cli.readserver``): a child compiling one again costs ~0.2 ms of a read."""
     for name in _PATTERNS:
         _re(name)
+
+
+def name_safe(text: str) -> str:
+    """``text`` with every character but ASCII letters, digits, ``_``, ``.`` and ``-`` as ``_`` (one for one): a
+    readable folder name for any id."""
+    return _re("not_in_a_name").sub("_", text)
 
 
 def int_between(value: object, lo: int, hi: int) -> bool:

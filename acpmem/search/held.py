@@ -271,5 +271,5 @@ class Holder:
         return HeldListing(types, catalog.Snapshot(snap.entries, snap.problems, catalog.Changes()), ids)
 
 
-__all__ = ["HELD", "READS", "READ_TIMES", "HeldListing", "Holder", "get", "rows", "reads", "current", "by_id", "loaded", "LIGHT", "FULL", "ROWS",
-           "MAX_ENTRIES", "MAX_VAULTS", "MAX_HELD"]
+__all__ = ["HELD", "READS", "READ_TIMES", "HeldListing", "Holder", "get", "rows", "reads", "current", "by_id", "loaded",
+           "LIGHT", "FULL", "ROWS", "MAX_ENTRIES", "MAX_VAULTS", "MAX_HELD"]

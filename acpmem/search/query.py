@@ -8,7 +8,6 @@ the documents that scored; the text of the hits only, from the catalog.
 from __future__ import annotations
 
 import json
-import math
 import re
 import sqlite3
 from collections import defaultdict
@@ -18,7 +17,7 @@ from acpmem.core.entry import Entry
 from acpmem.search import cedict
 from acpmem.search.analysis import CJK_CHARS, FIELDS, SearchDoc, indexed_body
 from acpmem.search.ranking import (B, FIELD_WEIGHTS, K1, SPREAD_CITES, CorpusStats, Hit, QueryGroup, bounded_neighbours,
-                                   make_preview, plan_query, rank, typo_neighbours, vector_share)
+                                   idf, make_preview, plan_query, rank, term_why, typo_neighbours, vector_share)
 
 _NF = len(FIELDS)
 PRUNE_FROM_POSTINGS = 20_000   # below this many postings a query is scored whole (pruning costs a second query)
@@ -172,14 +171,7 @@ class IndexSource:
         floats, the winning terms and ties come out the same. With ``explain`` false, why is left to ``explain``
         (ranking shows a handful of the hundreds it scores)."""
         keys = list(keys)
-        n = self.stats.n_docs
-        rows: list[tuple[int, int, int, float]] = []
-        for gi, g in enumerate(groups):
-            for ti, qt in enumerate(g.terms):
-                found = self.vocabulary.lookup(qt.term)
-                if found and found[1]:
-                    tid, df = found
-                    rows.append((gi, ti, tid, qt.weight * math.log(1 + (n - df + 0.5) / (df + 0.5))))
+        rows = [(gi, ti, tid, w) for gi, ti, tid, df, w in self._weighted(groups) if df]
         totals: dict[int, float] = defaultdict(float)
         why: dict[int, dict] = defaultdict(dict)
         if not rows or not keys:
@@ -221,9 +213,18 @@ class IndexSource:
                 for gi in sorted(per):
                     s, ti = per[gi]
                     g = groups[gi]
-                    qt = g.terms[ti]
-                    why[key][g.word] = {"term": qt.term, "via": qt.via, "score": round(s, 4)}
+                    why[key][g.word] = term_why(g.terms[ti], s)
         return why
+
+    def _weighted(self, groups: Sequence[QueryGroup]) -> list[tuple[int, int, int, int, float]]:
+        """(group, term's place in it, term id, df, weight × idf) of each query term in the index."""
+        out = []
+        for gi, g in enumerate(groups):
+            for ti, qt in enumerate(g.terms):
+                found = self.vocabulary.lookup(qt.term)
+                if found:
+                    out.append((gi, ti, *found, qt.weight * idf(self.stats.n_docs, found[1])))
+        return out
 
     def _field_sum(self) -> tuple[str, list]:
         """BM25F's weighted, length-normalised term frequency of a posting ``p`` of a document ``d``, as SQL with
@@ -239,8 +240,8 @@ class IndexSource:
     prune_from = PRUNE_FROM_POSTINGS
 
     def candidates(self, groups: Sequence[QueryGroup], n: int) -> list[int]:
-        """The ``n`` best documents by term score, found inside SQLite (``rank`` then scores these exactly with
-        ``score_query``): the same BM25F as ``ranking.bm25f`` and the same best-term-per-group sum, so that a
+        """The ``n`` best documents by term score, found inside SQLite (``rank`` then scores these exactly, with
+        ``scores``): the same BM25F as ``ranking.bm25f`` and the same best-term-per-group sum, so that a
         query's tens of thousands of postings never become Python objects.
 
         With many postings, MaxScore prunes: no document takes more from a term than weight × idf × (k1 + 1). The
@@ -248,16 +249,11 @@ class IndexSource:
         holding only terms whose bounds (best per query word) add up below ``theta`` cannot be in the top ``n``,
         so only documents holding one of the other terms are scored, fully — when that is cheaper than scanning
         every posting."""
-        total = self.stats.n_docs
         rows: list[tuple[int, int, float]] = []
         dfs: dict[int, int] = {}
-        for gi, g in enumerate(groups):
-            for qt in g.terms:
-                found = self.vocabulary.lookup(qt.term)
-                if found:
-                    tid, df = found
-                    dfs[tid] = df
-                    rows.append((gi, tid, qt.weight * math.log(1 + (total - df + 0.5) / (df + 0.5))))
+        for gi, _, tid, df, w in self._weighted(groups):
+            dfs[tid] = df
+            rows.append((gi, tid, w))
         if not rows:
             return []
         if sum(dfs.values()) < self.prune_from:
@@ -390,14 +386,7 @@ class IndexSource:
         return row[0] if row else None
 
     def neighbours(self, key: int, radius: int) -> list[tuple[int, int]]:
-        cites = self._con.execute("SELECT DISTINCT session, lo, hi FROM idx_cites WHERE key=? ORDER BY session, lo, hi "
-                                  "LIMIT ?", (key, SPREAD_CITES)).fetchall()
-        best, work = bounded_neighbours(key, cites, radius, self._scan)
-        self.neighbour_work += work
-        if self._where and best:   # the restriction is per document: the documents it leaves out, left out now
-            allowed = self._allowed(best)
-            return [(k, d) for k, d in best.items() if k in allowed]
-        return list(best.items())
+        return self.neighbours_of((key,), radius)[key]
 
     def neighbours_of(self, keys: Iterable[int], radius: int) -> dict[int, list[tuple[int, int]]]:
         """``neighbours`` of each of ``keys``, the same, with fewer queries: the citations of all of them in one

@@ -227,6 +227,17 @@ def bm25f(tfs: Sequence[int], lens: Sequence[int], stats: CorpusStats) -> float:
     return tfw * (K1 + 1) / (K1 + tfw)
 
 
+def idf(n_docs: int, df: int) -> float:
+    """BM25's inverse document frequency of a term in ``df`` of ``n_docs`` documents."""
+    return math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+
+
+def term_why(qt: QueryTerm, score: float) -> dict:
+    """How a query word scored in a document, as a hit's explanation says it: its best term, how that term was
+    found, its score."""
+    return {"term": qt.term, "via": qt.via, "score": round(score, 4)}
+
+
 def score_query(groups: Sequence[QueryGroup], src: PostingSource,
                 keys: Iterable[int] | None = None) -> tuple[dict[int, float], dict[int, dict]]:
     """BM25F over postings: per group, each document takes its best-scoring term. Returns scores and why; with
@@ -241,15 +252,15 @@ def score_query(groups: Sequence[QueryGroup], src: PostingSource,
             df = src.df(qt.term)
             if not df:
                 continue
-            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            w = idf(n, df)
             found = src.postings(qt.term) if only is None else src.postings(qt.term, only)
             for key, tfs in found:
-                s = qt.weight * idf * bm25f(tfs, src.doc_len(key), src.stats)
+                s = qt.weight * w * bm25f(tfs, src.doc_len(key), src.stats)
                 if key not in best or s > best[key][0]:
                     best[key] = (s, qt)
         for key, (s, qt) in best.items():
             totals[key] += s
-            why[key][g.word] = {"term": qt.term, "via": qt.via, "score": round(s, 4)}
+            why[key][g.word] = term_why(qt, s)
     return dict(totals), dict(why)
 
 

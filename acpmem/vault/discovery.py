@@ -6,16 +6,14 @@ commands (``list``, ``commit``, the hook) can find the vault, and a session's fr
 """
 from __future__ import annotations
 
-import functools
 import os
-import re
 from pathlib import Path
 
 from acpmem.core.errors import UsageError, VaultNotFound
 from acpmem.core.fasthash import sha256
 from acpmem.core.layout import (ENTRIES_DIR, ENV_USER_VAULT, ENV_VAULT, SESSIONS_DIR, SETTINGS_FILE, STATE_DIRNAME,
                                 USER_VAULT_DEFAULT, VAULT_DIRNAME)
-from acpmem.core.limits import clip, session_problem
+from acpmem.core.limits import clip, name_safe, session_problem
 
 
 def _is_dir(p: Path) -> bool:
@@ -125,25 +123,13 @@ def user_vault_problem(path: Path) -> str | None:
     return None
 
 
-@functools.cache
-def _unsafe_name() -> re.Pattern:
-    """What a folder name keeps of a session id: the rest of its characters become ``_`` (compiled on first use, or
-    by ``prepare``)."""
-    return re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def prepare() -> None:
-    """Compile the pattern for session folders now, for a process that forks readers (``acpmem.cli.readserver``)."""
-    _unsafe_name()
-
-
 def session_folder(state_dir: Path, session: str) -> Path:
     """Where a session's local state lives (its frozen index, surfacing ledger): ``.acpmem/sessions/<name>-<hash>``,
     a readable and safe folder name for any session id."""
     why = session_problem(session)
     if why:
         raise UsageError(f"a session id {why}, got {clip(session)}", "pass the host's session id")
-    safe = _unsafe_name().sub("_", session)[:48].strip(".") or "s"
+    safe = name_safe(session)[:48].strip(".") or "s"
     return state_dir / SESSIONS_DIR / f"{safe}-{sha256(session.encode('utf-8')).hexdigest()[:12]}"
 
 
@@ -162,5 +148,5 @@ def state_location(root: Path) -> tuple[Path, bool]:
         return local, False
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     real = os.path.realpath(root)
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(real).name)[:32].strip(".") or "vault"
+    name = name_safe(Path(real).name)[:32].strip(".") or "vault"
     return Path(base) / "acpmem" / "vaults" / f"{name}-{sha256(real.encode('utf-8', 'surrogateescape')).hexdigest()[:12]}", True

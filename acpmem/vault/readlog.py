@@ -168,7 +168,8 @@ def served_reads(root: Path, state_dir: Path, db_path: Path, only: frozenset[str
         held.loaded(str(root), str(db_path), (), held.READ_TIMES)
     if got is None:
         return last_reads(root, state_dir, only)
-    return got[0] if only is None else {k: v for k, v in got[0].items() if k in only}
+    times = got[0]
+    return times if only is None else {k: times[k] for k in only if k in times}
 
 
 def last_reads(root: Path, state_dir: Path, only: frozenset[str] | None = None) -> dict[str, str]:
