@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, example, given, settings, strategies as st
 
 from helpers_proc import git_out, run_readme_sh, warnings_said
 from openai_server import reply
@@ -23,6 +23,7 @@ from test_layers import configure, ids, project, put, run, submit
 import test_layers
 
 from acpmem.core.errors import AmbiguousId, EntryNotFound, Refused
+from acpmem.core.redact import find_secrets
 from acpmem.upkeep import review as rv
 from acpmem.vault.writer import Vault
 from acpmem.write.remember import remember
@@ -91,12 +92,18 @@ def test_a_project_path_is_refused_in_the_user_vault_and_nothing_is_written(proj
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(tail="", before="TOKEN")   # found by CI: read as a bearer token, refused as a secret
+@example(tail="x", before="key:")
 @given(tail=st.text(string.ascii_letters + string.digits + "._-/", max_size=30),
        before=st.text(string.ascii_letters + " :", max_size=20))
 def test_any_path_under_the_project_is_refused_for_the_user_vault(proj, user_vault, tail, before):
+    text = f"{before} {proj.root.parent}/{tail} end"
+    # a text the secret scanner refuses first ("token /tmp/pytest-3/…" reads as a bearer token) is refused for that,
+    # tested on its own: the property is about every other text
+    assume(not find_secrets(text, deep=True))
     head = _head(user_vault.root)
     with pytest.raises(Refused, match="path of this project"):
-        remember(proj, f"{before} {proj.root.parent}/{tail} end", type="user-preference", importance=5, user=True)
+        remember(proj, text, type="user-preference", importance=5, user=True)
     assert _head(user_vault.root) == head
 
 
