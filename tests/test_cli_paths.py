@@ -232,6 +232,132 @@ def test_commit_wait_agrees(tmp_path):
     assert outs[0] == outs[1] and outs[0][0] == 0 and "wrote 1 entry" in outs[0][1]
 
 
+# ------------------------------------------------------------------------------------------ remember
+
+_ENTRY_ID = re.compile(r'(#|entries/|proposals/|"id": ")(u-)?[a-z2-9]{6}')
+_SHA = re.compile(r"\b[0-9a-f]{40}\b|\b[0-9a-f]{12}\b")
+
+
+@pytest.fixture(scope="module")
+def remember_template(tmp_path_factory):
+    """A project vault (the example entries) and a user vault, copied afresh before every run: a write changes
+    the vault, and both paths must start from the same one."""
+    from acpmem.vault.create import init_user_vault, init_vault
+
+    base = tmp_path_factory.mktemp("remember")
+    saved = os.environ.get("ACPMEM_USER_VAULT")
+    os.environ["ACPMEM_USER_VAULT"] = str(base / "template" / "user")
+    try:
+        init_vault(base / "template" / "vault", example=True).close()
+        init_user_vault().close()
+    finally:
+        os.environ.pop("ACPMEM_USER_VAULT") if saved is None else os.environ.__setitem__("ACPMEM_USER_VAULT", saved)
+    return base
+
+
+def remember_args(root):
+    options = _args([_option("--type", st.sampled_from(["lesson", "fact", "user-preference", "nope", ""])),
+                     _option("-t", st.sampled_from(["decision"])), _option("--importance", INTS), _option("-i", INTS),
+                     _option("--title", TEXT), st.just(["--edit"]), st.just(["--user"]), st.just(["--branch"]),
+                     st.just(["--global"]), st.just(["--json"]), _with_vault(root)], max_size=7)
+    texts = st.one_of(st.sampled_from(["Deploys go out on Tuesdays.", "上传大文件走分片队列。", "-", "",
+                                       "token ghp_" + "a1B2" * 9]), TEXT)
+    # the text before, among or after the options, or none (then stdin); now and then a second one (a usage error)
+    anything = st.tuples(options, st.lists(texts, max_size=1), st.integers(0, 7), st.lists(TEXT, max_size=1)).map(
+        lambda t: t[0][:t[2]] + t[1] + t[0][t[2]:] + (t[3] if t[1] else []))
+    # and lines that are well formed but for one value, where a parser that took more than typer takes shows
+    well_formed = st.tuples(
+        texts, st.sampled_from([[], ["--type", "lesson"], ["-t", "decision"], ["--type=nope"]]),
+        st.sampled_from([[], ["--user"], ["--branch"], ["--global"], ["--json"], ["--user", "--json"]]),
+        INTS.map(lambda v: ["--importance", v]) | INTS.map(lambda v: ["-i", v]) | st.just([]),
+        st.just([]) | TEXT.map(lambda v: ["--title", v])).map(lambda t: [t[0], *t[1], *t[2], *t[3], *t[4]])
+    return st.one_of(anything, well_formed, well_formed)
+
+
+def _remember_same(template: Path, argv: list[str], stdin: bytes, group: list[str]) -> tuple:
+    """Both paths on their own fresh copy of the same vaults, at the same place; the entry's id and commit (random,
+    by design) normalised, the rest — the entry's title, path and layer, the errors, the exit code and what the
+    shared function was called with — the same bytes. The fast path's result."""
+    import shutil
+
+    work = template / "work"
+    saved = {k: os.environ.get(k) for k in ("ACPMEM_USER_VAULT", "EDITOR")}
+    os.environ.update(ACPMEM_USER_VAULT=str(work / "user"), EDITOR="true")
+    got = []
+    try:
+        for fast in (True, False):
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.copytree(template / "template", work, symlinks=True)
+            code, out, err, calls = run([*group, "remember", *argv], "acpmem", fast=fast, stdin=stdin)
+            norm = lambda s: _SHA.sub("SHA", _ENTRY_ID.sub(r"\1\2ID", s))  # noqa: E731
+            got.append((code, norm(out), norm(err), calls))
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    assert got[0] == got[1], argv
+    return got[0]
+
+
+@SLOW
+@given(data=st.data())
+def test_remember_both_paths_agree(remember_template, data):
+    """``remember`` writes: for generated lines, both paths on twin vaults print the same and exit the same."""
+    vault = remember_template / "work" / "vault"
+    argv = data.draw(remember_args(vault))
+    stdin = data.draw(st.sampled_from([b"A fact piped in.\n", b"", b"\xff\xfe", "管道里的一条事实".encode()]))
+    group = data.draw(st.sampled_from([[], ["--vault", str(vault)]]))
+    if not group and "--vault" not in " ".join(argv):
+        argv += ["--vault", str(vault)]
+    _remember_same(remember_template, argv, stdin, group)
+
+
+def test_remember_both_paths_agree_on_the_edges(remember_template):
+    """The lines where a parser that took more (or less) than typer would show, each on both paths: a written
+    entry (plain, --json, --user, --title, piped), and every refusal — importance out of range or not a number,
+    two scopes, text and --edit, a secret, an unknown type, no text, a second text."""
+    vault = str(remember_template / "work" / "vault")
+    cases = [
+        (["Deploys go out on Tuesdays.", "--type", "decision", "-i", "7"], b"", 0),
+        (["Deploys go out on Tuesdays.", "--json", "--title", "Deploy day"], b"", 0),
+        (["Answer with the short version first.", "--type", "user-preference", "--user"], b"", 0),
+        (["--type", "fact", "--importance", "3"], "上传大文件走分片队列。".encode(), 0),
+        (["-", "--type", "fact"], b"Piped in, verbatim.\n", 0),
+        (["x", "--importance", "11"], b"", 2), (["x", "-i", "0"], b"", 2), (["x", "-i", "5.5"], b"", 2),
+        (["x", "-i", "+5"], b"", 0), (["x", "--importance="], b"", 2), (["x", "--branch", "--global"], b"", 2),
+        (["x", "--edit"], b"", 2), (["token ghp_" + "a1B2" * 9, "--type", "fact"], b"", None),
+        (["x", "--type", "nope"], b"", None), ([], b"", 2), (["x", "y"], b"", 2), (["x", "--bogus"], b"", 2),
+    ]
+    for argv, stdin, want in cases:
+        code, out, err, _ = _remember_same(remember_template, [*argv, "--vault", vault], stdin, [])
+        if want is not None:
+            assert code == want, (argv, out, err)
+        else:
+            assert code != 0 and err.startswith("Error: ") and err.count("\n") == 1, (argv, err)
+
+
+def test_remember_takes_the_fast_path_and_typer_the_rest(remember_template, monkeypatch):
+    """A plain ``remember`` line never imports typer; ``-`` (stdin) and ``--help`` go to typer, which answers
+    them through the same function (stdin) or with its help."""
+    import shutil
+    import subprocess
+
+    work = remember_template / "plain"
+    shutil.copytree(remember_template / "template", work, symlinks=True)
+    probe = ("import sys\nfrom acpmem.cli.main import main\n"
+             "code = main(sys.argv[1:], 'acpmem')\n"
+             "print('TYPER' if 'typer' in sys.modules else 'NO-TYPER', code, file=sys.stderr)\n")
+    env = dict(os.environ, ACPMEM_USER_VAULT=str(work / "user"))
+    seen = {}
+    for name, argv, stdin in (("plain", ["remember", "Deploys go out on Tuesdays.", "--type", "fact"], ""),
+                              ("stdin", ["remember", "-", "--type", "fact", "-i", "4"], "Piped in, verbatim.\n"),
+                              ("help", ["remember", "--help"], "")):
+        p = subprocess.run([sys.executable, "-c", probe, "--vault", str(work / "vault"), *argv], input=stdin,
+                           capture_output=True, text=True, env=env, timeout=120)
+        seen[name] = p.stderr.strip().splitlines()[-1]
+        assert p.stderr.strip().splitlines()[-1].endswith(" 0"), (name, p.stderr)
+    assert seen == {"plain": "NO-TYPER 0", "stdin": "TYPER 0", "help": "TYPER 0"}
+
+
 # ------------------------------------------------------------------------------------------ the per-turn reads
 
 AT = "2026-12-01T00:00:00Z"
@@ -354,4 +480,5 @@ def test_surface_both_paths_agree(vault_root, tmp_path_factory, data):
         code, out, err, calls = run(["surface", *mine], "acpmem", fast=fast, stdin=stdin)
         got.append((code, out.replace(str(copy), "VAULT"), err.replace(str(copy), "VAULT"),
                     [(n, {k: str(v).replace(str(copy), "VAULT") for k, v in kw.items()}) for n, kw in calls]))
+    open("/tmp/rem_dist.txt", "a").write(repr((argv, got[0][0], got[0][2][:80], got[1][0])) + "\n")
     assert got[0] == got[1], argv

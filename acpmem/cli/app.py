@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from acpmem.core.errors import VaultNotFound
+from acpmem.cli import writes
 
 HELP = """Cross-session long-term memory for LLM agents: a git-versioned markdown vault, a resident index and recall.
 
@@ -91,29 +91,18 @@ def vault_of(ctx: typer.Context | None, vault: str | None) -> str | None:
 
 def open_vault(ctx: typer.Context, vault: str | None):
     """The ``Vault`` for a command: its own --vault, else the group's --vault, else discovery."""
-    # lazy: typer's start-up (help, completion) does not need it (measured +33 ms)
-    from acpmem.vault.writer import Vault
-
-    return Vault.open(vault_of(ctx, vault))
+    return writes.open_vault(vault_of(ctx, vault))
 
 
 def open_user(ctx: typer.Context, vault: str | None):
     """The user vault for a ``--user`` command: the one the project vault here reads, else the default one."""
-    # lazy: typer's start-up (help, completion) does not need it (measured +15 ms)
-    from acpmem.read.layers import open_user_vault
-
-    return open_user_vault(vault_of(ctx, vault))
+    return writes.open_user(vault_of(ctx, vault))
 
 
 def open_for_user(ctx: typer.Context, vault: str | None):
     """The vault a ``--user`` write starts from: the project vault here (its paths are kept out of the user vault),
     else — no project vault here — the user vault alone."""
-    try:
-        return open_vault(ctx, vault)
-    except VaultNotFound:
-        if vault_of(ctx, vault):
-            raise
-        return open_user(ctx, None)
+    return writes.open_for_user(vault_of(ctx, vault))
 
 
 def as_path(value: str | None) -> Path | None:

@@ -16,7 +16,7 @@ import sys
 from enum import Enum
 from pathlib import Path
 
-from acpmem.cli import reads
+from acpmem.cli import reads, writes
 from acpmem.cli.output import fail, is_tty, out, out_json, using, warn
 from acpmem.core.errors import UsageError
 
@@ -265,7 +265,7 @@ def serve_cmd(*, session: str | None, transcript: str | None, vault: Path | None
 
 
 IMPLS = {"list": list_cmd, "recall": recall_cmd, "commit": commit_cmd, "hook claude-code": hook_claude_code,
-         "serve": serve_cmd, **reads.IMPLS}
+         "serve": serve_cmd, **reads.IMPLS, **writes.IMPLS}
 
 
 def call(name: str, params: dict, group_vault: str | None = None) -> int:
