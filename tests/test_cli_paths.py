@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -239,9 +240,9 @@ _SHA = re.compile(r"\b[0-9a-f]{40}\b|\b[0-9a-f]{12}\b")
 
 
 @pytest.fixture(scope="module")
-def remember_template(tmp_path_factory):
-    """A project vault (the example entries) and a user vault, copied afresh before every run: a write changes
-    the vault, and both paths must start from the same one."""
+def twin_template(tmp_path_factory):
+    """A project vault (the example entries), a user vault and the project vault's remote, copied afresh before
+    every run: a write changes the vault, and both paths must start from the same one."""
     from acpmem.vault.create import init_user_vault, init_vault
 
     base = tmp_path_factory.mktemp("remember")
@@ -250,6 +251,15 @@ def remember_template(tmp_path_factory):
     try:
         init_vault(base / "template" / "vault", example=True).close()
         init_user_vault().close()
+        # a team remote beside them, named relative to the vault so that a copy syncs with its own copy; pushed
+        # once, then one entry more here, so that a sync has a commit to push
+        remote = base / "template" / "remote.git"
+        subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+        subprocess.run(["git", "-C", str(base / "template" / "vault"), "remote", "add", "origin", "../remote.git"],
+                       check=True)
+        assert main(["--vault", str(base / "template" / "vault"), "sync"], "acpmem") == 0
+        assert main(["--vault", str(base / "template" / "vault"), "remember", "Deploys go out on Tuesdays.",
+                     "--type", "decision"], "acpmem") == 0
     finally:
         os.environ.pop("ACPMEM_USER_VAULT") if saved is None else os.environ.__setitem__("ACPMEM_USER_VAULT", saved)
     return base
@@ -274,21 +284,21 @@ def remember_args(root):
     return st.one_of(anything, well_formed, well_formed)
 
 
-def _remember_same(template: Path, argv: list[str], stdin: bytes, group: list[str]) -> tuple:
-    """Both paths on their own fresh copy of the same vaults, at the same place; the entry's id and commit (random,
-    by design) normalised, the rest — the entry's title, path and layer, the errors, the exit code and what the
-    shared function was called with — the same bytes. The fast path's result."""
+def _twin_same(template: Path, argv: list[str], stdin: bytes = b"", user_vault: str = "user") -> tuple:
+    """``argv`` on both paths, each on its own fresh copy of the same vaults, at the same place; new entries' ids
+    and commits (random, by design) normalised, the rest — titles, paths, layers, the errors, the exit code and what
+    the shared function was called with — the same bytes. The fast path's result."""
     import shutil
 
     work = template / "work"
     saved = {k: os.environ.get(k) for k in ("ACPMEM_USER_VAULT", "EDITOR")}
-    os.environ.update(ACPMEM_USER_VAULT=str(work / "user"), EDITOR="true")
+    os.environ.update(ACPMEM_USER_VAULT=str(work / user_vault), EDITOR="true")
     got = []
     try:
         for fast in (True, False):
             shutil.rmtree(work, ignore_errors=True)
             shutil.copytree(template / "template", work, symlinks=True)
-            code, out, err, calls = run([*group, "remember", *argv], "acpmem", fast=fast, stdin=stdin)
+            code, out, err, calls = run(argv, "acpmem", fast=fast, stdin=stdin)
             norm = lambda s: _SHA.sub("SHA", _ENTRY_ID.sub(r"\1\2ID", s))  # noqa: E731
             got.append((code, norm(out), norm(err), calls))
     finally:
@@ -300,22 +310,22 @@ def _remember_same(template: Path, argv: list[str], stdin: bytes, group: list[st
 
 @SLOW
 @given(data=st.data())
-def test_remember_both_paths_agree(remember_template, data):
+def test_remember_both_paths_agree(twin_template, data):
     """``remember`` writes: for generated lines, both paths on twin vaults print the same and exit the same."""
-    vault = remember_template / "work" / "vault"
+    vault = twin_template / "work" / "vault"
     argv = data.draw(remember_args(vault))
     stdin = data.draw(st.sampled_from([b"A fact piped in.\n", b"", b"\xff\xfe", "管道里的一条事实".encode()]))
     group = data.draw(st.sampled_from([[], ["--vault", str(vault)]]))
     if not group and "--vault" not in " ".join(argv):
         argv += ["--vault", str(vault)]
-    _remember_same(remember_template, argv, stdin, group)
+    _twin_same(twin_template, [*group, "remember", *argv], stdin)
 
 
-def test_remember_both_paths_agree_on_the_edges(remember_template):
+def test_remember_both_paths_agree_on_the_edges(twin_template):
     """The lines where a parser that took more (or less) than typer would show, each on both paths: a written
     entry (plain, --json, --user, --title, piped), and every refusal — importance out of range or not a number,
     two scopes, text and --edit, a secret, an unknown type, no text, a second text."""
-    vault = str(remember_template / "work" / "vault")
+    vault = str(twin_template / "work" / "vault")
     cases = [
         (["Deploys go out on Tuesdays.", "--type", "decision", "-i", "7"], b"", 0),
         (["Deploys go out on Tuesdays.", "--json", "--title", "Deploy day"], b"", 0),
@@ -328,21 +338,46 @@ def test_remember_both_paths_agree_on_the_edges(remember_template):
         (["x", "--type", "nope"], b"", None), ([], b"", 2), (["x", "y"], b"", 2), (["x", "--bogus"], b"", 2),
     ]
     for argv, stdin, want in cases:
-        code, out, err, _ = _remember_same(remember_template, [*argv, "--vault", vault], stdin, [])
+        code, out, err, _ = _twin_same(twin_template, ["remember", *argv, "--vault", vault], stdin)
         if want is not None:
             assert code == want, (argv, out, err)
         else:
             assert code != 0 and err.startswith("Error: ") and err.count("\n") == 1, (argv, err)
 
 
-def test_remember_takes_the_fast_path_and_typer_the_rest(remember_template, monkeypatch):
-    """A plain ``remember`` line never imports typer; ``-`` (stdin) and ``--help`` go to typer, which answers
-    them through the same function (stdin) or with its help."""
+def test_init_doctor_and_sync_both_paths_agree(twin_template):
+    """``init``, ``doctor`` and ``sync`` — what a person or a script runs by hand, on the fast path too — print the
+    same bytes and exit the same on both paths, each on twin copies of the same vaults and remote: what they do
+    (a vault created, one repaired, a commit pushed) and every refusal."""
+    work = twin_template / "work"
+    vault, new = str(work / "vault"), str(work / "new")
+    cases = [
+        (["init", new], "user", 0), (["init", new, "--example", "--json"], "user", 0),
+        (["--vault", vault, "init", new], "user", 0),            # the group's --vault: init takes none
+        (["init", vault], "user", 1), (["init", "--user"], "user", 1), (["init", "--user", "--example"], "fresh", 0),
+        (["init", "--user", new], "user", 2), (["init", new, "extra"], "user", 2), (["init", "--bogus"], "user", 2),
+        (["doctor", "--vault", vault], "user", 0), (["--vault", vault, "doctor", "--json"], "user", 0),
+        (["doctor", "--vault", vault, "--fix"], "user", 0), (["doctor", "--vault", new], "user", 1),
+        (["doctor", "--vault", vault, "extra"], "user", 2), (["doctor", "--fix=1", "--vault", vault], "user", 2),
+        (["sync", "--vault", vault], "user", 0), (["--vault", vault, "sync", "--json"], "user", 0),
+        (["sync", "--vault", vault, "--remote", "origin"], "user", 0),
+        (["sync", "--vault", vault, "-r", "nope"], "user", 1), (["sync", "--user"], "user", 1),
+        (["sync", "--vault", vault, "--remote"], "user", 2), (["sync", "--vault", new], "user", 1),
+    ]
+    for argv, user_vault, want in cases:
+        code, out, err, calls = _twin_same(twin_template, argv, user_vault=user_vault)
+        assert code == want, (argv, out, err)
+        assert calls or code == 2, argv   # what parsed reached the shared function
+
+
+def test_the_hand_run_commands_take_the_fast_path_and_typer_the_rest(twin_template):
+    """A plain ``remember``, ``init``, ``doctor --fix`` or ``sync`` line never imports typer; ``remember -``
+    (stdin) and ``--help`` go to typer, which answers them through the same function (stdin) or with its help."""
     import shutil
     import subprocess
 
-    work = remember_template / "plain"
-    shutil.copytree(remember_template / "template", work, symlinks=True)
+    work = twin_template / "plain"
+    shutil.copytree(twin_template / "template", work, symlinks=True)
     probe = ("import sys\nfrom acpmem.cli.main import main\n"
              "code = main(sys.argv[1:], 'acpmem')\n"
              "print('TYPER' if 'typer' in sys.modules else 'NO-TYPER', code, file=sys.stderr)\n")
@@ -350,12 +385,15 @@ def test_remember_takes_the_fast_path_and_typer_the_rest(remember_template, monk
     seen = {}
     for name, argv, stdin in (("plain", ["remember", "Deploys go out on Tuesdays.", "--type", "fact"], ""),
                               ("stdin", ["remember", "-", "--type", "fact", "-i", "4"], "Piped in, verbatim.\n"),
-                              ("help", ["remember", "--help"], "")):
+                              ("help", ["remember", "--help"], ""),
+                              ("init", ["init", str(work / "fresh"), "--example"], ""), ("doctor", ["doctor", "--fix"], ""),
+                              ("sync", ["sync"], "")):
         p = subprocess.run([sys.executable, "-c", probe, "--vault", str(work / "vault"), *argv], input=stdin,
                            capture_output=True, text=True, env=env, timeout=120)
         seen[name] = p.stderr.strip().splitlines()[-1]
         assert p.stderr.strip().splitlines()[-1].endswith(" 0"), (name, p.stderr)
-    assert seen == {"plain": "NO-TYPER 0", "stdin": "TYPER 0", "help": "TYPER 0"}
+    assert seen == {"plain": "NO-TYPER 0", "stdin": "TYPER 0", "help": "TYPER 0", "init": "NO-TYPER 0",
+                    "doctor": "NO-TYPER 0", "sync": "NO-TYPER 0"}
 
 
 # ------------------------------------------------------------------------------------------ the per-turn reads

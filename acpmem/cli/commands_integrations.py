@@ -12,8 +12,7 @@ import typer
 
 from acpmem.cli import hot
 from acpmem.cli.app import JsonOpt, UserOpt, VaultOpt, app, hook_app, open_user, open_vault, params, vault_of
-from acpmem.cli.output import emit_warnings, out, out_json, warn
-from acpmem.core.errors import SyncConflict
+from acpmem.cli.output import out, out_json
 
 
 @app.command()
@@ -79,28 +78,7 @@ def sync(ctx: typer.Context,
 
     Example: acp memory sync --user
     """
-    # lazy: typer's start-up (help, completion) does not need it (measured +42 ms)
-    from acpmem.vault.sync import sync as run_sync
-
-    with (open_user(ctx, vault) if user else open_vault(ctx, vault)) as v:
-        try:
-            result = run_sync(v, remote)   # on a terminal, its steps are counted (cli.progress)
-        except SyncConflict as exc:
-            if not json_:   # under --json the error object's details name them
-                for p in exc.data.get("paths", []):
-                    warn(f"conflict: {p}")
-            raise
-        finally:
-            emit_warnings(v)   # a conflict's warnings too, unlike `using`
-    if json_:
-        out_json(result.to_json())
-        return
-    how = {"up-to-date": "", "fast-forward": " (fast-forward)", "replay": " (this clone's commits replayed on top)",
-           "merge": " (merged)", "finished-merge": " (your resolved merge committed)",
-           "first-push": " (first push)"}[result.merge]
-    tries = f" after {result.attempts} tries (the remote moved meanwhile)" if result.attempts > 1 else ""
-    out(f"Synced with {result.remote}/{result.branch}: {result.incoming} commit(s) in{how}, {result.outgoing} out"
-        f"{' and pushed' if result.pushed else ''}{tries}. HEAD {result.head[:12]}.")
+    return hot.call("sync", params(locals()), vault_of(ctx, None))
 
 
 @app.command()

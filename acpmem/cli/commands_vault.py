@@ -11,7 +11,6 @@ from acpmem.cli import hot
 from acpmem.cli.app import (IdArg, JsonOpt, UserOpt, VaultOpt, app, as_path, complete_ids, open_user, open_vault,
                             params, vault_of)
 from acpmem.cli.output import fail, out, out_json, using
-from acpmem.core.errors import UsageError
 from acpmem.core.limits import MAX_BUDGET_TOKENS, MAX_INT, MAX_TOP_N, MIN_INT
 
 
@@ -35,29 +34,7 @@ def init(path: Annotated[Optional[str], typer.Argument(metavar="PATH", show_defa
 
     Example: acp memory init --user
     """
-    # lazy: typer's start-up (help, completion) does not need it (measured +34 ms)
-    from acpmem.vault.create import init_user_vault, init_vault
-
-    if user:
-        if path:
-            raise UsageError("init --user takes no PATH", "set ACPMEM_USER_VAULT=PATH to put the user vault there")
-        v = init_user_vault(example=example)
-    else:
-        v = init_vault(path or None, example=example)
-    with using(v):   # its warnings (no git identity) said here, with how to set one
-        n = len(v.load().entries)
-    if json_:
-        out_json({"vault": str(v.root), "entries": n})
-        return
-    # lazy: typer's start-up (help, completion) does not need it (measured +7.8 ms)
-    from acpmem.core.render import count_entries
-
-    out(f"Created the vault at {v.root} ({count_entries(n)}).")
-    if user:   # `list` here would fail outside a project: the user vault is read beside a project's vault
-        out("Next: in a project, `acp memory init` creates its vault and `acp memory list` there shows both layers; "
-            "`acp memory remember TEXT --type user-preference --importance 7 --user` writes here from anywhere.")
-        return
-    out("Next: `acp memory list` to see the index, `acp memory --help` for everything else.")
+    return hot.call("init", params(locals()))
 
 
 # --------------------------------------------------------------------------------------------- list
@@ -248,22 +225,7 @@ def doctor(ctx: typer.Context, fix: Annotated[bool, typer.Option("--fix", help="
 
     Example: acp memory doctor --fix
     """
-    # lazy: typer's start-up (help, completion) does not need it (measured +94 ms)
-    from acpmem.upkeep.doctor import doctor as check
-
-    v = open_vault(ctx, vault)
-    rep = check(v, fix=fix)
-    if json_:
-        out_json({"ok": rep.ok, "findings": [f.to_json() for f in rep.findings]})
-    else:
-        for f in rep.findings:
-            out(f"{f.level:<8} {f.what}" + (f"\n         → {f.fix}" if f.fix else ""))
-    if rep.ok:
-        return 0
-    errors = sum(f.level == "error" for f in rep.findings)
-    return fail(f"{errors} problem{'s' if errors != 1 else ''} found in the vault",
-                "each finding says how to fix it" + ("" if fix else "; `--fix` repairs what is safe"),
-                code="problems_found")
+    return hot.call("doctor", params(locals()), vault_of(ctx, None))
 
 
 # --------------------------------------------------------------------------------------------- embed

@@ -15,7 +15,7 @@ from pathlib import Path
 from acpmem.cli.main import typer_command
 
 FAST = ("list", "recall", "commit", "hook claude-code", "show", "surface", "score", "stats",   # per turn
-        "remember",   # the write a person types by hand
+        "remember", "init", "doctor", "sync",   # what a person or a script runs by hand
         "serve")   # its MCP handshake must be as quick as a Python start
 SPEC_FILE = Path(__file__).with_name("fastspec.py")
 HEADER = '''"""The per-turn commands' parameters, for the fast path (``acpmem.cli.fast``).

@@ -87,6 +87,23 @@ COMMANDS = {
     {'name': 'json_', 'kind': 'option', 'opts': ['--json'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
     {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
 ]},
+'init': {"params": [
+    {'name': 'path', 'kind': 'argument', 'opts': [], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+    {'name': 'example', 'kind': 'option', 'opts': ['--example'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
+    {'name': 'user', 'kind': 'option', 'opts': ['--user'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
+    {'name': 'json_', 'kind': 'option', 'opts': ['--json'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
+]},
+'doctor': {"params": [
+    {'name': 'fix', 'kind': 'option', 'opts': ['--fix'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
+    {'name': 'json_', 'kind': 'option', 'opts': ['--json'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
+    {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+]},
+'sync': {"params": [
+    {'name': 'remote', 'kind': 'option', 'opts': ['--remote', '-r'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+    {'name': 'user', 'kind': 'option', 'opts': ['--user'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
+    {'name': 'json_', 'kind': 'option', 'opts': ['--json'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
+    {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+]},
 'serve': {"params": [
     {'name': 'session', 'kind': 'option', 'opts': ['--session'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
     {'name': 'transcript', 'kind': 'option', 'opts': ['--transcript'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},

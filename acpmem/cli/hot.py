@@ -279,7 +279,8 @@ def call(name: str, params: dict, group_vault: str | None = None) -> int:
         elif isinstance(value, (list, tuple)):
             value = list(value) or None
         kw[key] = value
-    kw["vault"] = _path(kw.get("vault") or group_vault)
+    if "vault" in kw:   # `init` takes none: it creates one
+        kw["vault"] = _path(kw["vault"] or group_vault)
     return IMPLS[name](**kw)
 
 

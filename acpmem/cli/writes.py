@@ -1,11 +1,12 @@
-"""The write a person types by hand — ``remember`` — as a plain function, beside the per-turn commands in
-``acpmem.cli.hot``, and how a command opens the vault it writes to.
+"""The commands a person (or a script) runs by hand to write and tend a vault — ``remember``, ``init``, ``doctor``
+and ``sync`` — as plain functions, beside the per-turn commands in ``acpmem.cli.hot``, and how a command opens the
+vault it writes to.
 
-Its typer command (``acpmem.cli.commands_review``) passes its parameters through unchanged, and the fast path
-(``acpmem.cli.fast``) calls the same function with the same parameters, so both print the same bytes; a command
-line the fast path cannot parse exactly (``-`` for stdin, help, anything unusual) goes to typer, which calls it too.
-Typer and the pydantic it brings cost about half of a ``remember`` run on its own (~150 of ~300 ms). Kept free of
-typer; everything heavy is imported when the command runs.
+Their typer commands (``acpmem.cli.commands_*``) pass their parameters through unchanged, and the fast path
+(``acpmem.cli.fast``) calls the same functions with the same parameters, so both print the same bytes; a command
+line the fast path cannot parse exactly (``-`` for stdin, help, anything unusual) goes to typer, which calls them
+too. Typer and the pydantic it brings cost about 40 % of such a run on its own (~140 of ~370 ms for ``remember``).
+Kept free of typer; everything heavy is imported when the command runs.
 
 Each function prints its output and returns the exit code, or raises ``AcpmemError``.
 """
@@ -14,8 +15,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from acpmem.cli.output import out, out_json, using
-from acpmem.core.errors import AcpmemError, Refused, UsageError, VaultNotFound
+from acpmem.cli.output import emit_warnings, fail, out, out_json, using, warn
+from acpmem.core.errors import AcpmemError, Refused, SyncConflict, UsageError, VaultNotFound
 
 
 def open_vault(vault: str | Path | None):
@@ -138,4 +139,76 @@ def _from_editor(type_: str | None, importance: int | None, user: bool) -> str:
         os.unlink(path)
 
 
-IMPLS = {"remember": remember_cmd}
+def init_cmd(*, path: str | None, example: bool, user: bool, json_: bool) -> int:
+    # lazy: the per-turn commands import this module (``cli.hot``) and do not need it (measured +34 ms)
+    from acpmem.vault.create import init_user_vault, init_vault
+
+    if user:
+        if path:
+            raise UsageError("init --user takes no PATH", "set ACPMEM_USER_VAULT=PATH to put the user vault there")
+        v = init_user_vault(example=example)
+    else:
+        v = init_vault(path or None, example=example)
+    with using(v):   # its warnings (no git identity) said here, with how to set one
+        n = len(v.load().entries)
+    if json_:
+        out_json({"vault": str(v.root), "entries": n})
+        return 0
+    # lazy: the per-turn commands import this module (``cli.hot``) and do not need it (measured +7.8 ms)
+    from acpmem.core.render import count_entries
+
+    out(f"Created the vault at {v.root} ({count_entries(n)}).")
+    if user:   # `list` here would fail outside a project: the user vault is read beside a project's vault
+        out("Next: in a project, `acp memory init` creates its vault and `acp memory list` there shows both layers; "
+            "`acp memory remember TEXT --type user-preference --importance 7 --user` writes here from anywhere.")
+        return 0
+    out("Next: `acp memory list` to see the index, `acp memory --help` for everything else.")
+    return 0
+
+
+def doctor_cmd(*, fix: bool, json_: bool, vault: Path | None) -> int:
+    # lazy: the per-turn commands import this module (``cli.hot``) and do not need it (measured +94 ms)
+    from acpmem.upkeep.doctor import doctor as check
+
+    v = open_vault(vault)
+    rep = check(v, fix=fix)
+    if json_:
+        out_json({"ok": rep.ok, "findings": [f.to_json() for f in rep.findings]})
+    else:
+        for f in rep.findings:
+            out(f"{f.level:<8} {f.what}" + (f"\n         → {f.fix}" if f.fix else ""))
+    if rep.ok:
+        return 0
+    errors = sum(f.level == "error" for f in rep.findings)
+    return fail(f"{errors} problem{'s' if errors != 1 else ''} found in the vault",
+                "each finding says how to fix it" + ("" if fix else "; `--fix` repairs what is safe"),
+                code="problems_found")
+
+
+def sync_cmd(*, remote: str | None, user: bool, json_: bool, vault: Path | None) -> int:
+    # lazy: the per-turn commands import this module (``cli.hot``) and do not need it (measured +42 ms)
+    from acpmem.vault.sync import sync as run_sync
+
+    with (open_user(vault) if user else open_vault(vault)) as v:
+        try:
+            result = run_sync(v, remote)   # on a terminal, its steps are counted (cli.progress)
+        except SyncConflict as exc:
+            if not json_:   # under --json the error object's details name them
+                for p in exc.data.get("paths", []):
+                    warn(f"conflict: {p}")
+            raise
+        finally:
+            emit_warnings(v)   # a conflict's warnings too, unlike `using`
+    if json_:
+        out_json(result.to_json())
+        return 0
+    how = {"up-to-date": "", "fast-forward": " (fast-forward)", "replay": " (this clone's commits replayed on top)",
+           "merge": " (merged)", "finished-merge": " (your resolved merge committed)",
+           "first-push": " (first push)"}[result.merge]
+    tries = f" after {result.attempts} tries (the remote moved meanwhile)" if result.attempts > 1 else ""
+    out(f"Synced with {result.remote}/{result.branch}: {result.incoming} commit(s) in{how}, {result.outgoing} out"
+        f"{' and pushed' if result.pushed else ''}{tries}. HEAD {result.head[:12]}.")
+    return 0
+
+
+IMPLS = {"remember": remember_cmd, "init": init_cmd, "doctor": doctor_cmd, "sync": sync_cmd}
