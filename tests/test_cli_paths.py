@@ -233,6 +233,31 @@ def test_commit_wait_agrees(tmp_path):
     assert outs[0] == outs[1] and outs[0][0] == 0 and "wrote 1 entry" in outs[0][1]
 
 
+# ------------------------------------------------------------------------------------------ tools and nudge
+
+def tools_args(root):
+    return _args([_option("--for", st.sampled_from(["main", "fork", "MAIN", ""])),
+                  _option("--format", st.sampled_from(["openai", "anthropic", "mcp", "dsh", "xml"])),
+                  _option("-f", st.sampled_from(["dsh", "mcp"])), _option("--lang", st.sampled_from(["en", "zh", "fr"])),
+                  _with_vault(root)])
+
+
+def nudge_args(root):
+    return _args([_option("--lang", st.sampled_from(["en", "zh", "fr", ""])),
+                  _option("--voice", st.sampled_from(["gentle", "emergency", "tier", "loud"])), _with_vault(root)])
+
+
+@SLOW
+@given(data=st.data())
+def test_tools_and_nudge_both_paths_agree(vault_root, data):
+    """What pi's and DSH's plugins run at every session's start: the same tool definitions and guidance, and the
+    same refusals, on both paths (the vault's types, language and layers, or the defaults without a vault)."""
+    name = data.draw(st.sampled_from(["tools", "nudge"]))
+    argv = data.draw(tools_args(vault_root) if name == "tools" else nudge_args(vault_root))
+    group = data.draw(st.sampled_from([[], ["--vault", str(vault_root)]]))
+    _same(group + [name, *argv])
+
+
 # ------------------------------------------------------------------------------------------ remember
 
 _ENTRY_ID = re.compile(r'(#|entries/|proposals/|"id": ")(u-)?[a-z2-9]{6}')
@@ -371,7 +396,7 @@ def test_init_doctor_and_sync_both_paths_agree(twin_template):
 
 
 def test_the_hand_run_commands_take_the_fast_path_and_typer_the_rest(twin_template):
-    """A plain ``remember``, ``init``, ``doctor --fix`` or ``sync`` line never imports typer; ``remember -``
+    """A plain ``remember``, ``init``, ``doctor --fix``, ``sync``, ``tools`` or ``nudge`` line never imports typer; ``remember -``
     (stdin) and ``--help`` go to typer, which answers them through the same function (stdin) or with its help."""
     import shutil
     import subprocess
@@ -387,13 +412,14 @@ def test_the_hand_run_commands_take_the_fast_path_and_typer_the_rest(twin_templa
                               ("stdin", ["remember", "-", "--type", "fact", "-i", "4"], "Piped in, verbatim.\n"),
                               ("help", ["remember", "--help"], ""),
                               ("init", ["init", str(work / "fresh"), "--example"], ""), ("doctor", ["doctor", "--fix"], ""),
-                              ("sync", ["sync"], "")):
+                              ("sync", ["sync"], ""), ("tools", ["tools", "--format", "dsh"], ""),
+                              ("nudge", ["nudge", "--voice", "tier"], "")):
         p = subprocess.run([sys.executable, "-c", probe, "--vault", str(work / "vault"), *argv], input=stdin,
                            capture_output=True, text=True, env=env, timeout=120)
         seen[name] = p.stderr.strip().splitlines()[-1]
         assert p.stderr.strip().splitlines()[-1].endswith(" 0"), (name, p.stderr)
     assert seen == {"plain": "NO-TYPER 0", "stdin": "TYPER 0", "help": "TYPER 0", "init": "NO-TYPER 0",
-                    "doctor": "NO-TYPER 0", "sync": "NO-TYPER 0"}
+                    "doctor": "NO-TYPER 0", "sync": "NO-TYPER 0", "tools": "NO-TYPER 0", "nudge": "NO-TYPER 0"}
 
 
 # ------------------------------------------------------------------------------------------ the per-turn reads

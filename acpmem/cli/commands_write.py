@@ -15,7 +15,7 @@ from acpmem.cli import hot
 from acpmem.cli.app import JsonOpt, VaultOpt, app, complete_types, open_vault, params, vault_of
 from acpmem.cli.output import fail, out, out_json, using, warn
 from acpmem.core.blocks import turns_text
-from acpmem.core.errors import AcpmemError, UsageError, VaultNotFound
+from acpmem.core.errors import AcpmemError, UsageError
 from acpmem.write.requests import MAX_SEQ, pending_dir
 
 
@@ -212,21 +212,6 @@ def extract(ctx: typer.Context,
 
 # --------------------------------------------------------------------------------------------- tools / nudge
 
-def _vault_defaults(ctx: typer.Context, vault: str | None):
-    """The vault's types and language when a vault is found; the defaults otherwise (these commands need none).
-    A third value: whether a user vault is read beside it (the fork's memory_write then has a layer field)."""
-    # lazy: typer's start-up (help, completion) does not need them (measured +13 ms)
-    from acpmem.core.entry import DEFAULT_TYPES
-    from acpmem.vault.reader import VaultReader
-
-    try:
-        v = VaultReader.open(vault_of(ctx, vault))
-    except VaultNotFound:
-        return DEFAULT_TYPES, "en", False
-    with v:
-        return v.settings.types, v.settings.language, len(v.layers()) > 1
-
-
 @app.command()
 def tools(ctx: typer.Context,
           for_: Annotated[ForWhom, typer.Option("--for", help="main: memory_commit + memory_recall; fork: "
@@ -236,18 +221,14 @@ def tools(ctx: typer.Context,
           = ToolFormat.openai,
           lang: Annotated[Optional[Lang], typer.Option("--lang", help="en | zh (default: the vault's language).",
                                                        show_default=False)] = None,
-          vault: VaultOpt = None) -> None:
+          vault: VaultOpt = None) -> int:
     """The memory tool definitions as JSON, for a harness to register.
 
     The type enum comes from the vault when one is found, else the default types.
 
     Example: acp memory tools --for main --format anthropic --lang zh
     """
-    # lazy: typer's start-up (help, completion) does not need it (measured +5.7 ms)
-    from acpmem.core.tools import tool_definitions
-
-    types, vlang, layers = _vault_defaults(ctx, vault)
-    out_json(tool_definitions(for_.value, fmt.value, lang.value if lang else vlang, types, layers=layers))
+    return hot.call("tools", params(locals()), vault_of(ctx, None))
 
 
 class Voice(str, Enum):
@@ -262,16 +243,13 @@ def nudge(ctx: typer.Context,
                                                        show_default=False)] = None,
           voice: Annotated[Voice, typer.Option("--voice", help="The compression kernel's nudge it follows: gentle | "
                                                                "emergency | tier.")] = Voice.gentle,
-          vault: VaultOpt = None) -> None:
+          vault: VaultOpt = None) -> int:
     """The memory guidance to append after a compression kernel's nudge text: (1) stable conclusions, or a
     compression block worth keeping, go to memory_commit (with block); (2) consumed content is compressed as before.
 
     Example: acp memory nudge --lang zh --voice tier
     """
-    # lazy: typer's start-up (help, completion) does not need it (measured +5.7 ms)
-    from acpmem.core.tools import nudge_text
-
-    out(nudge_text(lang.value if lang else _vault_defaults(ctx, vault)[1], voice.value))
+    return hot.call("nudge", params(locals()), vault_of(ctx, None))
 
 
 # --------------------------------------------------------------------------------------------- blocks

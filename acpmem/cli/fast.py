@@ -1,5 +1,6 @@
 """The fast path of the per-turn commands: parse ``acp memory list|recall|commit|hook claude-code`` (the reads
-``show|surface|score|stats``, ``serve``, and ``remember|init|doctor|sync``, run by hand) without typer.
+``show|surface|score|stats``, ``serve``, ``tools|nudge`` at a session's start, and ``remember|init|doctor|sync``,
+run by hand) without typer.
 
 Importing typer (and the pydantic it brings) costs several times a whole ``list --format prompt``, which a hook runs on
 every turn. So these commands are parsed here from ``acpmem.cli.fastspec``, a table generated from the typer

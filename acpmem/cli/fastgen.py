@@ -15,6 +15,7 @@ from pathlib import Path
 from acpmem.cli.main import typer_command
 
 FAST = ("list", "recall", "commit", "hook claude-code", "show", "surface", "score", "stats",   # per turn
+        "tools", "nudge",   # what a host runs at every session's start
         "remember", "init", "doctor", "sync",   # what a person or a script runs by hand
         "serve")   # its MCP handshake must be as quick as a Python start
 SPEC_FILE = Path(__file__).with_name("fastspec.py")

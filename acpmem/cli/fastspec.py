@@ -75,6 +75,17 @@ COMMANDS = {
     {'name': 'json_', 'kind': 'option', 'opts': ['--json'], 'off': [], 'flag': True, 'multiple': False, 'type': 'bool', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': False},
     {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
 ]},
+'tools': {"params": [
+    {'name': 'for_', 'kind': 'option', 'opts': ['--for'], 'off': [], 'flag': False, 'multiple': False, 'type': 'choice', 'choices': ['main', 'fork'], 'min': None, 'max': None, 'required': False, 'default': 'main'},
+    {'name': 'fmt', 'kind': 'option', 'opts': ['--format', '-f'], 'off': [], 'flag': False, 'multiple': False, 'type': 'choice', 'choices': ['openai', 'anthropic', 'mcp', 'dsh'], 'min': None, 'max': None, 'required': False, 'default': 'openai'},
+    {'name': 'lang', 'kind': 'option', 'opts': ['--lang'], 'off': [], 'flag': False, 'multiple': False, 'type': 'choice', 'choices': ['en', 'zh'], 'min': None, 'max': None, 'required': False, 'default': None},
+    {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+]},
+'nudge': {"params": [
+    {'name': 'lang', 'kind': 'option', 'opts': ['--lang'], 'off': [], 'flag': False, 'multiple': False, 'type': 'choice', 'choices': ['en', 'zh'], 'min': None, 'max': None, 'required': False, 'default': None},
+    {'name': 'voice', 'kind': 'option', 'opts': ['--voice'], 'off': [], 'flag': False, 'multiple': False, 'type': 'choice', 'choices': ['gentle', 'emergency', 'tier'], 'min': None, 'max': None, 'required': False, 'default': 'gentle'},
+    {'name': 'vault', 'kind': 'option', 'opts': ['--vault'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
+]},
 'remember': {"params": [
     {'name': 'text', 'kind': 'argument', 'opts': [], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},
     {'name': 'type_', 'kind': 'option', 'opts': ['--type', '-t'], 'off': [], 'flag': False, 'multiple': False, 'type': 'str', 'choices': None, 'min': None, 'max': None, 'required': False, 'default': None},

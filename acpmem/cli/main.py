@@ -1,10 +1,11 @@
 """Console-script entry points: ``acp`` (``acp memory …``), ``acpmem`` (= ``acp memory``) and ``python -m acpmem``.
 
 A per-turn command (``list``, ``recall``, ``commit``, ``hook claude-code``, ``show``, ``surface``, ``score``,
-``stats``, ``serve``) or a command run by hand (``remember``, ``init``, ``doctor``, ``sync``) whose arguments the
-fast path can parse exactly is answered without importing typer (``acpmem.cli.fast``, from a table derived from the
-typer definitions); everything else — help, completion, anything unusual, any usage error — goes to typer, which
-prints the same bytes for what both can do (a property test compares them).
+``stats``, ``serve``), one a host runs at a session's start (``tools``, ``nudge``) or one run by hand
+(``remember``, ``init``, ``doctor``, ``sync``) whose arguments the fast path can parse exactly is answered without
+importing typer (``acpmem.cli.fast``, from a table derived from the typer definitions); everything else — help,
+completion, anything unusual, any usage error — goes to typer, which prints the same bytes for what both can do (a
+property test compares them).
 ``ACPMEM_NO_FASTPATH=1`` forces typer.
 """
 import os

@@ -1,5 +1,6 @@
-"""The read commands a model or a hook may run every turn — ``show``, ``surface``, ``score`` and ``stats`` — as plain
-functions, beside ``list`` and ``recall`` in ``acpmem.cli.hot``.
+"""The read commands a model or a hook may run every turn — ``show``, ``surface``, ``score`` and ``stats`` — and
+those a host runs at every session's start — ``tools`` and ``nudge`` — as plain functions, beside ``list`` and
+``recall`` in ``acpmem.cli.hot``.
 
 Their typer commands (``acpmem.cli.commands_*``) pass their parameters through unchanged, and the fast path
 (``acpmem.cli.fast``) calls the same functions with the same parameters, so both print the same bytes. Kept free of
@@ -248,4 +249,40 @@ def size_text(n: float) -> str:
     return f"{n} B"
 
 
-IMPLS = {"show": show_cmd, "surface": surface_cmd, "score": score_cmd, "stats": stats_cmd}
+def _vault_defaults(vault: Path | None):
+    """The vault's types and language when a vault is found; the defaults otherwise (``tools`` and ``nudge`` need
+    none). A third value: whether a user vault is read beside it (the fork's memory_write then has a layer field)."""
+    # lazy: the frozen `list --format prompt --session` does not need them (measured +13 ms to its start-up)
+    from acpmem.core.entry import DEFAULT_TYPES
+    from acpmem.core.errors import VaultNotFound
+    from acpmem.vault.reader import VaultReader
+
+    try:
+        v = VaultReader.open(vault)
+    except VaultNotFound:
+        return DEFAULT_TYPES, "en", False
+    with v:
+        return v.settings.types, v.settings.language, len(v.layers()) > 1
+
+
+def tools_cmd(*, for_: str, fmt: str, lang: str | None, vault: Path | None) -> int:
+    """``tools``: what a host registers at the start of every session (pi's and DSH's plugins run it then)."""
+    # lazy: the frozen `list --format prompt --session` does not need it (measured +5.7 ms to its start-up)
+    from acpmem.core.tools import tool_definitions
+
+    types, vlang, layers = _vault_defaults(vault)
+    out_json(tool_definitions(for_, fmt, lang or vlang, types, layers=layers))
+    return 0
+
+
+def nudge_cmd(*, lang: str | None, voice: str, vault: Path | None) -> int:
+    """``nudge``: the memory guidance a host appends to its compression kernel's nudge."""
+    # lazy: the frozen `list --format prompt --session` does not need it (measured +5.7 ms to its start-up)
+    from acpmem.core.tools import nudge_text
+
+    out(nudge_text(lang or _vault_defaults(vault)[1], voice))
+    return 0
+
+
+IMPLS = {"show": show_cmd, "surface": surface_cmd, "score": score_cmd, "stats": stats_cmd, "tools": tools_cmd,
+         "nudge": nudge_cmd}
