@@ -63,7 +63,7 @@ def sync(ctx: typer.Context,
          remote: Annotated[Optional[str], typer.Option("--remote", "-r", show_default=False,
                                                        help="The git remote (default: acpmem.toml [git] remote, "
                                                             "\"origin\").")] = None,
-         user: UserOpt = False, json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+         user: UserOpt = False, json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """Exchange the vault with a git remote: commit what is pending, fetch, put this clone's commits on top of
     the remote's (MEMORY.md regenerated in them), push. --user syncs your user vault instead (between your
     machines).

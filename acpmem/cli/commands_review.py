@@ -46,7 +46,7 @@ def remember(ctx: typer.Context,
                                                                    "merged.")] = False,
              global_: Annotated[bool, typer.Option("--global", help="Never tie it to a branch: seen in every "
                                                                     "checkout.")] = False,
-             json_: JsonOpt = False, vault: VaultOpt = None) -> None:
+             json_: JsonOpt = False, vault: VaultOpt = None) -> int:
     """Write an entry yourself, verbatim — no model in between — in one commit marked as a human write.
 
     The text is checked for secrets first; one is refused with an error and nothing is written. A person's entry

@@ -24,7 +24,7 @@ def init(path: Annotated[Optional[str], typer.Argument(metavar="PATH", show_defa
          user: Annotated[bool, typer.Option("--user", help="Create your user vault instead (default "
                                                            "~/.acp-memory, or $ACPMEM_USER_VAULT): memory that "
                                                            "follows you across projects.")] = False,
-         json_: JsonOpt = False) -> None:
+         json_: JsonOpt = False) -> int:
     """Create a vault: its own git repository with a first commit, from the vault template.
 
     Inside a git workspace the vault is added to the workspace's .git/info/exclude, never committed into it.
