@@ -5,8 +5,8 @@ vault it writes to.
 Their typer commands (``acpmem.cli.commands_*``) pass their parameters through unchanged, and the fast path
 (``acpmem.cli.fast``) calls the same functions with the same parameters, so both print the same bytes; a command
 line the fast path cannot parse exactly (``-`` for stdin, help, anything unusual) goes to typer, which calls them
-too. Typer and the pydantic it brings cost about 40 % of such a run on its own (~140 of ~370 ms for ``remember``).
-Kept free of typer; everything heavy is imported when the command runs.
+too. Typer and the pydantic it brings cost ~140 ms of CPU of such a run on its own (a third of a ``remember``,
+two thirds of an ``init``). Kept free of typer; everything heavy is imported when the command runs.
 
 Each function prints its output and returns the exit code, or raises ``AcpmemError``.
 """
