@@ -85,7 +85,7 @@ def _from_stdin() -> str:
     data = read_bounded(sys.stdin.buffer, MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
         raise Refused(f"the text on stdin is over {MAX_FILE_BYTES:,} bytes, more than an entry may hold",
-                         "pipe in the entry's text, a few KB; nothing was written")
+                      "pipe in the entry's text, a few KB; nothing was written")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -170,8 +170,8 @@ def doctor_cmd(*, fix: bool, json_: bool, vault: Path | None) -> int:
     # lazy: the per-turn commands import this module (``cli.hot``) and do not need it (measured +94 ms)
     from acpmem.upkeep.doctor import doctor as check
 
-    v = open_vault(vault)
-    rep = check(v, fix=fix)
+    with open_vault(vault) as v:   # closed when done (the index, libgit2's packs), its findings said below
+        rep = check(v, fix=fix)
     if json_:
         out_json({"ok": rep.ok, "findings": [f.to_json() for f in rep.findings]})
     else:
