@@ -111,3 +111,15 @@ def test_text_vault_and_read_speed_refuse_a_file_that_is_not_locomo_in_one_line(
     r = subprocess.run([sys.executable, str(BENCH / "text_vault.py"), str(locomo), str(bad / "v"), "--entries", "3"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 1 and "could not make the vault" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_hand_speed_times_every_command_on_both_paths(tmp_path):
+    """One run of each command on each path, on fresh copies of its vaults: every command is timed (a command that
+    failed would stop it with its error), each on both paths, with its ratio to the same run's Python start."""
+    p = subprocess.run([sys.executable, str(BENCH / "hand_speed.py"), "--runs", "1"], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert p.returncode == 0 and not p.stderr, p.stderr
+    rows = {line.split()[0]: line.split() for line in p.stdout.splitlines()[2:]}
+    assert set(rows) == {"tools", "nudge", "remember", "init", "doctor", "sync"}, p.stdout
+    for name, row in rows.items():   # name, fast "ms", ratio, typer "ms", ratio, saved "ms"
+        assert row[3].endswith("x") and row[6].endswith("x") and float(row[1]) > 0 and float(row[4]) > 0, row
