@@ -18,8 +18,11 @@ the next write (``remember``) and ``doctor --fix`` (in that order after an odd k
 so both finish what a crash left; ``doctor --fix`` exits 0 only when the vault is clean afterwards), with
 ``extract --pending`` after a fork operation and ``sync`` after a ``sync`` between them.
 
-The commands run in children forked from one process that imported acpmem once (``crashpoints.Zygote``): each is a
-real process killed by a real SIGKILL, without an interpreter start-up per run.
+The commands killed (and the uncrashed run that counts the steps) run in children forked from one process that
+imported acpmem once (``crashpoints.Zygote``): each is a real process killed by a real SIGKILL, without an interpreter
+start-up per run. The follow-ups and the listings, never killed, run one after another inside a second such process
+(``Zygote(inline=True)``), which never ran the killed command: each with its own environment, folder and output, as
+a fresh process after the crash would.
 """
 from __future__ import annotations
 
@@ -100,14 +103,17 @@ def world(tmp_path_factory):
             reply.call("memory_write", {"content": "- The person reviews diffs before pushing.", "layer": "user"}))))
         scratch = base / "scratch"
         scratch.mkdir()
-        zygotes = []
+        zygotes, inline = [], []
         for i in range(2):
             (scratch / str(i)).mkdir()
             zygotes.append(cp.Zygote(env, scratch / str(i)))
+            (scratch / f"inline{i}").mkdir()
+            inline.append(cp.Zygote(env, scratch / f"inline{i}", inline=True))
         template = base / "template"
         _build(template, env, srv.base_url)
-        yield {"env": env, "zygote": zygotes[0], "zygotes": zygotes, "template": template, "base": base}
-        for z in zygotes:
+        yield {"env": env, "zygote": zygotes[0], "zygotes": zygotes, "inline": inline, "template": template,
+               "base": base}
+        for z in zygotes + inline:
             z.close()
     for scratch in _SCRATCH:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -294,7 +300,8 @@ def _follow_ups(world, op: str, where: Path, k: int, z: cp.Zygote) -> list[str]:
 
 
 def _check(world, op: str, where: Path, k: int, killed: cp.Run, zygote: cp.Zygote | None = None) -> None:
-    z = zygote or world["zygote"]
+    # the follow-ups are neither killed nor counted: each zygote's inline partner runs them, one after another
+    z = world["inline"][world["zygotes"].index(zygote or world["zygote"])]
     vault, user, remote = where / "vault", where / "user", where / "remote.git"
     said = _follow_ups(world, op, where, k, z)
     ctx = (op, k, killed.steps_seen if hasattr(killed, "steps_seen") else None, said)
