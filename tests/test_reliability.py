@@ -365,9 +365,13 @@ def test_kill_minus_nine_at_random_moments_loses_no_acknowledged_write(vault, tm
     rounds = 32
     for k in range(rounds):
         pr = subprocess.Popen([sys.executable, str(Path(hp.__file__)), "write", str(root), f"k{k:02d}", "500",
-                               str(acks_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)
-        time.sleep(0.35 + rng.random() * 0.6)  # python start-up is ~0.3 s: most kills land inside writes
+                               str(acks_path), "--ready"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+        # killed at a random moment of its writes (a write ~10–20 ms: up to a few dozen of them): counted from when
+        # its vault is open, not from its start, so that on a loaded machine the kills still land in writes — and
+        # a run's CPU is its writes, not the seconds a fixed delay would give it
+        assert pr.stdout.readline() == "ready\n", pr.stderr.read()
+        time.sleep(rng.random() * 0.4)
         _kill_group(pr)
         if k % 4 == 3:
             res = cli("memory", "--vault", str(root), "doctor", "--fix")

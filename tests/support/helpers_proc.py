@@ -74,11 +74,14 @@ def read_acks(path: Path) -> list[list[str]]:
     return [ln.split("\t") for ln in text.splitlines() if ln.strip()]
 
 
-def writer(vault_root: str, tag: str, n: int, ack_path: str) -> None:
-    """Write ``n`` entries, one ``write_entries`` call each; ack ``id<TAB>path<TAB>sha`` after each returns."""
+def writer(vault_root: str, tag: str, n: int, ack_path: str, ready: bool = False) -> None:
+    """Write ``n`` entries, one ``write_entries`` call each; ack ``id<TAB>path<TAB>sha`` after each returns. With
+    ``ready``, a line ``ready`` on standard output once the vault is open, before the first write."""
     from acpmem.vault.writer import Vault
 
     v = Vault(Path(vault_root), clock=lambda: PINNED)
+    if ready:
+        print("ready", flush=True)
     try:
         for i in range(n):
             ident = f"{tag}n{i:03d}"
@@ -278,7 +281,7 @@ def child_pids(pid: int | None = None) -> list[int]:
 if __name__ == "__main__":
     sys.path.insert(0, str(HERE.parent))
     if sys.argv[1] == "write":
-        writer(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        writer(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], ready=sys.argv[6:] == ["--ready"])
     elif sys.argv[1] == "edit":
         editor(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6])
     elif sys.argv[1] == "supersede":
