@@ -857,8 +857,9 @@ def toml_text():
     def section(name):
         if name in _PLAUSIBLE:   # most often values of the right type, at and near the ends of their range
             keys = st.lists(st.sampled_from(_TOML_KEYS[name]), max_size=3, unique=True)
-            tables = keys.flatmap(lambda ks: st.tuples(*(st.sampled_from(_PLAUSIBLE[name][k]).map(
-                lambda v, k=k: f"{k} = {v}\n") for k in ks)))
+            line = {k: st.sampled_from(_PLAUSIBLE[name][k]).map(lambda v, k=k: f"{k} = {v}\n")
+                    for k in _TOML_KEYS[name] if k in _PLAUSIBLE[name]}
+            tables = keys.flatmap(lambda ks: st.tuples(*(line[k] for k in ks)))
             plausible = tables.map(lambda lines: f"[{name}]\n" + "".join(lines))
         else:
             plausible = st.nothing()
@@ -870,8 +871,10 @@ def toml_text():
                                max_size=3).map(
             lambda kv: f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in kv.items()))
 
+    # each section's strategy built once, not at every draw (building them was most of this fuzzer's time)
+    sections = {name: section(name) for name in _TOML_KEYS}
     return st.lists(st.sampled_from(list(_TOML_KEYS)), max_size=3, unique=True).flatmap(
-        lambda names: st.tuples(*(section(n) for n in names)).map(lambda parts: "\n".join(parts)))
+        lambda names: st.tuples(*(sections[n] for n in names)).map(lambda parts: "\n".join(parts)))
 
 
 def _settings_problem(s) -> str | None:
