@@ -32,14 +32,15 @@ ACP = Path(sys.executable).parent / "acp"
 
 
 def acp(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """``acp memory --vault ROOT ARGS`` in a process of its own, forked from one that imported acpmem once."""
+    """``acp memory --vault ROOT ARGS`` (never killed) in a process that imported acpmem once and runs plain
+    commands one after another (``crashpoints.inline``)."""
     full = {**os.environ, "ACPMEM_NO_WATCH": "1", **(env or {})}
-    r = cp.forked(["memory", "--vault", str(root), *args], env=full, crash=False)
+    r = cp.inline(["memory", "--vault", str(root), *args], env=full)
     return subprocess.CompletedProcess(args, r.code, r.out, r.err)
 
 
 def init_user() -> None:
-    r = cp.forked(["memory", "init", "--user"], crash=False, no_watch=False)
+    r = cp.inline(["memory", "init", "--user"], no_watch=False)
     assert r.code == 0, r.err
 
 

@@ -346,27 +346,28 @@ class Zygote:
         self.p.wait(timeout=60)
 
 
-_SERVER: list[Zygote] = []
+_SERVERS: dict[bool, Zygote] = {}
 
 
-def server() -> Zygote:
-    """This process's forking server for the tests that need a real process per command: started on first use,
-    ended (and its scratch folder removed) when this process exits."""
+def server(inline: bool = False) -> Zygote:
+    """This process's forking server for the tests that need a real process per command (``inline``: its server
+    that runs plain commands in its own process, ``Zygote(inline=True)``): started on first use, ended (and its
+    scratch folder removed) when this process exits."""
     import atexit
     import tempfile
 
-    if not _SERVER or _SERVER[0].p.poll() is not None:
+    z = _SERVERS.get(inline)
+    if z is None or z.p.poll() is not None:
         scratch = Path(tempfile.mkdtemp(prefix="acpmem-forks-"))
-        z = Zygote(dict(os.environ), scratch)
-        _SERVER[:] = [z]
+        z = _SERVERS[inline] = Zygote(dict(os.environ), scratch, inline=inline)
 
-        def close() -> None:
+        def close(z: Zygote = z) -> None:
             import shutil
 
             z.close()
-            shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(z.scratch, ignore_errors=True)
         atexit.register(close)
-    return _SERVER[0]
+    return z
 
 
 def forked(argv: list[str], *, inside: list[Path] = (), env: dict | None = None, at: int = 0,
@@ -380,6 +381,17 @@ def forked(argv: list[str], *, inside: list[Path] = (), env: dict | None = None,
         full.setdefault("ACPMEM_NO_WATCH", "1")
     return server().run([str(a) for a in argv], inside=inside, env=full, whole_env=True, at=at, after=after,
                         count=count, crash=crash, prelude=prelude, cwd=cwd or Path.cwd())
+
+
+def inline(argv: list[str], *, env: dict | None = None, cwd: Path | None = None, no_watch: bool = True) -> Run:
+    """A command that is neither killed nor counted, in ``server(inline=True)``: with the environment (``env``,
+    else this process's; ``ACPMEM_NO_WATCH=1`` unless ``no_watch`` is false), folder and output files a forked
+    child would have, without the fork (most of a short command's cost)."""
+    full = dict(os.environ if env is None else env)
+    if no_watch:
+        full.setdefault("ACPMEM_NO_WATCH", "1")
+    return server(inline=True).run([str(a) for a in argv], env=full, whole_env=True, crash=False,
+                                   cwd=cwd or Path.cwd())
 
 
 def helpers_of(root: Path) -> list[int]:

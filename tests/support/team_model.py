@@ -46,9 +46,11 @@ def _env(root: Path, env: dict | None = None) -> dict:
     return full
 
 
-# Each command runs in a process of its own, forked from a server that imported acpmem once
+# Each command killed runs in a process of its own, forked from a server that imported acpmem once
 # (``crashpoints.server``): a real process — its own environment, folder, exit code, killed by a real SIGKILL —
-# without the ~0.3 s of interpreter start-up and imports a fresh ``acp`` pays, ~340 times a run of the model.
+# without the ~0.3 s of interpreter start-up and imports a fresh ``acp`` pays. The commands never killed run one
+# after another in that server's inline partner (``crashpoints.inline``), with the environment, folder and output a
+# forked child would have, without the fork: ~340 commands a run of the model.
 def _server():
     import crashpoints
 
@@ -57,8 +59,9 @@ def _server():
 
 def run(root: Path, *args: str, env: dict | None = None, timeout: float = 120) -> Ran:
     """One command, then ``settle``: a step of the model is the command and what it started in the background."""
-    r = _server().run(["memory", "--vault", str(root), *args], env=_env(root, env), whole_env=True, crash=False,
-                      cwd=Path.cwd())
+    import crashpoints
+
+    r = crashpoints.inline(["memory", "--vault", str(root), *args], env=_env(root, env), cwd=Path.cwd())
     settle(root)
     return Ran(args, subprocess.CompletedProcess(args, r.code, r.out, r.err))
 
