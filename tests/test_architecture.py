@@ -3,6 +3,7 @@ no module cycles, no private names taken across modules, a pure core, no heavy i
 ``__init__`` files — and each check shown once to catch a planted fault in a throwaway package."""
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import subprocess
@@ -26,7 +27,9 @@ TYPER_MODULES = {"acpmem.cli.app", "acpmem.cli.commands_vault", "acpmem.cli.comm
                  "acpmem.cli.commands_branches", "acpmem.cli.commands_porting"}
 
 
+@functools.cache
 def _mods():
+    """Every module parsed once per test process (the checks only read the trees)."""
     return archcheck.load(PKG, "acpmem")
 
 
