@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -174,6 +175,26 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "real_process(why): its command lines run as real console-script processes "
                                        "(the process itself is the point: a kill, a signal, concurrency, a worker)")
     _temp_in_memory(config)
+    _node_compile_cache(config)
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "_acpmem_node_cache", None)
+    if made:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def _node_compile_cache(config) -> None:
+    """One V8 compile cache (``NODE_COMPILE_CACHE``, Node >= 22.1) for every node process of this run, made here
+    before the workers start so that they share it, removed at the end: pi (0.8 s of CPU a start without it) compiles
+    its modules once a run instead of once a process (``tests/test_pi_plugin.py``: 28.6 → 24.3 s of CPU). What the
+    hosts do is unchanged; a cache node cannot use it recompiles. Where one is set already, that one."""
+    if hasattr(config, "workerinput") or os.environ.get("NODE_COMPILE_CACHE"):
+        return
+    import tempfile
+
+    config._acpmem_node_cache = tempfile.mkdtemp(prefix="acpmem-tests-node-cache-")
+    os.environ["NODE_COMPILE_CACHE"] = config._acpmem_node_cache
 
 
 def _temp_in_memory(config) -> None:
