@@ -75,7 +75,8 @@ def test_a_post_commit_hook_or_acpmem_git_exe_uses_the_executable(vault, tmp_pat
     hook.chmod(0o755)
     v = Vault(vault.root, clock=vault.clock)
     _add(v, "hooked")
-    assert v.in_process() is None and ran.read_text() == "ran\n"     # the hook ran, as with git commit
+    # the hook ran, as with git commit: the commits go to the executable (the status stays libgit2's)
+    assert not v.in_process().can_commit() and ran.read_text() == "ran\n"
     v.close()
     hook.unlink()
     monkeypatch.setenv("ACPMEM_GIT", "exe")
@@ -109,3 +110,18 @@ def test_both_ways_write_the_same_trees(tmp_path, clock, monkeypatch):
         assert status_porcelain(v.root) == ""
         v.close()
     assert trees["exe"] == trees["in-process"] and len(trees["exe"]) == 5
+
+
+def test_only_a_commit_asks_git_for_the_identity_and_once(vault, tmp_path, monkeypatch):
+    """``git var`` (the identity, hooks and signing a commit needs) before the first commit of an open vault, once;
+    reading the status (what ``doctor`` does) starts no git process at all."""
+    log = _git_calls(tmp_path, monkeypatch)
+    v = Vault(vault.root, clock=vault.clock)
+    (vault.root / "entries" / "by-hand.md").write_text("not an entry\n")
+    assert [e.path for e in v.human_edits()] == ["entries/by-hand.md"]
+    assert not log.exists() or log.read_text().split() == []
+    (vault.root / "entries" / "by-hand.md").unlink()
+    _add(v, "first1")
+    _add(v, "second")
+    assert log.read_text().split().count("var") == 2     # `git var -l` and the strict `git var GIT_AUTHOR_IDENT`
+    v.close()

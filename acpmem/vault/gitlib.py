@@ -12,9 +12,10 @@ executable; otherwise the writer runs ``git`` as before:
 * libgit2 cannot read the repository (a split index, an extension it lacks) or fails on the way: the commit steps
   are idempotent, so the executable finishes what was started.
 
-The identity is git's own: ``git var -l`` and ``git var GIT_AUTHOR_IDENT`` once per open vault (two processes, not
-per write), so
+The identity is git's own: ``git var -l`` and ``git var GIT_AUTHOR_IDENT`` before an open vault's first commit (two
+processes, not per write; a command that only reads the status, ``doctor`` say, starts neither), so
 ``GIT_AUTHOR_*``/``GIT_COMMITTER_*``, ``GIT_CONFIG_*`` and every config scope count exactly as for ``git commit``.
+The hook, signing and identity reasons send only the commits to the executable; the status is libgit2's still.
 Never imported on the read path.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from acpmem.vault.gitrun import git
+from acpmem.vault.gitrun import git, require_git
 
 
 class Unusable(Exception):
@@ -40,7 +41,8 @@ def _ident(value: str):
 
 
 class InProcess:
-    """One vault's repository opened through libgit2. Raises ``Unusable`` when the executable must be used."""
+    """One vault's repository opened through libgit2. Raises ``Unusable`` when the executable must be used (opening:
+    for everything; ``commit``: for the commits)."""
 
     def __init__(self, root: Path) -> None:
         if os.environ.get("ACPMEM_GIT", "").lower() == "exe":
@@ -50,8 +52,36 @@ class InProcess:
             import pygit2
         except ImportError:
             raise Unusable("pygit2 is not installed") from None
+        require_git()   # a write fails here, before it changes anything, as with the executable
         self.pygit2 = pygit2
         self.root = Path(root)
+        self._committer: tuple | Unusable | None = None   # ``_commit_ready``'s answer, once asked
+        try:
+            self.repo = pygit2.Repository(str(self.root))
+        except pygit2.GitError as exc:
+            raise Unusable(str(exc)) from None
+
+    def _commit_ready(self) -> tuple:
+        """(author, committer) as git would record them, asked of git before this repository's first commit here;
+        raises ``Unusable`` where the executable must commit (signed commits, a post-commit hook, no identity)."""
+        if self._committer is None:
+            try:
+                self._committer = self._ask_git()
+            except Unusable as exc:
+                self._committer = exc   # asked once: every commit of this vault here goes to the executable
+        if isinstance(self._committer, Unusable):
+            raise Unusable(str(self._committer))
+        return self._committer
+
+    def can_commit(self) -> bool:
+        """Whether this repository's commits go through libgit2 here (else the executable makes them)."""
+        try:
+            self._commit_ready()
+            return True
+        except Unusable:
+            return False
+
+    def _ask_git(self) -> tuple:
         res = git(self.root, "var", "-l", check=False)
         if res.code != 0:
             raise Unusable("git var failed")
@@ -72,12 +102,7 @@ class InProcess:
         if "git_author_ident" not in values or "git_committer_ident" not in values \
                 or git(self.root, "var", "GIT_AUTHOR_IDENT", check=False).code != 0:
             raise Unusable("no identity")
-        self.author = _ident(values["git_author_ident"])
-        self.committer = _ident(values["git_committer_ident"])
-        try:
-            self.repo = pygit2.Repository(str(self.root))
-        except pygit2.GitError as exc:
-            raise Unusable(str(exc)) from None
+        return _ident(values["git_author_ident"]), _ident(values["git_committer_ident"])
 
     # ----------------------------------------------------------------- status
     def status(self) -> list[tuple[str, str]]:
@@ -111,6 +136,7 @@ class InProcess:
         paths staged and commits them (the same order ``git commit`` keeps)."""
         pygit2 = self.pygit2
         repo = self.repo
+        ident = self._commit_ready()   # before anything is staged: the executable then does every step
         try:
             index = repo.index
             index.read(False)
@@ -139,8 +165,8 @@ class InProcess:
             tree = work.write_tree(repo)
             if base is not None and tree == base.id:
                 return None
-            author = pygit2.Signature(*self.author)
-            committer = pygit2.Signature(*self.committer)
+            author = pygit2.Signature(*ident[0])
+            committer = pygit2.Signature(*ident[1])
             sys.audit("acpmem.git", "commit", str(self.root))
             oid = repo.create_commit("HEAD", author, committer, message, tree, parents)
             return str(oid)

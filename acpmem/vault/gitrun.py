@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -71,13 +72,24 @@ def git(root: Path, *args: str, input: str | None = None, check: bool = True, en
             if p.returncode == 0:
                 _supplied.add(str(root))
     except FileNotFoundError:
-        raise GitStateError("git was not found on PATH (reading the vault works without it; writing, sync and "
-                            "doctor need it)", "install git or add it to PATH, then run the command again; nothing "
-                            "was changed and pending requests are kept") from None
+        raise _not_found() from None
     res = GitResult(p.returncode, p.stdout, p.stderr)
     if check and p.returncode != 0:
         raise failure(root, args, res)
     return res
+
+
+def _not_found() -> GitStateError:
+    return GitStateError("git was not found on PATH (reading the vault works without it; writing, sync and doctor "
+                         "need it)", "install git or add it to PATH, then run the command again; nothing was changed "
+                         "and pending requests are kept")
+
+
+def require_git() -> None:
+    """Raise ``git``'s not-found error now, before anything is changed, where no ``git`` is on PATH (a write whose
+    status and commit run in-process still needs it: git's own answer to who commits, and the fallbacks)."""
+    if shutil.which("git") is None:
+        raise _not_found()
 
 
 def error_text(res: GitResult) -> str:
