@@ -125,3 +125,20 @@ def test_only_a_commit_asks_git_for_the_identity_and_once(vault, tmp_path, monke
     _add(v, "second")
     assert log.read_text().split().count("var") == 2     # `git var -l` and the strict `git var GIT_AUTHOR_IDENT`
     v.close()
+
+
+def test_init_sets_the_vaults_own_git_config_whatever_the_global_says(tmp_path, monkeypatch):
+    """``init``'s repository gets ``core.quotepath off`` and ``gc.autoDetach false`` in its own config — also where
+    the global config says the opposite, or already says the same — and no identity."""
+    from acpmem.vault.create import init_vault
+
+    glob = os.environ["GIT_CONFIG_GLOBAL"]
+    for i, (quote, detach) in enumerate((("on", "true"), ("off", "false"))):
+        subprocess.run(["git", "config", "--file", glob, "core.quotepath", quote], check=True)
+        subprocess.run(["git", "config", "--file", glob, "gc.autodetach", detach], check=True)
+        v = init_vault(tmp_path / f"v{i}")
+        local = git_out(v.root, "config", "--local", "--get-regexp", r"^(user\.|core\.quotepath|gc\.autodetach)")
+        assert dict(ln.split(" ", 1) for ln in local.splitlines()) == {"core.quotepath": "off",
+                                                                       "gc.autodetach": "false"}
+        assert git_out(v.root, "config", "--get", "core.quotepath").strip() == "off"
+        v.close()

@@ -115,7 +115,7 @@ def _create(root: Path, *, example: bool, clock, rng) -> Vault:
     git(root, "init", "-q", "-b", "main")
     vault = Vault(root, clock=clock, rng=rng)
     vault.ensure_state()
-    vault.setup_git()  # core.quotepath, gc.autoDetach (the same as a clone's)
+    vault.setup_git(fresh=True)  # core.quotepath, gc.autoDetach (the same as a clone's)
     _exclude_from_workspace(root)
     git(root, "add", "-A")
     git(root, "commit", "-q", "--no-verify", "-F", "-",

@@ -82,12 +82,18 @@ _FALSE = {"off", "false", "no", "0"}
 SETUP_VERSION = "2\n"   # 2: no identity is written into the config (one an older acpmem wrote there is taken out)
 
 
-def setup_git(root: Path) -> None:
+def setup_git(root: Path, *, fresh: bool = False) -> None:
     """What every vault repository needs in its own config, set by ``init`` and, before the first commit, in a
     clone made with plain ``git clone``: ``core.quotepath off`` and ``gc.autoDetach false`` (an automatic gc never
     runs beside acpmem's next commit). No identity: where git knows none, each commit is given the fallback on its
     command line (``gitrun.FALLBACK_IDENTITY``); the one an older acpmem wrote into this vault's own config is
-    taken out, so the person's own identity counts from the moment there is one."""
+    taken out, so the person's own identity counts from the moment there is one. ``fresh``: a repository ``init``
+    has just made, where no older acpmem wrote anything: both keys are set, without asking first (two processes,
+    not four)."""
+    if fresh:
+        for key, value in _REPO_CONFIG.items():
+            git(root, "config", key, value)
+        return
     res = git(root, "config", "--get-regexp", r"^(core\.quotepath|gc\.autodetach)$", check=False)
     have: dict[str, str] = {}
     for line in res.out.splitlines():
@@ -224,12 +230,12 @@ class Vault(VaultReader):
             self.warnings.append(f"removed {removed} stale git lock or object file(s) left by a killed acpmem process")
         marker.unlink(missing_ok=True)   # its process is gone and its leftovers are cleared: the marker is done
 
-    def setup_git(self) -> None:
+    def setup_git(self, *, fresh: bool = False) -> None:
         """``setup_git`` once per clone (a marker under .acpmem remembers it)."""
         marker = self.state_dir / GIT_SETUP
         if read_exact(marker) == SETUP_VERSION:
             return
-        setup_git(self.root)
+        setup_git(self.root, fresh=fresh)
         atomic_write(marker, SETUP_VERSION, durable=False)
 
     def identity_taken(self) -> None:
