@@ -193,7 +193,7 @@ def git_daemon(tmp_path):
 
 @pytest.mark.heavy
 @pytest.mark.timeout(900)
-def test_ten_clones_syncing_at_once_through_a_git_server_converge_with_every_entry_once(tmp_path, git_daemon):
+def test_ten_clones_syncing_at_once_through_a_git_server_converge_with_every_entry_once(tmp_path, git_daemon, cli):
     agents, rounds = 10, 3
     env = dict(os.environ, ACPMEM_USER_VAULT="none", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@localhost",
                GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@localhost")
@@ -229,19 +229,20 @@ def test_ten_clones_syncing_at_once_through_a_git_server_converge_with_every_ent
     for th in threads:
         th.join()
     assert failures == []
+    # what follows runs one command at a time: in this process (``cli``), not a process each
     for c in clones:   # one more pass brings every clone up to the last push
-        s = acp("--vault", str(c), "sync", "--json")
+        s = cli("memory", "--vault", str(c), "sync", "--json", env=env)
         assert s.returncode == 0, s.stderr
     server = tmp_path / "vault.git"
     tip = git_out(server, "rev-parse", "main").strip()
     assert {git_out(c, "rev-parse", "HEAD").strip() for c in clones} == {tip}
     expected = sorted(f"Agent {k} round {r}" for k in range(agents) for r in range(rounds))
     for where in [*clones[:3], clones[-1]]:
-        listing = json.loads(acp("--vault", str(where), "list", "--json", "--all").stdout)
+        listing = json.loads(cli("memory", "--vault", str(where), "list", "--json", "--all", env=env).stdout)
         items = listing["entries"] if isinstance(listing, dict) else listing
         got = sorted(e["title"].split(":")[0] for e in items)
         assert got == expected   # every entry exactly once
-        d = acp("--vault", str(where), "doctor")
+        d = cli("memory", "--vault", str(where), "doctor", env=env)
         assert d.returncode == 0, d.stdout + d.stderr
         assert git_out(where, "status", "--porcelain").strip() == ""
     on_server = [p for p in git_out(server, "ls-tree", "-r", "--name-only", "main").split() if

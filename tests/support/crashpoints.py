@@ -402,11 +402,15 @@ def helpers_of(root: Path) -> list[int]:
         if not d.isdigit():
             continue
         try:
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
-            state = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read()
+            if needle not in cmd or b"worker_main(" not in cmd:
+                continue    # most processes: one read, not two (called after every step of every kill point)
+            with open(f"/proc/{d}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if needle in cmd and state != "Z" and b"worker_main(" in cmd:
+        if state != "Z":
             out.append(int(d))
     return out
 
