@@ -113,8 +113,9 @@ def test_both_ways_write_the_same_trees(tmp_path, clock, monkeypatch):
 
 
 def test_only_a_commit_asks_git_for_the_identity_and_once(vault, tmp_path, monkeypatch):
-    """``git var`` (the identity, hooks and signing a commit needs) before the first commit of an open vault, once;
-    reading the status (what ``doctor`` does) starts no git process at all."""
+    """``git var -l`` (the identity, hooks and signing a commit needs) before the first commit of an open vault,
+    once, and no strict ``git var GIT_AUTHOR_IDENT`` where the identity is the configured one as written; reading the
+    status (what ``doctor`` does) starts no git process at all."""
     log = _git_calls(tmp_path, monkeypatch)
     v = Vault(vault.root, clock=vault.clock)
     (vault.root / "entries" / "by-hand.md").write_text("not an entry\n")
@@ -123,8 +124,45 @@ def test_only_a_commit_asks_git_for_the_identity_and_once(vault, tmp_path, monke
     (vault.root / "entries" / "by-hand.md").unlink()
     _add(v, "first1")
     _add(v, "second")
-    assert log.read_text().split().count("var") == 2     # `git var -l` and the strict `git var GIT_AUTHOR_IDENT`
+    assert log.read_text().split().count("var") == 1     # `git var -l`
     v.close()
+
+
+def _strict_asked(vault, log, monkeypatch, env: dict) -> tuple[bool, str]:
+    """Whether a vault opened with ``env`` asked the strict ``git var GIT_AUTHOR_IDENT`` before its first commit,
+    and who that commit names as author and committer."""
+    for k, val in env.items():
+        monkeypatch.setenv(k, val)
+    v = Vault(vault.root, clock=vault.clock)
+    _add(v, "x" + os.urandom(3).hex())
+    v.close()
+    asked = log.read_text().split() if log.exists() else []
+    log.unlink(missing_ok=True)
+    for k in env:
+        monkeypatch.delenv(k)
+    return "GIT_AUTHOR_IDENT" in asked, git_out(vault.root, "log", "-1", "--format=%an <%ae>|%cn <%ce>").strip()
+
+
+def test_the_strict_identity_check_is_skipped_only_for_the_configured_identity_as_written(vault, tmp_path,
+                                                                                           monkeypatch):
+    """Git's own answer decides whenever the identity is not exactly ``user.name`` and ``user.email`` as configured:
+    another one in the environment, or a name git rewrites (surrounding "crud" stripped)."""
+    import shutil
+
+    log, shim = tmp_path / "var.log", tmp_path / "varshim"
+    shim.mkdir()
+    (shim / "git").write_text(f'#!/bin/sh\n[ "$3" = var ] && echo "$4" >> "{log}"\nexec "{shutil.which("git")}" "$@"\n')
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    me = "Test User <test@example.invalid>"
+    assert _strict_asked(vault, log, monkeypatch, {}) == (False, f"{me}|{me}")
+    assert _strict_asked(vault, log, monkeypatch, {"GIT_AUTHOR_NAME": "Other Person"}) \
+        == (True, f"Other Person <test@example.invalid>|{me}")
+    assert _strict_asked(vault, log, monkeypatch, {"GIT_COMMITTER_EMAIL": "bot@example.invalid"}) \
+        == (True, f"{me}|Test User <bot@example.invalid>")
+    subprocess.run(["git", "-C", str(vault.root), "config", "user.name", "Crud User."], check=True)
+    assert _strict_asked(vault, log, monkeypatch, {}) \
+        == (True, "Crud User <test@example.invalid>|Crud User <test@example.invalid>")
 
 
 def test_init_sets_the_vaults_own_git_config_whatever_the_global_says(tmp_path, monkeypatch):

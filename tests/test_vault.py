@@ -366,12 +366,16 @@ def test_finding_an_id_through_the_index_gives_what_the_whole_listing_gives(vaul
     assert r.returncode != 0 and "entries/broken.md does not parse" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("git_way", ["libgit2", "exe"])
 @pytest.mark.parametrize("new_id", ["fresh9", "other1", "u-abc123"])
-def test_an_id_changed_by_hand_is_refused_as_edit_refuses_it(vault, cli, tmp_path, new_id):
+def test_an_id_changed_by_hand_is_refused_as_edit_refuses_it(vault, cli, tmp_path, new_id, git_way, monkeypatch):
     """A hand edit of an entry's id (to a new id, another entry's, a user-vault `u-` id) is never committed as a human
-    edit, and `acp memory edit` refuses the same text with the same reason."""
+    edit, and `acp memory edit` refuses the same text with the same reason — the id HEAD has read through libgit2 or
+    the ``git`` executable (``ACPMEM_GIT=exe``)."""
     import helpers_proc as hp
 
+    if git_way == "exe":
+        monkeypatch.setenv("ACPMEM_GIT", "exe")
     root = _two_entries(vault)
     path = root / "entries" / "keep01.md"
     changed = path.read_text().replace("id: keep01", f"id: {new_id}")

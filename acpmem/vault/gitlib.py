@@ -12,8 +12,9 @@ executable; otherwise the writer runs ``git`` as before:
 * libgit2 cannot read the repository (a split index, an extension it lacks) or fails on the way: the commit steps
   are idempotent, so the executable finishes what was started.
 
-The identity is git's own: ``git var -l`` and ``git var GIT_AUTHOR_IDENT`` before an open vault's first commit (two
-processes, not per write; a command that only reads the status, ``doctor`` say, starts neither), so
+The identity is git's own: ``git var -l`` before an open vault's first commit (not per write; a command that only
+reads the status, ``doctor`` say, starts none), and the strict ``git var GIT_AUTHOR_IDENT`` as well unless the
+identity shown is exactly the configured ``user.name`` and ``user.email``, so
 ``GIT_AUTHOR_*``/``GIT_COMMITTER_*``, ``GIT_CONFIG_*`` and every config scope count exactly as for ``git commit``.
 The hook, signing and identity reasons send only the commits to the executable; the status is libgit2's still.
 Never imported on the read path.
@@ -31,10 +32,15 @@ class Unusable(Exception):
     """This repository (or this moment) needs the ``git`` executable."""
 
 
+def _parts(value: str) -> tuple[str, str]:
+    """``Name <email> 1700000000 +0100`` (``git var``) → (name, email), as written."""
+    name, _, rest = value.partition(" <")
+    return name, rest.partition(">")[0]
+
+
 def _ident(value: str):
     """``Name <email> 1700000000 +0100`` (``git var``) → (name, email)."""
-    name, _, rest = value.partition(" <")
-    email = rest.partition(">")[0]
+    name, email = _parts(value)
     if not name.strip() or not email.strip():
         raise Unusable("no identity")
     return name.strip(), email.strip()
@@ -97,12 +103,34 @@ class InProcess:
             hooks = self.root / hooks
         if os.access(hooks / "post-commit", os.X_OK):
             raise Unusable("a post-commit hook")
-        # `git var -l` shows a made-up identity where `git commit` would refuse (user.useConfigOnly, no domain):
-        # the strict form says whether git would commit
-        if "git_author_ident" not in values or "git_committer_ident" not in values \
-                or git(self.root, "var", "GIT_AUTHOR_IDENT", check=False).code != 0:
+        if "git_author_ident" not in values or "git_committer_ident" not in values:
+            raise Unusable("no identity")
+        # `git var -l` shows a made-up identity where `git commit` would refuse (user.useConfigOnly, no domain): the
+        # strict form says whether git would commit — asked unless both identities are exactly the configured
+        # user.name and user.email (given explicitly, as git writes them unchanged: the strict form then succeeds)
+        configured = (values.get("user.name"), values.get("user.email"))
+        if not (all(configured) and _parts(values["git_author_ident"]) == configured
+                == _parts(values["git_committer_ident"])) \
+                and git(self.root, "var", "GIT_AUTHOR_IDENT", check=False).code != 0:
             raise Unusable("no identity")
         return _ident(values["git_author_ident"]), _ident(values["git_committer_ident"])
+
+    # ----------------------------------------------------------------- reading HEAD
+    def head_file(self, rel: str) -> bytes | None:
+        """The blob of ``rel`` in HEAD, as ``git show HEAD:REL`` prints it (no filter applied), or None when HEAD
+        has no such file (or there is no HEAD yet)."""
+        pygit2 = self.pygit2
+        try:
+            if self.repo.head_is_unborn:
+                return None
+            tree = self.repo.head.peel(pygit2.Commit).tree
+            try:
+                obj = tree[rel]
+            except KeyError:
+                return None
+            return obj.data if obj.type == pygit2.enums.ObjectType.BLOB else None
+        except (pygit2.GitError, OSError) as exc:
+            raise Unusable(str(exc)) from None
 
     # ----------------------------------------------------------------- status
     def status(self) -> list[tuple[str, str]]:

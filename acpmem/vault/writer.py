@@ -353,11 +353,20 @@ class Vault(VaultReader):
 
     def _committed_id(self, rel: str) -> str | None:
         """The id of the entry file ``rel`` as HEAD has it, or None (not committed, or not a valid entry there)."""
-        res = git(self.root, "show", f"HEAD:{rel}", check=False)
-        if res.code != 0:
+        data: bytes | None = None
+        inproc = self.in_process()
+        if inproc is not None:
+            try:
+                data = inproc.head_file(rel)
+            except Unusable:
+                inproc = None
+        if inproc is None:
+            res = git(self.root, "show", f"HEAD:{rel}", check=False)
+            data = res.out.encode("utf-8", "surrogateescape") if res.code == 0 else None
+        if data is None:
             return None
         try:
-            return parse_entry_bytes(res.out.encode("utf-8", "surrogateescape"), rel, None).id
+            return parse_entry_bytes(data, rel, None).id
         except (EntryInvalid, ValueError):
             return None
 
