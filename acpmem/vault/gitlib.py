@@ -79,14 +79,6 @@ class InProcess:
             raise Unusable(str(self._committer))
         return self._committer
 
-    def can_commit(self) -> bool:
-        """Whether this repository's commits go through libgit2 here (else the executable makes them)."""
-        try:
-            self._commit_ready()
-            return True
-        except Unusable:
-            return False
-
     def _ask_git(self) -> tuple:
         res = git(self.root, "var", "-l", check=False)
         if res.code != 0:

@@ -90,18 +90,17 @@ def setup_git(root: Path, *, fresh: bool = False) -> None:
     taken out, so the person's own identity counts from the moment there is one. ``fresh``: a repository ``init``
     has just made, where no older acpmem wrote anything: both keys are set, without asking first (two processes,
     not four)."""
-    if fresh:
-        for key, value in _REPO_CONFIG.items():
-            git(root, "config", key, value)
-        return
-    res = git(root, "config", "--get-regexp", r"^(core\.quotepath|gc\.autodetach)$", check=False)
     have: dict[str, str] = {}
-    for line in res.out.splitlines():
-        key, _, value = line.partition(" ")
-        have[key.lower()] = value.strip()   # the most specific scope comes last
+    if not fresh:
+        res = git(root, "config", "--get-regexp", r"^(core\.quotepath|gc\.autodetach)$", check=False)
+        for line in res.out.splitlines():
+            key, _, value = line.partition(" ")
+            have[key.lower()] = value.strip()   # the most specific scope comes last
     for key, value in _REPO_CONFIG.items():
         if have.get(key, "").lower() not in _FALSE:
             git(root, "config", key, value)
+    if fresh:
+        return
     local = git(root, "config", "--local", "--get-regexp", r"^user\.(name|email)$", check=False).out.splitlines()
     if sorted(line.lower() for line in local) == sorted(f"{k} {v}" for k, v in FALLBACK_IDENTITY.items()):
         for key in FALLBACK_IDENTITY:
