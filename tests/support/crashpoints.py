@@ -191,7 +191,8 @@ redact("warm-up AKIAIOSFODNN7EXAMPLE", deep=True)   # the secret scanner's plugi
 # forked child would import it again, ~0.1 s a command
 for _m in ("pygit2", "openai", "httpx", "typer._adapters", "typer._click.decorators", "Stemmer", "snowballstemmer",
            "h11", "httpcore2", "httpcore2._sync.connection_pool", "httpcore2._sync.http11", "truststore",
-           "encodings.ascii", "encodings.utf_8_sig", "yaml", "tomllib", "gzip"):
+           "encodings.ascii", "encodings.utf_8_sig", "yaml", "tomllib", "gzip", "rapidfuzz.process",
+           "rapidfuzz.distance.OSA"):
     try:
         importlib.import_module(_m)
     except ImportError:
@@ -200,6 +201,10 @@ for _m in ("pygit2", "openai", "httpx", "typer._adapters", "typer._click.decorat
 # goes to typer: built once here, as a long-lived host builds it once; a child whose environment changes what typer
 # reads while it builds builds its own (the cache's key)
 acpmem.cli.main.typer_command("acp")
+# what a query builds on first use (alias tables, word lists, segmenter, stemmer), as the read server builds it before
+# it forks readers: ~8 ms of every forked write that looks for duplicates
+import acpmem.search.ranking
+acpmem.search.ranking.prepare()
 HOOK = sys.stdin.readline() and json.loads(sys.stdin.readline())
 HOME = os.environ.get("HOME", "")
 
