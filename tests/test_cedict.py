@@ -47,3 +47,24 @@ def test_the_installed_package_names_the_word_lists_licence():
     (lic,) = [f for f in metadata.files("acpmem") if f.name == "LICENSE"]
     text = lic.read_text()
     assert text.startswith("MIT License") and "cedict-words.tsv.gz" in text and "CC BY-SA 4.0" in text
+
+
+def test_the_word_check_of_consolidate_and_import_reads_the_cached_store(tmp_path):
+    """Whether a word is English (what tells a tool's or product's name from a plain word when near-duplicates are
+    looked for: ``consolidate``, ``import``) is one indexed lookup in the cached store, not the whole packaged list
+    loaded (~0.1 s a process), and answers as the list does."""
+    import json
+    import subprocess
+    import sys
+
+    words = ["queue", "uploads", "rebuilding", "kubectl", "grafana", "zzqx"]
+    code = ("import json, sys; from acpmem.search import cedict, english, similar; w = sys.argv[1:]; "
+            "keys = [similar._is_key(x) for x in w]; loaded = cedict.load.cache_info().currsize; "
+            "print(json.dumps([keys, loaded, [not english.known_word(x, cedict.en_to_zh) for x in w]]))")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    first = subprocess.run([sys.executable, "-c", code, *words], env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert list((tmp_path / "acpmem").glob("cedict-*.sqlite"))       # built by the first, from the list
+    again = subprocess.run([sys.executable, "-c", code, *words], env=env, capture_output=True, text=True, timeout=120)
+    keys, loaded, by_list = json.loads(again.stdout)
+    assert loaded == 0 and keys == by_list == [False, False, False, True, True, True], again.stdout

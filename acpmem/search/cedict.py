@@ -107,13 +107,19 @@ def _build(path: Path) -> None:
     atomic_write(path, data, durable=False)
 
 
+def cache_path() -> Path:
+    """Where ``store`` keeps the SQLite copy: in the user's cache folder, named by the packaged data it is built from
+    (so an upgrade builds a new one)."""
+    st = os.stat(str(DATA_FILE))    # a plain package folder: importlib.resources costs ~12 ms to say the same
+    tag = sha256(f"{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    return _cache_dir() / f"cedict-{tag}.sqlite"
+
+
 @functools.lru_cache(maxsize=1)
 def store():
     """The shared dictionary: an on-disk store when the cache is usable, else the in-memory one."""
-    try:   # a plain package folder: importlib.resources costs ~12 ms to say the same
-        st = os.stat(str(DATA_FILE))
-        tag = sha256(f"{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
-        path = _cache_dir() / f"cedict-{tag}.sqlite"
+    try:
+        path = cache_path()
         if not path.exists():
             files.ensure_dir(path.parent)
             _build(path)

@@ -138,7 +138,7 @@ def _is_key(word: str) -> bool:
     """A word no English list knows (a tool, product or code name), not a number."""
     if len(word) < 2 or word in _COMMON or word in english.STOP_WORDS or _NUMBER.fullmatch(word):
         return False
-    return not english.known_word(word, cedict.en_to_zh)
+    return not english.known_word(word, cedict.store().en_to_zh)
 
 
 def features(text: str, *, segments: bool = True) -> Features:
