@@ -377,6 +377,39 @@ def test_a_corrupt_git_index_is_named_and_doctor_fix_rebuilds_it_keeping_every_f
     assert status_porcelain(root) == ""
 
 
+def test_doctor_checks_a_commit_graph_and_a_multi_pack_index_where_there_is_one(team, cli):
+    """``doctor``'s fsck leaves out the commit-graph and multi-pack-index checks only where the repository has
+    neither (two git processes fewer a ``doctor``); where git wrote one, it is checked, and a corrupt one is named."""
+    from acpmem.vault.gitrun import fsck_options
+
+    a, _ = team
+    git_dir = a.root / ".git"
+    assert fsck_options(git_dir) == ["-c", "core.commitGraph=false", "-c", "core.multiPackIndex=false"]
+    assert _acp(cli, a.root, "doctor").returncode == 0
+    git_out(a.root, "commit-graph", "write", "--reachable")
+    assert fsck_options(git_dir) == []
+    graph = git_dir / "objects" / "info" / "commit-graph"
+    data = bytearray(graph.read_bytes())
+    data[-1] ^= 0xFF     # its checksum
+    graph.write_bytes(bytes(data))
+    r = _acp(cli, a.root, "doctor")
+    assert r.returncode == 1 and "git fsck: the commit-graph file has incorrect checksum" in r.stdout, r.stdout
+    graph.unlink()
+    git_out(a.root, "repack", "-d", "-q")
+    git_out(a.root, "multi-pack-index", "write")
+    assert fsck_options(git_dir) == []
+    midx = git_dir / "objects" / "pack" / "multi-pack-index"
+    data = bytearray(midx.read_bytes())
+    data[-1] ^= 0xFF     # its checksum
+    midx.write_bytes(bytes(data))
+    r = _acp(cli, a.root, "doctor")
+    assert r.returncode == 1 and "git fsck: incorrect checksum" in r.stdout, r.stdout
+    git_out(a.root, "-c", "core.multiPackIndex=false", "fsck")    # what finds it is the check left out elsewhere
+    midx.unlink()
+    (git_dir / "objects" / "info" / "alternates").write_text(str(git_dir / "objects") + "\n")
+    assert fsck_options(git_dir) == []
+
+
 def test_a_vault_folder_without_git_gives_the_real_next_step_and_never_writes_elsewhere(tmp_path, cli, clock):
     workspace = tmp_path / "project"
     workspace.mkdir()

@@ -20,7 +20,7 @@ from acpmem.read.embedding import channel_status
 from acpmem.search import watch
 from acpmem.upkeep.branchreview import orphans
 from acpmem.vault.config import person_config_path, vault_settings
-from acpmem.vault.gitrun import git, index_corrupt, no_repository, writes_blocked
+from acpmem.vault.gitrun import fsck_options, git, index_corrupt, no_repository, writes_blocked
 from acpmem.vault.projectgit import checks_on, stale_map
 from acpmem.vault.proposals import proposals
 from acpmem.vault.sync import unresolved
@@ -61,7 +61,7 @@ def git_problems(root: Path) -> list[str]:
         problems.append(f"{blocked.message}; writes are refused and pending requests wait")
     if git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).code != 0:
         problems.append("HEAD does not point to a commit")
-    res = git(root, "fsck", "--no-dangling", "--no-progress", check=False)
+    res = git(root, *fsck_options(root / ".git"), "fsck", "--no-dangling", "--no-progress", check=False)
     if res.code != 0:
         problems.append("git fsck: " + (res.err.strip() or res.out.strip()).splitlines()[0])
     return problems

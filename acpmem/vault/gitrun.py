@@ -79,6 +79,17 @@ def git(root: Path, *args: str, input: str | None = None, check: bool = True, en
     return res
 
 
+def fsck_options(git_dir: Path) -> list[str]:
+    """``-c`` options for a ``git fsck`` of the repository whose git folder is ``git_dir``: where it has no
+    commit-graph, no multi-pack-index and no alternates, fsck is told so, instead of starting a ``git commit-graph
+    verify`` and a ``git multi-pack-index verify`` that would find nothing to check (2 processes, ~3 ms, a check)."""
+    info = git_dir / "objects" / "info"
+    if not (git_dir / "objects").is_dir() or (info / "alternates").exists() or (info / "commit-graph").exists() \
+            or (info / "commit-graphs").exists() or (git_dir / "objects" / "pack" / "multi-pack-index").exists():
+        return []
+    return ["-c", "core.commitGraph=false", "-c", "core.multiPackIndex=false"]
+
+
 def _not_found() -> GitStateError:
     return GitStateError("git was not found on PATH (reading the vault works without it; writing, sync and doctor "
                          "need it)", "install git or add it to PATH, then run the command again; nothing was changed "
