@@ -3,12 +3,14 @@ take their data paths as arguments; a user's clone has no benchmark data next to
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import run_cli
+from scripts import run_script
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py"))
@@ -20,12 +22,32 @@ def test_there_are_benchmark_scripts():
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_help_and_a_bad_argument(name, tmp_path):
-    ok = subprocess.run([sys.executable, str(BENCH / name), "--help"], capture_output=True, text=True, timeout=120,
-                        cwd=tmp_path)
+    # in this process, as `python bench/NAME ...` runs it (tests/support/scripts.py): the script is the point, not
+    # a Python start; text_vault.py and hand_speed.py run as real processes below
+    ok = run_script(BENCH / name, "--help", cwd=tmp_path)
     assert ok.returncode == 0 and ok.stdout.startswith("usage:") and not ok.stderr, (ok.stdout, ok.stderr)
-    bad = subprocess.run([sys.executable, str(BENCH / name), "--no-such-option"], capture_output=True, text=True,
-                         timeout=120, cwd=tmp_path)
+    bad = run_script(BENCH / name, "--no-such-option", cwd=tmp_path)
     assert bad.returncode == 2 and "usage:" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_a_script_run_in_this_process_sees_what_it_would_alone(tmp_path):
+    """``run_script`` (the ``--help`` runs above): a script that needs one of the tests' modules fails as it would
+    alone; ``sys.exit("...")`` and an uncaught exception give Python's status and text; the script's own folder is
+    first on its import path, and what it imported from there, its folder and its environment do not stay here."""
+    (tmp_path / "needs_tests.py").write_text("import openai_server\n")
+    (tmp_path / "neighbour.py").write_text("VALUE = 'mine'\n")
+    (tmp_path / "says.py").write_text("import os, sys, neighbour\nos.environ['LEFT'] = '1'\nos.chdir('/')\n"
+                                      "print(neighbour.VALUE, sys.stdin.read(), os.path.basename(sys.argv[0]))\n"
+                                      "sys.exit('stopped: ' + sys.argv[1])\n")
+    (tmp_path / "raises.py").write_text("raise ValueError('no')\n")
+    r = run_script(tmp_path / "needs_tests.py", cwd=tmp_path)
+    assert r.returncode == 1 and "ModuleNotFoundError: No module named 'openai_server'" in r.stderr, r.stderr
+    assert "openai_server" in sys.modules    # hidden from the script only
+    r = run_script(tmp_path / "says.py", "why", cwd=tmp_path, input="piped")
+    assert (r.returncode, r.stdout, r.stderr) == (1, "mine piped says.py\n", "stopped: why\n")
+    assert "neighbour" not in sys.modules and "LEFT" not in os.environ and os.getcwd() != "/"
+    r = run_script(tmp_path / "raises.py", cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.splitlines()[-1] == "ValueError: no", r.stderr
 
 
 def test_read_speed_names_an_editable_install(tmp_path):
@@ -46,15 +68,13 @@ def test_read_speed_names_an_editable_install(tmp_path):
 
 @pytest.mark.parametrize("args", [["--runs", "0"], ["--entries", "-5"], ["--recall-entries", "-1"]])
 def test_read_speed_refuses_a_count_out_of_range_in_one_usage_line(args, tmp_path):
-    bad = subprocess.run([sys.executable, str(BENCH / "read_speed.py"), *args], capture_output=True, text=True,
-                         timeout=120, cwd=tmp_path)
+    bad = run_script(BENCH / "read_speed.py", *args, cwd=tmp_path)
     assert bad.returncode == 2 and "at least" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
 
 
 def test_read_speed_refuses_a_file_to_keep_the_vaults_in(tmp_path):
     (tmp_path / "a-file").write_text("x")
-    bad = subprocess.run([sys.executable, str(BENCH / "read_speed.py"), "--keep", str(tmp_path / "a-file")],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    bad = run_script(BENCH / "read_speed.py", "--keep", tmp_path / "a-file", cwd=tmp_path)
     assert bad.returncode == 2 and "is a file: pass a folder" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
 
 
@@ -85,14 +105,12 @@ def test_text_vault_writes_locomos_observations_and_turns_and_recall_finds_the_a
     assert got.returncode == 0, got.stderr
     (first,) = json.loads(got.stdout)["hits"]
     assert first["body"].strip() == "Melanie paints a lake sunrise.", first
-    again = subprocess.run([sys.executable, str(BENCH / "text_vault.py"), str(locomo), str(root)],
-                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    again = run_script(BENCH / "text_vault.py", locomo, root, cwd=tmp_path)
     assert again.returncode == 2 and "exists: pass a new folder" in again.stderr
 
 
 def test_read_speed_refuses_recall_text_that_is_not_a_file(tmp_path):
-    bad = subprocess.run([sys.executable, str(BENCH / "read_speed.py"), "--recall-text", str(tmp_path / "none.json")],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    bad = run_script(BENCH / "read_speed.py", "--recall-text", tmp_path / "none.json", cwd=tmp_path)
     assert bad.returncode == 2 and "pass the path of locomo10.json" in bad.stderr and "Traceback" not in bad.stderr, \
         bad.stderr
 
@@ -101,15 +119,13 @@ def test_read_speed_refuses_recall_text_that_is_not_a_file(tmp_path):
 def test_text_vault_and_read_speed_refuse_a_file_that_is_not_locomo_in_one_line(tmp_path, text):
     bad = tmp_path / "bad.json"
     bad.write_text(text)
-    for cmd in ([str(BENCH / "text_vault.py"), str(bad), str(tmp_path / "v")],
-                [str(BENCH / "read_speed.py"), "--recall-text", str(bad)]):
-        r = subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    for cmd in ([BENCH / "text_vault.py", bad, tmp_path / "v"], [BENCH / "read_speed.py", "--recall-text", bad]):
+        r = run_script(*cmd, cwd=tmp_path)
         assert r.returncode == 2 and "locomo10.json" in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert r.stderr.count("error:") == 1 and "error:" in r.stderr.strip().splitlines()[-1]   # one line says it
     assert not (tmp_path / "v").exists()
     locomo = Path(__file__).resolve().parent / "fixtures" / "efficacy" / "locomo-tiny.json"
-    r = subprocess.run([sys.executable, str(BENCH / "text_vault.py"), str(locomo), str(bad / "v"), "--entries", "3"],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    r = run_script(BENCH / "text_vault.py", locomo, bad / "v", "--entries", "3", cwd=tmp_path)
     assert r.returncode == 1 and "could not make the vault" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
