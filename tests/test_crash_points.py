@@ -40,7 +40,7 @@ import sys
 import pytest
 
 import crashpoints as cp
-from helpers_proc import fsck, git_out, make_entry
+from helpers_proc import fsck, git_out, head_texts, make_entry
 from openai_server import fake_openai, reply
 from acpmem.write.requests import pending_dir
 from helpers_person import set_person
@@ -322,10 +322,10 @@ def _check(world, op: str, where: Path, k: int, killed: cp.Run, zygote: cp.Zygot
         assert not (root / ".git" / "acpmem" / "journal.json").exists(), ctx
     # a person's edits: the committed one, the one not committed when the operation started and the one typed
     # after the crash, each on disk once and in HEAD
-    head = {ident: git_out(vault, "show", f"HEAD:entries/{ident}.md") for ident in ("base02", "base03")}
+    head = head_texts(vault, "entries/base02.md", "entries/base03.md")
     for ident, line in (("base02", PERSON_COMMITTED), ("base03", PERSON_UNCOMMITTED), ("base03", PERSON_AFTER)):
         text = (vault / "entries" / f"{ident}.md").read_text()
-        assert text.count(line) == 1 and head[ident] == text, (ctx, ident)
+        assert text.count(line) == 1 and head[f"entries/{ident}.md"] == text, (ctx, ident)
     # the next write is there, once
     assert sum(f"after crash {k}." in e["body"] for e in entries) == 1, ctx
     _exactly_once(op, entries, vault, user, remote, ctx)

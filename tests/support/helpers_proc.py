@@ -177,6 +177,23 @@ def head_files(root: Path) -> set[str]:
     return set(filter(None, git_out(root, "ls-tree", "-r", "--name-only", "-z", "HEAD").split("\0")))
 
 
+def head_texts(root: Path, *paths: str) -> dict[str, str]:
+    """The files at ``paths`` as HEAD holds them (``git show HEAD:PATH`` each), in one ``git cat-file --batch``."""
+    asked = "".join(f"HEAD:{x}\n" for x in paths).encode()
+    p = subprocess.run(["git", "-C", str(root), "cat-file", "--batch"], input=asked, capture_output=True,
+                       env=git_env(), timeout=120)
+    assert p.returncode == 0, p.stderr
+    got, at = {}, 0
+    for path in paths:
+        end = p.stdout.index(b"\n", at)
+        header = p.stdout[at:end].split()
+        assert len(header) == 3 and header[1] == b"blob", (path, header)
+        size = int(header[2])
+        got[path] = p.stdout[end + 1:end + 1 + size].decode()
+        at = end + 1 + size + 1
+    return got
+
+
 def commit_count(root: Path) -> int:
     return int(git_out(root, "rev-list", "--count", "HEAD").strip())
 
