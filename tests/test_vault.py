@@ -68,6 +68,30 @@ def test_init_creates_own_repo_and_excludes_it_from_the_workspace(tmp_path):
         init_vault(cwd=ws)
 
 
+def test_init_deep_in_a_workspace_through_a_link_or_a_worktree_is_excluded_there_too(tmp_path):
+    """The workspace is looked for from where git looks (the real folder above the vault, any depth up): a vault
+    made deep inside one, through a symbolic link into one, or in a linked worktree (``.git`` a file) is listed in
+    the workspace's own exclude file; outside any workspace nothing is written anywhere."""
+    ws = tmp_path / "ws"
+    (ws / "a" / "b").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(ws)], check=True)
+    subprocess.run(["git", "-C", str(ws), "commit", "-q", "--allow-empty", "-m", "start"], check=True)
+    exclude = ws / ".git" / "info" / "exclude"
+    init_vault(ws / "a" / "b" / "deep").close()
+    assert "/a/b/deep/" in exclude.read_text()
+    (tmp_path / "link").symlink_to(ws / "a")
+    init_vault(tmp_path / "link" / "linked").close()
+    assert "/a/linked/" in exclude.read_text()
+    subprocess.run(["git", "-C", str(ws), "worktree", "add", "-q", str(tmp_path / "wt")], check=True)
+    init_vault(tmp_path / "wt" / "inwt").close()
+    assert "/inwt/" in exclude.read_text()    # the common git folder's exclude, which every worktree reads
+    assert g(tmp_path / "wt", "status", "--porcelain") == "" and g(ws, "status", "--porcelain") == ""
+    alone = tmp_path / "alone"
+    before = exclude.read_text()
+    init_vault(alone / "v").close()
+    assert exclude.read_text() == before and not (alone / ".git").exists()
+
+
 def test_init_example_seeds_realistic_entries(tmp_path):
     v = init_vault(tmp_path / "ex", example=True)
     entries = v.load().entries

@@ -135,6 +135,9 @@ def _create(root: Path, *, example: bool, clock, rng) -> Vault:
 def _exclude_from_workspace(root: Path) -> None:
     """Inside a git workspace, list the vault in the workspace's .git/info/exclude (never commit into it)."""
     parent = root.parent
+    real = parent.resolve()   # where git looks from, after it changes into the folder
+    if not any(os.path.lexists(d / ".git") for d in (real, *real.parents)):
+        return   # no folder above holds a .git: git would find no workspace (a process fewer for every init)
     res = git(parent, "rev-parse", "--show-toplevel", "--git-common-dir", check=False)
     if res.code != 0:
         return
