@@ -410,6 +410,41 @@ def test_doctor_checks_a_commit_graph_and_a_multi_pack_index_where_there_is_one(
     assert fsck_options(git_dir) == []
 
 
+def test_a_damaged_object_store_is_named_by_doctor_and_nothing_is_committed_over_it(team, cli):
+    """A pack cut short (a disk that lost the end of a file): the files cannot be compared with HEAD's, so
+    ``doctor`` names the damage — not every file as an uncommitted edit — and ``doctor --fix`` commits nothing over
+    it; a write refuses in one line that says git's complaint once."""
+    a, _ = team
+    root = a.root
+    git_out(root, "repack", "-a", "-d", "-q")
+    (pack,) = (root / ".git" / "objects" / "pack").glob("*.pack")
+    pack.chmod(0o644)
+    pack.write_bytes(pack.read_bytes()[: pack.stat().st_size // 2])
+    head = git_out(root, "rev-parse", "HEAD")    # the ref still names it; its object cannot be read
+    for args in (("doctor",), ("doctor", "--fix")):
+        r = _acp(cli, root, *args)
+        assert r.returncode == 1 and "HEAD's commit cannot be read" in r.stdout and "git fsck: " in r.stdout, \
+            (args, r.stdout, r.stderr)
+        assert "uncommitted human edit" not in r.stdout and "fixed" not in r.stdout, r.stdout
+        assert r.stderr.startswith("Error: 2 problems found") and "Traceback" not in r.stderr, r.stderr
+    assert git_out(root, "rev-parse", "HEAD") == head
+    line = _one_line(_acp(cli, root, "remember", "A fact on a damaged repository.", "--type", "fact"))
+    assert line.count("does not match index") == 1, line
+
+
+def test_doctor_says_so_when_git_dies_without_a_word(team, tmp_path, cli):
+    """A git killed by a signal before it says anything (git crashes on some damaged repositories) is one finding
+    naming the signal, never an internal error."""
+    a, _ = team
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(f'#!/bin/sh\ncase " $* " in *" fsck "*) kill -SEGV $$;; esac\nexec {REAL_GIT} "$@"\n')
+    (shim / "git").chmod(0o755)
+    r = _acp(cli, a.root, "doctor", env={"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"})
+    assert r.returncode == 1 and "git fsck: git stopped on SIGSEGV without saying why" in r.stdout, r.stdout
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
 def test_a_vault_folder_without_git_gives_the_real_next_step_and_never_writes_elsewhere(tmp_path, cli, clock):
     workspace = tmp_path / "project"
     workspace.mkdir()

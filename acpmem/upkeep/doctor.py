@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from acpmem.core import trust
-from acpmem.core.errors import AcpmemError, SettingsError
+from acpmem.core.errors import AcpmemError, GitStateError, SettingsError
 from acpmem.core.layout import ENTRIES_DIR
 from acpmem.core.render import problem_line, quote_path
 from acpmem.core.values import Value
@@ -20,7 +20,7 @@ from acpmem.read.embedding import channel_status
 from acpmem.search import watch
 from acpmem.upkeep.branchreview import orphans
 from acpmem.vault.config import person_config_path, vault_settings
-from acpmem.vault.gitrun import fsck_options, git, index_corrupt, no_repository, writes_blocked
+from acpmem.vault.gitrun import error_text, fsck_options, git, index_corrupt, no_repository, writes_blocked
 from acpmem.vault.projectgit import checks_on, stale_map
 from acpmem.vault.proposals import proposals
 from acpmem.vault.sync import unresolved
@@ -59,12 +59,28 @@ def git_problems(root: Path) -> list[str]:
     blocked = writes_blocked(root)
     if blocked is not None and "detached HEAD" in blocked.message:
         problems.append(f"{blocked.message}; writes are refused and pending requests wait")
-    if git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).code != 0:
-        problems.append("HEAD does not point to a commit")
+    if git(root, "rev-parse", "--verify", "-q", "HEAD^{tree}", check=False).code != 0:
+        problems.append(HEAD_UNREADABLE if head_names_a_commit(root) else "HEAD does not point to a commit")
     res = git(root, *fsck_options(root / ".git"), "fsck", "--no-dangling", "--no-progress", check=False)
     if res.code != 0:
-        problems.append("git fsck: " + (res.err.strip() or res.out.strip()).splitlines()[0])
+        said = (res.err.strip() or res.out.strip()).splitlines()
+        problems.append("git fsck: " + (said[0] if said else error_text(res)))   # git may die saying nothing
     return problems
+
+
+HEAD_UNREADABLE = ("HEAD's commit cannot be read: the repository's object store is damaged (what the files are "
+                   "compared with is unknown, so nothing is committed)")
+
+
+def head_names_a_commit(root: Path) -> bool:
+    """Whether HEAD names a commit at all (its object may still be unreadable)."""
+    return git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).code == 0
+
+
+def head_unreadable(root: Path) -> bool:
+    """Whether HEAD names a commit git cannot read (a damaged pack or object): a status then compares the files
+    with nothing, and a commit would fail."""
+    return git(root, "rev-parse", "--verify", "-q", "HEAD^{tree}", check=False).code != 0 and head_names_a_commit(root)
 
 
 def _crash_objects(objects: Path) -> list[Path]:
@@ -137,6 +153,7 @@ def check_vault(vault: Vault, *, fix: bool = False, more=()) -> Report:
     if corrupt:
         add("error", f"the vault's git index {root / '.git' / 'index'} is corrupt",
             "run `acp memory doctor --fix` to rebuild it from the last commit (every file in the folder is kept)")
+    problems = git_problems(root)
     to_resolve: set[str] = set()
     if merging and not corrupt:
         left = unresolved(vault)
@@ -154,8 +171,8 @@ def check_vault(vault: Vault, *, fix: bool = False, more=()) -> Report:
         else:
             add("error", "a sync is in progress and its conflicts are resolved",
                 "run `acp memory sync` to finish the merge and push it")
-    elif (not fix or not repaired) and not corrupt:   # not repaired: what is still to do is said
-        for h in vault.human_edits():
+    elif (not fix or not repaired) and not corrupt and HEAD_UNREADABLE not in problems:
+        for h in _human_edits(vault, add):   # not repaired: what is still to do is said
             shown = quote_path(h.path)
             if h.problem and h.status == "added":   # a new file: git has no version of it to go back to
                 add("error", f"uncommitted new file {shown} is invalid: {h.problem}",
@@ -167,7 +184,7 @@ def check_vault(vault: Vault, *, fix: bool = False, more=()) -> Report:
             else:
                 add("warning", f"uncommitted human edit: {shown} ({h.status})",
                     "it is committed before acpmem's next commit, or now with `acp memory doctor --fix`")
-    for p in git_problems(root):
+    for p in problems:
         if merging and p == "a git merge is in progress":
             continue  # said above, with the files and the next step
         blocked = writes_blocked(root) if "detached HEAD" in p else None
@@ -211,6 +228,8 @@ def _fix(vault: Vault, add, objects: Path, journal: Path | None, merging: bool) 
                 pass  # a merge is committed by `sync` once its files are resolved, never here
             elif blocked is not None:   # a rebase, a detached HEAD: a commit now would be lost; said below
                 pass
+            elif head_unreadable(root):   # a damaged object store: nothing is committed; said below
+                pass
             else:
                 if journal is not None:
                     sha = vault.recover()
@@ -223,6 +242,15 @@ def _fix(vault: Vault, add, objects: Path, journal: Path | None, merging: bool) 
                 sha = vault.commit_human_edits()
                 if sha:
                     add("fixed", f"committed {len(edits_before)} human edit(s) as {sha[:12]}")
+
+
+def _human_edits(vault: Vault, add) -> list:
+    """The person's uncommitted edits, or none and the reason where git cannot say (a damaged repository)."""
+    try:
+        return vault.human_edits()
+    except GitStateError as exc:
+        add("error", exc.message, "resolve it with git in the vault folder, then run `acp memory doctor` again")
+        return []
 
 
 def _check_disk(vault: Vault, add) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -119,8 +120,20 @@ def error_text(res: GitResult) -> str:
             if line.startswith(prefix):
                 line = line[len(prefix):]
         lines.append(line)
-    text = "; ".join(lines) or f"exit status {res.code}"
+    if not lines:
+        return _said_nothing(res.code)
+    text = "; ".join(dict.fromkeys(lines))   # a damaged pack makes git say the same line once per object
     return text if len(text) <= 400 else text[:399] + "…"
+
+
+def _said_nothing(code: int) -> str:
+    if code < 0:   # killed: git crashes on some damaged repositories (a corrupt multi-pack-index) without a word
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"git stopped on {name} without saying why (a damaged repository can crash it)"
+    return f"git exited with status {code} without saying why"
 
 
 def failure(root: Path, args: tuple[str, ...], res: GitResult, hint: str | None = None) -> GitStateError:
