@@ -59,8 +59,9 @@ def git_problems(root: Path) -> list[str]:
     blocked = writes_blocked(root)
     if blocked is not None and "detached HEAD" in blocked.message:
         problems.append(f"{blocked.message}; writes are refused and pending requests wait")
-    if git(root, "rev-parse", "--verify", "-q", "HEAD^{tree}", check=False).code != 0:
-        problems.append(HEAD_UNREADABLE if head_names_a_commit(root) else "HEAD does not point to a commit")
+    head = head_problem(root)
+    if head:
+        problems.append(head)
     res = git(root, *fsck_options(root / ".git"), "fsck", "--no-dangling", "--no-progress", check=False)
     if res.code != 0:
         said = (res.err.strip() or res.out.strip()).splitlines()
@@ -72,15 +73,14 @@ HEAD_UNREADABLE = ("HEAD's commit cannot be read: the repository's object store 
                    "compared with is unknown, so nothing is committed)")
 
 
-def head_names_a_commit(root: Path) -> bool:
-    """Whether HEAD names a commit at all (its object may still be unreadable)."""
-    return git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).code == 0
-
-
-def head_unreadable(root: Path) -> bool:
-    """Whether HEAD names a commit git cannot read (a damaged pack or object): a status then compares the files
-    with nothing, and a commit would fail."""
-    return git(root, "rev-parse", "--verify", "-q", "HEAD^{tree}", check=False).code != 0 and head_names_a_commit(root)
+def head_problem(root: Path) -> str | None:
+    """What is wrong with HEAD, or None where git reads its commit and tree: no commit at all, or one git cannot
+    read (a damaged pack or object — a status then compares the files with nothing, and a commit fails)."""
+    if git(root, "rev-parse", "--verify", "-q", "HEAD^{tree}", check=False).code == 0:
+        return None
+    if git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).code == 0:   # it names one: unreadable
+        return HEAD_UNREADABLE
+    return "HEAD does not point to a commit"
 
 
 def _crash_objects(objects: Path) -> list[Path]:
@@ -228,7 +228,7 @@ def _fix(vault: Vault, add, objects: Path, journal: Path | None, merging: bool) 
                 pass  # a merge is committed by `sync` once its files are resolved, never here
             elif blocked is not None:   # a rebase, a detached HEAD: a commit now would be lost; said below
                 pass
-            elif head_unreadable(root):   # a damaged object store: nothing is committed; said below
+            elif head_problem(root) == HEAD_UNREADABLE:   # a damaged object store: nothing is committed; said below
                 pass
             else:
                 if journal is not None:
