@@ -386,26 +386,21 @@ def test_doctor_checks_a_commit_graph_and_a_multi_pack_index_where_there_is_one(
     git_dir = a.root / ".git"
     assert fsck_options(git_dir) == ["-c", "core.commitGraph=false", "-c", "core.multiPackIndex=false"]
     assert _acp(cli, a.root, "doctor").returncode == 0
-    git_out(a.root, "commit-graph", "write", "--reachable")
-    assert fsck_options(git_dir) == []
-    graph = git_dir / "objects" / "info" / "commit-graph"
-    data = bytearray(graph.read_bytes())
-    data[-1] ^= 0xFF     # its checksum
-    graph.write_bytes(bytes(data))
-    r = _acp(cli, a.root, "doctor")
-    assert r.returncode == 1 and "git fsck: the commit-graph file has incorrect checksum" in r.stdout, r.stdout
-    graph.unlink()
-    git_out(a.root, "repack", "-d", "-q")
-    git_out(a.root, "multi-pack-index", "write")
-    assert fsck_options(git_dir) == []
-    midx = git_dir / "objects" / "pack" / "multi-pack-index"
-    data = bytearray(midx.read_bytes())
-    data[-1] ^= 0xFF     # its checksum
-    midx.write_bytes(bytes(data))
-    r = _acp(cli, a.root, "doctor")
-    assert r.returncode == 1 and "git fsck: incorrect checksum" in r.stdout, r.stdout
-    git_out(a.root, "-c", "core.multiPackIndex=false", "fsck")    # what finds it is the check left out elsewhere
-    midx.unlink()
+    for write, name, said, option in (
+            (["commit-graph", "write", "--reachable"], "info/commit-graph",
+             "the commit-graph file has incorrect checksum", "core.commitGraph=false"),
+            (["multi-pack-index", "write"], "pack/multi-pack-index", "incorrect checksum", "core.multiPackIndex=false")):
+        git_out(a.root, "repack", "-d", "-q")
+        git_out(a.root, *write)
+        assert fsck_options(git_dir) == []
+        made = git_dir / "objects" / name
+        data = bytearray(made.read_bytes())
+        data[-1] ^= 0xFF     # its checksum
+        made.write_bytes(bytes(data))
+        r = _acp(cli, a.root, "doctor")
+        assert r.returncode == 1 and f"git fsck: {said}" in r.stdout, r.stdout
+        git_out(a.root, "-c", option, "fsck")    # what finds it is the check left out where there is none
+        made.unlink()
     (git_dir / "objects" / "info" / "alternates").write_text(str(git_dir / "objects") + "\n")
     assert fsck_options(git_dir) == []
 
