@@ -25,7 +25,7 @@ from acpmem.write import worker
 CHAT = str(Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json")
 EXAMPLES = 150
 
-_ID = re.compile(r"r-[a-z2-9]{8}")
+_ID = re.compile(r"\br-[a-z2-9]{8}\b")   # a request id, not the end of a word ("…r-importance")
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
 
 
