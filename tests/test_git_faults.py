@@ -408,7 +408,8 @@ def test_doctor_checks_a_commit_graph_and_a_multi_pack_index_where_there_is_one(
 def test_a_damaged_object_store_is_named_by_doctor_and_nothing_is_committed_over_it(team, cli):
     """A pack cut short (a disk that lost the end of a file): the files cannot be compared with HEAD's, so
     ``doctor`` names the damage — not every file as an uncommitted edit — and ``doctor --fix`` commits nothing over
-    it; a write refuses in one line that says git's complaint once."""
+    it; a write refuses before it writes anything (libgit2's status would call every file added; git's refuses),
+    in one line that says git's complaint once."""
     a, _ = team
     root = a.root
     git_out(root, "repack", "-a", "-d", "-q")
@@ -423,8 +424,10 @@ def test_a_damaged_object_store_is_named_by_doctor_and_nothing_is_committed_over
         assert "uncommitted human edit" not in r.stdout and "fixed" not in r.stdout, r.stdout
         assert r.stderr.startswith("Error: 2 problems found") and "Traceback" not in r.stderr, r.stderr
     assert git_out(root, "rev-parse", "HEAD") == head
+    before = sorted((root / "entries").iterdir())
     line = _one_line(_acp(cli, root, "remember", "A fact on a damaged repository.", "--type", "fact"))
-    assert line.count("does not match index") == 1, line
+    assert line.count("does not match index") == 1 and "git status failed" in line, line
+    assert sorted((root / "entries").iterdir()) == before     # refused before anything was written
 
 
 def test_doctor_says_so_when_git_dies_without_a_word(team, tmp_path, cli):

@@ -131,6 +131,10 @@ class InProcess:
         fs = self.pygit2.enums.FileStatus
         out = []
         try:
+            if not self.repo.head_is_unborn:
+                # libgit2 compares with an empty tree where HEAD's commit cannot be read (a damaged pack), and
+                # would call every file added; git refuses, and says why
+                self.repo.head.peel(self.pygit2.Commit).tree
             found = self.repo.status(untracked_files="all", ignored=False)
         except self.pygit2.GitError as exc:
             raise Unusable(str(exc)) from None
