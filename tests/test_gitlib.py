@@ -3,6 +3,7 @@ and hands over to the ``git`` executable where it would not: post-commit hooks, 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 
 from helpers_proc import git_out, make_entry, status_porcelain
@@ -17,8 +18,6 @@ def _add(v: Vault, ident: str, body: str = "- a line.") -> str:
 
 def _git_calls(tmp_path, monkeypatch) -> list[str]:
     """A ``git`` on PATH that logs its subcommand and runs the real one; returns the log (filled as it runs)."""
-    import shutil
-
     log = tmp_path / "calls.log"
     shim = tmp_path / "shim"
     shim.mkdir()
@@ -181,3 +180,47 @@ def test_init_sets_the_vaults_own_git_config_whatever_the_global_says(tmp_path, 
                                                                        "gc.autodetach": "false"}
         assert git_out(v.root, "config", "--get", "core.quotepath").strip() == "off"
         v.close()
+
+
+def test_doctor_reads_head_in_process_and_asks_git_only_where_libgit2_cannot(vault, tmp_path, monkeypatch):
+    """``doctor`` (and ``--fix``) on a sound vault starts one git process: its ``fsck``; HEAD's commit and tree are
+    read through libgit2. With ``ACPMEM_GIT=exe``, or a HEAD libgit2 cannot read, git is asked as before — and names
+    an unreadable commit."""
+    from acpmem.upkeep.doctor import HEAD_UNREADABLE, doctor, head_problem
+
+    _add(vault, "sound1")
+    log = tmp_path / "calls.log"
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec "{shutil.which("git")}" "$@"\n')
+    (shim / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+
+    def asked() -> list[str]:
+        said = log.read_text().splitlines() if log.exists() else []
+        log.unlink(missing_ok=True)
+        out = []
+        for line in said:   # the subcommand and its arguments, without git's own options (-C DIR, -c KEY=VALUE)
+            words = line.split()
+            while words and words[0] in ("-C", "-c"):
+                words = words[2:]
+            out.append(" ".join(w for w in words if not w.startswith("-")))
+        return out
+
+    for fix in (False, True):
+        v = Vault(vault.root, clock=vault.clock)
+        assert doctor(v, fix=fix).ok
+        v.close()
+        assert asked() == ["fsck"], fix
+    monkeypatch.setenv("ACPMEM_GIT", "exe")
+    assert head_problem(vault.root) is None and asked() == ["rev-parse HEAD^{tree}"]
+    monkeypatch.delenv("ACPMEM_GIT")
+    # HEAD's commit object gone: libgit2 cannot read it, git is asked, and names it
+    head = git_out(vault.root, "rev-parse", "HEAD").strip()
+    asked()   # the test's own question
+    obj = vault.root / ".git" / "objects" / head[:2] / head[2:]
+    assert obj.exists()   # a loose object: the writes above made it
+    obj.chmod(0o644)
+    obj.unlink()
+    assert head_problem(vault.root) == HEAD_UNREADABLE
+    assert asked() == ["rev-parse HEAD^{tree}", "rev-parse HEAD"]

@@ -20,6 +20,7 @@ from acpmem.read.embedding import channel_status
 from acpmem.search import watch
 from acpmem.upkeep.branchreview import orphans
 from acpmem.vault.config import person_config_path, vault_settings
+from acpmem.vault.gitlib import head_readable
 from acpmem.vault.gitrun import error_text, fsck_options, git, index_corrupt, no_repository, writes_blocked
 from acpmem.vault.projectgit import checks_on, stale_map
 from acpmem.vault.proposals import proposals
@@ -75,7 +76,10 @@ HEAD_UNREADABLE = ("HEAD's commit cannot be read: the repository's object store 
 
 def head_problem(root: Path) -> str | None:
     """What is wrong with HEAD, or None where git reads its commit and tree: no commit at all, or one git cannot
-    read (a damaged pack or object — a status then compares the files with nothing, and a commit fails)."""
+    read (a damaged pack or object — a status then compares the files with nothing, and a commit fails). Where
+    libgit2 reads both, no process is started; where it cannot, git says."""
+    if head_readable(root):
+        return None
     if git(root, "rev-parse", "--verify", "-q", "HEAD^{tree}", check=False).code == 0:
         return None
     if git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).code == 0:   # it names one: unreadable

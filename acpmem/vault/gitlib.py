@@ -2,8 +2,9 @@
 exactly the given paths — what ``git status`` and ``git add`` + ``git commit --only -- PATHS`` do, without starting a
 process per step (``docs/design.md``, "Measured choices", has the figures behind this).
 
-Used only by ``acpmem.vault.writer`` for a write's own commit, and only when it gives the same result as the ``git``
-executable; otherwise the writer runs ``git`` as before:
+Used by ``acpmem.vault.writer`` for a write's own commit, and only when it gives the same result as the ``git``
+executable; otherwise the writer runs ``git`` as before (``head_readable``, ``doctor``'s first look at HEAD, leaves
+every case it cannot read to ``git`` the same way):
 
 * pygit2 is missing, or ``ACPMEM_GIT=exe`` asks for the executable;
 * the repository has a ``post-commit`` hook (``git commit --no-verify`` runs it; libgit2 runs no hook) or
@@ -44,6 +45,27 @@ def _ident(value: str):
     if not name.strip() or not email.strip():
         raise Unusable("no identity")
     return name.strip(), email.strip()
+
+
+def head_readable(root: Path) -> bool:
+    """True where libgit2 reads HEAD's commit and its tree — what ``git rev-parse --verify HEAD^{tree}`` answers,
+    without starting a process. False where it cannot say (pygit2 missing, ``ACPMEM_GIT=exe``, no commit yet,
+    anything it fails to open or read): the caller asks git, whose answer and words count there."""
+    if os.environ.get("ACPMEM_GIT", "").lower() == "exe":
+        return False
+    try:
+        # lazy: pygit2 is heavy, never imported at start-up
+        import pygit2
+    except ImportError:
+        return False
+    try:
+        repo = pygit2.Repository(str(root))
+        if repo.head_is_unborn:
+            return False
+        repo.head.peel(pygit2.Commit).tree
+        return True
+    except (pygit2.GitError, KeyError, ValueError, OSError):
+        return False
 
 
 class InProcess:
