@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+import launcher
 from acpmem.write.prompts import fork_system
 
-ACP = str(Path(sys.executable).parent / "acp")
 CHAT = Path(__file__).parent / "fixtures" / "claude-code" / "commit-session.jsonl"
 
 
@@ -35,7 +34,8 @@ def _call(vault_root: Path, tmp_path, env_extra: dict) -> str:
             {"jsonrpc": "2.0", "method": "notifications/initialized"},
             {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "memory_commit", "arguments": {
                 "type": "fact", "note": "ci uses pnpm 9", "importance": 5}}}]
-    p = subprocess.Popen([ACP, "memory", "serve", "--vault", str(vault_root)], stdin=subprocess.PIPE,
+    # a real server process without a fresh interpreter (tests/support/launcher.py)
+    p = subprocess.Popen([launcher.acp(), "memory", "serve", "--vault", str(vault_root)], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     try:
         p.stdin.write("".join(json.dumps(m) + "\n" for m in msgs).encode())

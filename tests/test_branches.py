@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import launcher
 from acpmem.core.entryfile import dump_entry, parse_entry
 from acpmem.core.errors import EntryInvalid
 
@@ -455,7 +456,7 @@ def test_the_mcp_tools_serve_only_what_the_checkout_holds(proj, cli):
 
     def served() -> tuple[str, str]:
         got = {}
-        exe = Path(sys.executable).parent / "acp"
+        exe = launcher.acp()   # a real server process without a fresh interpreter (tests/support/launcher.py)
         params = StdioServerParameters(command=str(exe), args=["memory", "serve"], cwd=str(proj),
                                        env={k: v for k, v in os.environ.items() if k != "ACPMEM_VAULT"})
 

@@ -1,4 +1,6 @@
-"""`acp memory serve`: the `mcp` package's own client (stdio_client + ClientSession) against a real server process."""
+"""`acp memory serve`: the `mcp` package's own client (stdio_client + ClientSession) against a real server process
+(started through ``tests/support/launcher.py``: a process of its own on the client's pipes, without a fresh
+interpreter's ~0.5 s of imports; ``tests/test_mcp_handshake.py`` and the real clients start the installed ``acp``)."""
 from __future__ import annotations
 
 import json
@@ -6,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+import launcher
 from helpers_proc import wait_until
 from acpmem.core.tools import tool_definitions
 from acpmem.vault import history
@@ -16,7 +19,7 @@ from acpmem.write.requests import pending_dir
 def _server_params(vault_root: Path, *extra: str, env: dict | None = None):
     from mcp import StdioServerParameters
 
-    exe = Path(sys.executable).parent / "acp"
+    exe = launcher.acp()   # a real server process, forked from one that imported acpmem and mcp once
     full = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_CODE_SESSION_ID", "CLAUDE_PROJECT_DIR")}
     full.update(env or {})
     return StdioServerParameters(command=str(exe), args=["memory", "serve", "--vault", str(vault_root), *extra],
@@ -322,7 +325,7 @@ def test_lines_that_are_not_one_json_rpc_message_get_an_error_answer_over_real_s
     import subprocess
     import threading
 
-    exe = Path(sys.executable).parent / "acp"
+    exe = launcher.acp()
     proc = subprocess.Popen([str(exe), "memory", "serve", "--vault", str(vault.root), "--session", "s-rpc"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             cwd=str(vault.root))

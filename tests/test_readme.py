@@ -18,7 +18,8 @@ before its opening fence is one of these HTML comments (invisible on a rendered 
 
 Other blocks (``json``, ``toml``, ``yaml``, ``text``, diagrams) are data, not commands. ``$EDITOR`` is an editor that
 saves an entry unchanged and writes one line into an empty draft; no model endpoint is set, so the fork is the
-offline extractor.
+offline extractor. The pages' ``acp`` is ``tests/support/launcher.py``'s (a real process without a fresh
+interpreter); the README's tour runs the installed console script.
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+
+import launcher
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -98,8 +101,10 @@ def _run_page(page: Path, tmp: Path) -> subprocess.CompletedProcess:
     proj.mkdir()
     subprocess.run(["git", "init", "-q"], cwd=proj, check=True)
     (proj / "examples").symlink_to(ROOT / "examples")
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", TMPDIR=str(tmp),
-               HOME=str(home), EDITOR=str(_editor(tmp)), ACPMEM_NO_WATCH="1")
+    # `acp` is the launcher's (tests/support/launcher.py): each a process of its own, without a fresh interpreter;
+    # the README's tour (below) and tests/test_readme_sections.py run the installed console script
+    env = dict(os.environ, PATH=launcher.path_env(), TMPDIR=str(tmp), HOME=str(home), EDITOR=str(_editor(tmp)),
+               ACPMEM_NO_WATCH="1")
     for k in ("VISUAL", "ACPMEM_VAULT", "ACPMEM_USER_VAULT", "ACPMEM_SESSION", "OPENAI_BASE_URL", "OPENAI_MODEL",
               "OPENAI_API_KEY"):
         env.pop(k, None)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import launcher
 from helpers_proc import git_out, make_entry
 
 from acpmem.core.errors import GitStateError
@@ -199,8 +200,10 @@ def test_ten_clones_syncing_at_once_through_a_git_server_converge_with_every_ent
                GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@localhost")
     env.pop("ACPMEM_VAULT", None)
 
+    exe = launcher.acp()   # ten processes at once, each without a fresh interpreter (tests/support/launcher.py)
+
     def acp(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([ACP, "memory", *args], capture_output=True, text=True, env=env)
+        return subprocess.run([exe, "memory", *args], capture_output=True, text=True, env=env)
 
     seed = tmp_path / "seed"
     assert acp("init", str(seed)).returncode == 0

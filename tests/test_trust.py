@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
+import launcher
 from helpers_person import set_person
 from openai_server import fake_openai, reply
 
@@ -91,7 +92,7 @@ def transcript(tmp_path: Path) -> Path:
 
 def mcp_recall(vault: Path, env: dict, query: str) -> dict:
     """One ``memory_recall`` through ``acp memory serve`` (JSON-RPC over stdio, as a host sends it)."""
-    exe = Path(sys.executable).parent / "acp"
+    exe = launcher.acp()   # a real server process without a fresh interpreter (tests/support/launcher.py)
     lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                          "clientInfo": {"name": "test", "version": "1"}}},
