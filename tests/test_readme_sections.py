@@ -1,5 +1,6 @@
-"""The docs' sections on compression (docs/write-path.md) and review (docs/review.md), run as a stranger runs them: the real console
-script in a fresh folder with its own HOME (so no real ~/.acp-memory is read or written), each block as written."""
+"""The docs' sections on compression (docs/write-path.md) and review (docs/review.md), run as a stranger runs them: ``acp``
+a real process (``tests/support/launcher.py``: without a fresh interpreter) in a fresh folder with its own HOME (so no
+real ~/.acp-memory is read or written), each block as written."""
 from __future__ import annotations
 
 import json
@@ -7,9 +8,9 @@ import os
 import re
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
+import launcher
 from helpers_proc import doc_with
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +24,7 @@ def _block(after: str, nth: int = 0) -> str:
 def _env(tmp_path: Path, **extra: str) -> dict:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", TMPDIR=str(tmp_path),
+    env = dict(os.environ, PATH=launcher.path_env(), TMPDIR=str(tmp_path),
                HOME=str(home), ACPMEM_USER_VAULT="", GIT_CONFIG_GLOBAL=os.environ.get("GIT_CONFIG_GLOBAL", ""),
                **extra)
     for k in ("ACPMEM_VAULT", "OPENAI_BASE_URL", "OPENAI_MODEL", "ACPMEM_SESSION"):

@@ -3,7 +3,8 @@ to the user's cache, said once — and every write fails with one line, changing
 
 The vault is made read-only the way users meet it: a read-only bind mount where this process may mount (root, as
 in CI); when not root, a copy without write permission. (Root without the right to mount cannot be kept from
-writing: that environment skips, saying so.)
+writing: that environment skips, saying so.) Each command is a real process, without a fresh interpreter
+(``tests/support/launcher.py``).
 """
 from __future__ import annotations
 
@@ -11,12 +12,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ACP = Path(sys.executable).parent / "acp"
+import launcher
 
 
 class ReadOnly:
@@ -28,7 +28,7 @@ class ReadOnly:
     def run(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ACPMEM_")}
         env.update(HOME=str(self.home), XDG_CACHE_HOME=str(self.home / ".cache"))
-        return subprocess.run([str(ACP), "memory", "--vault", str(self.root), *args], capture_output=True,
+        return subprocess.run([launcher.acp(), "memory", "--vault", str(self.root), *args], capture_output=True,
                               text=True, env=env, input=input, timeout=120, cwd=str(self.home))
 
 
@@ -186,11 +186,11 @@ def test_reads_on_a_full_disk_are_served_from_the_files(small_disk):
     """The index cannot be updated (an entry was added by hand, then the disk filled): `list`, `recall`, the prompt
     index and the hook still answer, from the files, with one warning; a write says "the disk is full" in one line."""
     def acp(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([str(ACP), "memory", "--vault", str(root), *args], capture_output=True, text=True,
+        return subprocess.run([launcher.acp(), "memory", "--vault", str(root), *args], capture_output=True, text=True,
                               input=input, timeout=300)
 
     root = small_disk / "v"
-    r = subprocess.run([str(ACP), "memory", "init", "--example", str(root)], capture_output=True, text=True,
+    r = subprocess.run([launcher.acp(), "memory", "init", "--example", str(root)], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
     before = json.loads(acp("list", "--json").stdout)["entries"]    # the index on disk is built
@@ -210,7 +210,7 @@ def test_reads_on_a_full_disk_are_served_from_the_files(small_disk):
         assert len(said) == 1 and said[0].startswith("Warning: the disk holding") and "is full" in said[0], r.stderr
     assert "Written by hand on a full disk" in acp("recall", "Written by hand on a full disk").stdout
     event = json.dumps({"session_id": "s-full", "hook_event_name": "SessionStart", "cwd": str(root)})
-    r = subprocess.run([str(ACP), "memory", "hook", "claude-code", "--vault", str(root)], input=event,
+    r = subprocess.run([launcher.acp(), "memory", "hook", "claude-code", "--vault", str(root)], input=event,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "Written by hand on a full disk" in r.stdout, r.stdout + r.stderr
     r = acp("remember", "Nothing fits on a full disk", "--type", "fact", "--importance", "3")
@@ -224,11 +224,11 @@ def test_doctor_on_a_full_disk_says_so_and_still_checks_the_files(small_disk):
     that need only the files still report (a hand edit, an invalid file), no internal error, nothing lost; once
     space is freed, the hand edit is committed."""
     def acp(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(ACP), "memory", "--vault", str(root), *args], capture_output=True, text=True,
+        return subprocess.run([launcher.acp(), "memory", "--vault", str(root), *args], capture_output=True, text=True,
                               timeout=300)
 
     root = small_disk / "v"
-    r = subprocess.run([str(ACP), "memory", "init", "--example", str(root)], capture_output=True, text=True,
+    r = subprocess.run([launcher.acp(), "memory", "init", "--example", str(root)], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
     first = json.loads(acp("list", "--json").stdout)["entries"][0]
@@ -262,11 +262,11 @@ def test_show_and_recall_on_a_full_disk_serve_the_entry_even_when_the_read_canno
     failed with ENOSPC, so `show` and `recall` said "the disk is full" and exit 1 while `list` read the files; now
     the entry is served, the read not recorded, with one warning."""
     def acp(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(ACP), "memory", "--vault", str(root), *args], capture_output=True, text=True,
+        return subprocess.run([launcher.acp(), "memory", "--vault", str(root), *args], capture_output=True, text=True,
                               timeout=300)
 
     root = small_disk / "v"
-    r = subprocess.run([str(ACP), "memory", "init", "--example", str(root)], capture_output=True, text=True,
+    r = subprocess.run([launcher.acp(), "memory", "init", "--example", str(root)], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
     first = json.loads(acp("list", "--json").stdout)["entries"][0]

@@ -318,14 +318,16 @@ def doc_with(marker: str) -> str:
 
 def run_readme_sh(marker: str, cwd: Path) -> subprocess.CompletedProcess:
     """Run the first ```sh block after ``marker`` in the README or the docs/ page that holds it, as written (bash,
-    pipefail), with this Python's console scripts first on PATH, temporary files under ``cwd`` and no
-    $ACPMEM_USER_VAULT (the conftest's HOME is a temporary one)."""
+    pipefail), with ``acp`` a real process without a fresh interpreter first on PATH (``launcher``), temporary
+    files under ``cwd`` and no $ACPMEM_USER_VAULT (the conftest's HOME is a temporary one)."""
     import re
+
+    import launcher
 
     readme = doc_with(marker)
     part = readme[readme.index(marker):]
     block = re.search(r"```sh\n(.*?)```", part, re.S).group(1)
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", TMPDIR=str(cwd))
+    env = dict(os.environ, PATH=launcher.path_env(), TMPDIR=str(cwd))
     env.pop("ACPMEM_USER_VAULT", None)
     return subprocess.run(["bash", "-c", "set -euo pipefail\n" + block], capture_output=True, text=True, env=env,
                           cwd=cwd, timeout=120)
