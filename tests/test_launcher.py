@@ -81,6 +81,8 @@ def test_a_signal_reaches_the_command_and_a_killed_script_takes_it_with_it(vault
         assert json.loads(p.stdout.readline())["id"] == 1     # the command runs: the server answered
         running = set(_children(server)) - before
         assert len(running) == 1
+        (pid,) = running
+        assert os.getpgid(pid) == pid   # a group of its own (off a terminal): killed with what it started
         p.send_signal(sig)
         assert p.wait(timeout=60) == code
         wait_until(lambda: not set(_children(server)) & running, timeout=60)   # the command ended too

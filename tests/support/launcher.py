@@ -8,7 +8,9 @@ hand their command line, environment, folder, umask and standard descriptors ove
 process's launch server — a process that imported acpmem (and the ``mcp`` package) once — which forks a child that
 becomes the caller's process in all of these and runs the console script's own entry point (``acp_main`` /
 ``acpmem_main``). The script exits as the child did (its code, or the same signal); a signal sent to the script
-(SIGINT, SIGTERM, SIGHUP, …) is passed on to the child, and a script that dies (SIGKILL) takes the child with it.
+(SIGINT, SIGTERM, SIGHUP, …) is passed on to the child, and a script that dies (SIGKILL) takes the child with it —
+and the processes the child started: off a terminal the child leads a process group of its own, as a command a
+shell starts does.
 Where the caller's environment would make Python set up its streams or find its modules otherwise than the server's
 (``LANG``, ``LC_ALL``, ``PYTHONIOENCODING``, ``PYTHONPATH``, …) or there is no server, the script runs the installed
 ``acp`` instead.
@@ -148,6 +150,8 @@ def child(items, fds, own):
         os.umask(mask)
         os.environ.clear()
         os.environ.update(env)
+        if not any(os.isatty(fd) for fd in fds):
+            os.setpgid(0, 0)   # its own group, as a command a shell starts: killed with its children (the server too)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -197,9 +201,9 @@ def main(path):
             what = key.data
             if what[0] == "stdin":
                 if not os.read(0, 4096):
-                    for pid in jobs:
+                    for pid, (_, _, group) in jobs.items():
                         try:
-                            os.kill(pid, signal.SIGKILL)
+                            (os.killpg if group else os.kill)(pid, signal.SIGKILL)
                         except ProcessLookupError:
                             pass
                     return
@@ -211,26 +215,32 @@ def main(path):
                     conn.close()
                     continue
                 own = [lis.fileno(), sel.fileno() if hasattr(sel, "fileno") else -1, conn.fileno()]
-                own += [fd for c, p in jobs.values() for fd in (c.fileno(), p)]
+                own += [fd for c, p, _ in jobs.values() for fd in (c.fileno(), p)]
+                group = not any(os.isatty(fd) for fd in fds)
                 pid = os.fork()
                 if pid == 0:
                     child(items, fds, own)
+                if group:
+                    try:
+                        os.setpgid(pid, pid)   # (the child does too: whichever runs first)
+                    except OSError:
+                        pass
                 for fd in fds:
                     os.close(fd)
                 pidfd = os.pidfd_open(pid)
-                jobs[pid] = (conn, pidfd)
+                jobs[pid] = (conn, pidfd, group)
                 sel.register(conn, selectors.EVENT_READ, ("conn", pid))
                 sel.register(pidfd, selectors.EVENT_READ, ("exit", pid))
             elif what[0] == "conn":
-                conn = jobs[what[1]][0]
+                conn, _, group = jobs[what[1]]
                 try:
                     data = conn.recv(64)
                 except OSError:
                     data = b""
-                if not data:   # the caller's script died: so does its command
+                if not data:   # the caller's script died: so does its command, with the processes it started
                     sel.unregister(conn)
                     try:
-                        os.kill(what[1], signal.SIGKILL)
+                        (os.killpg if group else os.kill)(what[1], signal.SIGKILL)
                     except ProcessLookupError:
                         pass
                 for n in data:
@@ -241,7 +251,7 @@ def main(path):
             else:
                 pid = what[1]
                 _, status = os.waitpid(pid, 0)
-                conn, pidfd = jobs.pop(pid)
+                conn, pidfd, _ = jobs.pop(pid)
                 sel.unregister(pidfd)
                 os.close(pidfd)
                 try:
