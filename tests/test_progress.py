@@ -1,5 +1,6 @@
-"""Progress on long work: drawn on a terminal (the real console script on a pseudo-terminal), never in piped output
-or under ``--json``. Asserts on what is written, never on how long anything took: the thresholds that decide when a
+"""Progress on long work: drawn on a terminal (``acp`` a real process on a pseudo-terminal, through
+``tests/support/launcher.py``: its streams set up for the terminal as the interpreter sets them up), never in piped
+output or under ``--json``. Asserts on what is written, never on how long anything took: the thresholds that decide when a
 count or a wait is shown are set low through the environment."""
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import termios
 import time
 from pathlib import Path
 
+import launcher
 from embeddings_server import embeddings_server
 from helpers_proc import git_out
 from openai_server import reply
@@ -25,7 +27,6 @@ from test_fork import CHAT, configure, submit
 
 from acpmem.upkeep.consolidate import find_clusters
 
-ACP = str(Path(sys.executable).parent / "acp")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
 
 
@@ -34,7 +35,7 @@ def on_terminal(*args: str, env: dict | None = None, timeout: float = 120) -> tu
     terminal control sequences removed)."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    p = subprocess.Popen([ACP, *args], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
+    p = subprocess.Popen([launcher.acp(), *args], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
                          env={**os.environ, "TERM": "xterm-256color", **(env or {})})
     os.close(slave)
     chunks = []
@@ -60,7 +61,7 @@ def on_terminal(*args: str, env: dict | None = None, timeout: float = 120) -> tu
 
 
 def piped(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([ACP, *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([launcher.acp(), *args], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "TERM": "xterm-256color", **(env or {})})
 
 

@@ -195,7 +195,7 @@ def main(path):
     sel = selectors.DefaultSelector()
     sel.register(lis, selectors.EVENT_READ, ("accept",))
     sel.register(sys.stdin, selectors.EVENT_READ, ("stdin",))
-    jobs = {}   # pid -> (conn, pidfd)
+    jobs = {}   # pid -> (its caller's connection, a descriptor of the process, whether it leads its own group)
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     while True:
