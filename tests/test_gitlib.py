@@ -16,12 +16,13 @@ def _add(v: Vault, ident: str, body: str = "- a line.") -> str:
     return v.write_entries([e.with_changes(path=v.path_for(ident, e.title))], subject=f"add #{ident}", why="test")
 
 
-def _git_calls(tmp_path, monkeypatch) -> list[str]:
-    """A ``git`` on PATH that logs its subcommand and runs the real one; returns the log (filled as it runs)."""
+def _git_calls(tmp_path, monkeypatch, said: str = "$3") -> list[str]:
+    """A ``git`` on PATH that logs its subcommand (``said``: what of its arguments) and runs the real one; returns
+    the log (filled as it runs)."""
     log = tmp_path / "calls.log"
     shim = tmp_path / "shim"
     shim.mkdir()
-    (shim / "git").write_text(f'#!/bin/sh\necho "$3" >> "{log}"\nexec "{shutil.which("git")}" "$@"\n')
+    (shim / "git").write_text(f'#!/bin/sh\necho "{said}" >> "{log}"\nexec "{shutil.which("git")}" "$@"\n')
     (shim / "git").chmod(0o755)
     monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
     return log
@@ -189,12 +190,7 @@ def test_doctor_reads_head_in_process_and_asks_git_only_where_libgit2_cannot(vau
     from acpmem.upkeep.doctor import HEAD_UNREADABLE, doctor, head_problem
 
     _add(vault, "sound1")
-    log = tmp_path / "calls.log"
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "git").write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec "{shutil.which("git")}" "$@"\n')
-    (shim / "git").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    log = _git_calls(tmp_path, monkeypatch, "$*")
 
     def asked() -> list[str]:
         said = log.read_text().splitlines() if log.exists() else []

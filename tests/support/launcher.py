@@ -79,8 +79,9 @@ sys.exit(os.WEXITSTATUS(status))
 # The launch server, run as ``python launcher.py serve SOCKET`` by ``_start``: ends when its standard input closes
 # (the test process that started it ended), killing any child still running.
 SERVER = r'''
-import importlib, io, os, pkgutil, selectors, signal, socket, struct, sys, traceback
+import contextlib, importlib, os, pkgutil, selectors, signal, socket, struct, sys, traceback
 import acpmem
+from acpmem.cli.readserver import _fresh_streams as fresh_streams
 for _m in pkgutil.walk_packages(acpmem.__path__, "acpmem."):   # every module, as a long-lived host has them
     if _m.name.endswith(("__main__", "fastgen")):
         continue
@@ -155,12 +156,7 @@ def child(items, fds, own):
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        enc_out, err_out, enc_in, err_in = sys.stdout.encoding, sys.stdout.errors, sys.stdin.encoding, sys.stdin.errors
-        sys.stdin = io.TextIOWrapper(io.open(0, "rb", closefd=False), encoding=enc_in, errors=err_in)
-        sys.stdout = io.TextIOWrapper(io.open(1, "wb", closefd=False), encoding=enc_out, errors=err_out,
-                                      line_buffering=os.isatty(1))
-        sys.stderr = io.TextIOWrapper(io.open(2, "wb", closefd=False), encoding=sys.stderr.encoding,
-                                      errors="backslashreplace", line_buffering=True)
+        fresh_streams()   # as the interpreter sets them up at start (the read server's own, for its children)
         git_config_from(os.environ.get("HOME", ""))
         sys.argv = argv
         try:
@@ -177,11 +173,9 @@ def child(items, fds, own):
             code = 1
         import atexit
         atexit._run_exitfuncs()
-        for s in (sys.stdout, sys.stderr):
-            try:
-                s.flush()
-            except (OSError, ValueError):
-                pass
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
     finally:
         os._exit(code & 0xFF)
 
