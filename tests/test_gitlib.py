@@ -220,3 +220,15 @@ def test_doctor_reads_head_in_process_and_asks_git_only_where_libgit2_cannot(vau
     obj.unlink()
     assert head_problem(vault.root) == HEAD_UNREADABLE
     assert asked() == ["rev-parse HEAD^{tree}", "rev-parse HEAD"]
+
+
+def test_doctors_in_process_look_at_head_reads_the_vaults_own_repository_only(tmp_path):
+    """A vault whose ``.git`` is an empty folder inside a workspace: libgit2 would find the workspace's repository
+    above it; ``head_readable`` opens only the vault's own, so git is asked, as before."""
+    from acpmem.vault.gitlib import head_readable
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "commit", "-q", "--allow-empty", "-m", "base"], check=True)
+    assert head_readable(tmp_path)
+    (tmp_path / "v" / ".git").mkdir(parents=True)
+    assert not head_readable(tmp_path / "v")

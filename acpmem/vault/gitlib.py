@@ -59,7 +59,8 @@ def head_readable(root: Path) -> bool:
     except ImportError:
         return False
     try:
-        repo = pygit2.Repository(str(root))
+        # this folder's own repository, never one found above it (git's rev-parse would search: it is asked then)
+        repo = pygit2.Repository(str(root), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
         if repo.head_is_unborn:
             return False
         repo.head.peel(pygit2.Commit).tree
