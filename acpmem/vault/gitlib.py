@@ -26,6 +26,7 @@ import os
 import sys
 from pathlib import Path
 
+from acpmem.core.errors import GitStateError
 from acpmem.vault.gitrun import git, require_git
 
 
@@ -49,23 +50,11 @@ def _ident(value: str):
 
 def head_readable(root: Path) -> bool:
     """True where libgit2 reads HEAD's commit and its tree — what ``git rev-parse --verify HEAD^{tree}`` answers,
-    without starting a process. False where it cannot say (pygit2 missing, ``ACPMEM_GIT=exe``, no commit yet,
-    anything it fails to open or read): the caller asks git, whose answer and words count there."""
-    if os.environ.get("ACPMEM_GIT", "").lower() == "exe":
-        return False
+    without starting a process. False where it cannot say (the executable is to be used, no commit yet, anything it
+    fails to open or read): the caller asks git, whose answer and words count there."""
     try:
-        # lazy: pygit2 is heavy, never imported at start-up
-        import pygit2
-    except ImportError:
-        return False
-    try:
-        # this folder's own repository, never one found above it (git's rev-parse would search: it is asked then)
-        repo = pygit2.Repository(str(root), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
-        if repo.head_is_unborn:
-            return False
-        repo.head.peel(pygit2.Commit).tree
-        return True
-    except (pygit2.GitError, KeyError, ValueError, OSError):
+        return InProcess(root).read_head()
+    except (Unusable, GitStateError):
         return False
 
 
@@ -86,7 +75,8 @@ class InProcess:
         self.root = Path(root)
         self._committer: tuple | Unusable | None = None   # ``_commit_ready``'s answer, once asked
         try:
-            self.repo = pygit2.Repository(str(self.root))
+            # this folder's own repository, never one libgit2 would find above it (a vault has its own .git)
+            self.repo = pygit2.Repository(str(self.root), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
         except pygit2.GitError as exc:
             raise Unusable(str(exc)) from None
 
@@ -147,17 +137,27 @@ class InProcess:
         except (pygit2.GitError, OSError) as exc:
             raise Unusable(str(exc)) from None
 
+    def read_head(self) -> bool:
+        """Whether HEAD names a commit, whose commit and tree libgit2 then reads (False: no commit yet); raises
+        ``Unusable`` where reading them fails."""
+        try:
+            if self.repo.head_is_unborn:
+                return False
+            self.repo.head.peel(self.pygit2.Commit).tree
+            return True
+        except (self.pygit2.GitError, KeyError, ValueError) as exc:
+            raise Unusable(str(exc)) from None
+
     # ----------------------------------------------------------------- status
     def status(self) -> list[tuple[str, str]]:
         """(porcelain-like code, path) of every change: ``??`` untracked, ``A`` added, ``D`` deleted, ``M`` else —
         as ``git status --porcelain --untracked-files=all --no-renames`` reports them."""
         fs = self.pygit2.enums.FileStatus
         out = []
+        # libgit2 compares with an empty tree where HEAD's commit cannot be read (a damaged pack), and would call
+        # every file added; git refuses, and says why
+        self.read_head()
         try:
-            if not self.repo.head_is_unborn:
-                # libgit2 compares with an empty tree where HEAD's commit cannot be read (a damaged pack), and
-                # would call every file added; git refuses, and says why
-                self.repo.head.peel(self.pygit2.Commit).tree
             found = self.repo.status(untracked_files="all", ignored=False)
         except self.pygit2.GitError as exc:
             raise Unusable(str(exc)) from None
