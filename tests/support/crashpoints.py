@@ -174,11 +174,15 @@ def run(argv: list[str], *, inside: list[Path], env: dict | None = None, at: int
 # A process that imports acpmem once and forks a child per command: the child is a real process of its own (killed by
 # SIGKILL like any other), without the ~0.3 s of interpreter start-up and imports each `acp` process pays. A child
 # with a crash config installs the hook above first; one without runs the command plainly (the follow-ups).
-ZYGOTE = r"""
+#
+# PRELOAD is what such a server imports and builds before it forks (also ``tests/support/launcher.py``'s server):
+# a server that also runs the integrations (``acp memory serve``) sets ``_WITH_INTEGRATIONS = True`` before it.
+PRELOAD = r"""
 import importlib, json, os, pkgutil, sys
 import acpmem
 for _m in pkgutil.walk_packages(acpmem.__path__, "acpmem."):   # every module, as a long-lived host has them
-    if ".integrations." in _m.name or _m.name.endswith(("__main__", "fastgen")):
+    if ".integrations." in _m.name and not globals().get("_WITH_INTEGRATIONS") \
+            or _m.name.endswith(("__main__", "fastgen")):
         continue
     try:
         importlib.import_module(_m.name)
@@ -192,7 +196,9 @@ redact("warm-up AKIAIOSFODNN7EXAMPLE", deep=True)   # the secret scanner's plugi
 for _m in ("pygit2", "openai", "httpx", "typer._adapters", "typer._click.decorators", "Stemmer", "snowballstemmer",
            "h11", "httpcore2", "httpcore2._sync.connection_pool", "httpcore2._sync.http11", "truststore",
            "encodings.ascii", "encodings.utf_8_sig", "yaml", "tomllib", "gzip", "rapidfuzz.process",
-           "rapidfuzz.distance.OSA"):
+           "rapidfuzz.distance.OSA", *(("anyio", "mcp_types", "mcp.server.lowlevel", "mcp.server.stdio",
+                                        "mcp.shared.message", "mcp.shared.exceptions")
+                                       if globals().get("_WITH_INTEGRATIONS") else ())):
     try:
         importlib.import_module(_m)
     except ImportError:
@@ -201,12 +207,11 @@ for _m in ("pygit2", "openai", "httpx", "typer._adapters", "typer._click.decorat
 # goes to typer: built once here, as a long-lived host builds it once; a child whose environment changes what typer
 # reads while it builds builds its own (the cache's key)
 acpmem.cli.main.typer_command("acp")
+acpmem.cli.main.typer_command("acpmem")
 # what a query builds on first use (alias tables, word lists, segmenter, stemmer), as the read server builds it before
 # it forks readers: ~8 ms of every forked write that looks for duplicates
 import acpmem.search.ranking
 acpmem.search.ranking.prepare()
-HOOK = sys.stdin.readline() and json.loads(sys.stdin.readline())
-HOME = os.environ.get("HOME", "")
 
 
 def git_config_from(home):
@@ -217,6 +222,11 @@ def git_config_from(home):
         xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
         pygit2.settings.search_path[pygit2.enums.ConfigLevel.GLOBAL] = home
         pygit2.settings.search_path[pygit2.enums.ConfigLevel.XDG] = os.path.join(xdg, "git")
+"""
+
+ZYGOTE = PRELOAD + r"""
+HOOK = sys.stdin.readline() and json.loads(sys.stdin.readline())
+HOME = os.environ.get("HOME", "")
 
 
 def inline(job):

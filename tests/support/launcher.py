@@ -23,6 +23,8 @@ import os
 import sys
 from pathlib import Path
 
+from crashpoints import PRELOAD
+
 # what decides how Python sets up its standard streams, and which code it loads: a caller with other values than the
 # server's gets the installed `acp`
 SAME_VARS = ("LANG", "LC_ALL", "LC_CTYPE", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONUNBUFFERED", "PYTHONPATH",
@@ -76,40 +78,12 @@ if os.WIFSIGNALED(status):
 sys.exit(os.WEXITSTATUS(status))
 '''
 
-# The launch server, run as ``python launcher.py serve SOCKET`` by ``_start``: ends when its standard input closes
-# (the test process that started it ended), killing any child still running.
-SERVER = r'''
-import contextlib, importlib, os, pkgutil, selectors, signal, socket, struct, sys, traceback
-import acpmem
+# The launch server, run as ``python -c SERVER SOCKET`` by ``_start``: what the crash points' forking server imports
+# and builds (``crashpoints.PRELOAD``, here with the integrations and ``mcp``), then its loop; it ends when its
+# standard input closes (the test process that started it ended), killing any child still running.
+SERVER = "_WITH_INTEGRATIONS = True\n" + PRELOAD + r'''
+import contextlib, selectors, signal, socket, struct, traceback
 from acpmem.cli.readserver import _fresh_streams as fresh_streams
-for _m in pkgutil.walk_packages(acpmem.__path__, "acpmem."):   # every module, as a long-lived host has them
-    if _m.name.endswith(("__main__", "fastgen")):
-        continue
-    try:
-        importlib.import_module(_m.name)
-    except Exception:
-        pass
-import acpmem.cli.main
-from acpmem.core.redact import redact
-redact("warm-up AKIAIOSFODNN7EXAMPLE", deep=True)
-for _m in ("pygit2", "openai", "httpx", "yaml", "tomllib", "rapidfuzz.process", "anyio", "mcp_types",
-           "mcp.server.lowlevel", "mcp.server.stdio", "mcp.shared.message", "mcp.shared.exceptions"):
-    try:
-        importlib.import_module(_m)
-    except ImportError:
-        pass
-acpmem.cli.main.typer_command("acp")
-acpmem.cli.main.typer_command("acpmem")
-import acpmem.search.ranking
-acpmem.search.ranking.prepare()
-
-
-def git_config_from(home):
-    # libgit2 found the global and XDG git config from HOME when pygit2 was imported here: from HOME again
-    import pygit2
-    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
-    pygit2.settings.search_path[pygit2.enums.ConfigLevel.GLOBAL] = home
-    pygit2.settings.search_path[pygit2.enums.ConfigLevel.XDG] = os.path.join(xdg, "git")
 
 
 def receive(conn):
