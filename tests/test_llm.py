@@ -1,6 +1,7 @@
 """The model call through the real `openai` client against a real HTTP server, config resolution, the cost ledger."""
 import json
 import multiprocessing
+import os
 import random
 import socket
 
@@ -143,6 +144,34 @@ def test_timeout_raises_extraction_error_without_retrying():
     assert info.value.data["reason"] == "timeout" and info.value.data["retryable"]
     assert "timed out after 0.3 s" in info.value.message
     assert len(srv.requests) == 1
+
+
+def test_every_call_of_a_process_goes_through_one_http_client_and_keeps_its_connection(monkeypatch):
+    import openai
+
+    from acpmem.write import llm
+
+    with fake_openai([reply.text(), reply.text(), reply.text()]) as srv:
+        call_chat(config(srv), BODY)
+        call_chat(config(srv), BODY)
+        first, second = srv.requests
+        assert first.peer == second.peer       # the second call came on the first one's connection
+        before = llm._http_client(openai)
+        monkeypatch.setenv("NO_PROXY", "proxy.invalid")   # what the client read from the environment changed
+        call_chat(config(srv), BODY)
+    assert srv.requests[2].peer != first.peer and llm._http_client(openai) is not before and before.is_closed
+    shared = llm._http_client(openai)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # a child forked after the client was made makes its own, and leaves the parent's open
+        os.close(read)
+        os.write(write, b"own" if llm._http_client(openai) is not shared and not shared.is_closed else b"shared")
+        os._exit(0)
+    os.close(write)
+    said = os.read(read, 10)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert said == b"own" and not shared.is_closed
 
 
 def test_client_errors_are_not_retried():

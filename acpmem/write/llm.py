@@ -286,6 +286,26 @@ def _served_models(config: ModelConfig, timeout: float) -> list[str]:
     return [m["id"] for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]]
 
 
+# What the HTTP client reads from the environment when it is made: proxies and the CA store.
+_HTTP_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
+             "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR")
+_HTTP_CLIENTS: dict[tuple, Any] = {}
+
+
+def _http_client(openai) -> Any:
+    """The HTTP client every model call of this process sends through: made once (its TLS context reads and parses
+    the CA store, ~19 ms a client, whether the endpoint speaks TLS or not), its connections kept between calls (a
+    worker draining the queue, the MCP server). Made again where what it read from the environment changed, and in
+    a child forked after it was made (a pooled connection is never shared by two processes)."""
+    key = (os.getpid(), *(os.environ.get(k) for k in _HTTP_ENV))
+    client = _HTTP_CLIENTS.get(key)
+    if client is None:
+        for old in [k for k in _HTTP_CLIENTS if k[0] == key[0]]:
+            _HTTP_CLIENTS.pop(old).close()
+        client = _HTTP_CLIENTS.setdefault(key, openai.DefaultHttpxClient())
+    return client
+
+
 def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = time.monotonic,
               sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None) -> ChatResult:
     """Send ``body`` to ``POST {base_url}/chat/completions`` exactly as given and parse the answer.
@@ -320,7 +340,7 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
 
     rng = rng or random.Random()
     client = openai.OpenAI(base_url=config.base_url or OPENAI_URL, api_key=config.api_key or "not-needed",
-                           timeout=config.timeout, max_retries=0)
+                           timeout=config.timeout, max_retries=0, http_client=_http_client(openai))
     start = clock()
     attempts = 0
     try:
@@ -383,8 +403,6 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
     except ExtractionError as exc:   # what the failed call cost in time, for the ledger
         exc.data.setdefault("latency_s", round(clock() - start, 3))
         raise
-    finally:
-        client.close()
 
 
 def stream_body(body: dict) -> dict:

@@ -71,13 +71,15 @@ class Streamed:
 
 @dataclass(frozen=True)
 class Recorded:
-    """One request as received: method, path, lower-cased headers, parsed JSON body (None if not JSON), raw bytes."""
+    """One request as received: method, path, lower-cased headers, parsed JSON body (None if not JSON), raw bytes,
+    and the client's end of the connection it came on (host, port)."""
 
     method: str
     path: str
     headers: dict
     body: object
     raw: bytes
+    peer: tuple | None = None
 
 
 class _Builders:
@@ -249,7 +251,7 @@ def _handler(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 body = None
             with server._lock:
                 server.requests.append(Recorded("POST", self.path, {k.lower(): v for k, v in self.headers.items()},
-                                                body, raw))
+                                                body, raw, peer=self.client_address))
             if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
                 return self._send(reply.error(404, f"no route {self.path}", kind="invalid_request_error"))
             with server._lock:
