@@ -4,6 +4,7 @@ import multiprocessing
 import os
 import random
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -163,15 +164,45 @@ def test_every_call_of_a_process_goes_through_one_http_client_and_keeps_its_conn
     shared = llm._http_client(openai)
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:   # a child forked after the client was made makes its own, and leaves the parent's open
+    if pid == 0:   # a child forked after the client was made makes its own (with the same TLS context),
+                   # and leaves the parent's open
         os.close(read)
-        os.write(write, b"own" if llm._http_client(openai) is not shared and not shared.is_closed else b"shared")
+        contexts = dict(llm._TLS_CONTEXTS)
+        own = llm._http_client(openai) is not shared and not shared.is_closed and llm._TLS_CONTEXTS == contexts
+        os.write(write, b"own" if own else b"shared")
         os._exit(0)
     os.close(write)
     said = os.read(read, 10)
     os.close(read)
     os.waitpid(pid, 0)
     assert said == b"own" and not shared.is_closed
+
+
+TLS = Path(__file__).parent / "fixtures" / "tls"   # a self-signed certificate for 127.0.0.1 (openssl req -x509)
+
+
+def test_a_tls_endpoint_is_trusted_only_through_the_ca_store_the_environment_names(monkeypatch):
+    from acpmem.write import llm
+
+    with fake_openai([reply.text("over TLS")], tls=(TLS / "endpoint-cert.pem", TLS / "endpoint-key.pem")) as srv:
+        assert srv.base_url.startswith("https://")
+        for var in ("SSL_CERT_FILE", "SSL_CERT_DIR"):
+            monkeypatch.delenv(var, raising=False)
+        with pytest.raises(ExtractionError) as info:   # the system's CAs never signed it: refused, not sent
+            call_chat(config(srv, max_retries=0), BODY, sleep=lambda s: None)
+        assert info.value.data["reason"] == "connection" and srv.base_url in info.value.message
+        assert "TLS certificate is not trusted (self-signed certificate)" in info.value.message
+        assert "SSL_CERT_FILE" in info.value.hint
+        assert srv.requests == []
+        contexts = dict(llm._TLS_CONTEXTS)
+        monkeypatch.setenv("SSL_CERT_FILE", str(TLS / "endpoint-cert.pem"))   # a CA store naming it
+        result = call_chat(config(srv, max_retries=0), BODY)
+        assert result.text == "over TLS" and len(srv.requests) == 1
+        assert len(llm._TLS_CONTEXTS) == len(contexts) + 1    # a TLS context of its own for that store
+        monkeypatch.delenv("SSL_CERT_FILE")
+        with pytest.raises(ExtractionError):   # and the earlier one again without it
+            call_chat(config(srv, max_retries=0), BODY, sleep=lambda s: None)
+        assert len(srv.requests) == 1 and len(llm._TLS_CONTEXTS) == len(contexts) + 1
 
 
 def test_client_errors_are_not_retried():

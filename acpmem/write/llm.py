@@ -286,23 +286,29 @@ def _served_models(config: ModelConfig, timeout: float) -> list[str]:
     return [m["id"] for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]]
 
 
-# What the HTTP client reads from the environment when it is made: proxies and the CA store.
+# What the HTTP client reads from the environment when it is made: proxies and, last, the CA store.
 _HTTP_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
              "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR")
 _HTTP_CLIENTS: dict[tuple, Any] = {}
+_TLS_CONTEXTS: dict[tuple, Any] = {}
 
 
 def _http_client(openai) -> Any:
-    """The HTTP client every model call of this process sends through: made once (its TLS context reads and parses
-    the CA store, ~19 ms a client, whether the endpoint speaks TLS or not), its connections kept between calls (a
-    worker draining the queue, the MCP server). Made again where what it read from the environment changed, and in
-    a child forked after it was made (a pooled connection is never shared by two processes)."""
-    key = (os.getpid(), *(os.environ.get(k) for k in _HTTP_ENV))
+    """The HTTP client every model call of this process sends through: made once, its connections kept between
+    calls (a worker draining the queue, the MCP server), its TLS context made once (reading and parsing the CA store
+    costs ~19 ms, whether the endpoint speaks TLS or not). Made again where what it read from the environment
+    changed, and in a child forked after it was made: a pooled connection is never shared by two processes, the TLS
+    context (settings and the CA store, no connection) is."""
+    env = tuple(os.environ.get(k) for k in _HTTP_ENV)
+    key = (os.getpid(), *env)
     client = _HTTP_CLIENTS.get(key)
     if client is None:
         for old in [k for k in _HTTP_CLIENTS if k[0] == key[0]]:
             _HTTP_CLIENTS.pop(old).close()
-        client = _HTTP_CLIENTS.setdefault(key, openai.DefaultHttpxClient())
+        tls = _TLS_CONTEXTS.get(env[-2:])
+        if tls is None:   # what the client would make for itself from the same environment
+            tls = _TLS_CONTEXTS.setdefault(env[-2:], _transport().create_ssl_context())
+        client = _HTTP_CLIENTS.setdefault(key, openai.DefaultHttpxClient(verify=tls))
     return client
 
 
@@ -398,7 +404,9 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
                 return _parse(data, body, attempts, clock() - start)
             if attempts > config.max_retries or (wait is not None and wait > MAX_RETRY_AFTER):
                 raise _fail(_give_up_message(reason, status, attempts, detail, wait, config), reason, attempts, status,
-                            "the request stays pending and is retried later; check the endpoint")
+                            "the request stays pending and is retried later; "
+                            + ("set SSL_CERT_FILE to the certificate of the authority that signed the endpoint's"
+                               if _untrusted(detail) else "check the endpoint"))
             sleep(wait if wait is not None else _backoff(attempts, rng))
     except ExtractionError as exc:   # what the failed call cost in time, for the ledger
         exc.data.setdefault("latency_s", round(clock() - start, 3))
@@ -636,7 +644,16 @@ def _give_up_message(reason: str, status: int | None, attempts: int, detail: str
         return f"HTTP {status} after {tries}" + (f": {detail}" if detail else "")
     if detail.startswith(STREAM_BROKE):
         return f"The streamed answer broke off ({detail[len(STREAM_BROKE):]}) after {tries}"
+    if _untrusted(detail):
+        why = detail.split("certificate verify failed:", 1)[-1].split("(_ssl.c", 1)[0].strip()
+        return f"Cannot connect to {config.base_url or OPENAI_URL}: its TLS certificate is not trusted " \
+               f"({why or 'verify failed'}) after {tries}"
     return f"Cannot connect to {config.base_url or OPENAI_URL} after {tries}"
+
+
+def _untrusted(detail: str) -> bool:
+    """The connection failed because the endpoint's TLS certificate could not be verified."""
+    return "CERTIFICATE_VERIFY_FAILED" in detail
 
 
 STREAM_BROKE = "stream: "

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 import threading
 import time
 from contextlib import contextmanager
@@ -197,12 +198,13 @@ class FakeOpenAI:
     responder: object = None        # body -> Reply: answers a chat call when the script is empty (a model stand-in)
     chunks_sent: int = 0            # streamed chunks written, over all answers
     held_s: float = 0.0             # how long the current streamed answer has been held, by the server's clock
+    scheme: str = "http"            # "https" where the server speaks TLS (``fake_openai(tls=...)``)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closing: threading.Event = field(default_factory=threading.Event)
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        return f"{self.scheme}://{self.host}:{self.port}/v1"
 
     @property
     def bodies(self) -> list:
@@ -348,10 +350,19 @@ def sse_chunks(completion: dict, piece: int = 7) -> list[dict]:
 
 
 @contextmanager
-def fake_openai(script: list[Reply] | tuple[Reply, ...] = ()) -> Iterator[FakeOpenAI]:
-    """Start the server on an ephemeral port of 127.0.0.1 with ``script``; stop it (and any slow reply) on exit."""
+def fake_openai(script: list[Reply] | tuple[Reply, ...] = (), *, tls: tuple[Path, Path] | None = None
+                ) -> Iterator[FakeOpenAI]:
+    """Start the server on an ephemeral port of 127.0.0.1 with ``script``; stop it (and any slow reply) on exit.
+    ``tls``: (certificate, key) files — the server speaks HTTPS with them."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     state = FakeOpenAI("127.0.0.1", httpd.server_address[1], list(script))
+    if tls is not None:
+        import ssl
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*tls)
+        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+        state.scheme = "https"
     httpd.RequestHandlerClass = _handler(state)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
