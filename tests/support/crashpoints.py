@@ -212,6 +212,11 @@ acpmem.cli.main.typer_command("acpmem")
 # it forks readers: ~8 ms of every forked write that looks for duplicates
 import acpmem.search.ranking
 acpmem.search.ranking.prepare()
+# the TLS context of the model calls (the CA store read and parsed: ~19 ms of every forked command that calls a
+# model), which a long-lived host makes once and its forked children keep; each child makes its own HTTP client
+import openai
+import acpmem.write.llm
+acpmem.write.llm._http_client(openai)
 
 
 def git_config_from(home):
