@@ -146,8 +146,13 @@ def _prompt_needs_a_session(argv: list[str]) -> bool:
     """A prompt listing without a session — or with an empty one, which is none — draws a fresh jitter on every call,
     by design: not comparable."""
     joined = " ".join(argv)
-    at = max((i for i, a in enumerate(argv) if a == "--session"), default=None)   # the last one wins
-    return "prompt" in joined and (at is None or at + 1 >= len(argv) or argv[at + 1] == "")
+    given = []   # each session option's value, in order (None: the option with its value missing); the last wins
+    for i, a in enumerate(argv):
+        if a == "--session":
+            given.append(argv[i + 1] if i + 1 < len(argv) else None)
+        elif a.startswith("--session="):
+            given.append(a.partition("=")[2])
+    return "prompt" in joined and (not given or not given[-1])
 
 
 def _same(argv: list[str], prog: str = "acpmem", stdin: bytes = b"") -> None:
