@@ -205,6 +205,16 @@ def test_a_tls_endpoint_is_trusted_only_through_the_ca_store_the_environment_nam
         assert len(srv.requests) == 1 and len(llm._TLS_CONTEXTS) == len(contexts) + 1
 
 
+@pytest.mark.parametrize("ca", ["missing.pem", "endpoint-key.pem"])   # no file; a file without a certificate
+def test_a_ca_store_that_cannot_be_read_is_one_clear_error_and_nothing_is_sent(monkeypatch, ca):
+    monkeypatch.setenv("SSL_CERT_FILE", str(TLS / ca))
+    with fake_openai([reply.text()]) as srv:
+        with pytest.raises(ExtractionError) as info:
+            call_chat(config(srv), BODY, sleep=lambda s: None)
+    assert info.value.message.startswith(f"Cannot read the CA certificates SSL_CERT_FILE names ({TLS / ca}): ")
+    assert "SSL_CERT_FILE" in info.value.hint and info.value.data["retryable"] and srv.requests == []
+
+
 def test_client_errors_are_not_retried():
     with fake_openai([reply.error(401, "Incorrect API key provided", kind="invalid_request_error"), reply.text()]) as srv:
         with pytest.raises(ExtractionError) as info:

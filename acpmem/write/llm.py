@@ -307,7 +307,15 @@ def _http_client(openai) -> Any:
             _HTTP_CLIENTS.pop(old).close()
         tls = _TLS_CONTEXTS.get(env[-2:])
         if tls is None:   # what the client would make for itself from the same environment
-            tls = _TLS_CONTEXTS.setdefault(env[-2:], _transport().create_ssl_context())
+            try:
+                made = _transport().create_ssl_context()
+            except OSError as exc:   # ssl.SSLError too: SSL_CERT_FILE names no file, or one without certificates
+                var = "SSL_CERT_FILE" if env[-2] else "SSL_CERT_DIR" if env[-1] else None
+                what = f"the CA certificates {var} names ({env[-2] or env[-1]})" if var else "the system's CA certificates"
+                raise _fail(f"Cannot read {what}: {getattr(exc, 'strerror', None) or exc}", "connection", 0, None,
+                            (f"point {var} at CA certificates in PEM, or unset it" if var else "check the system's CA "
+                             "certificates (or set SSL_CERT_FILE)") + "; the request stays pending") from None
+            tls = _TLS_CONTEXTS.setdefault(env[-2:], made)
         client = _HTTP_CLIENTS.setdefault(key, openai.DefaultHttpxClient(verify=tls))
     return client
 
