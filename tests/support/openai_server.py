@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Iterator
 
 _ids = itertools.count(1)
