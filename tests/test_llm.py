@@ -188,9 +188,12 @@ def test_a_tls_endpoint_is_trusted_only_through_the_ca_store_the_environment_nam
         assert srv.base_url.startswith("https://")
         for var in ("SSL_CERT_FILE", "SSL_CERT_DIR"):
             monkeypatch.delenv(var, raising=False)
-        with pytest.raises(ExtractionError) as info:   # the system's CAs never signed it: refused, not sent
-            call_chat(config(srv, max_retries=0), BODY, sleep=lambda s: None)
+        sleeps = []
+        with pytest.raises(ExtractionError) as info:   # the system's CAs never signed it: refused, not sent, and
+            call_chat(config(srv, max_retries=3), BODY, sleep=sleeps.append)   # not tried again at once
         assert info.value.data["reason"] == "connection" and srv.base_url in info.value.message
+        assert sleeps == [] and info.value.data["attempts"] == 1 and info.value.message.endswith("after 1 try")
+        assert info.value.data["retryable"]   # the queue retries it later, when the CA store may name it
         assert "TLS certificate is not trusted (self-signed certificate)" in info.value.message
         assert "SSL_CERT_FILE" in info.value.hint
         assert srv.requests == []

@@ -410,11 +410,13 @@ def call_chat(config: ModelConfig, body: dict, *, clock: Callable[[], float] = t
                 wait = _retry_after(exc.response.headers)
             else:
                 return _parse(data, body, attempts, clock() - start)
-            if attempts > config.max_retries or (wait is not None and wait > MAX_RETRY_AFTER):
+            # a certificate that cannot be verified will not be by the next try: the queue retries it later
+            untrusted = _untrusted(reason, detail)
+            if attempts > config.max_retries or (wait is not None and wait > MAX_RETRY_AFTER) or untrusted:
                 raise _fail(_give_up_message(reason, status, attempts, detail, wait, config), reason, attempts, status,
                             "the request stays pending and is retried later; "
                             + ("set SSL_CERT_FILE to the certificate of the authority that signed the endpoint's"
-                               if _untrusted(detail) else "check the endpoint"))
+                               if untrusted else "check the endpoint"))
             sleep(wait if wait is not None else _backoff(attempts, rng))
     except ExtractionError as exc:   # what the failed call cost in time, for the ledger
         exc.data.setdefault("latency_s", round(clock() - start, 3))
@@ -652,16 +654,16 @@ def _give_up_message(reason: str, status: int | None, attempts: int, detail: str
         return f"HTTP {status} after {tries}" + (f": {detail}" if detail else "")
     if detail.startswith(STREAM_BROKE):
         return f"The streamed answer broke off ({detail[len(STREAM_BROKE):]}) after {tries}"
-    if _untrusted(detail):
+    if _untrusted(reason, detail):
         why = detail.split("certificate verify failed:", 1)[-1].split("(_ssl.c", 1)[0].strip()
         return f"Cannot connect to {config.base_url or OPENAI_URL}: its TLS certificate is not trusted " \
                f"({why or 'verify failed'}) after {tries}"
     return f"Cannot connect to {config.base_url or OPENAI_URL} after {tries}"
 
 
-def _untrusted(detail: str) -> bool:
+def _untrusted(reason: str, detail: str) -> bool:
     """The connection failed because the endpoint's TLS certificate could not be verified."""
-    return "CERTIFICATE_VERIFY_FAILED" in detail
+    return reason == "connection" and "CERTIFICATE_VERIFY_FAILED" in detail
 
 
 STREAM_BROKE = "stream: "
