@@ -3,9 +3,11 @@ of words; ``synonyms`` decide which paraphrases mean the same), real vaults, rea
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
@@ -504,3 +506,39 @@ def test_a_batch_that_times_out_is_halved_until_the_endpoint_keeps_up(vault):
         assert [r["ok"] for r in ledger[:2]] == [False, False] and all(r["ok"] for r in ledger[2:])
         assert hits(configure(vault, srv, batch_size=4, batch_timeout_seconds=3.0),
                     "keep agent runs alive across redeploys")[0][0] == "Session persistence across deploys"
+
+
+TLS = Path(__file__).parent / "fixtures" / "tls"   # a self-signed certificate for 127.0.0.1
+
+
+def test_an_https_endpoint_is_trusted_through_the_ca_store_and_one_tls_context_serves_every_call(monkeypatch):
+    cert = TLS / "endpoint-cert.pem"
+    for var in ("SSL_CERT_FILE", "SSL_CERT_DIR", "SSLKEYLOGFILE"):
+        monkeypatch.delenv(var, raising=False)
+    with embeddings_server(tls=(cert, TLS / "endpoint-key.pem")) as srv:
+        ep = embedclient.Endpoint(srv.base_url, "m", None)
+        assert srv.base_url.startswith("https://")
+        with pytest.raises(embedclient.EmbeddingFailed, match="certificate verify failed"):
+            embedclient.embed(ep, ["deploys"], 5.0)    # the system's CAs never signed it
+        assert srv.requests == []
+        made = dict(embedclient._TLS_CONTEXTS)
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))   # a CA store naming it
+        first = embedclient.embed(ep, ["deploys"], 5.0)
+        second = embedclient.embed(ep, ["queue"], 5.0)
+        assert len(first.vectors) == len(second.vectors) == 1 and len(srv.requests) == 2
+        assert len(embedclient._TLS_CONTEXTS) == len(made) + 1   # one context for both calls
+        assert embedclient.tls_context() is embedclient.tls_context()
+        monkeypatch.setenv("SSL_CERT_FILE", str(TLS / "missing.pem"))   # a CA store that cannot be read: one line
+        with pytest.raises(embedclient.EmbeddingFailed, match=r"^the embeddings endpoint could not be reached \("):
+            embedclient.embed(ep, ["deploys"], 5.0)
+        assert len(srv.requests) == 2
+
+
+def test_the_read_server_makes_the_tls_context_before_it_forks_its_readers(monkeypatch):
+    from acpmem.cli import readserver
+
+    monkeypatch.setenv("SSL_CERT_FILE", str(TLS / "endpoint-cert.pem"))   # a key of its own in the cache
+    key = tuple(os.environ.get(k) for k in embedclient._TLS_ENV)
+    embedclient._TLS_CONTEXTS.pop(key, None)
+    readserver.warm()
+    assert key in embedclient._TLS_CONTEXTS

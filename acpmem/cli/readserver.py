@@ -42,8 +42,9 @@ WARM = ("acpmem.cli.main", "acpmem.cli.fast", "acpmem.cli.hot", "acpmem.cli.read
 
 def warm() -> None:
     """Import what the reads import, and build the caches of static data they build on first use (a query's word
-    lists and aliases, the stemmer, the CJK pattern and segmenter): pure functions of the installed package, never
-    of a vault (nothing here opens a file a child would share)."""
+    lists and aliases, the stemmer, the CJK pattern and segmenter, the TLS context of an HTTPS embeddings or rerank
+    call): pure functions of the installed package and the server's environment, never of a vault (nothing here
+    opens a file a child would share)."""
     import importlib
 
     for name in WARM:
@@ -54,6 +55,12 @@ def warm() -> None:
     ranking.prepare()
     similar.prepare()
     limits.prepare()
+    from acpmem.infra import embedclient
+
+    try:   # the TLS context of a recall's HTTPS embeddings or rerank call, made once for every reader
+        embedclient.tls_context()
+    except OSError:
+        pass   # a CA store that cannot be read: each such call says so itself
 
 
 def loaded_files() -> dict[str, int]:

@@ -96,6 +96,25 @@ def embed(endpoint: Endpoint, texts: Sequence[str], timeout: float) -> Embedded:
     return parse(raw, len(texts), endpoint.dimensions, latency)
 
 
+_TLS_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR", "SSLKEYLOGFILE")   # what a default TLS context reads when it is made
+_TLS_CONTEXTS: dict[tuple, object] = {}
+
+
+def tls_context():
+    """The TLS context of this process's HTTPS calls (``http.client``'s default: the system's CA store, or the one
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR`` name), made once for each value of the variables it reads: making one reads
+    and parses the CA store, ~17 ms of CPU that every call to an HTTPS endpoint paid. The read server makes it
+    before it forks its readers, so a recall through an HTTPS embeddings or rerank endpoint does not. Raises
+    ``OSError`` (``ssl.SSLError``) where the CA store cannot be read."""
+    key = tuple(os.environ.get(k) for k in _TLS_ENV)
+    ctx = _TLS_CONTEXTS.get(key)
+    if ctx is None:
+        import ssl
+
+        ctx = _TLS_CONTEXTS.setdefault(key, ssl.create_default_context())
+    return ctx
+
+
 def post_json(url: str, base_url: str, body: dict, api_key: str | None, timeout: float, what: str,
               failed: type[Exception]) -> tuple[bytes, float]:
     """POST ``body`` as JSON to ``url`` within ``timeout`` seconds; the answer's bytes and the latency. Any failure
@@ -107,10 +126,10 @@ def post_json(url: str, base_url: str, body: dict, api_key: str | None, timeout:
     u = urlsplit(url)
     if u.scheme not in ("http", "https") or not u.hostname:
         raise failed(f"the {what} endpoint is not an http(s) URL: {base_url[:200]}")
-    conn_type = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
     t0 = time.monotonic()
     try:
-        conn = conn_type(u.hostname, u.port, timeout=timeout)
+        conn = http.client.HTTPSConnection(u.hostname, u.port, timeout=timeout, context=tls_context()) \
+            if u.scheme == "https" else http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
         try:
             conn.request("POST", u.path + (f"?{u.query}" if u.query else ""),
                          json.dumps(body, ensure_ascii=False).encode("utf-8"), headers)
@@ -160,4 +179,5 @@ def parse(raw: bytes, n: int, dimensions: int, latency: float = 0.0) -> Embedded
     return Embedded(vectors=tuple(vectors), tokens=tokens, latency_s=latency)
 
 
-__all__ = ["Endpoint", "Embedded", "EmbeddingFailed", "resolve", "locate", "embed", "parse", "post_json"]
+__all__ = ["Endpoint", "Embedded", "EmbeddingFailed", "resolve", "locate", "embed", "parse", "post_json",
+           "tls_context"]

@@ -61,11 +61,12 @@ class EmbeddingsServer:
         self.rerank_shape = "cohere"
         self.rerank_requests: list[dict] = []
         self._httpd: ThreadingHTTPServer | None = None
+        self.scheme = "http"
 
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"{self.scheme}://{host}:{port}/v1"
 
     def answer(self, body: dict) -> tuple[int, dict]:
         self.requests.append(body)
@@ -110,7 +111,9 @@ class EmbeddingsServer:
 
 
 @contextmanager
-def embeddings_server(dim: int = 64, synonyms: dict[str, str] | None = None) -> Iterator[EmbeddingsServer]:
+def embeddings_server(dim: int = 64, synonyms: dict[str, str] | None = None, *, tls: tuple | None = None
+                      ) -> Iterator[EmbeddingsServer]:
+    """``tls``: (certificate, key) files — the server speaks HTTPS with them."""
     srv = EmbeddingsServer(dim, dict(synonyms or {}))
 
     class Handler(BaseHTTPRequestHandler):
@@ -137,6 +140,13 @@ def embeddings_server(dim: int = 64, synonyms: dict[str, str] | None = None) -> 
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True
+    if tls is not None:
+        import ssl
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*tls)
+        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+        srv.scheme = "https"
     srv._httpd = httpd
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
