@@ -286,9 +286,11 @@ def _served_models(config: ModelConfig, timeout: float) -> list[str]:
     return [m["id"] for m in data or () if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]]
 
 
-# What the HTTP client reads from the environment when it is made: proxies and, last, the CA store.
+# What the HTTP client reads from the environment when it is made: proxies, and what its TLS context reads (the CA
+# store, a key log file).
+_TLS_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR", "SSLKEYLOGFILE")
 _HTTP_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
-             "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR")
+             "no_proxy", *_TLS_ENV)
 _HTTP_CLIENTS: dict[tuple, Any] = {}
 _TLS_CONTEXTS: dict[tuple, Any] = {}
 
@@ -299,23 +301,23 @@ def _http_client(openai) -> Any:
     costs ~19 ms, whether the endpoint speaks TLS or not). Made again where what it read from the environment
     changed, and in a child forked after it was made: a pooled connection is never shared by two processes, the TLS
     context (settings and the CA store, no connection) is."""
-    env = tuple(os.environ.get(k) for k in _HTTP_ENV)
-    key = (os.getpid(), *env)
+    key = (os.getpid(), *(os.environ.get(k) for k in _HTTP_ENV))
     client = _HTTP_CLIENTS.get(key)
     if client is None:
         for old in [k for k in _HTTP_CLIENTS if k[0] == key[0]]:
             _HTTP_CLIENTS.pop(old).close()
-        tls = _TLS_CONTEXTS.get(env[-2:])
+        tls_key = tuple(os.environ.get(k) for k in _TLS_ENV)
+        tls = _TLS_CONTEXTS.get(tls_key)
         if tls is None:   # what the client would make for itself from the same environment
             try:
                 made = _transport().create_ssl_context()
             except OSError as exc:   # ssl.SSLError too: SSL_CERT_FILE names no file, or one without certificates
-                var = "SSL_CERT_FILE" if env[-2] else "SSL_CERT_DIR" if env[-1] else None
-                what = f"the CA certificates {var} names ({env[-2] or env[-1]})" if var else "the system's CA certificates"
+                var = next((k for k in _TLS_ENV[:2] if os.environ.get(k)), None)
+                what = f"the CA certificates {var} names ({os.environ[var]})" if var else "the system's CA certificates"
                 raise _fail(f"Cannot read {what}: {getattr(exc, 'strerror', None) or exc}", "connection", 0, None,
                             (f"point {var} at CA certificates in PEM, or unset it" if var else "check the system's CA "
                              "certificates (or set SSL_CERT_FILE)") + "; the request stays pending") from None
-            tls = _TLS_CONTEXTS.setdefault(env[-2:], made)
+            tls = _TLS_CONTEXTS.setdefault(tls_key, made)
         client = _HTTP_CLIENTS.setdefault(key, openai.DefaultHttpxClient(verify=tls))
     return client
 
