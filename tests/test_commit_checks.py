@@ -70,6 +70,8 @@ def broken_inputs(tmp_path: Path) -> list[tuple[str, tuple[str, ...], str]]:
         ("corrupt zstd", commit_args(file("session.jsonl.zstd", b"\x28\xb5\x2f\xfd" + b"\x07garbage" * 8), 0),
          "zstd"),
         ("seq beyond the end", commit_args(CHAT, 99), "no turn at seq 99 (the transcript ends at seq 6)"),
+        ("seq before the start", commit_args(FIX / "openai_seq.json", 3),   # its messages carry seqs 10 to 15
+         "no message at or before seq 3 (the transcript starts at seq 10)"),
         ("host tools not JSON", commit_args(CHAT, 6, "--host-tools", str(tools)), "not valid JSON"),
         ("host tools not tools", commit_args(CHAT, 6, "--host-tools", str(shapeless)),
          "expected a list of OpenAI function tools"),
@@ -109,6 +111,15 @@ def test_commit_still_takes_every_transcript_it_can_read(vault, cli, tmp_path):
         assert r.returncode == 0, (transcript, r.stderr)
         assert r.stdout.startswith("Noted (r-") and "wrote 1 entry" in r.stdout, r.stdout
     assert len(fork_commits(v)) == len(cases) and not pending(v)
+
+
+def test_a_transcript_whose_seqs_start_late_is_taken_from_its_first_message_on():
+    """``openai_seq.json`` numbers its messages 10, 11, 14, 15: every seq from its first message on is a commit the
+    fork can read (the seq before it is refused, ``broken_inputs``)."""
+    for seq in (10, 12, 15):
+        submit.check_transcript(FIX / "openai_seq.json", seq)
+    with pytest.raises(AcpmemError, match="starts at seq 10"):
+        submit.check_transcript(FIX / "openai_seq.json", 9)
 
 
 def test_python_submit_refuses_before_anything_is_recorded(vault, tmp_path):

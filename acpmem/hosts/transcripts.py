@@ -170,17 +170,24 @@ def read_transcript(path_or_text: str | Path, format: str = "auto", *, turns=Non
     return _from_jsonl(text, format, source)
 
 
-def last_seq(path: str | Path) -> int | None:
+def last_seq(path: str | Path, reaching: int | None = None) -> int | None:
     """The seq of the last message of the transcript at ``path``: ``read_transcript(path).last_seq``, with the same
     errors. A DSH log is scanned, not read (``acpmem.hosts.dsh.last_message_seq``: no message is built, memory
-    stays flat however long the log); other formats are read."""
+    stays flat however long the log); other formats are read — and, with ``reaching``, a ``TranscriptError`` where
+    the conversation up to that seq (what the fork sees) holds no message: a seq before the first one."""
     dsh = _dsh_file(path, "auto")
     if dsh is not None:
         last = last_message_seq(dsh, str(dsh))
         if last is None:
             raise TranscriptError(f"{dsh}: no messages in this session log", "pass the session's log file")
         return last
-    return read_transcript(path).last_seq
+    t = read_transcript(path)
+    if reaching is not None and t.messages and not t.upto(reaching).messages:
+        first = min(m.seq for m in t.events or t.messages)
+        raise TranscriptError(f"{path}: no message at or before seq {reaching} (the transcript starts at seq {first})",
+                              f"pass the seq of the memory_commit call (at least {first}), or the transcript that "
+                              "holds it")
+    return t.last_seq
 
 
 def openai_messages(transcript: Transcript) -> list[dict]:

@@ -86,7 +86,8 @@ def check_block(transcript: str | os.PathLike | None, block: str):
 def check_transcript(transcript: str | os.PathLike | None, seq: int | None, block: str | None = None) -> None:
     """What the fork will need from the transcript, checked now, where the caller sees the error (one
     ``TranscriptError`` with the next step), not later in the background: it parses (UTF-8, JSON, a zstd log that
-    decompresses), holds a message, reaches ``seq`` (a turn at or after it: the commit is not beyond its end), and
+    decompresses), holds a message, reaches ``seq`` (a turn at or after it: the commit is not beyond its end; and,
+    but for a DSH log, which is scanned, a message at or before it: not before its start), and
     holds the ``block`` named (``seq`` None: not checked). Only that is read: the last seq (a DSH log is scanned, not built) and, with a
     block, the blocks."""
     if transcript is None or transcript == "":
@@ -99,7 +100,7 @@ def check_transcript(transcript: str | os.PathLike | None, seq: int | None, bloc
     if block not in (None, ""):
         last = check_block(path, block).last_seq   # a whole read for JSON and JSONL, blocks only for a DSH log
     if last is None:
-        last = last_seq(path)
+        last = last_seq(path, reaching=seq)   # and a seq before the first message is refused too
     if last is None:
         raise TranscriptError(f"{path}: no messages in this transcript",
                               "pass the conversation file the host writes for this session")
