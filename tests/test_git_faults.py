@@ -430,6 +430,25 @@ def test_a_damaged_object_store_is_named_by_doctor_and_nothing_is_committed_over
     assert sorted((root / "entries").iterdir()) == before     # refused before anything was written
 
 
+def test_the_object_files_a_killed_git_left_are_counted_once_and_removed(team, cli):
+    """What a git killed while writing objects leaves: an empty temporary object (git's ``tmp_obj_*`` before its
+    first byte), a temporary one half written and an empty object file. ``doctor`` counts each file once (the empty
+    temporary one is both empty and temporary); ``doctor --fix`` removes those three and nothing else."""
+    a, _ = team
+    objects = a.root / ".git" / "objects"
+    (objects / "ab").mkdir(exist_ok=True)
+    (objects / "ab" / "tmp_obj_Xy12Ab").write_bytes(b"")
+    (objects / "ab" / "tmp_obj_Zq34Cd").write_bytes(b"x\x9c half an object")
+    (objects / "cd").mkdir(exist_ok=True)
+    (objects / "cd" / ("0" * 38)).write_bytes(b"")
+    real = sorted(p for p in objects.glob("??/*") if p.stat().st_size and not p.name.startswith("tmp_obj_"))
+    r = _acp(cli, a.root, "doctor")
+    assert r.returncode == 1 and "3 empty or temporary git object file(s) left by a crash" in r.stdout, r.stdout
+    r = _acp(cli, a.root, "doctor", "--fix")
+    assert "removed 3 empty or temporary git object file(s) left by a crash" in r.stdout, r.stdout
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(objects.glob("??/*")) == real
+
 def test_doctor_says_so_when_git_dies_without_a_word(team, tmp_path, cli):
     """A git killed by a signal before it says anything (git crashes on some damaged repositories) is one finding
     naming the signal, never an internal error."""
