@@ -194,6 +194,18 @@ def head_texts(root: Path, *paths: str) -> dict[str, str]:
     return got
 
 
+def object_types(root: Path, *specs: str) -> dict[str, str | None]:
+    """What each of ``specs`` (``REV:PATH`` and the like) names in the repository — ``blob``, ``tree``, … or None
+    where it names nothing — in one ``git cat-file --batch-check``, not a process each."""
+    asked = "".join(f"{x}\n" for x in specs).encode()
+    p = subprocess.run(["git", "-C", str(root), "cat-file", "--batch-check=%(objecttype)"], input=asked,
+                       capture_output=True, env=git_env(), timeout=120)
+    assert p.returncode == 0, p.stderr
+    answers = p.stdout.decode().splitlines()
+    assert len(answers) == len(specs), (len(answers), len(specs))
+    return {x: None if a.endswith(" missing") or a.endswith(" ambiguous") else a for x, a in zip(specs, answers)}
+
+
 def commit_count(root: Path) -> int:
     return int(git_out(root, "rev-list", "--count", "HEAD").strip())
 
