@@ -3,7 +3,9 @@ integrations/install-hosts.sh), run as `gemini -p` against a scripted Gemini API
 (tests/support/gemini_server.py, through GOOGLE_GEMINI_BASE_URL), with an isolated HOME and acpmem wired exactly as README.md's
 Gemini CLI section says (settings.json: the MCP server with "trust": true, the SessionStart hook). `-m` names the
 model so Gemini CLI's model router (its own extra model calls) stays out; `--skip-trust` stands for trusting the
-folder. Nothing reaches the internet.
+folder; `GEMINI_CLI_NO_RELAUNCH=true` keeps Gemini CLI from starting itself a second time with a larger heap (on a
+machine with more than ~8 GB it does: a second node process, ~1 s of CPU a run — the hooks, the MCP server and
+what they see are the same either way). Nothing reaches the internet.
 
 Session one: the model calls memory_commit with the `wait_for_previous` argument Gemini CLI adds to every tool —
 accepted — and an entry is written (from the note: Gemini CLI gives the server no session to find the conversation
@@ -54,7 +56,7 @@ def readme_settings() -> dict:
 def run_gemini(home: Path, project: Path, base_url: str, prompt: str) -> subprocess.CompletedProcess:
     env = {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HOME": str(home), "LANG": "C.UTF-8",
            "TMPDIR": os.environ.get("TMPDIR", "/tmp"), "GEMINI_API_KEY": "unused-by-the-scripted-server",
-           "GOOGLE_GEMINI_BASE_URL": base_url, "NO_COLOR": "1"}
+           "GOOGLE_GEMINI_BASE_URL": base_url, "NO_COLOR": "1", "GEMINI_CLI_NO_RELAUNCH": "true"}
     r = subprocess.run([str(GEMINI), "-m", "gemini-2.5-pro", "--skip-trust", "-p", prompt], cwd=project, env=env,
                        capture_output=True, text=True, timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, f"gemini failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
