@@ -256,3 +256,60 @@ def test_edit_with_no_editor_set_and_no_terminal_starts_no_editor(vault, cli, tm
     assert r.returncode == 1 and not started.exists(), (r.stderr, started.exists())
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("Error: no editor is set") and "--from FILE" in line, line
+
+
+NO_USER = "~nosuchuser1729"
+
+
+@pytest.mark.parametrize("where", ["--vault", "ACPMEM_VAULT", "ACPMEM_USER_VAULT", "commit --transcript",
+                                   "commit --host-tools", "init", "import", "export --file"])
+def test_a_path_under_the_home_of_no_user_is_one_line_and_nothing_is_made(example_vault, cli, tmp_path, where):
+    """``~NAME/…`` where no user NAME exists (a typo, a path copied from another machine): one line naming where
+    the path came from and the next step — pathlib's bare RuntimeError was an internal error — exit 1, nothing
+    made (no folder named ``~NAME`` in the current one) and nothing recorded."""
+    v = str(example_vault.root)
+    bad = f"{NO_USER}/x"
+    commit = ["commit", "--type", "fact", "--note", "A note.", "--importance", "4", "--session", "s1", "--seq", "2"]
+    argv, env = {
+        "--vault": (["--vault", bad, "list"], {}),
+        "ACPMEM_VAULT": (["list"], {"ACPMEM_VAULT": bad}),
+        "ACPMEM_USER_VAULT": (["--vault", v, "list"], {"ACPMEM_USER_VAULT": bad}),
+        "commit --transcript": (["--vault", v, *commit, "--transcript", bad], {}),
+        "commit --host-tools": (["--vault", v, *commit, "--transcript",
+                                 str(Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"),
+                                 "--host-tools", bad], {}),
+        "init": (["init", bad], {}),
+        "import": (["--vault", v, "import", bad], {}),
+        "export --file": (["--vault", v, "export", "--to", "codex", "--file", bad], {}),
+    }[where]
+    head = git_out(example_vault.root, "rev-parse", "HEAD")
+    r = cli("memory", *argv, env=env, cwd=tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, (r.returncode, r.stdout, r.stderr)
+    assert lines[0].startswith("Error: ") and "internal error" not in lines[0], lines
+    assert f"there is no user '{NO_USER[1:]}'" in lines[0] and "give the full path" in lines[0], lines
+    assert not any(p.name.startswith("~") for p in tmp_path.iterdir()), list(tmp_path.iterdir())
+    assert git_out(example_vault.root, "rev-parse", "HEAD") == head
+    assert not list((example_vault.root / ".git" / "acpmem" / "pending").glob("r-*.json"))
+
+
+def test_a_home_path_where_no_home_is_known_is_one_line(monkeypatch):
+    """``~/…`` with no ``HOME`` and no entry for this user in the password database (a container run as an
+    arbitrary user id): the error says so and what to set. The password database is the one part stood in for:
+    this machine's has an entry for every user a test runs as."""
+    import pwd
+
+    from acpmem.core.errors import AcpmemError
+    from acpmem.infra.files import expand_home
+
+    monkeypatch.delenv("HOME", raising=False)
+
+    def no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    with pytest.raises(AcpmemError) as exc:
+        expand_home("~/.acp-memory", "ACPMEM_USER_VAULT")
+    assert exc.value.line() == ("Error: ACPMEM_USER_VAULT '~/.acp-memory' starts with ~, and no home folder is known "
+                                "(HOME is not set and this user has no entry in the password database) — set HOME, "
+                                "or give the full path")
+    assert expand_home("/abs/~x", "p") == Path("/abs/~x") and expand_home("a~b", "p") == Path("a~b")

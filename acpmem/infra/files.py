@@ -14,6 +14,8 @@ import stat
 import sys
 from pathlib import Path
 
+from acpmem.core.errors import AcpmemError
+
 # atomic_write's temp files: .NAME.PID.RANDOM.tmp, in the folder of the file they become
 TEMP_RE = re.compile(r"^\..+\.(\d+)\.[0-9a-f]{8}\.tmp$")
 
@@ -256,3 +258,23 @@ def read_records(path: Path) -> list[dict]:
         if isinstance(rec, dict):
             out.append(rec)
     return out
+
+
+def expand_home(path: str | Path, what: str) -> Path:
+    """``path`` with a leading ``~`` or ``~USER`` replaced by that home folder, as a shell does; ``what`` names where
+    the path came from (``--vault``, ``ACPMEM_USER_VAULT``, …) for the one error there is: a ``~USER`` naming no
+    user, or a ``~`` where no home folder is known (no ``HOME``, and this user has no entry in the password
+    database). ``pathlib`` raises a bare ``RuntimeError`` there."""
+    text = os.fspath(path)
+    if not text.startswith("~"):
+        return Path(text)
+    out = os.path.expanduser(text)
+    if not out.startswith("~"):
+        return Path(out)
+    head = text.split("/", 1)[0]
+    if head == "~":
+        raise AcpmemError(f"{what} {text!r} starts with ~, and no home folder is known (HOME is not set and this "
+                          f"user has no entry in the password database)", "set HOME, or give the full path",
+                          code="no_home")
+    raise AcpmemError(f"{what} {text!r} starts with {head}, and there is no user {head[1:]!r} to take the home folder "
+                      f"of", "give the full path (or ~/… for your own home folder)", code="no_home")

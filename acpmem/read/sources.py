@@ -25,7 +25,7 @@ from acpmem.core.framing import clean_inline, frame
 from acpmem.core.limits import path_problem, seq_span
 from acpmem.core.values import Value
 from acpmem.infra import files
-from acpmem.infra.files import atomic_write
+from acpmem.infra.files import atomic_write, expand_home
 
 RECORD = "transcript.json"
 LEGACY_RECORD = "claude-code.json"     # what the Claude Code hook has recorded since before this module
@@ -41,8 +41,8 @@ def record_transcript(vault, session: str, transcript: str | Path | None, origin
     if not transcript or not session or path_problem(str(transcript)):
         return False
 
-    path = os.path.abspath(Path(transcript).expanduser())
     try:
+        path = os.path.abspath(expand_home(transcript, "the transcript path"))
         folder = vault.session_dir(session)
         target = folder / RECORD
         known = _read(target)
@@ -69,8 +69,8 @@ def record_request_transcript(vault, session: str, request_id: str, transcript: 
     if not transcript or not session or not request_id or path_problem(str(transcript)):
         return False
 
-    path = os.path.abspath(Path(transcript).expanduser())
     try:
+        path = os.path.abspath(expand_home(transcript, "the transcript path"))
         folder = vault.session_dir(session)
         files.ensure_dir(folder)
         atomic_write(folder / f"request-{request_id}.json", json.dumps(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from acpmem.core.entry import Entry
 from acpmem.core.errors import AcpmemError, UsageError
+from acpmem.infra.files import expand_home
 from acpmem.core.framing import clean_inline
 from acpmem.core.render import estimate_tokens
 from acpmem.core.values import Value
@@ -129,7 +130,7 @@ def export(vault, target: str, *, file: str | None = None, ids: list[str] | None
     """Write the block into the harness's file (see the module docstring); ``dry_run``: say what would change."""
     if target not in TARGETS:
         raise UsageError(f"unknown harness '{target}'", f"one of: {', '.join(TARGETS)}")
-    path = Path(file).expanduser() if file else default_file(vault, target)
+    path = expand_home(file, "--file") if file else default_file(vault, target)
     if not path.parent.is_dir():   # never a folder made on the way: a mistyped --file would go unnoticed
         raise AcpmemError(f"the folder {path.parent} does not exist; nothing was exported",
                           "name a file in an existing folder with --file")

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from acpmem.core.errors import AcpmemError, UsageError
+from acpmem.infra.files import expand_home
 from acpmem.infra.files import NotRegularFile, read_regular
 from acpmem.upkeep.importrules import FORMATS, Candidate, markdown_candidates
 
@@ -352,7 +353,7 @@ def read_source(source: str | Path, fmt: str | None = None) -> tuple[list[Path],
     a missing or unreadable source, a format that cannot be told (``--format`` names it), a huge or binary file."""
     if fmt is not None and fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}'", f"one of: {', '.join(FORMATS)}")
-    path = Path(source).expanduser()
+    path = expand_home(source, "the source")
     if not path.exists() and not path.is_symlink():
         raise AcpmemError(f"{path} does not exist", "check the path (e.g. ./CLAUDE.md or "
                                                     "~/.claude/projects/<project>/memory)")

@@ -28,6 +28,7 @@ from pathlib import Path
 from acpmem.core.entry import MAX_TITLE_CHARS, Entry
 from acpmem.core.entryfile import parse_entry_bytes
 from acpmem.core.errors import AcpmemError, Refused
+from acpmem.infra.files import expand_home
 from acpmem.core.redact import find_secrets
 from acpmem.core.values import Value
 from acpmem.search import similar
@@ -87,7 +88,7 @@ def _title(text: str) -> str:
 def display_path(path: str, vault) -> str:
     """A source path as provenance keeps it: relative to the project when inside it, ``~/…`` under the home
     folder, else absolute — the same file gives the same string from anywhere in the project."""
-    p = Path(path).expanduser().resolve()
+    p = expand_home(path, "the source").resolve()
     root = Path(vault.root).resolve()
     for base in (root.parent if root.name == ".acp-memory" else root,):
         try:

@@ -13,6 +13,7 @@ from acpmem.core import layout
 from acpmem.core.clock import now_utc
 from acpmem.core.errors import AcpmemError, SettingsError, UsageError, VaultExists
 from acpmem.core.limits import clip, path_problem
+from acpmem.infra.files import expand_home
 from acpmem.vault.discovery import user_vault_location
 from acpmem.vault.examples import example_entries
 from acpmem.vault.gitrun import git, no_repository
@@ -25,7 +26,7 @@ def init_vault(path: str | os.PathLike | None = None, *, example: bool = False, 
     why = None if path is None else path_problem(path)
     if why:
         raise UsageError(f"the vault path {why}, got {clip(path)}", "pass the folder to create the vault in")
-    base = Path(path).expanduser() if path else (cwd or Path.cwd())
+    base = expand_home(path, "the vault folder") if path else (cwd or Path.cwd())
     if not base.is_absolute():
         base = (cwd or Path.cwd()) / base
     try:

@@ -14,6 +14,7 @@ from acpmem.core.fasthash import sha256
 from acpmem.core.layout import (ENTRIES_DIR, ENV_USER_VAULT, ENV_VAULT, SESSIONS_DIR, SETTINGS_FILE, STATE_DIRNAME,
                                 USER_VAULT_DEFAULT, VAULT_DIRNAME)
 from acpmem.core.limits import clip, name_safe, session_problem
+from acpmem.infra.files import expand_home
 
 
 def _is_dir(p: Path) -> bool:
@@ -43,7 +44,7 @@ def discover(explicit: str | os.PathLike | None = None, *, cwd: Path | None = No
     env = os.environ if env is None else env
     for source, value in (("--vault", explicit), (ENV_VAULT, env.get(ENV_VAULT))):
         if value:
-            p = Path(value).expanduser()
+            p = expand_home(value, source)
             if not p.is_absolute():
                 p = (cwd or Path.cwd()) / p
             if _is_dir(p / VAULT_DIRNAME) and not _is_dir(p / ENTRIES_DIR):
@@ -100,8 +101,8 @@ def user_vault_location(configured: str | None, env: dict | None = None) -> tupl
             continue
         if value.strip().lower() == "none":
             return None, True
-        return Path(value).expanduser(), True
-    return Path(USER_VAULT_DEFAULT).expanduser(), False
+        return expand_home(value, ENV_USER_VAULT), True
+    return expand_home(USER_VAULT_DEFAULT, "the user vault's default folder"), False
 
 
 def user_vault_problem(path: Path) -> str | None:

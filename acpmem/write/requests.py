@@ -411,7 +411,7 @@ def make_request(*, types: tuple[str, ...], type: str, note: str, importance: in
     def absolute(p):
         if p is None or p == "":
             return None
-        q = Path(p).expanduser()
+        q = files.expand_home(p, "the path")
         return str(q if q.is_absolute() else (cwd or Path.cwd()) / q)
 
     return Request(id=request_id, created=created, type=args.type, note=note_clean, importance=args.importance,

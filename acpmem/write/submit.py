@@ -12,6 +12,7 @@ from typing import Any
 
 from acpmem.core.clock import utc_iso
 from acpmem.core.errors import AcpmemError, TranscriptError, UsageError
+from acpmem.infra.files import expand_home
 from acpmem.core.limits import clip, int_arg, path_problem
 from acpmem.core.tools import parse_block_arg, parse_commit_args
 from acpmem.core.values import Value
@@ -57,7 +58,7 @@ def check_readable(path: str | os.PathLike | None, what: str, hint: str) -> None
     why = path_problem(path)
     if why:
         raise UsageError(f"the {what} path {why}, got {clip(path)}", hint)
-    p = Path(path).expanduser()
+    p = expand_home(path, f"the {what} path")
     try:
         st = p.stat()
     except FileNotFoundError:
@@ -78,7 +79,7 @@ def check_block(transcript: str | os.PathLike | None, block: str):
         raise UsageError(f"block {block} is named without a transcript",
                          "pass the session log that has the block (--transcript), or commit without --block")
 
-    t = read_transcript(Path(transcript).expanduser(), turns=())
+    t = read_transcript(expand_home(transcript, "the transcript path"), turns=())
     t.block(block)
     return t
 
@@ -95,7 +96,7 @@ def check_transcript(transcript: str | os.PathLike | None, seq: int | None, bloc
             check_block(transcript, block)   # a block without a transcript: the UsageError saying so
         return
 
-    path = Path(transcript).expanduser()
+    path = expand_home(transcript, "the transcript path")
     last = None
     if block not in (None, ""):
         last = check_block(path, block).last_seq   # a whole read for JSON and JSONL, blocks only for a DSH log
@@ -119,7 +120,8 @@ def check_host_tools(path: str | os.PathLike | None) -> None:
     # lazy: `commit` does not need it (measured +4.7 ms to its start-up)
     from acpmem.write.context import load_host_tools
 
-    load_host_tools(str(Path(path).expanduser()))   # Refused: the file's content, exit 1 like a bad transcript
+    # Refused: the file's content, exit 1 like a bad transcript
+    load_host_tools(str(expand_home(path, "the tool definition file")))
 
 
 def submit(vault, *, type: str, note: str, importance: int, session: str, seq: int,
