@@ -313,3 +313,34 @@ def test_a_home_path_where_no_home_is_known_is_one_line(monkeypatch):
                                 "(HOME is not set and this user has no entry in the password database) — set HOME, "
                                 "or give the full path")
     assert expand_home("/abs/~x", "p") == Path("/abs/~x") and expand_home("a~b", "p") == Path("a~b")
+
+
+def test_without_a_home_folder_a_projects_tilde_folder_is_never_the_persons_config(example_vault, cli, tmp_path,
+                                                                                   monkeypatch):
+    """No ``HOME`` and no entry in the password database: ``~/.config/acpmem`` is no folder at all — one line
+    saying to set ``HOME`` (or ``XDG_CONFIG_HOME``), never a folder named ``~`` in the current one, where a project
+    could have put a trust list or a model endpoint for the person. With ``XDG_CONFIG_HOME`` and
+    ``XDG_CACHE_HOME`` given the commands work. (The password database is stood in for, as above.)"""
+    import pwd
+
+    planted = tmp_path / "~" / ".config" / "acpmem"
+    planted.mkdir(parents=True)
+    (planted / "config.toml").write_text('[extraction]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "planted"\n')
+    monkeypatch.delenv("HOME", raising=False)
+
+    def no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    v = str(example_vault.root)
+    r = cli("memory", "--vault", v, "doctor", cwd=tmp_path, env={"ACPMEM_USER_VAULT": "none"})
+    assert r.returncode == 1 and r.stderr.strip() == (
+        "Error: no home folder is known (HOME is not set and this user has no entry in the password database) — "
+        "set HOME, or XDG_CONFIG_HOME"), (r.stdout, r.stderr)
+    own = tmp_path / "own"
+    env = {"ACPMEM_USER_VAULT": "none", "XDG_CONFIG_HOME": str(own / "config"), "XDG_CACHE_HOME": str(own / "cache")}
+    r = cli("memory", "--vault", v, "recall", "deploy", cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    r = cli("memory", "--vault", v, "doctor", "--json", cwd=tmp_path, env=env)
+    assert "planted" not in r.stdout and "127.0.0.1:9" not in r.stdout, r.stdout
+    assert [p.relative_to(tmp_path) for p in (tmp_path / "~").rglob("*") if p.is_file()] == \
+        [Path("~/.config/acpmem/config.toml")]     # nothing cached or written under the project's `~`

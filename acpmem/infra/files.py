@@ -278,3 +278,14 @@ def expand_home(path: str | Path, what: str) -> Path:
                           code="no_home")
     raise AcpmemError(f"{what} {text!r} starts with {head}, and there is no user {head[1:]!r} to take the home folder "
                       f"of", "give the full path (or ~/… for your own home folder)", code="no_home")
+
+
+def home_folder(instead: str) -> str:
+    """The person's home folder (``HOME``, else the password database's entry for this user); one clear error where
+    neither knows one — never a folder named ``~`` under the current one (a project's ``~/.config/acpmem`` would
+    have been read as the person's own settings). ``instead``: the variable that names the folder wanted instead."""
+    home = os.path.expanduser("~")
+    if home.startswith("~"):
+        raise AcpmemError("no home folder is known (HOME is not set and this user has no entry in the password "
+                          "database)", f"set HOME, or {instead}", code="no_home")
+    return home

@@ -17,7 +17,7 @@ from pathlib import Path
 from acpmem.core.fasthash import sha256
 from acpmem.core.layout import DATA_DIR
 from acpmem.infra import files
-from acpmem.infra.files import atomic_write
+from acpmem.infra.files import atomic_write, home_folder
 
 DATA_FILE = DATA_DIR / "cedict-words.tsv.gz"
 
@@ -52,7 +52,7 @@ def zh_to_en(word: str) -> tuple[str, ...]:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(home_folder("XDG_CACHE_HOME"), ".cache")
     return Path(base) / "acpmem"
 
 

@@ -17,7 +17,7 @@ from acpmem.core.errors import SettingsError
 from acpmem.core.layout import SETTINGS_FILE
 from acpmem.core.settings import Settings, person_from_mapping, settings_from_json, settings_from_mapping
 from acpmem.core import trust
-from acpmem.infra.files import atomic_write
+from acpmem.infra.files import atomic_write, home_folder
 
 CACHE_VERSION = 6   # 6: the unknown settings named; 5: the embedding prefixes; 4: [layers]; 3: [write] and the extraction budgets; 2: every number range-checked (a cache of settings validated before must be read again)
 
@@ -108,7 +108,7 @@ def config_dir(env=None) -> Path:
     env = os.environ if env is None else env
     base = env.get("XDG_CONFIG_HOME") or ""
     if not base or not os.path.isabs(base):   # the XDG rule: a relative value is ignored
-        base = os.path.join(os.path.expanduser("~"), ".config")
+        base = os.path.join(home_folder("XDG_CONFIG_HOME"), ".config")
     return Path(base) / "acpmem"
 
 
@@ -128,7 +128,7 @@ def person_settings(env=None) -> dict[str, dict]:
     if memo is not None and memo is not False:   # read once per process: discovery and the settings both ask
         return memo
     env_ = os.environ if env is None else env
-    cache = Path(env_.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")) / "acpmem" / \
+    cache = Path(env_.get("XDG_CACHE_HOME") or os.path.join(home_folder("XDG_CACHE_HOME"), ".cache")) / "acpmem" / \
         "person-config.json"
     try:   # the per-turn commands skip the TOML parser, as for acpmem.toml
         cached = json.loads(cache.read_text("utf-8"))

@@ -14,7 +14,7 @@ from acpmem.core.fasthash import sha256
 from acpmem.core.layout import (ENTRIES_DIR, ENV_USER_VAULT, ENV_VAULT, SESSIONS_DIR, SETTINGS_FILE, STATE_DIRNAME,
                                 USER_VAULT_DEFAULT, VAULT_DIRNAME)
 from acpmem.core.limits import clip, name_safe, session_problem
-from acpmem.infra.files import expand_home
+from acpmem.infra.files import expand_home, home_folder
 
 
 def _is_dir(p: Path) -> bool:
@@ -147,7 +147,7 @@ def state_location(root: Path) -> tuple[Path, bool]:
     local = root / STATE_DIRNAME
     if _writable(local) if local.is_dir() else _writable(root):
         return local, False
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(home_folder("XDG_CACHE_HOME"), ".cache")
     real = os.path.realpath(root)
     name = name_safe(Path(real).name)[:32].strip(".") or "vault"
     return Path(base) / "acpmem" / "vaults" / f"{name}-{sha256(real.encode('utf-8', 'surrogateescape')).hexdigest()[:12]}", True
