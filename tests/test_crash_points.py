@@ -40,7 +40,7 @@ import sys
 import pytest
 
 import crashpoints as cp
-from helpers_proc import fsck, git_out, head_texts, make_entry
+from helpers_proc import flock_held, fsck, git_out, head_texts, make_entry
 from openai_server import fake_openai, reply
 from acpmem.write.requests import pending_dir
 from helpers_person import set_person
@@ -260,9 +260,13 @@ def _run_op(world, op: str, where: Path, zygote: cp.Zygote | None = None, **kw) 
 
 
 def _settle(root: Path) -> None:
-    """Wait for the detached worker a command may have started (a state is compared, not a moment of a race)."""
+    """Wait for the detached worker a command may have started (a state is compared, not a moment of a race): until
+    none runs and nobody holds the worker lock (a worker done with its requests starts the next one, handing it the
+    lock, before it exits: ``team_model.settle``)."""
+    from acpmem.write.worker import lock_path
+
     deadline = time.monotonic() + 120
-    while cp.helpers_of(root):
+    while cp.helpers_of(root) or flock_held(lock_path(root / ".acpmem")):
         assert time.monotonic() < deadline, "a detached worker did not finish"
         time.sleep(0.05)
 

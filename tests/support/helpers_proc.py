@@ -29,6 +29,18 @@ def wait_until(cond, timeout: float = 60.0):
     raise AssertionError(f"timed out after {timeout:g} s waiting for {getattr(cond, '__name__', cond)}")
 
 
+def flock_held(path: Path) -> bool:
+    """Whether any process holds a ``flock`` on the file at ``path``, read from ``/proc/locks`` — looked at, never
+    taken: trying the lock would, for that moment, make a worker starting beside the test believe one runs."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    dev_ino = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "
+    with open("/proc/locks") as f:
+        return any(" FLOCK " in line and dev_ino in line for line in f)
+
+
 def git_env() -> dict:
     env = dict(os.environ)
     env.update({"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"})

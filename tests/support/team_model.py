@@ -133,9 +133,15 @@ def settle(root: Path, timeout: float = 120.0) -> None:
 
     from acpmem.write import worker
 
+    from helpers_proc import flock_held
+
     state = root / ".acpmem"
     deadline = time.monotonic() + timeout
-    while pids := helpers(root):
+    # Until no helper runs *and* nobody holds the worker lock: a worker that finds another request due when it is
+    # done starts the next one, handing it the lock, and exits — one look at /proc can list no new worker yet and
+    # find the old one a zombie already (seen under load: the live index then lacked what the next worker wrote).
+    # The lock is held from before the next worker starts until it ends, so it is looked at after the processes.
+    while (pids := helpers(root)) or flock_held(worker.lock_path(state)):
         waiter = locks.holder(worker.retry_lock_path(state))
         if waiter in pids and locks.holder(worker.lock_path(state)) is None:
             with contextlib.suppress(ProcessLookupError):
