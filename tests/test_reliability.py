@@ -666,11 +666,13 @@ def test_deleting_acpmem_while_writers_run_loses_no_acknowledged_request(vault, 
 
 
 def _settle_workers(root: Path, timeout: float = 240.0) -> None:
-    """Until no detached worker of this vault is running (a state is compared, not a moment of a race)."""
+    """Until no detached worker of this vault is running and nobody holds its lock (a state is compared, not a
+    moment of a race; ``team_model.settle`` says why the lock too)."""
     import crashpoints
+    from acpmem.write.worker import lock_path
 
     deadline = time.monotonic() + timeout
-    while crashpoints.helpers_of(root):
+    while crashpoints.helpers_of(root) or hp.flock_held(lock_path(root / ".acpmem")):
         assert time.monotonic() < deadline, "a background worker did not finish"
         time.sleep(0.1)
 

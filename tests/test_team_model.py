@@ -11,7 +11,6 @@ import json
 from hypothesis import HealthCheck, Phase, settings
 
 import team_model
-from helpers_proc import wait_until
 from team_model import CHAT, TeamVault, git, helpers, run_killed
 from acpmem.write.requests import pending_dir
 
@@ -51,7 +50,8 @@ def test_a_killed_write_finished_in_the_background_is_waited_for_before_the_inde
     assert code == -9 and note not in git(root, "log", "--format=%B")
     m.fork_write("b")                            # processes its own request, hands the killed one to a worker
     live = json.loads(team_model.run(root, "list", "--json").out)
-    assert wait_until(lambda: not helpers(root), timeout=120)
+    team_model.settle(root)
+    assert not helpers(root)
     assert not list(pending.glob("r-*.json"))    # the worker took the killed request
     for suffix in ("", "-wal", "-shm"):
         (root / ".acpmem" / f"index.sqlite{suffix}").unlink(missing_ok=True)
