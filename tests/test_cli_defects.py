@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -261,7 +262,8 @@ def test_edit_with_no_editor_set_and_no_terminal_starts_no_editor(vault, cli, tm
 NO_USER = "~nosuchuser1729"
 
 
-@pytest.mark.parametrize("where", ["--vault", "ACPMEM_VAULT", "ACPMEM_USER_VAULT", "commit --transcript",
+@pytest.mark.parametrize("where", ["--vault", "ACPMEM_VAULT", "ACPMEM_USER_VAULT", "[layers] user_vault",
+                                   "commit --transcript",
                                    "commit --host-tools", "init", "import", "export --file"])
 def test_a_path_under_the_home_of_no_user_is_one_line_and_nothing_is_made(example_vault, cli, tmp_path, where):
     """``~NAME/…`` where no user NAME exists (a typo, a path copied from another machine): one line naming where
@@ -274,6 +276,7 @@ def test_a_path_under_the_home_of_no_user_is_one_line_and_nothing_is_made(exampl
         "--vault": (["--vault", bad, "list"], {}),
         "ACPMEM_VAULT": (["list"], {"ACPMEM_VAULT": bad}),
         "ACPMEM_USER_VAULT": (["--vault", v, "list"], {"ACPMEM_USER_VAULT": bad}),
+        "[layers] user_vault": (["--vault", v, "list"], {}),
         "commit --transcript": (["--vault", v, *commit, "--transcript", bad], {}),
         "commit --host-tools": (["--vault", v, *commit, "--transcript",
                                  str(Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json"),
@@ -282,6 +285,10 @@ def test_a_path_under_the_home_of_no_user_is_one_line_and_nothing_is_made(exampl
         "import": (["--vault", v, "import", bad], {}),
         "export --file": (["--vault", v, "export", "--to", "codex", "--file", bad], {}),
     }[where]
+    if where == "[layers] user_vault":   # the person's own config.toml
+        from helpers_person import set_person
+
+        set_person("layers", {"user_vault": bad}, Path(os.environ["HOME"]) / ".config" / "acpmem" / "config.toml")
     head = git_out(example_vault.root, "rev-parse", "HEAD")
     r = cli("memory", *argv, env=env, cwd=tmp_path)
     lines = r.stderr.strip().splitlines()

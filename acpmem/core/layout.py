@@ -47,4 +47,3 @@ SESSIONS_DIR = "sessions"
 PACKAGE_DIR = Path(__file__).parent.parent
 DATA_DIR = PACKAGE_DIR / "data"
 TEMPLATE_DIR = PACKAGE_DIR / "vault_template"
-

@@ -14,11 +14,10 @@ from pathlib import Path
 
 from acpmem.core.entry import Entry
 from acpmem.core.errors import AcpmemError, UsageError
-from acpmem.infra.files import expand_home
 from acpmem.core.framing import clean_inline
 from acpmem.core.render import estimate_tokens
 from acpmem.core.values import Value
-from acpmem.infra.files import NotRegularFile, atomic_write, read_regular
+from acpmem.infra.files import NotRegularFile, atomic_write, expand_home, read_regular
 from acpmem.upkeep.importrules import BEGIN_MARK, END_MARK
 from acpmem.vault.projectgit import project_root
 

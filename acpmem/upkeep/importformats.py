@@ -14,8 +14,7 @@ import re
 from pathlib import Path
 
 from acpmem.core.errors import AcpmemError, UsageError
-from acpmem.infra.files import expand_home
-from acpmem.infra.files import NotRegularFile, read_regular
+from acpmem.infra.files import NotRegularFile, expand_home, read_regular
 from acpmem.upkeep.importrules import FORMATS, Candidate, markdown_candidates
 
 MAX_SOURCE_BYTES = 4_000_000     # one source file; a bigger one is refused whole (nothing imported)

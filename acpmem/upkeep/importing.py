@@ -28,9 +28,9 @@ from pathlib import Path
 from acpmem.core.entry import MAX_TITLE_CHARS, Entry
 from acpmem.core.entryfile import parse_entry_bytes
 from acpmem.core.errors import AcpmemError, Refused
-from acpmem.infra.files import expand_home
 from acpmem.core.redact import find_secrets
 from acpmem.core.values import Value
+from acpmem.infra.files import expand_home
 from acpmem.search import similar
 from acpmem.upkeep.importformats import read_source
 from acpmem.upkeep.importrules import Candidate, text_hash

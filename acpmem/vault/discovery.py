@@ -96,12 +96,12 @@ def user_vault_location(configured: str | None, env: dict | None = None) -> tupl
         from acpmem.vault.config import person_settings
 
         configured = person_settings(env).get("layers", {}).get("user_vault")
-    for value in (env.get(ENV_USER_VAULT), configured):
+    for value, source in ((env.get(ENV_USER_VAULT), ENV_USER_VAULT), (configured, "[layers] user_vault")):
         if value is None or value == "":
             continue
         if value.strip().lower() == "none":
             return None, True
-        return expand_home(value, ENV_USER_VAULT), True
+        return expand_home(value, source), True
     return expand_home(USER_VAULT_DEFAULT, "the user vault's default folder"), False
 
 

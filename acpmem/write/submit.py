@@ -12,10 +12,10 @@ from typing import Any
 
 from acpmem.core.clock import utc_iso
 from acpmem.core.errors import AcpmemError, TranscriptError, UsageError
-from acpmem.infra.files import expand_home
 from acpmem.core.limits import clip, int_arg, path_problem
 from acpmem.core.tools import parse_block_arg, parse_commit_args
 from acpmem.core.values import Value
+from acpmem.infra.files import expand_home
 from acpmem.hosts.transcripts import last_seq, read_transcript
 from acpmem.read.sources import record_request_transcript, record_transcript
 from acpmem.write import requests
