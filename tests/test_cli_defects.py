@@ -264,7 +264,8 @@ NO_USER = "~nosuchuser1729"
 
 @pytest.mark.parametrize("where", ["--vault", "ACPMEM_VAULT", "ACPMEM_USER_VAULT", "[layers] user_vault",
                                    "commit --transcript",
-                                   "commit --host-tools", "init", "import", "export --file"])
+                                   "commit --host-tools", "init", "import", "export --file",
+                                   "show --source --transcript"])
 def test_a_path_under_the_home_of_no_user_is_one_line_and_nothing_is_made(example_vault, cli, tmp_path, where):
     """``~NAME/…`` where no user NAME exists (a typo, a path copied from another machine): one line naming where
     the path came from and the next step — pathlib's bare RuntimeError was an internal error — exit 1, nothing
@@ -284,6 +285,8 @@ def test_a_path_under_the_home_of_no_user_is_one_line_and_nothing_is_made(exampl
         "init": (["init", bad], {}),
         "import": (["--vault", v, "import", bad], {}),
         "export --file": (["--vault", v, "export", "--to", "codex", "--file", bad], {}),
+        "show --source --transcript": (["--vault", v, "show", example_vault.load().entries[0].id, "--source",
+                                        "--transcript", bad], {}),
     }[where]
     if where == "[layers] user_vault":   # the person's own config.toml
         from helpers_person import set_person
@@ -351,3 +354,28 @@ def test_without_a_home_folder_a_projects_tilde_folder_is_never_the_persons_conf
     assert "planted" not in r.stdout and "127.0.0.1:9" not in r.stdout, r.stdout
     assert [p.relative_to(tmp_path) for p in (tmp_path / "~").rglob("*") if p.is_file()] == \
         [Path("~/.config/acpmem/config.toml")]     # nothing cached or written under the project's `~`
+
+
+def test_show_source_takes_a_quoted_tilde_transcript_as_the_shell_would(example_vault, cli, tmp_path):
+    """``show --source --transcript "~/…"`` (quoted, so no shell expanded it): the file under the home folder is
+    read, as ``commit --transcript`` reads it; ``~NUL`` is no user."""
+    import shutil
+
+    home = Path(os.environ["HOME"])
+    shutil.copy(Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json", home / "t.json")
+    r = cli("memory", "--vault", str(example_vault.root), "commit", "--type", "fact", "--note", "Queues use SQLite.",
+            "--importance", "5", "--session", "s-home", "--seq", "6", "--transcript", "~/t.json", "--wait",
+            "--extractor", "offline", "--json")
+    assert r.returncode == 0, r.stderr
+    ident = json.loads(r.stdout)["outcome"]["entries"][0]["id"]
+    quoted = cli("memory", "--vault", str(example_vault.root), "show", ident, "--source", "--transcript", "~/t.json")
+    full = cli("memory", "--vault", str(example_vault.root), "show", ident, "--source", "--transcript",
+               str(home / "t.json"))
+    assert quoted.returncode == 0 and quoted.stdout == full.stdout, (quoted.stderr, quoted.stdout, full.stdout)
+    assert "not recorded" not in quoted.stdout and "does not exist" not in quoted.stdout + quoted.stderr, quoted.stdout
+    from acpmem.core.errors import AcpmemError
+    from acpmem.infra.files import expand_home
+
+    with pytest.raises(AcpmemError, match="there is no user"):
+        expand_home("~a\x00b/x", "p")
+

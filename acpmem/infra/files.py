@@ -268,7 +268,10 @@ def expand_home(path: str | Path, what: str) -> Path:
     text = os.fspath(path)
     if not text.startswith("~"):
         return Path(text)
-    out = os.path.expanduser(text)
+    try:
+        out = os.path.expanduser(text)
+    except ValueError:   # a NUL in the user name: no user has it
+        out = text
     if not out.startswith("~"):
         return Path(out)
     head = text.split("/", 1)[0]

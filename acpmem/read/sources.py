@@ -169,6 +169,8 @@ def entry_source(vault, entry_id: str, *, transcript: str | None = None) -> Entr
     from acpmem.read.layers import resolve_layer
 
     _, entry = resolve_layer(vault, entry_id)
+    if transcript:   # `~/…` in quotes reaches us as it was typed: expanded as the shell would have
+        transcript = str(expand_home(transcript, "--transcript"))
     cache: dict[str, object] = {}
     out = []
     request = entry.source.get("request") if isinstance(entry.source, dict) else None
