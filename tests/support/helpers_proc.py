@@ -36,7 +36,7 @@ def flock_held(path: Path) -> bool:
         st = os.stat(path)
     except OSError:
         return False
-    dev_ino = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "
+    dev_ino = f" {os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "   # a field of its own
     with open("/proc/locks") as f:
         return any(" FLOCK " in line and dev_ino in line for line in f)
 
