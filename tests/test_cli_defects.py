@@ -131,10 +131,12 @@ def test_usage_lines_have_no_double_brackets(cli):
 def test_show_source_with_a_transcript_that_cannot_be_read_fails(example_vault, cli, tmp_path):
     v = str(example_vault.root)
     first = sorted(e.id for e in example_vault.load().entries)[0]
-    for bad in ("/dev/zero", str(tmp_path / "missing.jsonl")):
+    # (a name longer than a file system takes was an internal error: "File name too long" from the existence check)
+    for bad in ("/dev/zero", str(tmp_path / "missing.jsonl"), str(tmp_path / ("x" * 300))):
         r = cli("memory", "--vault", v, "show", first, "--source", "--transcript", bad)
         assert r.returncode == 1 and r.stdout == "" and r.stderr.startswith(f"Error: --transcript {bad}: "), r.stderr
-        assert r.stderr.count(bad) == 1
+        assert r.stderr.count(bad) == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "internal error" not in r.stderr
     # no --transcript and none recorded: a finding, not an error
     r = cli("memory", "--vault", v, "show", first, "--source")
     assert r.returncode == 0 and "not recorded" in r.stdout

@@ -205,6 +205,8 @@ def _error(cli, vault, *args):
 
 def test_bad_sources_are_one_line_and_nothing_is_imported(vault, cli, tmp_path):
     assert "does not exist" in _error(cli, vault, str(tmp_path / "nope.md"))
+    long_name = _error(cli, vault, str(tmp_path / ("x" * 300)))   # was an internal error from the existence check
+    assert "File name too long" in long_name and "internal error" not in long_name, long_name
     notes = tmp_path / "notes.txt"
     notes.write_text("some words about nothing in particular\n")
     assert "cannot tell the format" in _error(cli, vault, str(notes))

@@ -193,7 +193,11 @@ def _one(vault, c, override: str | None, cache: dict, request: str | None = None
     path = override or request_transcript(vault, c.session, request) or recorded_transcript(vault, c.session)
     if not path:
         return CitedSource(c, "not_recorded")
-    if not Path(path).exists():
+    try:
+        there = Path(path).exists()
+    except OSError as exc:   # a name too long for the file system, …: not a file anyone can read
+        return CitedSource(c, "unreadable", path, exc.strerror or str(exc))
+    if not there:
         return CitedSource(c, "gone", path)
 
     def read(seqs):   # a DSH log is scanned for just these turns (and its blocks); other formats are read whole

@@ -353,7 +353,11 @@ def read_source(source: str | Path, fmt: str | None = None) -> tuple[list[Path],
     if fmt is not None and fmt not in FORMATS:
         raise UsageError(f"unknown format '{fmt}'", f"one of: {', '.join(FORMATS)}")
     path = expand_home(source, "the source")
-    if not path.exists() and not path.is_symlink():
+    try:
+        there = path.exists() or path.is_symlink()
+    except OSError as exc:   # a name too long for the file system, …
+        raise AcpmemError(f"{path}: {exc.strerror or exc}", "check the path") from None
+    if not there:
         raise AcpmemError(f"{path} does not exist", "check the path (e.g. ./CLAUDE.md or "
                                                     "~/.claude/projects/<project>/memory)")
     if path.is_dir():
