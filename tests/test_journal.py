@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import crashpoints as cp
+import launcher
 from helpers_proc import fsck, git_out, leftovers, make_entry, status_porcelain, wait_until
 from openai_server import reply
 from test_fork import configure
@@ -342,7 +343,9 @@ def test_deleting_acpmem_at_every_step_of_a_write_loses_no_acknowledged_write(ba
         root = tmp_path / f"v{k}"
         shutil.copytree(template, root, symlinks=True)
         other = tmp_path / f"other{k}.txt"
-        env = {**os.environ, "ACPMEM_TEST_DELETE_AT": str(k), "ACPMEM_TEST_ACP": str(ACP),
+        # the second writer: an `acp` forked from the launch server (``tests/support/launcher.py``: a real process
+        # of its own, started as a shell starts it, without an interpreter start-up of its own)
+        env = {**os.environ, "ACPMEM_TEST_DELETE_AT": str(k), "ACPMEM_TEST_ACP": launcher.acp(),
                "ACPMEM_TEST_OTHER": str(other), "ACPMEM_DEBUG": "1"}
         r = cp.forked(["memory", "--vault", str(root), "remember", "Written by the first writer.", "--type", "fact",
                     "--importance", "3"], inside=[root], env=env,

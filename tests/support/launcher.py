@@ -55,7 +55,8 @@ body = b"".join(item(x) for x in [PROG.encode(), os.fsencode(os.getcwd()), str(m
                                   str(len(args)).encode(), *args, *env])
 data = len(body).to_bytes(4, "big") + body
 sent = s.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]).tobytes())])
-s.sendall(data[sent:])
+if sent < len(data):   # never an empty send: once the server has it all, the command may be done and the server
+    s.sendall(data[sent:])   # gone from the connection, and a send of nothing to a closed peer is EPIPE
 def forward(n, frame):
     try:
         s.send(bytes([n]))
