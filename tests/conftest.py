@@ -103,7 +103,7 @@ def _fresh_vault(where: Path, clock, tmp_path_factory, *, example: bool):
     rng = random.Random()
     rng.setstate(state)
     v = Vault(where, clock=clock, rng=rng)
-    v.load()   # the caches keyed by a file's inode and ctime (the settings, the catalog) made fresh again, as init leaves them
+    v.load()   # the caches keyed by a file's inode and ctime (the settings, the catalog) fresh, as init leaves them
     return v
 
 
