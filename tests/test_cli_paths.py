@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,7 @@ def _with_vault(root: Path):
     return _option("--vault", vault)
 
 
+@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
 def list_args(root):
     fmt = st.sampled_from(["table", "json", "markdown", "prompt", "PROMPT", "xml", ""])
     return _args([_option("--format", fmt), _option("-f", fmt), st.just(["--all"]), st.just(["--json"]),
@@ -121,6 +123,7 @@ def list_args(root):
                   _option("--session", st.sampled_from(["s1", "s2", "", "spaced id", "会话"])), _with_vault(root)])
 
 
+@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
 def recall_args(root):
     options = _args([_option("--limit", INTS), _option("-n", INTS), st.just(["--all"]),
                   _option("--type", st.sampled_from(["lesson", "fact", "nope", ""])),
@@ -131,6 +134,7 @@ def recall_args(root):
         lambda t: t[0][:t[2]] + [t[1]] + t[0][t[2]:] + t[3])
 
 
+@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
 def commit_args(root):
     return _args([_option("--type", st.sampled_from(["lesson", "fact", "nope", ""])),
                   _option("-t", st.sampled_from(["decision"])), _option("--note", TEXT),
@@ -240,6 +244,7 @@ def test_commit_wait_agrees(tmp_path):
 
 # ------------------------------------------------------------------------------------------ tools and nudge
 
+@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
 def tools_args(root):
     return _args([_option("--for", st.sampled_from(["main", "fork", "MAIN", ""])),
                   _option("--format", st.sampled_from(["openai", "anthropic", "mcp", "dsh", "xml"])),
@@ -247,6 +252,7 @@ def tools_args(root):
                   _with_vault(root)])
 
 
+@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
 def nudge_args(root):
     return _args([_option("--lang", st.sampled_from(["en", "zh", "fr", ""])),
                   _option("--voice", st.sampled_from(["gentle", "emergency", "tier", "loud"])), _with_vault(root)])
@@ -290,11 +296,16 @@ def twin_template(tmp_path_factory):
         assert main(["--vault", str(base / "template" / "vault"), "sync"], "acpmem") == 0
         assert main(["--vault", str(base / "template" / "vault"), "remember", "Deploys go out on Tuesdays.",
                      "--type", "decision"], "acpmem") == 0
+        # objects in one pack, as git's auto gc leaves a repository in use: ~70 files a copy, not ~160 (two copies an
+        # example of the twin tests)
+        for repo in ("vault", "user", "remote.git"):
+            subprocess.run(["git", "-C", str(base / "template" / repo), "repack", "-a", "-d", "-q"], check=True)
     finally:
         os.environ.pop("ACPMEM_USER_VAULT") if saved is None else os.environ.__setitem__("ACPMEM_USER_VAULT", saved)
     return base
 
 
+@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
 def remember_args(root):
     options = _args([_option("--type", st.sampled_from(["lesson", "fact", "user-preference", "nope", ""])),
                      _option("-t", st.sampled_from(["decision"])), _option("--importance", INTS), _option("-i", INTS),
@@ -327,7 +338,7 @@ def _twin_same(template: Path, argv: list[str], stdin: bytes = b"", user_vault: 
     try:
         for fast in (True, False):
             shutil.rmtree(work, ignore_errors=True)
-            shutil.copytree(template / "template", work, symlinks=True)
+            subprocess.run(["cp", "-a", "--", str(template / "template"), str(work)], check=True)
             code, out, err, calls = run(argv, "acpmem", fast=fast, stdin=stdin)
             norm = lambda s: _SHA.sub("SHA", _ENTRY_ID.sub(r"\1\2ID", s))  # noqa: E731
             got.append((code, norm(out), norm(err), calls))
@@ -465,6 +476,7 @@ def _pinned(argv: list[str]) -> list[str]:
 _VALUED = {"--seed", "--at", "--session", "--top", "-n", "--vault", "--prompt", "--max-chars"}
 
 
+@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
 def show_args(root):
     ident = _first_id(root)
     ids = st.sampled_from([ident, ident[:3], "#" + ident, "", "nosuch", "-x", "a b"])
@@ -474,6 +486,7 @@ def show_args(root):
         lambda t: t[0][:t[2]] + [t[1]] + t[0][t[2]:] + t[3])
 
 
+@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
 def score_args(root):
     return _args([st.just(["--explain"]), _option("--seed", INTS), _option("--at", ATS),
                   _option("--session", st.sampled_from(["s1", "s2", "会话"])), _option("--top", INTS),
@@ -483,11 +496,13 @@ def score_args(root):
 PROMPTS = st.one_of(st.sampled_from(["-", "the job queue", "上传大文件", "", " ", "--json"]), TEXT)
 
 
+@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
 def surface_args(root):
     return _args([_option("--session", st.sampled_from(["s1", "s2", "", "x" * 600])), _option("--seed", INTS),
                   _option("--at", ATS), st.just(["--json"]), _with_vault(root)])
 
 
+@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
 def surface_prompt_args(root):
     return _args([_option("--session", st.sampled_from(["s1", "s2", ""])), _option("--prompt", PROMPTS),
                   st.just(["--json"]), _with_vault(root), _option("--seed", INTS)])
