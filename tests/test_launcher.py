@@ -1,7 +1,8 @@
 """``tests/support/launcher.py`` holds to what its tests rely on: a command run through its ``acp`` is a process of
 its own that behaves as the installed ``acp`` — same output, exit code, folder, environment, umask and standard
 input — a signal sent to it reaches the command, a script killed takes its command with it, and a caller whose
-streams would be set up otherwise gets the installed ``acp`` itself."""
+streams would be set up otherwise, or whose server went away before it had the whole request, gets the installed
+``acp`` itself."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 import launcher
 from helpers_proc import wait_until
@@ -106,3 +109,43 @@ def test_a_caller_whose_streams_differ_gets_the_installed_acp(vault):
         p.stdin.close()
         assert p.wait(timeout=60) == 0
         p.stdout.close()
+
+
+def test_a_server_gone_before_it_has_the_whole_request_gets_the_installed_acp(tmp_path, vault):
+    """A request larger than the socket holds is sent in two parts; a server that closes the connection before the
+    second (it ended, or could not read it) never started the command, so the script runs the installed ``acp``,
+    which says what it would have said — never a traceback (an empty second send once raised BrokenPipeError after
+    the command had run)."""
+    import socket
+    import threading
+
+    sock = tmp_path / "s"
+    lis = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lis.bind(str(sock))
+    lis.listen(1)
+
+    def gone() -> None:   # reads the first bytes, then leaves
+        conn, _ = lis.accept()
+        conn.recv(16)
+        conn.close()
+    t = threading.Thread(target=gone)
+    t.start()
+    script = tmp_path / "acp"
+    script.write_text(launcher.SCRIPT.format(python=sys.executable, sock=str(sock), real=REAL, prog="acp",
+                                             streams={k: os.environ.get(k) for k in launcher.SAME_VARS},
+                                             forwarded=launcher.FORWARDED))
+    script.chmod(0o755)
+    # an environment larger than the socket's send buffer (wmem_default, ~200 KB), within exec's limit (ARG_MAX,
+    # 2 MB here; 128 KB a string)
+    buffer = int(Path("/proc/sys/net/core/wmem_default").read_text())
+    fill = max(1_000_000, 3 * buffer)
+    if fill > os.sysconf("SC_ARG_MAX") // 2:
+        pytest.skip(f"this kernel's socket buffer ({buffer} bytes) holds more than a process's environment may")
+    env = dict(os.environ, **{f"ACPMEM_TEST_FILL{i}": "x" * 100_000 for i in range(fill // 100_000 + 1)})
+    args = ("memory", "--vault", str(vault.root), "list")
+    ours = subprocess.run([str(script), *args], capture_output=True, text=True, env=env, timeout=60)
+    t.join(timeout=60)
+    lis.close()
+    real = subprocess.run([REAL, *args], capture_output=True, text=True, env=env, timeout=60)
+    assert (ours.returncode, ours.stdout, ours.stderr) == (real.returncode, real.stdout, real.stderr)
+    assert "Traceback" not in ours.stderr and real.returncode == 0

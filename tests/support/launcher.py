@@ -56,7 +56,10 @@ body = b"".join(item(x) for x in [PROG.encode(), os.fsencode(os.getcwd()), str(m
 data = len(body).to_bytes(4, "big") + body
 sent = s.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]).tobytes())])
 if sent < len(data):   # never an empty send: once the server has it all, the command may be done and the server
-    s.sendall(data[sent:])   # gone from the connection, and a send of nothing to a closed peer is EPIPE
+    try:                 # gone from the connection, and a send of nothing to a closed peer is EPIPE
+        s.sendall(data[sent:])
+    except OSError:      # the server went away before it had the whole request: it never started the command
+        fallback()
 def forward(n, frame):
     try:
         s.send(bytes([n]))
