@@ -91,6 +91,7 @@ def _fresh_vault(where: Path, clock, tmp_path_factory, *, example: bool):
     random vault id in it, its time) is the template's. ``init`` itself is ``test_vault.py``'s and the CLI tests'."""
     from acpmem.vault.create import init_vault
     from acpmem.vault.writer import Vault
+    from helpers_proc import copy_tree
 
     made = _TEMPLATES.get(example)
     if made is None:
@@ -99,7 +100,7 @@ def _fresh_vault(where: Path, clock, tmp_path_factory, *, example: bool):
         made = _TEMPLATES[example] = (root, v.rng.getstate())
         v.close()
     root, state = made
-    subprocess.run(["cp", "-a", "--", str(root), str(where)], check=True)
+    copy_tree(root, where)
     rng = random.Random()
     rng.setstate(state)
     v = Vault(where, clock=clock, rng=rng)

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from acpmem.cli.main import main
 from acpmem.write import worker
+from helpers_proc import copy_tree
 
 CHAT = str(Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json")
 EXAMPLES = 150
@@ -115,7 +116,9 @@ def _with_vault(root: Path):
     return _option("--vault", vault)
 
 
-@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
+# The argv builders below are cached: one strategy a vault, not one an example (hypothesis checks a strategy the
+# first time it is drawn from).
+@cache
 def list_args(root):
     fmt = st.sampled_from(["table", "json", "markdown", "prompt", "PROMPT", "xml", ""])
     return _args([_option("--format", fmt), _option("-f", fmt), st.just(["--all"]), st.just(["--json"]),
@@ -123,7 +126,7 @@ def list_args(root):
                   _option("--session", st.sampled_from(["s1", "s2", "", "spaced id", "会话"])), _with_vault(root)])
 
 
-@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
+@cache
 def recall_args(root):
     options = _args([_option("--limit", INTS), _option("-n", INTS), st.just(["--all"]),
                   _option("--type", st.sampled_from(["lesson", "fact", "nope", ""])),
@@ -134,7 +137,7 @@ def recall_args(root):
         lambda t: t[0][:t[2]] + [t[1]] + t[0][t[2]:] + t[3])
 
 
-@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
+@cache
 def commit_args(root):
     return _args([_option("--type", st.sampled_from(["lesson", "fact", "nope", ""])),
                   _option("-t", st.sampled_from(["decision"])), _option("--note", TEXT),
@@ -244,7 +247,7 @@ def test_commit_wait_agrees(tmp_path):
 
 # ------------------------------------------------------------------------------------------ tools and nudge
 
-@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
+@cache
 def tools_args(root):
     return _args([_option("--for", st.sampled_from(["main", "fork", "MAIN", ""])),
                   _option("--format", st.sampled_from(["openai", "anthropic", "mcp", "dsh", "xml"])),
@@ -252,7 +255,7 @@ def tools_args(root):
                   _with_vault(root)])
 
 
-@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
+@cache
 def nudge_args(root):
     return _args([_option("--lang", st.sampled_from(["en", "zh", "fr", ""])),
                   _option("--voice", st.sampled_from(["gentle", "emergency", "tier", "loud"])), _with_vault(root)])
@@ -305,7 +308,7 @@ def twin_template(tmp_path_factory):
     return base
 
 
-@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
+@cache
 def remember_args(root):
     options = _args([_option("--type", st.sampled_from(["lesson", "fact", "user-preference", "nope", ""])),
                      _option("-t", st.sampled_from(["decision"])), _option("--importance", INTS), _option("-i", INTS),
@@ -338,7 +341,7 @@ def _twin_same(template: Path, argv: list[str], stdin: bytes = b"", user_vault: 
     try:
         for fast in (True, False):
             shutil.rmtree(work, ignore_errors=True)
-            subprocess.run(["cp", "-a", "--", str(template / "template"), str(work)], check=True)
+            copy_tree(template / "template", work)
             code, out, err, calls = run(argv, "acpmem", fast=fast, stdin=stdin)
             norm = lambda s: _SHA.sub("SHA", _ENTRY_ID.sub(r"\1\2ID", s))  # noqa: E731
             got.append((code, norm(out), norm(err), calls))
@@ -476,7 +479,7 @@ def _pinned(argv: list[str]) -> list[str]:
 _VALUED = {"--seed", "--at", "--session", "--top", "-n", "--vault", "--prompt", "--max-chars"}
 
 
-@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
+@cache
 def show_args(root):
     ident = _first_id(root)
     ids = st.sampled_from([ident, ident[:3], "#" + ident, "", "nosuch", "-x", "a b"])
@@ -486,7 +489,7 @@ def show_args(root):
         lambda t: t[0][:t[2]] + [t[1]] + t[0][t[2]:] + t[3])
 
 
-@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
+@cache
 def score_args(root):
     return _args([st.just(["--explain"]), _option("--seed", INTS), _option("--at", ATS),
                   _option("--session", st.sampled_from(["s1", "s2", "会话"])), _option("--top", INTS),
@@ -496,13 +499,13 @@ def score_args(root):
 PROMPTS = st.one_of(st.sampled_from(["-", "the job queue", "上传大文件", "", " ", "--json"]), TEXT)
 
 
-@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
+@cache
 def surface_args(root):
     return _args([_option("--session", st.sampled_from(["s1", "s2", "", "x" * 600])), _option("--seed", INTS),
                   _option("--at", ATS), st.just(["--json"]), _with_vault(root)])
 
 
-@cache   # one strategy a vault, not one an example (hypothesis checks a strategy when first drawn from)
+@cache
 def surface_prompt_args(root):
     return _args([_option("--session", st.sampled_from(["s1", "s2", ""])), _option("--prompt", PROMPTS),
                   st.just(["--json"]), _with_vault(root), _option("--seed", INTS)])

@@ -40,7 +40,7 @@ import sys
 import pytest
 
 import crashpoints as cp
-from helpers_proc import flock_held, fsck, git_out, head_texts, make_entry
+from helpers_proc import copy_tree, flock_held, fsck, git_out, head_texts, make_entry
 from openai_server import fake_openai, reply
 from acpmem.write.requests import pending_dir
 from helpers_person import set_person
@@ -445,8 +445,4 @@ def test_every_crash_point_of_a_write_keeps_the_invariants(op, world):
     print(f"\n{op}: {len(steps)} steps, {len(todo)} kill points ({len(fsyncs)} at an fsync), {wall:.1f} s")
 
 
-def _copy(template: Path, where: Path) -> Path:
-    # cp: half the CPU of shutil.copytree (one process copying in C against a Python call or three a file); the
-    # same copy — contents, modes, times, links as links
-    subprocess.run(["cp", "-a", "--", str(template), str(where)], check=True)
-    return where
+_copy = copy_tree
