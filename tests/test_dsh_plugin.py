@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import launcher
 from helpers_proc import wait_until
 from openai_server import reply
 import surfacing
@@ -25,7 +26,10 @@ import surfacing
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = REPO / "integrations" / "dsh"
 DRIVER = PLUGIN / "tests" / "e2e" / "session.js"
-BIN = Path(sys.executable).parent
+BIN = Path(sys.executable).parent   # the installed console scripts: where the read server is the point
+# The host's `acp` (and these tests' own) is the launcher's (tests/support/launcher.py): a real process on the
+# caller's descriptors, folder and environment, forked from one that imported acpmem, not a fresh interpreter
+ACP = launcher.acp
 
 DECISION = ("Decision: we cut releases only from release/* branches, because hotfixes must never carry unreviewed "
             "main commits.")
@@ -55,7 +59,7 @@ def dsh(tmp_path):
     exe = node()
     project = tmp_path / "project"
     project.mkdir()
-    init = subprocess.run([str(BIN / "acp"), "memory", "init"], cwd=project, capture_output=True, text=True)
+    init = subprocess.run([ACP(), "memory", "init"], cwd=project, capture_output=True, text=True)
     assert init.returncode == 0, init.stderr
     vault = project / ".acp-memory"
 
@@ -67,7 +71,7 @@ def dsh(tmp_path):
         path = tmp_path / f"{session_id}.scenario.json"
         out = tmp_path / f"{session_id}.report.json"
         path.write_text(json.dumps(scenario))
-        full_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
+        full_env = {**os.environ, "PATH": launcher.path_env(), **(env or {})}
         done = subprocess.run([exe, str(DRIVER), str(path), str(out)], capture_output=True, text=True, env=full_env,
                               timeout=600)
         assert done.returncode == 0, done.stderr
@@ -79,7 +83,7 @@ def dsh(tmp_path):
 
 
 def acp(*args: str, vault: Path) -> str:
-    done = subprocess.run([str(BIN / "acp"), "memory", *args, f"--vault={vault}"], capture_output=True, text=True)
+    done = subprocess.run([ACP(), "memory", *args, f"--vault={vault}"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -133,7 +137,7 @@ def test_session_two_sees_the_entry_in_its_system_prompt_and_recalls_it(dsh, ope
 def test_an_entry_of_the_project_is_in_the_next_host_process_and_recalled(dsh):
     """The second half without the first: an entry a person wrote is in the system prompt a new host process sends,
     and a scripted memory_recall returns it in full."""
-    done = subprocess.run([str(BIN / "acp"), "memory", "remember", ENTRY, "--type=decision", "--importance=8",
+    done = subprocess.run([ACP(), "memory", "remember", ENTRY, "--type=decision", "--importance=8",
                            f"--vault={dsh.vault}", "--json"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     entry_id = json.loads(done.stdout)["id"]
@@ -172,7 +176,9 @@ def test_dshs_per_message_reads_through_the_read_server_bring_the_same_memory(ds
     run = tmp_path / "run"
     run.mkdir(mode=0o700)
     log = tmp_path / "served.log"
-    env = {"ACPMEM_READ_SERVER": "1", "XDG_RUNTIME_DIR": str(run), "ACPMEM_READ_SERVER_CPU_LOG": str(log)}
+    # the installed console scripts: their start-up is where a read goes to the server
+    env = {"ACPMEM_READ_SERVER": "1", "XDG_RUNTIME_DIR": str(run), "ACPMEM_READ_SERVER_CPU_LOG": str(log),
+           "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     # the server the first read starts is up before the session (the session's first calls may run alone)
     subprocess.run([str(BIN / "acp"), "memory", "list", f"--vault={dsh.vault}"], env={**os.environ, **env},
                    check=True, capture_output=True, timeout=120)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import launcher
 from helpers_proc import wait_until
 from openai_server import reply
 from pi_host import PiHost, call, entries, missing, say
@@ -26,7 +27,10 @@ from acpmem import Vault
 pytestmark = pytest.mark.skipif(missing() is not None and not os.environ.get("ACPMEM_REQUIRE_PI"),
                                 reason=missing() or "")
 
-ACP = Path(sys.executable).parent / "acp"
+BIN = Path(sys.executable).parent   # the installed console scripts: where the read server is the point
+# pi's `acp` (and these tests' own) is the launcher's (tests/support/launcher.py): a real process on the caller's
+# descriptors, folder and environment, forked from one that imported acpmem, not a fresh interpreter
+ACP = launcher.acp
 DECISION = "We decided to pin pnpm 9: npm broke the lockfile twice, so CI must run pnpm install --frozen-lockfile."
 SUMMARY = ("## Goal\nSet up the project's CI.\n\n## Key Decisions\n- Pin pnpm 9: npm broke the lockfile twice.\n\n"
            "## Next Steps\n- Add the CI job.")
@@ -35,7 +39,7 @@ ENTRY = "- pnpm 9 is pinned for this project: npm broke the lockfile twice; CI r
 
 
 def _acp(*args: str, cwd: Path) -> str:
-    r = subprocess.run([str(ACP), "memory", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([ACP(), "memory", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -48,7 +52,7 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _env(srv=None, path: str | None = None) -> dict:
-    env = {"PATH": path if path is not None else f"{ACP.parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {"PATH": path if path is not None else launcher.path_env()}
     if srv is not None:
         env.update({"OPENAI_BASE_URL": srv.base_url, "OPENAI_MODEL": "fake-model", "OPENAI_API_KEY": "sk-test"})
     return env
@@ -228,9 +232,11 @@ def test_pis_per_prompt_reads_through_the_read_server_bring_the_same_memory(tmp_
     run = tmp_path / "run"
     run.mkdir(mode=0o700)
     log = tmp_path / "served.log"
-    env = {**_env(), "ACPMEM_READ_SERVER": "1", "XDG_RUNTIME_DIR": str(run), "ACPMEM_READ_SERVER_CPU_LOG": str(log)}
+    # the installed console scripts: their start-up is where a read goes to the server
+    env = {**_env(path=f"{BIN}{os.pathsep}{os.environ['PATH']}"), "ACPMEM_READ_SERVER": "1",
+           "XDG_RUNTIME_DIR": str(run), "ACPMEM_READ_SERVER_CPU_LOG": str(log)}
     # the server the first read starts is up before the session (the session's first calls may run alone)
-    subprocess.run([str(ACP), "memory", "list"], cwd=project, env={**os.environ, **env}, check=True,
+    subprocess.run([str(BIN / "acp"), "memory", "list"], cwd=project, env={**os.environ, **env}, check=True,
                    capture_output=True, timeout=120)
     wait_until(lambda: list((run / "acpmem").glob("read-*.sock")))
     with host.session(env) as pi:
@@ -307,7 +313,7 @@ def test_acpmem_pi_off_loads_nothing(tmp_path):
 def test_the_pi_example_runs_as_the_readme_says(tmp_path):
     r = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "examples" / "pi" / "run_session.py")],
                        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "PATH": f"{ACP.parent}{os.pathsep}{os.environ['PATH']}"})
+                       env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
     assert r.returncode == 0, r.stdout + r.stderr
     one, two = r.stdout.split("--- session 2")
     assert "[acpmem guidance, after the compaction]\n[LONG-TERM MEMORY]" in one
