@@ -40,6 +40,8 @@ def _isolated_env(tmp_path_factory, monkeypatch):
     """Every test gets its own HOME (so the default user vault, ~/.acp-memory, is a fresh folder that does not
     exist — the real one is never read or written) and git identity, and no ambient vault or model settings."""
     home = tmp_path_factory.mktemp("home")
+    if not _TEMPLATE_BASE:
+        _TEMPLATE_BASE.append(tmp_path_factory.getbasetemp())   # where ``fresh_vault`` keeps its templates
     cfg = home / ".gitconfig"
     cfg.write_text("[user]\n\tname = Test User\n\temail = test@example.invalid\n[init]\n\tdefaultBranch = main\n")
     monkeypatch.setenv("HOME", str(home))
@@ -80,44 +82,55 @@ def clock():
     return lambda: PINNED
 
 
-_TEMPLATES: dict[bool, tuple[Path, tuple]] = {}
-
-
-def _fresh_vault(where: Path, clock, tmp_path_factory, *, example: bool):
-    """A vault as ``init_vault(where, example=…, clock=clock, rng=random.Random(7))`` leaves it — the same files,
+def fresh_vault(where: Path, clock, *, example: bool = False, seed: int = 7, workspace: bool = False):
+    """A vault as ``init_vault(where, example=…, clock=clock, rng=random.Random(seed))`` leaves it — the same files,
     repository, index and state, and an rng in the same state — copied from one this test process made with
     ``init_vault`` the first time (``cp -a``: ~2 ms, against 11 ms for ``init`` and 26 ms with the example entries,
     each five git processes). Only the history differs from a vault ``init`` makes then: its first commit (the
-    random vault id in it, its time) is the template's. ``init`` itself is ``test_vault.py``'s and the CLI tests'."""
+    random vault id in it, its time) is the template's. With ``workspace``, ``where`` is a git workspace (``git
+    init``) and the vault its ``.acp-memory``, made by ``init_vault(None, cwd=where)`` (the workspace's
+    ``.git/info/exclude`` naming it); the vault is returned. ``init`` itself is ``test_vault.py``'s and the CLI
+    tests'."""
     from acpmem.vault.create import init_vault
     from acpmem.vault.writer import Vault
     from helpers_proc import copy_tree
 
-    made = _TEMPLATES.get(example)
+    key = (example, seed, workspace, clock())
+    made = _TEMPLATES.get(key)
     if made is None:
-        root = tmp_path_factory.getbasetemp() / f"vault-template-{'example' if example else 'plain'}"
-        v = init_vault(root, example=example, clock=clock, rng=random.Random(7))
-        made = _TEMPLATES[example] = (root, v.rng.getstate())
+        base = _TEMPLATE_BASE[0] / f"template-{len(_TEMPLATES)}"
+        if workspace:
+            base.mkdir(parents=True)
+            subprocess.run(["git", "init", "-q", str(base)], check=True)
+            v = init_vault(None, cwd=base, example=example, clock=clock, rng=random.Random(seed))
+        else:
+            v = init_vault(base, example=example, clock=clock, rng=random.Random(seed))
+        made = _TEMPLATES[key] = (base, v.root.relative_to(base) if workspace else Path("."), v.rng.getstate())
         v.close()
-    root, state = made
-    copy_tree(root, where)
+    base, rel, state = made
+    where.parent.mkdir(parents=True, exist_ok=True)
+    copy_tree(base, where)
     rng = random.Random()
     rng.setstate(state)
-    v = Vault(where, clock=clock, rng=rng)
+    v = Vault(where / rel, clock=clock, rng=rng)
     v.load()   # the caches keyed by a file's inode and ctime (the settings, the catalog) fresh, as init leaves them
     return v
 
 
+_TEMPLATES: dict[tuple, tuple[Path, Path, tuple]] = {}
+_TEMPLATE_BASE: list[Path] = []
+
+
 @pytest.fixture
 def vault(tmp_path, clock, tmp_path_factory):
-    v = _fresh_vault(tmp_path / "vault", clock, tmp_path_factory, example=False)
+    v = fresh_vault(tmp_path / "vault", clock)
     yield v
     v.close()
 
 
 @pytest.fixture
 def example_vault(tmp_path, clock, tmp_path_factory):
-    v = _fresh_vault(tmp_path / "vault", clock, tmp_path_factory, example=True)
+    v = fresh_vault(tmp_path / "vault", clock, example=True)
     yield v
     v.close()
 

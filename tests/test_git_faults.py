@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import fresh_vault
 from helpers_proc import git_out, head_files, leftovers, make_entry, status_porcelain
 from acpmem.write.requests import pending_dir
 
@@ -64,7 +65,7 @@ def team(tmp_path, clock):
     """A vault with two entries pushed to a bare remote; returns (origin vault, bare remote)."""
     bare = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
-    a = init_vault(tmp_path / "a", clock=clock)
+    a = fresh_vault(tmp_path / "a", clock)
     for ident, title in (("base01", "The queue is drained by one worker per vault"),
                          ("base02", "Deploys run from release branches")):
         a.write_entries([make_entry(ident, title, f"- {title}.").with_changes(path=a.path_for(ident, title))],

@@ -20,6 +20,7 @@ import pytest
 
 import crashpoints as cp
 import launcher
+from conftest import fresh_vault
 from helpers_proc import fsck, git_out, leftovers, make_entry, status_porcelain, wait_until
 from openai_server import reply
 from test_fork import configure
@@ -68,7 +69,7 @@ def pending(root: Path) -> list[str]:
 
 @pytest.fixture
 def base(tmp_path, clock):
-    v = init_vault(tmp_path / "vault", clock=clock, rng=random.Random(7))
+    v = fresh_vault(tmp_path / "vault", clock)
     for ident, title in (("base01", "The queue is drained by one worker per vault"),
                          ("base02", "Deploys run from release branches")):
         v.write_entries([make_entry(ident, title, f"- {title}.").with_changes(path=v.path_for(ident, title))],

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from conftest import fresh_vault
 from helpers_proc import git_out, make_entry, run_readme_sh, warnings_said
 from openai_server import reply
 from acpmem.core.layout import USER_ID_PREFIX
 from acpmem.infra.localstate import queue_home
-from acpmem.vault.create import init_user_vault, init_vault
+from acpmem.vault.create import init_vault
 from acpmem.read.layers import list_layered, recall_layered, resolve_layer
 from acpmem.read.resident import resident_index
 from acpmem.read.retrieval import surface
@@ -39,17 +40,26 @@ def put(v: Vault, ident: str, title: str, body: str, *, typ: str = "fact", impor
 
 
 def project(tmp_path: Path, name: str, clock, seed: int = 7) -> Vault:
-    """A project workspace with its vault in ``<name>/.acp-memory`` (a git workspace, as in real use)."""
-    ws = tmp_path / name
-    ws.mkdir()
-    subprocess.run(["git", "init", "-q", str(ws)], check=True)
-    return init_vault(None, cwd=ws, clock=clock, rng=random.Random(seed))
+    """A project workspace with its vault in ``<name>/.acp-memory`` (a git workspace, as in real use): as ``git init``
+    and ``init_vault(None, cwd=…, rng=random.Random(seed))`` leave it, copied from the ones this process made
+    (``conftest.fresh_vault``)."""
+    return fresh_vault(tmp_path / name, clock, seed=seed, workspace=True)
+
+
+def user_copy(where: Path, clock, seed: int) -> Vault:
+    """The user vault at ``where`` (``$ACPMEM_USER_VAULT``) as ``init_user_vault(rng=random.Random(seed))`` leaves
+    it — a vault like any other, read as the user layer — copied (``conftest.fresh_vault``)."""
+    from acpmem.core import layout
+
+    v = fresh_vault(where, clock, seed=seed)
+    v.layer = layout.LAYER_USER
+    return v
 
 
 @pytest.fixture
 def user_vault(tmp_path, clock, monkeypatch):
     monkeypatch.setenv("ACPMEM_USER_VAULT", str(tmp_path / "me" / ".acp-memory"))
-    u = init_user_vault(clock=clock, rng=random.Random(3))
+    u = user_copy(tmp_path / "me" / ".acp-memory", clock, seed=3)
     put(u, "u-short1", "Answer with the short version first, details after", "- The user wants the answer first.",
         typ="user-preference", importance=8)
     yield u
@@ -512,7 +522,7 @@ WORDS = st.sampled_from(["cedar", "maple", "birch", "larch", "alder", "rowan", "
 def test_generated_entry_sets_never_leak_and_ids_stay_unique(tmp_path_factory, clock, monkeypatch, sets):
     root = tmp_path_factory.mktemp("gen")
     monkeypatch.setenv("ACPMEM_USER_VAULT", str(root / "user"))
-    vaults = {"U": init_user_vault(clock=clock, rng=random.Random(1)),
+    vaults = {"U": user_copy(root / "user", clock, seed=1),
               "A": project(root, "a", clock, 2), "B": project(root, "b", clock, 3)}
     tag = {"A": "zzproja", "B": "zzprojb", "U": "zzuser"}
     written: dict[str, set[str]] = {k: set() for k in vaults}

@@ -19,7 +19,7 @@ from helpers_proc import git_out, run_readme_sh, warnings_said
 from openai_server import reply
 from test_consolidate import DUPLICATES
 from test_fork import configure as set_toml
-from test_layers import configure, ids, project, put, run, submit
+from test_layers import configure, ids, project, put, run, submit, user_copy
 import test_layers
 
 from acpmem.core.errors import AmbiguousId, EntryNotFound, Refused
@@ -369,11 +369,9 @@ def _propose(v: Vault, ident: str, title: str) -> None:
        order=st.randoms(use_true_random=False))
 def test_any_mix_of_decisions_over_both_layers_lands_in_the_vault_of_each_item(tmp_path_factory, clock, plan, order,
                                                                                monkeypatch):
-    from acpmem.vault.create import init_user_vault
-
     base = tmp_path_factory.mktemp("mix")
     monkeypatch.setenv("ACPMEM_USER_VAULT", str(base / "me"))
-    u = init_user_vault(clock=clock, rng=random.Random(1))
+    u = user_copy(base / "me", clock, seed=1)
     p = project(base, "proj", clock)
     made = []
     for n, (user, decision) in enumerate(plan):

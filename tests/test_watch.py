@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import fresh_vault
 from acpmem.core.layout import DB_NAME
 from acpmem.infra import db
 from acpmem.search import catalog, watch
 from acpmem.vault.config import load_settings
 from acpmem.vault.writer import git
-from acpmem.vault.create import init_vault
 from test_store import has_term, ids, make, top, write
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux only")
@@ -82,12 +82,10 @@ def kill_watcher(state_dir: Path) -> None:
 @pytest.fixture
 def new_vault(tmp_path, clock):
     """Vaults with the given ``[index]`` settings; each is closed and its watcher stopped at the end."""
-    import random
-
     made = []
 
     def make(path: Path | None = None, **index_settings):
-        v = init_vault(path or tmp_path / "vault", clock=clock, rng=random.Random(7))
+        v = fresh_vault(path or tmp_path / "vault", clock)
         configure(v.root, **index_settings)
         made.append(v)
         return v
