@@ -149,6 +149,37 @@ def test_init_on_a_file_or_a_read_only_folder_is_one_line_and_leaves_nothing(tmp
         cleanup()
 
 
+def test_a_state_folder_another_process_deletes_as_the_vault_opens_is_no_read_only_vault(vault, monkeypatch, cli):
+    """``.acpmem/`` is derived state a person (or a script) may delete at any moment. Deleted just as a command asks
+    whether it may write there, the vault is still writable: the command goes on and makes it again (it said "the
+    vault is read-only" once, under ``test_reliability``'s deleter: a look at the folder, then at its permissions)."""
+    from acpmem.vault import discovery
+
+    root = vault.root
+    vault.close()
+    state = root / ".acpmem"
+    assert state.is_dir()
+    real_access, deleted = os.access, []
+
+    def access(path, mode, *a, **kw):   # the other process deletes the folder the moment it is first asked about
+        if not deleted and os.fspath(path) == str(state):
+            shutil.rmtree(state)
+            deleted.append(path)
+        return real_access(path, mode, *a, **kw)
+
+    monkeypatch.setattr(os, "access", access)
+    assert discovery.state_location(root) == (state, False) and deleted
+    monkeypatch.setattr(os, "access", real_access)
+    assert cli("memory", "--vault", str(root), "list").returncode == 0 and state.is_dir()   # made again
+    deleted.clear()
+    monkeypatch.setattr(os, "access", access)
+    r = cli("memory", "--vault", str(root), "remember", "Deploys wait for the smoke tests", "--type", "fact")
+    assert r.returncode == 0 and deleted and state.is_dir(), r.stderr
+    monkeypatch.setattr(os, "access", real_access)
+    listed = cli("memory", "--vault", str(root), "list")
+    assert "Deploys wait for the smoke tests" in listed.stdout, listed.stderr
+
+
 # --------------------------------------------------------------------------------------------- a full disk
 
 @pytest.fixture

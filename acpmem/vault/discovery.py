@@ -145,8 +145,14 @@ def state_location(root: Path) -> tuple[Path, bool]:
     someone else's), reads still work: the derived state (catalog, index, session snapshots, read log) goes to a
     folder of this user's — ``$XDG_CACHE_HOME/acpmem/vaults/<name>-<hash>`` — and writes refuse with one line."""
     local = root / STATE_DIRNAME
-    if _writable(local) if local.is_dir() else _writable(root):
-        return local, False
+    for _ in range(3):   # asked of .acpmem/ first: one another process deletes meanwhile is never "read-only"
+        if _writable(local):
+            return local, False
+        if not local.is_dir():   # no .acpmem/ (never made, or deleted a moment ago): the vault's folder decides
+            if _writable(root):
+                return local, False
+            break
+        # there and not writable for this user — unless another process made it between the two looks: again
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(home_folder("XDG_CACHE_HOME"), ".cache")
     real = os.path.realpath(root)
     name = name_safe(Path(real).name)[:32].strip(".") or "vault"
