@@ -98,6 +98,12 @@ def fresh_vault(where: Path, clock, *, example: bool = False, seed: int = 7, wor
     key = (example, seed, workspace, clock())
     made = _TEMPLATES.get(key)
     if made is None:
+        if not _TEMPLATE_BASE:   # called before any test of this process ran (a fixture of a wider scope)
+            import atexit
+            import tempfile
+
+            _TEMPLATE_BASE.append(Path(tempfile.mkdtemp(prefix="acpmem-templates-")))
+            atexit.register(shutil.rmtree, _TEMPLATE_BASE[0], True)
         base = _TEMPLATE_BASE[0] / f"template-{len(_TEMPLATES)}"
         if workspace:
             base.mkdir(parents=True)
@@ -122,14 +128,14 @@ _TEMPLATE_BASE: list[Path] = []
 
 
 @pytest.fixture
-def vault(tmp_path, clock, tmp_path_factory):
+def vault(tmp_path, clock):
     v = fresh_vault(tmp_path / "vault", clock)
     yield v
     v.close()
 
 
 @pytest.fixture
-def example_vault(tmp_path, clock, tmp_path_factory):
+def example_vault(tmp_path, clock):
     v = fresh_vault(tmp_path / "vault", clock, example=True)
     yield v
     v.close()
