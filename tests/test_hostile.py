@@ -7,7 +7,9 @@ then the vault is used normally through the library and the real CLI.
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -290,3 +292,40 @@ def test_text_from_an_endless_source_is_read_to_the_limit_and_refused(vault, tmp
     assert r.returncode == 1 and "/dev/zero holds more than 1,000,000 bytes" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert hp.git_out(root, "rev-parse", "HEAD") == before and hp.status_porcelain(root) == ""
+
+
+@pytest.mark.parametrize("in_the_way", ["a file as .acpmem", "a link to nothing as .acpmem",
+                                        "a file as .acpmem/sessions"])
+def test_a_file_where_acpmem_keeps_a_folder_is_one_line_naming_it(vault, cli, in_the_way):
+    """``.acpmem/`` (or a folder in it) replaced by a file or a dangling link — a person's mistake, a bad merge —
+    is one line naming the path and saying what to do, code ``in_the_way``, for reads and writes alike; it was an
+    internal error (``FileExistsError``). Nothing is removed or written over: the file stays as it was."""
+    root = vault.root
+    vault.close()
+    state = root / ".acpmem"
+    shutil.rmtree(state)
+    if in_the_way.endswith("/sessions"):
+        state.mkdir()
+        blocker = state / "sessions"
+        blocker.write_text("mine\n")
+    elif "link" in in_the_way:
+        blocker = state
+        blocker.symlink_to(root / "nowhere" / "x")
+    else:
+        blocker = state
+        blocker.write_text("mine\n")
+    runs = [("list", "--format", "prompt", "--session", "s1"), ("list", "--json"), ("recall", "deploys"),
+            ("remember", "Deploys wait for the smoke tests", "--type", "fact"), ("doctor",)]
+    for args in runs:
+        r = cli("memory", "--vault", str(root), *args)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, (args, r.stderr)
+        assert "internal error" not in r.stderr and str(state) in r.stderr and "move the file" in r.stderr, \
+            (args, r.stderr)
+        if "--format" not in args:
+            said = r.stderr if "--json" in args else cli("memory", "--vault", str(root), *args, "--json").stderr
+            assert json.loads(said)["error"]["code"] == "in_the_way", (args, said)
+    if blocker.is_symlink():
+        assert os.readlink(blocker) == str(root / "nowhere" / "x")
+    else:
+        assert blocker.read_text() == "mine\n"
+    assert not (root / "nowhere").exists()

@@ -237,6 +237,21 @@ def interrupted() -> int:
     return 130
 
 
+def _in_the_way(exc: OSError) -> str | None:
+    """For a folder that could not be made (``EEXIST`` or ``ENOTDIR``): the path on the way to it that is there and
+    not a folder (a file, a link to nothing), or None when there is none (then it is not that)."""
+    if exc.errno not in (errno.EEXIST, errno.ENOTDIR) or not isinstance(exc.filename, str):
+        return None
+    path = os.path.abspath(exc.filename)
+    chain = [path]
+    while os.path.dirname(chain[-1]) != chain[-1]:
+        chain.append(os.path.dirname(chain[-1]))
+    for part in reversed(chain if exc.errno == errno.ENOTDIR else chain[:1]):
+        if os.path.lexists(part) and not os.path.isdir(part):
+            return part
+    return None
+
+
 def reachable(exc: BaseException) -> tuple[str, str, str] | None:
     """(message, hint, code) for a failure a user's situation causes, not a bug: the current folder was deleted, the
     disk is full, a file cannot be written. None for anything else."""
@@ -252,6 +267,10 @@ def reachable(exc: BaseException) -> tuple[str, str, str] | None:
         if exc.errno == errno.EROFS:
             return (f"{exc.filename or 'a file'} is on a read-only file system",
                     "work in a writable copy of the vault", "read_only")
+        blocker = _in_the_way(exc)
+        if blocker is not None:   # e.g. a file named .acpmem in the vault
+            return (f"{blocker} is not a folder, and acpmem keeps one there",
+                    "move the file in the way aside, then run the command again", "in_the_way")
         return None
     text = str(exc)
     if type(exc).__name__ == "OperationalError" and ("disk is full" in text or "disk I/O error" in text):

@@ -38,8 +38,8 @@ def ensure_dir(path: Path | str) -> Path:
         except (FileExistsError, FileNotFoundError):
             if path.is_dir():
                 return path
-            if attempt == attempts - 1 or (path.exists() and not path.is_dir()):
-                raise
+            if attempt == attempts - 1 or (os.path.lexists(path) and not path.is_dir()):
+                raise   # a file, or a link to nothing, in the way
     return path
 
 
