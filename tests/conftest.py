@@ -97,13 +97,7 @@ def fresh_vault(where: Path, clock, *, example: bool = False, seed: int = 7, wor
 
     key = (example, seed, workspace, clock())
     made = _TEMPLATES.get(key)
-    if made is None:
-        if not _TEMPLATE_BASE:   # called before any test of this process ran (a fixture of a wider scope)
-            import atexit
-            import tempfile
-
-            _TEMPLATE_BASE.append(Path(tempfile.mkdtemp(prefix="acpmem-templates-")))
-            atexit.register(shutil.rmtree, _TEMPLATE_BASE[0], True)
+    if made is None:   # (in a test: the templates go in pytest's temporary folder, set by ``_isolated_env``)
         base = _TEMPLATE_BASE[0] / f"template-{len(_TEMPLATES)}"
         if workspace:
             base.mkdir(parents=True)

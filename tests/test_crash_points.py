@@ -198,7 +198,7 @@ def _write_entry(path: Path, e) -> None:
 def _prepare(world, op: str, where: Path) -> Path:
     """The operation's own template: the common one, plus what only this operation needs (a pending request for
     the worker; an interrupted change and a hand edit for doctor --fix to finish)."""
-    shutil.copytree(world["template"], where, symlinks=True)
+    copy_tree(world["template"], where)
     env = _env(world, where)
     if op == "worker":   # a request `commit` acknowledged, waiting for the worker
         _queue_request(where / "vault", "r-crashwkr0")
@@ -410,7 +410,7 @@ def test_every_crash_point_of_a_write_keeps_the_invariants(op, world):
     base.mkdir()
     started = time.monotonic()
     template = _prepare(world, op, base / "template")
-    counted = _run_op(world, op, _copy(template, base / "count"), count=True)
+    counted = _run_op(world, op, copy_tree(template, base / "count"), count=True)
     assert counted.code == 0 and counted.steps, (op, counted.out, counted.err)
     steps = counted.steps
     # the uncrashed run keeps the invariants too (k = N + 1: killed after its last step, that is never)
@@ -425,7 +425,7 @@ def test_every_crash_point_of_a_write_keeps_the_invariants(op, world):
     fsyncs = [k for k in todo if steps[k - 1].startswith("fsync ")]
 
     def crash_at(k: int, zygote: cp.Zygote) -> None:
-        where = _copy(template, base / f"k{k}")
+        where = copy_tree(template, base / f"k{k}")
         r = _run_op(world, op, where, at=k, zygote=zygote)
         assert r.killed, (op, k, steps[k - 1], r.code, r.err)   # the same steps every time
         r.steps_seen = steps[k - 1]
@@ -444,5 +444,3 @@ def test_every_crash_point_of_a_write_keeps_the_invariants(op, world):
     TOTALS[op] = (len(steps), len(todo), wall)
     print(f"\n{op}: {len(steps)} steps, {len(todo)} kill points ({len(fsyncs)} at an fsync), {wall:.1f} s")
 
-
-_copy = copy_tree

@@ -21,7 +21,7 @@ import pytest
 import crashpoints as cp
 import launcher
 from conftest import fresh_vault
-from helpers_proc import fsck, git_out, leftovers, make_entry, status_porcelain, wait_until
+from helpers_proc import copy_tree, fsck, git_out, leftovers, make_entry, status_porcelain, wait_until
 from openai_server import reply
 from test_fork import configure
 
@@ -339,10 +339,10 @@ def test_deleting_acpmem_at_every_step_of_a_write_loses_no_acknowledged_write(ba
     git_out(base, "reset", "-q", "--hard", "HEAD~1")
     n = len(probe.steps)
     template = tmp_path / "template"
-    shutil.copytree(base, template, symlinks=True)
+    copy_tree(base, template)
     for k in range(1, n + 1):
         root = tmp_path / f"v{k}"
-        shutil.copytree(template, root, symlinks=True)
+        copy_tree(template, root)
         other = tmp_path / f"other{k}.txt"
         # the second writer: an `acp` forked from the launch server (``tests/support/launcher.py``: a real process
         # of its own, started as a shell starts it, without an interpreter start-up of its own)
@@ -376,9 +376,9 @@ def test_a_fork_write_killed_at_each_step_after_its_journal_then_acpmem_deleted_
     the queue in `.git/acpmem/`, so the next `extract --pending` finishes (or finds) that write — one commit with
     the request, one live entry — instead of committing the orphaned file as a human edit and writing it again."""
     template = tmp_path / "template"
-    shutil.copytree(base, template, symlinks=True)
+    copy_tree(base, template)
     probe_root = tmp_path / "probe"
-    shutil.copytree(template, probe_root, symlinks=True)
+    copy_tree(template, probe_root)
     probe = cp.forked(commit_args(probe_root, "the queue worker"), inside=[probe_root], count=True,
                    cwd=tmp_path)
     assert probe.code == 0, probe.err
@@ -389,7 +389,7 @@ def test_a_fork_write_killed_at_each_step_after_its_journal_then_acpmem_deleted_
     assert len(points) >= 8, points           # the entry file, MEMORY.md, the commit's own steps, the removal
     for k in points:
         root = tmp_path / f"k{k}"
-        shutil.copytree(template, root, symlinks=True)
+        copy_tree(template, root)
         r = cp.forked(commit_args(root, "the queue worker"), inside=[root], at=k, cwd=tmp_path)
         assert r.killed, (k, steps[k - 1], r.err)
         (rid,) = pending(root)

@@ -167,15 +167,12 @@ def test_a_state_folder_another_process_deletes_as_the_vault_opens_is_no_read_on
             deleted.append(path)
         return real_access(path, mode, *a, **kw)
 
-    monkeypatch.setattr(os, "access", access)
+    monkeypatch.setattr(os, "access", access)   # deletes once, at the first look after ``deleted`` is emptied
     assert discovery.state_location(root) == (state, False) and deleted
-    monkeypatch.setattr(os, "access", real_access)
     assert cli("memory", "--vault", str(root), "list").returncode == 0 and state.is_dir()   # made again
     deleted.clear()
-    monkeypatch.setattr(os, "access", access)
     r = cli("memory", "--vault", str(root), "remember", "Deploys wait for the smoke tests", "--type", "fact")
     assert r.returncode == 0 and deleted and state.is_dir(), r.stderr
-    monkeypatch.setattr(os, "access", real_access)
     listed = cli("memory", "--vault", str(root), "list")
     assert "Deploys wait for the smoke tests" in listed.stdout, listed.stderr
 
