@@ -1,5 +1,5 @@
-"""Every write operation killed at every one of its mutation steps (``tests/support/crashpoints.py``), then the follow-ups a
-person or an agent would run, then the invariants:
+"""Every write operation killed at each distinct one of its mutation steps (``tests/support/crashpoints.py``), then the
+follow-ups a person or an agent would run, then the invariants:
 
 * the operation happened exactly once or not at all (a fork request: exactly once, once extracted again);
 * no person's edit is lost or reverted — one committed with plain git before the operation, one made by hand and not
@@ -10,13 +10,15 @@ person or an agent would run, then the invariants:
 
 The operations: ``commit --wait`` and the background worker, ``remember``, ``edit``, ``forget``, ``review accept`` and
 ``reject``, ``consolidate``, ``sync``, ``doctor --fix``, and a fork write to both layers (user vault + project vault).
-One uncrashed run of each counts its steps N; then for each k in 1..N a fresh copy of the same vault runs it killed
-with SIGKILL just before step k. The steps are counted, not timed, so every run replays exactly. An fsync is a step
-but not a kill point of its own: it changes no content, so a kill just before it leaves exactly what a kill just
-before the next step leaves (a power loss, which fsync is for, is not what these tests make). The follow-ups:
-the next write (``remember``) and ``doctor --fix`` (in that order after an odd k, the other way round after an even k,
-so both finish what a crash left; ``doctor --fix`` exits 0 only when the vault is clean afterwards), with
-``extract --pending`` after a fork operation and ``sync`` after a ``sync`` between them.
+One uncrashed run of each counts its steps N; then for each kill point k a fresh copy of the same vault runs it
+killed with SIGKILL just before step k. The steps are counted, not timed, so every run replays exactly. The kill
+points are the first step of each distinct (kind of step, file, call site): a step repeated at the same place in the
+code on the same file leaves the same kind of state behind (``crashpoints.distinct_points``; with
+``ACPMEM_CRASH_EVERY_STEP=1`` every step is one). An fsync is a step and a kill point like any other: a kill just
+before it leaves the data written and not yet forced to disk, which a kill before the next step does not. The
+follow-ups: the next write (``remember``) and ``doctor --fix`` (in that order after an odd k, the other way round
+after an even k, so both finish what a crash left; ``doctor --fix`` exits 0 only when the vault is clean
+afterwards), with ``extract --pending`` after a fork operation and ``sync`` after a ``sync`` between them.
 
 The commands killed (and the uncrashed run that counts the steps) run in children forked from one process that
 imported acpmem once (``crashpoints.Zygote``): each is a real process killed by a real SIGKILL, without an interpreter
