@@ -294,6 +294,23 @@ def test_text_from_an_endless_source_is_read_to_the_limit_and_refused(vault, tmp
     assert hp.git_out(root, "rev-parse", "HEAD") == before and hp.status_porcelain(root) == ""
 
 
+def test_edit_from_a_file_it_cannot_read_is_one_line_saying_why(vault, tmp_path, cli):
+    """`edit --from` a folder, a file that is not there or bytes that are not UTF-8: one line with the reason in
+    words (it printed Python's exception, "[Errno 21] Is a directory: '…'"), exit 1, the entry unchanged."""
+    vault.write_entries([hp.make_entry("good01", "Good entry", "- A body.")], subject="seed", why="test")
+    root = vault.root
+    before = hp.git_out(root, "rev-parse", "HEAD")
+    text = (root / "entries" / "good01-good-entry.md").read_bytes()
+    (tmp_path / "latin1.md").write_bytes(text + "- caf\xe9\n".encode("latin-1"))
+    for name, said in (("", "Is a directory"), ("missing.md", "No such file or directory"),
+                       ("latin1.md", f"not UTF-8 text (byte {len(text) + 6})")):
+        r = cli("memory", "--vault", str(root), "edit", "good01", "--from", str(tmp_path / name))
+        want = f"Error: cannot read {tmp_path / name}: {said} — pass a UTF-8 file\n"
+        assert r.returncode == 1 and r.stderr == want, r.stderr
+    assert hp.git_out(root, "rev-parse", "HEAD") == before and hp.status_porcelain(root) == ""
+    assert (root / "entries" / "good01-good-entry.md").read_bytes() == text
+
+
 @pytest.mark.parametrize("in_the_way", ["a file as .acpmem", "a link to nothing as .acpmem",
                                         "a file as .acpmem/sessions"])
 def test_a_file_where_acpmem_keeps_a_folder_is_one_line_naming_it(vault, cli, in_the_way):

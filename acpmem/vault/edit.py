@@ -142,8 +142,12 @@ def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message:
             with open(from_file, "rb") as fh:
                 data = read_bounded(fh, MAX_FILE_BYTES + 1)
             text = data.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise AcpmemError(f"cannot read {from_file}: {exc}", "pass a UTF-8 file", code="unreadable") from None
+        except OSError as exc:
+            raise AcpmemError(f"cannot read {from_file}: {exc.strerror or exc}", "pass a UTF-8 file",
+                              code="unreadable") from None
+        except UnicodeDecodeError as exc:
+            raise AcpmemError(f"cannot read {from_file}: not UTF-8 text (byte {exc.start + 1})", "pass a UTF-8 file",
+                              code="unreadable") from None
         if len(data) > MAX_FILE_BYTES:
             raise Refused(f"{from_file} holds more than {MAX_FILE_BYTES:,} bytes, more than an entry file may",
                              "pass the entry's text: its frontmatter and a body of a few KB; nothing was changed")
