@@ -303,7 +303,7 @@ def test_edit_from_a_file_it_cannot_read_is_one_line_saying_why(vault, tmp_path,
     text = (root / "entries" / "good01-good-entry.md").read_bytes()
     (tmp_path / "latin1.md").write_bytes(text + "- caf\xe9\n".encode("latin-1"))
     for name, said in (("", "Is a directory"), ("missing.md", "No such file or directory"),
-                       ("latin1.md", f"not UTF-8 text (byte {len(text) + 6})")):
+                       ("latin1.md", f"not UTF-8 (byte {len(text) + 5})")):
         r = cli("memory", "--vault", str(root), "edit", "good01", "--from", str(tmp_path / name))
         want = f"Error: cannot read {tmp_path / name}: {said} — pass a UTF-8 file\n"
         assert r.returncode == 1 and r.stderr == want, r.stderr

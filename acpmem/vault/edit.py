@@ -146,8 +146,8 @@ def edit_entry(v: Vault, prefix: str, *, from_file: Path | None = None, message:
             raise AcpmemError(f"cannot read {from_file}: {exc.strerror or exc}", "pass a UTF-8 file",
                               code="unreadable") from None
         except UnicodeDecodeError as exc:
-            raise AcpmemError(f"cannot read {from_file}: not UTF-8 text (byte {exc.start + 1})", "pass a UTF-8 file",
-                              code="unreadable") from None
+            raise AcpmemError(f"cannot read {from_file}: not UTF-8 (byte {exc.start})", "pass a UTF-8 file",
+                              code="unreadable") from None   # the byte as an entry file's check counts it
         if len(data) > MAX_FILE_BYTES:
             raise Refused(f"{from_file} holds more than {MAX_FILE_BYTES:,} bytes, more than an entry file may",
                              "pass the entry's text: its frontmatter and a body of a few KB; nothing was changed")
