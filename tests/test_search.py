@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from acpmem.search import cedict
 from acpmem.core.errors import AcpmemError
-from acpmem.search.ranking import CorpusStats, SearchDoc, analyze, latin_words, plan_query, query_dates, rank
+from acpmem.search.ranking import (DUPLICATE, CorpusStats, SearchDoc, _diversify, analyze, latin_words, plan_query,
+                                   query_dates, rank)
 from acpmem.search.kernel import KernelDoc, kernel_search, kernel_stem, kernel_tokenize
 from acpmem.search.reference import MemoryIndex, Vocabulary
 
@@ -350,3 +353,32 @@ def test_entries_citing_an_already_covered_moment_step_back():
     hits = MemoryIndex(docs).search("Caroline adopted dog", limit=3, spread=False)
     assert hits[2].score > hits[1].score  # y ranks second despite a lower score: x2 repeats x1's moment
     assert [h.id for h in hits] == ["x1", "y", "x2"]
+
+
+def _step_back_by_weighing_all(final: dict[int, float], cites: dict[int, frozenset], limit: int) -> list[int]:
+    """The choice ``_diversify`` makes, as its rule says it: each time, every candidate weighed again (its score, or
+    its score × DUPLICATE once the chosen entries cover its citations), the best taken, the first on a tie."""
+    pending = sorted(final, key=lambda k: (-final[k], k))[: limit * 4]
+    chosen, covered = [], set()
+    while pending and len(chosen) < limit:
+        best = max(pending, key=lambda k: final[k] * (DUPLICATE if cites[k] and cites[k] <= covered else 1.0))
+        pending.remove(best)
+        chosen.append(best)
+        covered |= cites[best]
+    return chosen
+
+
+_SCORES = st.one_of(st.sampled_from([0.0, -0.0, 1.0, 0.6, 0.36, 2.5, 1.5, -1.0, 1e300, math.inf, -math.inf]),
+                    st.floats(allow_nan=False, width=32), st.floats(allow_nan=False))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_SCORES, st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 5)), max_size=3)),
+                max_size=40), st.integers(0, 25))
+def test_stepping_back_covered_moments_chooses_what_weighing_every_candidate_each_time_chooses(docs, limit):
+    """The near-duplicate step-back picks, in the same order, what weighing every candidate again for each choice
+    picks (ties, negative and infinite scores, entries without citations, shared and nested citation sets)."""
+    index = MemoryIndex([SearchDoc(f"d{i}", "x", citations=tuple(c)) for i, (_, c) in enumerate(docs)])
+    final = {i: s for i, (s, _) in enumerate(docs)}
+    cites = {i: frozenset(c) for i, (_, c) in enumerate(docs)}
+    assert _diversify(index, final, limit) == _step_back_by_weighing_all(final, cites, limit)
