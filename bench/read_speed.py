@@ -1,5 +1,6 @@
 """Whole-process timing of the commands a model or a hook may run every turn: `show ID`, `surface` (by score, and by
-the user's message with `--prompt`, as pi's and DSH's per-prompt hooks call it), `score`, `stats`,
+the user's message with `--prompt`, as pi's and DSH's per-prompt hooks call it, on a session's first turn and on a
+later one, when the session has seen 95 entries), `score`, `stats`,
 `list`, `list --format prompt` (fresh and frozen for a session) and `recall` (at 1,000 entries and, with
 ``--recall-entries``, at 10,000), each as a ratio to the same run's `python -c pass`, beside its target (3x for the
 per-turn reads at 1,000 entries, 4x for `recall` at 10,000). With ``--recall-text locomo10.json``, `recall` is also
@@ -44,6 +45,23 @@ from list_speed import build  # noqa: E402
 from text_vault import build as build_text, questions, read_locomo  # noqa: E402
 
 from acpmem.search import catalog  # noqa: E402
+
+
+SEEN = 95   # a long session's ledger: its later prompts search for the 5 shown and as many as it has seen
+_SESSIONS = iter(range(10**9))
+
+
+def seen_session(root: Path, ids: list[str]) -> str:
+    """A new session whose surfacing ledger says it has seen (been surfaced) ``ids``: the state a session's later
+    turns find (written before the timed run)."""
+    from acpmem.read.ledger import write_ledger
+    from acpmem.vault.discovery import session_folder
+
+    session = f"bench-seen-{next(_SESSIONS)}"
+    sdir = session_folder(root / ".acpmem", session)
+    sdir.mkdir(parents=True, exist_ok=True)
+    write_ledger(sdir, {"surfaced": ids, "recalled": [], "used_bytes": 0})
+    return session
 
 
 def timed(cmd: list[str], env: dict) -> tuple[float, float]:
@@ -103,7 +121,9 @@ def main() -> None:
     env.pop("ACPMEM_NO_FASTPATH", None)
     # an installed acpmem has its modules compiled (.pyc): without them every run compiles the sources again
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    first = sorted(p.name for p in (root / "entries").glob("*.md"))[0][:6]
+    names = sorted(p.name for p in (root / "entries").glob("*.md"))
+    first = names[0][:6]
+    seen = [name[:6] for name in names[-SEEN:]]
     v = ["--vault", str(root)]
     runs = iter(range(10**9))
     commands = {
@@ -111,6 +131,10 @@ def main() -> None:
         "surface --session": lambda: [acp, "memory", "surface", "--session", f"bench-{next(runs)}", *v],
         "surface --session --prompt": lambda: [acp, "memory", "surface", "--session", f"bench-{next(runs)}",
                                                "--prompt", "why does the deploy gateway retry?", *v],
+        # a later turn: the session has seen SEEN entries, so the prompt's search asks for that many more (to
+        # find the new ones among them), as on every turn of a long session
+        f"surface --prompt, {SEEN} seen": lambda: [acp, "memory", "surface", "--session", seen_session(root, seen),
+                                                   "--prompt", "why does the deploy gateway retry?", *v],
         "score": lambda: [acp, "memory", "score", *v],
         "stats": lambda: [acp, "memory", "stats", *v],
         "list": lambda: [acp, "memory", "list", *v],

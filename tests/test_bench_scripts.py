@@ -72,6 +72,20 @@ def test_read_speed_refuses_a_count_out_of_range_in_one_usage_line(args, tmp_pat
     assert bad.returncode == 2 and "at least" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
 
 
+def test_read_speed_times_a_later_turn_of_a_session_that_has_seen_entries(tmp_path):
+    """The later-turn row is what it says: each run's session starts with 95 entries seen and surfaces new ones on
+    top (not the "nothing new" answer a session that has seen everything gets)."""
+    keep = tmp_path / "vaults"
+    ok = run_script(BENCH / "read_speed.py", "--entries", "130", "--runs", "1", "--recall-entries", "0",
+                    "--no-server", "--keep", keep, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "surface --prompt, 95 seen" in ok.stdout, ok.stdout
+    ledgers = [json.loads(p.read_text()) for p in keep.glob("v130/.acpmem/sessions/bench-seen-*/surfaced.json")]
+    assert len(ledgers) == 2, ledgers          # the warm-up's and the timed run's: a new session each
+    for ledger in ledgers:
+        assert 95 < len(ledger["surfaced"]) <= 100 and ledger["used_bytes"] > 0, ledger
+
+
 def test_read_speed_refuses_a_file_to_keep_the_vaults_in(tmp_path):
     (tmp_path / "a-file").write_text("x")
     bad = run_script(BENCH / "read_speed.py", "--keep", tmp_path / "a-file", cwd=tmp_path)
