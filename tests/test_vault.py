@@ -333,6 +333,21 @@ def _two_entries(vault):
     return vault.root
 
 
+def test_recall_never_answers_with_a_file_another_file_with_its_id_comes_before(vault, cli):
+    """A copy whose words a query matches best is still not what recall (or a prompt's surfacing) returns: of the
+    files with one id, the first path is the entry."""
+    root = _two_entries(vault)
+    text = (root / "entries" / "keep01.md").read_text()
+    (root / "entries" / "zzz-copy.md").write_text(text.replace("The committed entry stays valid",
+                                                               "Zebras graze on the copied savanna"))
+    r = cli("memory", "--vault", str(root), "recall", "zebras savanna", "--json")
+    assert r.returncode == 0, r.stderr
+    assert not any("Zebras" in h["title"] for h in json.loads(r.stdout)["hits"]), r.stdout
+    r = cli("memory", "--vault", str(root), "surface", "--session", "s-copy", "--prompt", "zebras on the savanna",
+            "--json")
+    assert r.returncode == 0 and "Zebras" not in r.stdout, r.stdout
+
+
 def test_a_copied_id_makes_the_copy_invalid_never_the_committed_entry(vault, cli):
     import helpers_proc as hp
 

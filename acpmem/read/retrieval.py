@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from itertools import islice
 from pathlib import Path
@@ -111,13 +111,16 @@ def with_index(vault: VaultReader, work: Callable[[sqlite3.Connection], object])
     return _with_index(vault, work)
 
 
-def _entry_at(con: sqlite3.Connection, path: str) -> Entry | None:
-    """The entry of a valid file, unless another file with the same id comes first (the catalog's rule)."""
-    row = con.execute("SELECT f.data, (SELECT min(g.path) FROM files g WHERE g.entry_id = f.entry_id AND g.ok = 1) "
-                      "FROM files f WHERE f.path = ? AND f.ok = 1", (path,)).fetchone()
-    if row is None or row[1] != path:
-        return None
-    return Entry.from_json(json.loads(row[0]))
+def _entries_at(con: sqlite3.Connection, paths: Sequence[str]) -> list[Entry | None]:
+    """The entry of each file of ``paths`` that is valid, unless another file with the same id comes first (the
+    catalog's rule); None for the others. One query for all of them (a long session's later prompt looks at a
+    hundred hits)."""
+    found = {path: data for path, data, first in con.execute(
+        "SELECT f.path, f.data, (SELECT min(g.path) FROM files g WHERE g.entry_id = f.entry_id AND g.ok = 1) "
+        "FROM files f WHERE f.path IN (SELECT value FROM json_each(?)) AND f.ok = 1",
+        (json.dumps(list(paths), ensure_ascii=False),))
+        if first == path}
+    return [Entry.from_json(json.loads(found[p])) if p in found else None for p in paths]
 
 
 def _effective_last_read(entry: Entry, lr: dict[str, str]) -> Entry:
@@ -180,7 +183,7 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
         while True:
             hits = search_index(con, query, want, types=allowed, include_superseded=include_superseded,
                                 similar=similar, share=qv.share if qv is not None else 0.0, said=said)
-            found = [(e, h) for e, h in ((_entry_at(con, h.id), h) for h in hits)
+            found = [(e, h) for e, h in zip(_entries_at(con, [h.id for h in hits]), hits)
                      if e is not None and e.id not in unseen]
             if len(found) >= need or len(hits) < want:
                 break
@@ -356,7 +359,7 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
         for lv in layers:   # the chosen ones in full: one query each, on the index just brought up to date
             mine = [sc.entry for sc in top if where[id(sc.entry)][0] is lv]
             if mine:
-                got = lv.with_db(lambda con, mine=mine: [_entry_at(con, where[id(e)][1]) for e in mine])
+                got = lv.with_db(lambda con, mine=mine: _entries_at(con, [where[id(e)][1] for e in mine]))
                 full.update((id(e), None if f is None else _effective_last_read(f, reads[id(lv)]))
                             for e, f in zip(mine, got))
         chosen: list[tuple[float, Entry, VaultReader]] = [(sc.total, full[id(sc.entry)], where[id(sc.entry)][0])
