@@ -349,12 +349,12 @@ def _diversify(src: PostingSource, final: dict[int, float], limit: int) -> list[
     """Top ``limit`` keys by score, except that an entry whose citations are all covered by entries already
     chosen competes with its score times DUPLICATE (near-duplicate memories of one moment crowd out others).
 
-    Chosen one at a time, each the best left (the first in score order on a tie). An entry's standing only drops,
-    and once: to its score × DUPLICATE when the chosen entries come to cover its citations. So in score order the
-    best left is the first entry not covered or the first one covered, whichever stands higher (the earlier on a
-    tie); each entry counts the citations it still misses, and a choice updates only the entries that share one
-    with it, instead of weighing every candidate again for each choice (a session's later prompts ask for up to
-    100 of a pool of 300: 30,000 weighings). Scores are numbers (never NaN)."""
+    Chosen one at a time, each the best left (the first in score order on a tie). An entry's standing changes
+    once, to its score × DUPLICATE, when the chosen entries come to cover its citations, and both standings keep
+    the score order. So the best left is the first entry not covered or the first one covered, whichever stands
+    higher (the earlier on a tie); each entry counts the citations it still misses, and a choice updates only the
+    entries that share one with it, instead of weighing every candidate again for each choice (a session's later
+    prompts ask for up to 100 of a pool of 300: 30,000 weighings). Scores are numbers (never NaN)."""
     ranked = sorted(final, key=lambda k: (-final[k], k))
     if not DUPLICATE or DUPLICATE >= 1:
         return ranked[:limit]
