@@ -48,16 +48,14 @@ from acpmem.search import catalog  # noqa: E402
 
 
 SEEN = 95   # a long session's ledger: its later prompts search for the 5 shown and as many as it has seen
-_SESSIONS = iter(range(10**9))
 
 
-def seen_session(root: Path, ids: list[str]) -> str:
-    """A new session whose surfacing ledger says it has seen (been surfaced) ``ids``: the state a session's later
-    turns find (written before the timed run)."""
+def seen_session(root: Path, session: str, ids: list[str]) -> str:
+    """``session``, new, with a surfacing ledger that says it has seen (been surfaced) ``ids``: the state a
+    session's later turns find (written before the timed run)."""
     from acpmem.read.ledger import write_ledger
     from acpmem.vault.discovery import session_folder
 
-    session = f"bench-seen-{next(_SESSIONS)}"
     sdir = session_folder(root / ".acpmem", session)
     sdir.mkdir(parents=True, exist_ok=True)
     write_ledger(sdir, {"surfaced": ids, "recalled": [], "used_bytes": 0})
@@ -133,8 +131,9 @@ def main() -> None:
                                                "--prompt", "why does the deploy gateway retry?", *v],
         # a later turn: the session has seen SEEN entries, so the prompt's search asks for that many more (to
         # find the new ones among them), as on every turn of a long session
-        f"surface --prompt, {SEEN} seen": lambda: [acp, "memory", "surface", "--session", seen_session(root, seen),
-                                                   "--prompt", "why does the deploy gateway retry?", *v],
+        f"surface --prompt, {SEEN} seen": lambda: [
+            acp, "memory", "surface", "--session", seen_session(root, f"bench-seen-{next(runs)}", seen),
+            "--prompt", "why does the deploy gateway retry?", *v],
         "score": lambda: [acp, "memory", "score", *v],
         "stats": lambda: [acp, "memory", "stats", *v],
         "list": lambda: [acp, "memory", "list", *v],

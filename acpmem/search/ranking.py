@@ -15,7 +15,6 @@ The weights below were set on the kernel corpus and LoCoMo (bench/search_*.py) a
 from __future__ import annotations
 
 import functools
-import heapq
 import math
 import re
 from collections import defaultdict
@@ -366,18 +365,16 @@ def _diversify(src: PostingSource, final: dict[int, float], limit: int) -> list[
         for cite in c:
             citing[cite].append(i)
     taken = [False] * len(pending)
-    stepped_back: list[int] = []                # a heap: positions of the covered entries not taken
+    stepped_back: set[int] = set()              # positions of the covered entries not taken
     covered: set = set()
     first = 0                                   # every position before it is taken or covered
     chosen: list[int] = []
     while len(chosen) < min(limit, len(pending)):
         while first < len(pending) and (taken[first] or (cites[first] and not missing[first])):
             first += 1
-        while stepped_back and taken[stepped_back[0]]:
-            heapq.heappop(stepped_back)
         best = first
         if stepped_back:
-            back = stepped_back[0]
+            back = min(stepped_back)
             if first == len(pending):
                 best = back
             else:
@@ -385,13 +382,14 @@ def _diversify(src: PostingSource, final: dict[int, float], limit: int) -> list[
                 if lower > free or (lower == free and back < first):
                     best = back
         taken[best] = True
+        stepped_back.discard(best)
         chosen.append(pending[best])
         for cite in cites[best] - covered:
             covered.add(cite)
             for j in citing[cite]:
                 missing[j] -= 1
                 if not missing[j] and not taken[j]:
-                    heapq.heappush(stepped_back, j)
+                    stepped_back.add(j)
     return chosen
 
 
