@@ -190,6 +190,12 @@ def test_recall_merges_both_layers_and_marks_each_read_in_its_own_vault(proj, us
     assert "u-queue1" not in (proj.state_dir / "reads.log").read_text()
     assert [h.entry.id for h in recall_layered(proj, "queue", limit=1)] != []
     assert len(recall_layered(proj, "queue", limit=1)) == 1
+    # without previews (a prompt's surfacing): the same hits from both layers, none previewed
+    full = recall_layered(proj, "queue", limit=5, mark_read=False)
+    bare = recall_layered(proj, "queue", limit=5, mark_read=False, previews=False)
+    assert [(h.entry.id, h.layer, h.score) for h in bare] == [(h.entry.id, h.layer, h.score) for h in full]
+    assert {h.layer for h in full} == {"project", "user"} and any(h.preview for h in full)
+    assert not any(h.preview for h in bare)
     # the session ledger (the project's) knows both: surfacing does not repeat them
     s = surface(proj, "s-r", seed=1)
     assert {e.entry.id for e in s.entries}.isdisjoint({h.entry.id for h in hits})

@@ -277,6 +277,24 @@ def test_acpmems_own_lookups_do_not_mark_read(example_vault):
     assert not (v.state_dir / "reads.log").exists()
 
 
+
+def test_recall_without_previews_ranks_and_explains_the_same(example_vault):
+    """``previews=False`` (what a prompt's surfacing asks: it shows the entries, not previews) changes nothing but
+    the previews: the same entries, scores, explanations and order, for one layer and through the layered call."""
+    from acpmem.read.layers import recall_layered
+
+    v = example_vault
+    previewed = 0
+    for q in ("upload gateway", "sqlite job queue", "上传大文件", "short answers first", "retry"):
+        for call in (recall, recall_layered):
+            full = call(v, q, 20, mark_read=False)
+            bare = call(v, q, 20, mark_read=False, previews=False)
+            assert [(h.entry, h.score, h.explain, h.layer) for h in bare] == \
+                [(h.entry, h.score, h.explain, h.layer) for h in full], q
+            assert all(h.preview == "" for h in bare), q
+            previewed += sum(bool(h.preview) for h in full)
+    assert previewed > 10
+
 RECALL_PROBE = """
 import json, sys
 from acpmem.cli.fast import try_fast

@@ -119,17 +119,19 @@ def vault_for_layer(vault: VaultReader, layer: str) -> VaultReader:
 
 def recall_layered(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] | None = None,
                    include_superseded: bool = False, session: str | None = None, *,
-                   mark_read: bool = True, report: dict | None = None) -> list[RecallHit]:
+                   mark_read: bool = True, report: dict | None = None, previews: bool = True) -> list[RecallHit]:
     """``recall`` over every layer: each vault searched on its own index (``acpmem.read.retrieval.recall``), the
     hits merged by score (project first on a tie), cut to ``limit``; only the returned ones are marked read (in
     their own vault) and noted in the session's ledger (the project vault's). ``report`` receives what the layers'
-    embedding channels say (``recall``): the first layer's ``vectors``, and the first ``warning`` of any layer."""
+    embedding channels say (``recall``): the first layer's ``vectors``, and the first ``warning`` of any layer.
+    ``previews=False`` makes no previews (``recall``)."""
     # lazy: `list` does not need it (measured +15 ms to its start-up)
     from acpmem.read.retrieval import note_recalled, recall
 
     layers = vault.layers()
     if len(layers) == 1:
-        return recall(vault, query, limit, types, include_superseded, session, mark_read=mark_read, report=report)
+        return recall(vault, query, limit, types, include_superseded, session, mark_read=mark_read, report=report,
+                      previews=previews)
     wanted = tuple(dict.fromkeys(types)) if types else None
     if wanted:   # a type known to any layer is fine; each layer is asked only for the types it has
         known = {t for lv in layers for t in lv.settings.types}
@@ -145,7 +147,7 @@ def recall_layered(vault: VaultReader, query: str, limit: int = 5, types: Iterab
             continue
         said: dict = {}
         hits += [(rank_of_layer, h) for h in recall(lv, query, limit, mine, include_superseded, None,
-                                                    mark_read=False, report=said)]
+                                                    mark_read=False, report=said, previews=previews)]
         if report is not None:
             for key, value in said.items():
                 report.setdefault(key, value)

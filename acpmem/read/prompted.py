@@ -38,7 +38,8 @@ def surface_prompt(vault, session: str, prompt: str, *, max_chars: int | None = 
     if not query or cfg.top_n == 0:
         return SurfaceResult(session, (), used, budget, "the prompt has no words to look for")
     try:
-        hits = recall_layered(vault, query, limit=min(cfg.top_n + len(seen), 100), mark_read=False)
+        hits = recall_layered(vault, query, limit=min(cfg.top_n + len(seen), 100), mark_read=False,
+                              previews=False)   # it shows the entries themselves
     except UsageError:
         return SurfaceResult(session, (), used, budget, "the prompt has no words to look for")
     # only what the words match: an entry reached through its links alone (spread) is recall's guess, not the prompt's

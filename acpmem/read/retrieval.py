@@ -143,12 +143,14 @@ def _check_types(vault: VaultReader, types: Iterable[str] | None) -> tuple[str, 
 
 def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] | None = None,
            include_superseded: bool = False, session: str | None = None, *,
-           mark_read: bool = True, report: dict | None = None) -> list[RecallHit]:
+           mark_read: bool = True, report: dict | None = None, previews: bool = True) -> list[RecallHit]:
     """Search the vault and return up to ``limit`` hits with their full entries; marks them read.
 
     ``types`` restricts the entry types; superseded entries only with ``include_superseded``. With ``session``,
     the returned entries are also noted in that session's ledger, so ``surface`` does not repeat them.
     ``mark_read=False`` is for acpmem's own lookups (the fork's related entries): no person or model read them.
+    ``previews=False`` leaves each hit's ``preview`` empty, for a caller that shows the entries, not previews
+    (``surface --prompt``: a long session's later prompt looks at a hundred hits to show five).
 
     With the embedding channel on (``[embeddings] model``), the query's vector joins the ranking and ``report``
     (when given) receives ``vectors`` (model, present, missing, used) and, when the query could not be embedded,
@@ -182,7 +184,8 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
         said: dict | None = {} if qv is not None or reranked else None   # lexical recall does no more work
         while True:
             hits = search_index(con, query, want, types=allowed, include_superseded=include_superseded,
-                                similar=similar, share=qv.share if qv is not None else 0.0, said=said)
+                                preview_length=200 if previews else 0, similar=similar,
+                                share=qv.share if qv is not None else 0.0, said=said)
             found = [(e, h) for e, h in zip(_entries_at(con, [h.id for h in hits]), hits)
                      if e is not None and e.id not in unseen]
             if len(found) >= need or len(hits) < want:

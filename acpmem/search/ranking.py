@@ -92,7 +92,8 @@ class PostingSource:
     # best documents by term score (the pool ``rank`` re-scores), ``scores(groups, keys)``, what ``score_query``
     # gives for those documents, bit for bit (``explain=False``: the scores alone, and ``explain(groups, keys)``
     # says why for those of them asked), ``neighbours_of(keys, radius)``, ``neighbours`` of each, and
-    # ``facets(key)``, a document's (weight, tags, created)
+    # ``facets(key)``, a document's (weight, tags, created), and ``citations(key)``, its citations (``doc(key)``'s),
+    # read without building the document
 
 
 # ───────────────────────────── 3. scoring ─────────────────────────────
@@ -329,6 +330,10 @@ def _parse_created(created: str | None) -> date | None:
 
 
 def make_preview(doc: SearchDoc, words: Sequence[str], length: int = 200) -> str:
+    """Up to ``length`` characters of the document's text around the first of ``words`` found in it (from the
+    start when none is); nothing when ``length`` is 0 (a caller that shows no preview)."""
+    if length <= 0:
+        return ""
     text = doc.body or doc.title
     if len(text) <= length:
         return text
@@ -358,7 +363,8 @@ def _diversify(src: PostingSource, final: dict[int, float], limit: int) -> list[
     if not DUPLICATE or DUPLICATE >= 1:
         return ranked[:limit]
     pending = ranked[: limit * 4]
-    cites = [frozenset(src.doc(k).citations) for k in pending]
+    cited = getattr(src, "citations", None)     # without building each document: a later prompt weighs 400
+    cites = [frozenset(cited(k) if cited is not None else src.doc(k).citations) for k in pending]
     missing = [len(c) for c in cites]          # of each entry's citations, how many are not covered yet
     citing: dict = defaultdict(list)            # citation -> the positions of the entries that cite it
     for i, c in enumerate(cites):
