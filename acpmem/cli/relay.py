@@ -122,9 +122,12 @@ def socket_dir() -> str | None:
 
 
 def socket_path(base: str) -> str:
-    import zlib   # (0.2 ms) a short name per installation; the server checks the whole identity
-
-    return os.path.join(base, f"read-{zlib.crc32(identity()):08x}.sock")
+    """The socket's path: a short name per installation (FNV-1a of ``identity``; the server checks the whole
+    identity). Not ``zlib.crc32``: importing zlib, a shared library, took 0.2–0.6 ms of every served read."""
+    h = 0x811C9DC5
+    for byte in identity():
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return os.path.join(base, f"read-{h:08x}.sock")
 
 
 def _pack(items: list[bytes]) -> bytes:
