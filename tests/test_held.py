@@ -136,6 +136,31 @@ def test_show_by_id_from_a_held_listing_is_what_the_index_gives(vault, holder):
         assert [p.to_json() for p in got.problems] == [p.to_json() for p in want.problems], prefix
 
 
+
+def test_finding_ids_in_a_held_listing_keeps_the_listings_order_whatever_the_file_names(vault, holder):
+    """``by_id`` finds a prefix among the held ids by bisection (it looks at the matching entries only): where the
+    file names do not sort as the ids (entries a person named), the entries come in the listing's order, as the
+    index gives them, for every prefix of every id and prefixes between and beyond them."""
+    import random
+
+    rng = random.Random(7)
+    ids = sorted({"".join(rng.choice("ab01") for _ in range(rng.randint(3, 6))) for _ in range(60)})
+    names = [f"{rng.choice('mnopq')}{i:02d}-{ident}.md" for i, ident in enumerate(rng.sample(ids, len(ids)))]
+    entry = (vault.root / vault.path_for("zzz000", "Template")).parent
+    for name in names:
+        ident = name.split("-", 1)[1][:-3]
+        (entry / name).write_text(f"---\nid: {ident}\ntitle: Entry {ident}\ntype: fact\nimportance: 5\n"
+                                  f"created: 2026-11-29T12:00:00Z\n---\n- about {ident}\n", "utf-8")
+    h = _hold(holder, vault.root)
+    assert [e.id for e in h.snapshot.entries] != ids          # the listing's order is not the ids' order
+    prefixes = {i[:n] for i in ids for n in range(len(i) + 1)} | {"a2", "b~", "1", "c", "ab01ab0", "0\udc80"}
+    with VaultReader(vault.root) as r:
+        for prefix in sorted(prefixes):
+            got = held.by_id(str(vault.root), h.types, prefix)
+            want = r.with_db(lambda con: catalog.by_id(con, vault.root, h.types, prefix))
+            assert [e.id for e in got.entries] == [e.id for e in want.entries], prefix
+            assert [e.to_json() for e in got.entries] == [e.to_json() for e in want.entries], prefix
+
 def test_a_read_the_long_way_is_reported_and_the_report_is_held(vault, holder):
     _write(vault, make_entry("aaa111", "Deploys go through staging", "- staging first"))
     r_fd, w_fd = os.pipe()

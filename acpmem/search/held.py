@@ -50,11 +50,17 @@ class HeldListing:
     gave with the entry id of each problem's file (None where the file does not parse: what ``by_id`` needs), or
     the search index's light entries of its live entries (``query.light_entries``: what ``surface`` scores)."""
 
-    __slots__ = ("types", "snapshot", "problem_ids", "rows")
+    __slots__ = ("types", "snapshot", "problem_ids", "rows", "ids", "order")
 
     def __init__(self, types: tuple[str, ...], snapshot: catalog.Snapshot | None = None,
                  problem_ids: dict[str, str | None] | None = None, rows: list[tuple] | None = None):
         self.types, self.snapshot, self.problem_ids, self.rows = types, snapshot, problem_ids or {}, rows
+        # the entries' ids in sorted order, and the place of each in the listing: ``by_id`` finds a prefix by
+        # bisection instead of looking at every entry (in a child, looking at an entry writes its reference count,
+        # and the page it is on is copied from the server: ~70 of a `show`'s ~820 copies at 1,000 entries, ~3 µs each)
+        entries = snapshot.entries if snapshot is not None else []
+        self.order = sorted(range(len(entries)), key=lambda i: entries[i].id)
+        self.ids = [entries[i].id for i in self.order]
 
 
 HELD: dict[tuple[str, str], HeldListing] = {}   # (root, LIGHT|FULL|ROWS) → what is held; only in the read server
@@ -94,10 +100,21 @@ def by_id(root: str, types: tuple[str, ...], prefix: str) -> catalog.Snapshot | 
     h = HELD.get((root, LIGHT)) if HELD else None
     if h is None or h.types != types:
         return None
-    ids = h.problem_ids
-    return catalog.Snapshot([e for e in h.snapshot.entries if e.id.startswith(prefix)],
-                            [p for p in h.snapshot.problems if ids.get(p.path) is None or
-                             ids[p.path].startswith(prefix)], catalog.Changes())
+    ids, lo, hi = h.ids, 0, len(h.ids)
+    while lo < hi:    # the first id not below the prefix: the ids that start with it follow it, together
+        mid = (lo + hi) // 2
+        if ids[mid] < prefix:
+            lo = mid + 1
+        else:
+            hi = mid
+    at = []
+    while lo < len(ids) and ids[lo].startswith(prefix):
+        at.append(h.order[lo])
+        lo += 1
+    entries, problem_ids = h.snapshot.entries, h.problem_ids
+    return catalog.Snapshot([entries[i] for i in sorted(at)],       # in the listing's order
+                            [p for p in h.snapshot.problems if problem_ids.get(p.path) is None or
+                             problem_ids[p.path].startswith(prefix)], catalog.Changes())
 
 
 def loaded(root: str, db_path: str, types: tuple[str, ...], kind: str) -> None:
