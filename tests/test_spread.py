@@ -16,6 +16,12 @@ from acpmem.search.ranking import SPREAD_CITES, SPREAD_RADIUS, SPREAD_ROWS, SPRE
 BOUND = SPREAD_TOP * (SPREAD_CITES + SPREAD_ROWS)     # the most one recall may read for spreading
 
 
+def _key(con, path: str) -> int:
+    """The index key of the entry file at ``path``."""
+    (key,) = con.execute("SELECT key FROM idx_docs WHERE path=?", (path,)).fetchone()
+    return key
+
+
 def write_files(vault, n: int, cites, words=("cache", "queue", "retry", "upload", "token")) -> None:
     rng = random.Random(n)
     for i in range(n):
@@ -69,7 +75,7 @@ def test_neighbours_agree_between_sqlite_and_memory_and_stay_bounded(vault, shap
         docs.append(SearchDoc(id=f"entries/e{i:05d}.md", title="", citations=tuple(cites)))
     mem = MemoryIndex(docs)
     for i in range(len(shapes)):
-        key = src.key_of(f"entries/e{i:05d}.md")
+        key = _key(con, f"entries/e{i:05d}.md")
         before_s, before_m = src.neighbour_work, mem.neighbour_work
         got = sorted((src.doc(k).id, d) for k, d in src.neighbours(key, SPREAD_RADIUS))
         want = sorted((docs[k].id, d) for k, d in mem.neighbours(i, SPREAD_RADIUS))
@@ -103,14 +109,14 @@ def test_a_restricted_source_finds_the_neighbours_it_keeps_reading_as_much(vault
             return (types is None or kinds[i][0] in types) and (superseded or not kinds[i][1])
 
         for i in range(len(shapes)):
-            key = everything.key_of(f"entries/e{i:05d}.md")
+            key = _key(con, f"entries/e{i:05d}.md")
             before_s, before_m = src.neighbour_work, mem.neighbour_work
             got = sorted((everything.doc(k).id, d) for k, d in src.neighbours(key, SPREAD_RADIUS))
             want = sorted((f"entries/e{k:05d}.md", d) for k, d in mem.neighbours(i, SPREAD_RADIUS) if kept(k))
             assert got == want, (types, superseded, i)
             assert src.neighbour_work - before_s == mem.neighbour_work - before_m
         # many at once (what ranking asks for), the same as one by one, reading as much
-        keys = [everything.key_of(f"entries/e{i:05d}.md") for i in range(len(shapes))]
+        keys = [_key(con, f"entries/e{i:05d}.md") for i in range(len(shapes))]
         one_by_one = index_query.IndexSource(con, types=types, include_superseded=superseded)
         at_once = index_query.IndexSource(con, types=types, include_superseded=superseded)
         assert at_once.neighbours_of(keys, SPREAD_RADIUS) == {k: one_by_one.neighbours(k, SPREAD_RADIUS) for k in keys}
@@ -130,7 +136,7 @@ def test_fused_ranking_spreads_with_its_own_share_and_lexical_ranking_keeps_its_
     con, _ = watch.open_fresh(vault.state_dir, vault.root)
     src = index_query.IndexSource(con)
     lexical = {h.id: h for h in rank(src, "cache", limit=3)}
-    a = src.key_of(next(i for i in lexical if "e0" in i))
+    a = _key(con, next(i for i in lexical if "e0" in i))
     fused = {h.id: h for h in rank(src, "cache", limit=3, similar={a: 0.5}, share=0.5)}
     b = next(i for i in lexical if "e1" in i)
     assert not any("e2" in i for i in lexical)                         # too far to be a neighbour

@@ -346,8 +346,7 @@ class IndexSource:
             # every field by position (id, title, body, type, tags, citations, created, weight): a third cheaper
             # than by name
             got = self._docs[key] = SearchDoc(path, "", "", "", () if tags == "[]" else tuple(json.loads(tags)),
-                                              () if cites == "[]" else tuple((s, q) for s, q in json.loads(cites)),
-                                              created, 1.0)
+                                              _citations(cites), created, 1.0)
         return got
 
     def citations(self, key: int) -> tuple[tuple[str, int | str], ...]:
@@ -357,10 +356,7 @@ class IndexSource:
         if got is not None:
             return got.citations
         row = self._rows.get(key)
-        if row is None:
-            return self.doc(key).citations
-        cites = row[2]
-        return () if cites == "[]" else tuple((s, q) for s, q in json.loads(cites))
+        return self.doc(key).citations if row is None else _citations(row[2])
 
     def facets(self, key: int) -> tuple[float, tuple[str, ...], str | None]:
         """(weight, tags, created) of a document: what ``rank`` weighs each pooled document by, read without
@@ -398,10 +394,6 @@ class IndexSource:
                 d = json.loads(data)
                 out[path] = light.with_changes(title=d.get("title") or "", body=indexed_body(d))
         return out
-
-    def key_of(self, path: str) -> int | None:
-        row = self._con.execute("SELECT key FROM idx_docs WHERE path=?", (path,)).fetchone()
-        return row[0] if row else None
 
     def neighbours(self, key: int, radius: int) -> list[tuple[int, int]]:
         return self.neighbours_of((key,), radius)[key]
@@ -443,6 +435,11 @@ class IndexSource:
                 (json.dumps(todo), *self._params))}
             memo.update((k, k in kept) for k in todo)
         return {k for k in keys if memo[k]}
+
+def _citations(raw: str) -> tuple[tuple[str, int | str], ...]:
+    """A document's citations as the index row stores them (JSON [[session, seq], …])."""
+    return () if raw == "[]" else tuple((s, q) for s, q in json.loads(raw))
+
 
 def search(con: sqlite3.Connection, query: str, limit: int = 5, *, types: Iterable[str] | None = None,
            include_superseded: bool = False, preview_length: int = 200, similar: Mapping[int, float] | None = None,
