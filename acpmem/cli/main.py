@@ -11,7 +11,7 @@ property test compares them).
 import os
 import sys
 
-from acpmem.cli.relay import report_interrupt, standard_descriptors, try_server
+from acpmem.cli.relay import is_read, report_interrupt, standard_descriptors, try_server
 
 
 def main(argv: list[str], prog: str) -> int:
@@ -115,7 +115,33 @@ def _run(prog: str) -> None:
         code = main(argv, prog) if code is None else code
     except KeyboardInterrupt:   # before the command's own handling is in place (or after it): said as by a command
         code = report_interrupt(argv)
+    if is_read(argv, prog):
+        leave(code)
     sys.exit(code)
+
+
+def leave(code: int) -> None:
+    """End a read's process now, with ``code``, without the interpreter's teardown — freeing every module and object
+    one by one, ~5 ms of a 50 ms read and ~1.5 ms of a served read's client, whose command ran elsewhere — when
+    nothing is left for the teardown to do: no other thread to wait for, no exit handler, the standard streams
+    flushed. Otherwise (or when a flush fails) it returns, and the process ends the usual way. A read closes its
+    vault before it returns (``VaultReader`` is a context manager), so no file or database is left open here."""
+    if not isinstance(code, int) or isinstance(code, bool):
+        return
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:
+        return
+    import atexit   # built into the interpreter: nothing to load
+    pending = getattr(atexit, "_ncallbacks", None)
+    if pending is None or pending():
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            return
+    os._exit(code & 0xFF)
 
 
 def acpmem_main() -> None:

@@ -43,13 +43,17 @@ def standard_descriptors() -> None:
                 pass
 
 
-def wanted(argv: list[str], prog: str) -> bool:
-    """Whether this command line is a read the server runs, and the server is not turned off."""
+def is_read(argv: list[str], prog: str) -> bool:
+    """Whether this command line is one of the reads the server runs (``READS``)."""
     rest = argv[1:] if prog == "acp" and argv[:1] == ["memory"] else argv if prog == "acpmem" else []
     while rest[:1] == ["--vault"] or rest[:1] and rest[0].startswith("--vault="):   # the group's one option
         rest = rest[2:] if rest[0] == "--vault" else rest[1:]
-    return bool(rest) and rest[0] in READS and os.environ.get("ACPMEM_READ_SERVER", "").lower() in (
-        "1", "on", "true", "yes")
+    return bool(rest) and rest[0] in READS
+
+
+def wanted(argv: list[str], prog: str) -> bool:
+    """Whether this command line is a read the server runs, and the server is not turned off."""
+    return is_read(argv, prog) and os.environ.get("ACPMEM_READ_SERVER", "").lower() in ("1", "on", "true", "yes")
 
 
 _NAMESPACES = ("mnt", "pid", "user", "net", "ipc", "uts", "cgroup")
