@@ -17,8 +17,9 @@ installed package has them (``PYTHONDONTWRITEBYTECODE`` is dropped for the comma
 
 Each command is measured twice: run alone (``ACPMEM_READ_SERVER=0``) and, marked "(served)", handed to the read
 server (``acpmem.cli.relay``), started by the warm-up in a folder of this run and ended at its end. A served
-command's CPU time is its client's plus the server's child's (which the client reports); ``--no-server`` leaves
-these rows out.
+command's CPU time is its client's, plus the server's child's (which the client reports), plus the server's own
+from just before the command to just before the next served one (``/proc/PID/schedstat``): accepting and checking
+the request, the fork, and holding what the child reported after it ended. ``--no-server`` leaves these rows out.
 
 Run it from an installed package (``pip install .`` in a fresh venv): an editable install (``pip install -e``) has
 every python start import its finder, `python -c pass` included, which halves the ratios; the script says so when
@@ -168,17 +169,36 @@ def main() -> None:
         while not list((run_dir / "acpmem").glob("read-*.sock")) and time.monotonic() < until:
             time.sleep(0.05)
     got: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in cases}
+    server = [] if args.no_server else wait_until(lambda: (lambda found: found if len(found) == 1 else None)(
+        _servers(run_dir)), 30) or []
+    if not args.no_server and len(server) != 1:
+        sys.exit(f"expected one read server under {run_dir}, found {len(_servers(run_dir))} (see "
+                 f"{run_dir}/acpmem/*.log)")
+    # the server's own CPU time for a served command: from just before it to just before the next served one, so
+    # that what the server does after the child ends (holding what the child reported) counts too
+    pending: tuple[list, int, int] | None = None    # (the command's rows, its row, the server's CPU ns before it)
     try:
         for _ in range(args.runs):
             for name, make, e in cases:
+                served = name.endswith("(served)")
+                if served:
+                    now = _server_ns(server[0])
+                    if pending is not None:
+                        rows, i, was = pending
+                        rows[i] = (rows[i][0], rows[i][1] + (now - was) / 1e6)
                 before = _served_cpu(cpu_log)
                 wall, cpu = timed(make(), e)
-                if name.endswith("(served)"):
+                if served:
                     after = _served_cpu(cpu_log)
                     if after[0] != before[0] + 1:
                         sys.exit(f"`{name}` was not run by the read server (see {run_dir}/acpmem/*.log)")
                     cpu += (after[1] - before[1]) / 1000   # the server's child ran it: its CPU time counts
+                    pending = (got[name], len(got[name]), now)
                 got[name].append((wall, cpu))
+        if pending is not None:
+            time.sleep(0.5)   # what the server does after the last child: done by now, even on a busy machine
+            rows, i, was = pending
+            rows[i] = (rows[i][0], rows[i][1] + (_server_ns(server[0]) - was) / 1e6)
     finally:
         _end_servers(run_dir)
     wall0 = statistics.median(w for w, _ in got["python -c pass"])
@@ -193,6 +213,8 @@ def main() -> None:
                   else "4x" if name.startswith("recall")
                   else "3x")
         print(f"{name:<34}{wall:>6.0f} ms{wall / wall0:>7.1f}x{cpu:>6.0f} ms{cpu / cpu0:>7.1f}x{target:>8}")
+    for line in TICKS:
+        print(line)
     editable = editable_finders()
     if editable:
         print(f"note: this environment installs {', '.join(editable)} in editable mode (pip install -e): every python "
@@ -212,10 +234,9 @@ def _served_cpu(log: Path) -> tuple[int, int]:
     return len(rows), sum(int(r) for r in rows)
 
 
-def _end_servers(run_dir: Path) -> None:
-    """End the read servers whose socket is under ``run_dir`` (the ones this run started)."""
-    import signal
-
+def _servers(run_dir: Path) -> list[int]:
+    """The read servers whose socket is under ``run_dir`` (the ones this run started)."""
+    found = []
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
@@ -223,10 +244,49 @@ def _end_servers(run_dir: Path) -> None:
             except OSError:
                 continue
             if b"acpmem.cli.readserver" in argv and any(str(run_dir).encode() in a for a in argv):
-                try:
-                    os.kill(int(d), signal.SIGTERM)
-                except OSError:
-                    pass
+                found.append(int(d))
+    return found
+
+
+def wait_until(what, timeout: float):
+    """Poll ``what()`` until it gives something true, or ``timeout`` seconds; its last answer."""
+    end = time.monotonic() + timeout
+    while True:
+        got = what()
+        if got or time.monotonic() > end:
+            return got
+        time.sleep(0.05)
+
+
+TICKS: list[str] = []   # said when the server's CPU time could only be read in clock ticks
+
+
+def _server_ns(pid: int) -> int:
+    """The CPU time the read server ``pid`` has used, in nanoseconds: from ``/proc/PID/schedstat`` (exact), else
+    from ``/proc/PID/stat`` in clock ticks (10 ms, longer than a served command's share: the medians then miss it)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        sys.exit(f"the read server {pid} ended during the run (see its log under the run's folder)")
+    if not TICKS:
+        TICKS.append("note: this kernel has no /proc/PID/schedstat: the read server's own CPU time is read in clock "
+                     "ticks, which the served rows' medians miss")
+    return (int(fields[11]) + int(fields[12])) * 10**9 // os.sysconf("SC_CLK_TCK")
+
+
+def _end_servers(run_dir: Path) -> None:
+    """End the read servers whose socket is under ``run_dir`` (the ones this run started)."""
+    import signal
+
+    for pid in _servers(run_dir):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
 
 
 def editable_finders(dirs: list[str] | None = None) -> list[str]:
