@@ -196,6 +196,18 @@ def test_recall_merges_both_layers_and_marks_each_read_in_its_own_vault(proj, us
     assert [(h.entry.id, h.layer, h.score) for h in bare] == [(h.entry.id, h.layer, h.score) for h in full]
     assert {h.layer for h in full} == {"project", "user"} and any(h.preview for h in full)
     assert not any(h.preview for h in bare)
+    # skipping (what a prompt's surfacing does with the entries its session has seen): each layer's hits hold their
+    # places in the merged ranking, then the skipped ones are left out
+    for skip in ({"u-queue1"}, {"q7dec1"}, {"u-queue1", "q7dec1"}):
+        said: dict = {}
+        got = recall_layered(proj, "queue", limit=5, mark_read=False, previews=False, skip=skip, report=said)
+        assert [(h.entry.id, h.layer, h.score) for h in got] == \
+            [(h.entry.id, h.layer, h.score) for h in bare if h.entry.id not in skip]
+        assert said["left_out"] == len(skip)
+        said = {}
+        best = bare[0].entry.id
+        assert recall_layered(proj, "queue", limit=1, mark_read=False, skip={best}, report=said) == []
+        assert said["left_out"] == 1
     # the session ledger (the project's) knows both: surfacing does not repeat them
     s = surface(proj, "s-r", seed=1)
     assert {e.entry.id for e in s.entries}.isdisjoint({h.entry.id for h in hits})

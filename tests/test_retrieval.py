@@ -295,6 +295,101 @@ def test_recall_without_previews_ranks_and_explains_the_same(example_vault):
             previewed += sum(bool(h.preview) for h in full)
     assert previewed > 10
 
+WORDS = ("deploy", "gateway", "retry", "upload", "queue", "sqlite", "部署", "网关")
+
+
+def _many(v) -> None:
+    """Forty-eight entries into ``v`` that share the query words in every mix, some citing the same turns (near
+    duplicates, which the ranking steps back) — enough hits for a limit to cut."""
+    from acpmem.core.entry import Citation
+    from helpers_proc import make_entry
+
+    entries = []
+    for i in range(48):
+        words = [w for b, w in enumerate(WORDS) if (i * 37 + 11) >> b & 1] or ["deploy"]
+        e = make_entry(f"mx{i:04d}", f"{' '.join(words[:2])} note {i}", "- " + " ".join(words * (1 + i % 3)) + ".")
+        e = e.with_changes(citation=(Citation(f"s-mix{i % 7}", i // 7),), path=v.path_for(f"mx{i:04d}", e.title))
+        entries.append(e)
+    v.write_entries(entries, subject="many entries", why="test")
+
+
+def test_recall_leaves_out_what_it_is_told_to_skip_from_the_same_ranking(example_vault):
+    """``skip`` (a prompt's surfacing skips what its session has seen) leaves entries out of the hits of the same
+    call without it, after they held their places within the limit: the rest in the same order, with the same
+    scores and explanations, whatever is skipped (the best hit, every other one, all, none, ids the hits lack);
+    ``left_out`` says how many; through one layer and the layered call."""
+    from acpmem.read.layers import recall_layered
+
+    v = example_vault
+    _many(v)
+    checked = 0
+    for q in ("upload gateway", "sqlite job queue", "部署网关", "deploy gateway retry", "retry"):
+        for call in (recall, recall_layered):
+            for limit in (3, 20):
+                full = call(v, q, limit, mark_read=False, previews=False)
+                ids = [h.entry.id for h in full]
+                for skip in ([], ids[:1], ids[::2], ids, ["zzzzzz"], ids[1:2] + ["not-an-entry"]):
+                    said: dict = {}
+                    got = call(v, q, limit, mark_read=False, previews=False, skip=set(skip), report=said)
+                    want = [h for h in full if h.entry.id not in skip]
+                    assert [(h.entry, h.score, h.explain, h.layer) for h in got] == \
+                        [(h.entry, h.score, h.explain, h.layer) for h in want], (q, limit, skip)
+                    assert said.get("left_out", 0) == len(full) - len(want), (q, limit, skip)
+                    checked += len(want) < len(full)
+    assert checked > 60
+
+
+def test_recall_reads_no_entry_it_skips_and_marks_and_notes_only_what_it_returns(example_vault):
+    """A skipped entry's data is never parsed (the index row of one is made unreadable, and recall still answers);
+    with ``mark_read`` and a session only the returned hits are marked read and noted in the session's ledger."""
+    from acpmem.read.ledger import read_ledger
+    from acpmem.search import watch
+
+    v = example_vault
+    _many(v)
+    full = recall(v, "sqlite job queue", 5, mark_read=False)
+    first, rest = full[0].entry.id, [h.entry.id for h in full[1:]]
+    assert len(rest) == 4
+    con = watch.open_fresh(v.state_dir, v.root)[0]
+    with con:
+        assert con.execute("UPDATE files SET data = '[]' WHERE entry_id = ?", (first,)).rowcount == 1
+    con.close()
+    with pytest.raises(AttributeError):   # read, it is no entry
+        recall(v, "sqlite job queue", 5, mark_read=False, previews=False)
+    got = recall(v, "sqlite job queue", 5, session="s-skip", skip={first}, previews=False)
+    assert [h.entry.id for h in got] == rest
+    assert read_ledger(v.session_dir("s-skip"))["recalled"] == sorted(rest)
+    reads = (v.state_dir / "reads.log").read_text()
+    assert first not in reads and all(i in reads for i in rest)
+
+
+def test_a_prompts_surfacing_shows_the_best_hits_its_session_has_not_seen(example_vault):
+    """A later prompt of a session shows the best ``top_n`` of the hits a recall of ``top_n`` + seen gives, less
+    the seen ones (the ranking that skipping keeps): the rule surfacing had when it read every hit's entry."""
+    from acpmem.read.layers import recall_layered
+    from acpmem.read.ledger import write_ledger
+    from acpmem.read.prompted import surface_prompt
+
+    v = example_vault
+    _many(v)
+    top_n = v.settings.surface.top_n
+    shown = 0
+    for n, q in enumerate(("upload gateway", "sqlite job queue", "部署网关", "retry the upload queue")):
+        ids = [h.entry.id for h in recall_layered(v, q, 20, mark_read=False)]
+        for k, seen in enumerate(([], ids[:1], ids[::2], ids[:-1], ids)):
+            session = f"s-seen-{n}-{k}"
+            write_ledger(v.session_dir(session), {"surfaced": seen, "recalled": [], "used_bytes": 0})
+            hits = recall_layered(v, q, min(top_n + len(seen), 100), mark_read=False)
+            want = [h.entry.id for h in hits if h.entry.id not in seen and h.explain.get("terms", True)][:top_n]
+            got = surface_prompt(v, session, q)
+            assert [e.entry.id for e in got.entries] == want, (q, seen)
+            if not want:
+                assert got.reason == ("nothing in memory matches the prompt that this session has not seen"
+                                      if hits else "nothing in memory matches the prompt"), (q, seen)
+            shown += len(want)
+    assert shown > 40
+
+
 RECALL_PROBE = """
 import json, sys
 from acpmem.cli.fast import try_fast

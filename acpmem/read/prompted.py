@@ -37,16 +37,20 @@ def surface_prompt(vault, session: str, prompt: str, *, max_chars: int | None = 
     query = " ".join(without_own_text(str(prompt or "")).split())[:MAX_QUERY_CHARS]
     if not query or cfg.top_n == 0:
         return SurfaceResult(session, (), used, budget, "the prompt has no words to look for")
+    said: dict = {}
     try:
+        # the entries seen hold their places in the ranking (a near-duplicate of one ranks below it) but are not
+        # read: a long session's later prompt ranks a hundred hits to show five
         hits = recall_layered(vault, query, limit=min(cfg.top_n + len(seen), 100), mark_read=False,
-                              previews=False)   # it shows the entries themselves
+                              previews=False, skip=seen, report=said)   # it shows the entries themselves
     except UsageError:
         return SurfaceResult(session, (), used, budget, "the prompt has no words to look for")
     # only what the words match: an entry reached through its links alone (spread) is recall's guess, not the prompt's
-    fresh = [h for h in hits if h.entry.id not in seen and (h.explain or {}).get("terms", True)][:cfg.top_n]
+    fresh = [h for h in hits if (h.explain or {}).get("terms", True)][:cfg.top_n]
     if not fresh:
         return SurfaceResult(session, (), used, budget, "nothing in memory matches the prompt that this session "
-                             "has not seen" if hits else "nothing in memory matches the prompt")
+                             "has not seen" if hits or said.get("left_out") else
+                             "nothing in memory matches the prompt")
     picked: list[SurfacedEntry] = []
     reason, deferred = None, 0
     for n, h in enumerate(fresh):

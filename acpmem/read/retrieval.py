@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from itertools import islice
 from pathlib import Path
@@ -111,16 +111,21 @@ def with_index(vault: VaultReader, work: Callable[[sqlite3.Connection], object])
     return _with_index(vault, work)
 
 
-def _entries_at(con: sqlite3.Connection, paths: Sequence[str]) -> list[Entry | None]:
+def _entries_at(con: sqlite3.Connection, paths: Sequence[str],
+                skip: Collection[str] = ()) -> list[Entry | str | None]:
     """The entry of each file of ``paths`` that is valid, unless another file with the same id comes first (the
-    catalog's rule); None for the others. One query for all of them (a long session's later prompt looks at a
-    hundred hits)."""
-    found = {path: data for path, data, first in con.execute(
-        "SELECT f.path, f.data, (SELECT min(g.path) FROM files g WHERE g.entry_id = f.entry_id AND g.ok = 1) "
-        "FROM files f WHERE f.path IN (SELECT value FROM json_each(?)) AND f.ok = 1",
+    catalog's rule); None for the others; for an entry whose id is in ``skip``, its id alone (its data is not
+    parsed). One query for all of them (a long session's later prompt looks at a hundred hits)."""
+    found = {path: (ident, data) for path, ident, data, first in con.execute(
+        "SELECT f.path, f.entry_id, f.data, (SELECT min(g.path) FROM files g WHERE g.entry_id = f.entry_id AND "
+        "g.ok = 1) FROM files f WHERE f.path IN (SELECT value FROM json_each(?)) AND f.ok = 1",
         (json.dumps(list(paths), ensure_ascii=False),))
         if first == path}
-    return [Entry.from_json(json.loads(found[p])) if p in found else None for p in paths]
+    out: list[Entry | str | None] = []
+    for p in paths:
+        got = found.get(p)
+        out.append(None if got is None else got[0] if got[0] in skip else Entry.from_json(json.loads(got[1])))
+    return out
 
 
 def _effective_last_read(entry: Entry, lr: dict[str, str]) -> Entry:
@@ -143,7 +148,8 @@ def _check_types(vault: VaultReader, types: Iterable[str] | None) -> tuple[str, 
 
 def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] | None = None,
            include_superseded: bool = False, session: str | None = None, *,
-           mark_read: bool = True, report: dict | None = None, previews: bool = True) -> list[RecallHit]:
+           mark_read: bool = True, report: dict | None = None, previews: bool = True,
+           skip: Collection[str] = ()) -> list[RecallHit]:
     """Search the vault and return up to ``limit`` hits with their full entries; marks them read.
 
     ``types`` restricts the entry types; superseded entries only with ``include_superseded``. With ``session``,
@@ -151,6 +157,10 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
     ``mark_read=False`` is for acpmem's own lookups (the fork's related entries): no person or model read them.
     ``previews=False`` leaves each hit's ``preview`` empty, for a caller that shows the entries, not previews
     (``surface --prompt``: a long session's later prompt looks at a hundred hits to show five).
+    ``skip``: ids of entries the caller leaves out (``surface --prompt``: those its session has seen). They are
+    ranked as usual and hold their places within ``limit`` — the hits are those of the same call without ``skip``,
+    less these — but their entries are not read from the index, nor marked read, nor noted; ``report`` (when
+    given) receives ``left_out``, how many were left out.
 
     With the embedding channel on (``[embeddings] model``), the query's vector joins the ranking and ``report``
     (when given) receives ``vectors`` (model, present, missing, used) and, when the query could not be embedded,
@@ -159,6 +169,20 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
     rerank model reorders the best ``[rerank] candidates`` (``acpmem.read.reranking``) and ``report`` receives
     ``rerank`` (model, candidates, used, and ``skipped`` or its own ``warning``). With both off ``report`` stays
     empty."""
+    hits = recall_ranked(vault, query, limit, types, include_superseded, session, mark_read=mark_read,
+                         report=report, previews=previews, skip=skip)
+    kept = [h for h in hits if h.entry is not None]
+    if skip and report is not None:
+        report["left_out"] = len(hits) - len(kept)
+    return kept
+
+
+def recall_ranked(vault: VaultReader, query: str, limit: int, types: Iterable[str] | None,
+                  include_superseded: bool, session: str | None, *, mark_read: bool, report: dict | None,
+                  previews: bool, skip: Collection[str]) -> list[RecallHit]:
+    """``recall``'s hits with the entries of ``skip`` in their places, as hits without an entry (None) or
+    citations: for ``recall``, and for ``acpmem.read.layers.recall_layered``, which merges the layers' hits by
+    score before it cuts them to ``limit``."""
     query = "" if query is None else query
     if not isinstance(query, str) or not is_utf8(query) or "\x00" in query:
         raise UsageError(f"a query must be text, got {clip(query)}", 'pass words to look for, e.g. "sqlite wal"')
@@ -174,6 +198,7 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
 
     reranked = bool(vault.settings.rerank.model)
     need = max(limit, vault.settings.rerank.candidates) if reranked else limit
+    unread = frozenset(skip) if not reranked else frozenset()   # a rerank model reads every candidate's text
 
     def work(con: sqlite3.Connection) -> tuple[list[tuple], dict | None]:
         nonlocal similar
@@ -186,8 +211,8 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
             hits = search_index(con, query, want, types=allowed, include_superseded=include_superseded,
                                 preview_length=200 if previews else 0, similar=similar,
                                 share=qv.share if qv is not None else 0.0, said=said)
-            found = [(e, h) for e, h in zip(_entries_at(con, [h.id for h in hits]), hits)
-                     if e is not None and e.id not in unseen]
+            found = [(e, h) for e, h in zip(_entries_at(con, [h.id for h in hits], unread), hits)
+                     if e is not None and (e if isinstance(e, str) else e.id) not in unseen]
             if len(found) >= need or len(hits) < want:
                 break
             want = want * 2 + 5  # some hits were files that lose to another file with the same id
@@ -203,16 +228,19 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
     found = found[:limit]
     if not found:
         return []
-    ids = [e.id for e, _ in found]
     layer = vault.layer
-    if not mark_read:
-        return [RecallHit(e, h.score, h.preview, e.citation, h.explain, layer) for e, h in found]
-    vault.mark_read(ids)
-    now = vault.now()
-    if sdir is not None:
-        note_recalled(sdir, ids)
-    return [RecallHit(e.with_changes(last_read=now), h.score, h.preview, e.citation, h.explain, layer)
-            for e, h in found]
+    left = [isinstance(e, str) or e.id in skip for e, _ in found]
+    if mark_read:
+        ids = [e.id for (e, _), out in zip(found, left) if not out]
+        if ids:
+            vault.mark_read(ids)
+            if sdir is not None:
+                note_recalled(sdir, ids)
+        now = vault.now()
+    return [RecallHit(None, h.score, "", (), h.explain, layer) if out
+            else RecallHit(e.with_changes(last_read=now) if mark_read else e, h.score, h.preview, e.citation,
+                           h.explain, layer)
+            for (e, h), out in zip(found, left)]
 
 
 def note_recalled(sdir: Path, ids: Iterable[str]) -> None:
@@ -460,5 +488,5 @@ def _framed(s: SurfacedEntry) -> str:
     return frame("surface", s.text, attrs=_attrs(s.entry, s.layer))
 
 
-__all__ = ["recall", "surface", "session_lock", "RecallHit", "SurfaceResult", "SurfacedEntry", "recall_text", "surface_text",
+__all__ = ["recall", "recall_ranked", "surface", "session_lock", "RecallHit", "SurfaceResult", "SurfacedEntry", "recall_text", "surface_text",
            "cap_text", "lexical_fallback_note"]
