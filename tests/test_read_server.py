@@ -549,3 +549,41 @@ def test_the_server_compiles_the_patterns_its_reads_would_each_compile_again():
             "sys.exit(0 if dict(re._cache) == before else 1)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
+
+
+def _segmenter_in(pid: int) -> bool:
+    """Whether the process ``pid`` has loaded jieba (its extension module is mapped)."""
+    return "rjieba" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_the_server_loads_the_cjk_segmenter_only_once_a_child_needed_it(tmp_path, run_dir):
+    """The server starts without jieba (most vaults never segment a word, and a fork copies the page tables of all
+    the server holds); a served read that had to segment — indexing a Chinese entry a person wrote by hand — says
+    so, the server loads it for the next ones, and they answer as the command run alone does."""
+    from acpmem.core.entryfile import new_entry_text
+    from helpers_proc import make_entry
+
+    env = env_for(run_dir)
+    alone = {**env, "ACPMEM_READ_SERVER": "0"}
+    vault = tmp_path / "v"
+    assert run_cli("memory", "init", str(vault), env=alone).returncode == 0
+    for title in ("Deploys go through the staging gateway first", "Retries back off to 30 s on HTTP 429"):
+        r = run_cli("memory", "--vault", str(vault), "remember", title, "--type", "decision", env=alone)
+        assert r.returncode == 0, r.stderr
+    started(run_dir, env, vault)
+    [pid] = servers(run_dir)
+    before = served(run_dir)
+    for args in (("list",), ("recall", "staging gateway"), ("surface", "--session", "s1", "--prompt", "retries")):
+        assert acp("memory", "--vault", vault, *args, env=env).returncode == 0
+    assert served(run_dir) == before + 3
+    assert not _segmenter_in(pid), "the server loaded jieba though no read segmented a word"
+    (vault / "entries" / "zh0001-notes.md").write_text(new_entry_text(make_entry(
+        "zh0001", "部署流程的约定", "- 部署之前先在预发布环境验证网关的重试配置。")))
+    got = acp("memory", "--vault", vault, "recall", "网关", "--json", env=env)
+    assert got.returncode == 0 and served(run_dir) == before + 4, got.stderr
+    assert wait_for(lambda: _segmenter_in(pid)), "the server did not load jieba after a child needed it"
+    again = acp("memory", "--vault", vault, "recall", "部署", "--json", env=env)
+    assert served(run_dir) == before + 5
+    assert (again.returncode, again.stdout) == (0, acp("memory", "--vault", vault, "recall", "部署", "--json",
+                                                          env=alone).stdout)
+    assert "zh0001" in again.stdout

@@ -42,9 +42,13 @@ WARM = ("acpmem.cli.main", "acpmem.cli.fast", "acpmem.cli.hot", "acpmem.cli.read
 
 def warm() -> None:
     """Import what the reads import, and build the caches of static data they build on first use (a query's word
-    lists and aliases, the stemmer, the CJK pattern and segmenter, the TLS context of an HTTPS embeddings or rerank
-    call): pure functions of the installed package and the server's environment, never of a vault (nothing here
-    opens a file a child would share)."""
+    lists and aliases, the stemmer, the CJK pattern, the TLS context of an HTTPS embeddings or rerank call): pure
+    functions of the installed package and the server's environment, never of a vault (nothing here opens a file a
+    child would share). Not the CJK segmenter: jieba's dictionary is two thirds of the server's memory, and a fork
+    copies the page tables of all of it (0.8 against 0.4 ms); most vaults never segment a word (a query is split by
+    the dictionary's headwords, only an entry's text, when it is indexed, and its tags by jieba). A child that
+    loads it says so, and the server loads it then (``acpmem.search.held``); without the reports (no inotify), the
+    server loads it when it starts serving."""
     import importlib
 
     for name in WARM:
@@ -52,7 +56,7 @@ def warm() -> None:
     from acpmem.core import limits
     from acpmem.search import ranking, similar
 
-    ranking.prepare()
+    ranking.prepare(segment=False)   # the CJK segmenter once a child needs it (``acpmem.search.held``), or now below
     similar.prepare()
     limits.prepare()
     from acpmem.infra import embedclient
@@ -159,6 +163,9 @@ def run_child(conn: socket.socket, items: list[bytes], fds: list[int]) -> None:
         sys.argv = [prog] + argv
         # the client passes Ctrl-C on once it has the pid: from the moment it is sent, an interrupt anywhere (before
         # the command's own handling is in place, or after it) ends the command as an interrupted one
+        from acpmem.search import analysis, held
+
+        segmented = analysis.segmenter_loaded()
         try:
             conn.sendall(b"S" + os.getpid().to_bytes(4, "big"))
             from acpmem.cli.main import main
@@ -173,6 +180,8 @@ def run_child(conn: socket.socket, items: list[bytes], fds: list[int]) -> None:
                 s.flush()
             except (OSError, ValueError):
                 pass
+        if not segmented and analysis.segmenter_loaded():
+            held.segmenter_loaded()
     finally:
         # the command has ended: a Ctrl-C the caller passes on now changes nothing, and nothing here may keep this
         # process from ending (it would run on as a copy of the server, and remove the server's socket on its way
@@ -235,6 +244,10 @@ def serve(path: str, idle: float) -> None:
     listener.settimeout(idle)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children reaped by the kernel
     holder, reports = _holder()
+    if holder is None:   # no child can say it needed the segmenter: load it now
+        from acpmem.search.analysis import segmenter
+
+        segmenter()
     gc.freeze()   # what the children share with this process is left out of their collections (fewer copied pages)
     deadline = time.monotonic() + idle
     try:

@@ -61,12 +61,18 @@ def stemmer():
     return snowballstemmer.stemmer("english")
 
 
-def prepare() -> None:
-    """Build what analysis builds on first use (the CJK patterns, the segmenter, the stemmer): for a process that
-    forks readers (``acpmem.cli.readserver``)."""
+def prepare(segment: bool = True) -> None:
+    """Build what analysis builds on first use (the CJK patterns, the segmenter unless ``segment`` is false, the
+    stemmer): for a process that forks readers (``acpmem.cli.readserver``)."""
     _cjk_re()
-    segmenter()
+    if segment:
+        segmenter()
     stemmer()
+
+
+def segmenter_loaded() -> bool:
+    """Whether this process has loaded the segmenter (jieba and its dictionary)."""
+    return segmenter.cache_info().currsize > 0
 
 
 @functools.lru_cache(maxsize=200_000)

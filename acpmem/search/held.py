@@ -16,7 +16,8 @@ with one is let go (a queue overflow lets every vault go). A child then takes wh
 The read times are held apart (``READS``, made by the ``reads_of`` the server passes in): they change at every
 read and are checked against the files' bytes by the reader, who says when they are to be taken again
 (``READ_TIMES``). Everything else (settings, branches) is read as before; what is held answers only for the same
-entry types.
+entry types. A child that had to load the CJK segmenter says so as well (``segmenter_loaded``): the server, which
+starts without it, loads it then, for the children after it.
 
 Outside the server ``HELD`` is empty and nothing changes. Not on other systems than Linux (no inotify); not for a
 vault larger than ``MAX_ENTRIES`` files, nor past ``MAX_HELD`` entries in all (the oldest vault is let go first);
@@ -43,6 +44,7 @@ MAX_REPORT = 4000       # a report is one write on a pipe, whole (PIPE_BUF is 4,
 
 LIGHT, FULL, ROWS = "light", "full", "rows"   # what is held of a vault: its light or full listing, its index rows
 READ_TIMES = "reads"                          # a report that a held vault's read times grew: take them again
+SEGMENTER = "segmenter"                       # a report that a child loaded the segmenter: the server loads it
 
 
 class HeldListing:
@@ -134,6 +136,17 @@ def loaded(root: str, db_path: str, types: tuple[str, ...], kind: str) -> None:
         pass
 
 
+def segmenter_loaded() -> None:
+    """In a child of the read server: say that it had to load the CJK segmenter (jieba and its ~30 MB dictionary),
+    which the server leaves out until a child needs it: every fork copies the page tables of what the server holds,
+    and most vaults never segment a word. The server then loads it, and its next children have it."""
+    if REPORT_FD:
+        try:
+            os.write(REPORT_FD[0], f"\x1f\x1f{SEGMENTER}\n".encode())
+        except OSError:
+            pass
+
+
 def _settled(con) -> None:
     """Raise unless the catalog has no racily clean rows: files written a moment ago are read again by the next
     refresh, and held, the catalog would keep them marked (the staleness marks are then worked out anew every read);
@@ -160,6 +173,7 @@ class Holder:
         self._partial = b""
         self.refused: set[str] = set()        # roots never held while this server lives: too large, or not local
         self.grown: dict[str, str] = {}       # held vaults whose read times grew much since taken → their database
+        self.segment = False                  # a child loaded the segmenter: load it here
 
     def close(self) -> None:
         self.ino.close()
@@ -185,6 +199,8 @@ class Holder:
                     self.wanted[key] = (parts[1], tuple(parts[3:]))
             elif len(parts) >= 3 and parts[2] == READ_TIMES and parts[0] in READS:
                 self.grown[parts[0]] = parts[1]
+            elif parts == ["", "", SEGMENTER]:
+                self.segment = True
 
     def drain(self) -> None:
         """Let go of every listing of a vault that changed since it was taken (all of them after an overflow)."""
@@ -209,6 +225,11 @@ class Holder:
 
     def hold_wanted(self) -> None:
         """Hold what the children reported (called when no request waits)."""
+        if self.segment:
+            from acpmem.search.analysis import segmenter
+
+            self.segment = False
+            segmenter()
         while self.wanted:
             key, (db_path, types) = self.wanted.popitem()
             self.hold(key[0], db_path, types, key[1])

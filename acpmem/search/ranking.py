@@ -148,12 +148,12 @@ def _alias_maps() -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]
     return ({k: frozenset(v) for k, v in terms_of.items()}, {k: frozenset(v) for k, v in words_of.items()})
 
 
-def prepare() -> None:
-    """Build what a query builds on first use — the alias tables, the word lists, the CJK patterns, the segmenter and
-    the stemmer — for a process that forks readers (``acpmem.cli.readserver``)."""
+def prepare(segment: bool = True) -> None:
+    """Build what a query builds on first use — the alias tables, the word lists, the CJK patterns, the segmenter
+    (unless ``segment`` is false) and the stemmer — for a process that forks readers (``acpmem.cli.readserver``)."""
     _alias_maps()
     english.prepare()
-    analysis_prepare()
+    analysis_prepare(segment)
 
 
 def _english_forms(word: str) -> list[str]:
