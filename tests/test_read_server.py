@@ -587,3 +587,54 @@ def test_the_server_loads_the_cjk_segmenter_only_once_a_child_needed_it(tmp_path
     assert (again.returncode, again.stdout) == (0, acp("memory", "--vault", vault, "recall", "部署", "--json",
                                                           env=alone).stdout)
     assert "zh0001" in again.stdout
+
+
+INSTALLATION_PROBE = """
+import os, sys
+from pathlib import Path
+from acpmem.cli import readserver
+if sys.argv[2] == "stat":   # no inotify to be had: the server stats every file it loaded
+    from acpmem.infra import inotify
+    def refused(*a, **k):
+        raise OSError(24, "too many open files")
+    inotify.Inotify.__init__ = refused
+readserver.warm()
+inst = readserver.Installation()
+pkg = Path(readserver.__file__).parent.parent
+if not str(pkg).startswith(sys.argv[3]):   # never the package the tests run
+    sys.exit(f"acpmem was imported from {pkg}, not from the copy")
+said = [inst.ino is not None, inst.changed()]
+render = pkg / "core" / "render.py"
+render.read_text(); (pkg / "search").iterdir().__next__()   # reading changes nothing
+said.append(inst.changed())
+what = sys.argv[1]
+if what == "utime":
+    st = render.stat(); os.utime(render, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+elif what == "write":
+    with open(render, "a") as f:
+        f.write("# changed\\n")
+elif what == "create":
+    (pkg / "search" / "new_module.py").write_text("")
+elif what == "remove":
+    (pkg / "search" / "held.py").unlink()
+said += [inst.changed(), inst.changed()]
+inst.close()
+print(said)
+"""
+
+
+@pytest.mark.parametrize("how", ["inotify", "stat"])
+def test_the_server_sees_any_change_to_the_package_it_loaded(tmp_path, how):
+    """Whether a module the server loaded changed since it started (``readserver.Installation``): the kernel's
+    reports on the package's folders, or, without inotify, a ``stat`` of every file — the same answer either way,
+    for a changed time, a write, a new file and a removed one, and none for reading the files; once stale, stale."""
+    import acpmem
+
+    for what in ("utime", "write", "create", "remove"):
+        copy = tmp_path / what / "site"
+        shutil.copytree(Path(acpmem.__file__).parent, copy / "acpmem", ignore=shutil.ignore_patterns("__pycache__"))
+        p = subprocess.run([sys.executable, "-c", INSTALLATION_PROBE, what, how, str(copy)], capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1"),
+                           cwd=tmp_path, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.strip() == str([how == "inotify", False, False, True, True]), (what, p.stdout)

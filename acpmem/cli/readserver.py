@@ -1,17 +1,17 @@
 """The read server: one warm process per user and installation that runs the per-turn reads for ``acp``
 (``acpmem.cli.relay`` is its client, and says why).
 
-``python -P -m acpmem.cli.readserver SOCKET``, started detached by a client that found none. It takes
-``SOCKET.lock`` (one server per socket; a second exits), imports every module the reads use, binds the socket and
-waits. For each connection it checks the peer is its own user, confined as it is (``relay.confinement``), reads the request (``relay.request``) and, when the
-client's identity is its own and no module it loaded has changed on disk since it started, forks: the child takes
-the client's folder, environment, umask and standard descriptors and runs ``acpmem.cli.main.main`` on the command
-line, tells the client its pid (``S``) at the start and its exit code (``X``) at the end, and exits. A changed module
-(an upgrade, an edit of an editable install) answers ``R`` — the client runs the command itself — and ends the server.
-It ends after ``ACPMEM_READ_SERVER_IDLE`` seconds (600) without a request; an error on the way up is written to
-``SOCKET.log`` and marks ``SOCKET.failed`` (clients start no other server for ten minutes). When no request waits,
-it holds what its children read of each vault (``acpmem.search.held``), and lets go, before each fork, of any vault
-the kernel reported a change in.
+``python -P -m acpmem.cli.readserver SOCKET``, started detached by a client that found none. It takes ``SOCKET.lock``
+(one server per socket; a second exits), imports every module the reads use, binds the socket and waits. For each
+connection it checks the peer is its own user, confined as it is (``relay.confinement``), reads the request
+(``relay.request``) and, when the client's identity is its own and no module it loaded has changed on disk since it
+started (``Installation``), forks: the child takes the client's folder, environment, umask and standard descriptors
+and runs ``acpmem.cli.main.main`` on the command line, tells the client its pid (``S``) at the start and its exit
+code (``X``) at the end, and exits. A changed module (an upgrade, an edit of an editable install) answers ``R`` — the
+client runs the command itself — and ends the server. It ends after ``ACPMEM_READ_SERVER_IDLE`` seconds (600) without
+a request; an error on the way up is written to ``SOCKET.log`` and marks ``SOCKET.failed`` (clients start no other
+server for ten minutes). When no request waits, it holds what its children read of each vault
+(``acpmem.search.held``), and lets go, before each fork, of any vault the kernel reported a change in.
 """
 from __future__ import annotations
 
@@ -90,6 +90,50 @@ def changed(files: dict[str, int]) -> bool:
         except OSError:
             return True
     return False
+
+
+class Installation:
+    """Whether a module the server loaded, or a folder of the package, changed on disk since it started: the
+    kernel's reports on the package's folders (inotify: one read per request), checked against the files once after
+    the watches were set (a change between the imports and the watches); where inotify is not to be had (or the
+    package is on a network file system), a ``stat`` of every file per request (~0.2 ms)."""
+
+    def __init__(self) -> None:
+        self.files = loaded_files()
+        self.ino = None
+        self.stale = False
+        try:
+            from acpmem.infra import inotify
+
+            folders = sorted({f for f in self.files if os.path.isdir(f)})
+            if folders and all(inotify.sees_every_change(d) for d in folders):
+                ino = inotify.Inotify()
+                try:
+                    for d in folders:
+                        ino.add(d, inotify.ENTRY_EVENTS)
+                except OSError:
+                    ino.close()
+                    raise
+                self.ino = ino
+        except (OSError, AttributeError):
+            self.ino = None
+        self.stale = changed(self.files)
+
+    def changed(self) -> bool:
+        if not self.stale:
+            if self.ino is None:
+                self.stale = changed(self.files)
+            else:
+                try:
+                    self.stale = bool(self.ino.read())
+                except OSError:
+                    self.stale = changed(self.files)
+        return self.stale
+
+    def close(self) -> None:
+        if self.ino is not None:
+            self.ino.close()
+            self.ino = None
 
 
 def _unpack(body: bytes) -> list[bytes]:
@@ -228,7 +272,7 @@ def _holder():
 
 
 def serve(path: str, idle: float) -> None:
-    files = loaded_files()
+    installed = Installation()
     me = relay.identity()
     mine = relay.confinement()
     if mine is None:
@@ -279,7 +323,7 @@ def serve(path: str, idle: float) -> None:
                 if got is None:
                     continue
                 items, fds = got
-                stale = changed(files)
+                stale = installed.changed()
                 if len(items) < 6 or items[0] != relay.PROTOCOL or items[1] != me or stale:
                     for fd in fds:
                         os.close(fd)
@@ -299,6 +343,7 @@ def serve(path: str, idle: float) -> None:
                 pid = os.fork()
                 if pid == 0:
                     listener.close()
+                    installed.close()
                     if holder is not None:
                         os.close(reports)
                         holder.ino.close()
@@ -307,6 +352,7 @@ def serve(path: str, idle: float) -> None:
                 for fd in fds:
                     os.close(fd)
     finally:
+        installed.close()
         if holder is not None:
             holder.close()
         try:
