@@ -208,6 +208,13 @@ def test_recall_merges_both_layers_and_marks_each_read_in_its_own_vault(proj, us
         best = bare[0].entry.id
         assert recall_layered(proj, "queue", limit=1, mark_read=False, skip={best}, report=said) == []
         assert said["left_out"] == 1
+    for upto in (0, 1):   # cut after the layers' hits are merged
+        said = {}
+        got = recall_layered(proj, "queue", limit=5, mark_read=False, previews=False, upto=upto, report=said)
+        assert [(h.entry.id, h.layer) for h in got] == [(h.entry.id, h.layer) for h in bare][:upto]
+        assert said["left_out"] == len(bare) - upto
+    got = recall_layered(proj, "queue", limit=5, mark_read=False, previews=False, matched=True)
+    assert [h.entry.id for h in got] == [h.entry.id for h in bare if h.explain.get("terms", True)]
     # the session ledger (the project's) knows both: surfacing does not repeat them
     s = surface(proj, "s-r", seed=1)
     assert {e.entry.id for e in s.entries}.isdisjoint({h.entry.id for h in hits})

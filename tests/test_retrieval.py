@@ -310,38 +310,54 @@ def _many(v) -> None:
         e = make_entry(f"mx{i:04d}", f"{' '.join(words[:2])} note {i}", "- " + " ".join(words * (1 + i % 3)) + ".")
         e = e.with_changes(citation=(Citation(f"s-mix{i % 7}", i // 7),), path=v.path_for(f"mx{i:04d}", e.title))
         entries.append(e)
+    # three entries of a rare word, and six that share none of the words but cite the turns beside theirs: recall
+    # reaches those through the links alone (spread)
+    for i, seq in enumerate((10, 20, 30)):
+        entries.append(make_entry(f"zb{i:04d}", f"zebra crossing {i}", "- The zebra crossing rule.").with_changes(
+            citation=(Citation("s-zoo", seq),), path=v.path_for(f"zb{i:04d}", f"zebra crossing {i}")))
+    for i, seq in enumerate((9, 11, 19, 21, 29, 31)):
+        entries.append(make_entry(f"ln{i:04d}", f"lunch menu {i}", "- Soup on Fridays.").with_changes(
+            citation=(Citation("s-zoo", seq),), path=v.path_for(f"ln{i:04d}", f"lunch menu {i}")))
     v.write_entries(entries, subject="many entries", why="test")
 
 
 def test_recall_leaves_out_what_it_is_told_to_skip_from_the_same_ranking(example_vault):
-    """``skip`` (a prompt's surfacing skips what its session has seen) leaves entries out of the hits of the same
-    call without it, after they held their places within the limit: the rest in the same order, with the same
-    scores and explanations, whatever is skipped (the best hit, every other one, all, none, ids the hits lack);
-    ``left_out`` says how many; through one layer and the layered call."""
+    """``skip``, ``matched`` and ``upto`` (a prompt's surfacing drops what its session has seen and what its words
+    do not match, and shows five) leave hits out of those of the same call without them, after they held their
+    places within the limit: the rest in the same order, with the same scores and explanations, whatever is skipped
+    (the best hit, every other one, all, none, ids the hits lack) and wherever the cut falls; ``left_out`` says how
+    many; through one layer and the layered call."""
     from acpmem.read.layers import recall_layered
 
     v = example_vault
     _many(v)
-    checked = 0
-    for q in ("upload gateway", "sqlite job queue", "部署网关", "deploy gateway retry", "retry"):
+    checked = checked_spread = 0
+    for q in ("upload gateway", "sqlite job queue", "部署网关", "deploy gateway retry", "retry", "zebra"):
         for call in (recall, recall_layered):
             for limit in (3, 20):
                 full = call(v, q, limit, mark_read=False, previews=False)
                 ids = [h.entry.id for h in full]
                 for skip in ([], ids[:1], ids[::2], ids, ["zzzzzz"], ids[1:2] + ["not-an-entry"]):
-                    said: dict = {}
-                    got = call(v, q, limit, mark_read=False, previews=False, skip=set(skip), report=said)
-                    want = [h for h in full if h.entry.id not in skip]
-                    assert [(h.entry, h.score, h.explain, h.layer) for h in got] == \
-                        [(h.entry, h.score, h.explain, h.layer) for h in want], (q, limit, skip)
-                    assert said.get("left_out", 0) == len(full) - len(want), (q, limit, skip)
-                    checked += len(want) < len(full)
-    assert checked > 60
+                    for matched in (False, True):
+                        for upto in (None, 0, 1, 4):
+                            said: dict = {}
+                            got = call(v, q, limit, mark_read=False, previews=False, skip=set(skip),
+                                       matched=matched, upto=upto, report=said)
+                            want = [h for h in full if h.entry.id not in skip
+                                    and (not matched or h.explain.get("terms", True))][:upto]
+                            assert [(h.entry, h.score, h.explain, h.layer) for h in got] == \
+                                [(h.entry, h.score, h.explain, h.layer) for h in want], (q, limit, skip, upto)
+                            assert said.get("left_out", 0) == len(full) - len(want), (q, limit, skip, upto)
+                            checked += len(want) < len(full)
+                spread = [h for h in full if not h.explain.get("terms", True)]
+                checked_spread += bool(spread)
+    assert checked > 600 and checked_spread
 
 
 def test_recall_reads_no_entry_it_skips_and_marks_and_notes_only_what_it_returns(example_vault):
-    """A skipped entry's data is never parsed (the index row of one is made unreadable, and recall still answers);
-    with ``mark_read`` and a session only the returned hits are marked read and noted in the session's ledger."""
+    """A skipped entry's data is never parsed, nor one past ``upto`` (the index row of one is made unreadable, and
+    recall still answers); with ``mark_read`` and a session only the returned hits are marked read and noted in the
+    session's ledger."""
     from acpmem.read.ledger import read_ledger
     from acpmem.search import watch
 
@@ -361,6 +377,15 @@ def test_recall_reads_no_entry_it_skips_and_marks_and_notes_only_what_it_returns
     assert read_ledger(v.session_dir("s-skip"))["recalled"] == sorted(rest)
     reads = (v.state_dir / "reads.log").read_text()
     assert first not in reads and all(i in reads for i in rest)
+    # past ``upto``: the first entry past the cut made unreadable too, and the one before it still read
+    con = watch.open_fresh(v.state_dir, v.root)[0]
+    with con:
+        assert con.execute("UPDATE files SET data = '[]' WHERE entry_id = ?", (rest[2],)).rowcount == 1
+    con.close()
+    got = recall(v, "sqlite job queue", 5, skip={first}, upto=2, previews=False, mark_read=False)
+    assert [h.entry.id for h in got] == rest[:2]
+    with pytest.raises(AttributeError):
+        recall(v, "sqlite job queue", 5, skip={first}, upto=3, previews=False, mark_read=False)
 
 
 def test_a_prompts_surfacing_shows_the_best_hits_its_session_has_not_seen(example_vault):
@@ -374,7 +399,7 @@ def test_a_prompts_surfacing_shows_the_best_hits_its_session_has_not_seen(exampl
     _many(v)
     top_n = v.settings.surface.top_n
     shown = 0
-    for n, q in enumerate(("upload gateway", "sqlite job queue", "部署网关", "retry the upload queue")):
+    for n, q in enumerate(("upload gateway", "sqlite job queue", "部署网关", "retry the upload queue", "zebra")):
         ids = [h.entry.id for h in recall_layered(v, q, 20, mark_read=False)]
         for k, seen in enumerate(([], ids[:1], ids[::2], ids[:-1], ids)):
             session = f"s-seen-{n}-{k}"

@@ -120,20 +120,20 @@ def vault_for_layer(vault: VaultReader, layer: str) -> VaultReader:
 def recall_layered(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] | None = None,
                    include_superseded: bool = False, session: str | None = None, *,
                    mark_read: bool = True, report: dict | None = None, previews: bool = True,
-                   skip: Collection[str] = ()) -> list[RecallHit]:
+                   skip: Collection[str] = (), matched: bool = False, upto: int | None = None) -> list[RecallHit]:
     """``recall`` over every layer: each vault searched on its own index (``acpmem.read.retrieval.recall``), the
     hits merged by score (project first on a tie), cut to ``limit``; only the returned ones are marked read (in
     their own vault) and noted in the session's ledger (the project vault's). ``report`` receives what the layers'
     embedding channels say (``recall``): the first layer's ``vectors``, and the first ``warning`` of any layer.
-    ``previews=False`` makes no previews, ``skip`` leaves entries out of the hits after they held their places in
-    the merged ranking, and ``report`` then receives ``left_out`` (``recall``)."""
+    ``previews=False`` makes no previews; ``skip``, ``matched`` and ``upto`` leave hits out after they held their
+    places in the merged ranking, and ``report`` then receives ``left_out`` (``recall``)."""
     # lazy: `list` does not need it (measured +15 ms to its start-up)
     from acpmem.read.retrieval import note_recalled, recall, recall_ranked
 
     layers = vault.layers()
     if len(layers) == 1:
         return recall(vault, query, limit, types, include_superseded, session, mark_read=mark_read, report=report,
-                      previews=previews, skip=skip)
+                      previews=previews, skip=skip, matched=matched, upto=upto)
     wanted = tuple(dict.fromkeys(types)) if types else None
     if wanted:   # a type known to any layer is fine; each layer is asked only for the types it has
         known = {t for lv in layers for t in lv.settings.types}
@@ -150,13 +150,13 @@ def recall_layered(vault: VaultReader, query: str, limit: int = 5, types: Iterab
         said: dict = {}
         hits += [(rank_of_layer, h) for h in recall_ranked(lv, query, limit, mine, include_superseded, None,
                                                            mark_read=False, report=said, previews=previews,
-                                                           skip=skip)]
+                                                           skip=skip, matched=matched)]
         if report is not None:
             for key, value in said.items():
                 report.setdefault(key, value)
     hits.sort(key=lambda p: (-p[1].score, p[0]))
-    chosen = [h for _, h in hits[:limit] if h.entry is not None]
-    if skip and report is not None:
+    chosen = [h for _, h in hits[:limit] if h.entry is not None][:upto]
+    if (skip or matched or upto is not None) and report is not None:
         report["left_out"] = min(len(hits), limit) - len(chosen)
     if not mark_read or not chosen:
         return chosen

@@ -39,18 +39,17 @@ def surface_prompt(vault, session: str, prompt: str, *, max_chars: int | None = 
         return SurfaceResult(session, (), used, budget, "the prompt has no words to look for")
     said: dict = {}
     try:
-        # the entries seen hold their places in the ranking (a near-duplicate of one ranks below it) but are not
-        # read: a long session's later prompt ranks a hundred hits to show five
-        hits = recall_layered(vault, query, limit=min(cfg.top_n + len(seen), 100), mark_read=False,
-                              previews=False, skip=seen, report=said)   # it shows the entries themselves
+        # the best top_n of as many hits as the session has seen entries, less those it has seen and those the
+        # prompt's words do not match (an entry reached through its links alone, spread, is recall's guess, not the
+        # prompt's): every hit holds its place in the ranking (a near-duplicate of a seen entry ranks below it), but
+        # only the entries shown are read — a long session's later prompt ranks a hundred hits to show five
+        fresh = recall_layered(vault, query, limit=min(cfg.top_n + len(seen), 100), mark_read=False,
+                               previews=False, skip=seen, matched=True, upto=cfg.top_n, report=said)
     except UsageError:
         return SurfaceResult(session, (), used, budget, "the prompt has no words to look for")
-    # only what the words match: an entry reached through its links alone (spread) is recall's guess, not the prompt's
-    fresh = [h for h in hits if (h.explain or {}).get("terms", True)][:cfg.top_n]
     if not fresh:
         return SurfaceResult(session, (), used, budget, "nothing in memory matches the prompt that this session "
-                             "has not seen" if hits or said.get("left_out") else
-                             "nothing in memory matches the prompt")
+                             "has not seen" if said.get("left_out") else "nothing in memory matches the prompt")
     picked: list[SurfacedEntry] = []
     reason, deferred = None, 0
     for n, h in enumerate(fresh):

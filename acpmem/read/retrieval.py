@@ -111,21 +111,21 @@ def with_index(vault: VaultReader, work: Callable[[sqlite3.Connection], object])
     return _with_index(vault, work)
 
 
-def _entries_at(con: sqlite3.Connection, paths: Sequence[str],
-                skip: Collection[str] = ()) -> list[Entry | str | None]:
-    """The entry of each file of ``paths`` that is valid, unless another file with the same id comes first (the
-    catalog's rule); None for the others; for an entry whose id is in ``skip``, its id alone (its data is not
-    parsed). One query for all of them (a long session's later prompt looks at a hundred hits)."""
-    found = {path: (ident, data) for path, ident, data, first in con.execute(
+def _rows_at(con: sqlite3.Connection, paths: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """(entry id, catalog JSON) of each file of ``paths`` that is valid, unless another file with the same id comes
+    first (the catalog's rule). One query for all of them (a long session's later prompt looks at a hundred hits);
+    the JSON is parsed only for the entries a caller gets (``Entry.from_json``)."""
+    return {path: (ident, data) for path, ident, data, first in con.execute(
         "SELECT f.path, f.entry_id, f.data, (SELECT min(g.path) FROM files g WHERE g.entry_id = f.entry_id AND "
         "g.ok = 1) FROM files f WHERE f.path IN (SELECT value FROM json_each(?)) AND f.ok = 1",
         (json.dumps(list(paths), ensure_ascii=False),))
         if first == path}
-    out: list[Entry | str | None] = []
-    for p in paths:
-        got = found.get(p)
-        out.append(None if got is None else got[0] if got[0] in skip else Entry.from_json(json.loads(got[1])))
-    return out
+
+
+def _entries_at(con: sqlite3.Connection, paths: Sequence[str]) -> list[Entry | None]:
+    """The entry of each file of ``paths`` (``_rows_at``), None for a file that is not valid or not first."""
+    rows = _rows_at(con, paths)
+    return [Entry.from_json(json.loads(rows[p][1])) if p in rows else None for p in paths]
 
 
 def _effective_last_read(entry: Entry, lr: dict[str, str]) -> Entry:
@@ -149,7 +149,7 @@ def _check_types(vault: VaultReader, types: Iterable[str] | None) -> tuple[str, 
 def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] | None = None,
            include_superseded: bool = False, session: str | None = None, *,
            mark_read: bool = True, report: dict | None = None, previews: bool = True,
-           skip: Collection[str] = ()) -> list[RecallHit]:
+           skip: Collection[str] = (), matched: bool = False, upto: int | None = None) -> list[RecallHit]:
     """Search the vault and return up to ``limit`` hits with their full entries; marks them read.
 
     ``types`` restricts the entry types; superseded entries only with ``include_superseded``. With ``session``,
@@ -157,10 +157,14 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
     ``mark_read=False`` is for acpmem's own lookups (the fork's related entries): no person or model read them.
     ``previews=False`` leaves each hit's ``preview`` empty, for a caller that shows the entries, not previews
     (``surface --prompt``: a long session's later prompt looks at a hundred hits to show five).
-    ``skip``: ids of entries the caller leaves out (``surface --prompt``: those its session has seen). They are
-    ranked as usual and hold their places within ``limit`` — the hits are those of the same call without ``skip``,
-    less these — but their entries are not read from the index, nor marked read, nor noted; ``report`` (when
-    given) receives ``left_out``, how many were left out.
+
+    What a caller drops from the hits it may say, so that the entries it would drop are not read (``surface
+    --prompt`` ranks as many hits as its session has seen entries, to show five it has not): ``skip``, ids of
+    entries to leave out; ``matched``, only the hits the query's words matched (not those reached through an
+    entry's links alone); ``upto``, at most this many hits. The hits are then those of the same call without them,
+    less the ones left out, cut to ``upto`` — every hit ranked as usual, holding its place within ``limit`` — and
+    the entries left out are neither read from the index, nor marked read, nor noted; ``report`` (when given)
+    receives ``left_out``, how many of the ``limit`` hits were.
 
     With the embedding channel on (``[embeddings] model``), the query's vector joins the ranking and ``report``
     (when given) receives ``vectors`` (model, present, missing, used) and, when the query could not be embedded,
@@ -170,19 +174,25 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
     ``rerank`` (model, candidates, used, and ``skipped`` or its own ``warning``). With both off ``report`` stays
     empty."""
     hits = recall_ranked(vault, query, limit, types, include_superseded, session, mark_read=mark_read,
-                         report=report, previews=previews, skip=skip)
+                         report=report, previews=previews, skip=skip, matched=matched, upto=upto)
     kept = [h for h in hits if h.entry is not None]
-    if skip and report is not None:
+    if (skip or matched or upto is not None) and report is not None:
         report["left_out"] = len(hits) - len(kept)
     return kept
 
 
+def dropped(item: tuple, skip: Collection[str], matched: bool) -> bool:
+    """Whether ``recall``'s caller drops ``item``, (an entry's id, its search hit): ``skip``, ``matched``."""
+    return item[0] in skip or matched and not (item[1].explain or {}).get("terms", True)
+
+
 def recall_ranked(vault: VaultReader, query: str, limit: int, types: Iterable[str] | None,
                   include_superseded: bool, session: str | None, *, mark_read: bool, report: dict | None,
-                  previews: bool, skip: Collection[str]) -> list[RecallHit]:
-    """``recall``'s hits with the entries of ``skip`` in their places, as hits without an entry (None) or
-    citations: for ``recall``, and for ``acpmem.read.layers.recall_layered``, which merges the layers' hits by
-    score before it cuts them to ``limit``."""
+                  previews: bool, skip: Collection[str], matched: bool = False,
+                  upto: int | None = None) -> list[RecallHit]:
+    """``recall``'s hits with the ones its caller drops (``skip``, ``matched``, past ``upto``) in their places, as
+    hits without an entry (None) or citations: for ``recall``, and for ``acpmem.read.layers.recall_layered``, which
+    merges the layers' hits by score before it cuts them to ``limit`` (and to ``upto``)."""
     query = "" if query is None else query
     if not isinstance(query, str) or not is_utf8(query) or "\x00" in query:
         raise UsageError(f"a query must be text, got {clip(query)}", 'pass words to look for, e.g. "sqlite wal"')
@@ -198,7 +208,15 @@ def recall_ranked(vault: VaultReader, query: str, limit: int, types: Iterable[st
 
     reranked = bool(vault.settings.rerank.model)
     need = max(limit, vault.settings.rerank.candidates) if reranked else limit
-    unread = frozenset(skip) if not reranked else frozenset()   # a rerank model reads every candidate's text
+
+    def kept(found: list[tuple]) -> list[bool]:
+        """Of ``found`` ((entry id, hit) in order), which the caller gets."""
+        out, n = [], 0
+        for item in found:
+            keep = not dropped(item, skip, matched) and (upto is None or n < upto)
+            n += keep
+            out.append(keep)
+        return out
 
     def work(con: sqlite3.Connection) -> tuple[list[tuple], dict | None]:
         nonlocal similar
@@ -211,12 +229,16 @@ def recall_ranked(vault: VaultReader, query: str, limit: int, types: Iterable[st
             hits = search_index(con, query, want, types=allowed, include_superseded=include_superseded,
                                 preview_length=200 if previews else 0, similar=similar,
                                 share=qv.share if qv is not None else 0.0, said=said)
-            found = [(e, h) for e, h in zip(_entries_at(con, [h.id for h in hits], unread), hits)
-                     if e is not None and (e if isinstance(e, str) else e.id) not in unseen]
+            rows = _rows_at(con, [h.id for h in hits])
+            found = [(rows[h.id][0], h) for h in hits if h.id in rows and rows[h.id][0] not in unseen]
             if len(found) >= need or len(hits) < want:
                 break
             want = want * 2 + 5  # some hits were files that lose to another file with the same id
-        return found[:need], said
+        found = found[:need]
+        # the entries the caller gets, read (all of them for a rerank model, which reads every candidate's text)
+        read = [True] * len(found) if reranked else kept(found[:limit])
+        return [(Entry.from_json(json.loads(rows[h.id][1])) if r else ident, h)
+                for (ident, h), r in zip(found, read)], said
 
     found, said = _with_index(vault, work)
     if said is not None:
@@ -229,18 +251,18 @@ def recall_ranked(vault: VaultReader, query: str, limit: int, types: Iterable[st
     if not found:
         return []
     layer = vault.layer
-    left = [isinstance(e, str) or e.id in skip for e, _ in found]
+    out = [not k for k in kept([(e if isinstance(e, str) else e.id, h) for e, h in found])]
     if mark_read:
-        ids = [e.id for (e, _), out in zip(found, left) if not out]
+        ids = [e.id for (e, _), o in zip(found, out) if not o]
         if ids:
             vault.mark_read(ids)
             if sdir is not None:
                 note_recalled(sdir, ids)
         now = vault.now()
-    return [RecallHit(None, h.score, "", (), h.explain, layer) if out
+    return [RecallHit(None, h.score, "", (), h.explain, layer) if o
             else RecallHit(e.with_changes(last_read=now) if mark_read else e, h.score, h.preview, e.citation,
                            h.explain, layer)
-            for (e, h), out in zip(found, left)]
+            for (e, h), o in zip(found, out)]
 
 
 def note_recalled(sdir: Path, ids: Iterable[str]) -> None:
