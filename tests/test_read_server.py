@@ -319,7 +319,8 @@ def command(argv, prog):
     if mode == "env":     # what the command sees: the mapping, and what a process it starts inherits
         import subprocess
         seen = subprocess.run(["env", "-0"], capture_output=True).stdout.split(b"\0")
-        os.write(2, json.dumps([dict(os.environ), sorted(x.decode() for x in seen if x)]).encode())
+        os.write(2, json.dumps([dict(os.environ), sorted(x.decode("utf-8", "surrogateescape") for x in seen if x)]
+                               ).encode())
         return 0
     return 2**40 + 7 if mode == "odd-code" else 0
 
@@ -332,14 +333,15 @@ if mode == "interrupt":
     readserver.resource = type("R", (), {"getrusage": staticmethod(interrupted_as_it_reports),
                                          "RUSAGE_SELF": resource.RUSAGE_SELF,
                                          "RUSAGE_CHILDREN": resource.RUSAGE_CHILDREN})
-if mode == "env":   # the caller's environment differs from the server's: one more, one less, one changed
+if mode == "env":   # the caller's environment differs from the server's: one more, one less, two changed
     os.environ.update(ONLY_THE_CALLERS="1", BOTH_HAVE="the caller's")
+    os.environb[b"NOT_UTF8"] = b"caf\xe9"   # (bytes that are not UTF-8, as an environment may hold)
     os.environ.pop("ONLY_THE_SERVERS", None)
 callers = dict(os.environ)
 items = readserver._unpack(relay.request(argv, "acp")[4:])
 if mode == "env":
     del os.environ["ONLY_THE_CALLERS"]
-    os.environ.update(BOTH_HAVE="the server's", ONLY_THE_SERVERS="1")
+    os.environ.update(BOTH_HAVE="the server's", ONLY_THE_SERVERS="1", NOT_UTF8="cafe")
 mine, theirs = socket.socketpair()
 err_r, err_w = os.pipe()
 fds = [os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY), err_w]
@@ -384,6 +386,7 @@ def test_the_served_command_sees_the_callers_environment_exactly(tmp_path):
     mapping, inherited = json.loads(got["err"])
     want = got["callers"]
     assert want["ONLY_THE_CALLERS"] == "1" and want["BOTH_HAVE"] == "the caller's" and "ONLY_THE_SERVERS" not in want
+    assert want["NOT_UTF8"] == "caf\udce9"
     assert mapping == want
     assert inherited == sorted(f"{k}={v}" for k, v in want.items())
 

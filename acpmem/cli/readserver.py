@@ -192,14 +192,17 @@ def run_child(conn: socket.socket, items: list[bytes], fds: list[int]) -> None:
         prog = items[2].decode()
         cwd, mask, n = items[3], int(items[4]), int(items[5])
         argv = [os.fsdecode(a) for a in items[6:6 + n]]
-        env = {}
-        for kv in items[6 + n:]:
-            k, _, v = kv.partition(b"=")
-            env[os.fsdecode(k)] = os.fsdecode(v)
+        env = dict(kv.partition(b"=")[::2] for kv in items[6 + n:])
         os.chdir(cwd)
         os.umask(mask)
-        os.environ.clear()
-        os.environ.update(env)
+        # the client's environment, as bytes: only what differs from this process's is changed (decoding every
+        # variable, clearing them all and setting each again cost ~0.8 ms of every read; the two are mostly alike)
+        here = os.environb   # (``os.environ`` itself, keyed by bytes)
+        for k in [k for k in here if k not in env]:
+            del here[k]
+        for k, v in env.items():
+            if here.get(k) != v:
+                here[k] = v
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
