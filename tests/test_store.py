@@ -166,9 +166,12 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
                          citations=tuple((s, q) for s, q in json.loads(cites)))
         assert src3.facets(key) == (1.0, want.tags, want.created)     # read before the document is built
         assert src3.citations(key) == want.citations                  # … and so are its citations
+        assert src3.ident(key) == want.id                             # … and its name
         assert src3.doc(key) == want and src3.doc(key).weight == 1.0 and src3.doc(key).body == ""
         assert src3.citations(key) == want.citations                  # and after, from the document
+        assert src3.ident(key) == want.id
         assert unread.citations(key) == want.citations                # not yet read: read for it
+        assert index_query.IndexSource(con, include_superseded=True).ident(key) == want.id
         described += bool(want.citations) and want.created is not None
         tagged += len(want.tags) == 2
     assert described == len(rows) == 700 and tagged == 140

@@ -349,6 +349,15 @@ class IndexSource:
                                               _citations(cites), created, 1.0)
         return got
 
+    def ident(self, key: int) -> str:
+        """``doc(key).id``, the entry file's path, read without building the document (``rank`` names a hundred
+        hits on a long session's later prompt, whose previews nobody reads)."""
+        got = self._docs.get(key)
+        if got is not None:
+            return got.id
+        row = self._rows.get(key)
+        return self.doc(key).id if row is None else row[0]
+
     def citations(self, key: int) -> tuple[tuple[str, int | str], ...]:
         """``doc(key).citations``, read without building the document (``rank`` compares the citations of four
         times as many documents as it returns)."""

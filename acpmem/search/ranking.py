@@ -536,6 +536,9 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
     words = [g.word for g in groups]
     if scored is not None and explained is not None and pool is not None:
         why = explained(groups, order)
+    ident = getattr(src, "ident", None) if preview_length <= 0 else None   # without previews, the documents'
+    if ident is not None:                                                   # names alone (not built)
+        return [Hit(ident(k), round(final[k], 6), "", {"terms": why.get(k, {}), **extra.get(k, {})}) for k in order]
     return [Hit(src.doc(k).id, round(final[k], 6), make_preview(src.doc(k), words, preview_length),
                 {"terms": why.get(k, {}), **extra.get(k, {})}) for k in order]
 
