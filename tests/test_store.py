@@ -153,6 +153,15 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
     con.set_trace_callback(None)
     assert any("WITH q(g, ti, tid, w)" in s for s in sql)                       # the pool, scored in SQL
     assert not any("FROM idx_post p JOIN idx_lens d" in s for s in sql)         # not term by term
+    # a query word's candidate terms (aliases, …) looked up together, not one query each
+    assert sum("FROM idx_terms WHERE term IN" in s for s in sql) >= 1
+    assert sum("FROM idx_terms WHERE term=" in s for s in sql) <= 3
+    present = [t for (t,) in con.execute("SELECT term FROM idx_terms ORDER BY tid LIMIT 4")]
+    terms = [*present, "nosuchterm", present[0], "zzz"]
+    looked, one_by_one = index_query.IndexVocabulary(con), index_query.IndexVocabulary(con)
+    looked.prefetch(terms)
+    assert [looked.lookup(t) for t in terms] == [one_by_one.lookup(t) for t in terms]
+    assert {one_by_one.lookup(t) is None for t in terms} == {True, False}   # terms it has, and terms it lacks
     # the pool's documents, built by position, are the documents by name, and what ranking weighs them by too
     from acpmem.search.analysis import SearchDoc
 

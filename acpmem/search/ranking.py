@@ -168,9 +168,12 @@ def plan_query(query: str, vocab: Vocabulary) -> list[QueryGroup]:
     """Query text → groups of weighted index terms, from the vocabulary alone."""
     groups: list[QueryGroup] = []
     seen: set[str] = set()
+    prefetch = getattr(vocab, "prefetch", None)   # a vocabulary that looks many terms up at once
 
     def add(word: str, term: str, cands: list[QueryTerm]) -> None:
         best: dict[str, QueryTerm] = {}
+        if prefetch is not None:
+            prefetch(c.term for c in cands)
         for c in cands:
             if c.term in vocab and (c.term not in best or best[c.term].weight < c.weight):
                 best[c.term] = c
@@ -186,6 +189,8 @@ def plan_query(query: str, vocab: Vocabulary) -> list[QueryGroup]:
         cands = [QueryTerm(term, FILLER_WEIGHT if word in english.QUERY_FILLER else W_EXACT, "exact")]
         aliases, alias_words = _alias_maps()
         cands += [QueryTerm(a, W_ALIAS, "alias") for a in aliases.get(term, ())]
+        if prefetch is not None:
+            prefetch(c.term for c in cands)
         if term not in vocab and len(term) >= 4 and term.isalpha():
             cands += [QueryTerm(t, W_PREFIX, "prefix") for t in vocab.with_prefix(term, 20)]
             # a clipped word in the index ("auth" for "authentication") is weaker evidence than the reverse
