@@ -382,3 +382,47 @@ def test_stepping_back_covered_moments_chooses_what_weighing_every_candidate_eac
     final = {i: s for i, (s, _) in enumerate(docs)}
     cites = {i: frozenset(c) for i, (_, c) in enumerate(docs)}
     assert _diversify(index, final, limit) == _step_back_by_weighing_all(final, cites, limit)
+
+
+_NONNEGATIVE = st.one_of(st.sampled_from([0.0, -0.0, 1.0, 0.6, 0.36, 2.5, 1.5, 1e300, math.inf]),
+                         st.floats(min_value=0.0, allow_nan=False, width=32), st.integers(0, 3).map(float))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_NONNEGATIVE, st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 4)),
+                                                 max_size=3)), max_size=60), st.integers(0, 30))
+def test_stepping_back_reads_the_citations_it_needs_and_chooses_the_same(docs, limit):
+    """With no negative score (as every ranking gives), the step-back reads the citations of the entries up to
+    the first one it can take only, and picks what weighing every candidate again for each choice picks (ties,
+    zero and infinite scores, the same moments cited again and again)."""
+    read: list[int] = []
+
+    class Counting(MemoryIndex):
+        def citations(self, key):
+            read.append(key)
+            return self.doc(key).citations
+
+    index = Counting([SearchDoc(f"d{i}", "x", citations=tuple(c)) for i, (_, c) in enumerate(docs)])
+    final = {i: s for i, (s, _) in enumerate(docs)}
+    cites = {i: frozenset(c) for i, (_, c) in enumerate(docs)}
+    chosen = _diversify(index, final, limit)
+    assert chosen == _step_back_by_weighing_all(final, cites, limit)
+    ranked = sorted(final, key=lambda k: (-final[k], k))
+    # each read once, in rank order from the top: the entries down to the first one it could take
+    assert [ranked.index(k) for k in read] == list(range(len(read)))
+
+
+def test_stepping_back_reads_no_citation_below_the_entries_it_takes():
+    """Forty candidates citing moments of their own, ten asked for: the ten best are taken, and only their
+    citations are read (a long session's later prompt asks for a hundred of four hundred)."""
+    read: list[int] = []
+
+    class Counting(MemoryIndex):
+        def citations(self, key):
+            read.append(key)
+            return self.doc(key).citations
+
+    index = Counting([SearchDoc(f"d{i}", "x", citations=(("s", i),)) for i in range(40)])
+    final = {i: 100.0 - i for i in range(40)}
+    assert _diversify(index, final, 10) == list(range(10))
+    assert sorted(read) == list(range(10))

@@ -15,6 +15,7 @@ The weights below were set on the kernel corpus and LoCoMo (bench/search_*.py) a
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 import re
 from collections import defaultdict
@@ -369,6 +370,8 @@ def _diversify(src: PostingSource, final: dict[int, float], limit: int) -> list[
         return ranked[:limit]
     pending = ranked[: limit * 4]
     cited = getattr(src, "citations", None)     # without building each document: a later prompt weighs 400
+    if pending and not final[pending[-1]] < 0:
+        return _diversify_in_order(pending, final, limit, cited or (lambda k: src.doc(k).citations))
     cites = [frozenset(cited(k) if cited is not None else src.doc(k).citations) for k in pending]
     missing = [len(c) for c in cites]          # of each entry's citations, how many are not covered yet
     citing: dict = defaultdict(list)            # citation -> the positions of the entries that cite it
@@ -401,6 +404,40 @@ def _diversify(src: PostingSource, final: dict[int, float], limit: int) -> list[
                 missing[j] -= 1
                 if not missing[j] and not taken[j]:
                     stepped_back.add(j)
+    return chosen
+
+
+def _diversify_in_order(pending: list[int], final: dict[int, float], limit: int,
+                        cited: Callable[[int], Iterable]) -> list[int]:
+    """``_diversify`` where no score is negative, reading the citations of the entries up to the first one neither
+    taken nor covered only (a later prompt of a long session asks for 100 of 400: about a third of them). With no
+    negative score, a covered entry ranked below that first one never wins (its score × DUPLICATE is not above the
+    first one's score, and a tie goes to the earlier), so only the covered entries above it compete: the earliest
+    of them, the best left of them all."""
+    cites: list[frozenset | None] = [None] * len(pending)
+
+    def of(i: int) -> frozenset:
+        c = cites[i]
+        if c is None:
+            c = cites[i] = frozenset(cited(pending[i]))
+        return c
+
+    taken = [False] * len(pending)
+    back: list[int] = []        # the covered entries above ``first`` not taken, by position (a heap)
+    covered: set = set()
+    first = 0
+    chosen: list[int] = []
+    while len(chosen) < min(limit, len(pending)):
+        while first < len(pending) and (taken[first] or (of(first) and of(first) <= covered)):
+            if not taken[first]:
+                heapq.heappush(back, first)
+            first += 1
+        best = first
+        if back and (first == len(pending) or final[pending[back[0]]] * DUPLICATE >= final[pending[first]]):
+            best = heapq.heappop(back)
+        taken[best] = True
+        chosen.append(pending[best])
+        covered |= of(best)
     return chosen
 
 
