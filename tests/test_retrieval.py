@@ -326,32 +326,29 @@ def test_recall_leaves_out_what_it_is_told_to_skip_from_the_same_ranking(example
     do not match, and shows five) leave hits out of those of the same call without them, after they held their
     places within the limit: the rest in the same order, with the same scores and explanations, whatever is skipped
     (the best hit, every other one, all, none, ids the hits lack) and wherever the cut falls; ``left_out`` says how
-    many; through one layer and the layered call."""
-    from acpmem.read.layers import recall_layered
-
+    many (the layered call over two layers: ``tests/test_layers.py``)."""
     v = example_vault
     _many(v)
     checked = checked_spread = 0
     for q in ("upload gateway", "sqlite job queue", "部署网关", "deploy gateway retry", "retry", "zebra"):
-        for call in (recall, recall_layered):
-            for limit in (3, 20):
-                full = call(v, q, limit, mark_read=False, previews=False)
-                ids = [h.entry.id for h in full]
-                for skip in ([], ids[:1], ids[::2], ids, ["zzzzzz"], ids[1:2] + ["not-an-entry"]):
-                    for matched in (False, True):
-                        for upto in (None, 0, 1, 4):
-                            said: dict = {}
-                            got = call(v, q, limit, mark_read=False, previews=False, skip=set(skip),
-                                       matched=matched, upto=upto, report=said)
-                            want = [h for h in full if h.entry.id not in skip
-                                    and (not matched or h.explain.get("terms", True))][:upto]
-                            assert [(h.entry, h.score, h.explain, h.layer) for h in got] == \
-                                [(h.entry, h.score, h.explain, h.layer) for h in want], (q, limit, skip, upto)
-                            assert said.get("left_out", 0) == len(full) - len(want), (q, limit, skip, upto)
-                            checked += len(want) < len(full)
-                spread = [h for h in full if not h.explain.get("terms", True)]
-                checked_spread += bool(spread)
-    assert checked > 600 and checked_spread
+        for limit in (3, 20):
+            full = recall(v, q, limit, mark_read=False, previews=False)
+            ids = [h.entry.id for h in full]
+            for skip in ([], ids[:1], ids[::2], ids, ["zzzzzz"], ids[1:2] + ["not-an-entry"]):
+                for matched in (False, True):
+                    for upto in (None, 0, 4):
+                        said: dict = {}
+                        got = recall(v, q, limit, mark_read=False, previews=False, skip=set(skip),
+                                     matched=matched, upto=upto, report=said)
+                        want = [h for h in full if h.entry.id not in skip
+                                and (not matched or h.explain.get("terms", True))][:upto]
+                        assert [(h.entry, h.score, h.explain, h.layer) for h in got] == \
+                            [(h.entry, h.score, h.explain, h.layer) for h in want], (q, limit, skip, upto)
+                        assert said.get("left_out", 0) == len(full) - len(want), (q, limit, skip, upto)
+                        checked += len(want) < len(full)
+            spread = [h for h in full if not h.explain.get("terms", True)]
+            checked_spread += bool(spread)
+    assert checked > 200 and checked_spread
 
 
 def test_recall_reads_no_entry_it_skips_and_marks_and_notes_only_what_it_returns(example_vault):
