@@ -349,6 +349,9 @@ def test_recall_leaves_out_what_it_is_told_to_skip_from_the_same_ranking(example
             spread = [h for h in full if not h.explain.get("terms", True)]
             checked_spread += bool(spread)
     assert checked > 200 and checked_spread
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(UsageError):
+            recall(v, "retry", 5, upto=bad)
 
 
 def test_recall_reads_no_entry_it_skips_and_marks_and_notes_only_what_it_returns(example_vault):

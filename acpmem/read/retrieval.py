@@ -181,7 +181,7 @@ def recall(vault: VaultReader, query: str, limit: int = 5, types: Iterable[str] 
     return kept
 
 
-def dropped(item: tuple, skip: Collection[str], matched: bool) -> bool:
+def _dropped(item: tuple, skip: Collection[str], matched: bool) -> bool:
     """Whether ``recall``'s caller drops ``item``, (an entry's id, its search hit): ``skip``, ``matched``."""
     return item[0] in skip or matched and not (item[1].explain or {}).get("terms", True)
 
@@ -201,6 +201,8 @@ def recall_ranked(vault: VaultReader, query: str, limit: int, types: Iterable[st
         raise UsageError("recall needs a query", 'pass words to look for, e.g. `acp memory recall "sqlite wal"`')
     if not int_between(limit, 1, MAX_RECALL_LIMIT):
         raise UsageError(f"--limit must be an integer 1..{MAX_RECALL_LIMIT}, got {clip(limit)}", "e.g. --limit 5")
+    if upto is not None and not int_between(upto, 0, MAX_RECALL_LIMIT):
+        raise UsageError(f"upto must be an integer 0..{MAX_RECALL_LIMIT} or None, got {clip(upto)}", "e.g. upto=5")
     allowed = _check_types(vault, types)
     sdir = vault.session_dir(session) if session else None
     qv = _query_vector(vault, query)
@@ -213,7 +215,7 @@ def recall_ranked(vault: VaultReader, query: str, limit: int, types: Iterable[st
         """Of ``found`` ((entry id, hit) in order), which the caller gets."""
         out, n = [], 0
         for item in found:
-            keep = not dropped(item, skip, matched) and (upto is None or n < upto)
+            keep = not _dropped(item, skip, matched) and (upto is None or n < upto)
             n += keep
             out.append(keep)
         return out
