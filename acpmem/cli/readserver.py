@@ -45,10 +45,10 @@ def warm() -> None:
     lists and aliases, the stemmer, the CJK pattern, the TLS context of an HTTPS embeddings or rerank call): pure
     functions of the installed package and the server's environment, never of a vault (nothing here opens a file a
     child would share). Not the CJK segmenter: jieba's dictionary is two thirds of the server's memory, and a fork
-    copies the page tables of all of it (0.8 against 0.4 ms); most vaults never segment a word (a query is split by
-    the dictionary's headwords, only an entry's text, when it is indexed, and its tags by jieba). A child that
-    loads it says so, and the server loads it then (``acpmem.search.held``); without the reports (no inotify), the
-    server loads it when it starts serving."""
+    copies the page tables of all of it (0.8 against 0.4 ms), and most vaults never segment a word: a query is split
+    by the dictionary's headwords, and only an entry's text (as it is indexed) and its tags go through jieba. A
+    child that loads it says so, and the server loads it then (``acpmem.search.held``); without the reports (no
+    inotify), the server loads it when it starts serving."""
     import importlib
 
     for name in WARM:
@@ -208,11 +208,11 @@ def run_child(conn: socket.socket, items: list[bytes], fds: list[int]) -> None:
             os.close(fd)
         _fresh_streams()
         sys.argv = [prog] + argv
-        # the client passes Ctrl-C on once it has the pid: from the moment it is sent, an interrupt anywhere (before
-        # the command's own handling is in place, or after it) ends the command as an interrupted one
         from acpmem.search import analysis, held
 
-        segmented = analysis.segmenter_loaded()
+        segmented = analysis.segmenter_loaded()   # (a child that has to load it says so when it is done)
+        # the client passes Ctrl-C on once it has the pid: from the moment it is sent, an interrupt anywhere (before
+        # the command's own handling is in place, or after it) ends the command as an interrupted one
         try:
             conn.sendall(b"S" + os.getpid().to_bytes(4, "big"))
             from acpmem.cli.main import main
