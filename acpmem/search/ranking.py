@@ -364,7 +364,9 @@ def _diversify(src: PostingSource, final: dict[int, float], limit: int) -> list[
     the score order. So the best left is the first entry not covered or the first one covered, whichever stands
     higher (the earlier on a tie); each entry counts the citations it still misses, and a choice updates only the
     entries that share one with it, instead of weighing every candidate again for each choice (a session's later
-    prompts ask for up to 100 of a pool of 300: 30,000 weighings). Scores are numbers (never NaN)."""
+    prompts ask for up to 100 of a pool of 300: 30,000 weighings). Scores are numbers (never NaN). Where none is
+    negative — as every ranking gives them — ``_diversify_in_order`` makes the same choice reading fewer citations;
+    the counting below is for any numbers."""
     ranked = sorted(final, key=lambda k: (-final[k], k))
     if not DUPLICATE or DUPLICATE >= 1:
         return ranked[:limit]

@@ -75,8 +75,8 @@ def resolve_mode(vault, env: Mapping[str, str] | None = None, override: str | No
             return "model"
         if want == "model":
             raise SettingsError("similarity = model, but no model endpoint is configured",
-                             "set [extraction] base_url and model (or OPENAI_BASE_URL / OPENAI_MODEL), or use "
-                             "similarity = auto")
+                             "set [extraction] base_url and model in your own config (~/.config/acpmem/config.toml), "
+                             "or OPENAI_BASE_URL / OPENAI_MODEL, or use similarity = auto")
     if want in ("auto", "embedding"):
         if embed_ok:
             return "embedding"

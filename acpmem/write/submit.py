@@ -173,7 +173,8 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
                 said = "--extractor llm" if extractor else "[extraction] extractor = \"llm\""
                 raise AcpmemError(f"{said}, but no model endpoint is configured",
                                   "set OPENAI_API_KEY (and OPENAI_MODEL / OPENAI_BASE_URL for other endpoints) or "
-                                  "[extraction] in acpmem.toml, or use --extractor offline")
+                                  "[extraction] in your own config (~/.config/acpmem/config.toml; a vault's "
+                                  "acpmem.toml cannot choose it), or use --extractor offline")
             config, how = None, "offline"   # auto without an endpoint: the offline extractor, as it is recorded
         else:
             how = "llm"
