@@ -390,4 +390,7 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
+    from acpmem.cli.startup import collect_less
+
+    collect_less()   # for the readers it forks, which inherit it
     main(sys.argv[1])

@@ -179,6 +179,8 @@ def run(argv: list[str], *, inside: list[Path], env: dict | None = None, at: int
 # a server that also runs the integrations (``acp memory serve``) sets ``_WITH_INTEGRATIONS = True`` before it.
 PRELOAD = r"""
 import importlib, json, os, pkgutil, sys
+from acpmem.cli.startup import collect_less
+collect_less()   # as the console scripts do before their modules load: the children stand for `acp` processes
 import acpmem
 for _m in pkgutil.walk_packages(acpmem.__path__, "acpmem."):   # every module, as a long-lived host has them
     if ".integrations." in _m.name and not globals().get("_WITH_INTEGRATIONS") \

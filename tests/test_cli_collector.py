@@ -1,0 +1,117 @@
+"""A command's process collects garbage less often (``acpmem.cli.startup.collect_less``): the console scripts,
+``python -m acpmem`` and the read server (whose forked readers inherit it) raise the collector's first threshold
+before the modules load; a program that imports acpmem keeps its own. Real processes: the process's start is the point.
+
+What the collector does is seen through a ``sitecustomize`` module on ``PYTHONPATH``, imported at start-up before
+acpmem: a collector callback that writes a line per collection, and a fork handler that writes the threshold a
+forked reader starts with."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from acpmem.cli.startup import FIRST_GENERATION
+
+pytestmark = pytest.mark.real_process("the process's own start is the point")
+
+BIN = Path(sys.executable).parent
+
+SITE = """
+import gc, os
+_path = os.environ["MARK"]
+def _note(phase, info, _open=open, _path=_path):
+    if phase == "stop":
+        with _open(_path, "a") as f:
+            f.write(f"collect {os.getpid()} {info['generation']}\\n")
+gc.callbacks.append(_note)
+os.register_at_fork(after_in_child=lambda: open(_path, "a").write(f"fork {os.getpid()} {gc.get_threshold()[0]}\\n"))
+"""
+
+
+def _env(tmp_path: Path, **extra) -> dict:
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(SITE)
+    env = {k: v for k, v in os.environ.items() if k not in ("ACPMEM_READ_SERVER", "PYTHONPATH")}
+    env.update(MARK=str(tmp_path / "mark"), PYTHONPATH=str(site), ACPMEM_READ_SERVER="0", ACPMEM_USER_VAULT="none")
+    env.update(extra)
+    return env
+
+
+def _lines(tmp_path: Path) -> list[list[str]]:
+    mark = tmp_path / "mark"
+    out = [line.split() for line in mark.read_text().splitlines()] if mark.exists() else []
+    mark.unlink(missing_ok=True)
+    return out
+
+
+@pytest.fixture
+def vault(tmp_path):
+    root = tmp_path / "v"
+    p = subprocess.run([str(BIN / "acp"), "memory", "init", "--example", str(root)], capture_output=True, text=True,
+                       env={**os.environ, "ACPMEM_READ_SERVER": "0"}, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return root
+
+
+def test_every_entry_point_collects_rarely_while_its_modules_load(tmp_path, vault):
+    env = _env(tmp_path)
+    runs = {"acp": [str(BIN / "acp"), "memory"], "acpmem": [str(BIN / "acpmem")],
+            "python -m acpmem": [sys.executable, "-m", "acpmem"]}
+    for name, cmd in runs.items():
+        _lines(tmp_path)
+        p = subprocess.run([*cmd, "--vault", str(vault), "list", "--json", "--all"], capture_output=True, text=True,
+                           env=env, timeout=120)
+        assert p.returncode == 0 and '"entries"' in p.stdout, (name, p.stderr)
+        collections = [x for x in _lines(tmp_path) if x[0] == "collect"]
+        # raised before the modules load: not once (at the default threshold, the control below, several times)
+        assert len(collections) <= 1, (name, collections)
+    # the control: the same command through a program that imports acpmem and keeps the default collector
+    control = subprocess.run([sys.executable, "-c", "import sys\nfrom acpmem.cli.main import acp_main\n"
+                              "sys.argv[0] = 'acp'\nsys.exit(acp_main())", "memory", "--vault", str(vault),
+                              "list", "--json", "--all"], capture_output=True, text=True, env=env, timeout=120)
+    assert control.returncode == 0, control.stderr
+    assert len([x for x in _lines(tmp_path) if x[0] == "collect"]) >= 5
+
+
+def test_importing_acpmem_leaves_the_programs_collector_alone(tmp_path):
+    code = ("import gc\nbefore = gc.get_threshold()\n"
+            "import acpmem, acpmem.cli, acpmem.cli.main, acpmem.cli.readserver\nfrom acpmem import VaultReader\n"
+            "assert gc.get_threshold() == before, (before, gc.get_threshold())\n"
+            "import acpmem.cli.startup as c\nc.collect_less()\nassert gc.get_threshold()[0] == c.FIRST_GENERATION\n"
+            "gc.set_threshold(90000)\nc.collect_less()\nassert gc.get_threshold()[0] == 90000   # never lowered\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+
+
+def test_the_read_servers_readers_start_with_the_raised_threshold(tmp_path, vault):
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    env = _env(tmp_path, ACPMEM_READ_SERVER="1", XDG_RUNTIME_DIR=str(run), ACPMEM_READ_SERVER_IDLE="120")
+    cmd = [str(BIN / "acp"), "memory", "--vault", str(vault), "list"]
+    try:
+        first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        assert first.returncode == 0, first.stderr
+        forks: list[list[str]] = []
+        end = time.monotonic() + 60
+        while not forks and time.monotonic() < end:   # the first read started the server; served reads fork
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+            assert p.returncode == 0 and p.stdout == first.stdout, p.stderr
+            forks = [x for x in _lines(tmp_path) if x[0] == "fork"]
+            if not forks:
+                time.sleep(0.05)
+        assert forks, "no read was served"
+        assert all(int(x[2]) == FIRST_GENERATION for x in forks), forks
+    finally:
+        for d in os.listdir("/proc"):
+            try:
+                argv = Path(f"/proc/{d}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"acpmem.cli.readserver" in argv and str(run).encode() in argv:
+                os.kill(int(d), 9)
