@@ -347,7 +347,9 @@ if os.environ.get("CI"):
 
 
 # The longest tests first (longest-processing-time-first scheduling): run last on one of the workers, a minute-long
-# test would leave the others idle at the end. Files by their measured time, the rest in their usual order.
+# test would leave the others idle at the end. Files by their measured time, the rest in their usual order. They go
+# to the first worker's queue; the others take its later tests when they run out (``--dist worksteal``,
+# pyproject.toml).
 _FIRST = ("test_team_model.py", "test_team_sync.py", "test_crash_points.py", "test_reliability.py", "test_journal.py",
           "test_json_output.py", "test_readme.py", "test_fuzz_boundaries.py", "test_vector_model.py")
 
