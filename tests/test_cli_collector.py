@@ -22,12 +22,12 @@ pytestmark = pytest.mark.real_process("the process's own start is the point")
 BIN = Path(sys.executable).parent
 
 SITE = """
-import gc, os
+import gc, os, sys
 _path = os.environ["MARK"]
 def _note(phase, info, _open=open, _path=_path):
-    if phase == "stop":
+    if phase == "stop":   # a collection, and whether acpmem's command line had begun to load
         with _open(_path, "a") as f:
-            f.write(f"collect {os.getpid()} {info['generation']}\\n")
+            f.write(f"collect {os.getpid()} {int('acpmem.cli.main' in sys.modules)}\\n")
 gc.callbacks.append(_note)
 os.register_at_fork(after_in_child=lambda: open(_path, "a").write(f"fork {os.getpid()} {gc.get_threshold()[0]}\\n"))
 """
@@ -68,15 +68,16 @@ def test_every_entry_point_collects_rarely_while_its_modules_load(tmp_path, vaul
         p = subprocess.run([*cmd, "--vault", str(vault), "list", "--json", "--all"], capture_output=True, text=True,
                            env=env, timeout=120)
         assert p.returncode == 0 and '"entries"' in p.stdout, (name, p.stderr)
-        collections = [x for x in _lines(tmp_path) if x[0] == "collect"]
-        # raised before the modules load: not once (at the default threshold, the control below, several times)
-        assert len(collections) <= 1, (name, collections)
+        # raised before acpmem's modules load: not once while they load and the command runs (at the default
+        # threshold, the control below, several times). `python -m` may collect before that, in its own machinery.
+        late = [x for x in _lines(tmp_path) if x[0] == "collect" and x[2] == "1"]
+        assert late == [], (name, late)
     # the control: the same command through a program that imports acpmem and keeps the default collector
     control = subprocess.run([sys.executable, "-c", "import sys\nfrom acpmem.cli.main import acp_main\n"
                               "sys.argv[0] = 'acp'\nsys.exit(acp_main())", "memory", "--vault", str(vault),
                               "list", "--json", "--all"], capture_output=True, text=True, env=env, timeout=120)
     assert control.returncode == 0, control.stderr
-    assert len([x for x in _lines(tmp_path) if x[0] == "collect"]) >= 5
+    assert len([x for x in _lines(tmp_path) if x[0] == "collect" and x[2] == "1"]) >= 3
 
 
 def test_importing_acpmem_leaves_the_programs_collector_alone(tmp_path):
