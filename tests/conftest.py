@@ -232,19 +232,6 @@ def pytest_xdist_auto_num_workers(config):
     return min(2 * cores, cores + 4)
 
 
-@pytest.hookimpl(optionalhook=True)   # pytest-xdist's hook: -p no:xdist runs without it
-def pytest_xdist_make_scheduler(config, log):
-    """``-n`` without ``--dist``: a worker that runs out takes half of the busiest worker's queue (pytest-xdist's
-    ``worksteal``). The default (``load``) hands each worker a fixed share up front: the heaviest files, first in the
-    order (``_FIRST``), all went to one worker, which ended a loaded run alone for 15-18 s. Another ``--dist`` given
-    on the command line is kept."""
-    if config.getvalue("dist") != "load":
-        return None
-    from xdist.scheduler import WorkStealingScheduling
-
-    return WorkStealingScheduling(config, log)
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "real_process(why): its command lines run as real console-script processes "
                                        "(the process itself is the point: a kill, a signal, concurrency, a worker)")
@@ -361,8 +348,10 @@ if os.environ.get("CI"):
 
 
 # The longest tests first (longest-processing-time-first scheduling): run last on one of the workers, a minute-long
-# test would leave the others idle at the end. Files by their measured time, the rest in their usual order. They go
-# to the first worker's queue; the others take its later tests when they run out (``pytest_xdist_make_scheduler``).
+# test would leave the others idle at the end. Files by their measured time, the rest in their usual order. With
+# pytest-xdist's default schedule they all go to the first worker's share, which ends a run alone for ~15 s; a
+# schedule that shares them out (``worksteal``, ``loadgroup``) costs more than that: a module's fixtures (forking
+# servers, templates) are then set up on every worker that runs part of it (docs/performance.md).
 _FIRST = ("test_team_model.py", "test_team_sync.py", "test_crash_points.py", "test_reliability.py", "test_journal.py",
           "test_json_output.py", "test_readme.py", "test_fuzz_boundaries.py", "test_vector_model.py")
 
