@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent / "support"))
 
+import rewrite_once  # noqa: E402
 from openai_server import openai_server_fixture  # noqa: E402
 
 PINNED = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
@@ -237,9 +238,12 @@ def pytest_configure(config):
                                        "(the process itself is the point: a kill, a signal, concurrency, a worker)")
     _temp_in_memory(config)
     _node_compile_cache(config)
+    config._acpmem_rewritten = rewrite_once.prepare(config)   # the test modules' asserts rewritten once a run
+    rewrite_once.point_worker(config)
 
 
 def pytest_unconfigure(config):
+    rewrite_once.finish(getattr(config, "_acpmem_rewritten", None))
     made = getattr(config, "_acpmem_node_cache", None)
     if made:
         shutil.rmtree(made, ignore_errors=True)
