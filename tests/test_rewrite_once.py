@@ -18,8 +18,8 @@ def test_this_module_was_rewritten_before_the_workers_started(pytestconfig):
     rw = rewrite_once._internals()
     here = Path(__file__).resolve()
     pyc = rw.get_cache_dir(here) / (here.name[:-3] + rw.PYC_TAIL)
-    if not hasattr(pytestconfig, "workerinput"):
-        # one process (no workers, or --collect-only): nothing was made for workers, pytest rewrote as it does
+    if not hasattr(pytestconfig, "workerinput") or pytestconfig.getoption("assertmode") != "rewrite":
+        # one process (no workers, or --collect-only), or no rewriting (--assert=plain): nothing was made for workers
         assert os.environ.get(rewrite_once.ENV) is None and not getattr(pytestconfig, "_acpmem_rewritten", None)
         return
     # in a worker: this module's rewritten code is where this worker read it from, current with the source

@@ -57,12 +57,12 @@ def _modules(config) -> list[Path]:
 
 
 def prepare(config) -> Path | None:
-    """In the controlling process of a run with two or more workers: rewrite the test modules once. Returns the run's
+    """In the controlling process of a run with workers: rewrite the test modules once. Returns the run's
     folder it made (to remove at the end; its path is in ``ENV`` for the workers), or None."""
     rw = _internals()
     # as pytest-xdist decides whether it starts workers (none for --collect-only)
     workers = len(config.getoption("tx", None) or ())
-    if rw is None or hasattr(config, "workerinput") or workers < 2 or config.getoption("collectonly", False) \
+    if rw is None or hasattr(config, "workerinput") or workers < 1 or config.getoption("collectonly", False) \
             or config.getoption("dist", "no") == "no" or config.getoption("assertmode", "rewrite") != "rewrite":
         return None
     try:
