@@ -75,16 +75,14 @@ def prepare(config) -> Path | None:
     for fn in modules:
         try:
             usual = rw.get_cache_dir(fn) / (fn.name[:-3] + rw.PYC_TAIL)
+            target = usual if run is None else _mirror(run, fn) / usual.name
+            target.parent.mkdir(parents=True, exist_ok=True)
             if rw._read_pyc(fn, usual) is not None:   # already rewritten (checked against the source's hash)
-                if run is not None:
-                    target = _mirror(run, fn)
-                    target.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(usual, target / usual.name)
+                if target != usual:
+                    shutil.copyfile(usual, target)
                 continue
             source_hash, co = rw._rewrite_test(fn, config)
-            if run is not None:
-                _mirror(run, fn).mkdir(parents=True, exist_ok=True)
-            rw._write_pyc(state, co, source_hash, (usual if run is None else _mirror(run, fn) / usual.name))
+            rw._write_pyc(state, co, source_hash, target)
         except Exception:   # that module is rewritten by each worker, as before
             continue
     if run is not None:
