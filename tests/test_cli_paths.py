@@ -560,12 +560,14 @@ def test_surface_both_paths_agree(vault_root, tmp_path_factory, data):
     argv = data.draw(surface_prompt_args(vault_root)) if by_prompt else _pinned(data.draw(surface_args(vault_root)))
     stdin = data.draw(st.sampled_from([b"", b"  \n", "the job queue in sqlite".encode(), b"\xff\xfe"]))
     got = []
+    # both paths at the same place, each on a fresh copy: a path in an argument (`--session --vault=V` takes it as
+    # the session, which salts the ranking) is then the same for both
+    copy = tmp_path_factory.mktemp("surface") / "vault"
     for fast in (True, False):
-        copy = tmp_path_factory.mktemp("surface") / "vault"
+        shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(vault_root, copy, symlinks=True)
         mine = [str(copy) if a == str(vault_root) else a.replace(f"={vault_root}", f"={copy}") for a in argv]
         code, out, err, calls = run(["surface", *mine], "acpmem", fast=fast, stdin=stdin)
         got.append((code, out.replace(str(copy), "VAULT"), err.replace(str(copy), "VAULT"),
                     [(n, {k: str(v).replace(str(copy), "VAULT") for k, v in kw.items()}) for n, kw in calls]))
-    open("/tmp/rem_dist.txt", "a").write(repr((argv, got[0][0], got[0][2][:80], got[1][0])) + "\n")
     assert got[0] == got[1], argv
