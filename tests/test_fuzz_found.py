@@ -324,11 +324,15 @@ def _request_file(vault, **changes) -> Path:
 
 
 @pytest.mark.parametrize("changes", [{"id": "r-other0001"}, {"next_attempt": "zzzz"}, {"attempts": 1e400},
-                                     {"type": {"a": 1}}, {"errors": "oops"}, {"session": "a\nb"}])
+                                     {"type": {"a": 1}}, {"errors": "oops"}, {"session": "a\nb"},
+                                     {"note": "\ud800"}, {"transcript": "\udcff"}, {"ack": "\ud800"},
+                                     {"errors": [{"message": "\ud800"}]}])
 def test_a_hand_edited_request_file_is_broken_and_the_worker_does_not_spin(vault, changes):
     """A request whose id is not its file name made the worker process the same missing request for ever, holding
     the worker lock (every `commit --wait` then waited 300 s); a next_attempt of "zzzz" stopped it with a
-    ValueError; attempts of 1e400 crashed every listing of requests, stats included."""
+    ValueError; attempts of 1e400 crashed every listing of requests, stats included; a lone surrogate (a "\\ud800"
+    escape) in any of its text loaded, and its failure could then not be saved (a UnicodeEncodeError, found by the
+    state-file fuzzer)."""
     from acpmem.write import requests
     from acpmem.upkeep import stats
 

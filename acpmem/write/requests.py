@@ -123,6 +123,10 @@ class Request(Value):
     def from_json(cls, d: dict) -> "Request":
         """A request file's data; ``ValueError`` (or ``KeyError``, ``TypeError``) when it is not one — a hand edit
         may have put anything there, and a seq or importance the index cannot store must never reach an entry."""
+        try:   # a lone surrogate (a "\ud800" escape) reads, but no file can hold it again: a retry could not be saved
+            _encode_json(d)
+        except UnicodeEncodeError:
+            raise ValueError("it holds text that is not valid Unicode") from None
         seq, importance, attempts = d["seq"], d["importance"], d.get("attempts") or 0
         if not (limits.int_between(seq, 0, MAX_SEQ) and limits.int_between(importance, 1, 10)
                 and limits.int_between(attempts, 0, 1_000_000)):   # a failed request may be retried by hand
@@ -224,8 +228,12 @@ def _read(path: Path) -> str:
     return data.decode("utf-8")
 
 
+def _encode_json(data) -> bytes:
+    return (json.dumps(data, ensure_ascii=False, indent=1) + "\n").encode("utf-8")
+
+
 def _encode(req: Request) -> bytes:
-    return (json.dumps(req.to_json(), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
+    return _encode_json(req.to_json())
 
 
 def save_request(state_dir: Path, req: Request, *, new: bool = False) -> Path:
