@@ -35,6 +35,11 @@ def _try(fd: int) -> bool:
         raise
 
 
+def try_fd(fd: int) -> bool:
+    """Take the lock of an open descriptor if nobody holds it, without waiting; whether it was taken."""
+    return _try(fd)
+
+
 def flock_fd(fd: int, timeout: float = 30.0, *, what: str, hint: str = "retry in a moment") -> None:
     """Take the lock of an open descriptor, waiting up to ``timeout`` seconds by the policy above."""
     if _try(fd):

@@ -114,7 +114,10 @@ def record_session(vault, session: str, event: dict) -> None:
     # lazy: the Stop hook does not need it (measured +1.7 ms to its start-up)
     from acpmem.infra.files import atomic_write
 
-    path = vault.session_dir(session) / CLAUDE_CODE_RECORD
+    # lazy: the Stop hook does not need it
+    from acpmem.read.sessions import folder as session_folder
+
+    path = session_folder(vault, session) / CLAUDE_CODE_RECORD
     data = {"session_id": session, "transcript_path": transcript, "cwd": event.get("cwd"),
             "source": event.get("source")}
     text = json.dumps(data, ensure_ascii=False, sort_keys=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from acpmem.core.errors import UsageError
 from acpmem.read.layers import recall_layered
 from acpmem.read.ledger import read_ledger, write_ledger
+from acpmem.read.sessions import folder as session_folder
 from acpmem.read.retrieval import SurfaceResult, SurfacedEntry, cap_text, session_lock, surface_text
 
 MAX_QUERY_CHARS = 2000   # a prompt may hold a pasted file: its start says what it is about
@@ -24,7 +25,7 @@ MAX_QUERY_CHARS = 2000   # a prompt may hold a pasted file: its start says what 
 def surface_prompt(vault, session: str, prompt: str, *, max_chars: int | None = None) -> SurfaceResult:
     """The entries ``prompt`` is about, new to ``session``, within the budgets (see the module). Marks them read."""
     cfg = vault.settings.surface
-    sdir = vault.session_dir(session)
+    sdir = session_folder(vault, session)
     with session_lock(sdir):
         ledger = read_ledger(sdir)
     used, budget = ledger["used_bytes"], cfg.session_budget_bytes

@@ -12,6 +12,7 @@ from datetime import datetime
 from acpmem.core.errors import UsageError
 from acpmem.core.limits import MAX_BUDGET_TOKENS, clip, int_between
 from acpmem.infra.files import atomic_write
+from acpmem.read.sessions import folder as session_folder
 from acpmem.read.snapshot import SNAPSHOT
 from acpmem.vault.reader import VaultReader, jitter_salt, list_entries
 
@@ -25,7 +26,7 @@ def resident_index(vault: VaultReader, *, session: str | None = None, refresh: b
     if budget_tokens is not None and not int_between(budget_tokens, 1, MAX_BUDGET_TOKENS):
         raise UsageError(f"the token budget must be an integer 1..{MAX_BUDGET_TOKENS}, got {clip(budget_tokens)}",
                          "e.g. --budget 2000")
-    snap_path = vault.session_dir(session) / SNAPSHOT if session and not all_branches else None
+    snap_path = session_folder(vault, session) / SNAPSHOT if session and not all_branches else None
     if snap_path is not None and not refresh:
         try:
             return snap_path.read_text("utf-8")

@@ -32,6 +32,7 @@ from acpmem.search import held, watch
 from acpmem.search.query import light_entries, light_rows, search as search_index
 from acpmem.vault import readlog
 from acpmem.read.ledger import read_ledger, write_ledger
+from acpmem.read.sessions import folder as session_folder
 from acpmem.vault.reader import VaultReader, jitter_salt   # the read side is all recall and surfacing need
 from acpmem.vault.branches import hidden
 
@@ -204,7 +205,7 @@ def recall_ranked(vault: VaultReader, query: str, limit: int, types: Iterable[st
     if upto is not None and not int_between(upto, 0, MAX_RECALL_LIMIT):
         raise UsageError(f"upto must be an integer 0..{MAX_RECALL_LIMIT} or None, got {clip(upto)}", "e.g. upto=5")
     allowed = _check_types(vault, types)
-    sdir = vault.session_dir(session) if session else None
+    sdir = session_folder(vault, session) if session else None
     qv = _query_vector(vault, query)
     similar: dict[int, float] = {}
 
@@ -372,7 +373,7 @@ def surface(vault: VaultReader, session: str, at: datetime | None = None, seed: 
     # lazy: `recall` does not need it (measured +0.2 ms to its start-up)
     from acpmem.core.score import rank_iter
 
-    sdir = vault.session_dir(session)
+    sdir = session_folder(vault, session)
     cfg = vault.settings.surface
     at = at or vault.clock()
     with _session_lock(sdir):

@@ -26,6 +26,7 @@ from acpmem.core.limits import path_problem, seq_span
 from acpmem.core.values import Value
 from acpmem.infra import files
 from acpmem.infra.files import atomic_write, expand_home
+from acpmem.read.sessions import folder as session_folder
 
 RECORD = "transcript.json"
 LEGACY_RECORD = "claude-code.json"     # what the Claude Code hook has recorded since before this module
@@ -43,7 +44,7 @@ def record_transcript(vault, session: str, transcript: str | Path | None, origin
 
     try:
         path = os.path.abspath(expand_home(transcript, "the transcript path"))
-        folder = vault.session_dir(session)
+        folder = session_folder(vault, session)
         target = folder / RECORD
         known = _read(target)
         if known == path:
@@ -71,7 +72,7 @@ def record_request_transcript(vault, session: str, request_id: str, transcript: 
 
     try:
         path = os.path.abspath(expand_home(transcript, "the transcript path"))
-        folder = vault.session_dir(session)
+        folder = session_folder(vault, session)
         files.ensure_dir(folder)
         atomic_write(folder / f"request-{request_id}.json", json.dumps(
             {"session": session, "request": request_id, "transcript": path}, ensure_ascii=False, sort_keys=True),
