@@ -5,18 +5,18 @@ Why: every session a host starts leaves a folder under ``.acpmem/sessions/`` (it
 the index itself, and its ledger), and nothing ended them: a vault used every day gathered thousands, and ``stats``
 (a per-turn read) reads every one of them.
 
-What goes: only the state the reads derive (``SNAPSHOT``, ``LEDGER``), the ledger's lock file, and the temporary
-files an interrupted write left; the folder goes too when that leaves it empty. What stays: the records a session
-keeps for good (where its transcript lives, which file a commit named: ``acpmem.read.sources``), which
-``show --source`` needs for as long as an entry cites the session.
+What goes: only the state the reads derive (``SNAPSHOT``, ``LEDGER``) and the temporary files an interrupted write
+left; when nothing else is left, the ledger's lock file and the folder too. What stays: the records a session keeps
+for good (where its transcript lives, which file a commit named: ``acpmem.read.sources``), which ``show --source``
+needs for as long as an entry cites the session.
 
-When: once, in the process that makes a session's folder (its first frozen index or its first ledger), over every
-other session's folder, by the folder's own modification time. Every write of a session's state replaces a file in
-its folder (a new name, then a rename), and that moves the folder's time: it says when the session last wrote
-anything, one ``stat`` a folder. A session whose folder's lock is held (surfacing at that moment) is left alone.
-A session that comes back after that long starts again: a new frozen index (one change to its prompt's prefix) and
-an empty ledger (entries it saw may be surfaced once more). Everything removed here is derived state, which the
-reads make again (as after a person deletes ``.acpmem/``).
+When: once, in the process that makes a session's folder (its first frozen index, ledger or transcript record),
+over every other session's folder, by the folder's own modification time. Every write of a session's state
+replaces a file in its folder (a new name, then a rename), and that moves the folder's time: it says when the
+session last wrote anything, one ``stat`` a folder. A session whose folder's lock is held (surfacing at that
+moment) is left alone. A session that comes back after that long starts again: a new frozen index (one change to
+its prompt's prefix) and an empty ledger (entries it saw may be surfaced once more). Everything removed here is
+derived state, which the reads make again (as after a person deletes ``.acpmem/``).
 """
 from __future__ import annotations
 
