@@ -120,6 +120,24 @@ def test_errors_are_one_line_with_a_next_step_and_exit_codes(tmp_path, example_v
     assert r.returncode == 2 and "--reason" in r.stderr
 
 
+def test_an_empty_or_broken_session_id_is_refused_by_every_command_that_takes_one(example_vault, cli):
+    """``--session "$ID"`` with the variable unset: one line and exit 2 from each, never a listing that is silently
+    not frozen or a recall that is not noted in any session."""
+    v = str(example_vault.root)
+    for bad in ("", "   ", "a\tb"):
+        for argv in (("list", "--format", "prompt"), ("list",), ("list", "--json"), ("recall", "deploy"),
+                     ("surface",), ("surface", "--prompt", "how do we deploy?")):
+            r = cli("memory", *argv, "--session", bad, "--vault", v)
+            assert r.returncode == 2 and r.stdout == "", (argv, bad, r.stdout)
+            assert len(r.stderr.splitlines()) == 1, (argv, r.stderr)
+            if "--json" in argv:   # said as the JSON error object
+                error = json.loads(r.stderr)["error"]
+                assert error["code"] == "usage" and error["message"].startswith("a session id "), error
+            else:
+                assert r.stderr.startswith("Error: a session id ") and "pass the host's session id" in r.stderr
+    assert not (example_vault.state_dir / "sessions").exists() or not any((example_vault.state_dir / "sessions").iterdir())
+
+
 def test_show_json_and_ambiguous_prefix(vault, cli):
     es = []
     for ident in ("ab1111", "ab2222"):

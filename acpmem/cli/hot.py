@@ -127,6 +127,11 @@ def list_cmd(*, fmt: str, all_: bool, session: str | None, refresh: bool, budget
         raise UsageError(f"--json and --format {fmt} ask for two different outputs", "pass one of them")
     if json_:
         fmt = "json"
+    if session is not None:   # an empty one (a shell variable that was not set) is refused, not taken for none
+        # lazy: chosen at run time (the frozen path below imports the module anyway)
+        from acpmem.vault.discovery import check_session
+
+        check_session(session)
     if fmt == "prompt" and session and not refresh and not all_branches:
         # The frozen index of a running session (every turn): one file read, no vault machinery.
         # lazy: `list` does not need them (measured +0.1 ms to its start-up)
@@ -154,6 +159,11 @@ def recall_cmd(*, query: str, limit: int | None, type_: list[str] | None, all_: 
     from acpmem.read.layers import recall_layered
     from acpmem.vault.reader import VaultReader
     from acpmem.read.retrieval import recall_text
+
+    if session is not None:   # an empty one (a shell variable that was not set) is refused, not taken for none
+        from acpmem.vault.discovery import check_session   # lazy: with the imports above
+
+        check_session(session)
 
     with using(VaultReader.open(vault)) as v:
         report: dict = {}

@@ -124,12 +124,17 @@ def user_vault_problem(path: Path) -> str | None:
     return None
 
 
-def session_folder(state_dir: Path, session: str) -> Path:
-    """Where a session's local state lives (its frozen index, surfacing ledger): ``.acpmem/sessions/<name>-<hash>``,
-    a readable and safe folder name for any session id."""
+def check_session(session: str) -> None:
+    """Refuse what is not a session id (``limits.session_problem``): one line naming the next step."""
     why = session_problem(session)
     if why:
         raise UsageError(f"a session id {why}, got {clip(session)}", "pass the host's session id")
+
+
+def session_folder(state_dir: Path, session: str) -> Path:
+    """Where a session's local state lives (its frozen index, surfacing ledger): ``.acpmem/sessions/<name>-<hash>``,
+    a readable and safe folder name for any session id."""
+    check_session(session)
     safe = name_safe(session)[:48].strip(".") or "s"
     return state_dir / SESSIONS_DIR / f"{safe}-{sha256(session.encode('utf-8')).hexdigest()[:12]}"
 
