@@ -1,7 +1,7 @@
 """Whole-process timing of the commands a model or a hook may run every turn: `show ID`, `surface` (by score, and by
 the user's message with `--prompt`, as pi's and DSH's per-prompt hooks call it, on a session's first turn and on a
-later one, when the session has seen 95 entries), `score`, `stats`,
-`list`, `list --format prompt` (fresh and frozen for a session) and `recall` (at 1,000 entries and, with
+later one, when the session has seen 95 entries), `hook claude-code` on a user's prompt (the per-prompt hook of
+Claude Code, Codex and Gemini CLI), `score`, `stats`, `list`, `list --format prompt` (fresh and frozen for a session) and `recall` (at 1,000 entries and, with
 ``--recall-entries``, at 10,000), each as a ratio to the same run's `python -c pass`, beside its target (3x for the
 per-turn reads at 1,000 entries, 4x for `recall` at 10,000). With ``--recall-text locomo10.json``, `recall` is also
 timed in a vault of the same size written from real conversations (``bench/text_vault.py``), asked LoCoMo's own
@@ -31,6 +31,7 @@ it finds one.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -63,11 +64,12 @@ def seen_session(root: Path, session: str, ids: list[str]) -> str:
     return session
 
 
-def timed(cmd: list[str], env: dict) -> tuple[float, float]:
-    """(wall ms, CPU ms) of one run of ``cmd``."""
+def timed(cmd: list[str] | tuple[list[str], bytes], env: dict) -> tuple[float, float]:
+    """(wall ms, CPU ms) of one run of ``cmd`` (a command line, or one with what it reads on standard input)."""
+    cmd, stdin = cmd if isinstance(cmd, tuple) else (cmd, None)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env)
+    subprocess.run(cmd, input=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env)
     wall = (time.perf_counter() - t) * 1000
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
@@ -142,6 +144,10 @@ def main() -> None:
         "list --format prompt --session": lambda: [acp, "memory", "list", "--format", "prompt", "--session", "S1",
                                                    *v],
         f"recall ({n:,})": lambda: [acp, "memory", "recall", "deploy gateway retry", *v],
+        # the hook of Claude Code, Codex and Gemini CLI on the user's prompt (a session's first turn)
+        "hook claude-code, a prompt": lambda: ([acp, "memory", "hook", "claude-code", *v], json.dumps({
+            "hook_event_name": "UserPromptSubmit", "session_id": f"bench-hook-{next(runs)}",
+            "prompt": "why does the deploy gateway retry?", "cwd": str(root)}).encode()),
     }
     if big is not None:
         commands[f"recall ({args.recall_entries:,})"] = lambda: [acp, "memory", "recall", "deploy gateway retry",
@@ -163,7 +169,7 @@ def main() -> None:
                 str(cpu_log)}
         cases += [(f"{name} (served)", make, warm) for name, make in commands.items()]
     for _, make, e in cases:   # warm the derived caches (and the OS's file cache) once; start the read server
-        subprocess.run(make(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=e)
+        timed(make(), e)
     if not args.no_server:
         until = time.monotonic() + 60
         while not list((run_dir / "acpmem").glob("read-*.sock")) and time.monotonic() < until:

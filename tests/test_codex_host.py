@@ -59,9 +59,9 @@ def readme_config() -> str:
     return re.search(r"```toml\n(.*?)```", section, re.S)[1]
 
 
-def run_codex(home: Path, project: Path, prompt: str) -> subprocess.CompletedProcess:
+def run_codex(home: Path, project: Path, prompt: str, extra: dict | None = None) -> subprocess.CompletedProcess:
     env = {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "HOME": str(home), "CODEX_HOME": str(home / ".codex"),
-           "LANG": "C.UTF-8", "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
+           "LANG": "C.UTF-8", "TMPDIR": os.environ.get("TMPDIR", "/tmp"), **(extra or {})}
     r = subprocess.run([str(CODEX), "exec", "--skip-git-repo-check", "--dangerously-bypass-hook-trust",
                         "-C", str(project), prompt], cwd=project, env=env, capture_output=True, text=True,
                        timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
@@ -193,10 +193,13 @@ def test_codex_commits_from_its_rollout_and_the_next_session_gets_the_index_and_
             shutil.copy(path, Path(keep) / f"session-{i}.jsonl")
 
 
-@pytest.mark.parametrize("prompt_surfacing", [True, False])
-def test_codex_sends_the_memory_the_prompt_is_about_through_the_user_prompt_hook(tmp_path, prompt_surfacing):
+@pytest.mark.parametrize("prompt_surfacing, served", [(True, False), (False, False), (True, True)],
+                         ids=["surfacing", "surfacing-off", "served"])
+def test_codex_sends_the_memory_the_prompt_is_about_through_the_user_prompt_hook(tmp_path, prompt_surfacing, served):
     """README's UserPromptSubmit hook: the model never calls memory_recall, yet the first request of the turn holds
-    the entry the user's message is about (one among many) — and nothing of it with `[surface] prompt = false`."""
+    the entry the user's message is about (one among many) — and nothing of it with `[surface] prompt = false`. With
+    ``ACPMEM_READ_SERVER=1`` in Codex's environment, its hooks (the session's start, the prompt) are answered by the
+    read server (its client says so in the CPU log), and the request holds the same."""
     home = tmp_path / "home"
     (home / ".codex").mkdir(parents=True)
     project = tmp_path / "project"
@@ -208,12 +211,23 @@ def test_codex_sends_the_memory_the_prompt_is_about_through_the_user_prompt_hook
     target = surfacing.fill_vault(project / ".acp-memory")
     if not prompt_surfacing:
         surfacing.turn_off_prompt_surfacing(project / ".acp-memory")
+    extra = {}
+    if served:
+        run, log = tmp_path / "run", tmp_path / "served.log"
+        run.mkdir(mode=0o700)
+        extra = {"ACPMEM_READ_SERVER": "1", "XDG_RUNTIME_DIR": str(run), "ACPMEM_READ_SERVER_CPU_LOG": str(log)}
+        # the server the first read starts is up before the session (else the session's first hooks run alone)
+        subprocess.run([str(BIN / "acp"), "memory", "list"], cwd=project, check=True, capture_output=True,
+                       env={**os.environ, "LANG": "C.UTF-8", **extra}, timeout=120)
+        wait_until(lambda: list((run / "acpmem").glob("read-*.sock")))
     with responses_server(lambda body: [say("Port 8443.")]) as srv:
         provider = (f'model = "scripted"\nmodel_provider = "loopback"\n\n[model_providers.loopback]\n'
                     f'name = "loopback"\nbase_url = "{srv.base_url}"\nwire_api = "responses"\n\n')
         (home / ".codex" / "config.toml").write_text(provider + readme_config(), "utf-8")
-        run_codex(home, project, surfacing.PROMPT)
+        run_codex(home, project, surfacing.PROMPT, extra)
         [body] = srv.bodies
+    if served:   # the session's start and the prompt, both answered by the server
+        assert log.exists() and len(log.read_text().split()) >= 2, "Codex's hooks were not served"
     sent = json.dumps(body["input"], ensure_ascii=False)
     assert surfacing.PROMPT in sent and index_message(body) is not None
     assert surfacing.DETAIL not in index_message(body)

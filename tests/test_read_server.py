@@ -144,7 +144,17 @@ def test_every_read_prints_the_same_bytes_served_as_run_alone(tmp_path, run_dir)
     assert a.returncode == b.returncode == 0 and a.stdout == b.stdout and "staging gateway" in a.stdout, a.stderr
     a = acp("memory", "recall", "中文", env=dict(env, ACPMEM_VAULT=str(base)), cwd=tmp_path)
     assert a.returncode == 0 and "会议记录" in a.stdout, a.stderr
-    assert served(run_dir) - before == len(lines) + 2
+    # the hook of Claude Code, Codex and Gemini CLI: a session's start and a prompt, the event on standard input
+    for event in ({"hook_event_name": "SessionStart", "source": "startup"},
+                  {"hook_event_name": "UserPromptSubmit", "prompt": prompt}):
+        event = json.dumps({**event, "session_id": "s4", "transcript_path": str(tmp_path / "t.jsonl")})
+        a = acp("memory", "hook", "claude-code", "--vault", base, env=env, input=event)
+        b = acp("memory", "hook", "claude-code", "--vault", twin, env=dict(env, ACPMEM_READ_SERVER="0"), input=event)
+        strip = (lambda s: s.replace(str(base), "V").replace(str(twin), "V"))
+        assert (a.returncode, strip(a.stdout), a.stderr) == (b.returncode, strip(b.stdout), b.stderr), event
+        assert a.returncode == 0 and "additionalContext" in a.stdout, (a.stdout, a.stderr)
+    assert "staging gateway" in a.stdout   # the prompt's surfacing
+    assert served(run_dir) - before == len(lines) + 4
 
 
 def assert_run_alone(tmp_path: Path, run_dir: Path, env: dict) -> None:

@@ -37,7 +37,8 @@ WARM = ("acpmem.cli.main", "acpmem.cli.fast", "acpmem.cli.hot", "acpmem.cli.read
         "acpmem.vault.proposals", "acpmem.read.layers", "acpmem.read.resident", "acpmem.read.retrieval",
         "acpmem.read.snapshot", "acpmem.read.citecheck", "acpmem.read.sources", "acpmem.core.render",
         "acpmem.core.score", "acpmem.search.catalog", "acpmem.search.store", "acpmem.search.query",
-        "acpmem.search.watch", "acpmem.search.held", "acpmem.infra.db", "acpmem.infra.detach")
+        "acpmem.search.watch", "acpmem.search.held", "acpmem.infra.db", "acpmem.infra.detach",
+        "acpmem.read.sessions", "acpmem.integrations.claude_code")
 
 
 def warm() -> None:

@@ -1,6 +1,6 @@
 """The client side of the read server (``acpmem.cli.readserver``): a per-turn read handed to a warm process.
 
-A hook or a model runs ``acp memory show|surface|list|recall|score|stats`` every turn, and most of such a process's
+A hook or a model runs ``acp memory show|surface|list|recall|score|stats|hook`` every turn, and most of such a process's
 time is Python importing acpmem (about twice the command's own work at 1,000 entries). So ``acp`` first asks the
 read server of this user and this installation — a process that imported everything once — to run the command line
 in a child it forks: the command runs there exactly as it would here (the same ``main``), in this process's folder,
@@ -19,7 +19,9 @@ own user (``SO_PEERCRED``).
 import os
 import sys
 
-READS = frozenset({"show", "surface", "list", "recall", "score", "stats"})   # what the server runs
+# what the server runs: the reads, and the hook of Claude Code, Codex and Gemini CLI (`hook claude-code`: a
+# session's frozen index, a prompt's surfacing), which writes only what `list` and `surface` write (a session's state)
+READS = frozenset({"show", "surface", "list", "recall", "score", "stats", "hook"})
 PROTOCOL = b"acpmem-read-1"
 # the variables that decide how the interpreter sets up its standard streams: a server serves only clients with
 # the same ones (they are part of its identity)
