@@ -117,6 +117,17 @@ def test_hook_event_with_a_lone_surrogate_in_its_transcript_path(vault, cli):
         (vault.root / ".acpmem" / "sessions").rglob("claude-code.json"))
 
 
+@pytest.mark.parametrize("source", ["\ud800", "a\x00b", 7, ["compact"]])
+def test_hook_event_with_a_source_no_file_can_hold_is_refused(vault, cli, tmp_path, source):
+    """SessionStart's ``source`` is kept in the session's record: a lone surrogate in it (valid JSON) could not be
+    written, an internal error (the command-line fuzzer, on CI's draw)."""
+    event = json.dumps({"hook_event_name": "SessionStart", "session_id": "s", "source": source,
+                        "transcript_path": str(tmp_path / "t.jsonl")})
+    r = cli("memory", "--vault", str(vault.root), "hook", "claude-code", input=event)
+    _one_error_line(r, (1,), prefix="Error: ")
+    assert "source" in r.stderr and not list((vault.root / ".acpmem").rglob("claude-code.json"))
+
+
 def test_hook_event_with_a_nul_in_its_cwd(vault, cli, tmp_path):
     event = json.dumps({"hook_event_name": "SessionStart", "session_id": "s", "cwd": str(vault.root) + "\x00x"})
     r = cli("memory", "hook", "claude-code", input=event, cwd=tmp_path)

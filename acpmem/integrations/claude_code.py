@@ -81,7 +81,7 @@ def parse_event(raw: str | bytes) -> dict:
     name = event.get("hook_event_name")
     if not isinstance(name, str) or not name:
         raise ValueError("the hook event has no hook_event_name")
-    for key in ("session_id", "cwd", "transcript_path", "prompt"):
+    for key in ("session_id", "cwd", "transcript_path", "prompt", "source"):   # (source: SessionStart's, kept)
         if key in event and event[key] is not None and not isinstance(event[key], str):
             raise ValueError(f"the hook event's {key} must be a string")
         if isinstance(event.get(key), str) and ("\x00" in event[key] or not is_utf8(event[key])):
