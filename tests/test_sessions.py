@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import subprocess
 import time
 
 from acpmem.core.layout import SESSIONS_DIR
@@ -94,6 +95,12 @@ def test_every_way_a_session_begins_ages_the_others_out(example_vault, cli, tmp_
     assert not old.exists()
 
 
+def _gone_pid() -> int:
+    p = subprocess.Popen(["true"])   # a process that has ended (and been reaped): its pid names no writer now
+    p.wait()
+    return p.pid
+
+
 def test_age_out_leaves_what_it_cannot_tell_and_reads_nothing_outside_sessions(tmp_path):
     base = tmp_path / SESSIONS_DIR
     base.mkdir()
@@ -101,7 +108,10 @@ def test_age_out_leaves_what_it_cannot_tell_and_reads_nothing_outside_sessions(t
     stale = base / "s-1"
     stale.mkdir()
     (stale / SNAPSHOT).write_text("x")
-    (stale / ".surfaced.json.123.abcd.tmp").write_text("half")   # an interrupted write's temporary file
+    (stale / f".surfaced.json.{_gone_pid()}.0123abcd.tmp").write_text("half")   # a killed write's temporary file
+    writer = subprocess.Popen(["sleep", "60"])                                   # a writer still at work
+    live = stale / f".index.txt.{writer.pid}.89abcdef.tmp"
+    live.write_text("being written")
     (stale / "request-r-1.json").write_text("{}")                 # a commit's record
     _age(stale, 40)
     link = base / "s-link"
@@ -111,7 +121,11 @@ def test_age_out_leaves_what_it_cannot_tell_and_reads_nothing_outside_sessions(t
     old = now - 40 * DAY
     for p in (link, base / "a-file"):
         os.utime(p, (old, old), follow_symlinks=False)
-    assert sessions.age_out(base, now) == ["s-1"]
-    assert sorted(os.listdir(stale)) == ["request-r-1.json"]
+    try:
+        assert sessions.age_out(base, now) == ["s-1"]
+    finally:
+        writer.kill()
+        writer.wait()
+    assert sorted(os.listdir(stale)) == sorted(["request-r-1.json", live.name])
     assert (tmp_path / SNAPSHOT).read_text() == "outside" and (base / "a-file").exists()
     assert sessions.age_out(tmp_path / "missing", now) == []

@@ -111,10 +111,8 @@ def record_session(vault, session: str, event: dict) -> None:
     transcript = event.get("transcript_path")
     if not transcript:
         return
-    # lazy: the Stop hook does not need it (measured +1.7 ms to its start-up)
+    # lazy: the Stop hook does not need them (measured +1.7 ms to its start-up)
     from acpmem.infra.files import atomic_write
-
-    # lazy: the Stop hook does not need it
     from acpmem.read.sessions import folder as session_folder
 
     path = session_folder(vault, session) / CLAUDE_CODE_RECORD

@@ -6,7 +6,7 @@ the index itself, and its ledger), and nothing ended them: a vault used every da
 (a per-turn read) reads every one of them.
 
 What goes: only the state the reads derive (``SNAPSHOT``, ``LEDGER``) and the temporary files an interrupted write
-left; when nothing else is left, the ledger's lock file and the folder too. What stays: the records a session keeps
+left (``files.stale_temp_files``); when nothing else is left, the ledger's lock file and the folder too. What stays: the records a session keeps
 for good (where its transcript lives, which file a commit named: ``acpmem.read.sources``), which ``show --source``
 needs for as long as an entry cites the session.
 
@@ -78,6 +78,7 @@ def _clear(sdir: Path) -> bool:
     is left in it. Whether anything was removed."""
     # lazy: only where a folder ages out (once a session)
     from acpmem.infra import locks
+    from acpmem.infra.files import stale_temp_files
 
     lock = sdir / LOCK
     try:
@@ -90,13 +91,12 @@ def _clear(sdir: Path) -> bool:
         if fd is not None and not locks.try_fd(fd):
             return False   # in use now: a session that came back
         removed = False
-        for name in os.listdir(sdir):
-            if name in DERIVED or (name.startswith(".") and name.endswith(".tmp")):
-                try:
-                    os.unlink(sdir / name)
-                    removed = True
-                except OSError:
-                    pass
+        for path in [sdir / name for name in DERIVED] + stale_temp_files(sdir):   # (a live writer's temp file stays)
+            try:
+                os.unlink(path)
+                removed = True
+            except OSError:
+                pass
         left = set(os.listdir(sdir)) - {LOCK}
         if not left:
             if fd is not None:
