@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 from acpmem.core.entryfile import MAX_FILE_BYTES, has_conflict_markers, parse_entry_bytes
 from acpmem.core.errors import EntryInvalid, GitStateError, SyncConflict
-from acpmem.core.layout import ENTRIES_DIR, LAYER_USER, MEMORY_FILE, PROPOSALS_DIR
+from acpmem.core.layout import ENTRIES_DIR, LAYER_USER, MEMORY_FILE, PROPOSALS_DIR, STATE_DIRNAME
 from acpmem.core.redact import REDACTED_RE, find_secrets
 from acpmem.core.render import memory_md
 from acpmem.core.values import Value
@@ -216,6 +216,8 @@ class _Exchange:
         has_remote_branch = git(root, "rev-parse", "--verify", "-q", f"refs/remotes/{upstream}",
                                 check=False).code == 0
         if has_remote_branch:
+            _refuse_shared_state(vault, upstream, since=git(root, "merge-base", "HEAD", upstream,
+                                                            check=False).out.strip() or None)
             incoming_now = _count(vault, f"HEAD..{upstream}")
             if incoming_now:
                 self.incoming += incoming_now
@@ -233,6 +235,7 @@ class _Exchange:
             self.how = self.how or "first-push"
             self.outgoing = _count(vault, "HEAD")
             self.shown.update(2)
+        _refuse_shared_state(vault, "HEAD")
         _refuse_markers(vault, upstream if has_remote_branch else None)
         _refuse_unsafe(vault, remote, branch, upstream if has_remote_branch else None)
         progress(f"Pushing {self.outgoing} commit(s) to {upstream}")
@@ -533,6 +536,28 @@ def _refuse_markers(vault: Vault, upstream: str | None) -> None:
 
 
 # --------------------------------------------------------------------------------------------- the pre-push check
+
+def _refuse_shared_state(vault: Vault, rev: str, since: str | None = None) -> None:
+    """``.acpmem/`` is each clone's own derived state (frozen indexes, ledgers, requests, the index): a commit that
+    tracks it (``git add -f``) would hand every clone a teammate's files there — a frozen index a session reads into
+    its prompt as it is. Neither taken from the remote (``rev`` = the upstream, before anything is integrated: what
+    it adds or changes there since ``since``, the common base, so a clone that untracked it merges the removal) nor
+    sent to it (``rev`` = HEAD, before the push); raises ``GitStateError`` with the way out."""
+    if since is None:
+        found = git(vault.root, "ls-tree", "-z", "--name-only", rev, "--", STATE_DIRNAME).out
+    else:
+        found = git(vault.root, "diff", "-z", "--name-only", "--no-renames", "--diff-filter=AMT", since, rev, "--",
+                    STATE_DIRNAME).out
+    if not found.strip("\0"):
+        return
+    untrack = f"`git rm -r -q --cached {STATE_DIRNAME} && git commit -m 'untrack local state'`"
+    if rev == "HEAD":
+        raise GitStateError(f"this clone's HEAD tracks {STATE_DIRNAME}/, each clone's own local state, which is "
+                            "never shared; nothing was pushed", f"run {untrack}, then {again(vault)} again")
+    raise GitStateError(f"the remote's {rev} tracks {STATE_DIRNAME}/, each clone's own local state, which is never "
+                        "taken from a teammate; nothing was integrated or pushed",
+                        f"whoever committed it runs {untrack} in their clone and pushes; then {again(vault)} again")
+
 
 def _refuse_unsafe(vault: Vault, remote: str, branch: str, upstream: str | None) -> None:
     """Nothing leaves this clone that `doctor` would flag: an entry file (``entries/``, ``proposals/``) as committed
