@@ -1,7 +1,8 @@
 """``python -m acpmem`` is the same as ``acpmem`` (= ``acp memory``)."""
-from acpmem.cli.startup import collect_less
+from acpmem.cli.startup import collect_less, lighter_pathlib
 
 collect_less()   # before the modules load
+lighter_pathlib()
 from acpmem.cli.main import acpmem_main  # noqa: E402
 
 if __name__ == "__main__":

@@ -4,9 +4,14 @@ before the modules load; a program that imports acpmem keeps its own. Real proce
 
 What the collector does is seen through a ``sitecustomize`` module on ``PYTHONPATH``, imported at start-up before
 acpmem: a collector callback that writes a line per collection, and a fork handler that writes the threshold a
-forked reader starts with."""
+forked reader starts with.
+
+And ``pathlib`` is loaded without ``urllib.parse`` (``acpmem.cli.startup.lighter_pathlib``): seen in an interpreter
+started with ``-I -S``, so that no ``.pth`` file (an editable install's finder) has loaded pathlib before the script
+runs."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -116,3 +121,64 @@ def test_the_read_servers_readers_start_with_the_raised_threshold(tmp_path, vaul
                 continue
             if b"acpmem.cli.readserver" in argv and str(run).encode() in argv:
                 os.kill(int(d), 9)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+SITE_PACKAGES = next(p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p))
+
+
+def _clean(code: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``code`` in an interpreter that loaded nothing but the standard library's start-up (``-I -S``: no site, no .pth file,
+    no PYTHON* variable), with the checkout and the installed packages on its path."""
+    pre = f"import sys\nsys.path[:0] = [{str(ROOT)!r}, {SITE_PACKAGES!r}]\n"
+    return subprocess.run([sys.executable, "-I", "-S", "-c", pre + code, *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_pathlib_loads_without_urllib_and_as_uri_still_works():
+    code = (
+        "from acpmem.cli.startup import lighter_pathlib\n"
+        "assert 'pathlib' not in sys.modules and 'urllib.parse' not in sys.modules\n"
+        "lighter_pathlib()\n"
+        "assert 'pathlib' in sys.modules\n"
+        "assert 'urllib.parse' not in sys.modules and 'ipaddress' not in sys.modules, sorted(sys.modules)\n"
+        "import pathlib\n"
+        "assert pathlib.PurePosixPath('/a b/\u00fc%').as_uri() == 'file:///a%20b/%C3%BC%25'\n"
+        "import urllib.parse\n"   # the real module now, for everyone
+        "assert urllib.parse.__file__ and urllib.parse.urlsplit('http://h/p').netloc == 'h'\n"
+        "assert sys.modules['urllib.parse'] is urllib.parse and urllib.parse.quote_from_bytes(b'a b') == 'a%20b'\n"
+        "lighter_pathlib()\n"   # loaded already: nothing more happens
+        "assert sys.modules['urllib.parse'] is urllib.parse\n")
+    p = _clean(code)
+    assert p.returncode == 0, p.stderr
+    # urllib.parse loaded first (as a program that imports acpmem may have it): left as it is
+    p = _clean("import urllib.parse as real\nfrom acpmem.cli.startup import lighter_pathlib\nlighter_pathlib()\n"
+               "import pathlib\nassert sys.modules['urllib.parse'] is real and pathlib.urlquote_from_bytes is "
+               "real.quote_from_bytes\n")
+    assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.parametrize("script", ["acp", "acpmem"])
+def test_the_console_scripts_per_turn_reads_never_load_urllib(tmp_path, vault, script):
+    env = {k: v for k, v in os.environ.items() if k != "ACPMEM_READ_SERVER"}
+    env.update(ACPMEM_READ_SERVER="0", ACPMEM_USER_VAULT="none")
+    listed = subprocess.run([str(BIN / "acp"), "memory", "--vault", str(vault), "list", "--json"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    ident = json.loads(listed.stdout)["entries"][0]["id"]
+    group = ["memory"] if script == "acp" else []
+    event = json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "s-hook", "cwd": str(vault),
+                        "prompt": "which branches do staging deploys run from"})
+    reads = [(["show", ident], ""), (["list", "--format", "prompt", "--session", "s-imports"], ""),
+             (["surface", "--session", "s-imports", "--prompt", "how do we deploy"], ""),
+             (["recall", "deploy"], ""), (["hook", "claude-code"], event)]
+    run = f"sys.argv = [{script!r}] + sys.argv[1:]\nexec(compile(open({str(ROOT / 'scripts' / script)!r}).read(), " \
+          f"{script!r}, 'exec'))\n"
+    for argv, stdin in reads:
+        p = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", "-c",
+                            f"import sys\nsys.path[:0] = [{str(ROOT)!r}, {SITE_PACKAGES!r}]\n" + run,
+                            *group, "--vault", str(vault), *argv], input=stdin, capture_output=True, text=True,
+                           env=env, timeout=120)
+        loaded = {line.rsplit("|", 1)[1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")}
+        assert p.returncode == 0 and p.stdout.strip(), (argv, p.stderr[-2000:])
+        assert "pathlib" in loaded and "acpmem.cli.main" in loaded, argv   # what was observed is the command
+        assert not loaded & {"urllib.parse", "ipaddress"}, argv
