@@ -60,6 +60,9 @@ def warm() -> None:
     ranking.prepare(segment=False)   # the CJK segmenter once a child needs it (``acpmem.search.held``), or now below
     similar.prepare()
     limits.prepare()
+    from acpmem.core import lazyre
+
+    lazyre.compile_all()   # the patterns each module compiles on first use: once here, not in every reader
     from acpmem.infra import embedclient
 
     try:   # the TLS context of a recall's HTTPS embeddings or rerank call, made once for every reader

@@ -9,20 +9,19 @@ message. Pure: no I/O.
 """
 from __future__ import annotations
 
-import re
-
+from acpmem.core.lazyre import compile_later
 from acpmem.core.limits import MAX_SEQ
 from acpmem.core.values import Value
 
-BLOCK_RE = re.compile(r"b([0-9]{1,9})\Z")
+BLOCK_RE = compile_later(r"b([0-9]{1,9})\Z")
 # A compaction a host made without the kernel (pi's own): no kernel id, so acpmem names it after the host's entry.
-HOST_BLOCK_RE = re.compile(r"pi-compaction-[A-Za-z0-9_-]{1,64}\Z")
-COMPACTION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
+HOST_BLOCK_RE = compile_later(r"pi-compaction-[A-Za-z0-9_-]{1,64}\Z")
+COMPACTION_RE = compile_later(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
 MAX_TURNS_CHARS = 4000        # the citation's ``turns`` text; past it the covered turns are cut to their span
 MAX_TURN_PARTS = 500
 SUMMARY_HEAD = "[Compressed conversation section]"
 NO_TOPIC = "(none)"
-_RECAP = re.compile(r"\n*\[(b[0-9]{1,9}) \| [0-9]+ messages?(?: \| topic: \"(.*)\")?\]\s*\Z")
+_RECAP = compile_later(r"\n*\[(b[0-9]{1,9}) \| [0-9]+ messages?(?: \| topic: \"(.*)\")?\]\s*\Z")
 
 
 class Block(Value):
@@ -115,7 +114,7 @@ def _runs(text: object) -> list[tuple[int, int]] | None:
     return runs
 
 
-_RUN = re.compile(r"([0-9]{1,19})(?:-([0-9]{1,19}))?")
+_RUN = compile_later(r"([0-9]{1,19})(?:-([0-9]{1,19}))?")
 
 
 def parse_turns(text: object) -> tuple[int, ...] | None:

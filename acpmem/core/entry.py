@@ -5,12 +5,12 @@ and last read, and where it came from. The file format around it is ``acpmem.cor
 """
 from __future__ import annotations
 
-import re
 from datetime import timezone
 
 from acpmem.core.clock import parse_iso
 from acpmem.core.errors import EntryInvalid
 from acpmem.core.ids import ID_RE
+from acpmem.core.lazyre import compile_later
 from acpmem.core.limits import MAX_SEQ, bad_value, breaks_line, clip, session_problem, valid_seq
 from acpmem.core.values import Value
 
@@ -18,16 +18,16 @@ DEFAULT_TYPES = ("decision", "lesson", "fact", "user-preference", "reference")
 KNOWN_KEYS = ("id", "title", "type", "importance", "created", "last_read", "citation", "tier", "source",
               "supersedes", "superseded_by")
 MAX_TITLE_CHARS = 300
-HASH_RE = re.compile(r"[0-9a-f]{16,64}\Z")
-COMMIT_RE = re.compile(r"[0-9a-f]{7,64}\Z")
+HASH_RE = compile_later(r"[0-9a-f]{16,64}\Z")
+COMMIT_RE = compile_later(r"[0-9a-f]{7,64}\Z")
 MAX_ABOUT_FILES = 64
 MAX_ABOUT_PATH = 400
 MAX_BRANCH_CHARS = 250
 MAX_EVIDENCE = 8            # ``evidence``: quotes of the turns an entry cites, at most this many ...
 MAX_EVIDENCE_CHARS = 600    # ... each at most this long
 ANCHORS = ("next",)   # ``anchor: next``: learned before the branch had a commit of its own (``acpmem.vault.branches``)
-_BRANCH_BAD = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock\Z|\.\Z|/\Z")
-ISO_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})\Z")
+_BRANCH_BAD = compile_later(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock\Z|\.\Z|/\Z")
+ISO_RE = compile_later(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})\Z")
 
 
 class Citation(Value):

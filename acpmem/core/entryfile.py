@@ -16,6 +16,7 @@ import re
 from acpmem.core.entry import DEFAULT_TYPES, KNOWN_KEYS, Entry, entry_from_meta
 from acpmem.core.errors import EntryInvalid
 from acpmem.core.frontmatter import dump_yaml, load_yaml_mapping, render_key
+from acpmem.core.lazyre import compile_later
 from acpmem.core.values import Value
 
 MAX_FILE_BYTES = 1_000_000
@@ -23,8 +24,8 @@ MAX_FRONTMATTER_BYTES = 64_000
 
 # git's conflict markers: a line '<<<<<<< ours' and a line '>>>>>>> theirs' (a '=======' line alone is a markdown
 # heading underline, not a conflict)
-_CONFLICT_OPEN = re.compile(r"^<{7}(?: |\r?$)", re.MULTILINE)
-_CONFLICT_CLOSE = re.compile(r"^>{7}(?: |\r?$)", re.MULTILINE)
+_CONFLICT_OPEN = compile_later(r"^<{7}(?: |\r?$)", re.MULTILINE)
+_CONFLICT_CLOSE = compile_later(r"^>{7}(?: |\r?$)", re.MULTILINE)
 CONFLICT_REASON = "the file holds unresolved merge conflict markers ('<<<<<<<' … '>>>>>>>' lines)"
 CONFLICT_HINT = "keep what is right and delete the marker lines, then run `acp memory sync`"
 

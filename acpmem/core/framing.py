@@ -18,6 +18,7 @@ import re
 import unicodedata
 
 from acpmem.core.fasthash import sha256
+from acpmem.core.lazyre import compile_later
 
 OPEN = "<<acpmem-data"
 CLOSE = "<</acpmem-data"
@@ -37,14 +38,14 @@ DATA_NOTICE_ZH = (
 # Characters a reader cannot see or that change how text is laid out: removed outright. Format characters (Cf:
 # zero-width space/joiners, bidi embeddings/overrides/isolates, BOM, soft hyphen, Unicode tag characters used for
 # "ASCII smuggling"), C0/C1 controls except tab and newline, surrogates and noncharacters.
-_NEWLINES = re.compile(r"\r\n|[\r\x0b\x0c\x85\u2028\u2029]")
+_NEWLINES = compile_later(r"\r\n|[\r\x0b\x0c\x85\u2028\u2029]")
 _BRACKETS = "<\uff1c\ufe64\u2039\u00ab\u3008\u300a\u276e\u2329"        # "<" and its look-alikes
-_ACPMEM = re.compile("acpmem", re.IGNORECASE)
+_ACPMEM = compile_later("acpmem", re.IGNORECASE)
 # Chat-template special tokens (<|im_start|>, <|eot_id|>, DeepSeek's fullwidth <｜...｜>): some local servers still
 # parse them in message text.
-_SPECIAL_TOKEN = re.compile(r"<([|\uff5c][^|\uff5c<>\s]{1,40}[|\uff5c])>")
-_SPACES = re.compile(r"[ \t]+")
-_SUSPECT = re.compile(r"[^\t\n\x20-\x7e]")
+_SPECIAL_TOKEN = compile_later(r"<([|\uff5c][^|\uff5c<>\s]{1,40}[|\uff5c])>")
+_SPACES = compile_later(r"[ \t]+")
+_SUSPECT = compile_later(r"[^\t\n\x20-\x7e]")
 
 
 def _visible(ch: str) -> bool:
@@ -158,7 +159,7 @@ def clean_inline(text: str) -> str:
     return _SPACES.sub(" ", clean_block(text).replace("\n", " ")).strip()
 
 
-_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_NAME = compile_later(r"[a-z][a-z0-9_-]{0,31}")
 
 
 def _attr_value(value: str) -> str:

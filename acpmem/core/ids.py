@@ -5,10 +5,10 @@ from a terminal or a commit message by hand.
 """
 from __future__ import annotations
 
-import re
+from acpmem.core.lazyre import compile_later
 
 ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
-ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")   # \Z: "$" would also match before a final newline
+ID_RE = compile_later(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")   # \Z: "$" would also match before a final newline
 
 
 def random_id(rng, length: int) -> str:

@@ -13,11 +13,12 @@ from datetime import datetime
 from acpmem.core.clock import parse_iso
 from acpmem.core.entry import Entry
 from acpmem.core.framing import DATA_NOTICE_EN, DATA_NOTICE_ZH, clean_inline, frame
+from acpmem.core.lazyre import compile_later
 from acpmem.core.score import Scored
 from acpmem.core.settings import Settings
 
 
-_MAYBE_HIDDEN = re.compile(r"[^\t\n\x20-\x7e]")
+_MAYBE_HIDDEN = compile_later(r"[^\t\n\x20-\x7e]")
 
 
 def _shown(ch: str) -> str:
@@ -143,8 +144,8 @@ def index_line(e: Entry, at: datetime, stale=()) -> str:
 # notice, the resident index's heading and its how-to-read line. A host may hand it back inside the user's message —
 # Gemini CLI's non-interactive mode prepends the SessionStart hook's context (the index) to the prompt it passes the
 # BeforeAgent hook — and it is not what the user asked about.
-_OWN_FRAMED = re.compile(r'<<acpmem-data [^\n]*?nonce="([0-9a-f]+)">>.*?<</acpmem-data nonce="\1">>', re.S)
-_OWN_LINES = re.compile(r"# Long-term memory \([^\n]*\)|# 长期记忆（[^\n]*）|To read one in full, call memory_recall [^\n]*"
+_OWN_FRAMED = compile_later(r'<<acpmem-data [^\n]*?nonce="([0-9a-f]+)">>.*?<</acpmem-data nonce="\1">>', re.S)
+_OWN_LINES = compile_later(r"# Long-term memory \([^\n]*\)|# 长期记忆（[^\n]*）|To read one in full, call memory_recall [^\n]*"
                         r"|需要全文时调用 memory_recall[^\n]*")
 
 

@@ -9,15 +9,15 @@ import contextlib
 import errno
 import json
 import os
-import re
 import stat
 import sys
 from pathlib import Path
 
 from acpmem.core.errors import AcpmemError
+from acpmem.core.lazyre import compile_later
 
 # atomic_write's temp files: .NAME.PID.RANDOM.tmp, in the folder of the file they become
-TEMP_RE = re.compile(r"^\..+\.(\d+)\.[0-9a-f]{8}\.tmp$")
+TEMP_RE = compile_later(r"^\..+\.(\d+)\.[0-9a-f]{8}\.tmp$")
 
 
 def _write_all(fd: int, raw: bytes) -> None:

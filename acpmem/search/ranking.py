@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime
 from types import MappingProxyType
 
+from acpmem.core.lazyre import compile_later
 from acpmem.core.limits import MAX_SEQ
 from acpmem.core.values import Value
 from acpmem.search import english
@@ -275,10 +276,10 @@ _MONTHS = {m: i for i, m in enumerate(
     "january february march april may june july august september october november december".split(), 1)}
 _MONTHS.update({m[:3]: i for m, i in list(_MONTHS.items())})
 _DATE_PATTERNS = (
-    re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b"),
-    re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]+),?\s+(\d{4})\b"),
-    re.compile(r"\b([A-Za-z]+)\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b"),
-    re.compile(r"\b([A-Za-z]+),?\s+(\d{4})\b"),
+    compile_later(r"\b(\d{4})-(\d{2})-(\d{2})\b"),
+    compile_later(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]+),?\s+(\d{4})\b"),
+    compile_later(r"\b([A-Za-z]+)\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b"),
+    compile_later(r"\b([A-Za-z]+),?\s+(\d{4})\b"),
 )
 
 
@@ -443,7 +444,7 @@ def _diversify_in_order(pending: list[int], final: dict[int, float], limit: int,
     return chosen
 
 
-_IDENTIFIER = re.compile(r"[A-Za-z0-9]+(?:[_./:#-][A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Za-z]+[0-9][A-Za-z0-9]*")
+_IDENTIFIER = compile_later(r"[A-Za-z0-9]+(?:[_./:#-][A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Za-z]+[0-9][A-Za-z0-9]*")
 
 
 def vector_share(query: str, groups: Sequence[QueryGroup], weight: float, vocab=None) -> float:
@@ -626,4 +627,4 @@ def seq_range(seq: int | str) -> tuple[int, int] | None:
     return (lo, hi) if lo <= hi <= MAX_SEQ else None
 
 
-_SEQ_RE = re.compile(r"\s*m?([0-9]+)\s*(?:-\s*m?([0-9]+)\s*)?")
+_SEQ_RE = compile_later(r"\s*m?([0-9]+)\s*(?:-\s*m?([0-9]+)\s*)?")
