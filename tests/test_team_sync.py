@@ -287,3 +287,56 @@ def test_ten_clones_syncing_at_once_through_a_git_server_converge_with_every_ent
     # history stays readable: one commit per entry, no merges
     assert int(git_out(server, "rev-list", "--count", "main")) - base == agents * rounds
     assert git_out(server, "rev-list", "--merges", "main").strip() == ""
+
+
+@pytest.mark.parametrize("git", ["libgit2", "exe"])   # how the index is read: in process, or by git ls-files
+def test_a_request_a_teammate_committed_under_acpmem_is_never_run_after_a_plain_pull(team, cli, tmp_path, git):
+    """The worker once took over the requests an older acpmem queued in ``.acpmem/pending/``; a request records the
+    endpoint it is extracted at, and is sent with the runner's key. A teammate who force-adds such a file, naming
+    their own server and a transcript of this person's, and pushes would have, after a plain ``git pull``, this
+    person's conversation and API key sent to that server. A file git tracks there is never taken over."""
+    from openai_server import fake_openai, reply
+
+    from acpmem.write.requests import make_request, pending_dir
+
+    a, b, bare = team
+    private = tmp_path / "private-session.json"   # a conversation of this person's, somewhere on their machine
+    private.write_text((Path(__file__).parent / "fixtures" / "transcripts" / "openai_chat.json").read_text())
+    with fake_openai() as theirs, fake_openai() as mine:
+        for srv in (theirs, mine):
+            srv.enqueue(reply.always(reply.writes(reply.call("memory_write", {"content": "- a note"}))))
+        req = make_request(types=("fact",), type="fact", note="Planted by a teammate", importance=5,
+                           session="s-planted", seq=1, transcript=str(private), host_tools=None, lang="en",
+                           created="2026-11-29T12:00:00Z", request_id="r-planted01", extractor="llm",
+                           base_url=theirs.base_url, model="m")
+        planted = b.root / ".acpmem" / "pending" / "r-planted01.json"
+        planted.parent.mkdir(parents=True)
+        planted.write_text(json.dumps(req.to_json()))
+        git_out(b.root, "add", "-f", ".acpmem")
+        git_out(b.root, "commit", "-q", "-m", "a request, committed")
+        git_out(b.root, "push", "-q", "origin", "main")
+        git_out(a.root, "pull", "-q", "--no-rebase", "origin", "main")   # plain git: what sync refuses is in
+        assert (a.root / ".acpmem" / "pending" / "r-planted01.json").exists()
+        env = {"OPENAI_API_KEY": "sk-persons-own", "OPENAI_BASE_URL": mine.base_url, "ACPMEM_NO_WATCH": "1",
+               **({"ACPMEM_GIT": "exe"} if git == "exe" else {})}
+        for args in (("extract", "--pending"), ("stats",), ("doctor",)):
+            cli("memory", "--vault", str(a.root), *args, env=env)
+        assert theirs.requests == [], [r.headers.get("authorization") for r in theirs.requests]
+        assert not (pending_dir(a.root / ".acpmem") / "r-planted01.json").exists()
+        assert "Planted" not in git_out(a.root, "log", "--format=%B")
+        said = cli("memory", "--vault", str(a.root), "doctor", env=env)
+        assert said.returncode == 1 and "git tracks 1 file(s) under .acpmem/" in said.stdout + said.stderr, said
+        assert "git -C" in said.stdout + said.stderr and "rm -r -q --cached .acpmem" in said.stdout + said.stderr
+        # a request an older acpmem of this clone left there (untracked) is still taken over, and run where its
+        # person sent it
+        older = req.with_changes(id="r-older00001", note="Queued by an older acpmem", base_url=mine.base_url)
+        (a.root / ".acpmem" / "pending" / "r-older00001.json").write_text(json.dumps(older.to_json()))
+        r = cli("memory", "--vault", str(a.root), "extract", "--pending", env=env)
+        assert r.returncode == 0, r.stderr
+        assert len(mine.requests) >= 1 and mine.requests[0].headers["authorization"] == "Bearer sk-persons-own"
+        assert theirs.requests == [] and "r-older00001" in git_out(a.root, "log", "--format=%B")
+        # the way out the doctor names
+        git_out(a.root, "rm", "-r", "-q", "--cached", ".acpmem")
+        git_out(a.root, "commit", "-q", "-m", "untrack local state")
+        (a.root / ".acpmem" / "pending" / "r-planted01.json").unlink()
+        assert "under .acpmem/" not in cli("memory", "--vault", str(a.root), "doctor", env=env).stdout

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from acpmem.core import trust
 from acpmem.core.errors import AcpmemError, GitStateError, SettingsError
-from acpmem.core.layout import ENTRIES_DIR
+from acpmem.core.layout import ENTRIES_DIR, STATE_DIRNAME
 from acpmem.core.render import problem_line, quote_path
 from acpmem.core.values import Value
 from acpmem.infra import locks
@@ -20,7 +20,7 @@ from acpmem.read.embedding import channel_status
 from acpmem.search import watch
 from acpmem.upkeep.branchreview import orphans
 from acpmem.vault.config import person_config_path, vault_settings
-from acpmem.vault.gitlib import head_readable
+from acpmem.vault.gitlib import head_readable, tracked_under
 from acpmem.vault.gitrun import error_text, fsck_options, git, index_corrupt, no_repository, writes_blocked
 from acpmem.vault.projectgit import checks_on, stale_map
 from acpmem.vault.proposals import proposals
@@ -212,6 +212,7 @@ def check_vault(vault: Vault, *, fix: bool = False, more=()) -> Report:
         blocked = writes_blocked(root) if "detached HEAD" in p else None
         add("error", p, blocked.hint if blocked is not None else
             "resolve it with git in the vault folder, then run `acp memory doctor` again")
+    _check_local_state(vault, add)
     _check_entries(vault, add, to_resolve)
     for w in vault.warnings:   # what reading the entries found (the index could not be updated on a full disk)
         if not (full and w.startswith("the disk holding")):
@@ -223,6 +224,21 @@ def check_vault(vault: Vault, *, fix: bool = False, more=()) -> Report:
     for check in more:   # the layers above add theirs (pending extraction requests: acpmem.upkeep.doctor)
         check(vault, add)
     return Report(tuple(found))
+
+
+def _check_local_state(vault: Vault, add) -> None:
+    """``.acpmem/`` is this clone's own, kept out of commits by the vault's ``.gitignore``: files of it that git
+    tracks came with a commit (a teammate's ``git add -f``, taken in by a plain ``git pull``). acpmem never takes a
+    request from there, and ``sync`` refuses such commits; the person is told, with the way out."""
+    root = vault.root
+    shared = tracked_under(root, STATE_DIRNAME)
+    if shared:
+        add("error", f"git tracks {len(shared)} file(s) under {STATE_DIRNAME}/, which is each clone's own state "
+            f"(a commit brought them: `git -C {root} log --format='%h %an %s' -- {STATE_DIRNAME}` shows whose); "
+            "no request among them is run, and `acp memory sync` refuses to integrate or push such commits",
+            f"untrack them and share that: `git -C {root} rm -r -q --cached {STATE_DIRNAME} && git -C {root} "
+            f"commit -q -m 'untrack local state'`, then `acp memory sync`; delete what you did not make under "
+            f"{root / STATE_DIRNAME} (the index and a session's frozen index are made again)")
 
 
 def _fix(vault: Vault, add, objects: Path, journal: Path | None, merging: bool) -> None:

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from acpmem.core.errors import GitStateError
-from acpmem.vault.gitrun import git, require_git
+from acpmem.vault.gitrun import git, require_git, tracked
 
 
 class Unusable(Exception):
@@ -56,6 +56,24 @@ def head_readable(root: Path) -> bool:
         return InProcess(root).read_head()
     except (Unusable, GitStateError):
         return False
+
+
+def tracked_under(root: Path, folder: str) -> list[str] | None:
+    """The files git's index holds under ``folder`` (relative to the vault ``root``; ``.gitignore`` does not hide a
+    tracked file): ``[]`` where ``root`` is no repository, None where neither libgit2 nor git can say. Read in
+    process where libgit2 reads the index (no git process: ``doctor`` asks on every run), else by
+    ``git ls-files`` (``gitrun.tracked``)."""
+    if not (Path(root) / ".git").exists():
+        return []
+    prefix = folder.rstrip("/") + "/"
+    try:
+        lib = InProcess(root)
+    except (Unusable, GitStateError):
+        return tracked(root, folder)
+    try:
+        return [e.path for e in lib.repo.index if e.path.startswith(prefix)]
+    except (lib.pygit2.GitError, OSError, UnicodeDecodeError):   # an index libgit2 cannot read: git says
+        return tracked(root, folder)
 
 
 class InProcess:

@@ -80,6 +80,18 @@ def git(root: Path, *args: str, input: str | None = None, check: bool = True, en
     return res
 
 
+def tracked(root: Path, path: str) -> list[str] | None:
+    """The files git tracks under ``path`` (relative to the vault ``root``), though ``.gitignore`` may leave them
+    out: ``[]`` where ``root`` is no repository; None where git cannot say (then nothing is to be taken as
+    untracked)."""
+    if not (root / ".git").exists():
+        return []
+    res = git(root, "ls-files", "-z", "--", path, check=False)
+    if res.code != 0:
+        return None
+    return [name for name in res.out.split("\0") if name]
+
+
 def fsck_options(git_dir: Path) -> list[str]:
     """``-c`` options for a ``git fsck`` of the repository whose git folder is ``git_dir``: where it has no
     commit-graph, no multi-pack-index and no alternates, fsck is told so, instead of starting a ``git commit-graph

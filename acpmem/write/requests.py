@@ -200,7 +200,8 @@ def _adopt(old: Path, new: Path) -> None:
 
 
 def _adopt_old(state_dir: Path, request_id: str | None = None) -> None:
-    """Take over the requests an older acpmem queued in ``.acpmem/pending/`` (all, or the one named)."""
+    """Take over the requests an older acpmem queued in ``.acpmem/pending/`` (all, or the one named), but never a
+    file git tracks (``_committed``)."""
     old = _old_pending_dir(state_dir)
     if old is None:
         return
@@ -211,10 +212,32 @@ def _adopt_old(state_dir: Path, request_id: str | None = None) -> None:
             names = [n for n in os.listdir(old) if n.endswith(".json") and not n.startswith(".")]
         except OSError:
             return
+    names = [name for name in names if os.path.lexists(old / name)]
+    if not names:
+        return
+    shared = _committed(Path(state_dir), old)
     new = pending_dir(state_dir)
     for name in names:
-        if os.path.lexists(old / name):
+        if name not in shared:
             _adopt(old / name, new / name)
+
+
+def _committed(state_dir: Path, old: Path) -> set[str]:
+    """The names in ``old`` that git tracks: they came with a commit, maybe a teammate's (``git add -f``), never
+    from an older acpmem of this clone. A request names the transcript it reads and the endpoint it is sent to
+    with this person's key; one taken over from a commit would send their conversation and key wherever a
+    teammate chose. Where git cannot say, every name (nothing is taken over; ``doctor`` names the cause)."""
+    # lazy: only where an older acpmem's folder holds a request (an upgrade), never on the per-turn paths
+    from acpmem.vault.gitlib import tracked_under
+
+    root = state_dir.parent
+    found = tracked_under(root, os.path.relpath(old, root))
+    if found is None:
+        try:
+            return set(os.listdir(old))
+        except OSError:
+            return set()   # gone: nothing left to take over
+    return {os.path.basename(name) for name in found}
 
 
 MAX_REQUEST_BYTES = 16_000_000   # a request file is a few KB; a hand-made one this large is not one acpmem wrote
