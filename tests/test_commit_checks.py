@@ -213,6 +213,46 @@ def test_a_request_runs_against_the_endpoint_it_was_made_with(vault, cli):
     assert not pending(v) and len(fork_commits(v)) == 2
 
 
+def test_a_runners_key_goes_to_the_recorded_endpoint_only_if_it_is_the_key_the_request_was_made_with(vault, cli):
+    """A request made at endpoint A with key KA, left pending, is run by a process configured for endpoint B with
+    key KB (another host's environment): KB is never sent to A — the request runs at B, B's key and model. Run by a
+    process with B's endpoint but A's key, it goes to A, as made. The key is recorded only as a salted digest."""
+    v = configure(vault, extractor="auto")
+    with fake_openai() as a, fake_openai() as b:
+        fd = worker.try_worker_lock(v.state_dir)       # a worker "runs": the commits stay pending
+        assert fd is not None
+        try:
+            env_a = {"OPENAI_BASE_URL": a.base_url + "/", "OPENAI_MODEL": "model-a", "OPENAI_API_KEY": "sk-key-a"}
+            for note in ("first, run where key B is set", "second, run where key A is set"):
+                r = cli("memory", "--vault", str(v.root), "commit", "--type", "lesson", "--note", note,
+                        "--importance", "6", "--session", "s1", "--seq", "6", "--transcript", str(CHAT), env=env_a)
+                assert r.returncode == 0, r.stderr
+        finally:
+            os.close(fd)
+        files = {json.loads(p.read_text())["note"]: p for p in pending(v)}
+        made = json.loads(files["first, run where key B is set"].read_text())
+        assert len(made["key_id"]) == 32 and "sk-key-a" not in json.dumps(made)
+        assert made["key_id"] != json.loads(files["second, run where key A is set"].read_text())["key_id"]  # salted
+        second = files["second, run where key A is set"]
+        held = second.with_suffix(".held")
+        second.rename(held)   # one request at a time
+        b.enqueue(reply.writes(reply.write("- Deploys run from the release branches.")))
+        env_b = {"OPENAI_BASE_URL": b.base_url, "OPENAI_MODEL": "model-b", "OPENAI_API_KEY": "sk-key-b"}
+        assert cli("memory", "--vault", str(v.root), "extract", "--pending", env=env_b).returncode == 0
+        assert a.requests == []
+        (post,) = [q for q in b.requests if q.method == "POST"]
+        assert post.headers["authorization"] == "Bearer sk-key-b" and post.body["model"] == "model-b"
+        held.rename(second)
+        a.enqueue(reply.writes(reply.write("- Guard session.append with the lock.")))
+        env_ba = dict(env_b, OPENAI_API_KEY="sk-key-a")
+        r = cli("memory", "--vault", str(v.root), "extract", "--pending", env=env_ba)
+        assert r.returncode == 0, r.stderr
+        (post,) = [q for q in a.requests if q.method == "POST"]
+        assert post.headers["authorization"] == "Bearer sk-key-a" and post.body["model"] == "model-a"
+        assert "second, run where key A is set" in json.dumps(post.body)
+    assert not pending(v) and len(fork_commits(v)) == 2
+
+
 # --------------------------------------------------------------------------------------------- retry after --wait
 
 def test_a_failed_commit_wait_is_retried_by_the_background_worker_as_it_says(vault, cli, openai_server):

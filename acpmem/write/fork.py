@@ -113,7 +113,9 @@ class Outcome(Value):
 def choose_extractor(vault, override: str | None = None, env=None, req: Request | None = None):
     """(``"llm"`` with its ``ModelConfig``) or (``"offline"``, None): ``override`` > what the request ``req``
     recorded when it was made (its extractor, and for ``llm`` its endpoint and model; the key comes from this
-    process's settings) > ``[extraction] extractor``; ``auto`` uses a model when one is configured."""
+    process's settings, and goes to the recorded endpoint only where that is this process's endpoint too or the key
+    is the one the request was made with: else this process's endpoint and model are used) > ``[extraction]
+    extractor``; ``auto`` uses a model when one is configured."""
     recorded = req.extractor if req is not None and not override else None
     name = override or recorded or vault.settings.extraction.extractor
     if name not in EXTRACTORS:
@@ -121,12 +123,20 @@ def choose_extractor(vault, override: str | None = None, env=None, req: Request 
     if name == "offline":
         return "offline", None
     config = resolve_model_config(vault.settings.extraction, env)
-    if recorded == "llm":
+    if recorded == "llm" and (_same_endpoint(req.base_url, config.base_url)
+                              or requests.key_id_for(req.id, config.api_key) == req.key_id):
         config = config.with_changes(base_url=req.base_url, model=req.model)
+    # else: this process's key goes to its own endpoint only — never to the one recorded, unless it is the key the
+    # request was made with — so the request runs with this process's endpoint and model
     config = with_served_model(config, vault.state_dir)
     if name == "auto" and not config.configured:
         return "offline", None
     return "llm", config
+
+
+def _same_endpoint(a: str | None, b: str | None) -> bool:
+    """Whether two base URLs name one endpoint (None: OpenAI's; a trailing slash changes nothing)."""
+    return (a or "").rstrip("/") == (b or "").rstrip("/")
 
 
 # --------------------------------------------------------------------------------------------- applying results

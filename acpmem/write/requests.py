@@ -31,6 +31,19 @@ BACKOFF_CAP_S = 3600.0
 MAX_SESSION_CHARS = limits.MAX_SESSION_CHARS
 MAX_SEQ = limits.MAX_SEQ   # a seq is stored as an SQLite INTEGER
 RECORDED_EXTRACTORS = ("offline", "llm")   # what a request records: ``auto`` is resolved when it is made
+KEY_ID_CHARS = 32
+
+
+def key_id_for(request_id: str, api_key: str | None) -> str | None:
+    """Which key a request was made with, as it records it: SHA-256 of the key salted by the request's id (the key
+    itself is never written), or None without a key."""
+    if not api_key:
+        return None
+    # lazy: only a commit with a key and a runner deciding where to send one need it
+    import hashlib
+
+    return hashlib.sha256(f"acpmem-request-key\0{request_id}\0{api_key}".encode("utf-8", "surrogatepass")) \
+        .hexdigest()[:KEY_ID_CHARS]
 _REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
@@ -104,6 +117,9 @@ class Request(Value):
     extractor: str | None = None
     base_url: str | None = None
     model: str | None = None
+    # Which key it was made with (``key_id``: a digest salted by the request's id, never the key): a runner whose
+    # endpoint is another sends it to the recorded endpoint only with that same key.
+    key_id: str | None = None
     scope: str | None = None   # "branch" | "global": how its entries are tied to the project branch; None: by type
 
     @property
@@ -117,7 +133,7 @@ class Request(Value):
                 "status": self.status, "attempts": self.attempts, "next_attempt": self.next_attempt,
                 "errors": list(self.errors), "redacted": list(self.redacted), "deferred": self.deferred,
                 **({"block": self.block} if self.block else {}),
-                **{k: getattr(self, k) for k in ("extractor", "base_url", "model", "scope") if getattr(self, k)}}
+                **{k: getattr(self, k) for k in ("extractor", "base_url", "model", "key_id", "scope") if getattr(self, k)}}
 
     @classmethod
     def from_json(cls, d: dict) -> "Request":
@@ -151,6 +167,10 @@ class Request(Value):
         for key in ("base_url", "model"):
             if d.get(key) is not None and not (isinstance(d[key], str) and d[key] and len(d[key]) <= 2048):
                 raise ValueError(f"{key} must be text")
+        key_id = d.get("key_id")
+        if key_id is not None and not (isinstance(key_id, str) and len(key_id) == KEY_ID_CHARS
+                                       and all(c in "0123456789abcdef" for c in key_id)):
+            raise ValueError(f"key_id must be {KEY_ID_CHARS} hexadecimal digits")
         if d.get("scope") not in (None, "branch", "global"):
             raise ValueError("scope must be branch or global")
         if d.get("next_attempt") is not None:
@@ -166,7 +186,7 @@ class Request(Value):
                    next_attempt=d.get("next_attempt"), errors=tuple(d.get("errors") or ()),
                    redacted=tuple(d.get("redacted") or ()), block=d.get("block"), deferred=d.get("deferred"),
                    extractor=d.get("extractor"), base_url=d.get("base_url"), model=d.get("model"),
-                   scope=d.get("scope"))
+                   key_id=key_id, scope=d.get("scope"))
 
     def due(self, now: str) -> bool:
         return self.status == "pending" and (self.next_attempt is None or self.next_attempt <= now)
@@ -412,10 +432,11 @@ def make_request(*, types: tuple[str, ...], type: str, note: str, importance: in
                  lang: str, created: str, request_id: str, cwd: Path | None = None, inline: bool = False,
                  block: str | None = None, policy: str = "auto", deferred: str | None = None,
                  extractor: str | None = None, base_url: str | None = None, model: str | None = None,
-                 scope: str | None = None) -> Request:
+                 scope: str | None = None, api_key: str | None = None) -> Request:
     """Validate a commit's arguments (the model's and the host's) and build the request. The note is redacted here,
     before it reaches any file; the secret kinds found are kept in ``redacted``. ``extractor`` (``offline`` or
-    ``llm``), ``base_url`` and ``model``: how it is to be extracted (``Request``)."""
+    ``llm``), ``base_url`` and ``model``: how it is to be extracted (``Request``); ``api_key``: the key it is made
+    with, recorded only as ``key_id``."""
     # lazy: `stats` does not need it (measured +4.7 ms to its start-up)
     from acpmem.core.tools import parse_commit_args
 
@@ -454,4 +475,5 @@ def make_request(*, types: tuple[str, ...], type: str, note: str, importance: in
                    extractor=extractor if extractor in RECORDED_EXTRACTORS else None,
                    base_url=(base_url or None) if extractor == "llm" else None,
                    model=(model or None) if extractor == "llm" else None,
+                   key_id=key_id_for(request_id, api_key) if extractor == "llm" else None,
                    scope=scope if scope in ("branch", "global") else None)

@@ -192,7 +192,8 @@ def submit(vault, *, type: str, note: str, importance: int, session: str, seq: i
                                     inline=wait, block=block, policy=policy,
                                     deferred=over.frees_at if over else None, extractor=how,
                                     base_url=config.base_url if config else None,
-                                    model=config.model if config else None, scope=scope)
+                                    model=config.model if config else None, scope=scope,
+                                    api_key=config.api_key if config else None)
         if over is not None:   # waits, not attempted, until the budget frees (``acpmem.write.budget``)
             req = req.with_changes(deferred=over.reason, next_attempt=over.frees_at)
         try:
