@@ -1,8 +1,7 @@
 """``python -m acpmem`` is the same as ``acpmem`` (= ``acp memory``)."""
-from acpmem.cli.startup import collect_less, lighter_pathlib
+from acpmem.cli.startup import collect_less
 
 collect_less()   # before the modules load
-lighter_pathlib()
 from acpmem.cli.main import acpmem_main  # noqa: E402
 
 if __name__ == "__main__":

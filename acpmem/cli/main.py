@@ -112,7 +112,12 @@ def _run(prog: str) -> None:
     try:
         standard_descriptors()
         code = try_server(argv, prog)
-        code = main(argv, prog) if code is None else code
+        if code is None:   # run here: pathlib is about to load (a served read's client never loads it)
+            # lazy: the console scripts loaded it already; a served read's client needs nothing more than the relay
+            from acpmem.cli.startup import lighter_pathlib
+
+            lighter_pathlib()
+            code = main(argv, prog)
     except KeyboardInterrupt:   # before the command's own handling is in place (or after it): said as by a command
         code = report_interrupt(argv)
     if is_read(argv, prog):

@@ -1,6 +1,7 @@
 """What a command's process sets before its modules load: the console scripts and ``python -m acpmem`` call
-``collect_less`` and ``lighter_pathlib`` first (the read server ``collect_less``, for the readers it forks); importing
-acpmem does neither, so a program that imports it keeps its own collector and its own imports."""
+``collect_less`` first (the read server too, for the readers it forks), and a command that runs in its own process
+rather than in the read server's loads pathlib through ``lighter_pathlib`` (``acpmem.cli.main``). Importing acpmem
+does neither, so a program that imports it keeps its own collector and its own imports."""
 import gc
 
 # A command lives for tens of milliseconds, most of them loading modules: at the collector's default threshold
