@@ -174,23 +174,28 @@ def test_commit_extractor_offline_in_the_background_never_calls_the_model(vault,
     assert "Acpmem-Extractor: offline" in body
 
 
+def _left_pending(v, cli, env: dict, notes) -> dict:
+    """A commit of each note in ``env`` while a worker "runs" (its lock held), so that each stays pending: the
+    request files by note."""
+    fd = worker.try_worker_lock(v.state_dir)
+    assert fd is not None
+    try:
+        for note in notes:
+            r = cli("memory", "--vault", str(v.root), "commit", "--type", "lesson", "--note", note,
+                    "--importance", "6", "--session", "s1", "--seq", "6", "--transcript", str(CHAT), env=env)
+            assert r.returncode == 0, r.stderr
+    finally:
+        os.close(fd)
+    return {json.loads(p.read_text())["note"]: p for p in pending(v)}
+
+
 def test_a_request_runs_against_the_endpoint_it_was_made_with(vault, cli):
     """Made with endpoint A and model-a; run later by a process whose settings say endpoint B: it goes to A (with
     model-a). A request written by an older acpmem (no recorded settings) runs with the runner's settings."""
     v = configure(vault, extractor="auto")
     with fake_openai() as a, fake_openai() as b:
-        fd = worker.try_worker_lock(v.state_dir)       # a worker "runs": the commits stay pending
-        assert fd is not None
-        try:
-            env_a = {"OPENAI_BASE_URL": a.base_url, "OPENAI_MODEL": "model-a"}
-            for note in ("made with A", "made with A, stored as an older acpmem stores it"):
-                r = cli("memory", "--vault", str(v.root), "commit", "--type", "lesson", "--note", note,
-                        "--importance", "6", "--session", "s1", "--seq", "6", "--transcript", str(CHAT), env=env_a)
-                assert r.returncode == 0, r.stderr
-        finally:
-            os.close(fd)
-        files = pending(v)
-        recs = {json.loads(p.read_text())["note"]: p for p in files}
+        recs = _left_pending(v, cli, {"OPENAI_BASE_URL": a.base_url, "OPENAI_MODEL": "model-a"},
+                             ("made with A", "made with A, stored as an older acpmem stores it"))
         made = json.loads(recs["made with A"].read_text())
         assert made["extractor"] == "llm" and made["base_url"] == a.base_url and made["model"] == "model-a"
         assert "api_key" not in json.dumps(made)
@@ -219,17 +224,9 @@ def test_a_runners_key_goes_to_the_recorded_endpoint_only_if_it_is_the_key_the_r
     process with B's endpoint but A's key, it goes to A, as made. The key is recorded only as a salted digest."""
     v = configure(vault, extractor="auto")
     with fake_openai() as a, fake_openai() as b:
-        fd = worker.try_worker_lock(v.state_dir)       # a worker "runs": the commits stay pending
-        assert fd is not None
-        try:
-            env_a = {"OPENAI_BASE_URL": a.base_url + "/", "OPENAI_MODEL": "model-a", "OPENAI_API_KEY": "sk-key-a"}
-            for note in ("first, run where key B is set", "second, run where key A is set"):
-                r = cli("memory", "--vault", str(v.root), "commit", "--type", "lesson", "--note", note,
-                        "--importance", "6", "--session", "s1", "--seq", "6", "--transcript", str(CHAT), env=env_a)
-                assert r.returncode == 0, r.stderr
-        finally:
-            os.close(fd)
-        files = {json.loads(p.read_text())["note"]: p for p in pending(v)}
+        files = _left_pending(v, cli, {"OPENAI_BASE_URL": a.base_url + "/", "OPENAI_MODEL": "model-a",
+                                       "OPENAI_API_KEY": "sk-key-a"},
+                              ("first, run where key B is set", "second, run where key A is set"))
         made = json.loads(files["first, run where key B is set"].read_text())
         assert len(made["key_id"]) == 32 and "sk-key-a" not in json.dumps(made)
         assert made["key_id"] != json.loads(files["second, run where key A is set"].read_text())["key_id"]  # salted
