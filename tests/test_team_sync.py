@@ -326,7 +326,7 @@ def test_a_request_a_teammate_committed_under_acpmem_is_never_run_after_a_plain_
         assert "Planted" not in git_out(a.root, "log", "--format=%B")
         said = cli("memory", "--vault", str(a.root), "doctor", env=env)
         assert said.returncode == 1 and "git tracks 1 file(s) under .acpmem/" in said.stdout + said.stderr, said
-        assert "git -C" in said.stdout + said.stderr and "rm -r -q --cached .acpmem" in said.stdout + said.stderr
+        assert "git -C" in said.stdout + said.stderr and "rm -r -q .acpmem &&" in said.stdout + said.stderr
         # a request an older acpmem of this clone left there (untracked) is still taken over, and run where its
         # person sent it
         older = req.with_changes(id="r-older00001", note="Queued by an older acpmem", base_url=mine.base_url)
@@ -335,8 +335,12 @@ def test_a_request_a_teammate_committed_under_acpmem_is_never_run_after_a_plain_
         assert r.returncode == 0, r.stderr
         assert len(mine.requests) >= 1 and mine.requests[0].headers["authorization"] == "Bearer sk-persons-own"
         assert theirs.requests == [] and "r-older00001" in git_out(a.root, "log", "--format=%B")
-        # the way out the doctor names
-        git_out(a.root, "rm", "-r", "-q", "--cached", ".acpmem")
+        # the way out the doctor names: the committed files leave git and the folder (this clone's own stay), and
+        # nothing of them runs afterwards
+        git_out(a.root, "rm", "-r", "-q", ".acpmem")
         git_out(a.root, "commit", "-q", "-m", "untrack local state")
-        (a.root / ".acpmem" / "pending" / "r-planted01.json").unlink()
+        assert not (a.root / ".acpmem" / "pending" / "r-planted01.json").exists()
+        assert (a.root / ".acpmem" / "index.sqlite").exists()
+        assert cli("memory", "--vault", str(a.root), "extract", "--pending", env=env).returncode == 0
+        assert theirs.requests == []
         assert "under .acpmem/" not in cli("memory", "--vault", str(a.root), "doctor", env=env).stdout

@@ -236,9 +236,9 @@ def _check_local_state(vault: Vault, add) -> None:
         add("error", f"git tracks {len(shared)} file(s) under {STATE_DIRNAME}/, which is each clone's own state "
             f"(a commit brought them: `git -C {root} log --format='%h %an %s' -- {STATE_DIRNAME}` shows whose); "
             "no request among them is run, and `acp memory sync` refuses to integrate or push such commits",
-            f"untrack them and share that: `git -C {root} rm -r -q --cached {STATE_DIRNAME} && git -C {root} "
-            f"commit -q -m 'untrack local state'`, then `acp memory sync`; delete what you did not make under "
-            f"{root / STATE_DIRNAME} (the index and a session's frozen index are made again)")
+            f"take them out of git and of the folder, and share that: `git -C {root} rm -r -q {STATE_DIRNAME} && "
+            f"git -C {root} commit -q -m 'untrack local state'`, then `acp memory sync` (what this clone made "
+            f"there itself and git does not track stays; the index and a session's frozen index are made again)")
 
 
 def _fix(vault: Vault, add, objects: Path, journal: Path | None, merging: bool) -> None:
