@@ -40,6 +40,7 @@ class LazyPattern:
 
 
 def compile_later(pattern: str | bytes, flags: int = 0) -> LazyPattern:
+    """What ``re.compile(pattern, flags)`` gives, compiled at its first use."""
     return LazyPattern(pattern, flags)
 
 

@@ -146,7 +146,7 @@ def index_line(e: Entry, at: datetime, stale=()) -> str:
 # BeforeAgent hook — and it is not what the user asked about.
 _OWN_FRAMED = compile_later(r'<<acpmem-data [^\n]*?nonce="([0-9a-f]+)">>.*?<</acpmem-data nonce="\1">>', re.S)
 _OWN_LINES = compile_later(r"# Long-term memory \([^\n]*\)|# 长期记忆（[^\n]*）|To read one in full, call memory_recall [^\n]*"
-                        r"|需要全文时调用 memory_recall[^\n]*")
+                           r"|需要全文时调用 memory_recall[^\n]*")
 
 
 def without_own_text(text: str) -> str:

@@ -17,6 +17,7 @@ from acpmem.core import limits
 from acpmem.core.blocks import valid_block_id
 from acpmem.core.clock import parse_iso, utc_iso
 from acpmem.core.errors import AcpmemError, UsageError
+from acpmem.core.fasthash import sha256
 from acpmem.core.ids import random_id
 from acpmem.core.layout import PENDING_DIR
 from acpmem.core.values import Value
@@ -31,7 +32,8 @@ BACKOFF_CAP_S = 3600.0
 MAX_SESSION_CHARS = limits.MAX_SESSION_CHARS
 MAX_SEQ = limits.MAX_SEQ   # a seq is stored as an SQLite INTEGER
 RECORDED_EXTRACTORS = ("offline", "llm")   # what a request records: ``auto`` is resolved when it is made
-KEY_ID_CHARS = 32
+KEY_ID_CHARS = 32   # of a request's ``key_id``
+_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 def key_id_for(request_id: str, api_key: str | None) -> str | None:
@@ -39,12 +41,8 @@ def key_id_for(request_id: str, api_key: str | None) -> str | None:
     itself is never written), or None without a key."""
     if not api_key:
         return None
-    # lazy: only a commit with a key and a runner deciding where to send one need it
-    import hashlib
-
-    return hashlib.sha256(f"acpmem-request-key\0{request_id}\0{api_key}".encode("utf-8", "surrogatepass")) \
-        .hexdigest()[:KEY_ID_CHARS]
-_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+    digest = sha256(f"acpmem-request-key\0{request_id}\0{api_key}".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:KEY_ID_CHARS]
 
 
 def ack_text(request_id: str, lang: str = "en", *, inline: bool = False, policy: str = "auto",
@@ -133,7 +131,8 @@ class Request(Value):
                 "status": self.status, "attempts": self.attempts, "next_attempt": self.next_attempt,
                 "errors": list(self.errors), "redacted": list(self.redacted), "deferred": self.deferred,
                 **({"block": self.block} if self.block else {}),
-                **{k: getattr(self, k) for k in ("extractor", "base_url", "model", "key_id", "scope") if getattr(self, k)}}
+                **{k: getattr(self, k) for k in ("extractor", "base_url", "model", "key_id", "scope")
+                   if getattr(self, k)}}
 
     @classmethod
     def from_json(cls, d: dict) -> "Request":
