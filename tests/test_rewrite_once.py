@@ -27,5 +27,8 @@ def test_this_module_was_rewritten_before_the_workers_started(pytestconfig):
     run = os.environ.get(rewrite_once.ENV)
     if run:   # where Python may not write beside the sources: the run's folder, which the workers read
         assert Path(run) in pyc.parents, (run, pyc)
-    else:     # beside the sources, where pytest itself keeps them (a worker here could not have written it there)
-        assert not sys.dont_write_bytecode and pyc.parent == here.parent / "__pycache__", pyc
+    else:     # where pytest itself keeps them (a worker here could not have written it there): beside the sources,
+        # or under PYTHONPYCACHEPREFIX where one is set
+        usual = Path(sys.pycache_prefix).joinpath(*here.parent.parts[1:]) if sys.pycache_prefix \
+            else here.parent / "__pycache__"
+        assert not sys.dont_write_bytecode and pyc.parent == usual, pyc
