@@ -344,3 +344,28 @@ def test_a_request_a_teammate_committed_under_acpmem_is_never_run_after_a_plain_
         assert cli("memory", "--vault", str(a.root), "extract", "--pending", env=env).returncode == 0
         assert theirs.requests == []
         assert "under .acpmem/" not in cli("memory", "--vault", str(a.root), "doctor", env=env).stdout
+
+
+def test_a_journal_a_teammate_committed_under_acpmem_is_never_replayed_after_a_plain_pull(team, cli):
+    """An older acpmem kept the journal of an interrupted change in ``.acpmem/journal.json``, and the next write
+    finishes what it names. One a teammate force-added and pushed would, after a plain ``git pull``, have been
+    replayed by this person's next write: the teammate's files committed under this person's name. A journal git
+    tracks there is never taken over; the next write goes on, and ``doctor`` names the tracked file."""
+    a, b, bare = team
+    planted = b.root / ".acpmem" / "journal.json"
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    text = (b.root / "entries").joinpath(next(p.name for p in (b.root / "entries").iterdir())).read_text()
+    planted.write_text(json.dumps({"writes": {"entries/planted.md": text.replace("base01", "plant1")},
+                                   "deletes": [], "subject": "planted by a teammate", "why": "x", "trailers": {}}))
+    git_out(b.root, "add", "-f", ".acpmem/journal.json")
+    git_out(b.root, "commit", "-q", "-m", "a journal, committed")
+    git_out(b.root, "push", "-q", "origin", "main")
+    git_out(a.root, "pull", "-q", "--no-rebase", "origin", "main")
+    r = cli("memory", "--vault", str(a.root), "remember", "The next write after a pull.", "--type", "fact",
+            "--importance", "3")
+    assert r.returncode == 0, r.stderr
+    assert not (a.root / "entries" / "planted.md").exists()
+    assert "planted by a teammate" not in git_out(a.root, "log", "--format=%s")
+    said = cli("memory", "--vault", str(a.root), "doctor")
+    assert "git tracks 1 file(s) under .acpmem/" in said.stdout + said.stderr, said.stdout
+    assert "interrupted" not in said.stdout + said.stderr, said.stdout   # not this clone's own change to finish

@@ -59,19 +59,20 @@ def head_readable(root: Path) -> bool:
 
 
 def tracked_under(root: Path, folder: str) -> list[str] | None:
-    """The files git's index holds under ``folder`` (relative to the vault ``root``; ``.gitignore`` does not hide a
-    tracked file): ``[]`` where ``root`` is no repository, None where neither libgit2 nor git can say. Read in
-    process where libgit2 reads the index (no git process: ``doctor`` asks on every run), else by
+    """The files git's index holds at ``folder`` or under it (relative to the vault ``root``; ``.gitignore`` does not
+    hide a tracked file): ``[]`` where ``root`` is no repository, None where neither libgit2 nor git can say. Read
+    in process where libgit2 reads the index (no git process: ``doctor`` asks on every run), else by
     ``git ls-files`` (``gitrun.tracked``)."""
     if not (Path(root) / ".git").exists():
         return []
-    prefix = folder.rstrip("/") + "/"
+    folder = folder.rstrip("/")
+    prefix = folder + "/"
     try:
         lib = InProcess(root)
     except (Unusable, GitStateError):
         return tracked(root, folder)
     try:
-        return [e.path for e in lib.repo.index if e.path.startswith(prefix)]
+        return [e.path for e in lib.repo.index if e.path == folder or e.path.startswith(prefix)]
     except (lib.pygit2.GitError, OSError, UnicodeDecodeError):   # an index libgit2 cannot read: git says
         return tracked(root, folder)
 

@@ -397,16 +397,25 @@ class Vault(VaultReader):
     def pending_journal(self) -> Path | None:
         """The journal of an interrupted change, where it is (one an older acpmem left in ``.acpmem/`` included),
         or None."""
-        for p in (self.journal_path, self.state_dir / JOURNAL):
-            if os.path.lexists(p):
-                return p
-        return None
+        if os.path.lexists(self.journal_path):
+            return self.journal_path
+        return self._old_journal()
+
+    def _old_journal(self) -> Path | None:
+        """The journal an older acpmem left in ``.acpmem/``, or None — and None for one git tracks: that came with
+        a commit (a teammate's ``git add -f``, taken in by a plain ``git pull``), and replaying it would commit
+        their files under this person's name (``doctor`` names it). Where git cannot say, it is not taken."""
+        old = self.state_dir / JOURNAL
+        if old == self.journal_path or not os.path.lexists(old):
+            return None
+        rel = os.path.relpath(old, self.root)
+        return old if gitlib.tracked_under(self.root, rel) == [] else None
 
     def _adopt_old_journal(self) -> None:
         """Move the journal an older acpmem left in ``.acpmem/`` to where it lives now (under the lock; never over
         a journal there: that one is finished first, and this one on the next write)."""
-        old, new = self.state_dir / JOURNAL, self.journal_path
-        if old == new or not os.path.lexists(old) or os.path.lexists(new):
+        old, new = self._old_journal(), self.journal_path
+        if old is None or os.path.lexists(new):
             return
         with contextlib.suppress(FileNotFoundError, NotRegularFile):   # a FIFO across file systems stays
             move_durably(old, new, JOURNAL_MAX_BYTES)
