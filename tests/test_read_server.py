@@ -276,6 +276,26 @@ def test_a_sandboxed_caller_runs_its_reads_itself_and_the_server_never_serves_on
     assert served(run_dir) == 1
 
 
+def test_a_ctrl_c_after_the_command_was_sent_is_passed_on_when_it_starts():
+    """A Ctrl-C that lands after the client sent the command and before it reads the answer (``relay.try_server``
+    hands it to ``_answer`` as interrupted) reaches the command once it starts: the client forwards it to the pid the
+    server names, and ends with the command's own exit code."""
+    import socket
+
+    from acpmem.cli import relay
+
+    command = subprocess.Popen(["sleep", "60"])   # stands for the served command, a real process of its own
+    try:
+        ours, server = socket.socketpair()
+        with ours, server:
+            server.sendall(b"S" + command.pid.to_bytes(4, "big") + b"X" + (130).to_bytes(4, "big", signed=True)
+                           + (0).to_bytes(8, "big"))
+            assert relay._answer(ours, ["memory", "show", "x"], interrupted=True) == 130
+        assert command.wait(timeout=60) == -signal.SIGINT
+    finally:
+        command.kill()
+
+
 def test_ctrl_c_reaches_the_served_command(tmp_path, run_dir):
     """The command runs in the server's session, away from the caller's terminal: Ctrl-C on the caller is passed on,
     and the caller ends as the command does (the one line every interrupted command prints, exit 130)."""
@@ -288,7 +308,18 @@ def test_ctrl_c_reaches_the_served_command(tmp_path, run_dir):
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         children = Path(f"/proc/{server}/task/{server}/children")
-        assert wait_for(lambda: children.read_text().split()), "the server forked no child for the command"
+        ours = os.readlink(f"/proc/{p.pid}/fd/0")   # the pipe the command reads: passed to the child it runs in
+
+        def running() -> bool:   # a child of the server holds it (any other child, a holder's read, is not ours)
+            for child in children.read_text().split():
+                try:
+                    if os.readlink(f"/proc/{child}/fd/0") == ours:
+                        return True
+                except OSError:
+                    continue
+            return False
+
+        assert wait_for(running), "the server forked no child for the command"
         p.send_signal(signal.SIGINT)
         p.wait(timeout=120)   # standard input stays open: the command ends by the interrupt, not by its end
         out, err = p.communicate(timeout=120)

@@ -173,15 +173,22 @@ def try_server(argv: list[str], prog: str) -> int | None:
             return None
         except OSError:
             return None
+        sent = False
         try:
-            data = request(argv, prog)
-            sock.sendmsg([data[:4096]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
-                                          b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2)))])
-            if len(data) > 4096:
-                sock.sendall(data[4096:])
-        except OSError:
-            return None
-        return _answer(sock, argv)
+            try:
+                data = request(argv, prog)
+                sock.sendmsg([data[:4096]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, b"".join(
+                    fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2)))])
+                if len(data) > 4096:
+                    sock.sendall(data[4096:])
+                sent = True
+            except OSError:
+                return None
+            return _answer(sock, argv)
+        except KeyboardInterrupt:
+            if not sent:   # the server has not got the whole command: it never starts, as a command not begun
+                raise
+            return _answer(sock, argv, interrupted=True)   # between the sending and the answer: passed on too
     finally:
         sock.close()
 
@@ -204,14 +211,13 @@ def _interrupt(pid: int) -> None:
         pass
 
 
-def _answer(sock, argv: list[str]) -> int | None:
+def _answer(sock, argv: list[str], interrupted: bool = False) -> int | None:
     """``S`` + the child's pid when the command started, then ``X`` + its exit code + the CPU microseconds it
     used; ``R`` (or nothing) before the start: not run, run it here. Ctrl-C here is passed on to the command, which
     runs in the server's session, away from this terminal; before it started, it ends this process as it would have
     ended the command."""
     buf = bytearray()
     pid = None
-    interrupted = False
     while True:
         try:
             if pid is None:
