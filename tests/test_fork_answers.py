@@ -181,6 +181,40 @@ def test_temperature_is_sent_when_set_and_each_retry_is_warmer(example_vault, op
     assert [r.body["temperature"] for r in openai_server.requests[1:]] == [0.0, 0.3, 0.6]
 
 
+def test_a_write_that_gives_back_the_forks_own_instructions_is_dropped_with_a_note(example_vault, openai_server):
+    """Qwen2.5-Coder-0.5B, run as the fork, wrote the rule for ``content`` as the content of its answer, three answers
+    of three: never an entry. What the model was told — a line of the system message, a description of the
+    memory_write tool, in either language — given back as a write is dropped with a note; the real write beside it is
+    written."""
+    from acpmem.core.tools import tool_definitions
+
+    v = configure(example_vault, openai_server)
+    zh = tool_definitions("fork", lang="zh")[0]["function"]["parameters"]["properties"]["content"]["description"]
+    openai_server.enqueue(reply.writes(
+        reply.call("memory_write", {"content": 'one to a few markdown bullets ("- ..."), self-contained: name the '
+                                               'files, commands, components and reasons; never write "above", '
+                                               '"this" or "earlier".'}),
+        reply.call("memory_write", {"content": zh}),
+        reply.write("- Guard session.append with the per-session lock.")))
+    req = submit(v)
+    out = run(v, req)
+    assert out.status == "written" and len(out.entries) == 1, out
+    (entry,) = [e for e in v.load().entries if e.id == out.entries[0]["id"]]
+    assert "per-session lock" in entry.body
+    assert out.notes.count("a write repeating the fork's own instructions, not the conversation, was dropped") == 1
+    # an answer of such writes alone is no answer: retried, as a text without a write is
+    openai_server.enqueue(reply.always(reply.text('title: one to a few markdown bullets\ncontent: one to a few markdown bullets '
+                                     '("- ..."), self-contained: name the files, commands, components and reasons; '
+                                     'never write "above", "this" or "earlier".')))
+    before = len(fork_commits(v))
+    req = submit(v)
+    out = run(v, req)
+    assert out.status == "retry" and out.entries == () and len(fork_commits(v)) == before, out
+    assert "gave back the fork's own instructions" in out.error["message"], out.error
+    assert pending(v, req) is not None
+    assert not [e for e in v.load().entries if "markdown bullets" in e.body]
+
+
 def test_nothing_by_the_tool_is_done_without_a_commit_and_says_why(example_vault, openai_server):
     v = configure(example_vault, openai_server)
     openai_server.enqueue(reply.writes(reply.call("memory_nothing", {"reason": "the lock is already an entry"})))

@@ -211,7 +211,9 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
     ``malformed_call``: the request is retried); calls to the host's own tools are ignored (a one-shot fork cannot
     answer them), and so are calls to other tools read out of the text (``from_text``: a model quoting the history).
     Near misses are repaired with a note (``acpmem.write.answers.normalize_write_args``). At most
-    ``[extraction] max_entries_per_answer`` writes are taken; the rest are dropped with a note naming them.
+    ``[extraction] max_entries_per_answer`` writes are taken; the rest are dropped with a note naming them. A write
+    that gives back the fork's own instructions (``_echoes_instructions``) is dropped with a note, and an answer of
+    such writes alone is malformed.
 
     ``shown``: the related entries the fork was shown. Then only those may be superseded, only by an entry of the
     same type sharing at least ``SUPERSEDE_MIN_OVERLAP`` of its terms; any other supersede is dropped with a note
@@ -239,6 +241,7 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
     allowed = ("content", "title", "supersedes", "layer") if len(layers) > 1 else ("content", "title", "supersedes")
     shown_ids = None if shown is None else {e.id for e in shown}
     over: list[str] = []
+    writes_before, echoed = draft.writes, 0
     for i, call in enumerate(calls):
         if call.name in host_tool_names:
             draft.ignored.append(call.name)
@@ -264,6 +267,10 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
         draft.writes += 1
         if len(draft.entries) - first >= cap:
             over.append(args.title or derive_title(args.content))
+            continue
+        if _echoes_instructions(args.content, req, len(layers) > 1):
+            draft.notes.append("a write repeating the fork's own instructions, not the conversation, was dropped")
+            echoed += 1
             continue
         text = f"{args.title or ''}\n{args.content}"
         same = next((e for e in shown or () if jaccard(text, f"{e.title}\n{e.body}") >= DUPLICATE_OVERLAP
@@ -309,6 +316,9 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
                 draft.updates[old] = known[old].with_changes(superseded_by=entry.id)
                 draft.layer_of[old] = layer
         draft.entries.append(entry)
+    if echoed and echoed == draft.writes - writes_before:   # no answer at all: retried, as a text without a write
+        raise _malformed(f"every memory_write call ({echoed}) gave back the fork's own instructions, not the "
+                         "conversation")
     if over:
         shown_titles = "; ".join(f"'{one_line(t)[:60]}'" for t in over[:5]) + (" …" if len(over) > 5 else "")
         draft.notes.append(f"{len(over)} memory_write call(s) over the cap of {cap} per answer dropped "
@@ -317,6 +327,25 @@ def draft_from_calls(vault, req: Request, calls, extractor: str, host_tool_names
 
 
 _WRITE_KEYS = frozenset({"content", "title", "supersedes", "layer"})
+
+
+def _echoes_instructions(content: str, req: Request, layers: bool) -> bool:
+    """Whether ``content`` is one of the fork's own instructions given back (a small model copies the rule for
+    ``content`` into it: Qwen2.5-Coder-0.5B did, three answers of three): it shares ``DUPLICATE_OVERLAP`` of its terms
+    with a line of the system message or a description of the ``memory_write`` tool, in either language. Such a
+    write is dropped with a note; an answer of nothing else is a malformed answer (retried)."""
+    # lazy: only a write being checked needs them
+    from acpmem.core.tools import LANGS, tool_definitions
+    from acpmem.write.prompts import fork_system
+
+    said: list[str] = []
+    for lang in LANGS:   # in either language, whichever the note chose
+        for conversation in (True, False):
+            said += fork_system(req.type, req.importance, lang, layers=layers, conversation=conversation).splitlines()
+        for tool in tool_definitions("fork", lang=lang, layers=layers):
+            fn = tool["function"]
+            said += [fn["description"], *(p.get("description", "") for p in fn["parameters"]["properties"].values())]
+    return any(jaccard(content, line) >= DUPLICATE_OVERLAP for line in said if line)
 
 
 def _write_by_another_name(call, from_text: bool) -> bool:
