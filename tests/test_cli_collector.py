@@ -183,3 +183,28 @@ def test_the_console_scripts_per_turn_reads_never_load_urllib(tmp_path, vault, s
         assert p.returncode == 0 and p.stdout.strip(), (argv, p.stderr[-2000:])
         assert "pathlib" in loaded and "acpmem.cli.main" in loaded, argv   # what was observed is the command
         assert not loaded & {"urllib.parse", "ipaddress"}, argv
+
+
+def test_a_write_scans_with_detect_secrets_but_loads_neither_requests_nor_http(tmp_path, vault):
+    """``remember`` scans with detect-secrets' plugins (their ``verify``, which sends a secret away to check it, is
+    never called) and checks duplicates without an embeddings endpoint: neither ``requests`` nor ``http.client`` is
+    imported, and a secret only detect-secrets knows is still refused."""
+    env = {k: v for k, v in os.environ.items() if k != "ACPMEM_READ_SERVER"}
+    env.update(ACPMEM_READ_SERVER="0", ACPMEM_USER_VAULT="none")
+    run = f"sys.argv = ['acp'] + sys.argv[1:]\nexec(compile(open({str(ROOT / 'scripts' / 'acp')!r}).read(), " \
+          "'acp', 'exec'))\n"
+    twilio = "SK" + "0123456789abcdef" * 2
+    for text, code in ((f"The twilio api key {twilio} is in the env.", 1), ("Deploys go out on Tuesdays.", 0)):
+        p = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", "-c",
+                            f"import sys\nsys.path[:0] = [{str(ROOT)!r}, {SITE_PACKAGES!r}]\n" + run,
+                            "memory", "--vault", str(vault), "remember", text, "--type", "fact", "--json"],
+                           capture_output=True, text=True, env=env, timeout=120)
+        loaded = {line.rsplit("|", 1)[1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")}
+        assert p.returncode == code, p.stderr[-2000:]
+        assert "detect_secrets.core.plugins.util" in loaded and "acpmem.write.remember" in loaded
+        assert not loaded & {"requests", "http.client", "urllib3"}, sorted(loaded & {"requests", "http.client"})
+        if code:   # found by detect-secrets alone (the regex layer has no twilio rule): refused, nothing written
+            said = json.loads(p.stderr.splitlines()[-1])["error"]   # the last line, after -X importtime's
+            assert said["code"] == "secret_refused" and "twilio-key" in said["message"], said
+        else:
+            assert "Tuesdays" in (vault / json.loads(p.stdout)["path"]).read_text()

@@ -147,6 +147,61 @@ def test_default_does_not_import_detect_secrets() -> None:
     assert out.strip() == "False"
 
 
+TWILIO_CHECK = ("twilio = 'SK' + '0123456789abcdef' * 2\n"
+                "from acpmem.core import redact\n"
+                "got = redact.find_secrets(f'twilio api key {twilio} in the env', deep=True)\n"
+                "assert [f.kind for f in got] == ['twilio-key'], got\n")
+
+
+def test_detect_secrets_loads_without_requests_which_later_importers_still_get_whole() -> None:
+    """Its plugins import ``requests`` for ``verify`` alone (never called): it is left out of their import, and
+    whoever imports it afterwards, or asks a plugin module for it, gets the real module."""
+    code = TWILIO_CHECK + (
+        "import sys\n"
+        "print('requests' in sys.modules)\n"
+        "import detect_secrets.plugins.base as base, requests\n"
+        "assert type(requests).__name__ == 'module' and sys.modules['requests'] is requests\n"
+        "assert base.requests.exceptions.RequestException is requests.exceptions.RequestException\n"
+        "import requests.adapters\n"
+        "print(requests.adapters.HTTPAdapter.__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "HTTPAdapter"]
+
+
+def test_a_name_of_requests_asked_outside_detect_secrets_while_it_loads_is_the_real_one() -> None:
+    """The stand-in answers a placeholder only to a detect-secrets module as it loads (another thread importing
+    ``requests`` meanwhile gets the real thing)."""
+    code = ("import sys\n"
+            "from acpmem.core import redact\n"
+            "stand_in = redact._RequestsLater('requests')\n"
+            "sys.modules['requests'] = stand_in\n"
+            "session = stand_in.Session\n"
+            "import requests\n"
+            "assert session is requests.Session and sys.modules['requests'] is requests, session\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_where_detect_secrets_cannot_load_without_requests_it_is_imported_plainly() -> None:
+    """Another version of either package that needs ``requests`` as it loads (here, one plugin module refusing
+    the stand-in): the import is undone and done plainly, and the scan is the same."""
+    code = ("import sys, importlib.abc\n"
+            "class Refuse(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'detect_secrets.plugins.aws' and \\\n"
+            "                type(sys.modules.get('requests')).__name__ == '_RequestsLater':\n"
+            "            raise ImportError('needs the real requests')\n"
+            "sys.meta_path.insert(0, Refuse())\n"
+            + TWILIO_CHECK +
+            "import detect_secrets.plugins.aws as aws\n"
+            "print(type(aws.requests).__name__, type(sys.modules['requests']).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["module", "module"]
+
+
 def test_findings_are_values() -> None:
     f = find_secrets("password = hunter2")[0]
     assert isinstance(f, Finding)

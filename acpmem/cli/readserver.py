@@ -38,7 +38,8 @@ WARM = ("acpmem.cli.main", "acpmem.cli.fast", "acpmem.cli.hot", "acpmem.cli.read
         "acpmem.read.snapshot", "acpmem.read.citecheck", "acpmem.read.sources", "acpmem.core.render",
         "acpmem.core.score", "acpmem.search.catalog", "acpmem.search.store", "acpmem.search.query",
         "acpmem.search.watch", "acpmem.search.held", "acpmem.infra.db", "acpmem.infra.detach",
-        "acpmem.read.sessions", "acpmem.integrations.claude_code")
+        "acpmem.read.sessions", "acpmem.integrations.claude_code",
+        "http.client")   # a recall's embeddings or rerank call imports it where it makes one
 
 
 def warm() -> None:

@@ -5,9 +5,10 @@ Pure functions over text. Two layers:
 - a fast regex layer owned here, always used: provider keys with a recognisable shape (OpenAI, Anthropic, AWS,
   GitHub, Google, Slack, Stripe, ...), PEM private-key blocks, JWTs, passwords in URLs, bearer tokens and
   credential-looking values assigned to secret-sounding names;
-- the plugins of Yelp's ``detect-secrets`` as a second opinion. Importing it costs about 250 ms on the target
-  machine (it pulls in ``requests``), too much for a hook, so by default it joins only when the process has
-  already imported it; ``deep=True`` pays the import (the background fork worker should), ``deep=False`` never.
+- the plugins of Yelp's ``detect-secrets`` as a second opinion. Loading them costs about 50 ms of CPU (115 ms
+  with the ``requests`` they import for ``verify``, which is left out: ``_import_detect_secrets``), too much for a
+  hook, so by default it joins only when the process has already imported it; ``deep=True`` pays the import (a
+  write does), ``deep=False`` never.
 
 ``redact`` replaces each finding by ``[REDACTED:<kind>]``; a ``SecretMatch`` carries only a preview that names the
 kind and the public prefix, never the secret.
@@ -255,15 +256,81 @@ _ds_plugins: list | None = None
 def _load_detect_secrets() -> list:
     global _ds_plugins
     if _ds_plugins is None:
-        # lazy: detect_secrets is heavy, never imported at start-up
-        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-
+        get_mapping_from_secret_type_to_class = _import_detect_secrets()
         plugins = []
         for secret_type, cls in get_mapping_from_secret_type_to_class().items():
             if secret_type in _DS_KINDS:
                 plugins.append((secret_type, cls()))
         _ds_plugins = plugins
     return _ds_plugins
+
+
+def _import_detect_secrets():
+    """detect-secrets' plugin table, imported without ``requests``: its plugins import it at the top for ``verify``,
+    which acpmem never calls (a secret is never sent anywhere to be checked), and it was more than half the cost of
+    loading them (65 of 115 ms of CPU, on every write). While they load, ``requests`` is a stand-in: a name a
+    detect-secrets module asks of it as it loads (a return annotation, ``-> requests.Response``) gets an inert
+    placeholder; any other name, or one asked later, imports the real module and answers from it, as does
+    ``__path__`` (a submodule imported). The stand-in is out of ``sys.modules`` once they are loaded. Where the
+    import fails with the stand-in (another version of either package), it is undone and done plainly."""
+    if "requests" in sys.modules or "detect_secrets" in sys.modules:
+        # lazy: detect_secrets is heavy, never imported at start-up
+        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+
+        return get_mapping_from_secret_type_to_class
+    stand_in = _RequestsLater("requests")
+    sys.modules["requests"] = stand_in
+    try:
+        # lazy: detect_secrets is heavy, never imported at start-up
+        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+
+        get_mapping_from_secret_type_to_class()   # the plugin modules it imports on its first call
+    except Exception:
+        for name in [n for n in sys.modules if n == "detect_secrets" or n.startswith("detect_secrets.")]:
+            del sys.modules[name]
+        if sys.modules.get("requests") is stand_in:
+            del sys.modules["requests"]
+        # lazy: as above
+        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    finally:
+        stand_in._loading = False
+        if sys.modules.get("requests") is stand_in:
+            del sys.modules["requests"]
+    return get_mapping_from_secret_type_to_class
+
+
+class _RequestsLater(type(sys)):
+    """``requests`` until a name of it is used (``_import_detect_secrets``)."""
+
+    _loading = True
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name != "__path__":
+            raise AttributeError(name)   # what the import system asks of any module
+        if self._loading and name != "__path__" and \
+                sys._getframe(1).f_globals.get("__name__", "").startswith("detect_secrets."):
+            return _Placeholder(name)   # asked by a detect-secrets module as it loads; anyone else gets the real one
+        if sys.modules.get("requests") is self:
+            del sys.modules["requests"]
+        # lazy: only a plugin's verify (never called) or a submodule import gets here
+        import requests
+
+        return getattr(requests, name)
+
+
+class _Placeholder:
+    """What a detect-secrets module gets for a name of ``requests`` while it loads (an annotation): never called."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Placeholder(f"{self.name}.{name}")
+
+    def __repr__(self) -> str:
+        return f"<requests.{self.name}, not imported>"
 
 
 def _ds_findings(text: str) -> list[tuple[int, SecretMatch]]:
@@ -296,7 +363,7 @@ def find_secrets(text: str, *, deep: bool | None = None) -> list[SecretMatch]:
     ``text``.
 
     ``deep``: ``None`` (default) adds detect-secrets only if this process already imported it (free);
-    ``True`` imports it (~250 ms once per process); ``False`` uses the regex layer alone.
+    ``True`` imports it (~50 ms of CPU once per process); ``False`` uses the regex layer alone.
     """
     if not text:
         return []
