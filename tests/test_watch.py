@@ -359,7 +359,8 @@ def test_deleting_the_local_state_while_the_watcher_runs_loses_nothing(watched, 
     assert json.loads(r.stdout)["hits"][0]["title"] == "Kafka consumers commit offsets manually"
     c = cli("memory", "--vault", str(v.root), "forget", v.load().entries[0].id, "--reason", "test")
     assert c.returncode == 0, c.stderr
-    assert cli("memory", "--vault", str(v.root), "doctor").returncode == 0
+    d = cli("memory", "--vault", str(v.root), "doctor")
+    assert d.returncode == 0, d.stdout + d.stderr
 
 
 def test_no_watcher_for_a_vault_on_a_network_file_system(new_vault, monkeypatch):
