@@ -194,6 +194,26 @@ def test_an_endpoint_without_a_model_uses_the_one_it_serves_or_says_what_to_set(
     assert len([r for r in openai_server.requests if r.method == "GET"]) == gets      # remembered, not asked again
 
 
+def test_a_remembered_served_model_dated_later_than_now_is_asked_again(vault, cli, openai_server):
+    """The model an endpoint serves is remembered for an hour from when it was asked: one dated later than now (a
+    clock set back, or a file from elsewhere) would be used for good, so the endpoint is asked again."""
+    import json
+    import time
+
+    env = {"OPENAI_BASE_URL": openai_server.base_url, "OPENAI_MODEL": ""}
+    commit = ("memory", "--vault", str(vault.root), "commit", "--type", "lesson", "--note", "re-entrant append",
+              "--importance", "6", "--session", "s1", "--seq", "6", "--transcript", CHAT, "--wait")
+    cache = vault.state_dir / "models.json"
+    cache.write_text(json.dumps({openai_server.base_url: {"model": "not-served", "at": time.time() + 30 * 86400}}))
+    openai_server.models = ["only-model"]
+    openai_server.enqueue(reply.writes(reply.write("- Guard the append with the session lock.")))
+    one = cli(*commit, env=env)
+    assert one.returncode == 0 and "wrote 1 entry" in one.stdout, one.stderr
+    assert [r.body["model"] for r in openai_server.requests if r.method == "POST"] == ["only-model"]
+    assert [r for r in openai_server.requests if r.method == "GET"]                  # asked
+    assert json.loads(cache.read_text())[openai_server.base_url]["model"] == "only-model"
+
+
 def test_ctrl_c_during_commit_wait_keeps_the_noted_line(vault, openai_server):
     """The acknowledgement is printed before the model is waited for: Ctrl-C while it works loses no request id."""
     import signal

@@ -238,7 +238,10 @@ def with_served_model(config: ModelConfig, state_dir: Path | None = None, *, clo
     if cache is not None:
         try:
             hit = json.loads(cache.read_text("utf-8")).get(config.base_url)
-            if isinstance(hit, dict) and isinstance(hit.get("model"), str) and now - float(hit["at"]) < MODELS_CACHE_S:
+            # an hour from when it was asked; one dated later than now (a clock set back, a file from elsewhere)
+            # would never expire, so it is asked again
+            if isinstance(hit, dict) and isinstance(hit.get("model"), str) and \
+                    0 <= now - float(hit["at"]) < MODELS_CACHE_S:
                 return config.with_changes(model=hit["model"])
         except (OSError, ValueError, TypeError, KeyError):
             pass
