@@ -369,6 +369,22 @@ def test_requests_an_older_acpmem_queued_in_acpmem_pending_are_still_taken(vault
     v.close()
 
 
+def test_an_older_acpmems_done_log_is_read_unless_git_tracks_it(vault):
+    """``.acpmem/done.jsonl``, where an older acpmem logged finished requests, is still read; one git tracks came
+    with a commit (a teammate's ``git add -f``) and would say which of this clone's requests are done: not read."""
+    v = configure(vault, extractor="offline")
+    old = v.state_dir / requests.DONE_LOG
+    old.write_text(json.dumps({"request": "r-olddone1", "status": "written"}) + "\n")
+    requests.append_done(v.state_dir, {"request": "r-newdone1", "status": "nothing"})
+    assert [r["request"] for r in requests.read_done(v.state_dir)] == ["r-olddone1", "r-newdone1"]
+    git = ["git", "-C", str(v.root)]
+    subprocess.run([*git, "add", "-f", str(old)], check=True, capture_output=True)
+    subprocess.run([*git, "commit", "-q", "-m", "a teammate's done log"], check=True, capture_output=True)
+    assert requests.find_done(v.state_dir, "r-olddone1") is None
+    assert [r["request"] for r in requests.read_done(v.state_dir)] == ["r-newdone1"]
+    v.close()
+
+
 def test_the_queue_of_a_linked_worktree_is_in_its_own_git_folder(vault, tmp_path):
     v = configure(vault, extractor="offline")
     subprocess.run(["git", "-C", str(v.root), "worktree", "add", "-q", "-b", "other", str(tmp_path / "wt")],

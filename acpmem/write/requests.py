@@ -382,10 +382,23 @@ def append_done(state_dir: Path, record: dict) -> None:
 
 
 def read_done(state_dir: Path) -> list[dict]:
-    """The finished requests, oldest first (those an older acpmem logged in ``.acpmem/done.jsonl`` first)."""
+    """The finished requests, oldest first (those an older acpmem logged in ``.acpmem/done.jsonl`` first, unless
+    git tracks that file: it then came with a commit, maybe a teammate's, and would say which of this clone's
+    requests are done)."""
     home = queue_home(state_dir) / DONE_LOG
     old = Path(state_dir) / DONE_LOG
-    return (read_records(old) if old != home else []) + read_records(home)
+    older = read_records(old) if old != home and os.path.lexists(old) and not _tracked_done(old) else []
+    return older + read_records(home)
+
+
+def _tracked_done(old: Path) -> bool:
+    """Whether git tracks the old done log (where git cannot say: as if it did, so it is not read)."""
+    # lazy: only where an older acpmem's log is there (an upgrade), never on the per-turn paths
+    from acpmem.vault.gitlib import tracked_under
+
+    root = old.parent.parent
+    found = tracked_under(root, os.path.relpath(old, root))
+    return found is None or bool(found)
 
 
 def find_done(state_dir: Path, request_id: str) -> dict | None:
