@@ -369,13 +369,9 @@ def test_requests_an_older_acpmem_queued_in_acpmem_pending_are_still_taken(vault
     v.close()
 
 
-@pytest.mark.parametrize("reader", ["libgit2", "exe"])
-def test_an_older_acpmems_done_log_is_read_unless_git_tracks_it(vault, monkeypatch, reader):
+def test_an_older_acpmems_done_log_is_read_unless_git_tracks_it(vault):
     """``.acpmem/done.jsonl``, where an older acpmem logged finished requests, is still read; one git tracks came
-    with a commit (a teammate's ``git add -f``) and would say which of this clone's requests are done: not read
-    (whether git's index is read in process or by the git executable)."""
-    if reader == "exe":
-        monkeypatch.setenv("ACPMEM_GIT", "exe")
+    with a commit (a teammate's ``git add -f``) and would say which of this clone's requests are done: not read."""
     v = configure(vault, extractor="offline")
     old = v.state_dir / requests.DONE_LOG
     old.write_text(json.dumps({"request": "r-olddone1", "status": "written"}) + "\n")

@@ -392,12 +392,14 @@ def read_done(state_dir: Path) -> list[dict]:
 
 
 def _tracked_done(old: Path) -> bool:
-    """Whether git tracks the old done log (where git cannot say: as if it did, so it is not read)."""
+    """Whether git tracks the old done log (where git cannot say: as if it did, so it is not read). Asked of the
+    git executable, not libgit2: ``stats`` reads this log and loads no libgit2 otherwise (measured: +47 ms to
+    its CPU with libgit2, +9 ms with ``git ls-files``)."""
     # lazy: only where an older acpmem's log is there (an upgrade), never on the per-turn paths
-    from acpmem.vault.gitlib import tracked_under
+    from acpmem.vault.gitrun import tracked
 
     root = old.parent.parent
-    found = tracked_under(root, os.path.relpath(old, root))
+    found = tracked(root, os.path.relpath(old, root))
     return found is None or bool(found)
 
 
