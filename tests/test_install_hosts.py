@@ -1,6 +1,7 @@
 """``integrations/install-hosts.sh`` installs each host from its lockfile once: run again, it leaves a host whose
 ``node_modules`` it installed from the same ``package.json`` and ``package-lock.json`` as it is, and installs again
-one whose lockfile changed, whose ``node_modules`` is gone, or whose last install failed.
+one whose lockfile changed, whose ``node_modules`` is gone, or whose last install failed; the hosts install at
+once, and one that fails is named while the others finish.
 
 The script runs for real (bash, the machine's node for its version check) on a copy of its folder with small
 packages; ``npm`` is a stand-in on ``PATH`` that records where it ran and makes ``node_modules`` as ``npm ci`` does
@@ -69,11 +70,14 @@ def test_a_host_is_installed_again_only_when_its_lockfile_changed_its_modules_we
     shutil.rmtree(root / "gemini" / "node_modules")
     p, ran = _run(tree)
     assert (p.returncode, ran) == (0, {"pi", "codex", "gemini"})
-    # an install that fails: the script stops with it, and the host is installed again by the next run
+    # an install that fails (the hosts install at once): the script fails naming it, the others finish, and the
+    # failed host alone is installed again by the next run
     (root / "claude-code" / "package-lock.json").write_text('{"lockfileVersion": 3, "packages": {"y": {}}}\n')
     (root / "claude-code" / "npm-fails").touch()
+    (root / "dsh" / "package-lock.json").write_text('{"lockfileVersion": 3, "packages": {"z": {}}}\n')
     p, ran = _run(tree)
-    assert p.returncode != 0 and ran == {"claude-code"}
+    assert p.returncode != 0 and ran == {"claude-code", "dsh"}
+    assert "installing integrations/claude-code failed" in p.stderr and "integrations/dsh" not in p.stderr
     (root / "claude-code" / "npm-fails").unlink()
     p, ran = _run(tree)
     assert (p.returncode, ran) == (0, {"claude-code"})
