@@ -385,6 +385,21 @@ def test_an_older_acpmems_done_log_is_read_unless_git_tracks_it(vault):
     v.close()
 
 
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_done_log_that_is_not_a_file_is_read_as_empty_never_waited_on(vault, kind):
+    """Something other than a file where the old done log was (a folder, a FIFO): ``stats`` answers from the
+    queue's own log (it crashed on the folder and waited forever on the FIFO)."""
+    v = configure(vault, extractor="offline")
+    requests.append_done(v.state_dir, {"request": "r-newdone1", "status": "nothing"})
+    old = v.state_dir / requests.DONE_LOG
+    old.mkdir() if kind == "folder" else os.mkfifo(old)
+    assert [r["request"] for r in requests.read_done(v.state_dir)] == ["r-newdone1"]
+    p = subprocess.run([str(Path(sys.executable).parent / "acp"), "memory", "--vault", str(v.root), "stats",
+                        "--json"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and json.loads(p.stdout)["requests"]["done"] == 1, p.stderr
+    v.close()
+
+
 def test_the_queue_of_a_linked_worktree_is_in_its_own_git_folder(vault, tmp_path):
     v = configure(vault, extractor="offline")
     subprocess.run(["git", "-C", str(v.root), "worktree", "add", "-q", "-b", "other", str(tmp_path / "wt")],

@@ -243,11 +243,12 @@ def append_record(path: Path, record: dict) -> None:
 
 
 def read_records(path: Path) -> list[dict]:
-    """Every JSON object line of a ledger, oldest first; a missing file is empty; lines that do not parse (a writer
+    """Every JSON object line of a ledger, oldest first; a missing file is empty, and so is anything at its path that
+    is not a regular file (a folder, a FIFO: never opened, so never waited on); lines that do not parse (a writer
     killed mid-line) are skipped."""
     try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
+        data = read_regular(path, 1 << 62)   # no bound but the file's own length, as a plain read
+    except (FileNotFoundError, NotRegularFile):
         return []
     out = []
     for line in data.decode("utf-8", errors="replace").splitlines():
