@@ -147,6 +147,13 @@ def test_default_does_not_import_detect_secrets() -> None:
     assert out.strip() == "False"
 
 
+def _fresh(code: str) -> list[str]:
+    """What ``code`` prints in an interpreter of its own (nothing imported yet), split into words."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
 TWILIO_CHECK = ("twilio = 'SK' + '0123456789abcdef' * 2\n"
                 "from acpmem.core import redact\n"
                 "got = redact.find_secrets(f'twilio api key {twilio} in the env', deep=True)\n"
@@ -164,9 +171,7 @@ def test_detect_secrets_loads_without_requests_which_later_importers_still_get_w
         "assert base.requests.exceptions.RequestException is requests.exceptions.RequestException\n"
         "import requests.adapters\n"
         "print(requests.adapters.HTTPAdapter.__name__)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "HTTPAdapter"]
+    assert _fresh(code) == ["False", "HTTPAdapter"]
 
 
 def test_a_name_of_requests_asked_outside_detect_secrets_while_it_loads_is_the_real_one() -> None:
@@ -180,8 +185,7 @@ def test_a_name_of_requests_asked_outside_detect_secrets_while_it_loads_is_the_r
             "import requests\n"
             "assert session is requests.Session and sys.modules['requests'] is requests, session\n"
             "print('ok')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    assert _fresh(code) == ["ok"]
 
 
 def test_where_detect_secrets_cannot_load_without_requests_it_is_imported_plainly() -> None:
@@ -197,9 +201,7 @@ def test_where_detect_secrets_cannot_load_without_requests_it_is_imported_plainl
             + TWILIO_CHECK +
             "import detect_secrets.plugins.aws as aws\n"
             "print(type(aws.requests).__name__, type(sys.modules['requests']).__name__)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["module", "module"]
+    assert _fresh(code) == ["module", "module"]
 
 
 def test_findings_are_values() -> None:
