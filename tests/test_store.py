@@ -17,7 +17,7 @@ from acpmem.search import catalog, store, watch
 from acpmem.search import query as index_query
 from acpmem.core.entry import Citation, Entry
 from acpmem.search.reference import MemoryIndex
-from acpmem.search.ranking import analyze
+from acpmem.search.ranking import analyze, plan_query
 from acpmem.vault.writer import Vault, git
 
 QUERIES = ["sqlite queue", "postgres", "pytest fixtures gitconfig", "rate limit", "retry-after header",
@@ -184,6 +184,71 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
         described += bool(want.citations) and want.created is not None
         tagged += len(want.tags) == 2
     assert described == len(rows) == 700 and tagged == 140
+
+
+def test_a_query_of_many_words_picks_the_same_pool_summed_either_way(vault):
+    """A long prompt's query has a hundred words: the pool is then chosen by a sum SQLite adds in its own order and
+    summed again exactly (``IndexSource._top``). It must be the pool the word-by-word sum inside SQLite picks — the
+    same documents, scores and order — also where the pool's edge cuts through documents of equal scores (copies of
+    one text), with MaxScore pruning and with a type filter."""
+    import random
+
+    rng = random.Random(11)
+    words = [f"{a}{b}" for a in ("cach", "queu", "retr", "uplo", "toke", "work", "depl", "sche") for b in "aeiou"]
+    twin = " ".join(words[:12])
+    for i in range(600):
+        text = twin if i % 8 == 0 else " ".join(rng.choice(words) for _ in range(rng.randint(3, 30)))
+        (vault.root / "entries" / f"m{i:04d}.md").write_text(
+            f"---\nid: m{i:04d}\ntitle: {text.split()[0]} {i}\ntype: {('fact', 'lesson')[i % 2]}\nimportance: 5\n"
+            f"created: 2026-10-01T10:00:00Z\ncitation:\n- session: s1\n  seq: {i + 1}\n---\n{text}\n", "utf-8")
+    con = fresh(vault)
+    sql: list[str] = []
+    con.set_trace_callback(sql.append)
+    compared = 0
+    # two words not in the index, each standing for several terms (typos, prefixes), among words that are
+    mixed = "retrz " + " ".join(rng.sample(words, 12)) + " workz " + " ".join(rng.sample(words, 12))
+    for types in (None, ("lesson",)):
+        for prune in (index_query.PRUNE_FROM_POSTINGS, 0):
+            for q in (" ".join(words), " ".join(words[:12]), mixed):
+                for n in (5, 40, 75, 300):
+                    src = index_query.IndexSource(con, types=types)
+                    src.prune_from = prune
+                    groups = plan_query(q, src.vocabulary)
+                    src.sum_in_sql_upto = 10 ** 6       # word by word inside SQLite
+                    want = src.candidates(groups, n)
+                    src.sum_in_sql_upto = 0             # chosen by SQLite's sum, summed again exactly
+                    assert src.candidates(groups, n) == want, (types, prune, q, n)
+                    compared += 1
+            # the scores themselves, to the last bit (MaxScore's bound is the n-th of them)
+            groups = plan_query(mixed, src.vocabulary)
+            assert sum(len(g.terms) > 1 for g in groups) == 2
+            rows = [(gi, tid, w) for gi, _, tid, _, w in src._weighted(groups)]
+            src.sum_in_sql_upto = 10 ** 6
+            whole = src._top(rows, 300, None)
+            src.sum_in_sql_upto = 0
+            assert src._top(rows, 300, None) == whole
+            # summed again exactly: as the word-by-word sum (where SQLite's ``total`` adds in the groups' order, as
+            # before 3.43, the pool's scores would match without it; its later versions add more exactly)
+            every = dict(src._top_sql(rows, 10 ** 6, None, (), exact=True))
+            some = rng.sample(sorted(every), 50)
+            assert src._sums(rows, some) == {k: every[k] for k in some}
+    con.set_trace_callback(None)
+    assert compared == 48 and any("total(m) AS s FROM (SELECT key, g, max(sc)" in s for s in sql)
+    # the 75 copies of one text tie at the top for the query of their words: its 40 best cut through them, so more
+    # documents than asked for were taken before the exact sums ordered them (a tie: the lower key first, as before)
+    src = index_query.IndexSource(con)
+    groups = plan_query(twin, src.vocabulary)
+    src.sum_in_sql_upto = 0
+    sql.clear()
+    con.set_trace_callback(sql.append)
+    picked = src.candidates(groups, 40)
+    con.set_trace_callback(None)
+    limits = [s.rsplit("LIMIT", 1)[1].strip() for s in sql if "total(m) AS s FROM (SELECT key, g, max(sc)" in s]
+    assert limits == ["56", "224"], limits
+    exact, _ = src.scores(groups, picked, explain=False)
+    assert len(picked) == 40 and len({exact[k] for k in picked}) == 1     # all copies, one score
+    src.sum_in_sql_upto = 10 ** 6
+    assert picked == src.candidates(groups, 40)
 
 
 def test_typo_and_chinese_queries_find_the_entry(example_vault):

@@ -22,6 +22,11 @@ from acpmem.search.ranking import (B, FIELD_WEIGHTS, K1, SPREAD_CITES, CorpusSta
 _NF = len(FIELDS)
 PRUNE_FROM_POSTINGS = 20_000   # below this many postings a query is scored whole (pruning costs a second query)
 PROBE_COST = 0.35              # a primary-key probe, relative to one posting of a scan (measured at 100,000 entries)
+# Up to this many query words, the pool's documents are summed word by word inside SQLite, as ``ranking`` sums them;
+# with more (a long prompt), a conditional maximum per word made the query cost words × postings, so the pool is
+# chosen by a sum SQLite adds in its own way, then summed again exactly (``IndexSource._top``)
+SUM_IN_SQL_UPTO = 16
+NEAR = 1e-9                    # relative: far more than the rounding of any sum of scores, far less than a real gap
 
 
 _CJK_RANGES = [(a, b) for a, b in re.findall(r"(.)-(.)", CJK_CHARS)]
@@ -308,10 +313,57 @@ class IndexSource:
         more = self._top(rows, n, [t for t in essential if t not in seed_terms], sorted(seed_terms))
         return [k for k, _ in sorted(seed + more, key=lambda r: (-r[1], r[0]))[:n]]
 
+    sum_in_sql_upto = SUM_IN_SQL_UPTO
+
     def _top(self, rows: list[tuple[int, int, float]], n: int, holding: list[int] | None,
              scored: Sequence[int] = ()) -> list[tuple[int, float]]:
-        """(key, score) of the ``n`` best documents over all query terms; with ``holding``, among the documents
-        that hold one of those term ids only, less those holding one of the term ids ``scored``."""
+        """(key, score) of the ``n`` best documents over all query terms, best first (a tie: the lower key first);
+        with ``holding``, among the documents that hold one of those term ids only, less those holding one of the
+        term ids ``scored``.
+
+        A document's score is the sum, in the groups' order, of its best term per group. Summed so inside SQLite,
+        each group is a conditional maximum evaluated on every posting: a long prompt's hundred words made the
+        query a hundred times the work of its postings. With more than ``sum_in_sql_upto`` groups, SQLite takes
+        each group's best per document and adds them with its own ``total`` (the same up to the last bits), a few more
+        documents than ``n`` are taken, as many more as it takes for the last of them to fall clearly below the
+        ``n``-th, and those are summed again here exactly as above: the same documents, scores and order."""
+        groups = sorted({r[0] for r in rows})
+        if len(groups) <= self.sum_in_sql_upto:
+            return self._top_sql(rows, n, holding, scored, exact=True)
+        fetch = n + max(16, n // 8)
+        while True:
+            near = self._top_sql(rows, fetch, holding, scored, exact=False)
+            if len(near) < fetch or near[-1][1] < near[n - 1][1] - NEAR * (abs(near[n - 1][1]) + 1.0):
+                break
+            fetch *= 4
+        exact = self._sums(rows, [k for k, _ in near])
+        return sorted(exact.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+
+    def _sums(self, rows: list[tuple[int, int, float]], keys: list[int]) -> dict[int, float]:
+        """The exact score ``_top`` gives each of the documents ``keys``: each group's best term, summed in the
+        groups' order (the terms scored by the same expression, so the same doubles)."""
+        tfw, fparams = self._field_sum()
+        sql = (f"WITH q(g, tid, w) AS (VALUES {','.join('(?,?,?)' for _ in rows)}) "
+               "SELECT key, g, w * tfw * ? / (? + tfw) FROM ("
+               f"SELECT d.key AS key, q.g AS g, q.w AS w, ({tfw}) AS tfw FROM q JOIN idx_post p ON p.tid = q.tid "
+               f"JOIN idx_lens d ON d.key = p.key WHERE p.key IN (SELECT value FROM json_each(?)){self._where})")
+        params = [x for r in rows for x in r] + [K1 + 1, K1] + fparams + [json.dumps(keys)] + self._params
+        best: dict[int, dict[int, float]] = {}
+        for key, g, sc in self._con.execute(sql, params):
+            per = best.setdefault(key, {})
+            if g not in per or sc > per[g]:
+                per[g] = sc
+        totals: dict[int, float] = {}
+        for key, per in best.items():
+            total = 0.0
+            for g in sorted(per):
+                total += per[g]
+            totals[key] = total
+        return totals
+
+    def _top_sql(self, rows: list[tuple[int, int, float]], n: int, holding: list[int] | None,
+                 scored: Sequence[int], *, exact: bool) -> list[tuple[int, float]]:
+        """``_top`` in one query: summed group by group in their order (``exact``), or by SQLite's ``total``."""
         tfw, fparams = self._field_sum()
         ctes = f"q(g, tid, w) AS (VALUES {','.join('(?,?,?)' for _ in rows)})"
         params: list = [x for r in rows for x in r]
@@ -327,14 +379,17 @@ class IndexSource:
             # the documents by primary key in key order, so that grouping by document needs no sort
             scan = ("idx_lens d CROSS JOIN q CROSS JOIN idx_post p "
                     f"WHERE d.key IN (SELECT key FROM e) AND p.tid = q.tid AND p.key = d.key{self._where}")
-        # each group's best term per document by a conditional max, all in one grouping by document (grouping by
-        # document and group first, then by document, sorted every row twice)
-        best = " + ".join(f"coalesce(max(CASE WHEN g = {gi} THEN sc END), 0.0)"
-                          for gi in sorted({r[0] for r in rows}))
-        sql = (f"WITH {ctes} SELECT key, {best} AS s FROM ("
-               "SELECT key, g, w * tfw * ? / (? + tfw) AS sc FROM ("
-               f"SELECT d.key AS key, q.g AS g, q.w AS w, ({tfw}) AS tfw FROM {scan})) "
-               "GROUP BY key ORDER BY s DESC, key LIMIT ?")
+        scores = ("SELECT key, g, w * tfw * ? / (? + tfw) AS sc FROM ("
+                  f"SELECT d.key AS key, q.g AS g, q.w AS w, ({tfw}) AS tfw FROM {scan})")
+        if exact:
+            # each group's best term per document by a conditional max, all in one grouping by document (grouping
+            # by document and group first, then by document, sorts every row twice: slower for a few words)
+            best = " + ".join(f"coalesce(max(CASE WHEN g = {gi} THEN sc END), 0.0)"
+                              for gi in sorted({r[0] for r in rows}))
+            sql = f"WITH {ctes} SELECT key, {best} AS s FROM ({scores}) GROUP BY key ORDER BY s DESC, key LIMIT ?"
+        else:   # by document and group, then by document, summed by SQLite
+            sql = (f"WITH {ctes} SELECT key, total(m) AS s FROM (SELECT key, g, max(sc) AS m FROM ({scores}) "
+                   "GROUP BY key, g) GROUP BY key ORDER BY s DESC, key LIMIT ?")
         params += [K1 + 1, K1] + fparams + self._params + [n]
         return self._con.execute(sql, params).fetchall()
 
