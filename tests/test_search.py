@@ -223,6 +223,49 @@ def test_aliases_and_clipped_words(kernel_index):
     assert explain["terms"]["authentication"]["via"] in ("clipped", "alias")
 
 
+def test_a_words_aliases_are_those_of_every_group_holding_it_found_by_its_first_letter(monkeypatch):
+    """``aliases_of`` looks only at the alias groups filed under the term's first letter (stemming all of them cost
+    every query ~2 ms): for every term of every group, and for other words, it gives what stemming all of them
+    gives — the union of the groups holding the term, the term itself left out, the aliases sorted (the order the
+    query's candidate terms are tried in, and so which wins a tie, no longer hangs on string hashing)."""
+    from acpmem.search import english, ranking
+    from acpmem.search.analysis import normalize_word
+
+    terms_of: dict[str, set[str]] = {}
+    words_of: dict[str, set[str]] = {}
+    for group in english.ALIAS_GROUPS:
+        words = {w.replace("-", "") for w in group}
+        terms = {normalize_word(w) or w for w in words}
+        for t in terms:
+            terms_of.setdefault(t, set()).update(terms - {t})
+            words_of.setdefault(t, set()).update(words)
+    assert len(terms_of) > 400
+    for t in terms_of:
+        assert ranking.aliases_of(t) == (tuple(sorted(terms_of[t])), frozenset(words_of[t])), t
+    others = {normalize_word(w) for w in english.STOP_WORDS | set(english.IRREGULAR) | set(english.QUERY_FILLER)
+              | {"deploy", "gateway", "retry", "sqlite", "k8s", "1999", "café", "x"}} - set(terms_of) - {None}
+    assert len(others) > 50
+    for t in others:
+        assert ranking.aliases_of(t) == ((), frozenset()), t
+    assert ranking.aliases_of("") == ((), frozenset())
+    # a query of one word stems the groups of its letter only
+    ranking._alias_group.cache_clear()
+    assert normalize_word("buy") in ranking.aliases_of(normalize_word("purchase"))[0]
+    assert 0 < ranking._alias_group.cache_info().currsize < len(english.ALIAS_GROUPS) // 4
+    # an alias word whose lemma starts with another letter ("went" is "go") is found under the lemma's letter too
+    monkeypatch.setattr(english, "ALIAS_GROUPS", english.ALIAS_GROUPS + (("went", "travelled"),))
+    ranking._alias_group.cache_clear()
+    ranking._alias_groups_by_letter.cache_clear()
+    try:
+        assert normalize_word("went") == "go" and normalize_word("travelled") == "travel"
+        terms, words = ranking.aliases_of("go")
+        assert "travel" in terms and {"went", "travelled"} <= words
+    finally:
+        monkeypatch.undo()
+        ranking._alias_group.cache_clear()
+        ranking._alias_groups_by_letter.cache_clear()
+
+
 def test_title_weighs_more_than_body():
     index = MemoryIndex([SearchDoc("body", "Notes on the release", "The scheduler retries failed jobs."),
                          SearchDoc("title", "Scheduler retries failed jobs", "Notes on the release.")])
