@@ -6,7 +6,8 @@ Claude Code, Codex and Gemini CLI), `score`, `stats`, `list`, `list --format pro
 per-turn reads at 1,000 entries, 4x for `recall` at 10,000). With ``--recall-text locomo10.json``, `recall` is also
 timed in a vault of the same size written from real conversations (``bench/text_vault.py``), asked LoCoMo's own
 questions: the generated entries share 27 words, so every query word is in most of them and a search scores nearly
-the whole vault (the worst case); real text is not like that.
+the whole vault (the worst case); real text is not like that. In that vault `surface --prompt` is also timed with
+a long prompt, 2,000 characters of LoCoMo's dialogue (a pasted chat log: a hundred words and more).
 
 Builds a vault of generated entries (``bench/list_speed.py``'s generator), warms its derived caches once, then runs
 the commands round-robin as fresh processes (so a busy machine slows them all alike) and prints, for each, the
@@ -44,12 +45,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from list_speed import build  # noqa: E402
-from text_vault import build as build_text, questions, read_locomo  # noqa: E402
+from text_vault import build as build_text, long_prompts, questions, read_locomo  # noqa: E402
 
 from acpmem.search import catalog  # noqa: E402
 
 
 SEEN = 95   # a long session's ledger: its later prompts search for the 5 shown and as many as it has seen
+LONG = "long prompt"   # its row has no target: the targets are for the per-turn reads at 1,000 entries
 
 
 def seen_session(root: Path, session: str, ids: list[str]) -> str:
@@ -156,6 +158,11 @@ def main() -> None:
         asked = questions(args.recall_text, 10)
         commands[f"recall ({args.recall_entries:,}, LoCoMo)"] = lambda: [
             acp, "memory", "recall", asked[next(runs) % len(asked)], "--vault", str(text)]
+        # a long prompt (a pasted chat log): surfacing searches its first 2,000 characters, a hundred words or more
+        pasted = long_prompts(args.recall_text, 2000, 10)
+        commands[f"surface, {LONG} ({args.recall_entries:,})"] = lambda: [
+            acp, "memory", "surface", "--session", f"bench-long-{next(runs)}", "--prompt",
+            pasted[next(runs) % len(pasted)], "--vault", str(text)]
     cases = [("python -c pass", lambda: [sys.executable, "-c", "pass"], env)]
     cases += [(name, make, env) for name, make in commands.items()]
     if args.typer:
@@ -218,6 +225,7 @@ def main() -> None:
         wall = statistics.median(w for w, _ in rows)
         cpu = statistics.median(c for _, c in rows)
         target = ("" if name == "python -c pass" or "typer" in name or name.split(" (")[0] in ("score", "stats")
+                  or LONG in name
                   else "4x" if name.startswith("recall")
                   else "3x")
         print(f"{name:<34}{wall:>6.0f} ms{wall / wall0:>7.1f}x{cpu:>6.0f} ms{cpu / cpu0:>7.1f}x{target:>8}")

@@ -64,6 +64,23 @@ def questions(locomo: Path, n: int) -> list[str]:
     return out[:n]
 
 
+def long_prompts(locomo: Path, chars: int, n: int) -> list[str]:
+    """``n`` prompts of up to ``chars`` characters, each a stretch of dialogue turns ("speaker: text", one a line, as
+    a person pasting a chat log would send it), from the first turns on; fewer where the file has less text."""
+    turns = [f"{t['speaker']}: {(t.get('text') or '').strip()}"
+             for conv in json.loads(locomo.read_text()) for key, session in conv["conversation"].items()
+             if key.startswith("session_") and isinstance(session, list) for t in session if (t.get("text") or "").strip()]
+    out: list[str] = []
+    i = 0
+    while len(out) < n and i < len(turns):
+        prompt = ""
+        while i < len(turns) and len(prompt) < chars:
+            prompt += turns[i] + "\n"
+            i += 1
+        out.append(prompt[:chars])
+    return out
+
+
 def _title(text: str) -> str:
     words = text.split()
     return " ".join(words[:9]) + ("…" if len(words) > 9 else "")

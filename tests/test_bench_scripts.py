@@ -74,12 +74,18 @@ def test_read_speed_refuses_a_count_out_of_range_in_one_usage_line(args, tmp_pat
 
 def test_read_speed_times_a_later_turn_of_a_session_that_has_seen_entries(tmp_path):
     """The later-turn row is what it says: each run's session starts with 95 entries seen and surfaces new ones on
-    top (not the "nothing new" answer a session that has seen everything gets)."""
+    top (not the "nothing new" answer a session that has seen everything gets). So is the long prompt's, in the
+    vault of LoCoMo's text: a new session each run, surfacing by the pasted dialogue."""
     keep = tmp_path / "vaults"
-    ok = run_script(BENCH / "read_speed.py", "--entries", "130", "--runs", "1", "--recall-entries", "0",
-                    "--no-server", "--keep", keep, cwd=tmp_path)
+    locomo = Path(__file__).resolve().parent / "fixtures" / "efficacy" / "locomo-tiny.json"
+    ok = run_script(BENCH / "read_speed.py", "--entries", "130", "--runs", "1", "--recall-entries", "20",
+                    "--recall-text", locomo, "--no-server", "--keep", keep, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert "surface --prompt, 95 seen" in ok.stdout, ok.stdout
+    (row,) = [line for line in ok.stdout.splitlines() if line.startswith("surface, long prompt (20)")]
+    assert row.rstrip().endswith("x"), row          # timed, with no target after its ratios
+    long = [json.loads(p.read_text()) for p in keep.glob("t20/.acpmem/sessions/bench-long-*/surfaced.json")]
+    assert len(long) == 2 and all(ledger["surfaced"] for ledger in long), long
     ledgers = [json.loads(p.read_text()) for p in keep.glob("v130/.acpmem/sessions/bench-seen-*/surfaced.json")]
     assert len(ledgers) == 2, ledgers          # the warm-up's and the timed run's: a new session each
     for ledger in ledgers:
@@ -112,6 +118,10 @@ def test_text_vault_writes_locomos_observations_and_turns_and_recall_finds_the_a
     assert len(files) == 20
     assert "Caroline attended an LGBTQ support group on 7 May 2023." in files[0].read_text()
     assert "(2)" in files[13].read_text() and pool[0][2] in files[13].read_text()   # used again, numbered
+    pasted = text_vault.long_prompts(locomo, 120, 9)    # the long prompt of read_speed.py: dialogue, a turn a line
+    assert pasted[0].startswith("Caroline: Hey Mel! I went to an LGBTQ support group yesterday and it was so "
+                                "powerful.\nMelanie: ")
+    assert len(pasted) == 4 and all(len(p) <= 120 and p.split(": ")[0] in ("Caroline", "Melanie") for p in pasted)
     asked = text_vault.questions(locomo, 2)
     assert asked == ["When did Caroline go to the LGBTQ support group?", "What does Melanie paint?"]
     got = run_cli("memory", "--vault", str(root), "recall", asked[1], "--json", "-n", "1",
