@@ -190,7 +190,8 @@ def test_a_query_of_many_words_picks_the_same_pool_summed_either_way(vault):
     """A long prompt's query has a hundred words: the pool is then chosen by a sum SQLite adds in its own order and
     summed again exactly (``IndexSource._top``). It must be the pool the word-by-word sum inside SQLite picks — the
     same documents, scores and order — also where the pool's edge cuts through documents of equal scores (copies of
-    one text), with MaxScore pruning and with a type filter."""
+    one text), against the word-by-word sum with and without MaxScore pruning, and with a type filter. A query of
+    that many words is never pruned: every posting scanned once costs less then."""
     import random
 
     rng = random.Random(11)
@@ -204,7 +205,7 @@ def test_a_query_of_many_words_picks_the_same_pool_summed_either_way(vault):
     con = fresh(vault)
     sql: list[str] = []
     con.set_trace_callback(sql.append)
-    compared = 0
+    compared = pruned = 0
     # two words not in the index, each standing for several terms (typos, prefixes), among words that are
     mixed = "retrz " + " ".join(rng.sample(words, 12)) + " workz " + " ".join(rng.sample(words, 12))
     for types in (None, ("lesson",)):
@@ -215,9 +216,14 @@ def test_a_query_of_many_words_picks_the_same_pool_summed_either_way(vault):
                     src.prune_from = prune
                     groups = plan_query(q, src.vocabulary)
                     src.sum_in_sql_upto = 10 ** 6       # word by word inside SQLite
+                    sql.clear()
                     want = src.candidates(groups, n)
+                    pruned += any("e(key) AS (SELECT DISTINCT key" in s for s in sql)
                     src.sum_in_sql_upto = 0             # chosen by SQLite's sum, summed again exactly
+                    sql.clear()
                     assert src.candidates(groups, n) == want, (types, prune, q, n)
+                    # every posting scanned at once: cheaper then than MaxScore's queries (never pruned)
+                    assert not any("e(key) AS (SELECT DISTINCT key" in s for s in sql), (types, prune, q, n)
                     compared += 1
             # the scores themselves, to the last bit (MaxScore's bound is the n-th of them)
             groups = plan_query(mixed, src.vocabulary)
@@ -234,6 +240,7 @@ def test_a_query_of_many_words_picks_the_same_pool_summed_either_way(vault):
             assert src._sums(rows, some) == {k: every[k] for k in some}
     con.set_trace_callback(None)
     assert compared == 48 and any("total(m) AS s FROM (SELECT key, g, max(sc)" in s for s in sql)
+    assert pruned    # (the word-by-word sums above did prune, where asked to from any count of postings)
     # the 75 copies of one text tie at the top for the query of their words: its 40 best cut through them, so more
     # documents than asked for were taken before the exact sums ordered them (a tie: the lower key first, as before)
     src = index_query.IndexSource(con)

@@ -273,7 +273,9 @@ class IndexSource:
             rows.append((gi, tid, w))
         if not rows:
             return []
-        if sum(dfs.values()) < self.prune_from:
+        if sum(dfs.values()) < self.prune_from or len({gi for gi, _, _ in rows}) > self.sum_in_sql_upto:
+            # a query of more words than that is summed by SQLite (``_top``): every posting scanned once costs less
+            # than MaxScore's queries then (a long prompt: 17% less at 100,000 entries, 30% at 10,000)
             return [k for k, _ in self._top(rows, n, None)]
         bound = {tid: w * (K1 + 1) for _, tid, w in rows}    # no document takes more from a term
         group = {tid: gi for gi, tid, _ in rows}
