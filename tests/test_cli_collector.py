@@ -183,6 +183,10 @@ def test_the_console_scripts_per_turn_reads_never_load_urllib(tmp_path, vault, s
         assert p.returncode == 0 and p.stdout.strip(), (argv, p.stderr[-2000:])
         assert "pathlib" in loaded and "acpmem.cli.main" in loaded, argv   # what was observed is the command
         assert not loaded & {"urllib.parse", "ipaddress"}, argv
+        if argv[0] in ("show", "list"):   # nor what only the read server's holder needs (inotify, with struct)
+            assert "acpmem.search.held" in loaded and "acpmem.infra.inotify" not in loaded, argv
+        if argv[0] == "show":             # nor a session's files
+            assert "acpmem.read.sessions" not in loaded, argv
 
 
 def test_a_write_scans_with_detect_secrets_but_loads_neither_requests_nor_http(tmp_path, vault):
