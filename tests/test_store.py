@@ -186,6 +186,23 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
     assert described == len(rows) == 700 and tagged == 140
 
 
+class _CompensatedTotal:
+    """SQLite's ``total`` as it adds from 3.43 on (Kahan-Babuska-Neumaier), for a test on any SQLite."""
+
+    def __init__(self) -> None:
+        self.sum, self.comp = 0.0, 0.0
+
+    def step(self, x) -> None:
+        if x is None:
+            return
+        t = self.sum + x
+        self.comp += (self.sum - t) + x if abs(self.sum) >= abs(x) else (x - t) + self.sum
+        self.sum = t
+
+    def finalize(self) -> float:
+        return self.sum + self.comp
+
+
 def test_a_query_of_many_words_picks_the_same_pool_summed_either_way(vault):
     """A long prompt's query has a hundred words: the pool is then chosen by a sum SQLite adds in its own order and
     summed again exactly (``IndexSource._top``). It must be the pool the word-by-word sum inside SQLite picks — the
@@ -233,11 +250,23 @@ def test_a_query_of_many_words_picks_the_same_pool_summed_either_way(vault):
             whole = src._top(rows, 300, None)
             src.sum_in_sql_upto = 0
             assert src._top(rows, 300, None) == whole
-            # summed again exactly: as the word-by-word sum (where SQLite's ``total`` adds in the groups' order, as
-            # before 3.43, the pool's scores would match without it; its later versions add more exactly)
+            # summed again exactly: as the word-by-word sum (SQLite before 3.43 adds ``total`` in the groups' order,
+            # so there its own sums match already; from 3.43 on it adds more exactly, and only the re-summation does)
             every = dict(src._top_sql(rows, 10 ** 6, None, (), exact=True))
             some = rng.sample(sorted(every), 50)
             assert src._sums(rows, some) == {k: every[k] for k in some}
+            # and where SQLite adds as it does from 3.43 on (Kahan-Babuska-Neumaier), on any SQLite: the pool's
+            # documents and scores come from the exact sums all the same
+            later = sqlite3.connect(vault.state_dir / DB_NAME)
+            later.create_aggregate("total", 1, _CompensatedTotal)
+            try:
+                src = index_query.IndexSource(later, types=types)
+                src.sum_in_sql_upto = 0
+                assert src._top(rows, 300, None) == whole
+                near = src._top_sql(rows, 400, None, (), exact=False)
+                assert any(every[k] != s for k, s in near)     # (SQLite's own sums did differ in their last bits)
+            finally:
+                later.close()
     con.set_trace_callback(None)
     assert compared == 48 and any("total(m) AS s FROM (SELECT key, g, max(sc)" in s for s in sql)
     assert pruned    # (the word-by-word sums above did prune, where asked to from any count of postings)
