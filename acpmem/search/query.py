@@ -331,41 +331,25 @@ class IndexSource:
         ``n``-th, and those are summed again here exactly as above: the same documents, scores and order."""
         groups = sorted({r[0] for r in rows})
         if len(groups) <= self.sum_in_sql_upto:
-            return self._top_sql(rows, n, holding, scored, exact=True)
+            return self._top_sql(rows, n, holding, scored)
         fetch = n + max(16, n // 8)
         while True:
-            near = self._top_sql(rows, fetch, holding, scored, exact=False)
+            near, best = self._top_near(rows, fetch, holding, scored)
             if len(near) < fetch or near[-1][1] < near[n - 1][1] - NEAR * (abs(near[n - 1][1]) + 1.0):
                 break
             fetch *= 4
-        exact = self._sums(rows, [k for k, _ in near])
-        return sorted(exact.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
-
-    def _sums(self, rows: list[tuple[int, int, float]], keys: list[int]) -> dict[int, float]:
-        """The exact score ``_top`` gives each of the documents ``keys``: each group's best term, summed in the
-        groups' order (the terms scored by the same expression, so the same doubles)."""
-        tfw, fparams = self._field_sum()
-        sql = (f"WITH q(g, tid, w) AS (VALUES {','.join('(?,?,?)' for _ in rows)}) "
-               "SELECT key, g, w * tfw * ? / (? + tfw) FROM ("
-               f"SELECT d.key AS key, q.g AS g, q.w AS w, ({tfw}) AS tfw FROM q JOIN idx_post p ON p.tid = q.tid "
-               f"JOIN idx_lens d ON d.key = p.key WHERE p.key IN (SELECT value FROM json_each(?)){self._where})")
-        params = [x for r in rows for x in r] + [K1 + 1, K1] + fparams + [json.dumps(keys)] + self._params
-        best: dict[int, dict[int, float]] = {}
-        for key, g, sc in self._con.execute(sql, params):
-            per = best.setdefault(key, {})
-            if g not in per or sc > per[g]:
-                per[g] = sc
-        totals: dict[int, float] = {}
+        exact: dict[int, float] = {}
         for key, per in best.items():
             total = 0.0
             for g in sorted(per):
                 total += per[g]
-            totals[key] = total
-        return totals
+            exact[key] = total
+        return sorted(exact.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
 
-    def _top_sql(self, rows: list[tuple[int, int, float]], n: int, holding: list[int] | None,
-                 scored: Sequence[int], *, exact: bool) -> list[tuple[int, float]]:
-        """``_top`` in one query: summed group by group in their order (``exact``), or by SQLite's ``total``."""
+    def _pool_rows(self, rows: list[tuple[int, int, float]], holding: list[int] | None,
+                   scored: Sequence[int]) -> tuple[str, list, str, list]:
+        """The common part of ``_top``'s queries: the query's terms and the documents as common table expressions
+        (with their parameters), and a select of every (document, group, term score) row (with its parameters)."""
         tfw, fparams = self._field_sum()
         ctes = f"q(g, tid, w) AS (VALUES {','.join('(?,?,?)' for _ in rows)})"
         params: list = [x for r in rows for x in r]
@@ -383,17 +367,33 @@ class IndexSource:
                     f"WHERE d.key IN (SELECT key FROM e) AND p.tid = q.tid AND p.key = d.key{self._where}")
         scores = ("SELECT key, g, w * tfw * ? / (? + tfw) AS sc FROM ("
                   f"SELECT d.key AS key, q.g AS g, q.w AS w, ({tfw}) AS tfw FROM {scan})")
-        if exact:
-            # each group's best term per document by a conditional max, all in one grouping by document (grouping
-            # by document and group first, then by document, sorts every row twice: slower for a few words)
-            best = " + ".join(f"coalesce(max(CASE WHEN g = {gi} THEN sc END), 0.0)"
-                              for gi in sorted({r[0] for r in rows}))
-            sql = f"WITH {ctes} SELECT key, {best} AS s FROM ({scores}) GROUP BY key ORDER BY s DESC, key LIMIT ?"
-        else:   # by document and group, then by document, summed by SQLite
-            sql = (f"WITH {ctes} SELECT key, total(m) AS s FROM (SELECT key, g, max(sc) AS m FROM ({scores}) "
-                   "GROUP BY key, g) GROUP BY key ORDER BY s DESC, key LIMIT ?")
-        params += [K1 + 1, K1] + fparams + self._params + [n]
-        return self._con.execute(sql, params).fetchall()
+        return ctes, params, scores, [K1 + 1, K1] + fparams + self._params
+
+    def _top_sql(self, rows: list[tuple[int, int, float]], n: int, holding: list[int] | None,
+                 scored: Sequence[int]) -> list[tuple[int, float]]:
+        """``_top`` in one query, summed group by group in their order: each group's best term per document by a
+        conditional max, all in one grouping by document (grouping by document and group first, then by document,
+        sorts every row twice: slower for a few words)."""
+        ctes, params, scores, more = self._pool_rows(rows, holding, scored)
+        best = " + ".join(f"coalesce(max(CASE WHEN g = {gi} THEN sc END), 0.0)" for gi in sorted({r[0] for r in rows}))
+        sql = f"WITH {ctes} SELECT key, {best} AS s FROM ({scores}) GROUP BY key ORDER BY s DESC, key LIMIT ?"
+        return self._con.execute(sql, params + more + [n]).fetchall()
+
+    def _top_near(self, rows: list[tuple[int, int, float]], n: int, holding: list[int] | None,
+                  scored: Sequence[int]) -> tuple[list[tuple[int, float]], dict[int, dict[int, float]]]:
+        """The ``n`` best documents by SQLite's own sum of each group's best term (``total``: the same up to the last
+        bits), best first, and, for each of them, each group's best term score (those doubles exactly) — in one
+        query, the groups' bests kept from the sum rather than computed twice."""
+        ctes, params, scores, more = self._pool_rows(rows, holding, scored)
+        sql = (f"WITH {ctes}, per AS (SELECT key, g, max(sc) AS m FROM ({scores}) GROUP BY key, g), "
+               "top AS (SELECT key, total(m) AS s FROM per GROUP BY key ORDER BY s DESC, key LIMIT ?) "
+               "SELECT top.key, top.s, per.g, per.m FROM top JOIN per ON per.key = top.key")
+        sums: dict[int, float] = {}
+        best: dict[int, dict[int, float]] = {}
+        for key, total, g, m in self._con.execute(sql, params + more + [n]):
+            sums[key] = total
+            best.setdefault(key, {})[g] = m
+        return sorted(sums.items(), key=lambda kv: (-kv[1], kv[0])), best
 
     def doc_len(self, key: int) -> tuple[int, ...]:
         got = self._lens.get(key)
