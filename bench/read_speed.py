@@ -97,11 +97,16 @@ def main() -> None:
         ap.error("--entries and --runs must be at least 1, --recall-entries at least 0 (0: no recall vault)")
     if args.recall_text is not None and (not args.recall_text.is_file() or not args.recall_entries):
         ap.error(f"--recall-text {args.recall_text}: pass the path of locomo10.json, with --recall-entries above 0")
+    pasted: list[str] = []
     if args.recall_text is not None:
         try:
             read_locomo(args.recall_text)
         except ValueError as exc:
             ap.error(f"--recall-text: {exc}")
+        pasted = long_prompts(args.recall_text, 2000, 10)
+        if not pasted:
+            ap.error(f"--recall-text {args.recall_text}: it holds no dialogue turns to paste as the long prompt "
+                     "(LoCoMo's locomo10.json has thousands)")
     if args.keep is not None and args.keep.exists() and not args.keep.is_dir():
         ap.error(f"--keep {args.keep} is a file: pass a folder (made if missing) to build the vaults in")
     n = args.entries
@@ -162,7 +167,6 @@ def main() -> None:
         commands[f"recall ({args.recall_entries:,}, LoCoMo)"] = lambda: [
             acp, "memory", "recall", asked[next(runs) % len(asked)], "--vault", str(text)]
         # a long prompt (a pasted chat log): surfacing searches its first 2,000 characters, a hundred words or more
-        pasted = long_prompts(args.recall_text, 2000, 10)
         commands[f"surface, {LONG} ({args.recall_entries:,})"] = lambda: [
             acp, "memory", "surface", "--session", f"bench-long-{next(runs)}", "--prompt",
             pasted[next(runs) % len(pasted)], "--vault", str(text)]

@@ -139,6 +139,19 @@ def test_read_speed_refuses_recall_text_that_is_not_a_file(tmp_path):
         bad.stderr
 
 
+def test_read_speed_refuses_a_locomo_file_without_dialogue_in_one_line(tmp_path):
+    """The long prompt is pasted from the dialogue's turns: a file of observations alone is refused when it is
+    given, in one line, before any vault is built."""
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps([{"conversation": {"speaker_a": "A", "speaker_b": "B"},
+                                  "observation": {"session_1_observation": {"A": [["A likes tea.", "D1:1"]]}},
+                                  "qa": [{"question": "What does A like?", "answer": "tea"}]}]))
+    bad = run_script(BENCH / "read_speed.py", "--recall-entries", "5", "--recall-text", facts, "--keep",
+                     tmp_path / "vaults", cwd=tmp_path)
+    assert bad.returncode == 2 and "no dialogue turns" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    assert bad.stderr.strip().splitlines()[-1].count("error:") == 1 and not (tmp_path / "vaults").exists()
+
+
 @pytest.mark.parametrize("text", ["not json", '{"a": 1}', '[{"conversation": {"session_1": [{"text": "hi"}]}}]', "[]"])
 def test_text_vault_and_read_speed_refuse_a_file_that_is_not_locomo_in_one_line(tmp_path, text):
     bad = tmp_path / "bad.json"
