@@ -329,8 +329,7 @@ class IndexSource:
         each group's best per document and adds them with its own ``total`` (the same up to the last bits), a few more
         documents than ``n`` are taken, as many more as it takes for the last of them to fall clearly below the
         ``n``-th, and those are summed again here exactly as above: the same documents, scores and order."""
-        groups = sorted({r[0] for r in rows})
-        if len(groups) <= self.sum_in_sql_upto:
+        if len({r[0] for r in rows}) <= self.sum_in_sql_upto:
             return self._top_sql(rows, n, holding, scored)
         fetch = n + max(16, n // 8)
         while True:
