@@ -327,6 +327,63 @@ def test_the_words_of_a_named_date_weigh_as_one_word_and_the_date_boost_places_i
     assert plain[0].id in {"mentor", "tips"} and plain[0].explain["terms"]["october"]["score"] > 1.0
 
 
+_LETTERS = "abcdeéßж"
+
+
+def _edited(word: str, edit: tuple[str, int, str]) -> str:
+    kind, i, c = edit
+    i = min(i, len(word))
+    if kind == "insert":
+        return word[:i] + c + word[i:]
+    i = min(i, len(word) - 1)
+    if kind == "swap" and i + 1 < len(word):
+        return word[:i] + word[i + 1] + word[i] + word[i + 2:]
+    return word[:i] + (c if kind == "replace" else "") + word[i + 1:]
+
+
+@settings(max_examples=300, deadline=None)
+@given(terms=st.lists(st.text(_LETTERS, min_size=1, max_size=7), max_size=60),
+       word=st.text(_LETTERS, min_size=1, max_size=8), limit=st.integers(1, 6),
+       edits=st.lists(st.lists(st.tuples(st.sampled_from(["delete", "swap", "replace", "insert"]),
+                                         st.integers(0, 8), st.sampled_from(_LETTERS)), min_size=1, max_size=2),
+                      max_size=8))
+def test_a_words_neighbours_one_edit_away_are_rapidfuzzs_without_loading_it(terms, word, limit, edits):
+    """A word of up to seven letters is looked up at one edit by making every string one edit away (only letters
+    some term has) and looking each up: the same terms, distances and order as rapidfuzz's OSA search over the
+    sorted terms gives — ties in the terms' order, the word itself counted among the ``limit`` and then left out.
+    A few letters (one outside Latin-1, one that changes under casefolding) so that terms crowd and tie, and terms
+    made from the word by one or two edits of each kind."""
+    from rapidfuzz import process
+    from rapidfuzz.distance import OSA
+
+    from acpmem.search.typos import typo_neighbours
+    for chain in edits:   # terms one and two edits from the word, besides the random ones
+        variant = word
+        for edit in chain:
+            variant = _edited(variant, edit)
+        terms.append(variant)
+    terms = sorted({t for t in terms if t})
+    want = [(t, int(d)) for t, d, _ in process.extract(word, terms, scorer=OSA.distance, score_cutoff=1,
+                                                          limit=limit) if t != word]
+    assert typo_neighbours(word, terms, 1, limit) == want
+    assert typo_neighbours(word, list(terms), 1, limit) == want   # another list of the same terms: its own set
+
+
+def test_a_prompts_short_unknown_word_does_not_load_rapidfuzz_and_a_long_one_does():
+    """rapidfuzz costs ~10 ms to import; a word of up to seven letters that the index lacks no longer loads it (one
+    edit away is found by lookups), a longer one (two edits) still does. Run in a fresh interpreter."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom acpmem.search.reference import Vocabulary\nfrom acpmem.search.ranking import plan_query\n"
+            "vocab = Vocabulary(['token', 'tokenizer', 'deployment', 'gateway'])\n"
+            "groups = plan_query(sys.argv[1], vocab)\n"
+            "print(sorted(t.term for g in groups for t in g.terms if t.via == 'typo'), 'rapidfuzz' in sys.modules)")
+    run = lambda q: subprocess.run([sys.executable, "-c", code, q], capture_output=True, text=True,  # noqa: E731
+                                   timeout=60, check=True).stdout.split()
+    assert run("tokan gatewya") == ["['gateway',", "'token']", "False"]
+    assert run("deploymnet") == ["['deployment']", "True"]
+
+
 def test_vocabulary_works_without_documents():
     vocab = Vocabulary(["token", "tokenizer", "postgresql", "auth", "缓存"])
     assert vocab.with_prefix("token") == ["token", "tokenizer"]

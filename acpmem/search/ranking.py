@@ -30,6 +30,7 @@ from acpmem.search import english
 from acpmem.search.analysis import prepare as analysis_prepare
 from acpmem.search.analysis import (SearchDoc, analyze, cjk_runs, has_cjk, latin_words, normalize_word,
                                     query_cjk_words)
+from acpmem.search.typos import typo_neighbours  # noqa: F401  (reference.py and query.py take it from here)
 
 _NO_EXPLAIN = MappingProxyType({})
 FIELD_WEIGHTS = (2.0, 1.0, 1.5, 0.3)
@@ -47,16 +48,6 @@ class Hit(Value):
 class CorpusStats(Value):
     n_docs: int
     avg_len: tuple[float, ...]  # per field, FIELDS order
-
-
-def typo_neighbours(term: str, alphabetic_terms: Sequence[str], max_dist: int, limit: int = 5) -> list[tuple[str, int]]:
-    """The nearest of ``alphabetic_terms`` (sorted) to ``term`` by edit distance (optimal string alignment: an
-    adjacent swap is one edit, the commonest typo after a wrong letter), at most ``max_dist`` away."""
-    # lazy: rapidfuzz is heavy, never imported at start-up
-    from rapidfuzz import process
-    from rapidfuzz.distance import OSA
-    found = process.extract(term, alphabetic_terms, scorer=OSA.distance, score_cutoff=max_dist, limit=limit)
-    return [(t, int(d)) for t, d, _ in found if t != term]
 
 
 class Vocabulary:
