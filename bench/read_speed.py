@@ -1,6 +1,6 @@
 """Whole-process timing of the commands a model or a hook may run every turn: `show ID`, `surface` (by score, and by
 the user's message with `--prompt`, as pi's and DSH's per-prompt hooks call it, on a session's first turn and on a
-later one, when the session has seen 95 entries), `hook claude-code` on a user's prompt (the per-prompt hook of
+later one, when the session has seen 95 entries, and with a word the index lacks), `hook claude-code` on a user's prompt (the per-prompt hook of
 Claude Code, Codex and Gemini CLI), `score`, `stats`, `list`, `list --format prompt` (fresh and frozen for a session) and `recall` (at 1,000 entries and, with
 ``--recall-entries``, at 10,000), each as a ratio to the same run's `python -c pass`, beside its target (3x for the
 per-turn reads at 1,000 entries, 4x for `recall` at 10,000). With ``--recall-text locomo10.json``, `recall` is also
@@ -147,6 +147,10 @@ def main() -> None:
         f"surface --prompt, {SEEN} seen": lambda: [
             acp, "memory", "surface", "--session", seen_session(root, f"bench-seen-{next(runs)}", seen),
             "--prompt", "why does the deploy gateway retry?", *v],
+        # a prompt with a word the index lacks ("flaky"), as nearly every real prompt has one: it is looked up as
+        # a typo and a prefix (the generated vault's prompts above use its own words only)
+        "surface --prompt, a new word": lambda: [acp, "memory", "surface", "--session", f"bench-{next(runs)}",
+                                                 "--prompt", "why does the flaky deploy gateway retry?", *v],
         "score": lambda: [acp, "memory", "score", *v],
         "stats": lambda: [acp, "memory", "stats", *v],
         "list": lambda: [acp, "memory", "list", *v],

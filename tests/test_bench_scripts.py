@@ -82,6 +82,8 @@ def test_read_speed_times_a_later_turn_of_a_session_that_has_seen_entries(tmp_pa
                     "--recall-text", locomo, "--no-server", "--keep", keep, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert "surface --prompt, 95 seen" in ok.stdout, ok.stdout
+    (new,) = [line for line in ok.stdout.splitlines() if line.startswith("surface --prompt, a new word")]
+    assert new.rstrip().endswith("3x"), new       # a per-turn read, with its target
     (row,) = [line for line in ok.stdout.splitlines() if line.startswith("surface, long prompt (20)")]
     assert row.rstrip().endswith("x"), row          # timed, with no target after its ratios
     long = [json.loads(p.read_text()) for p in keep.glob("t20/.acpmem/sessions/bench-long-*/surfaced.json")]
