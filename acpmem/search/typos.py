@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-_LAST: list = [None, frozenset(), ""]    # the last terms looked up in: the list, its set, its letters
+# the last terms looked up in, as one tuple (the list, its set, its letters), replaced whole: a thread that reads it
+# gets one list's set and letters, never another's
+_LAST: list = [None]
 
 
 def typo_neighbours(term: str, alphabetic_terms: Sequence[str], max_dist: int, limit: int = 5) -> list[tuple[str, int]]:
@@ -31,9 +33,10 @@ def typo_neighbours(term: str, alphabetic_terms: Sequence[str], max_dist: int, l
 def _one_edit(word: str, terms: Sequence[str], limit: int) -> list[tuple[str, int]]:
     """The terms at most one edit from ``word``: every string one edit away, looked up in the terms' set. Sorted
     terms are in code-point order, so a tie's order is the strings' own."""
-    if _LAST[0] is not terms:
-        _LAST[:] = [terms, frozenset(terms), "".join(sorted(set("".join(terms))))]
-    known, letters = _LAST[1], _LAST[2]
+    last = _LAST[0]
+    if last is None or last[0] is not terms:
+        last = _LAST[0] = (terms, frozenset(terms), "".join(sorted(set("".join(terms)))))
+    _, known, letters = last
     m = len(word)
     near = {word[:i] + word[i + 1:] for i in range(m)}
     near.update(word[:i] + word[i + 1] + word[i] + word[i + 2:] for i in range(m - 1))
