@@ -1,13 +1,14 @@
 """Whole-process timing of the commands a model or a hook may run every turn: `show ID`, `surface` (by score, and by
 the user's message with `--prompt`, as pi's and DSH's per-prompt hooks call it, on a session's first turn and on a
-later one, when the session has seen 95 entries, and with a word the index lacks), `hook claude-code` on a user's prompt (the per-prompt hook of
-Claude Code, Codex and Gemini CLI), `score`, `stats`, `list`, `list --format prompt` (fresh and frozen for a session) and `recall` (at 1,000 entries and, with
-``--recall-entries``, at 10,000), each as a ratio to the same run's `python -c pass`, beside its target (3x for the
-per-turn reads at 1,000 entries, 4x for `recall` at 10,000). With ``--recall-text locomo10.json``, `recall` is also
-timed in a vault of the same size written from real conversations (``bench/text_vault.py``), asked LoCoMo's own
-questions: the generated entries share 27 words, so every query word is in most of them and a search scores nearly
-the whole vault (the worst case); real text is not like that. In that vault `surface --prompt` is also timed with
-a long prompt, 2,000 characters of LoCoMo's dialogue (a pasted chat log: a hundred words and more).
+later one, when the session has seen 95 entries, and with a word the index lacks), `hook claude-code` on a user's
+prompt (the per-prompt hook of Claude Code, Codex and Gemini CLI), `score`, `stats`, `list`, `list --format prompt`
+(fresh and frozen for a session) and `recall` (at 1,000 entries and, with ``--recall-entries``, at 10,000), each as
+a ratio to the same run's `python -c pass`, beside its target (3x for the per-turn reads at 1,000 entries, 4x for
+`recall` at 10,000). With ``--recall-text locomo10.json``, `recall` is also timed in a vault of the same size
+written from real conversations (``bench/text_vault.py``), asked LoCoMo's own questions: the generated entries share
+27 words, so every query word is in most of them and a search scores nearly the whole vault (the worst case); real
+text is not like that. In that vault `surface --prompt` is also timed with a long prompt, 2,000 characters of
+LoCoMo's dialogue (a pasted chat log: a hundred words and more).
 
 Builds a vault of generated entries (``bench/list_speed.py``'s generator), warms its derived caches once, then runs
 the commands round-robin as fresh processes (so a busy machine slows them all alike) and prints, for each, the

@@ -42,15 +42,21 @@ def texts(locomo: Path) -> list[tuple[str, str, str]]:
             for speaker, facts in facts_by.items():
                 for fact, _evidence in facts:
                     out.append(("fact", _title(fact), fact))
-        for key, turns in talk.items():
-            if not (key.startswith("session_") and isinstance(turns, list)):
-                continue
-            when = talk.get(f"{key}_date_time", "")
-            for t in turns:
-                text = (t.get("text") or "").strip()
-                if text:
-                    out.append(("reference", _title(f"{t['speaker']}: {text}"), f"{t['speaker']} ({when}): {text}"))
+        for speaker, when, text in _turns(talk):
+            out.append(("reference", _title(f"{speaker}: {text}"), f"{speaker} ({when}): {text}"))
     return out
+
+
+def _turns(talk: dict):
+    """(speaker, the session's date, text) of every dialogue turn with text in a conversation, in order."""
+    for key, turns in talk.items():
+        if not (key.startswith("session_") and isinstance(turns, list)):
+            continue
+        when = talk.get(f"{key}_date_time", "")
+        for t in turns:
+            text = (t.get("text") or "").strip()
+            if text:
+                yield t["speaker"], when, text
 
 
 def questions(locomo: Path, n: int) -> list[str]:
@@ -67,9 +73,8 @@ def questions(locomo: Path, n: int) -> list[str]:
 def long_prompts(locomo: Path, chars: int, n: int) -> list[str]:
     """``n`` prompts of up to ``chars`` characters, each a stretch of dialogue turns ("speaker: text", one a line, as
     a person pasting a chat log would send it), from the first turns on; fewer where the file has less text."""
-    turns = [f"{t['speaker']}: {(t.get('text') or '').strip()}"
-             for conv in json.loads(locomo.read_text()) for key, session in conv["conversation"].items()
-             if key.startswith("session_") and isinstance(session, list) for t in session if (t.get("text") or "").strip()]
+    turns = [f"{speaker}: {text}" for conv in json.loads(locomo.read_text())
+             for speaker, _when, text in _turns(conv["conversation"])]
     out: list[str] = []
     i = 0
     while len(out) < n and i < len(turns):
