@@ -221,7 +221,8 @@ def _render(name: str, description: str, parameters: dict, read_only: bool, form
     if format == "anthropic":
         return {"name": name, "description": description, "input_schema": parameters}
     return {"name": name, "description": description, "inputSchema": parameters,
-            "annotations": {"readOnlyHint": read_only, "destructiveHint": False, "openWorldHint": False}}
+            "annotations": {"readOnlyHint": read_only, "destructiveHint": False, "openWorldHint": False},
+            "_meta": {"anthropic/alwaysLoad": True}}
 
 
 def _dsh_parameters(schema: dict) -> dict:
