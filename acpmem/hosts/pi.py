@@ -1,16 +1,20 @@
 """Reading pi's session logs, the acp-kernel state billion-context-pi keeps beside them, and omp's fold files — as the
 hosts read them.
 
-**A pi session** (``<ISO time>_<uuid>.jsonl``, pi 0.83): line 0 is the header ``{type: "session", version, id, cwd,
-parentSession?}``; every other line is an entry ``{type, id, parentId, timestamp, …}``. The session is a tree: the
-conversation is the chain of ``parentId``s that ends at the leaf (the last entry appended), and entries of abandoned
-branches stay in the file without being part of it. ``seq`` = the entry's line (0-based, the header is line 0).
-Messages on the path: ``message`` entries (``user``, ``assistant`` — text, ``thinking`` (not sent back), ``toolCall``
-—, ``toolResult``, ``bashExecution`` (``$ command`` and its output; left out when ``excludeFromContext``), ``custom``),
-``custom_message`` entries (a user message), ``branch_summary`` entries (the summary of a branch left behind, a user
-message on the new branch) and ``compaction`` entries (below). An assistant message with several tool calls is one
-message per call, raw id ``<entry id>#<call id>`` (the text on the first), as billion-context-pi gives the kernel;
-otherwise the raw id is the entry id. ``openai_messages`` joins the parts again, as the provider received them.
+**A pi session** (``<ISO time>_<uuid>.jsonl``, pi 0.83 and 1.6): line 0 is the header ``{type: "session", version,
+id, cwd, parentSession?}``; every other line is an entry ``{type, id, parentId, timestamp, …}``. The session is a
+tree: the conversation is the chain of ``parentId``s that ends at the leaf (the last entry appended), and entries of
+abandoned branches stay in the file without being part of it. ``seq`` = the entry's line (0-based, the header is
+line 0). Messages on the path: ``message`` entries (``user``, ``assistant`` — text, ``thinking`` (not sent back),
+``toolCall`` —, ``toolResult``, ``bashExecution`` (``$ command`` and its output; left out when
+``excludeFromContext``), ``custom``), ``custom_message`` entries (a user message), ``branch_summary`` entries (the
+summary of a branch left behind, a user message on the new branch) and ``compaction`` entries (below). An assistant
+message with several tool calls is one message per call, raw id ``<entry id>#<call id>`` (the text on the first), as
+billion-context-pi gives the kernel; otherwise the raw id is the entry id. ``openai_messages`` joins the parts
+again, as the provider received them. pi 1.x also keeps the system prompt on the path, a ``system`` message (the
+prompt, its named sections, the tools it declares) before the first user message, and another wherever the prompt or
+the tools change: the harness's instructions, not the conversation (the resident index is in it), so they are left
+out, and said nowhere.
 
 **pi's own compaction** (``{type: "compaction", summary, firstKeptEntryId, tokensBefore, details: {readFiles,
 modifiedFiles}}``): on the path, the latest one's summary stands in for everything before ``firstKeptEntryId`` (pi's
@@ -230,6 +234,8 @@ def _messages(n: int, entry: str, o: dict, notes: _Notes) -> list[PiMessage]:
         return [PiMessage(n, entry, entry, "user", {"role": "user", "content": text})]
     if role in ("user", "custom"):
         return [PiMessage(n, entry, entry, "user", {"role": "user", "content": text_of(content)})]
+    if role == "system":   # pi 1.x: the harness's instructions and tools, not the conversation
+        return []
     notes.add(f"line {n + 1}: message of role {clip(role)} acpmem does not read; skipped")
     return []
 

