@@ -202,6 +202,11 @@ def test_the_readme_setup_commits_distils_the_commit_turn_and_the_next_session_r
     first2, second2 = _main(srv2)
     assert {t["name"] for t in first2["tools"]} >= set(TOOLS)
     assert entry.title in json.dumps(first2["messages"])               # the index, first request, names the entry
+    # the UserPromptSubmit hook: the entry the prompt is about, in full (the index gives titles only), on the first
+    # request, after the user's prompt (2.1.337 puts it in the system message that holds the index)
+    asked = [n for n, m in enumerate(first2["messages"]) if "What is the upload limit for big files?" in json.dumps(m)]
+    brought = [n for n, m in enumerate(first2["messages"]) if "/v2/uploads/chunked in 8 MB parts" in json.dumps(m)]
+    assert asked and brought and brought[0] > asked[0]
     (recalled,) = _results(second2)
     assert "/v2/uploads/chunked in 8 MB parts" in _text(recalled) and entry.id in _text(recalled)
 
