@@ -7,6 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from acpmem.hosts.claude_code import tool_use_id, tool_use_line, wait_for_tool_use
 from acpmem.hosts.transcripts import openai_messages, read_transcript
 
@@ -71,23 +73,36 @@ def test_only_a_well_formed_tool_use_id_is_taken_from_meta():
         assert tool_use_id(bad) is None
 
 
-def test_a_real_claude_code_compaction_is_read_as_a_block_covering_the_turns_before_it():
-    t = read_transcript(FIX / "compacted-session.jsonl")
+# (file, the compact_boundary's line, the first and last line the summary stands for): what Claude Code 2.1.197 and
+# 2.1.337 wrote for the same four turns and `/compact` (2.1.337 adds lines of its own — request blobs holding the
+# whole request, a system prompt among them, attachments, queue and cost states — none of them the conversation)
+COMPACTED = [("compacted-session.jsonl", 26, 2, 21), ("compacted-session-2.1.337.jsonl", 58, 3, 48)]
+
+
+@pytest.mark.parametrize("name,boundary,first,last", COMPACTED)
+def test_a_real_claude_code_compaction_is_read_as_a_block_covering_the_turns_before_it(name, boundary, first, last):
+    t = read_transcript(FIX / name)
+    rows = [json.loads(line) for line in (FIX / name).read_bytes().split(b"\n") if line.strip()]
+    assert rows[boundary]["subtype"] == "compact_boundary"
+    # the conversation before it is Claude Code's user and assistant lines, and nothing else it writes
+    assert [m.seq for m in t.events if m.seq < boundary] == [
+        n for n, o in enumerate(rows[:boundary]) if o.get("type") in ("user", "assistant")]
     (block,) = t.blocks
-    assert block.id == "b1"
+    assert block.id == "b1" and t.warnings == ()
     assert "Files over 100 MB use /v2/uploads/chunked." in block.summary
-    said = [m.seq for m in t.events if m.role in ("user", "assistant") and m.seq < 26]
-    assert block.seqs == tuple(said) and block.seqs[0] == 2 and block.seqs[-1] == 21
+    said = [m.seq for m in t.events if m.role in ("user", "assistant") and m.seq < boundary]
+    assert block.seqs == tuple(said) and block.seqs[0] == first and block.seqs[-1] == last
     assert t.block("b1") == block
 
 
-def test_the_session_start_of_a_compaction_names_the_block_it_makes(tmp_path, vault):
+@pytest.mark.parametrize("name,boundary", [c[:2] for c in COMPACTED])
+def test_the_session_start_of_a_compaction_names_the_block_it_makes(tmp_path, vault, name, boundary):
     from acpmem.hosts.claude_code import compactions
     from acpmem.integrations.claude_code import claude_code
 
-    lines = (FIX / "compacted-session.jsonl").read_bytes().split(b"\n")
+    lines = (FIX / name).read_bytes().split(b"\n")
     live = tmp_path / "s.jsonl"
-    live.write_bytes(b"\n".join(lines[:27]) + b"\n")   # as at the hook: the boundary written, the summary not yet
+    live.write_bytes(b"\n".join(lines[:boundary + 1]) + b"\n")   # at the hook: the boundary written, not the summary
     assert compactions(live) == 1 and compactions(FIX / "commit-session.jsonl") == 0
     event = {"session_id": "s1", "transcript_path": str(live), "cwd": str(tmp_path), "hook_event_name": "SessionStart"}
     start = claude_code(json.dumps({**event, "source": "startup"}), vault=vault.root, env={})
@@ -97,4 +112,4 @@ def test_the_session_start_of_a_compaction_names_the_block_it_makes(tmp_path, va
     assert after.startswith(index) and after.endswith("Newest compression block: b1.")   # the index unchanged first
     assert "memory_commit" in after[len(index):]
     # and b1 is the block the finished file holds
-    assert read_transcript(FIX / "compacted-session.jsonl").block("b1").id == "b1"
+    assert read_transcript(FIX / name).block("b1").id == "b1"
