@@ -36,6 +36,8 @@ pytestmark = pytest.mark.skipif(not CLAUDE.exists() and not os.environ.get("ACPM
 
 TOOLS = ("mcp__acpmem__memory_recall", "mcp__acpmem__memory_commit")
 DECISION = "Decision: files over 100 MB go through /v2/uploads/chunked in 8 MB parts; the plain endpoint times out."
+# what Claude Code's own file memory tells the model when it is on (2.1.337's system prompt)
+AUTO_MEMORY = "You have a persistent file-based memory"
 NOTE = "how big uploads are sent"   # the note alone does not say what was decided: only the turn's text does
 
 
@@ -151,6 +153,7 @@ def test_the_readme_setup_commits_distils_the_commit_turn_and_the_next_session_r
     sid = _session_of(srv)
     offered = {t["name"]: t for t in first["tools"] if t["name"].startswith("mcp__acpmem__")}
     assert set(offered) == set(TOOLS)                                   # both tools, on the first request
+    assert settings["autoMemoryEnabled"] is False and AUTO_MEMORY not in json.dumps(first)   # one memory, not two
     ours = {t["name"]: t for t in tool_definitions(for_="main", format="mcp")}
     for name in ("memory_recall", "memory_commit"):
         schema = offered[f"mcp__acpmem__{name}"]["input_schema"]
