@@ -11,10 +11,10 @@ line 0). Messages on the path: ``message`` entries (``user``, ``assistant`` — 
 summary of a branch left behind, a user message on the new branch) and ``compaction`` entries (below). An assistant
 message with several tool calls is one message per call, raw id ``<entry id>#<call id>`` (the text on the first), as
 billion-context-pi gives the kernel; otherwise the raw id is the entry id. ``openai_messages`` joins the parts
-again, as the provider received them. pi 1.x also keeps the system prompt on the path, a ``system`` message (the
-prompt, its named sections, the tools it declares) before the first user message, and another wherever the prompt or
-the tools change: the harness's instructions, not the conversation (the resident index is in it), so they are left
-out, and said nowhere.
+again, as the provider received them. pi 1.x also keeps its system prompt on the path, a ``system`` message (the
+prompt, its named sections, the tools it declares) before the first user message; pi-ai's transcript lets a later
+one patch the prompt or the tools. They are the harness's instructions, not the conversation: left out, and said
+nowhere.
 
 **pi's own compaction** (``{type: "compaction", summary, firstKeptEntryId, tokensBefore, details: {readFiles,
 modifiedFiles}}``): on the path, the latest one's summary stands in for everything before ``firstKeptEntryId`` (pi's

@@ -42,7 +42,11 @@ function fill(value: unknown, block: string | undefined): unknown {
 }
 
 type Ctx = { systemPrompt?: string; messages: { role: string; content: unknown }[]; tools?: { name: string }[] };
-type Transcript = { getCurrentSystemPrompt?: (m: Ctx["messages"]) => string; getCurrentTools?: (m: Ctx["messages"]) => { name: string }[] };
+type Transcript = {
+	getCurrentSystemPrompt?: (m: Ctx["messages"]) => string;
+	getCurrentTools?: (m: Ctx["messages"]) => { name: string }[];
+};
+type Request = { systemPrompt: string; tools: string[]; messages: Ctx["messages"]; system: Ctx["messages"] };
 
 /**
  * What a request holds, the same from either pi: the system prompt, the tools' names, the conversation and (pi 1.x)
@@ -50,7 +54,7 @@ type Transcript = { getCurrentSystemPrompt?: (m: Ctx["messages"]) => string; get
  * pi 1.x folds both into system messages at the head of the transcript (a later one patches the prompt or the
  * tools), which pi-ai's own replay turns back into the prompt and the tools the model has at this point.
  */
-function request(context: Ctx): { systemPrompt: string; tools: string[]; messages: Ctx["messages"]; system: Ctx["messages"] } {
+function request(context: Ctx): Request {
 	const t = piAi as unknown as Transcript;
 	const system = context.messages.filter((m) => m.role === "system");
 	if (context.systemPrompt !== undefined || context.tools !== undefined || !system.length
@@ -58,7 +62,8 @@ function request(context: Ctx): { systemPrompt: string; tools: string[]; message
 		return { systemPrompt: context.systemPrompt ?? "", tools: (context.tools ?? []).map((x) => x.name),
 			messages: context.messages, system };
 	}
-	return { systemPrompt: t.getCurrentSystemPrompt(context.messages), tools: t.getCurrentTools(context.messages).map((x) => x.name),
+	return { systemPrompt: t.getCurrentSystemPrompt(context.messages),
+		tools: t.getCurrentTools(context.messages).map((x) => x.name),
 		messages: context.messages.filter((m) => m.role !== "system"), system };
 }
 
