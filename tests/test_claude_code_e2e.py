@@ -213,6 +213,21 @@ def test_the_readme_setup_commits_distils_the_commit_turn_and_the_next_session_r
     (recalled,) = _results(second2)
     assert "/v2/uploads/chunked in 8 MB parts" in _text(recalled) and entry.id in _text(recalled)
 
+    # a later prompt of the same session (`--resume`): the message that holds the index is the same text as on the
+    # session's first request, so the prefix the provider's prompt cache matches stays put
+    sid2 = _session_of(srv2)
+    with fake_anthropic(lambda body: [text("The chunked one.")]) as srv3:
+        env3 = {**_env(tmp_path, srv3.base_url, openai_server), **_readme_env(shell)}
+        _claude(project, env3, "-p", "Which endpoint takes them?", "--resume", sid2, *_allowed(shell))
+    (later,) = _main(srv3)
+    index2 = subprocess.run([str(ACP), "memory", "list", "--format", "prompt", "--session", sid2], cwd=project,
+                            capture_output=True, text=True, env=env3, timeout=120).stdout.strip()
+    head = index2.splitlines()[0]
+    held = [[_text(m) for m in b["messages"] if head in _text(m)] for b in (first2, later)]
+    assert len(held[0]) == 1 and held[0] == held[1] and index2 in held[0][0]   # once, unchanged (no second on resume)
+    assert "Which endpoint takes them?" in json.dumps(later["messages"][later["messages"].index(
+        next(m for m in later["messages"] if head in _text(m))) + 1:])   # the new prompt comes after it
+
 
 def test_permissions_under_p_allowed_tools_or_a_trusted_folder(tmp_path):
     """What makes the tools allowed under `claude -p` (measured): the project's permissions.allow is ignored until
