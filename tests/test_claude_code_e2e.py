@@ -1,12 +1,12 @@
-"""acpmem inside the real Claude Code: `@anthropic-ai/claude-code` 2.1.337 from npm (integrations/claude-code,
-installed by integrations/install-hosts.sh), run as `claude -p` against a scripted Anthropic Messages API server of
-ours on 127.0.0.1 (tests/support/anthropic_server.py), wired exactly as the README says: the hooks and permissions of its
-`.claude/settings.json` block, `claude mcp add acpmem -- acp memory serve`, `--allowedTools` for `-p`. The fork goes
-to the loopback OpenAI server. What is asserted is what Claude Code sent the model (every request is recorded), what
-it wrote (its session transcript) and what acpmem wrote (the vault).
+"""acpmem inside the real Claude Code: `@anthropic-ai/claude-code` 2.1.337 from npm (integrations/claude-code, installed
+by integrations/install-hosts.sh), run as `claude -p` against a scripted Anthropic Messages API server of ours on
+127.0.0.1 (tests/support/anthropic_server.py), wired exactly as the README says: the hooks, permissions and
+`autoMemoryEnabled` of its `.claude/settings.json` block, `claude mcp add acpmem -- acp memory serve`,
+`--allowedTools` for `-p`. The fork goes to the loopback OpenAI server. What is asserted is what Claude Code sent the
+model (every request is recorded), what it wrote (its session transcript) and what acpmem wrote (the vault).
 
 Nothing reaches the internet: ANTHROPIC_BASE_URL is the scripted server, telemetry, the auto-updater and all
-non-essential traffic are off, HOME and CLAUDE_CONFIG_DIR are the test's own folders. Four `claude -p` runs in all.
+non-essential traffic are off, HOME and CLAUDE_CONFIG_DIR are the test's own folders. Five `claude -p` runs in all.
 """
 from __future__ import annotations
 
