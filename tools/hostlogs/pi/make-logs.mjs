@@ -1,6 +1,7 @@
-// Writes pi session logs with pi's own code (@earendil-works/pi-coding-agent 0.83.0) and a scripted model (pi-ai's
-// "faux" provider), plus truth.json: what pi's own reader (SessionManager.buildContextEntries and
-// sessionEntryToContextMessages) says about each file. No network, no real model.
+// Writes pi session logs with pi's own code (@earendil-works/pi-coding-agent 0.83.0, or 1.6.0 installed over it) and
+// a scripted model (pi-ai's "faux" provider), plus truth.json: what pi's own reader
+// (SessionManager.buildContextEntries and sessionEntryToContextMessages) says about each file. No network, no real
+// model.
 //
 //   npm install && node make-logs.mjs <out dir>        (out dir: tests/fixtures/hosts/pi)
 //
@@ -22,6 +23,10 @@ import {
 } from "@earendil-works/pi-coding-agent";
 
 const out = path.resolve(process.argv[2] ?? "out");
+// the pi that wrote the logs: the installed package's own version (0.83.0 as package.json pins it; another version
+// installed over it for a check writes its own)
+const PI_VERSION = JSON.parse(fs.readFileSync(new URL("node_modules/@earendil-works/pi-coding-agent/package.json",
+                                                     import.meta.url), "utf8")).version;
 const filler = (what) =>
   ` ${what}: the refresh token lives in Redis for 30 days and the access token for 15 minutes; login is in src/auth/login.ts.`.repeat(6);
 
@@ -82,7 +87,7 @@ function truth(sessionManager) {
   }
   const context = sessionManager.buildContextEntries();
   return {
-    writtenBy: "@earendil-works/pi-coding-agent 0.83.0 (faux provider); truth from SessionManager.buildContextEntries()",
+    writtenBy: `@earendil-works/pi-coding-agent ${PI_VERSION} (faux provider); truth from SessionManager.buildContextEntries()`,
     entries,
     contextEntries: context.map((e) => ({ line: lineOf.get(e.id), type: e.type, id: e.id })),
     contextMessages: context.flatMap((e) => sessionEntryToContextMessages(e).map((m) => ({ entry: e.id, role: m.role }))),
