@@ -225,8 +225,8 @@ def test_the_readme_setup_commits_distils_the_commit_turn_and_the_next_session_r
     head = index2.splitlines()[0]
     held = [[_text(m) for m in b["messages"] if head in _text(m)] for b in (first2, later)]
     assert len(held[0]) == 1 and held[0] == held[1] and index2 in held[0][0]   # once, unchanged (no second on resume)
-    assert "Which endpoint takes them?" in json.dumps(later["messages"][later["messages"].index(
-        next(m for m in later["messages"] if head in _text(m))) + 1:])   # the new prompt comes after it
+    at = next(n for n, m in enumerate(later["messages"]) if head in _text(m))
+    assert "Which endpoint takes them?" in json.dumps(later["messages"][at + 1:])   # the new prompt comes after it
 
 
 def test_permissions_under_p_allowed_tools_or_a_trusted_folder(tmp_path):
