@@ -19,6 +19,7 @@ from acpmem.core.layout import DB_NAME
 from acpmem.infra import db
 from acpmem.search import catalog, watch
 from acpmem.vault.config import load_settings
+from acpmem.vault.reader import VaultReader
 from acpmem.vault.writer import git
 from test_store import has_term, ids, make, top, write
 
@@ -193,6 +194,50 @@ def test_cli_recall_through_the_watcher_sees_an_edit_at_once(watched, cli):
     out = cli("memory", "recall", "--vault", str(v.root), "--json", "pelican hotfix")
     assert out.returncode == 0, out.stderr
     assert '"id": "%s"' % a.id in out.stdout and "pelican hotfix" in out.stdout
+
+
+def test_a_listing_takes_the_watchers_word_a_write_looks_at_every_file(watched, cli):
+    """``show`` and ``list`` in a vault the size of ``watch_min_entries`` start its watcher, as a recall does, and then
+    take its word instead of looking at every entry file (~35 ms at 10,000 entries); a write's own listings still
+    look at every file. Which of the two ran is seen through the one change a watcher is never told of (an entry
+    file edited through another hard link of it), and in how many files a listing says it looked at."""
+    v = watched
+    a = make(v, "Deploys need a green build", "Never deploy a red main branch.")
+    write(v, a)
+    vault = ("--vault", str(v.root))
+    assert watch.running_pid(v.state_dir) is None
+    listed = cli("memory", "list", *vault)
+    assert listed.returncode == 0 and "Deploys need a green build" in listed.stdout, listed.stderr
+    wait_for(lambda: watch.running_pid(v.state_dir), what="a listing to start the watcher")
+    ready(v)
+
+    # an edit in place that keeps the size and the mtime: the watcher reports it, the next listing has it
+    p = v.root / a.path
+    text, st = p.read_text("utf-8"), p.stat()
+    edited = text.replace("green build", "brown build")
+    with open(p, "r+b") as fh:
+        fh.write(edited.encode())
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    shown = cli("memory", "show", a.id, *vault)
+    assert shown.returncode == 0 and "Deploys need a brown build" in shown.stdout, shown.stderr
+    assert "Deploys need a brown build" in cli("memory", "list", *vault).stdout
+
+    # through another hard link: the kernel tells the watcher nothing, so the listings say what it last knew
+    link = v.root.parent / "a-link.md"
+    os.link(p, link)
+    with open(link, "r+b") as fh:
+        fh.write(edited.replace("brown build", "khaki build").encode())
+    for args in (("show", a.id), ("list",)):
+        out = cli("memory", *args, *vault)
+        assert out.returncode == 0 and "brown build" in out.stdout and "khaki build" not in out.stdout, out
+    # … while a look at every file finds it
+    off = cli("memory", "show", a.id, *vault, env={"ACPMEM_NO_WATCH": "1"})
+    assert off.returncode == 0 and "Deploys need a khaki build" in off.stdout, off.stderr
+    # a write's listing looks at every file (what it found says how many it looked at); a reader's does not
+    link.unlink()
+    with VaultReader(v.root) as reader:
+        assert reader.load().changes.files == 0
+    assert v.load().changes.files == 1 and "khaki build" in v.load().entries[0].title
 
 
 def test_a_replaced_database_is_not_vouched_for(watched):

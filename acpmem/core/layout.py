@@ -10,6 +10,7 @@
   reviews/              REVIEWS_DIR: each clone's review decisions and marker, one file per clone
   .acpmem/              STATE_DIRNAME: derived local state, never committed; may be deleted at any time
     index.sqlite        DB_NAME: the catalog and the search index
+    watch.sock          WATCH_SOCK: a large vault's watcher answers here
     locks/ sessions/
   .git/acpmem/          GIT_STATE_DIRNAME: local state that is not derived, kept when .acpmem/ is deleted
     pending/            PENDING_DIR: the acknowledged requests waiting for the worker
@@ -39,6 +40,7 @@ LAYER_USER = "user"
 
 # under STATE_DIRNAME
 DB_NAME = "index.sqlite"
+WATCH_SOCK = "watch.sock"   # the watcher's (acpmem.search.watch): where it exists, one may answer
 LOCKS_DIR = "locks"
 PENDING_DIR = "pending"   # under GIT_STATE_DIRNAME (an older acpmem kept it under STATE_DIRNAME)
 GIT_STATE_DIRNAME = "acpmem"   # in the vault's git folder

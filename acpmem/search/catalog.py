@@ -53,11 +53,13 @@ class Problem(Value):
 
 
 class Changes(Value):
-    """What a refresh found changed on disk: paths added, modified and removed. False when nothing changed."""
+    """What a refresh found changed on disk: paths added, modified and removed. False when nothing changed.
+    ``files``: how many entry files a refresh that looked at every one found (0 where it did not)."""
 
     added: tuple[str, ...] = ()
     modified: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
+    files: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.added or self.modified or self.removed)
@@ -138,7 +140,7 @@ def refresh(con: sqlite3.Connection, root: Path) -> Changes:
     racy = _racy_map(meta.get("racy"))
     same = meta.get("scan") == digest
     if same and not racy:
-        return Changes()
+        return Changes(files=len(current))
     added, modified, todo, removed = [], [], [], []
     if not same:   # (the same digest: every signature is as cached, only the racily clean rows need a look)
         cached = dict(con.execute("SELECT path, sig FROM files").fetchall())
@@ -153,7 +155,7 @@ def refresh(con: sqlite3.Connection, root: Path) -> Changes:
         removed = [p for p in cached if p not in current]
     again = [(p, s) for p, (s, _) in racy.items() if current.get(p) == s]
     _store(con, root, t0, modified, todo, again, removed, racy, digest if not same else None, current)
-    return Changes(tuple(added), tuple(modified), tuple(removed))
+    return Changes(tuple(added), tuple(modified), tuple(removed), len(current))
 
 
 def _sig_of(root: Path, rel: str) -> str | None:
@@ -357,12 +359,14 @@ def secret_kind(entry: Entry) -> str | None:
     return None
 
 
-def snapshot(con: sqlite3.Connection, root: Path, types: tuple[str, ...], *, light: bool = False) -> Snapshot:
-    """All valid entries and the problems, after a refresh. Duplicate ids: the first path wins, others are problems.
+def snapshot(con: sqlite3.Connection, root: Path, types: tuple[str, ...], *, light: bool = False,
+             changes: Changes | None = None) -> Snapshot:
+    """All valid entries and the problems, after a refresh (``changes``: the caller has brought the cache in step
+    already, and this is what it found). Duplicate ids: the first path wins, others are problems.
 
     ``light`` builds entries from the index columns only (id, title, type, importance, created, last_read,
     superseded_by; empty body and citations): what the resident index and listings need, without parsing JSON."""
-    changes = refresh(con, root)
+    changes = refresh(con, root) if changes is None else changes
     # light: the stored JSON is read for problem rows only
     cols = ("CASE WHEN ok THEN NULL ELSE data END, entry_id, title, type, importance, created, last_read, "
             "superseded_by") if light else "data"
@@ -371,11 +375,12 @@ def snapshot(con: sqlite3.Connection, root: Path, types: tuple[str, ...], *, lig
     return Snapshot(entries, problems, changes)
 
 
-def by_id(con: sqlite3.Connection, root: Path, types: tuple[str, ...], prefix: str) -> Snapshot:
-    """After a refresh, the entries whose id starts with ``prefix`` (light, as ``snapshot(light=True)`` gives them)
-    and every problem row: what ``snapshot`` would give of them, read through the id index instead of every row
-    (``show`` of one entry in a vault of thousands)."""
-    changes = refresh(con, root)
+def by_id(con: sqlite3.Connection, root: Path, types: tuple[str, ...], prefix: str, *,
+          changes: Changes | None = None) -> Snapshot:
+    """After a refresh (``changes``: as for ``snapshot``), the entries whose id starts with ``prefix`` (light, as
+    ``snapshot(light=True)`` gives them) and every problem row: what ``snapshot`` would give of them, read through
+    the id index instead of every row (``show`` of one entry in a vault of thousands)."""
+    changes = refresh(con, root) if changes is None else changes
     cols = "CASE WHEN ok THEN NULL ELSE data END, entry_id, title, type, importance, created, last_read, superseded_by"
     # two lookups in the id index: the ids between prefix and prefix + the highest code point (those that start
     # with it), and the rows with no id (the files that do not parse)

@@ -40,7 +40,7 @@ from acpmem.infra.inotify import (ENTRY_EVENTS, IN_DELETE, IN_DELETE_SELF, IN_IG
                                    IN_Q_OVERFLOW, IN_UNMOUNT, ROOT_EVENTS, Inotify, sees_every_change)
 from acpmem.search import catalog, held, store
 
-SOCK = "watch.sock"
+SOCK = layout.WATCH_SOCK
 LOCK = "watch.flock"
 LOG = "watch.log"
 FAILED = "watch.failed"    # when the last watcher stopped on an error (its mtime)

@@ -119,6 +119,7 @@ class Vault(VaultReader):
 
     _lock_depth = 0
     _inproc = None    # acpmem.vault.gitlib.InProcess once opened; False when this vault needs the git executable
+    asks_watcher = False   # a write's listings look at every file, as they always have (never a watcher's word)
 
     # ----------------------------------------------------------------- ids
     def new_id(self, taken: set[str] | None = None) -> str:
