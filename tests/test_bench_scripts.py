@@ -86,6 +86,9 @@ def test_read_speed_times_a_later_turn_of_a_session_that_has_seen_entries(tmp_pa
     assert new.rstrip().endswith("3x"), new       # a per-turn read, with its target
     (row,) = [line for line in ok.stdout.splitlines() if line.startswith("surface, long prompt (20)")]
     assert row.rstrip().endswith("x"), row          # timed, with no target after its ratios
+    for name in ("show ID (20)", "list --format prompt (20)"):   # the recall vault's show and index, no target
+        (row,) = [line for line in ok.stdout.splitlines() if line.startswith(name)]
+        assert row.rstrip().endswith("x") and row.count("x") == 2, row
     long = [json.loads(p.read_text()) for p in keep.glob("t20/.acpmem/sessions/bench-long-*/surfaced.json")]
     assert len(long) == 2 and all(ledger["surfaced"] for ledger in long), long
     ledgers = [json.loads(p.read_text()) for p in keep.glob("v130/.acpmem/sessions/bench-seen-*/surfaced.json")]
