@@ -263,7 +263,7 @@ class VaultReader:
 
         watched = self.asks_watcher and self.state_dir == self.root / layout.STATE_DIRNAME   # (not a read-only
         if watched and os.path.exists(self.state_dir / layout.WATCH_SOCK):                  # vault's: it scans)
-            # lazy: a vault without a watcher (under 5,000 entries) does not need it (measured +2 ms to `show`)
+            # lazy: a vault without a watcher (under 5,000 entries) does not need it (measured +3 ms to `show`)
             from acpmem.search import watch
 
             if watch.enabled(self.settings) and watch.sync(self.state_dir, self.db_path):
