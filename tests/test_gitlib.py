@@ -113,6 +113,38 @@ def test_both_ways_write_the_same_trees(tmp_path, clock, monkeypatch):
     assert trees["exe"] == trees["in-process"] and len(trees["exe"]) == 5
 
 
+def _stat_stale(root) -> list[str]:
+    """The tracked files whose inode git's index does not record as theirs (``git ls-files --debug``, which only
+    reads the index): each such file is hashed again by every status until the index is brought up to date."""
+    stale, path = [], None
+    for line in git_out(root, "ls-files", "--debug").splitlines():
+        if not line.startswith(" "):
+            path = line
+        elif "ino:" in line and int(line.split("ino:")[1].split()[0]) != os.lstat(root / path).st_ino:
+            stale.append(path)
+    return stale
+
+
+def test_a_copied_vaults_first_write_brings_the_index_up_to_date(vault, tmp_path):
+    """A vault copied (or restored, or moved to another disk) has a new inode and ctime on every file. libgit2's
+    status hashes every such file and keeps no record of it; the in-process commit brings the index's record up to
+    date, so the next status hashes none of them — the index as ``git status`` would have left it."""
+    for i in range(3):
+        _add(vault, f"orig{i:02d}")
+    vault.close()
+    copy = tmp_path / "copied"
+    subprocess.run(["cp", "-a", str(vault.root), str(copy)], check=True)
+    tracked = git_out(copy, "ls-files").split()
+    assert sorted(_stat_stale(copy)) == sorted(tracked) and len(tracked) > 5
+    v = Vault(copy)
+    _add(v, "after1")
+    assert v.in_process() is not None
+    assert _stat_stale(copy) == []
+    assert status_porcelain(copy) == ""
+    assert [p for p in git_out(copy, "ls-files").split() if p not in tracked] == [v.path_for("after1", "Entry after1")]
+    v.close()
+
+
 def test_only_a_commit_asks_git_for_the_identity_and_once(vault, tmp_path, monkeypatch):
     """``git var -l`` (the identity, hooks and signing a commit needs) before the first commit of an open vault,
     once, and no strict ``git var GIT_AUTHOR_IDENT`` where the identity is the configured one as written; reading the

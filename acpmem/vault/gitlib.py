@@ -206,6 +206,13 @@ class InProcess:
         try:
             index = repo.index
             index.read(False)
+            # The index's record of each file's stat, brought up to date where a file's stat changed and its content
+            # did not (libgit2 writes the index only then). A vault copied, restored from a backup or moved to
+            # another disk has new inodes and ctimes on every file; libgit2's status never writes back what it
+            # learns, so without this every later write hashed every file again (40 ms at 1,000 entries, against
+            # 3 ms), until a person ran `git status` there. Costs one look at the work tree, as a status does.
+            sys.audit("acpmem.git", "index.refresh", str(self.root))
+            index.diff_to_workdir(flags=pygit2.enums.DiffOption.UPDATE_INDEX)
             for p in on_disk:
                 index.add(p)
             for p in gone:
