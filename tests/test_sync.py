@@ -324,12 +324,16 @@ def test_a_pulled_file_with_markers_is_reported_not_served(clones, cli, clock):
 
 # --------------------------------------------------------------------------------------------- non-regular files
 
-def _sync_bounded(root: Path) -> subprocess.CompletedProcess:
-    """`sync` in its own process, given a bound: a FIFO read would wait for a writer for ever."""
+def _sync_bounded(root: Path, pygit2_first: bool = False) -> subprocess.CompletedProcess:
+    """`sync` in its own process, given a bound: a FIFO read would wait for a writer for ever. The console script
+    commits through the git executable; a process that loaded pygit2 first (``pygit2_first``) through libgit2."""
     import sys
 
-    acp = Path(sys.executable).parent / "acp"
-    return subprocess.run([str(acp), "memory", "--vault", str(root), "sync"], capture_output=True, text=True,
+    acp = [str(Path(sys.executable).parent / "acp")]
+    if pygit2_first:
+        acp = [sys.executable, "-c", "import sys, pygit2\nfrom acpmem.cli.main import acp_main\nsys.argv[0] = 'acp'\n"
+               "acp_main()"]
+    return subprocess.run([*acp, "memory", "--vault", str(root), "sync"], capture_output=True, text=True,
                           timeout=60)
 
 
@@ -350,7 +354,8 @@ def test_a_fifo_in_place_of_a_conflicted_entry_does_not_hang_sync(clones, cli, c
     assert "under a flock" in git_out(bare, "show", f"main:{rel}")
 
 
-def test_a_fifo_in_place_of_memory_md_does_not_hang_sync(clones, cli, clock):
+@pytest.mark.parametrize("pygit2_first", [False, True], ids=["git", "libgit2"])
+def test_a_fifo_in_place_of_memory_md_does_not_hang_sync(clones, cli, clock, pygit2_first):
     import os
 
     a, bare, tmp = clones
@@ -363,7 +368,7 @@ def test_a_fifo_in_place_of_memory_md_does_not_hang_sync(clones, cli, clock):
     assert _sync(cli, a.root).returncode == 0
     (b.root / "MEMORY.md").unlink()
     os.mkfifo(b.root / "MEMORY.md")
-    r = _sync_bounded(b.root)
+    r = _sync_bounded(b.root, pygit2_first)
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
     assert r.returncode == 0, r.stderr
     assert (b.root / "MEMORY.md").is_file() and "Written in clone A" in (b.root / "MEMORY.md").read_text()

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import sqlite3
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -286,7 +287,10 @@ class Vault(VaultReader):
             except Unusable:
                 pass
         res = git(self.root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
-        return [(item[:2], item[3:]) for item in filter(None, res.out.split("\0"))]
+        # a tracked file replaced by what git cannot store (a FIFO, a socket, a device): git calls it modified,
+        # libgit2 deleted; deleted it is on both ways, and never opened (opening a FIFO waits for a writer)
+        return [(" D" if "D" not in code and _special(self.root / rel) else code, rel)
+                for code, rel in ((item[:2], item[3:]) for item in filter(None, res.out.split("\0")))]
 
     # ----------------------------------------------------------------- human edits
     def human_edits(self) -> list[HumanEdit]:
@@ -796,6 +800,15 @@ def storage_error(exc: Exception, outcome: str) -> AcpmemError:
     full = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or "full" in str(exc)
     what = "the disk is full" if full else f"the vault cannot be written ({getattr(exc, 'strerror', None) or exc})"
     return AcpmemError(f"{what}: {outcome}", "free some space (or fix the file system), then run the command again")
+
+
+def _special(path: Path) -> bool:
+    """Whether ``path`` is there and neither a regular file, a folder nor a symlink: a FIFO, a socket, a device."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
 
 
 def _one_line(value: object) -> str:
