@@ -113,6 +113,38 @@ def test_both_ways_write_the_same_trees(tmp_path, clock, monkeypatch):
     assert trees["exe"] == trees["in-process"] and len(trees["exe"]) == 5
 
 
+def test_a_one_command_process_commits_through_git_unless_pygit2_is_loaded(vault, tmp_path, monkeypatch):
+    """The console scripts run one command and end: loading pygit2 would cost such a write more than the git
+    processes of its commit, so it commits through the executable — unless pygit2 is loaded already (a process forked
+    from one that loaded it). A process that stays (this one: the library, the MCP server, the worker) commits in
+    process. Every way gives the same commit: the identity, the trailers, a clean work tree."""
+    import sys
+
+    vault.close()
+    acp = [os.path.join(os.path.dirname(sys.executable), "acp"), "memory", "--vault", str(vault.root)]
+    log = _git_calls(tmp_path, monkeypatch)
+    ways = {"console script": acp,
+            "pygit2 loaded first": [sys.executable, "-c", "import sys, pygit2\nfrom acpmem.cli.main import acp_main\n"
+                                    "sys.argv[0] = 'acp'\nacp_main()", *acp[1:]]}
+    for i, (way, cmd) in enumerate(ways.items()):
+        log.unlink(missing_ok=True)
+        p = subprocess.run([*cmd, "remember", f"Written by a {way}.", "--type", "fact"], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0 and "Remembered #" in p.stdout, (way, p.stderr)
+        calls = log.read_text().split()
+        assert ("commit" in calls and "add" in calls) == (way == "console script"), (way, calls)
+        msg = git_out(vault.root, "log", "-1", "--format=%an <%ae>|%(trailers:key=Acpmem-Kind,valueonly)").strip()
+        assert msg == "Test User <test@example.invalid>|human-write", (way, msg)
+        assert status_porcelain(vault.root) == ""
+    log.unlink(missing_ok=True)
+    v = Vault(vault.root)
+    _add(v, "inproc1")                                   # this process stays: in process, no git add or commit
+    assert v.in_process() is not None
+    assert not {"add", "commit"} & set(log.read_text().split() if log.exists() else [])
+    v.close()
+    assert git_out(vault.root, "rev-list", "--count", "HEAD").strip() == "4"   # init, two ways, in process
+
+
 def _stat_stale(root) -> list[str]:
     """The tracked files whose inode git's index does not record as theirs (``git ls-files --debug``, which only
     reads the index): each such file is hashed again by every status until the index is brought up to date."""

@@ -11,7 +11,7 @@ property test compares them).
 import os
 import sys
 
-from acpmem.cli.relay import is_read, report_interrupt, standard_descriptors, try_server
+from acpmem.cli.relay import READS, command_of, is_read, report_interrupt, standard_descriptors, try_server
 
 
 def main(argv: list[str], prog: str) -> int:
@@ -117,6 +117,12 @@ def _run(prog: str) -> None:
             from acpmem.cli.startup import lighter_pathlib
 
             lighter_pathlib()
+            if command_of(argv, prog) not in READS | {"serve"}:
+                # a command that may write, and then the process ends (the MCP server stays): its commits go to
+                # the git executable unless pygit2 is loaded already (``acpmem.infra.proc.one_command``)
+                from acpmem.infra import proc
+
+                proc.one_command = True
             code = main(argv, prog)
     except KeyboardInterrupt:   # before the command's own handling is in place (or after it): said as by a command
         code = report_interrupt(argv)

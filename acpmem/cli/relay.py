@@ -45,12 +45,17 @@ def standard_descriptors() -> None:
                 pass
 
 
-def is_read(argv: list[str], prog: str) -> bool:
-    """Whether this command line is one of the reads the server runs (``READS``)."""
+def command_of(argv: list[str], prog: str) -> str | None:
+    """The memory command this command line names (``show``, ``remember``, ``serve``, …), or None."""
     rest = argv[1:] if prog == "acp" and argv[:1] == ["memory"] else argv if prog == "acpmem" else []
     while rest[:1] == ["--vault"] or rest[:1] and rest[0].startswith("--vault="):   # the group's one option
         rest = rest[2:] if rest[0] == "--vault" else rest[1:]
-    return bool(rest) and rest[0] in READS
+    return rest[0] if rest else None
+
+
+def is_read(argv: list[str], prog: str) -> bool:
+    """Whether this command line is one of the reads the server runs (``READS``)."""
+    return command_of(argv, prog) in READS
 
 
 def wanted(argv: list[str], prog: str) -> bool:

@@ -1,8 +1,16 @@
-"""Questions about other processes: is this pid alive, does anyone hold this file open (Linux ``/proc``)."""
+"""Questions about processes: is this pid alive, does anyone hold this file open (Linux ``/proc``), and whether this
+one runs a single command and ends."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+# Whether this process runs one command and ends: set by the console scripts for every command but the reads and the
+# MCP server (``acpmem.cli.main``). Its writes then commit through the ``git`` executable unless pygit2 is loaded
+# already, since loading it costs such a process more than the few git processes of its commits
+# (``acpmem.vault.gitlib``). A process that stays — the MCP server, the worker, a program using acpmem — loads it
+# once and commits in process.
+one_command = False
 
 
 def read_pid(path: Path) -> int | None:
