@@ -89,7 +89,7 @@ class InProcess:
             raise Unusable("ACPMEM_GIT=exe")
         if proc.one_command and "pygit2" not in sys.modules:
             # one command, then the process ends: importing pygit2 (~60 ms of CPU) costs more than the three git
-            # processes a commit takes (a `remember`: 315 → 255 ms of CPU, 1,000 entries 359 → 297)
+            # processes a commit takes (a `remember`: 296 → 231 ms of CPU, at 1,000 entries 351 → 293)
             raise Unusable("one command: the executable costs less than loading pygit2")
         try:
             # lazy: pygit2 is heavy, never imported at start-up
