@@ -145,6 +145,28 @@ def test_a_one_command_process_commits_through_git_unless_pygit2_is_loaded(vault
     assert git_out(vault.root, "rev-list", "--count", "HEAD").strip() == "4"   # init, two ways, in process
 
 
+def test_a_fifo_in_place_of_a_committed_file_is_named_never_opened(vault):
+    """git's status calls a FIFO in place of a tracked file modified (libgit2's: deleted), so a command's write,
+    which asks git, checks it as a person's edit: read only as a regular file, it is named and left uncommitted —
+    never opened, which would wait for a writer for ever. An entry and another file alike."""
+    import sys
+
+    for i in range(2):
+        _add(vault, f"fifo0{i}")
+    vault.close()
+    acp = [os.path.join(os.path.dirname(sys.executable), "acp"), "memory", "--vault", str(vault.root)]
+    assert "README.md" in git_out(vault.root, "ls-files").split()
+    for rel in (vault.path_for("fifo00", "Entry fifo00"), "README.md"):
+        (vault.root / rel).unlink()
+        os.mkfifo(vault.root / rel)
+        p = subprocess.run([*acp, "remember", f"Written beside a FIFO at {rel}.", "--type", "fact"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and "Remembered #" in p.stdout, p.stderr
+        assert f"not committed: {rel}: cannot be read (is a FIFO (named pipe), not a regular file)" in p.stderr
+        assert "Traceback" not in p.stderr
+        (vault.root / rel).unlink()
+
+
 def _stat_stale(root) -> list[str]:
     """The tracked files whose inode git's index does not record as theirs (``git ls-files --debug``, which only
     reads the index): each such file is hashed again by every status until the index is brought up to date."""

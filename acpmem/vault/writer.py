@@ -23,16 +23,16 @@ import json
 import os
 import re
 import sqlite3
-import stat
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from acpmem.core import layout
 from acpmem.core.entry import Entry, validate_id
-from acpmem.core.entryfile import (CONFLICT_REASON, dump_entry, has_conflict_markers, new_entry_text, parse_entry_bytes,
-                                   slugify)
+from acpmem.core.entryfile import (CONFLICT_REASON, MAX_FILE_BYTES, dump_entry, has_conflict_markers, new_entry_text,
+                                   parse_entry_bytes, slugify)
 from acpmem.core.errors import AcpmemError, EntryInvalid, GitStateError, SettingsError, UsageError
 from acpmem.core.ids import random_id
 from acpmem.core.render import memory_md
@@ -287,10 +287,7 @@ class Vault(VaultReader):
             except Unusable:
                 pass
         res = git(self.root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
-        # a tracked file replaced by what git cannot store (a FIFO, a socket, a device): git calls it modified,
-        # libgit2 deleted; deleted it is on both ways, and never opened (opening a FIFO waits for a writer)
-        return [(" D" if "D" not in code and _special(self.root / rel) else code, rel)
-                for code, rel in ((item[:2], item[3:]) for item in filter(None, res.out.split("\0")))]
+        return [(item[:2], item[3:]) for item in filter(None, res.out.split("\0"))]
 
     # ----------------------------------------------------------------- human edits
     def human_edits(self) -> list[HumanEdit]:
@@ -310,11 +307,15 @@ class Vault(VaultReader):
         p = self.root / rel
         if p.is_symlink():
             return "a symlink (acpmem does not commit symlinks)"
+        # read only as a regular file (``read_regular``): git calls a FIFO in place of a tracked file modified
+        # (libgit2: deleted), and opening one waits for a writer for ever
         if rel.startswith((layout.ENTRIES_DIR + "/", layout.PROPOSALS_DIR + "/")) and rel.endswith(".md"):
             try:
-                e = parse_entry_bytes(p.read_bytes(), rel, self.settings.types)
+                e = parse_entry_bytes(read_regular(p, MAX_FILE_BYTES + 1), rel, self.settings.types)
             except EntryInvalid as exc:   # the reason alone: the caller names the path ("not committed: PATH: …")
                 return f"field '{exc.field}' {exc.reason}" if exc.field else exc.reason
+            except OSError as exc:
+                return f"cannot be read ({exc.strerror})"
 
             kind = secret_kind(e)  # what acpmem redacted itself does not count
             if kind:
@@ -324,7 +325,7 @@ class Vault(VaultReader):
                 return why
         else:
             try:
-                text = p.read_bytes().decode("utf-8", errors="replace")
+                text = read_regular(p, sys.maxsize).decode("utf-8", errors="replace")
             except OSError as exc:
                 return f"cannot be read ({exc.strerror})"
             if has_conflict_markers(text):
@@ -800,15 +801,6 @@ def storage_error(exc: Exception, outcome: str) -> AcpmemError:
     full = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or "full" in str(exc)
     what = "the disk is full" if full else f"the vault cannot be written ({getattr(exc, 'strerror', None) or exc})"
     return AcpmemError(f"{what}: {outcome}", "free some space (or fix the file system), then run the command again")
-
-
-def _special(path: Path) -> bool:
-    """Whether ``path`` is there and neither a regular file, a folder nor a symlink: a FIFO, a socket, a device."""
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:
-        return False
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
 
 
 def _one_line(value: object) -> str:
