@@ -127,6 +127,8 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
             want = sorted(every.values(), reverse=True)[:n]
             got = src.candidates(g, n)
             assert sorted((every[k] for k in got), reverse=True) == pytest.approx(want, rel=1e-12), (q, n)
+            # … with the very scores the reference computes, to the last bit: ``rank`` does not score them again
+            assert src.scored_candidates(g, n) == [(k, every[k]) for k in got], (q, n)
     con.set_trace_callback(None)
     assert any(" EXCEPT SELECT key FROM idx_post" in s for s in sql)
     # the same documents, up to the last bit of a float sum (SQLite's sum() may add more exactly than Python)
@@ -151,7 +153,12 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
     con.set_trace_callback(sql.append)
     assert index_query.search(con, "cache retry worker", 10)
     con.set_trace_callback(None)
-    assert any("WITH q(g, ti, tid, w)" in s for s in sql)                       # the pool, scored in SQL
+    scoring = [s for s in sql if "WITH q(g, ti, tid, w)" in s]                   # documents scored in SQL
+    scored_keys = [len(json.loads(s.split("json_each('", 1)[1].split("')", 1)[0])) for s in scoring]
+    # the pool of 300 is scored as it is picked, never again: only the hits (why each matched) and the documents
+    # spreading brought in from outside the pool are
+    assert len(index_query.IndexSource(con).candidates(plan_query("cache retry worker", src.vocabulary), 300)) == 300
+    assert scoring and max(scored_keys) < 300, scored_keys
     assert not any("FROM idx_post p JOIN idx_lens d" in s for s in sql)         # not term by term
     # a query word's candidate terms (aliases, …) looked up together, not one query each
     assert sum("FROM idx_terms WHERE term IN" in s for s in sql) >= 1
@@ -247,6 +254,14 @@ def test_a_query_of_many_words_picks_the_same_pool_summed_either_way(vault):
                     src.sum_in_sql_upto = 0             # chosen by SQLite's sum, summed again exactly
                     sql.clear()
                     assert src.candidates(groups, n) == want, (types, prune, q, n)
+                    # each with the score ``scores`` gives it, to the last bit, either way it was summed
+                    exact, _ = src.scores(groups, want, explain=False)
+                    for upto in (0, 10 ** 6):
+                        src.sum_in_sql_upto = upto
+                        assert src.scored_candidates(groups, n) == [(k, exact[k]) for k in want], (types, q, n)
+                    src.sum_in_sql_upto = 0
+                    sql.clear()
+                    src.candidates(groups, n)
                     # every posting scanned at once: cheaper then than MaxScore's queries (never pruned)
                     assert not any("e(key) AS (SELECT DISTINCT key" in s for s in sql), (types, prune, q, n)
                     compared += 1

@@ -257,9 +257,15 @@ class IndexSource:
     prune_from = PRUNE_FROM_POSTINGS
 
     def candidates(self, groups: Sequence[QueryGroup], n: int) -> list[int]:
-        """The ``n`` best documents by term score, found inside SQLite (``rank`` then scores these exactly, with
-        ``scores``): the same BM25F as ``ranking.bm25f`` and the same best-term-per-group sum, so that a
-        query's tens of thousands of postings never become Python objects.
+        """The keys of ``scored_candidates``."""
+        return [k for k, _ in self.scored_candidates(groups, n)]
+
+    def scored_candidates(self, groups: Sequence[QueryGroup], n: int) -> list[tuple[int, float]]:
+        """(key, score) of the ``n`` best documents by term score, best first, found inside SQLite: the same BM25F
+        as ``ranking.bm25f`` and the same best-term-per-group sum, so that a query's tens of thousands of postings
+        never become Python objects. Each score is the one ``scores`` gives the document, bit for bit (the same
+        operations on the same doubles in the same order), so ``rank`` takes the pool's scores from here rather
+        than scoring it again.
 
         With many postings, MaxScore prunes: no document takes more from a term than weight × idf × (k1 + 1). The
         documents of the strongest terms give a score ``theta`` that the ``n``-th best reaches at least; a document
@@ -276,7 +282,7 @@ class IndexSource:
         if sum(dfs.values()) < self.prune_from or len({gi for gi, _, _ in rows}) > self.sum_in_sql_upto:
             # a query of more words than that is summed by SQLite (``_top``): every posting scanned once costs less
             # than MaxScore's queries then (a long prompt: 17% less at 100,000 entries, 30% at 10,000)
-            return [k for k, _ in self._top(rows, n, None)]
+            return self._top(rows, n, None)
         bound = {tid: w * (K1 + 1) for _, tid, w in rows}    # no document takes more from a term
         group = {tid: gi for gi, tid, _ in rows}
         # theta: the n-th best score among the documents of the strongest terms (enough of them for n documents)
@@ -291,10 +297,10 @@ class IndexSource:
             return sum(dfs[t] for t in terms) * (1 + len(rows)) * PROBE_COST < whole
 
         if not cheaper(seed_terms):
-            return [k for k, _ in self._top(rows, n, None)]
+            return self._top(rows, n, None)
         seed = self._top(rows, n, sorted(seed_terms))
         if len(seed) < n:
-            return [k for k, _ in self._top(rows, n, None)]
+            return self._top(rows, n, None)
         theta = seed[-1][1]
         # the weakest terms, as long as a document holding only those stays below theta
         weak: set[int] = set()
@@ -307,13 +313,13 @@ class IndexSource:
             best_in, weak = trial, weak | {tid}
         essential = sorted(set(bound) - weak)
         if set(essential) <= set(seed_terms):
-            return [k for k, _ in seed]
+            return seed
         if not (weak and cheaper(essential)):
-            return [k for k, _ in self._top(rows, n, None)]
+            return self._top(rows, n, None)
         # the documents of the seed terms were scored already: a document among them missing from the seed's best
         # n is behind n others there, so only the other documents of the essential terms are scored now
         more = self._top(rows, n, [t for t in essential if t not in seed_terms], sorted(seed_terms))
-        return [k for k, _ in sorted(seed + more, key=lambda r: (-r[1], r[0]))[:n]]
+        return sorted(seed + more, key=lambda r: (-r[1], r[0]))[:n]
 
     sum_in_sql_upto = SUM_IN_SQL_UPTO
 
@@ -364,7 +370,8 @@ class IndexSource:
             # the documents by primary key in key order, so that grouping by document needs no sort
             scan = ("idx_lens d CROSS JOIN q CROSS JOIN idx_post p "
                     f"WHERE d.key IN (SELECT key FROM e) AND p.tid = q.tid AND p.key = d.key{self._where}")
-        scores = ("SELECT key, g, w * tfw * ? / (? + tfw) AS sc FROM ("
+        # grouped as ``scores`` groups it (and ``ranking.bm25f``): the same doubles, so the sums are the same bits
+        scores = ("SELECT key, g, w * (tfw * ? / (? + tfw)) AS sc FROM ("
                   f"SELECT d.key AS key, q.g AS g, q.w AS w, ({tfw}) AS tfw FROM {scan})")
         return ctes, params, scores, [K1 + 1, K1] + fparams + self._params
 

@@ -84,7 +84,8 @@ class PostingSource:
     # optional, for a source that can compute inside its store: ``candidates(groups, n)``, the keys of the ``n``
     # best documents by term score (the pool ``rank`` re-scores), ``scores(groups, keys)``, what ``score_query``
     # gives for those documents, bit for bit (``explain=False``: the scores alone, and ``explain(groups, keys)``
-    # says why for those of them asked), ``neighbours_of(keys, radius)``, ``neighbours`` of each, and
+    # says why for those of them asked), ``scored_candidates(groups, n)``, the pool with those very scores (then
+    # ``rank`` scores only the documents outside it), ``neighbours_of(keys, radius)``, ``neighbours`` of each, and
     # ``facets(key)``, a document's (weight, tags, created), and ``citations(key)``, its citations (``doc(key)``'s),
     # read without building the document
 
@@ -526,16 +527,23 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
         groups = date_words_as_one(groups, spans)
     # A source that can rank inside its store names the pool; only those documents become Python objects here.
     pick = getattr(src, "candidates", None)
-    pool = pick(groups, max(POOL, limit)) if pick is not None else None
     scored = getattr(src, "scores", None)    # a source that scores given documents inside its store
     explained = getattr(src, "explain", None)  # … and says why for the documents shown only, at the end
+    # … and one that gives the pool with the scores ``scores`` would give it (then why is asked at the end)
+    pick_scored = getattr(src, "scored_candidates", None) if scored is not None else None
 
     def score(keys: list[int] | None) -> tuple[dict[int, float], dict[int, dict]]:
         if scored is None or keys is None:
             return score_query(groups, src, keys)
-        return scored(groups, keys, explain=explained is None)
+        return scored(groups, keys, explain=explained is None and pick_scored is None)
 
-    scores, why = score(pool)
+    if pick_scored is not None:
+        picked = pick_scored(groups, max(POOL, limit))
+        pool: list[int] | None = [k for k, _ in picked]
+        scores, why = dict(picked), {}
+    else:
+        pool = pick(groups, max(POOL, limit)) if pick is not None else None
+        scores, why = score(pool)
     fused = bool(similar) and share > 0
     if fused:
         outside = [k for k in similar if k not in scores]
@@ -594,7 +602,9 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
         final[key] *= factor
     order = _diversify(src, final, limit)
     words = [g.word for g in groups]
-    if scored is not None and explained is not None and pool is not None:
+    if pick_scored is not None:     # why, for the documents shown only
+        why = scored(groups, order)[1]
+    elif scored is not None and explained is not None and pool is not None:
         why = explained(groups, order)
     ident = getattr(src, "ident", None) if preview_length <= 0 else None   # without previews, the documents'
     if ident is not None:                                                   # names alone (not built)
