@@ -245,6 +245,74 @@ def test_the_last_reads_of_some_ids_are_what_all_the_last_reads_say_of_them(vaul
             k: v for k, v in whole.items() if k in only}
 
 
+def test_a_long_local_log_is_summed_up_once_and_reads_as_the_whole_log(vault, monkeypatch):
+    """The local read log grows by a line a read until a commit folds it; past ``SEEN_FROM`` what its whole lines
+    gave is kept (``reads.log.seen``) and a later read parses only what was appended. Through appends (a line cut
+    short at the end, lines that are not times, older times), an edit inside the part already summed up, a fold
+    that starts a new log, a summary that is garbage or not a regular file: every answer is the whole log's, for
+    every set of ids asked."""
+    monkeypatch.setattr(readlog, "SEEN_FROM", 1500)
+    rng = random.Random(5)
+    (vault.root / "reads").mkdir(exist_ok=True)
+    (vault.root / "reads" / "aaaa.tsv").write_text("i01\t2026-11-01T10:00:00Z\ni02\t2026-12-30T10:00:00Z\n")
+    vault.state_dir.mkdir(exist_ok=True)
+    log, seen = vault.state_dir / "reads.log", vault.state_dir / readlog.SEEN
+    ids = [f"i{n:02d}" for n in range(40)]
+
+    def line() -> str:
+        r = rng.random()
+        if r < 0.05:
+            return "not a read\n"
+        if r < 0.1:
+            return f"{rng.choice(ids)}\t2026-13-01T10:00:00Z\n"      # not a time
+        return f"{rng.choice(ids)}\t2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:00:00Z\n"
+
+    def whole_log() -> dict[str, str]:
+        want: dict[str, str] = {}
+        readlog._parse_lines((vault.root / "reads" / "aaaa.tsv").read_text(), want)
+        readlog._parse_lines(log.read_bytes().decode("utf-8", "replace") if log.exists() else "", want)
+        return want
+
+    summed = 0
+    for step in range(160):
+        r = rng.random()
+        if r < 0.04 and log.exists() and log.stat().st_size > 100:      # an edit inside what was summed up
+            data = bytearray(log.read_bytes())
+            at = rng.randrange(0, len(data) // 2)
+            data[at:at + 1] = b"9" if data[at:at + 1] != b"9" else b"8"
+            with open(log, "r+b") as f:                                    # in place: the same file, its length
+                f.write(bytes(data))
+        elif r < 0.07:                                                     # a fold: the log starts again
+            log.unlink(missing_ok=True)
+        elif r < 0.09:
+            seen.write_text(rng.choice(["", "acpmem-reads-seen-1 10 x\n", "garbage\nmore\n",
+                                        "acpmem-reads-seen-1 999999999 1\ni01\t2026-01-01T00:00:00Z\n"]))
+        else:
+            with open(log, "a") as f:
+                f.write("".join(line() for _ in range(rng.randint(1, 60))))
+                if rng.random() < 0.2:
+                    f.write(line()[:rng.randint(1, 12)])                  # an append cut short (for now)
+        want = whole_log()
+        assert readlog.last_reads(vault.root, vault.state_dir) == want, step
+        only = frozenset(rng.sample(ids, 5))
+        assert readlog.last_reads(vault.root, vault.state_dir, only) == {k: v for k, v in want.items() if k in only}
+        summed += seen.exists() and seen.read_text().startswith("acpmem-reads-seen-1 ")
+    assert summed > 50
+    # a later read takes what was summed up from the summary, and parses only what came after: a time put into the
+    # summary (its bytes of the log unchanged) is what it answers
+    with open(log, "a") as f:
+        f.write("".join(line() for _ in range(200)))
+    readlog.last_reads(vault.root, vault.state_dir)
+    head, _, body = seen.read_text().partition("\n")
+    assert int(head.split()[1]) == log.stat().st_size
+    seen.write_text(f"{head}\ni99\t2027-01-01T00:00:00Z\n{body}")
+    assert readlog.last_reads(vault.root, vault.state_dir)["i99"] == "2027-01-01T00:00:00Z"
+    with open(log, "a") as f:
+        f.write("i00\t2026-12-31T23:00:00Z\n")
+    got = readlog.last_reads(vault.root, vault.state_dir)
+    assert got["i99"] == "2027-01-01T00:00:00Z" and got["i00"] == "2026-12-31T23:00:00Z"
+
+
 def test_reads_survive_a_clone_and_two_clones_merge_without_conflict(vault, tmp_path, clock):
     e = make(vault, "Shared memory")
     write(vault, e)
