@@ -313,6 +313,30 @@ def test_a_long_local_log_is_summed_up_once_and_reads_as_the_whole_log(vault, mo
     assert got["i99"] == "2027-01-01T00:00:00Z" and got["i00"] == "2026-12-31T23:00:00Z"
 
 
+def test_a_fifo_in_place_of_the_read_log_or_its_summary_is_skipped_never_opened(vault):
+    """A FIFO where the local read log (or its summary) should be: the listing's read times skip it instead of
+    waiting for a writer for ever (opening a FIFO to read blocks), as for the committed ``reads/*.tsv``."""
+    import os
+    import sys
+
+    (vault.root / "reads").mkdir(exist_ok=True)
+    (vault.root / "reads" / "aaaa.tsv").write_text("i01\t2026-11-01T10:00:00Z\n")
+    vault.state_dir.mkdir(exist_ok=True)
+    for name in ("reads.log", readlog.SEEN):
+        for p in (vault.state_dir / "reads.log", vault.state_dir / readlog.SEEN):
+            p.unlink(missing_ok=True)
+        if name == readlog.SEEN:   # a log long enough to be summed up, beside a FIFO summary
+            (vault.state_dir / "reads.log").write_text("i02\t2026-11-02T10:00:00Z\n" * 4000)
+        os.mkfifo(vault.state_dir / name)
+        got = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                              "from acpmem.vault import readlog; "
+                              "print(sorted(readlog.last_reads(Path(sys.argv[1]), Path(sys.argv[2])).items()))",
+                              str(vault.root), str(vault.state_dir)], capture_output=True, text=True, timeout=60)
+        assert got.returncode == 0, got.stderr
+        want = [("i01", "2026-11-01T10:00:00Z")] + ([("i02", "2026-11-02T10:00:00Z")] if name == readlog.SEEN else [])
+        assert got.stdout.strip() == repr(want), name
+
+
 def test_reads_survive_a_clone_and_two_clones_merge_without_conflict(vault, tmp_path, clock):
     e = make(vault, "Shared memory")
     write(vault, e)
