@@ -286,7 +286,8 @@ def test_a_long_local_log_is_summed_up_once_and_reads_as_the_whole_log(vault, mo
             log.unlink(missing_ok=True)
         elif r < 0.09:
             seen.write_text(rng.choice(["", "acpmem-reads-seen-1 10 x\n", "garbage\nmore\n",
-                                        "acpmem-reads-seen-1 999999999 1\ni01\t2026-01-01T00:00:00Z\n"]))
+                                        "acpmem-reads-seen-1 999999999 1\ni01\t2026-01-01T00:00:00Z\n",
+                                        f"acpmem-reads-seen-1 {'9' * 5000} 1\n"]))     # int() refuses it
         else:
             with open(log, "a") as f:
                 f.write("".join(line() for _ in range(rng.randint(1, 60))))

@@ -237,7 +237,9 @@ def _read_seen(state_dir: Path) -> tuple[int, int, dict[str, str]] | None:
         return None
     head, _, rest = text.partition("\n")
     parts = head.split(" ")
-    if len(parts) != 3 or parts[0] != "acpmem-reads-seen-1" or not all(p.isascii() and p.isdigit() for p in parts[1:]):
+    # (at most 20 digits: what it writes; int() refuses a number of more than 4,300 digits outright)
+    if len(parts) != 3 or parts[0] != "acpmem-reads-seen-1" or \
+            not all(p.isascii() and p.isdigit() and len(p) <= 20 for p in parts[1:]):
         return None
     times: dict[str, str] = {}
     _parse_lines(rest, times)
