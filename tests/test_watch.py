@@ -391,6 +391,76 @@ def test_a_failing_watcher_is_not_restarted_on_every_recall(watched):
     assert not (v.state_dir / watch.FAILED).exists()
 
 
+def _queued(sock: Path) -> int:
+    """Sockets bound to ``sock``, from the kernel's table: the watcher's listener, plus one for each connection
+    waiting to be accepted (a stopped watcher accepts none; a reader that gave up leaves its request queued)."""
+    with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
+        return sum(1 for line in f if line.rstrip("\n").endswith(" " + str(sock)))
+
+
+def test_a_watcher_that_does_not_answer_costs_one_reader_one_wait(new_vault, monkeypatch):
+    """A watcher stopped (SIGSTOP) holds its socket and answers nobody. The first reader waits its timeout, scans,
+    and marks it; readers after it scan without connecting (no request queued), a vector search too, until the mark
+    is old; then one asks again. Resumed, the watcher's first "ok" removes the mark and readers take its word."""
+    import tempfile
+
+    short = Path(tempfile.mkdtemp(prefix="acpw-", dir="/tmp"))   # the socket bound by its path, named in the table
+    try:
+        v = new_vault(short / "vault", watch_min_entries=1, watch_idle_minutes=5.0)
+        monkeypatch.setattr(watch, "SYNC_TIMEOUT_S", 0.5)
+        a = make(v, "Deploys need a green build", "Never deploy a red main branch.")
+        write(v, a)
+        pid = start_watching(v)
+        sock = v.state_dir / watch.SOCK
+        assert _queued(sock) == 1
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            p = v.root / a.path
+            p.write_text(p.read_text("utf-8").replace("red main branch", "pelican hotfix"), "utf-8")
+            con, res = open_(v)                     # waits, gives up, scans: the edit is found all the same
+            assert res.via == "scan" and top(con, "pelican hotfix") == a.path
+            con.close()
+            assert (v.state_dir / watch.UNANSWERED).is_file() and _queued(sock) == 2
+            for word in ("pelican", "green build", "kafka offsets"):
+                con, res = open_(v)
+                assert res.via == "scan" and top(con, word)
+                con.close()
+            assert watch.near(v.state_dir, None, "m", [0.5, 0.5], None, False, 5) is None
+            assert _queued(sock) == 2               # not one more request: nobody connected
+            old = time.time() - watch.ASK_AGAIN_AFTER_S - 1
+            os.utime(v.state_dir / watch.UNANSWERED, (old, old))
+            con, res = open_(v)                     # the mark is old: asked once more, in vain
+            assert res.via == "scan" and top(con, "pelican hotfix") == a.path
+            con.close()
+            assert _queued(sock) == 3 and watch.unanswered_since(v.state_dir) > old + 1
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: _queued(sock) == 1, what="the watcher to take the queued requests")
+        assert (v.state_dir / watch.UNANSWERED).is_file()   # the requests it answered late were not readers' asks
+        old = time.time() - watch.ASK_AGAIN_AFTER_S - 1
+        os.utime(v.state_dir / watch.UNANSWERED, (old, old))
+        ready(v)
+        assert not (v.state_dir / watch.UNANSWERED).exists()
+        assert open_(v)[1].via == "watcher"
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def test_a_new_watcher_removes_the_mark_an_old_one_left(watched):
+    """A watcher killed while marked as not answering: its successor, once it answers, is asked at once."""
+    v = watched
+    pid = start_watching(v)
+    (v.state_dir / watch.UNANSWERED).touch()
+    assert not watch.sync(v.state_dir, v.state_dir / catalog.DB_NAME)   # marked: not asked
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not alive(pid), what="the watcher to die")
+    open_(v)[0].close()                                                  # scans, and starts another
+    wait_for(lambda: watch.running_pid(v.state_dir) not in (None, pid), what="a new watcher")
+    wait_for(lambda: not (v.state_dir / watch.UNANSWERED).exists(), what="the new watcher to remove the mark")
+    ready(v)
+    assert open_(v)[1].via == "watcher"
+
+
 def test_deleting_the_local_state_while_the_watcher_runs_loses_nothing(watched, cli):
     """`rm -rf .acpmem` under a running watcher: the watcher stops (it cannot vouch for a database that is gone),
     the next recall rebuilds everything from the files, and a write still works."""

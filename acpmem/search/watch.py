@@ -11,7 +11,10 @@ every inotify event queued so far (the kernel queues them inside the writing sys
 the request is there), applies them to the catalog and the index (``catalog.refresh_paths``, ``store.update``; a
 full ``catalog.refresh`` after a queue overflow or when ``entries/`` itself was replaced) and answers ``ok``. Any
 other answer, no answer within the timeout, or no watcher at all, and the reader scans every file itself, as it does
-for a small vault. The identity names the database file (device and inode) and the code's index version, so a
+for a small vault. A watcher that gave no answer in time (stopped, stuck, or applying a checkout too large to wait
+for) is marked (``.acpmem/watch.unanswered``, its mtime): readers then scan without asking it for
+``ASK_AGAIN_AFTER_S``, so it costs one reader one wait, not every read one; the first "ok" after that removes the
+mark. The identity names the database file (device and inode) and the code's index version, so a
 watcher never vouches for a database it does not hold (deleted and rebuilt, or built by another acpmem version):
 it answers ``no`` and exits.
 
@@ -47,7 +50,9 @@ FAILED = "watch.failed"    # when the last watcher stopped on an error (its mtim
 RETRY_AFTER_S = 600.0
 MAX_LOG_BYTES = 256 * 1024
 DEBOUNCE_S = 0.2         # changes are applied this long after they stop coming, so a recall finds them done
-SYNC_TIMEOUT_S = 30.0     # a watcher applying a large checkout may take a while; then the reader scans itself
+UNANSWERED = "watch.unanswered"   # when a reader last waited for the watcher in vain (its mtime)
+ASK_AGAIN_AFTER_S = 600.0
+SYNC_TIMEOUT_S = 10.0     # a watcher applying a large checkout may take a while; then the reader scans itself
 MAX_REQUEST = 4 * 1024 * 1024   # a ``near`` request carries a query vector
 
 _MAX_ADDR = 100           # an AF_UNIX address holds 108 bytes; longer paths go through /proc/self/fd
@@ -73,20 +78,43 @@ def enabled(settings=None) -> bool:
     return settings is None or bool(settings.index.watch)
 
 
-def sync(state_dir: Path, db_path: Path, timeout: float = SYNC_TIMEOUT_S) -> bool:
+def sync(state_dir: Path, db_path: Path, timeout: float | None = None, *, heed_mark: bool = True) -> bool:
     """Ask the vault's watcher to apply every change made so far. True when it did: the catalog and the index are
-    then as current as a full scan would make them. False when there is no watcher or it cannot vouch."""
+    then as current as a full scan would make them. False when there is no watcher, it cannot vouch, or it did not
+    answer within ``timeout`` (``SYNC_TIMEOUT_S``) — or, with ``heed_mark``, did not answer a reader in the last
+    ``ASK_AGAIN_AFTER_S`` (``unanswered_since``): then it is not asked."""
     if not os.path.exists(Path(state_dir) / SOCK):
         return False              # no watcher (the common case for a small vault): no socket to import
+    marked = unanswered_since(state_dir)
+    if heed_mark and _lately(marked):
+        return False
     try:
         ident = identity(db_path)
     except OSError:
         return False
-    return _ask(state_dir, f"sync {ident}\n".encode(), timeout) == b"ok\n"
+    if _ask(state_dir, f"sync {ident}\n".encode(), SYNC_TIMEOUT_S if timeout is None else timeout) != b"ok\n":
+        return False
+    if marked is not None:        # it answers again: readers ask it again
+        with contextlib.suppress(OSError):
+            os.unlink(Path(state_dir) / UNANSWERED)
+    return True
+
+
+def unanswered_since(state_dir: Path) -> float | None:
+    """When a reader last waited for the vault's watcher in vain (a time as ``time.time()`` gives it), or None."""
+    try:
+        return os.stat(Path(state_dir) / UNANSWERED).st_mtime
+    except OSError:
+        return None
+
+
+def _lately(marked: float | None) -> bool:
+    return marked is not None and time.time() - marked < ASK_AGAIN_AFTER_S
 
 
 def _ask(state_dir: Path, request: bytes, timeout: float) -> bytes:
-    """One request to the vault's watcher and its one-line answer (empty when there is no answer)."""
+    """One request to the vault's watcher and its one-line answer (empty when there is no answer). No answer within
+    ``timeout`` marks the watcher as not answering (``UNANSWERED``)."""
     import _socket   # the C module: socket.py's enum wrappers cost a few ms a recall does not need
 
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -104,12 +132,26 @@ def _ask(state_dir: Path, request: bytes, timeout: float) -> bytes:
                 break
             reply += chunk
         return reply
+    except TimeoutError:          # connected (or queued) and no answer: stopped, stuck, or busy for too long
+        _mark_unanswered(state_dir)
+        return b""
     except OSError:
         return b""
     finally:
         s.close()
         if dir_fd is not None:
             os.close(dir_fd)
+
+
+def _mark_unanswered(state_dir: Path) -> None:
+    """Stamp ``UNANSWERED`` with the time now (created, or its mtime set); never fails a read."""
+    path = Path(state_dir) / UNANSWERED
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
 
 
 def near(state_dir: Path, index: sqlite3.Connection, model: str, query, types, include_superseded: bool,
@@ -119,6 +161,8 @@ def near(state_dir: Path, index: sqlite3.Connection, model: str, query, types, i
     as ``acpmem.search.vectors.nearest`` computes itself, or None when no watcher answers."""
     if not os.path.exists(Path(state_dir) / SOCK):
         return None
+    if _lately(unanswered_since(state_dir)):
+        return None               # it did not answer a reader lately: computed here instead
     # lazy: `surface` does not need them (measured +5.5 ms to its start-up)
     import base64
     from array import array
@@ -368,8 +412,9 @@ def serve(root: Path, idle_seconds: float) -> str:
             os.unlink(addr)                     # a dead watcher's socket (we hold the lock, so it is not live)
         listener.bind(addr)
         listener.listen(16)
-        with contextlib.suppress(FileNotFoundError):
-            (w.state_dir / FAILED).unlink()
+        for mark in (FAILED, UNANSWERED):     # a new watcher answers: readers ask it
+            with contextlib.suppress(FileNotFoundError):
+                (w.state_dir / mark).unlink()
         listener.setblocking(False)
         last = time.monotonic()
         due = None        # when the changes seen so far are applied without waiting for a request
