@@ -109,7 +109,8 @@ def unanswered_since(state_dir: Path) -> float | None:
 
 
 def _lately(marked: float | None) -> bool:
-    return marked is not None and time.time() - marked < ASK_AGAIN_AFTER_S
+    """Whether the mark is younger than ``ASK_AGAIN_AFTER_S`` (one from the future, a clock set back, is not)."""
+    return marked is not None and 0 <= time.time() - marked < ASK_AGAIN_AFTER_S
 
 
 def _ask(state_dir: Path, request: bytes, timeout: float) -> bytes:
