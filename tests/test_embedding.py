@@ -362,7 +362,8 @@ def test_the_watcher_answers_vector_search_as_the_recall_process_would(vault):
         embedding.run_pass(reader)
         con, _ = watch.open_fresh(reader.state_dir, reader.root, reader.settings)   # starts the watcher
         deadline = time.monotonic() + 120
-        while not watch.sync(reader.state_dir, reader.state_dir / catalog.DB_NAME, heed_mark=False) and time.monotonic() < deadline:
+        db_path = reader.state_dir / catalog.DB_NAME
+        while not watch.sync(reader.state_dir, db_path, heed_mark=False) and time.monotonic() < deadline:
             time.sleep(0.1)
         from embeddings_server import vector
         q = vector("keep agent runs alive across redeploys", 64, SYNONYMS)
