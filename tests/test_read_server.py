@@ -276,11 +276,11 @@ def test_a_sandboxed_caller_runs_its_reads_itself_and_the_server_never_serves_on
     assert served(run_dir) == 1
 
 
-def test_a_ctrl_c_after_the_command_was_sent_is_passed_on_when_it_starts():
-    """A Ctrl-C that lands after the client sent the command and before it reads the answer (``relay.try_server``
-    hands it to ``_answer`` as interrupted) reaches the command once it starts: the client forwards it to the pid the
-    server names, and ends with the command's own exit code."""
+def test_a_ctrl_c_after_the_go_is_passed_on_to_the_command():
+    """A Ctrl-C that lands after the client told the command to go, while it waits for the end, reaches the command:
+    the client forwards it to the pid the server named, and ends with the command's own exit code."""
     import socket
+    import threading
 
     from acpmem.cli import relay
 
@@ -288,10 +288,21 @@ def test_a_ctrl_c_after_the_command_was_sent_is_passed_on_when_it_starts():
     try:
         ours, server = socket.socketpair()
         with ours, server:
-            server.sendall(b"S" + command.pid.to_bytes(4, "big") + b"X" + (130).to_bytes(4, "big", signed=True)
-                           + (0).to_bytes(8, "big"))
-            assert relay._answer(ours, ["memory", "show", "x"], interrupted=True) == 130
-        assert command.wait(timeout=60) == -signal.SIGINT
+            server.sendall(b"S" + command.pid.to_bytes(4, "big"))
+
+            def the_server():   # once told to go: Ctrl-C lands on the client, then the command's end is reported
+                assert server.recv(1) == b"G"
+                os.kill(os.getpid(), signal.SIGINT)
+                assert command.wait(timeout=60) == -signal.SIGINT
+                server.sendall(b"X" + (130).to_bytes(4, "big", signed=True) + (0).to_bytes(8, "big"))
+
+            t = threading.Thread(target=the_server)
+            t.start()
+            try:
+                assert relay._answer(ours, ["memory", "show", "x"], "/nonexistent/read.sock", None) == 130
+            finally:
+                t.join(timeout=60)
+        assert command.returncode == -signal.SIGINT
     finally:
         command.kill()
 
@@ -331,6 +342,82 @@ def test_ctrl_c_reaches_the_served_command(tmp_path, run_dir):
 
 
 
+def _queued(sock: Path) -> int:
+    """Sockets bound to ``sock`` in the kernel's table: the listener, plus one per connection not yet accepted."""
+    with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
+        return sum(1 for line in f if line.rstrip("\n").endswith(" " + str(sock)))
+
+
+def test_a_stopped_server_costs_one_wait_and_never_runs_a_command_its_client_ran(tmp_path, run_dir):
+    """A server stopped (SIGSTOP) takes connections into its queue and answers none. A client interrupted while it
+    waits ends as an interrupted command; the next waits ``START_WAIT_S``, runs the command itself and marks the
+    server; the ones after run theirs at once, without connecting. Resumed, the server takes the queued requests,
+    and their commands never run there (each client closed without the go): each read is in the read log once. Once
+    the mark is old, a read is served again and the mark goes; a mark naming a server killed since is not heeded."""
+    env = env_for(run_dir)
+    root, ids = _vault_with_entries(tmp_path / "v", env)
+    started(run_dir, env, root)
+    (server,) = servers(run_dir)
+    (sock,) = socket_of(run_dir)
+    show = ("memory", "--vault", root, "show", ids[0])
+    alone = acp(*show, env=dict(env, ACPMEM_READ_SERVER="0"))
+    assert alone.returncode == 0 and ids[0] in alone.stdout, alone.stderr
+
+    def as_alone(r) -> bool:   # what the command printed run on its own (its "last read" time aside)
+        return (r.returncode, TIMES.sub("T", r.stdout), r.stderr) == (0, TIMES.sub("T", alone.stdout), alone.stderr)
+
+    first = acp(*show, env=env)
+    assert as_alone(first) and served(run_dir) == 1, first
+    log = root / ".acpmem" / "reads.log"
+    lines = len(log.read_text().splitlines())
+    children = Path(f"/proc/{server}/task/{server}/children")
+    os.kill(server, signal.SIGSTOP)
+    try:
+        p = subprocess.Popen([ACP, *map(str, show)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert wait_for(lambda: _queued(sock) == 2), "the client did not connect"
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=120)
+        finally:
+            p.kill()
+        assert p.returncode == 130 and out == "" and "nterrupted" in err, (p.returncode, out, err)
+        waited = acp(*show, env=env)             # waits for the start in vain, then runs it here
+        assert as_alone(waited), waited
+        mark = Path(str(sock) + ".unanswered")
+        assert mark.read_text() == f"{server}\n" and _queued(sock) == 3   # the server that did not answer
+        for _ in range(2):
+            at_once = acp(*show, env=env)        # marked: not asked
+            assert as_alone(at_once), at_once
+        assert _queued(sock) == 3 and served(run_dir) == 1
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert wait_for(lambda: _queued(sock) == 1), "the server did not take the queued requests"
+    assert wait_for(lambda: not children.read_text().split()), "the queued requests' children did not end"
+    assert len(log.read_text().splitlines()) == lines + 3   # the three reads that ran here; none ran there
+    old = time.time() - 3600
+    os.utime(mark, (old, old))
+    again = acp(*show, env=env)
+    assert as_alone(again), again
+    assert served(run_dir) == 2 and not mark.exists()
+    assert len(log.read_text().splitlines()) == lines + 4
+    # marked just now, and then the server is killed: the next client asks, finds none, starts another (which
+    # removes the mark), and the one after is served
+    mark.write_text(f"{server}\n")
+    os.kill(server, signal.SIGKILL)
+
+    def gone() -> bool:   # no process, or a zombie (its command line reads empty while it is torn down: not yet)
+        try:
+            return Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            return True
+
+    assert wait_for(gone), "the server did not end"
+    assert as_alone(acp(*show, env=env))
+    assert wait_for(lambda: servers(run_dir) and not mark.exists()), "no new server, or the mark stayed"
+    assert wait_for(lambda: _queued(sock) == 1), "the new server does not listen"
+    assert as_alone(acp(*show, env=env)) and served(run_dir) == 3
+
+
 @pytest.mark.parametrize("json_flag", [False, True])
 def test_an_interrupt_before_the_served_command_handles_it_is_said_as_one(tmp_path, json_flag):
     """The caller passes Ctrl-C on as soon as it has the child's pid, which can be before the command's own handling
@@ -355,6 +442,9 @@ mode, argv = sys.argv[1], sys.argv[2:]
 real = resource.getrusage
 
 def command(argv, prog):
+    if mode == "nogo":    # must never run: the client did not say go
+        open("ran", "w").close()
+        return 0
     if mode == "early":   # Ctrl-C lands before the command's own handling is in place
         raise KeyboardInterrupt
     if mode == "env":     # what the command sees: the mapping, and what a process it starts inherits
@@ -389,16 +479,25 @@ fds = [os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY), err_w
 pid = os.fork()
 if pid == 0:
     mine.close()
+    for fd in fds:
+        os.close(fd)
     try:
-        readserver.run_child(theirs, items, fds)
+        readserver.run_child(theirs, items)
     finally:   # reached only if the child did not end there (it would run on as a copy of the server)
         os.write(2, b"RAN ON\n")
         os._exit(3)
 theirs.close()
+answer = b""
+while len(answer) < 5 and (chunk := mine.recv(5 - len(answer))):
+    answer += chunk
+if mode == "nogo":   # a client that gave up waiting for the start just as it came: it closes, saying no go
+    mine.close()
+elif answer[:1] == b"S":   # the client's go, with its descriptors
+    mine.sendmsg([b"G"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, b"".join(
+        fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds))])
 for fd in fds:
     os.close(fd)
-answer = b""
-while chunk := mine.recv(64):
+while mode != "nogo" and (chunk := mine.recv(64)):
     answer += chunk
 _, status = os.waitpid(pid, 0)
 err = b""
@@ -416,6 +515,16 @@ def _in_the_child(tmp_path, mode: str, *argv: str) -> tuple[bytes, dict]:
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     return bytes.fromhex(got["answer"]), got
+
+
+def test_a_command_the_client_did_not_say_go_to_never_runs(tmp_path):
+    """The race a client's wait for the start leaves: the server's child says its pid just as the client gives up
+    and runs the command itself. The child then waits for a go that never comes (the client closed), and ends
+    without running the command, writing nothing and answering nothing more."""
+    answer, got = _in_the_child(tmp_path, "nogo", "memory", "list")
+    assert answer[:1] == b"S" and len(answer) == 5, answer
+    assert got["status"] == 0 and got["err"] == "", got
+    assert not (tmp_path / "ran").exists()
 
 
 def test_the_served_command_sees_the_callers_environment_exactly(tmp_path):

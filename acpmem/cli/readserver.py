@@ -6,8 +6,10 @@
 connection it checks the peer is its own user, confined as it is (``relay.confinement``), reads the request
 (``relay.request``) and, when the client's identity is its own and no module it loaded has changed on disk since it
 started (``Installation``), forks: the child takes the client's folder, environment, umask and standard descriptors
-and runs ``acpmem.cli.main.main`` on the command line, tells the client its pid (``S``) at the start and its exit
-code (``X``) at the end, and exits. A changed module (an upgrade, an edit of an editable install) answers ``R`` — the
+and tells the client its pid (``S``); once the client says go (``G``) it runs ``acpmem.cli.main.main`` on the
+command line, tells the client its exit code (``X``) at the end, and exits. A client that gave up waiting for the
+``S`` (``relay.START_WAIT_S``: a server stopped or stuck) closes instead of saying go and runs the command itself,
+so a command runs in one place only, even when the server takes the request late. A changed module (an upgrade, an edit of an editable install) answers ``R`` — the
 client runs the command itself — and ends the server. It ends after ``ACPMEM_READ_SERVER_IDLE`` seconds (600) without
 a request; an error on the way up is written to ``SOCKET.log`` and marks ``SOCKET.failed`` (clients start no other
 server for ten minutes). When no request waits, it holds what its children read of each vault
@@ -30,6 +32,7 @@ from acpmem.cli import relay
 
 _LOCK: list[int] = []   # the server's lock descriptor, which its children close
 MAX_REQUEST = 8 * 1024 * 1024   # a recall's query or a surface --prompt on the command line fits many times over
+GO_WAIT_S = 60.0   # a child waits this long for its client's go; then it ends without running the command
 # what the reads import as they run (each lazily, to keep a process's start-up short): imported once here
 WARM = ("acpmem.cli.main", "acpmem.cli.fast", "acpmem.cli.hot", "acpmem.cli.reads", "acpmem.cli.progress",
         "acpmem.read.prompted", "acpmem.vault.reader",
@@ -150,31 +153,51 @@ def _unpack(body: bytes) -> list[bytes]:
     return items
 
 
-def receive(conn: socket.socket) -> tuple[list[bytes], list[int]] | None:
-    """The request's items and the three descriptors passed with it, or None when it is not a whole request."""
+def _passed(anc) -> list[int]:
+    """The descriptors an ``SCM_RIGHTS`` message carried (``recvmsg``'s ancillary data)."""
     fds: list[int] = []
-    data, anc, _, _ = conn.recvmsg(4096, socket.CMSG_SPACE(3 * 4))
     for level, kind, raw in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds += list(struct.unpack(f"{len(raw) // 4}i", raw[:len(raw) - len(raw) % 4]))
-    if len(data) < 4 or len(fds) != 3:
-        for fd in fds:
-            os.close(fd)
+    return fds
+
+
+def receive(conn: socket.socket) -> list[bytes] | None:
+    """The request's items, or None when it is not a whole request (descriptors come with the go, not with it: any
+    sent with it are closed, and the request refused)."""
+    data, anc, _, _ = conn.recvmsg(4096, socket.CMSG_SPACE(3 * 4))
+    fds = _passed(anc)
+    for fd in fds:
+        os.close(fd)
+    if len(data) < 4 or fds:
         return None
     size = int.from_bytes(data[:4], "big")
     if size > MAX_REQUEST:
-        for fd in fds:
-            os.close(fd)
         return None
     body = data[4:]
     while len(body) < size:
         chunk = conn.recv(min(65536, size - len(body)))
         if not chunk:
-            for fd in fds:
-                os.close(fd)
             return None
         body += chunk
-    return _unpack(body), fds
+    return _unpack(body)
+
+
+def _go(conn: socket.socket) -> list[int] | None:
+    """The client's go and its standard input, output and error, passed with it; None when the client closed (it
+    gave up waiting for the start, or went away), sent anything else, or nothing within ``GO_WAIT_S``."""
+    try:
+        conn.settimeout(GO_WAIT_S)
+        data, anc, _, _ = conn.recvmsg(1, socket.CMSG_SPACE(3 * 4))
+        conn.settimeout(None)
+    except OSError:
+        return None
+    fds = _passed(anc)
+    if data != b"G" or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        return None
+    return fds
 
 
 def _peer_is_me(conn: socket.socket, mine: str) -> bool:
@@ -185,9 +208,10 @@ def _peer_is_me(conn: socket.socket, mine: str) -> bool:
     return uid == os.getuid() and pid > 0 and relay.confinement(str(pid)) == mine
 
 
-def run_child(conn: socket.socket, items: list[bytes], fds: list[int]) -> None:
-    """In the forked child: become the client's process (folder, environment, umask, descriptors), run the command
-    line, answer its exit code. Never returns."""
+def run_child(conn: socket.socket, items: list[bytes]) -> None:
+    """In the forked child: become the client's process (folder, environment, umask), say its pid, and once the
+    client says go (passing its descriptors) run the command line on them and answer its exit code. Never
+    returns; ends without running anything when the client does not say go."""
     code = 70
     try:
         for fd in _LOCK:   # the lock is the server's: a command still running must not keep it held
@@ -208,18 +232,28 @@ def run_child(conn: socket.socket, items: list[bytes], fds: list[int]) -> None:
         for k, v in env.items():
             if here.get(k) != v:
                 here[k] = v
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        _fresh_streams()
         sys.argv = [prog] + argv
         from acpmem.search import analysis, held
 
         segmented = analysis.segmenter_loaded()   # (a child that has to load it says so when it is done)
-        # the client passes Ctrl-C on once it has the pid: from the moment it is sent, an interrupt anywhere (before
-        # the command's own handling is in place, or after it) ends the command as an interrupted one
+        # the client's go, with its descriptors: one that gave up waiting for the start (or went away) closes
+        # instead and runs the command itself; then it never starts here. A Ctrl-C the client passes on once it
+        # said go waits (blocked) until the command's streams are the client's, and then ends it as an interrupted
+        # command, wherever it lands (before the command's own handling is in place, or after it)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             conn.sendall(b"S" + os.getpid().to_bytes(4, "big"))
+        except OSError:
+            os._exit(0)
+        fds = _go(conn)
+        if fds is None:
+            os._exit(0)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        _fresh_streams()
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             from acpmem.cli.main import main
 
             code = main(argv, prog)
@@ -292,6 +326,10 @@ def serve(path: str, idle: float) -> None:
         pass
     listener.bind(path)
     listener.listen(64)
+    try:
+        os.unlink(path + ".unanswered")   # a new server answers: clients ask it
+    except FileNotFoundError:
+        pass
     ino = os.stat(path).st_ino
     listener.settimeout(idle)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children reaped by the kernel
@@ -330,11 +368,9 @@ def serve(path: str, idle: float) -> None:
                     continue
                 if got is None:
                     continue
-                items, fds = got
+                items = got
                 stale = installed.changed()
                 if len(items) < 6 or items[0] != relay.PROTOCOL or items[1] != me or stale:
-                    for fd in fds:
-                        os.close(fd)
                     try:
                         conn.sendall(b"R")
                     except OSError:
@@ -356,9 +392,7 @@ def serve(path: str, idle: float) -> None:
                         os.close(reports)
                         holder.ino.close()
                     conn.settimeout(None)
-                    run_child(conn, items, fds)
-                for fd in fds:
-                    os.close(fd)
+                    run_child(conn, items)
     finally:
         installed.close()
         if holder is not None:

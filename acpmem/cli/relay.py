@@ -12,7 +12,9 @@ It is asked only where ``ACPMEM_READ_SERVER=1`` is set (by the person, or in the
 in): a server outlives the command that started it, which nobody should find running without having asked. When
 there is no server (or it is another installation's, or its code changed since it started, or anything fails
 before the command began) the command runs here as before, and a server is started in the background for the next
-one; it ends after ``ACPMEM_READ_SERVER_IDLE`` seconds without a request (600). The socket lives in a folder only this user can enter (``$XDG_RUNTIME_DIR/acpmem``, else
+one; it ends after ``ACPMEM_READ_SERVER_IDLE`` seconds without a request (600). A server that has not started a
+command ``START_WAIT_S`` after it was sent (stopped, stuck) never starts it — the client runs it here, and marks
+the socket (``<socket>.unanswered``), so that clients run their commands here without asking for ten minutes. The socket lives in a folder only this user can enter (``$XDG_RUNTIME_DIR/acpmem``, else
 ``/tmp/acpmem-<uid>``); a folder that anyone else owns or can enter is not used, and the server answers only its
 own user (``SO_PEERCRED``).
 """
@@ -22,11 +24,13 @@ import sys
 # what the server runs: the reads, and the hook of Claude Code, Codex and Gemini CLI (`hook claude-code`: a
 # session's frozen index, a prompt's surfacing), which writes only what `list` and `surface` write (a session's state)
 READS = frozenset({"show", "surface", "list", "recall", "score", "stats", "hook"})
-PROTOCOL = b"acpmem-read-1"
+PROTOCOL = b"acpmem-read-2"
 # the variables that decide how the interpreter sets up its standard streams: a server serves only clients with
 # the same ones (they are part of its identity)
 STREAM_VARS = ("LANG", "LC_ALL", "LC_CTYPE", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONLEGACYWINDOWSSTDIO")
 FAILED_WAIT_S = 600   # after a server failed to start, clients start no other for this long
+START_WAIT_S = 10.0   # how long a client waits for the server to start its command; then it runs it itself
+ASK_AGAIN_AFTER_S = 600.0   # after a server left a client waiting in vain, clients run their commands themselves
 IDLE_S = 600.0        # a server ends after this long without a request (``ACPMEM_READ_SERVER_IDLE``)
 MAX_IDLE_S = 7 * 24 * 3600
 
@@ -167,35 +171,85 @@ def try_server(argv: list[str], prog: str) -> int | None:
     if base is None:
         return None
     path = socket_path(base)
+    marked = unanswered(path)
+    if marked == "lately":   # the server left a client waiting in vain lately (stopped, stuck): not asked
+        return None
     import _socket
 
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
+        sock.settimeout(START_WAIT_S)   # until the command starts there; it may then take as long as it takes
         try:
             sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError):
             start_server(path)
             return None
+        except TimeoutError:   # its queue of connections is full: it takes none
+            _mark_unanswered(path, sock)
+            return None
         except OSError:
             return None
-        sent = False
         try:
-            try:
-                data = request(argv, prog)
-                sock.sendmsg([data[:4096]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, b"".join(
-                    fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2)))])
-                if len(data) > 4096:
-                    sock.sendall(data[4096:])
-                sent = True
-            except OSError:
-                return None
-            return _answer(sock, argv)
-        except KeyboardInterrupt:
-            if not sent:   # the server has not got the whole command: it never starts, as a command not begun
-                raise
-            return _answer(sock, argv, interrupted=True)   # between the sending and the answer: passed on too
+            sock.sendall(request(argv, prog))
+        except TimeoutError:
+            _mark_unanswered(path, sock)
+            return None
+        except OSError:
+            return None
+        return _answer(sock, argv, path, marked)
+    except KeyboardInterrupt:   # the command has not started (``_answer`` passes on a Ctrl-C after): it never will
+        return report_interrupt(argv)
     finally:
         sock.close()
+
+
+def unanswered(path: str) -> str | None:
+    """Whether a client waited in vain for the server of the socket ``path`` to start its command: "lately" (within
+    ``ASK_AGAIN_AFTER_S``, and that server is still alive), "once" (a mark to remove when it answers), or None. The
+    mark (``<socket>.unanswered``) holds the server's pid, so that a server killed since is asked (and replaced)
+    at once; one from the future (a clock set back) counts as old."""
+    import time   # (built in, and loaded at start-up: free)
+
+    try:
+        fd = os.open(path + ".unanswered", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        age = time.time() - os.fstat(fd).st_mtime
+        pid = os.read(fd, 32).strip()
+    except OSError:
+        return "once"
+    finally:
+        os.close(fd)
+    if not (0 <= age < ASK_AGAIN_AFTER_S):
+        return "once"
+    if pid.isdigit():
+        try:   # its state (the field after the name); a zombie, not yet reaped, is gone too
+            with open(b"/proc/" + pid + b"/stat", "rb") as f:
+                state = f.read().rpartition(b")")[2].split()[:1]
+        except OSError:
+            return "once"      # that server is gone: ask (a new one removes the mark)
+        if state == [b"Z"]:
+            return "once"
+    return "lately"
+
+
+def _mark_unanswered(path: str, sock) -> None:
+    """Write ``<socket>.unanswered``: the pid of the server that left this client waiting, stamped with the time now;
+    never fails the command (which then runs here)."""
+    try:
+        import _socket
+
+        creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)   # (pid, uid, gid) of the listener
+        pid = int.from_bytes(creds[:4], sys.byteorder, signed=True)
+        fd = os.open(path + ".unanswered", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, b"%d\n" % pid)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def _fill(sock, n: int, buf: bytearray) -> bool:
@@ -216,29 +270,49 @@ def _interrupt(pid: int) -> None:
         pass
 
 
-def _answer(sock, argv: list[str], interrupted: bool = False) -> int | None:
-    """``S`` + the child's pid when the command started, then ``X`` + its exit code + the CPU microseconds it
-    used; ``R`` (or nothing) before the start: not run, run it here. Ctrl-C here is passed on to the command, which
-    runs in the server's session, away from this terminal; before it started, it ends this process as it would have
-    ended the command."""
+def _answer(sock, argv: list[str], path: str, marked: str | None) -> int | None:
+    """``S`` + the child's pid when the server has forked the command's process, which waits for this client's
+    ``G`` (with the descriptors) to run it; then ``X`` + its exit code + the CPU microseconds it used. ``R`` (or
+    nothing) before ``S``, or no ``S`` within ``START_WAIT_S`` (the server is then marked): not run, and never will
+    be — run it here. So a
+    command runs in exactly one place: there once told to go, else here. Ctrl-C before ``G`` ends this process as it
+    would have ended the command (``try_server``); after, it is passed on to the command, which runs in the
+    server's session, away from this terminal."""
     buf = bytearray()
-    pid = None
+    try:
+        if not _fill(sock, 5, buf) or buf[:1] != b"S":
+            return None
+    except TimeoutError:   # stopped, stuck, or too busy to start it: it never will now (no G)
+        _mark_unanswered(path, sock)
+        return None
+    except OSError:
+        return None
+    pid = int.from_bytes(buf[1:5], "big")
+    del buf[:5]
+    import _socket
+
+    try:   # the go, and this process's standard input, output and error for the command: only now, so that a server
+        # that never starts the command holds none of them (a caller reading them to their end would wait on it)
+        sock.settimeout(None)
+        sock.sendmsg([b"G"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, b"".join(
+            fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2)))])
+    except OSError:   # it did not get the go: it ends without running the command
+        return None
+    except KeyboardInterrupt:   # sent or not: the command's process answers either way (130 if not sent)
+        _interrupt(pid)
+    sock.settimeout(None)
+    if marked is not None:   # it answers again: clients ask it again
+        try:
+            os.unlink(path + ".unanswered")
+        except OSError:
+            pass
     while True:
         try:
-            if pid is None:
-                if not _fill(sock, 5, buf) or buf[:1] != b"S":
-                    return report_interrupt(argv) if interrupted else None
-                pid = int.from_bytes(buf[1:5], "big")
-                del buf[:5]
-                if interrupted:
-                    _interrupt(pid)
             if not _fill(sock, 13, buf) or buf[:1] != b"X":
                 break
             return _exit_code(bytes(buf))
         except KeyboardInterrupt:
-            interrupted = True
-            if pid is not None:
-                _interrupt(pid)
+            _interrupt(pid)
         except OSError:
             break
     os.write(2, b"Error: the read server's command ended without an exit code - run it again; "
