@@ -667,19 +667,20 @@ def test_what_the_client_of_a_served_read_imports_is_the_relay_alone():
 
 
 def test_the_socket_is_named_for_the_installation_without_importing_anything():
-    """The socket's short name (``relay.socket_path``) is the same in every process of one interpreter, package and
-    stream settings, differs when any of them differs (the server checks the whole identity), and finding it imports
-    nothing: ``zlib`` (a shared library) took 0.2–0.6 ms of every served read."""
+    """The socket's short name (``relay.socket_path``) is the same in every process of one interpreter, package,
+    stream settings and protocol, differs when any of them differs (the server checks the whole identity), and
+    finding it imports nothing: ``zlib`` (a shared library) took 0.2–0.6 ms of every served read."""
     import acpmem
 
     parent = str(Path(acpmem.__file__).parents[1])
     code = ("import sys\nsys.path.insert(0, sys.argv[1])\nfrom acpmem.cli import relay\nbefore = set(sys.modules)\n"
+            "relay.PROTOCOL = sys.argv[2].encode() or relay.PROTOCOL\n"
             "print(relay.socket_path('/run/x'))\nprint(' '.join(sorted(set(sys.modules) - before)))")
 
-    def name(**env: str) -> tuple[str, str]:
+    def name(protocol: str = "", **env: str) -> tuple[str, str]:
         clean = {k: v for k, v in os.environ.items() if k not in ("LANG", "LC_ALL", "PYTHONIOENCODING")}
-        p = subprocess.run([sys.executable, "-S", "-c", code, parent], capture_output=True, text=True, timeout=120,
-                           env={**clean, **env})
+        p = subprocess.run([sys.executable, "-S", "-c", code, parent, protocol], capture_output=True, text=True,
+                           timeout=120, env={**clean, **env})
         assert p.returncode == 0, p.stderr
         path, _, new = p.stdout.partition("\n")
         return path, new.strip()
@@ -688,8 +689,9 @@ def test_the_socket_is_named_for_the_installation_without_importing_anything():
     assert imported == "" and first.startswith("/run/x/read-") and first.endswith(".sock"), (first, imported)
     assert len(first.rsplit("read-", 1)[1]) == len("01234567.sock")
     assert name() == (first, "")
-    others = {name(PYTHONIOENCODING="latin-1")[0], name(LANG="C")[0], name(LANG="C.UTF-8")[0]}
-    assert first not in others and len(others) == 3
+    others = {name(PYTHONIOENCODING="latin-1")[0], name(LANG="C")[0], name(LANG="C.UTF-8")[0],
+              name("acpmem-read-1")[0]}   # a client of another protocol asks another server
+    assert first not in others and len(others) == 4
 
 def test_the_server_compiles_the_patterns_its_reads_would_each_compile_again():
     """What a served read would compile on first use (the limits on session ids and citations, the session folder's

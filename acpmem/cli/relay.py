@@ -137,10 +137,13 @@ def socket_dir() -> str | None:
 
 
 def socket_path(base: str) -> str:
-    """The socket's path: a short name per installation (FNV-1a of ``identity``; the server checks the whole
-    identity). Not ``zlib.crc32``: importing zlib, a shared library, took 0.2–0.6 ms of every served read."""
+    """The socket's path: a short name per installation and protocol (FNV-1a of ``PROTOCOL`` and ``identity``; the
+    server checks the whole identity). The protocol is in it so that after an upgrade that changes it, clients start
+    a server of their own at once rather than asking the old one, which could not read their requests (and so
+    would never see that its code changed) and ends when idle. Not ``zlib.crc32``: importing zlib, a shared library,
+    took 0.2–0.6 ms of every served read."""
     h = 0x811C9DC5
-    for byte in identity():
+    for byte in PROTOCOL + b"\0" + identity():
         h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
     return os.path.join(base, f"read-{h:08x}.sock")
 
