@@ -328,7 +328,7 @@ def serve(path: str, idle: float) -> None:
     listener.listen(64)
     try:
         os.unlink(path + ".unanswered")   # a new server answers: clients ask it
-    except FileNotFoundError:
+    except OSError:   # none (or not a file: then it is never heeded for long, see relay.unanswered)
         pass
     ino = os.stat(path).st_ino
     listener.settimeout(idle)

@@ -414,7 +414,7 @@ def serve(root: Path, idle_seconds: float) -> str:
         listener.bind(addr)
         listener.listen(16)
         for mark in (FAILED, UNANSWERED):     # a new watcher answers: readers ask it
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):
                 (w.state_dir / mark).unlink()
         listener.setblocking(False)
         last = time.monotonic()
