@@ -414,7 +414,7 @@ def test_a_watcher_that_does_not_answer_costs_one_reader_one_wait(new_vault, mon
         write(v, a)
         pid = start_watching(v)
         sock = v.state_dir / watch.SOCK
-        assert _queued(sock) == 1
+        wait_for(lambda: _queued(sock) == 1, what="the watcher to close the connections it answered")
         monkeypatch.setattr(watch, "SYNC_TIMEOUT_S", 0.5)   # a stopped watcher never answers: no need to wait 10 s
         os.kill(pid, signal.SIGSTOP)
         try:
