@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
+from helpers_proc import queued_on
 
 pytestmark = pytest.mark.real_process("the read server is a process of its own, its clients console scripts")
 
@@ -342,12 +343,6 @@ def test_ctrl_c_reaches_the_served_command(tmp_path, run_dir):
 
 
 
-def _queued(sock: Path) -> int:
-    """Sockets bound to ``sock`` in the kernel's table: the listener, plus one per connection not yet accepted."""
-    with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
-        return sum(1 for line in f if line.rstrip("\n").endswith(" " + str(sock)))
-
-
 def test_a_stopped_server_costs_one_wait_and_never_runs_a_command_its_client_ran(tmp_path, run_dir):
     """A server stopped (SIGSTOP) takes connections into its queue and answers none. A client interrupted while it
     waits ends as an interrupted command; the next waits ``START_WAIT_S``, runs the command itself and marks the
@@ -372,12 +367,12 @@ def test_a_stopped_server_costs_one_wait_and_never_runs_a_command_its_client_ran
     lines = len(log.read_text().splitlines())
     children = Path(f"/proc/{server}/task/{server}/children")
     # the listener alone: the connections the server answered are closed (a child may hold one a moment longer)
-    assert wait_for(lambda: _queued(sock) == 1 and not children.read_text().split()), "the server is still busy"
+    assert wait_for(lambda: queued_on(sock) == 1 and not children.read_text().split()), "the server is still busy"
     os.kill(server, signal.SIGSTOP)
     try:
         p = subprocess.Popen([ACP, *map(str, show)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            assert wait_for(lambda: _queued(sock) == 2), "the client did not connect"
+            assert wait_for(lambda: queued_on(sock) == 2), "the client did not connect"
             p.send_signal(signal.SIGINT)
             out, err = p.communicate(timeout=120)
         finally:
@@ -386,14 +381,14 @@ def test_a_stopped_server_costs_one_wait_and_never_runs_a_command_its_client_ran
         waited = acp(*show, env=env)             # waits for the start in vain, then runs it here
         assert as_alone(waited), waited
         mark = Path(str(sock) + ".unanswered")
-        assert mark.read_text() == f"{server}\n" and _queued(sock) == 3   # the server that did not answer
+        assert mark.read_text() == f"{server}\n" and queued_on(sock) == 3   # the server that did not answer
         for _ in range(2):
             at_once = acp(*show, env=env)        # marked: not asked
             assert as_alone(at_once), at_once
-        assert _queued(sock) == 3 and served(run_dir) == 1
+        assert queued_on(sock) == 3 and served(run_dir) == 1
     finally:
         os.kill(server, signal.SIGCONT)
-    assert wait_for(lambda: _queued(sock) == 1), "the server did not take the queued requests"
+    assert wait_for(lambda: queued_on(sock) == 1), "the server did not take the queued requests"
     assert wait_for(lambda: not children.read_text().split()), "the queued requests' children did not end"
     assert len(log.read_text().splitlines()) == lines + 3   # the three reads that ran here; none ran there
     old = time.time() - 3600
@@ -416,7 +411,7 @@ def test_a_stopped_server_costs_one_wait_and_never_runs_a_command_its_client_ran
     assert wait_for(gone), "the server did not end"
     assert as_alone(acp(*show, env=env))
     assert wait_for(lambda: servers(run_dir) and not mark.exists()), "no new server, or the mark stayed"
-    assert wait_for(lambda: _queued(sock) == 1), "the new server does not listen"
+    assert wait_for(lambda: queued_on(sock) == 1), "the new server does not listen"
     assert as_alone(acp(*show, env=env)) and served(run_dir) == 3
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import fresh_vault
+from helpers_proc import queued_on
 from acpmem.core.layout import DB_NAME
 from acpmem.infra import db
 from acpmem.search import catalog, watch
@@ -394,13 +395,6 @@ def test_a_failing_watcher_is_not_restarted_on_every_recall(watched):
     assert not (v.state_dir / watch.FAILED).exists()
 
 
-def _queued(sock: Path) -> int:
-    """Sockets bound to ``sock``, from the kernel's table: the watcher's listener, plus one for each connection
-    waiting to be accepted (a stopped watcher accepts none; a reader that gave up leaves its request queued)."""
-    with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
-        return sum(1 for line in f if line.rstrip("\n").endswith(" " + str(sock)))
-
-
 def test_a_watcher_that_does_not_answer_costs_one_reader_one_wait(new_vault, monkeypatch):
     """A watcher stopped (SIGSTOP) holds its socket and answers nobody. The first reader waits its timeout, scans,
     and marks it; readers after it scan without connecting (no request queued), a vector search too, until the mark
@@ -414,7 +408,7 @@ def test_a_watcher_that_does_not_answer_costs_one_reader_one_wait(new_vault, mon
         write(v, a)
         pid = start_watching(v)
         sock = v.state_dir / watch.SOCK
-        wait_for(lambda: _queued(sock) == 1, what="the watcher to close the connections it answered")
+        wait_for(lambda: queued_on(sock) == 1, what="the watcher to close the connections it answered")
         monkeypatch.setattr(watch, "SYNC_TIMEOUT_S", 0.5)   # a stopped watcher never answers: no need to wait 10 s
         os.kill(pid, signal.SIGSTOP)
         try:
@@ -423,23 +417,23 @@ def test_a_watcher_that_does_not_answer_costs_one_reader_one_wait(new_vault, mon
             con, res = open_(v)                     # waits, gives up, scans: the edit is found all the same
             assert res.via == "scan" and top(con, "pelican hotfix") == a.path
             con.close()
-            assert (v.state_dir / watch.UNANSWERED).is_file() and _queued(sock) == 2
+            assert (v.state_dir / watch.UNANSWERED).is_file() and queued_on(sock) == 2
             for word in ("pelican", "green build", "kafka offsets"):
                 con, res = open_(v)
                 assert res.via == "scan" and top(con, word)
                 con.close()
             assert watch.near(v.state_dir, None, "m", [0.5, 0.5], None, False, 5) is None
-            assert _queued(sock) == 2               # not one more request: nobody connected
+            assert queued_on(sock) == 2               # not one more request: nobody connected
             old = time.time() - watch.ASK_AGAIN_AFTER_S - 1
             os.utime(v.state_dir / watch.UNANSWERED, (old, old))
             con, res = open_(v)                     # the mark is old: asked once more, in vain
             assert res.via == "scan" and top(con, "pelican hotfix") == a.path
             con.close()
-            assert _queued(sock) == 3 and watch.unanswered_since(v.state_dir) > old + 1
+            assert queued_on(sock) == 3 and watch.unanswered_since(v.state_dir) > old + 1
         finally:
             os.kill(pid, signal.SIGCONT)
         monkeypatch.undo()
-        wait_for(lambda: _queued(sock) == 1, what="the watcher to take the queued requests")
+        wait_for(lambda: queued_on(sock) == 1, what="the watcher to take the queued requests")
         assert (v.state_dir / watch.UNANSWERED).is_file()   # the requests it answered late were not readers' asks
         future = time.time() + 3600                           # a clock set back: not a mark to heed
         os.utime(v.state_dir / watch.UNANSWERED, (future, future))

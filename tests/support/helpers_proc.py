@@ -377,3 +377,11 @@ def warnings_said(stderr: str) -> list[str]:
         elif line.startswith('{"warning": '):
             said.append("Warning: " + json.loads(line)["warning"]["message"])
     return said
+
+
+def queued_on(sock) -> int:
+    """Sockets bound to the Unix socket path ``sock`` in the kernel's table (``/proc/net/unix``): its listener, plus
+    one per connection not yet accepted (a stopped server accepts none; a client that gave up leaves its connection
+    queued) or accepted and not yet closed."""
+    with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
+        return sum(1 for line in f if line.rstrip("\n").endswith(" " + str(sock)))
