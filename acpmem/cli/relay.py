@@ -277,10 +277,10 @@ def _answer(sock, argv: list[str], path: str, marked: str | None) -> int | None:
     """``S`` + the child's pid when the server has forked the command's process, which waits for this client's
     ``G`` (with the descriptors) to run it; then ``X`` + its exit code + the CPU microseconds it used. ``R`` (or
     nothing) before ``S``, or no ``S`` within ``START_WAIT_S`` (the server is then marked): not run, and never will
-    be — run it here. So a
-    command runs in exactly one place: there once told to go, else here. Ctrl-C before ``G`` ends this process as it
-    would have ended the command (``try_server``); after, it is passed on to the command, which runs in the
-    server's session, away from this terminal."""
+    be — run it here. So a command runs in exactly one place: there once told to go, else here. Ctrl-C before the
+    go ends this process as it would have ended the command (``try_server``); from the go on, it is the command's:
+    held (SIGINT blocked) while the go is sent, then passed on to the command, which runs in the server's session,
+    away from this terminal."""
     buf = bytearray()
     try:
         if not _fill(sock, 5, buf) or buf[:1] != b"S":
@@ -292,25 +292,29 @@ def _answer(sock, argv: list[str], path: str, marked: str | None) -> int | None:
         return None
     pid = int.from_bytes(buf[1:5], "big")
     del buf[:5]
+    import _signal
     import _socket
 
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGINT})
     try:   # the go, and this process's standard input, output and error for the command: only now, so that a server
         # that never starts the command holds none of them (a caller reading them to their end would wait on it)
         sock.settimeout(None)
         sock.sendmsg([b"G"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, b"".join(
             fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2)))])
-    except OSError:   # it did not get the go: it ends without running the command
+    except OSError:   # it did not get the go: it ends without running the command (a Ctrl-C held: raised here)
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {_signal.SIGINT})
         return None
-    except KeyboardInterrupt:   # sent or not: the command's process answers either way (130 if not sent)
-        _interrupt(pid)
-    sock.settimeout(None)
     if marked is not None:   # it answers again: clients ask it again
         try:
             os.unlink(path + ".unanswered")
         except OSError:
             pass
+    held = True
     while True:
         try:
+            if held:   # a Ctrl-C that came meanwhile is raised here, and passed on
+                held = False
+                _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {_signal.SIGINT})
             if not _fill(sock, 13, buf) or buf[:1] != b"X":
                 break
             return _exit_code(bytes(buf))
