@@ -46,6 +46,11 @@ def ids(con: sqlite3.Connection, query: str, **kw) -> list[str]:
     return [h.id for h in index_query.search(con, query, 10, **kw)]
 
 
+def pool_keys(src, groups, n: int) -> list[int]:
+    """The keys of the pool a search ranks (``IndexSource.scored_candidates``), best first."""
+    return [k for k, _ in src.scored_candidates(groups, n)]
+
+
 def top(con: sqlite3.Connection, query: str) -> str | None:
     found = ids(con, query)
     return found[0] if found else None
@@ -112,7 +117,7 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
     scores, _ = score_query(groups, src)
     assert len(scores) > 300                                 # the pool really is a choice
     best = sorted(scores.values(), reverse=True)[:300]
-    picked = src.candidates(groups, 300)
+    picked = pool_keys(src, groups, 300)
     assert len(set(picked)) == 300
     # MaxScore pruning (on from 20,000 postings; forced here) picks the same documents as scoring everything,
     # also where the documents of the seed's terms are left out of the last query (scored in the seed already)
@@ -125,7 +130,7 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
         every, _ = score_query(g, src)
         for n in (5, 40):
             want = sorted(every.values(), reverse=True)[:n]
-            got = src.candidates(g, n)
+            got = pool_keys(src, g, n)
             assert sorted((every[k] for k in got), reverse=True) == pytest.approx(want, rel=1e-12), (q, n)
             # … with the very scores the reference computes, to the last bit: ``rank`` does not score them again
             assert src.scored_candidates(g, n) == [(k, every[k]) for k in got], (q, n)
@@ -141,7 +146,7 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
         for q in ("cache retry", "retries uploading tokens", "webhok quota", "the shard index with a replica",
                   "upload", "cache queue retry upload token worker deploy schema index timeout"):
             g = plan_query(q, src2.vocabulary)
-            for keys in (src2.candidates(g, 300), rng2.sample(range(1, 720), 80), []):
+            for keys in (pool_keys(src2, g, 300), rng2.sample(range(1, 720), 80), []):
                 got = src2.scores(g, keys)
                 assert got == score_query(g, src2, keys), (q, superseded, types)
                 # the scores alone, and why asked afterwards for some of them (as ranking asks for its hits)
@@ -157,7 +162,7 @@ def test_ranking_inside_sqlite_picks_the_same_pool_as_the_reference(vault):
     scored_keys = [len(json.loads(s.split("json_each('", 1)[1].split("')", 1)[0])) for s in scoring]
     # the pool of 300 is scored as it is picked, never again: only the hits (why each matched) and the documents
     # spreading brought in from outside the pool are
-    assert len(index_query.IndexSource(con).candidates(plan_query("cache retry worker", src.vocabulary), 300)) == 300
+    assert len(pool_keys(index_query.IndexSource(con), plan_query("cache retry worker", src.vocabulary), 300)) == 300
     assert scoring and max(scored_keys) < 300, scored_keys
     assert not any("FROM idx_post p JOIN idx_lens d" in s for s in sql)         # not term by term
     # a query word's candidate terms (aliases, …) looked up together, not one query each
@@ -249,11 +254,11 @@ def test_a_query_of_many_words_picks_the_same_pool_summed_either_way(vault):
                     groups = plan_query(q, src.vocabulary)
                     src.sum_in_sql_upto = 10 ** 6       # word by word inside SQLite
                     sql.clear()
-                    want = src.candidates(groups, n)
+                    want = pool_keys(src, groups, n)
                     pruned += any("e(key) AS (SELECT DISTINCT key" in s for s in sql)
                     src.sum_in_sql_upto = 0             # chosen by SQLite's sum, summed again exactly
                     sql.clear()
-                    assert src.candidates(groups, n) == want, (types, prune, q, n)
+                    assert pool_keys(src, groups, n) == want, (types, prune, q, n)
                     # each with the score ``scores`` gives it, to the last bit, either way it was summed
                     exact, _ = src.scores(groups, want, explain=False)
                     for upto in (0, 10 ** 6):
@@ -261,7 +266,7 @@ def test_a_query_of_many_words_picks_the_same_pool_summed_either_way(vault):
                         assert src.scored_candidates(groups, n) == [(k, exact[k]) for k in want], (types, q, n)
                     src.sum_in_sql_upto = 0
                     sql.clear()
-                    src.candidates(groups, n)
+                    pool_keys(src, groups, n)
                     # every posting scanned at once: cheaper then than MaxScore's queries (never pruned)
                     assert not any("e(key) AS (SELECT DISTINCT key" in s for s in sql), (types, prune, q, n)
                     compared += 1
@@ -301,14 +306,14 @@ def test_a_query_of_many_words_picks_the_same_pool_summed_either_way(vault):
     src.sum_in_sql_upto = 0
     sql.clear()
     con.set_trace_callback(sql.append)
-    picked = src.candidates(groups, 40)
+    picked = pool_keys(src, groups, 40)
     con.set_trace_callback(None)
     limits = [s.split("LIMIT", 1)[1].split(")", 1)[0].strip() for s in sql if "top AS (SELECT key, total(m)" in s]
     assert limits == ["56", "224"], limits
     exact, _ = src.scores(groups, picked, explain=False)
     assert len(picked) == 40 and len({exact[k] for k in picked}) == 1     # all copies, one score
     src.sum_in_sql_upto = 10 ** 6
-    assert picked == src.candidates(groups, 40)
+    assert picked == pool_keys(src, groups, 40)
 
 
 def test_typo_and_chinese_queries_find_the_entry(example_vault):

@@ -256,10 +256,6 @@ class IndexSource:
 
     prune_from = PRUNE_FROM_POSTINGS
 
-    def candidates(self, groups: Sequence[QueryGroup], n: int) -> list[int]:
-        """The keys of ``scored_candidates``."""
-        return [k for k, _ in self.scored_candidates(groups, n)]
-
     def scored_candidates(self, groups: Sequence[QueryGroup], n: int) -> list[tuple[int, float]]:
         """(key, score) of the ``n`` best documents by term score, best first, found inside SQLite: the same BM25F
         as ``ranking.bm25f`` and the same best-term-per-group sum, so that a query's tens of thousands of postings

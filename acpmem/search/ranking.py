@@ -4,11 +4,11 @@ what entries carry.
 A query word's group holds the word itself, aliases, typo and prefix neighbours and dictionary translations, each
 found in the ``Vocabulary`` alone (no document is scanned to expand a query); each group contributes its best BM25F
 term per document, read from postings (fields title > tags > body > CJK bigrams). A source that can pick the best
-candidates itself (``acpmem.search.query.IndexSource.candidates``) has only those scored here. ``rank`` then
-works on a bounded pool of the best candidates: a share of a hit's score spreads to entries citing neighbouring
-turns of the same session; entries tagged with a word of the query (a person's name) and entries dated near a date
-the query names are boosted; an entry whose citations repeat those of an entry already chosen steps back. Anything
-that implements ``PostingSource`` can be ranked (``acpmem.search.reference.MemoryIndex`` is the reference).
+candidates itself, with their scores (``acpmem.search.query.IndexSource.scored_candidates``), has none scored here.
+``rank`` then works on a bounded pool of the best candidates: a share of a hit's score spreads to entries citing
+neighbouring turns of the same session; entries tagged with a word of the query (a person's name) and entries dated
+near a date the query names are boosted; an entry whose citations repeat those of an entry already chosen steps back.
+Anything that implements ``PostingSource`` can be ranked (``acpmem.search.reference.MemoryIndex`` is the reference).
 
 The weights below were set on the kernel corpus and LoCoMo (bench/search_*.py) as general rules, never per query.
 """
@@ -81,11 +81,10 @@ class PostingSource:
     # says; adds what it read to ``neighbour_work``
     def neighbours(self, key: int, radius: int) -> Iterable[tuple[int, int]]: ...
     neighbour_work: int
-    # optional, for a source that can compute inside its store: ``candidates(groups, n)``, the keys of the ``n``
-    # best documents by term score (the pool ``rank`` re-scores), ``scores(groups, keys)``, what ``score_query``
-    # gives for those documents, bit for bit (``explain=False``: the scores alone, and ``explain(groups, keys)``
-    # says why for those of them asked), ``scored_candidates(groups, n)``, the pool with those very scores (then
-    # ``rank`` scores only the documents outside it), ``neighbours_of(keys, radius)``, ``neighbours`` of each, and
+    # optional, for a source that can compute inside its store: ``scored_candidates(groups, n)``, (key, score) of
+    # the ``n`` best documents by term score (the pool ``rank`` ranks), with ``scores(groups, keys)``, what
+    # ``score_query`` gives for given documents, bit for bit, and why (``explain=False``: the scores alone), which
+    # the pool's scores are too; ``neighbours_of(keys, radius)``, ``neighbours`` of each, and
     # ``facets(key)``, a document's (weight, tags, created), and ``citations(key)``, its citations (``doc(key)``'s),
     # read without building the document
 
@@ -525,25 +524,24 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
     named = [(d, tol) for d, tol, _ in spans]
     if spans:
         groups = date_words_as_one(groups, spans)
-    # A source that can rank inside its store names the pool; only those documents become Python objects here.
-    pick = getattr(src, "candidates", None)
-    scored = getattr(src, "scores", None)    # a source that scores given documents inside its store
-    explained = getattr(src, "explain", None)  # … and says why for the documents shown only, at the end
-    # … and one that gives the pool with the scores ``scores`` would give it (then why is asked at the end)
-    pick_scored = getattr(src, "scored_candidates", None) if scored is not None else None
+    # A source that can rank inside its store names the pool with its scores, and scores the documents outside it
+    # that spreading or the vector channel bring in; only those documents become Python objects here, and why is
+    # asked at the end, for the documents shown only.
+    pick = getattr(src, "scored_candidates", None)
+    scored = getattr(src, "scores", None) if pick is not None else None
 
     def score(keys: list[int] | None) -> tuple[dict[int, float], dict[int, dict]]:
         if scored is None or keys is None:
             return score_query(groups, src, keys)
-        return scored(groups, keys, explain=explained is None and pick_scored is None)
+        return scored(groups, keys, explain=False)
 
-    if pick_scored is not None:
-        picked = pick_scored(groups, max(POOL, limit))
-        pool: list[int] | None = [k for k, _ in picked]
+    pool: list[int] | None = None
+    if pick is not None:
+        picked = pick(groups, max(POOL, limit))
+        pool = [k for k, _ in picked]
         scores, why = dict(picked), {}
     else:
-        pool = pick(groups, max(POOL, limit)) if pick is not None else None
-        scores, why = score(pool)
+        scores, why = score_query(groups, src, None)
     fused = bool(similar) and share > 0
     if fused:
         outside = [k for k in similar if k not in scores]
@@ -602,10 +600,8 @@ def rank(src: PostingSource, query: str, limit: int = 5, spread: bool = True, da
         final[key] *= factor
     order = _diversify(src, final, limit)
     words = [g.word for g in groups]
-    if pick_scored is not None:     # why, for the documents shown only
+    if scored is not None:     # why, for the documents shown only
         why = scored(groups, order)[1]
-    elif scored is not None and explained is not None and pool is not None:
-        why = explained(groups, order)
     ident = getattr(src, "ident", None) if preview_length <= 0 else None   # without previews, the documents'
     if ident is not None:                                                   # names alone (not built)
         return [Hit(ident(k), round(final[k], 6), "", {"terms": why.get(k, {}), **extra.get(k, {})}) for k in order]
