@@ -461,6 +461,21 @@ def test_a_new_watcher_removes_the_mark_an_old_one_left(watched):
     assert open_(v)[1].via == "watcher"
 
 
+def test_a_failure_mark_from_the_future_does_not_keep_a_watcher_from_starting(watched):
+    """A failure mark dated ahead of the clock (a clock set back) is not heeded, as the not-answering mark is not:
+    a recent one is."""
+    v = watched
+    write(v, make(v, "Kafka consumers commit offsets manually", "Auto-commit lost messages."))
+    failed = v.state_dir / watch.FAILED
+    failed.touch()
+    assert watch.start(v.root, v.state_dir, 300.0) is None                 # a recent failure: not yet
+    future = time.time() + 3600
+    os.utime(failed, (future, future))
+    assert watch.start(v.root, v.state_dir, 300.0) is not None
+    ready(v)
+    assert not failed.exists()
+
+
 def test_deleting_the_local_state_while_the_watcher_runs_loses_nothing(watched, cli):
     """`rm -rf .acpmem` under a running watcher: the watcher stops (it cannot vouch for a database that is gone),
     the next recall rebuilds everything from the files, and a write still works."""

@@ -78,10 +78,10 @@ def enabled(settings=None) -> bool:
     return settings is None or bool(settings.index.watch)
 
 
-def sync(state_dir: Path, db_path: Path, timeout: float | None = None, *, heed_mark: bool = True) -> bool:
+def sync(state_dir: Path, db_path: Path, *, heed_mark: bool = True) -> bool:
     """Ask the vault's watcher to apply every change made so far. True when it did: the catalog and the index are
     then as current as a full scan would make them. False when there is no watcher, it cannot vouch, or it did not
-    answer within ``timeout`` (``SYNC_TIMEOUT_S``) — or, with ``heed_mark``, did not answer a reader in the last
+    answer within ``SYNC_TIMEOUT_S`` — or, with ``heed_mark``, did not answer a reader in the last
     ``ASK_AGAIN_AFTER_S`` (``unanswered_since``): then it is not asked."""
     if not os.path.exists(Path(state_dir) / SOCK):
         return False              # no watcher (the common case for a small vault): no socket to import
@@ -92,7 +92,7 @@ def sync(state_dir: Path, db_path: Path, timeout: float | None = None, *, heed_m
         ident = identity(db_path)
     except OSError:
         return False
-    if _ask(state_dir, f"sync {ident}\n".encode(), SYNC_TIMEOUT_S if timeout is None else timeout) != b"ok\n":
+    if _ask(state_dir, f"sync {ident}\n".encode(), SYNC_TIMEOUT_S) != b"ok\n":
         return False
     if marked is not None:        # it answers again: readers ask it again
         with contextlib.suppress(OSError):
@@ -108,9 +108,10 @@ def unanswered_since(state_dir: Path) -> float | None:
         return None
 
 
-def _lately(marked: float | None) -> bool:
-    """Whether the mark is younger than ``ASK_AGAIN_AFTER_S`` (one from the future, a clock set back, is not)."""
-    return marked is not None and 0 <= time.time() - marked < ASK_AGAIN_AFTER_S
+def _lately(marked: float | None, within: float = ASK_AGAIN_AFTER_S) -> bool:
+    """Whether a mark made at ``marked`` (an mtime) is younger than ``within`` seconds (one from the future, a clock
+    set back, is not)."""
+    return marked is not None and 0 <= time.time() - marked < within
 
 
 def _ask(state_dir: Path, request: bytes, timeout: float) -> bytes:
@@ -244,7 +245,7 @@ def start(root: Path, state_dir: Path, idle_seconds: float) -> int | None:
 
     reap()
     with contextlib.suppress(OSError):
-        if time.time() - os.stat(Path(state_dir) / FAILED).st_mtime < RETRY_AFTER_S:
+        if _lately(os.stat(Path(state_dir) / FAILED).st_mtime, RETRY_AFTER_S):
             return None
     if not sees_every_change(root):   # a network file system: another machine's changes would go unseen
         return None

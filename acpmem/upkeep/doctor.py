@@ -405,7 +405,7 @@ def _check_watcher(vault: Vault, add) -> None:
             add("info", "no index watcher is running (recall checks every entry file; one starts by itself "
                         f"from {vault.settings.index.watch_min_entries} entries on)")
         return
-    if watch.sync(vault.state_dir, vault.db_path, timeout=10.0, heed_mark=False):
+    if watch.sync(vault.state_dir, vault.db_path, heed_mark=False):
         add("info", f"the index watcher (process {pid}) is running and answers")
     else:
         add("warning", f"the index watcher (process {pid}) does not answer; recall checks every file meanwhile",
