@@ -415,6 +415,24 @@ def test_a_stopped_server_costs_one_wait_and_never_runs_a_command_its_client_ran
     assert as_alone(acp(*show, env=env)) and served(run_dir) == 3
 
 
+def test_a_mark_left_by_a_client_that_never_connected_is_heeded_for_its_time(tmp_path):
+    """A client whose connection the server never took (its queue full) marks the socket without a pid: the mark's
+    time alone decides (a pid of 0 would read as a server gone, and every client would wait again)."""
+    import socket
+
+    from acpmem.cli import relay
+
+    path = str(tmp_path / "read-test.sock")
+    never = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)   # not connected: no peer to name
+    with never:
+        relay._mark_unanswered(path, never)
+    assert Path(path + ".unanswered").read_bytes() == b""
+    assert relay.unanswered(path) == "lately"
+    old = time.time() - relay.ASK_AGAIN_AFTER_S - 1
+    os.utime(path + ".unanswered", (old, old))
+    assert relay.unanswered(path) == "once"
+
+
 @pytest.mark.parametrize("json_flag", [False, True])
 def test_an_interrupt_before_the_served_command_handles_it_is_said_as_one(tmp_path, json_flag):
     """The caller passes Ctrl-C on as soon as it has the child's pid, which can be before the command's own handling

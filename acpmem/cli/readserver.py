@@ -5,15 +5,16 @@
 (one server per socket; a second exits), imports every module the reads use, binds the socket and waits. For each
 connection it checks the peer is its own user, confined as it is (``relay.confinement``), reads the request
 (``relay.request``) and, when the client's identity is its own and no module it loaded has changed on disk since it
-started (``Installation``), forks: the child takes the client's folder, environment, umask and standard descriptors
-and tells the client its pid (``S``); once the client says go (``G``) it runs ``acpmem.cli.main.main`` on the
-command line, tells the client its exit code (``X``) at the end, and exits. A client that gave up waiting for the
-``S`` (``relay.START_WAIT_S``: a server stopped or stuck) closes instead of saying go and runs the command itself,
-so a command runs in one place only, even when the server takes the request late. A changed module (an upgrade, an edit of an editable install) answers ``R`` — the
-client runs the command itself — and ends the server. It ends after ``ACPMEM_READ_SERVER_IDLE`` seconds (600) without
-a request; an error on the way up is written to ``SOCKET.log`` and marks ``SOCKET.failed`` (clients start no other
-server for ten minutes). When no request waits, it holds what its children read of each vault
-(``acpmem.search.held``), and lets go, before each fork, of any vault the kernel reported a change in.
+started (``Installation``), forks: the child takes the client's folder, environment and umask and tells the client its
+pid (``S``); once the client says go (``G``), passing its standard descriptors, it runs ``acpmem.cli.main.main`` on
+the command line, tells the client its exit code (``X``) at the end, and exits. A client that gave up waiting for the
+``S`` (``relay.START_WAIT_S``: a server stopped or stuck) closes instead of saying go and runs the command itself, so
+a command runs in one place only, even when the server takes the request late. A changed module (an upgrade, an edit
+of an editable install) answers ``R`` — the client runs the command itself — and ends the server. It ends after
+``ACPMEM_READ_SERVER_IDLE`` seconds (600) without a request; an error on the way up is written to ``SOCKET.log`` and
+marks ``SOCKET.failed`` (clients start no other server for ten minutes). When no request waits, it holds what its
+children read of each vault (``acpmem.search.held``), and lets go, before each fork, of any vault the kernel reported
+a change in.
 """
 from __future__ import annotations
 
@@ -363,12 +364,11 @@ def serve(path: str, idle: float) -> None:
                 try:
                     if not _peer_is_me(conn, mine):
                         continue
-                    got = receive(conn)
+                    items = receive(conn)
                 except OSError:
                     continue
-                if got is None:
+                if items is None:
                     continue
-                items = got
                 stale = installed.changed()
                 if len(items) < 6 or items[0] != relay.PROTOCOL or items[1] != me or stale:
                     try:

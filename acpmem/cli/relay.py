@@ -8,15 +8,15 @@ environment and umask, on this process's own standard input, output and error (t
 the socket), and this process exits with its exit code. Everything but the command itself is this module: the
 standard library's ``_socket``, ``os`` and ``sys``, nothing of acpmem.
 
-It is asked only where ``ACPMEM_READ_SERVER=1`` is set (by the person, or in the environment a host runs ``acp``
-in): a server outlives the command that started it, which nobody should find running without having asked. When
-there is no server (or it is another installation's, or its code changed since it started, or anything fails
-before the command began) the command runs here as before, and a server is started in the background for the next
-one; it ends after ``ACPMEM_READ_SERVER_IDLE`` seconds without a request (600). A server that has not started a
-command ``START_WAIT_S`` after it was sent (stopped, stuck) never starts it — the client runs it here, and marks
-the socket (``<socket>.unanswered``), so that clients run their commands here without asking for ten minutes. The socket lives in a folder only this user can enter (``$XDG_RUNTIME_DIR/acpmem``, else
-``/tmp/acpmem-<uid>``); a folder that anyone else owns or can enter is not used, and the server answers only its
-own user (``SO_PEERCRED``).
+It is asked only where ``ACPMEM_READ_SERVER=1`` is set (by the person, or in the environment a host runs ``acp`` in):
+a server outlives the command that started it, which nobody should find running without having asked. When there is no
+server (or it is another installation's, or its code changed since it started, or anything fails before the command
+began) the command runs here as before, and a server is started in the background for the next one; it ends after
+``ACPMEM_READ_SERVER_IDLE`` seconds without a request (600). A server that has not started a command ``START_WAIT_S``
+after it was sent (stopped, stuck) never starts it — the client runs it here, and marks the socket
+(``<socket>.unanswered``), so that clients run their commands here without asking for ten minutes. The socket lives in
+a folder only this user can enter (``$XDG_RUNTIME_DIR/acpmem``, else ``/tmp/acpmem-<uid>``); a folder that anyone else
+owns or can enter is not used, and the server answers only its own user (``SO_PEERCRED``).
 """
 import os
 import sys
@@ -244,11 +244,11 @@ def _mark_unanswered(path: str, sock) -> None:
         import _socket
 
         creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)   # (pid, uid, gid) of the listener
-        pid = int.from_bytes(creds[:4], sys.byteorder, signed=True)
+        pid = int.from_bytes(creds[:4], sys.byteorder, signed=True)   # 0 where the connection was never made
         fd = os.open(path + ".unanswered", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
                      | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, b"%d\n" % pid)
+            os.write(fd, b"%d\n" % pid if pid > 0 else b"")   # no pid: the mark's time alone decides
         finally:
             os.close(fd)
     except OSError:
