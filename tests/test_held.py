@@ -245,6 +245,30 @@ def test_surface_scores_the_held_index_rows_as_it_scores_the_index(vault, holder
     assert a[0][0] not in [i for i, _ in surfaced("s-held-2")]
 
 
+def test_a_held_vault_read_through_another_database_is_brought_up_to_date_there(vault, holder, tmp_path):
+    """A vault held from its own database, then read with its state kept elsewhere (it became read-only: a remount
+    is no change the kernel reports, so nothing is let go): the other database's catalog is refreshed, never taken
+    as current because the vault is held — else a served recall found nothing there."""
+    from acpmem.search import watch
+    from test_store import top
+
+    _write(vault, make_entry("aaa111", "Deploys go through staging", "- staging first"))
+    root = vault.root
+    _hold(holder, root)
+    own = vault.state_dir / catalog.DB_NAME
+    con, res = watch.open_fresh(vault.state_dir, root)
+    assert res.via == "held" and top(con, "staging")                       # its own database: held, and current
+    con.close()
+    elsewhere = tmp_path / "state-elsewhere"
+    elsewhere.mkdir()
+    assert held.current(str(root), str(own)) and not held.current(str(root), str(elsewhere / catalog.DB_NAME))
+    con, res = watch.open_fresh(elsewhere, root)
+    try:
+        assert res.via == "scan" and top(con, "staging")
+    finally:
+        con.close()
+
+
 def test_a_vault_on_a_network_file_system_is_never_held(vault, holder, monkeypatch):
     mountinfo = ("27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
                  "40 27 0:50 / /mnt/team\\040share rw,relatime - nfs4 srv:/export rw\n"
@@ -277,12 +301,13 @@ def test_a_held_vaults_index_is_used_without_a_scan_until_it_changes(vault, hold
 
     assert fresh_and_find("staging")[0] == "scan"
     _hold(holder, root, held.ROWS)
-    assert held.current(str(root))
+    db_path = str(vault.state_dir / catalog.DB_NAME)
+    assert held.current(str(root), db_path)
     via, found = fresh_and_find("staging")
     assert via == "held" and len(found) == 1
     _write(vault, make_entry("bbb222", "Rollbacks go through staging too", "- staging again"))
     holder.drain()
-    assert not held.current(str(root))
+    assert not held.current(str(root), db_path)
     via, found = fresh_and_find("rollbacks")
     assert via == "scan" and found[0].startswith("entries/bbb222")
 

@@ -51,11 +51,12 @@ class HeldListing:
     gave with the entry id of each problem's file (None where the file does not parse: what ``by_id`` needs), or
     the search index's light entries of its live entries (``query.light_entries``: what ``surface`` scores)."""
 
-    __slots__ = ("types", "snapshot", "problem_ids", "rows", "ids", "order")
+    __slots__ = ("types", "snapshot", "problem_ids", "rows", "ids", "order", "db_path")
 
     def __init__(self, types: tuple[str, ...], snapshot: catalog.Snapshot | None = None,
                  problem_ids: dict[str, str | None] | None = None, rows: list[tuple] | None = None):
         self.types, self.snapshot, self.problem_ids, self.rows = types, snapshot, problem_ids or {}, rows
+        self.db_path = ""   # the database whose catalog it was read from (``hold``)
         # the entries' ids in sorted order, and the place of each in the listing: ``by_id`` finds a prefix by
         # bisection instead of looking at every entry (in a child, looking at an entry writes its reference count,
         # and the page it is on is copied from the server: ~70 of a `show`'s ~820 copies at 1,000 entries, ~3 µs each)
@@ -77,10 +78,12 @@ def get(root: str, types: tuple[str, ...], light: bool) -> catalog.Snapshot | No
     return catalog.Snapshot(list(h.snapshot.entries), list(h.snapshot.problems), catalog.Changes())   # (copies)
 
 
-def current(root: str) -> bool:
-    """Whether something of ``root`` is held: then its catalog was brought up to date after the kernel began
-    reporting its changes, and none came since (the search index may still need ``store.update``)."""
-    return bool(HELD) and any(k[0] == root for k in HELD)
+def current(root: str, db_path: str) -> bool:
+    """Whether something of ``root`` is held, read from the database ``db_path``: then that catalog was brought up
+    to date after the kernel began reporting the vault's changes, and none came since (the search index may still
+    need ``store.update``). Another database of the same vault — its state kept elsewhere once it became
+    read-only, which a remount does without a change the kernel reports — was not."""
+    return bool(HELD) and any(k[0] == root and h.db_path == db_path for k, h in HELD.items())
 
 
 def rows(root: str, types: tuple[str, ...]) -> list[tuple] | None:
@@ -291,6 +294,7 @@ class Holder:
             return False
         while _size(HELD.values()) + _size([got]) > MAX_HELD:
             self._let_go(next(k[0] for k in HELD if k[0] != root))   # the oldest other vault
+        got.db_path = db_path
         HELD[(root, kind)] = got
         if root not in READS:
             self._hold_reads(root, db_path)

@@ -194,17 +194,18 @@ def fresh(con: sqlite3.Connection, root: Path, state_dir: Path, settings: Settin
     scan (and then start a watcher if the vault is large enough). Returns what ``store.update`` did here, with
     ``via`` set to ``"held"`` (a read server's child, ``acpmem.search.held``), ``"watcher"`` or ``"scan"``."""
     settings = settings or Settings()
-    if held.current(str(root)):   # (a read server's child: the server refreshed it, and nothing changed since)
+    db_path = Path(state_dir) / catalog.DB_NAME
+    if held.current(str(root), str(db_path)):   # (a read server's child: the server refreshed it, unchanged since)
         return store.update(con).with_changes(via="held")
     # a read-only vault keeps its state elsewhere (acpmem.vault.discovery.state_location): it scans, no watcher
     use = enabled(settings) and Path(state_dir) == Path(root) / layout.STATE_DIRNAME
-    if use and sync(state_dir, state_dir / catalog.DB_NAME):
+    if use and sync(state_dir, db_path):
         # the watcher has done the work; this is cheap when nothing is marked, and covers rows another process
         # refreshed without updating the index
         return store.update(con).with_changes(via="watcher")
     catalog.refresh(con, root)
     res = store.update(con)
-    held.loaded(str(root), str(Path(state_dir) / catalog.DB_NAME), tuple(settings.types), held.ROWS)
+    held.loaded(str(root), str(db_path), tuple(settings.types), held.ROWS)
     if use and con.execute("SELECT count(*) FROM files").fetchone()[0] >= settings.index.watch_min_entries:
         start(root, state_dir, settings.index.watch_idle_minutes * 60)
     return res
